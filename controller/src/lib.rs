@@ -1,0 +1,4 @@
+//! berth: the daemon and its kubectl-like client.
+
+pub mod cli;
+pub mod daemon;

@@ -1,0 +1,2 @@
+//! Helpers shared by the end-to-end tests: a real `berth serve` process, real LXD.
+#![allow(dead_code)]

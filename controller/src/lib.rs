@@ -1,4 +1,7 @@
 //! berth: the daemon and its kubectl-like client.
 
+pub mod api;
 pub mod cli;
+pub mod config;
 pub mod daemon;
+pub mod store;

@@ -2,4 +2,5 @@
 
 pub mod cli;
 pub mod daemon;
+pub mod lxd;
 pub mod runtime;

@@ -4,4 +4,6 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod lxd;
+pub mod runtime;
 pub mod store;

@@ -28,6 +28,9 @@ pub type Body = BoxBody<Bytes, Infallible>;
 /// A check `/readyz` runs besides the store's own: "LXD reachable", "controller started".
 pub type ReadinessCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
+/// Renders the Prometheus exposition for `/metrics`.
+pub type MetricsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
+
 /// Who is calling. On the unix socket that is the local administrator, named by the peer's
 /// OS user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +57,8 @@ pub struct ApiState {
     pub store: Arc<Store>,
     pub admission: Admission,
     pub readiness: Vec<(String, ReadinessCheck)>,
+    /// Serves `/metrics` when set; the metrics registry plugs in here.
+    pub metrics: Option<MetricsRenderer>,
     /// Cancelled at shutdown: watch streams end so connections can drain.
     pub shutdown: CancellationToken,
 }
@@ -64,8 +69,15 @@ impl ApiState {
             store,
             admission,
             readiness: Vec::new(),
+            metrics: None,
             shutdown,
         }
+    }
+
+    /// Serves `/metrics` from `render`.
+    pub fn with_metrics(mut self, render: MetricsRenderer) -> Self {
+        self.metrics = Some(render);
+        self
     }
 
     /// Adds a named check to `/readyz`.

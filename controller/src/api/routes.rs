@@ -116,8 +116,17 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
         }
         "/metrics" => {
             only(&method, &path, Method::GET)?;
-            // The metrics registry plugs in here once it exists; until then nothing is exported.
-            return Ok(text(StatusCode::OK, "# EOF\n"));
+            let Some(render) = &state.metrics else {
+                return Err(ApiError::not_found("this daemon serves no metrics"));
+            };
+            let mut response = text(StatusCode::OK, &render());
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            return Ok(response);
         }
         _ => {}
     }

@@ -75,11 +75,12 @@ impl StoreError {
     }
 }
 
-/// A batch write failed at `items[index]`; nothing of the batch was written.
+/// A batch write failed, at `items[index]` when one item was the cause; nothing of the batch
+/// was written.
 #[derive(Debug, thiserror::Error)]
-#[error("items[{index}]: {error}")]
+#[error("{}{error}", index.map(|i| format!("items[{i}]: ")).unwrap_or_default())]
 pub struct BatchFailure {
-    pub index: usize,
+    pub index: Option<usize>,
     #[source]
     pub error: StoreError,
 }
@@ -283,13 +284,14 @@ impl Store {
         batch: Vec<Desired>,
         dry_run: bool,
     ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
-        let mut failed_at = 0;
+        let mut failed_at = None;
         self.write(dry_run, |inner, pending| {
             let mut results = Vec::with_capacity(batch.len());
             for (index, desired) in batch.into_iter().enumerate() {
-                failed_at = index;
+                failed_at = Some(index);
                 results.push(inner.upsert(pending, desired, Mode::Apply)?);
             }
+            failed_at = None;
             Ok(results)
         })
         .map_err(|error| BatchFailure {
@@ -402,7 +404,7 @@ impl Store {
             uid: object.uid().to_string(),
         };
         let mut inner = self.lock();
-        let result = events::record(&mut inner.conn, &target, type_, reason, message, now());
+        let result = events::record(&mut inner.conn, &target, type_, reason, message, Utc::now());
         inner.note_write(&result);
         result
     }

@@ -261,7 +261,7 @@ fn a_failing_batch_writes_nothing() {
         project("c", json!({"displayName": "taken"})),
     ];
     let failure = store.apply_batch(batch, false).unwrap_err();
-    assert_eq!(failure.index, 2);
+    assert_eq!(failure.index, Some(2));
     assert!(matches!(failure.error, StoreError::Conflict { .. }));
     assert!(store.get("Project", "a").is_none());
     assert_eq!(store.resource_version(), rv);
@@ -365,12 +365,25 @@ fn events_repeat_by_counting() {
     assert_eq!(listed[1].count, 2);
     assert_eq!(listed[1].type_, EventType::Warning);
     assert!(listed[1].last_timestamp >= listed[1].first_timestamp);
-    // Same reason and message after something else happened: a new row.
+    // A repeat after something else happened still counts on the earlier row, which becomes
+    // the latest.
     store
         .record_event(&a, EventType::Normal, "Created", "container created")
         .unwrap();
-    assert_eq!(store.events_for("Project", "a").unwrap().len(), 3);
-    assert_eq!(store.recent_events(2).unwrap().len(), 2);
+    let listed = store.events_for("Project", "a").unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!((listed[1].reason.as_str(), listed[1].count), ("Created", 2));
+    assert_eq!(store.recent_events(1).unwrap()[0].reason, "Created");
+    // Only the latest distinct events of an object are kept.
+    for n in 0..events::KEPT_PER_OBJECT + 5 {
+        store
+            .record_event(&a, EventType::Normal, "Tick", &n.to_string())
+            .unwrap();
+    }
+    let listed = store.events_for("Project", "a").unwrap();
+    assert_eq!(listed.len() as i64, events::KEPT_PER_OBJECT);
+    let last = (events::KEPT_PER_OBJECT + 4).to_string();
+    assert_eq!(listed.last().unwrap().message, last);
     assert!(store.events_for("Project", "zz").unwrap().is_empty());
 }
 

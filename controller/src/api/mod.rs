@@ -19,7 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use admission::Admission;
 pub use error::{ApiError, Cause};
-pub use server::{Listeners, bind_tcp, bind_unix, serve};
+pub use routes::FORCE_DELETE_ANNOTATION;
+pub use server::{ListenError, Listeners, bind_tcp, bind_unix, serve};
 
 use crate::store::Store;
 

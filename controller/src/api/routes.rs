@@ -522,6 +522,22 @@ async fn put_status(
             vec![Cause::new("status", "must be an object")],
         ));
     }
+    // The controller reads status back typed: refuse what it could not read.
+    if let Some(current) = state.store.get(kind.as_str(), name) {
+        let mut candidate = (*current).clone();
+        candidate.status = status.clone();
+        if let Err(errors) = berth_api::decode_stored(candidate.to_value()) {
+            return Err(ApiError::invalid(
+                Some(kind.as_str()),
+                Some(name),
+                errors
+                    .causes
+                    .into_iter()
+                    .map(|c| Cause::new(c.field, c.message))
+                    .collect(),
+            ));
+        }
+    }
     let rv = match value.pointer("/metadata/resourceVersion") {
         Some(Value::String(rv)) if !rv.is_empty() => Some(rv.parse::<u64>().map_err(|_| {
             ApiError::bad_request(format!(

@@ -96,6 +96,8 @@ struct Inner {
     objects: HashMap<String, BTreeMap<String, Arc<StoredObject>>>,
     /// Normalised `spec.displayName` of every Project → its name.
     display_names: HashMap<String, String>,
+    /// uid → (kind, name), for records that name objects by uid (LXD labels, events).
+    uids: HashMap<String, (String, String)>,
     resource_version: u64,
     /// Why the last write failed, cleared by the next one that succeeds.
     write_error: Option<String>,
@@ -178,7 +180,7 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         schema::migrate(&mut conn, path)?;
 
-        let (objects, display_names) = load_objects(&conn)?;
+        let (objects, display_names, uids) = load_objects(&conn)?;
         let resource_version: i64 = conn.query_row(
             "SELECT value FROM counters WHERE name = 'resourceVersion'",
             [],
@@ -191,6 +193,7 @@ impl Store {
                 conn,
                 objects,
                 display_names,
+                uids,
                 resource_version: resource_version as u64,
                 write_error: None,
                 last_probe: None,
@@ -239,6 +242,13 @@ impl Store {
     /// Every object of `kind`, by name.
     pub fn list(&self, kind: &str) -> Vec<Arc<StoredObject>> {
         self.lock().list(kind)
+    }
+
+    /// The object with this uid, whatever its kind.
+    pub fn get_by_uid(&self, uid: &str) -> Option<Arc<StoredObject>> {
+        let inner = self.lock();
+        let (kind, name) = inner.uids.get(uid)?;
+        inner.get(kind, name)
     }
 
     /// The Project whose normalised displayName is `display_name`, if any.
@@ -673,6 +683,15 @@ impl Inner {
         if let Some(display) = object.as_deref().and_then(display_name_of) {
             self.display_names.insert(display, name.to_string());
         }
+        if let Some(previous) = &previous {
+            self.uids.remove(previous.uid());
+        }
+        if let Some(object) = &object {
+            self.uids.insert(
+                object.uid().to_string(),
+                (kind.to_string(), name.to_string()),
+            );
+        }
         previous
     }
 
@@ -774,6 +793,7 @@ fn json_column<T: serde::de::DeserializeOwned>(
 type Loaded = (
     HashMap<String, BTreeMap<String, Arc<StoredObject>>>,
     HashMap<String, String>,
+    HashMap<String, (String, String)>,
 );
 
 fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
@@ -810,8 +830,13 @@ fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
     })?;
     let mut objects: HashMap<String, BTreeMap<String, Arc<StoredObject>>> = HashMap::new();
     let mut display_names = HashMap::new();
+    let mut uids = HashMap::new();
     for row in rows {
         let object = Arc::new(row?);
+        uids.insert(
+            object.uid().to_string(),
+            (object.kind.clone(), object.name().to_string()),
+        );
         if let Some(display) = display_name_of(&object) {
             display_names.insert(display, object.name().to_string());
         }
@@ -820,7 +845,7 @@ fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
             .or_default()
             .insert(object.name().to_string(), object);
     }
-    Ok((objects, display_names))
+    Ok((objects, display_names, uids))
 }
 
 #[cfg(test)]

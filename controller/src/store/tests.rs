@@ -39,7 +39,12 @@ fn create_assigns_server_metadata_and_reopens_identical() {
     };
     let store = Store::open(&path).unwrap();
     assert_eq!(store.get("Project", "a").unwrap(), created);
+    assert_eq!(store.get_by_uid(created.uid()).unwrap(), created);
     assert_eq!(store.resource_version(), 1);
+    store
+        .delete("Project", "a", None, BTreeMap::new(), false)
+        .unwrap();
+    assert!(store.get_by_uid(created.uid()).is_none());
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);

@@ -20,7 +20,7 @@ use super::merge_patch;
 use super::selector::LabelSelector;
 use super::watch;
 use super::{ApiState, Body, Caller};
-use crate::store::{Action, Deletion, StoredObject};
+use crate::store::{Action, AppliedSet, Deletion, StoredObject};
 
 const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
 /// Marks a deletion asked with `?force=true`, for the controller to read.
@@ -558,13 +558,20 @@ async fn put_status(
 /// before any is written, all written in one transaction.
 async fn apply_list(state: &Arc<ApiState>, req: Request<Incoming>, query: &Query) -> Outcome {
     let dry_run = query.dry_run()?;
-    if query.flag("prune")? {
+    let prune = query.flag("prune")?;
+    let applyset = match query.get("applyset") {
+        None | Some("") => None,
+        Some(name) => {
+            berth_api::validate_name(name)
+                .map_err(|message| ApiError::bad_request(format!("applyset: {message}")))?;
+            Some(name.to_string())
+        }
+    };
+    if prune && applyset.is_none() {
         return Err(ApiError::bad_request(
-            "prune is not supported yet: apply without --prune",
+            "prune needs applyset=NAME: berth prunes only what a named set applied before",
         ));
     }
-    // Recorded with prune; parsed now so clients may already send it.
-    let _applyset = query.get("applyset");
     let media = body::media_type(req.headers());
     let (parts, incoming) = req.into_parts();
     let bytes = body::read(incoming, &parts.headers, APPLY_LIMIT).await?;
@@ -622,19 +629,36 @@ async fn apply_list(state: &Arc<ApiState>, req: Request<Incoming>, query: &Query
     }
 
     let store = Arc::clone(&state.store);
-    let results = blocking(move || store.apply_batch(batch, dry_run)).await??;
+    let outcome = match applyset {
+        Some(set) => {
+            for desired in &mut batch {
+                desired
+                    .annotations
+                    .insert(berth_api::annotations::APPLYSET.to_string(), set.clone());
+            }
+            blocking(move || store.apply_set(&set, batch, prune, dry_run)).await??
+        }
+        None => AppliedSet {
+            applied: blocking(move || store.apply_batch(batch, dry_run)).await??,
+            pruned: Vec::new(),
+        },
+    };
+    let applied = outcome.applied.iter().map(|(object, action)| ApplyItem {
+        kind: &object.kind,
+        name: object.name(),
+        action: action.as_str(),
+        object: object.as_ref(),
+    });
+    let pruned = outcome.pruned.iter().map(|deletion| ApplyItem {
+        kind: &deletion.object().kind,
+        name: deletion.object().name(),
+        action: "pruned",
+        object: deletion.object().as_ref(),
+    });
     let body = ApplyResult {
         api_version: berth_api::API_VERSION,
         kind: "ApplyResult",
-        items: results
-            .iter()
-            .map(|(object, action)| ApplyItem {
-                kind: &object.kind,
-                name: object.name(),
-                action: action.as_str(),
-                object: object.as_ref(),
-            })
-            .collect(),
+        items: applied.chain(pruned).collect(),
     };
     Ok(serialized(StatusCode::OK, &body))
 }

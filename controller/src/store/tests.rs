@@ -455,3 +455,56 @@ fn readiness_probe_passes_on_a_healthy_store() {
     let (_dir, store) = open();
     store.check_writable().unwrap();
 }
+
+#[test]
+fn applysets_prune_only_their_previous_inventory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("berth.db");
+    let store = Store::open(&path).unwrap();
+    store.create(project("outside", json!({})), false).unwrap();
+    let applied = store
+        .apply_set(
+            "s",
+            vec![project("a", json!({})), project("b", json!({}))],
+            true,
+            false,
+        )
+        .unwrap();
+    assert_eq!(applied.applied.len(), 2);
+    assert!(applied.pruned.is_empty());
+    assert_eq!(store.applyset_inventory("s"), ["Project/a", "Project/b"]);
+
+    // b is held by a finalizer: pruning marks it deleting.
+    store
+        .set_finalizers("Project", "b", None, vec!["berth.dev/workspace".into()])
+        .unwrap();
+    let applied = store
+        .apply_set("s", vec![project("a", json!({}))], true, false)
+        .unwrap();
+    assert!(matches!(applied.pruned.as_slice(), [Deletion::Deleting(o)] if o.name() == "b"));
+    assert_eq!(store.applyset_inventory("s"), ["Project/a"]);
+    assert!(store.get("Project", "outside").is_some());
+
+    // The inventory survives a restart; a failing set changes neither objects nor inventory.
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.applyset_inventory("s"), ["Project/a"]);
+    store
+        .create(project("taken", json!({"displayName": "Taken"})), false)
+        .unwrap();
+    let failure = store
+        .apply_set(
+            "s",
+            vec![
+                project("c", json!({})),
+                project("d", json!({"displayName": "taken"})),
+            ],
+            true,
+            false,
+        )
+        .unwrap_err();
+    assert_eq!(failure.index, Some(1));
+    assert!(store.get("Project", "a").is_some());
+    assert!(store.get("Project", "c").is_none());
+    assert_eq!(store.applyset_inventory("s"), ["Project/a"]);
+}

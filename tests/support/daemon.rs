@@ -96,6 +96,13 @@ impl Daemon {
         }
     }
 
+    /// Kills the daemon with SIGKILL, as a crash or power cut would stop it.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("daemon running");
+        child.kill().expect("kill berth serve");
+        child.wait().expect("reap berth serve");
+    }
+
     /// Sends SIGTERM and waits for the process to exit.
     pub fn terminate(&mut self) -> ExitStatus {
         let child = self.child.as_mut().expect("daemon running");

@@ -14,6 +14,7 @@ pub mod profile;
 pub mod project;
 pub mod quantity;
 pub mod schema;
+pub mod wire;
 
 pub use conditions::{
     condition_types, find_condition, is_condition_true, reasons, remove_condition, set_condition,
@@ -37,3 +38,4 @@ pub use project::{
 };
 pub use quantity::{CpuQuantity, Quantity};
 pub use schema::schemas;
+pub use wire::{ApiStatus, ListMeta, ObjectList, StatusDetails, WatchEvent, WatchEventType};

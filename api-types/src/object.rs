@@ -6,10 +6,10 @@ use serde_json::{Map, Value};
 
 use crate::error::ValidationErrors;
 use crate::gitsource::{GitSource, validate_gitsource};
-use crate::meta::{API_VERSION, ObjectMeta};
+use crate::meta::{API_VERSION, Condition, ObjectMeta};
 use crate::naming::validate_name;
 use crate::profile::{AgentProfile, validate_profile};
-use crate::project::{Project, validate_project};
+use crate::project::{Defaults, Project, validate_project};
 
 /// A kind of object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -57,6 +57,19 @@ impl Kind {
             let singular = k.as_str().to_ascii_lowercase();
             lower == singular || lower == k.plural()
         })
+    }
+}
+
+impl Serialize for Kind {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Kind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Kind::parse(&s).ok_or_else(|| serde::de::Error::custom(unknown_kind_message(&s)))
     }
 }
 
@@ -139,6 +152,60 @@ impl Object {
             map.insert("kind".into(), Value::String(self.kind().as_str().into()));
         }
         v
+    }
+
+    /// Replaces the status with `status` as the status path receives it (`null` clears it).
+    /// Fields are named under `status.`.
+    pub fn set_status_value(&mut self, status: Value) -> Result<(), ValidationErrors> {
+        fn decode<T: DeserializeOwned>(v: Value) -> Result<Option<T>, ValidationErrors> {
+            if v.is_null() {
+                return Ok(None);
+            }
+            serde_path_to_error::deserialize::<_, T>(&v)
+                .map(Some)
+                .map_err(|e| {
+                    let (field, message, _) = describe_error(e);
+                    let field = if field.is_empty() {
+                        "status".to_string()
+                    } else {
+                        format!("status.{field}")
+                    };
+                    ValidationErrors::one(field, message)
+                })
+        }
+        match self {
+            Object::Project(o) => o.status = decode(status)?,
+            Object::AgentProfile(o) => o.status = decode(status)?,
+            Object::GitSource(o) => o.status = decode(status)?,
+        }
+        Ok(())
+    }
+
+    /// The status conditions (empty without a status).
+    pub fn conditions(&self) -> &[Condition] {
+        match self {
+            Object::Project(o) => o.status.as_ref().map(|s| s.conditions.as_slice()),
+            Object::AgentProfile(o) => o.status.as_ref().map(|s| s.conditions.as_slice()),
+            Object::GitSource(o) => o.status.as_ref().map(|s| s.conditions.as_slice()),
+        }
+        .unwrap_or(&[])
+    }
+
+    /// Which generation the status describes (`None` without a status).
+    pub fn observed_generation(&self) -> Option<i64> {
+        match self {
+            Object::Project(o) => o.status.as_ref().map(|s| s.observed_generation),
+            Object::AgentProfile(o) => o.status.as_ref().map(|s| s.observed_generation),
+            Object::GitSource(o) => o.status.as_ref().map(|s| s.observed_generation),
+        }
+    }
+
+    /// Resolves fleet defaults into a project's spec (admission); other kinds default at
+    /// decode and are left as they are.
+    pub fn apply_defaults(&mut self, defaults: &Defaults) {
+        if let Object::Project(p) = self {
+            p.apply_defaults(defaults);
+        }
     }
 
     /// `Kind/name`, as inventories and messages name objects.
@@ -286,6 +353,7 @@ pub fn decode_manifest(value: Value) -> Result<Object, ValidationErrors> {
     };
     let kind = check_header(&map, &mut errs)?;
     map.remove("status");
+    strip_nulls(&mut map);
     if let Some(Value::Object(meta)) = map.get_mut("metadata") {
         for key in SERVER_SET_METADATA {
             meta.remove(key);
@@ -343,6 +411,25 @@ pub fn decode_stored(value: Value) -> Result<Object, ValidationErrors> {
     }?;
     set_header(&mut object);
     Ok(object)
+}
+
+/// A key written with no value (`spec:` or `resources:` on a line of its own) means the same as
+/// leaving it out, as in Kubernetes manifests.
+fn strip_nulls(map: &mut Map<String, Value>) {
+    map.retain(|_, v| !v.is_null());
+    for v in map.values_mut() {
+        match v {
+            Value::Object(m) => strip_nulls(m),
+            Value::Array(items) => {
+                for item in items {
+                    if let Value::Object(m) = item {
+                        strip_nulls(m);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 fn set_header(object: &mut Object) {

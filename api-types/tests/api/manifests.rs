@@ -308,6 +308,11 @@ status: {phase: Ready, whatever: 1}
         Kind::Project,
     ),
     (
+        "keys written without a value count as absent",
+        "kind: Project\nmetadata:\n  name: empty\n  labels:\nspec:\n  resources:\n  repo:\n  env: {A: x, B: }\n",
+        Kind::Project,
+    ),
+    (
         "max age never, unquoted numbers and a file repo",
         "kind: Project\nmetadata: {name: n}\nspec:\n  resources: {cpu: 1.5, memory: 1073741824}\n  reap: {maxAge: never}\n  repo: {url: 'file:///srv/repos/n'}\n  seedFiles: [{path: /workspace/x/y, mode: 0755}]\n",
         Kind::Project,

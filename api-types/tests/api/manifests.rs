@@ -313,6 +313,11 @@ status: {phase: Ready, whatever: 1}
         Kind::Project,
     ),
     (
+        "label and annotation values written as bare numbers or booleans",
+        "kind: Project\nmetadata:\n  name: labelled\n  labels: {tier: 1, canary: true}\n  annotations: {berth.dev/restartedAt: 2026-01-01T00:00:00Z}\n",
+        Kind::Project,
+    ),
+    (
         "max age never, unquoted numbers and a file repo",
         "kind: Project\nmetadata: {name: n}\nspec:\n  resources: {cpu: 1.5, memory: 1073741824}\n  reap: {maxAge: never}\n  repo: {url: 'file:///srv/repos/n'}\n  seedFiles: [{path: /workspace/x/y, mode: 0755}]\n",
         Kind::Project,

@@ -363,17 +363,17 @@ pub fn decode_manifest(value: Value) -> Result<Object, ValidationErrors> {
     let mut removed = Vec::new();
     let object = match kind {
         Kind::Project => {
-            decode_lenient::<Project>(&value, &mut errs, &mut removed).map(Object::from)
+            decode_lenient::<Project>(value, &mut errs, &mut removed).map(Object::from)
         }
         Kind::AgentProfile => {
-            decode_lenient::<AgentProfile>(&value, &mut errs, &mut removed).map(Object::from)
+            decode_lenient::<AgentProfile>(value, &mut errs, &mut removed).map(Object::from)
         }
         Kind::GitSource => {
-            decode_lenient::<GitSource>(&value, &mut errs, &mut removed).map(Object::from)
+            decode_lenient::<GitSource>(value, &mut errs, &mut removed).map(Object::from)
         }
     };
     let Some(mut object) = object else {
-        errs.causes.sort_by(|a, b| a.field.cmp(&b.field));
+        sort_causes(&mut errs);
         return Err(errs);
     };
     if let Err(found) = object.validate() {
@@ -386,7 +386,7 @@ pub fn decode_manifest(value: Value) -> Result<Object, ValidationErrors> {
         );
     }
     if !errs.is_empty() {
-        errs.causes.sort_by(|a, b| a.field.cmp(&b.field));
+        sort_causes(&mut errs);
         return Err(errs);
     }
     set_header(&mut object);
@@ -411,6 +411,27 @@ pub fn decode_stored(value: Value) -> Result<Object, ValidationErrors> {
     }?;
     set_header(&mut object);
     Ok(object)
+}
+
+/// Orders causes by field, list indices numerically (`[2]` before `[10]`); causes of one field
+/// keep their order.
+fn sort_causes(errs: &mut ValidationErrors) {
+    fn key(field: &str) -> String {
+        let mut out = String::with_capacity(field.len() + 8);
+        let mut rest = field;
+        while let Some(open) = rest.find('[') {
+            out.push_str(&rest[..=open]);
+            rest = &rest[open + 1..];
+            let digits = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
+            out.push_str(&format!("{:0>12}", &rest[..digits]));
+            rest = &rest[digits..];
+        }
+        out.push_str(rest);
+        out
+    }
+    errs.causes.sort_by_cached_key(|c| key(&c.field));
 }
 
 /// A key written with no value (`spec:` or `resources:` on a line of its own) means the same as
@@ -522,11 +543,10 @@ fn decode_strict<T: DeserializeOwned>(value: &Value) -> Result<T, ValidationErro
 /// Decodes, and on an error records it, removes the offending field and tries again, so one
 /// pass reports every bad field. `None` when decoding cannot go on.
 fn decode_lenient<T: DeserializeOwned>(
-    value: &Value,
+    mut value: Value,
     errs: &mut ValidationErrors,
     removed: &mut Vec<String>,
 ) -> Option<T> {
-    let mut value = value.clone();
     for _ in 0..MAX_DECODE_PASSES {
         match serde_path_to_error::deserialize::<_, T>(&value) {
             Ok(t) => return Some(t),

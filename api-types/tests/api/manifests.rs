@@ -198,7 +198,37 @@ const BAD: &[(&str, &str, &[&str])] = &[
         &["kind: \"project\" is not a known kind (did you mean Project?)"],
     ),
     ("missing kind", "metadata: {name: p}\n", &["kind: required"]),
+    (
+        "every problem at once: decode and validation errors together",
+        "kind: Project\nmetadata: {name: Bad Name, labels: {ok: fine}}\nspec:\n  displayName: '   '\n  image: 'two words'\n  resources: {memory: lots, cpu: '0'}\n  agent: Shell\n  seedFiles: [{path: /root/x}]\n  env: {A-B: x}\n  reap: {idleAfter: 0s}\n  extra: 1\n",
+        &[
+            "metadata.name: \"Bad Name\" is not a valid name (must be lower-case letters, digits and '-', start with a letter, end with a letter or digit, at most 63 characters)",
+            "spec.agent: \"Shell\" is not a valid name (must be lower-case letters, digits and '-', start with a letter, end with a letter or digit, at most 63 characters)",
+            "spec.displayName: must not be blank",
+            "spec.env.A-B: \"A-B\" is not a valid environment variable name (letters, digits and '_', not starting with a digit)",
+            "spec.extra: unknown field (expected one of `displayName`, `state`, `image`, `resources`, `agent`, `agents`, `repo`, `seedFiles`, `env`, `brief`, `reap`)",
+            "spec.image: \"two words\" must not contain whitespace",
+            "spec.reap.idleAfter: must be more than 0",
+            "spec.resources.cpu: must be more than 0",
+            "spec.resources.memory: \"lots\" is not a quantity",
+            "spec.seedFiles[0].path: \"/root/x\" must lie under /workspace",
+        ],
+    ),
 ];
+
+#[test]
+fn causes_are_ordered_with_numeric_indices() {
+    let seeds: String = (0..12).map(|_| "    - {path: ../x}\n").collect();
+    let err = decode_manifest(yaml(&format!(
+        "{HEADER}kind: Project\nmetadata: {{name: p}}\nspec:\n  seedFiles:\n{seeds}"
+    )))
+    .unwrap_err();
+    let fields: Vec<_> = err.causes.iter().map(|c| c.field.clone()).collect();
+    let want: Vec<_> = (0..12)
+        .map(|i| format!("spec.seedFiles[{i}].path"))
+        .collect();
+    assert_eq!(fields, want);
+}
 
 #[test]
 fn bad_manifests_report_every_problem_with_its_path() {

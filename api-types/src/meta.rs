@@ -14,7 +14,9 @@ pub const API_VERSION: &str = "berth.dev/v1alpha1";
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ObjectMeta {
+    /// Lower-case letters, digits and '-'; a project's name is also its LXD instance name.
     #[serde(default)]
+    #[schemars(pattern(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"))]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,

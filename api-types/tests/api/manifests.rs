@@ -77,7 +77,7 @@ const BAD: &[(&str, &str, &[&str])] = &[
     ),
     (
         "bad seed paths and modes",
-        "kind: Project\nmetadata: {name: p}\nspec:\n  seedFiles:\n    - {path: ../etc/passwd}\n    - {path: /etc/hosts}\n    - {path: /workspace/ok.txt, mode: '0644'}\n    - {path: 'docs/', content: x}\n    - {path: /workspace/a/../../b}\n    - {content: no path}\n    - {path: x, mode: '0888'}\n    - {path: y, merge: prepend}\n",
+        "kind: Project\nmetadata: {name: p}\nspec:\n  seedFiles:\n    - {path: ../etc/passwd}\n    - {path: /etc/hosts}\n    - {path: /workspace/ok.txt, mode: '0644'}\n    - {path: 'docs/', content: x}\n    - {path: /workspace/a/../../b}\n    - {content: no path}\n    - {path: x, mode: '0888'}\n    - {path: y, merge: prepend}\n    - {path: z, mode: 0o644}\n",
         &[
             "spec.seedFiles[0].path: \"../etc/passwd\" must not contain '..'",
             "spec.seedFiles[1].path: \"/etc/hosts\" must lie under /workspace",
@@ -86,6 +86,7 @@ const BAD: &[(&str, &str, &[&str])] = &[
             "spec.seedFiles[5].path: required",
             "spec.seedFiles[6].mode: \"0888\" is not an octal file mode (write e.g. \"0644\")",
             "spec.seedFiles[7].merge: \"prepend\" is not a valid value (expected `replace` or `append`)",
+            "spec.seedFiles[8].mode: the number 420 is ambiguous as a file mode: write the octal mode in quotes, e.g. \"0644\"",
         ],
     ),
     (

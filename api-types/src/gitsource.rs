@@ -48,7 +48,7 @@ impl GitSource {
 pub struct GitSourceSpec {
     /// `https` or `file` URL of the repository.
     #[serde(default)]
-    #[schemars(required)]
+    #[schemars(extend("x-berth-required" = true))]
     pub url: String,
     /// Branch, tag or commit; the remote's default branch (HEAD) when empty.
     #[serde(
@@ -158,6 +158,12 @@ pub fn validate_git_url(url: &str, schemes: &[&str]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The host path a `file://` URL names (`None` for other schemes), for checking it against the
+/// roots `file://` repositories may come from.
+pub fn file_url_path(url: &str) -> Option<&str> {
+    url.strip_prefix("file://").filter(|p| p.starts_with('/'))
 }
 
 pub(crate) fn validate_gitsource(g: &GitSource, errs: &mut ValidationErrors) {

@@ -135,14 +135,7 @@ impl ProjectSpec {
 
 /// Environment values are strings, but YAML users write `PORT: 3000`: take scalars as text.
 fn env_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
-    struct Text(String);
-    impl<'de> Deserialize<'de> for Text {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            scalar::string_like(d).map(Text)
-        }
-    }
-    let raw = BTreeMap::<String, Text>::deserialize(d)?;
-    Ok(raw.into_iter().map(|(k, v)| (k, v.0)).collect())
+    scalar::string_map(d)
 }
 
 /// Desired power state.
@@ -209,7 +202,7 @@ impl Resources {
 pub struct Repo {
     /// `https`, `http`, `ssh`, `git` or `file` (absolute path on the berth host) URL.
     #[serde(default)]
-    #[schemars(required)]
+    #[schemars(extend("x-berth-required" = true))]
     pub url: String,
     /// Branch to check out; the remote's default branch when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -222,7 +215,7 @@ pub struct Repo {
 pub struct SeedFile {
     /// Relative to /workspace, or absolute under it.
     #[serde(default)]
-    #[schemars(required)]
+    #[schemars(extend("x-berth-required" = true))]
     pub path: String,
     #[serde(default)]
     pub content: String,

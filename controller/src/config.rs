@@ -8,9 +8,6 @@ use std::path::{Path, PathBuf};
 use berth_api::Defaults;
 use serde::{Deserialize, Serialize};
 
-/// Where `berth serve` looks for its configuration when `--config` is not given.
-pub const SYSTEM_CONFIG_PATH: &str = "/etc/berth/berth.yaml";
-
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{path}: {source}")]
@@ -156,13 +153,11 @@ impl Default for SecretsConfig {
 }
 
 impl Config {
-    /// Reads `path`, or the system file if it exists, or nothing; then validates.
+    /// Reads `path` (no path: every default), then validates. There is no implicit system
+    /// file: what a daemon runs with is what its command line says.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
         let config = match path {
             Some(path) => Self::read(path)?,
-            None if Path::new(SYSTEM_CONFIG_PATH).is_file() => {
-                Self::read(Path::new(SYSTEM_CONFIG_PATH))?
-            }
             None => Config::default(),
         };
         config.validate()?;

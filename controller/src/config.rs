@@ -300,6 +300,46 @@ mod tests {
         assert_eq!(Config::parse("{}\n").unwrap(), Config::default());
     }
 
+    /// The example of DESIGN.md (Configuration), key for key: it parses, and it says what the
+    /// defaults are.
+    #[test]
+    fn the_documented_file_parses_to_the_defaults() {
+        let documented = r#"
+dataDir: /var/lib/berth
+listen:
+  socket: /run/berth/berth.sock
+  http: ""
+  tls: {cert: "", key: ""}
+lxd:
+  endpoint: unix:///var/lib/lxd/unix.socket
+  project: default
+  storagePool: default
+  target: ""
+  clientCert: ""
+  clientKey: ""
+  serverFingerprint: ""
+defaults:
+  image: berth-base
+  resources: {cpu: "2", memory: 4GiB}
+  reap: {idleAfter: 8h, idleAction: Stop, maxAge: 30d}
+scheduler: {interval: 30s, workers: 8}
+previewDomain: localhost
+allowedFileRoots: []
+secrets: {mirrorToLxd: true}
+"#;
+        let parsed = Config::parse(documented).unwrap();
+        parsed.validate().unwrap();
+        let expected = Config {
+            data_dir: PathBuf::from("/var/lib/berth"),
+            listen: ListenConfig {
+                socket: PathBuf::from("/run/berth/berth.sock"),
+                ..ListenConfig::default()
+            },
+            ..Config::default()
+        };
+        assert_eq!(parsed, expected);
+    }
+
     #[test]
     fn partial_file_keeps_other_defaults() {
         let config =

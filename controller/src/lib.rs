@@ -1,9 +1,11 @@
 //! berth: the daemon and its kubectl-like client.
 
 pub mod api;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod lxd;
 pub mod runtime;
+pub mod secrets;
 pub mod store;

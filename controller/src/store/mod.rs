@@ -6,11 +6,12 @@
 //! global counter and moves on every write; a write that changes nothing writes nothing; status
 //! moves only through [`Store::update_status`], and spec or metadata writes never touch it.
 
+mod access;
 mod events;
 mod object;
 pub mod schema;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ use rusqlite::{Connection, OpenFlags, params};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+pub use access::{SecretEntry, SecretsChange, User};
 pub use events::{Event, EventObject, EventType};
 pub use object::{Action, Change, ChangeType, Deletion, Desired, StoredObject};
 
@@ -105,6 +107,7 @@ pub struct Store {
     path: PathBuf,
     inner: Mutex<Inner>,
     changes: broadcast::Sender<Change>,
+    secret_changes: broadcast::Sender<SecretsChange>,
 }
 
 struct Inner {
@@ -116,6 +119,8 @@ struct Inner {
     uids: HashMap<String, (String, String)>,
     /// Applyset name → its inventory (`Kind/name`, sorted).
     applysets: HashMap<String, Vec<String>>,
+    /// Project uid → the users who are its members.
+    members: HashMap<String, BTreeSet<String>>,
     resource_version: u64,
     /// Why the last write failed, cleared by the next one that succeeds.
     write_error: Option<String>,
@@ -134,8 +139,15 @@ struct Pending {
 
 enum Write {
     Put(Arc<StoredObject>),
-    Remove { kind: String, name: String },
-    Inventory { set: String, inventory: Vec<String> },
+    Remove {
+        kind: String,
+        name: String,
+        uid: String,
+    },
+    Inventory {
+        set: String,
+        inventory: Vec<String>,
+    },
 }
 
 fn display_name_of(object: &StoredObject) -> Option<String> {
@@ -202,12 +214,14 @@ impl Store {
 
         let (objects, display_names, uids) = load_objects(&conn)?;
         let applysets = load_applysets(&conn)?;
+        let members = access::load_members(&conn)?;
         let resource_version: i64 = conn.query_row(
             "SELECT value FROM counters WHERE name = 'resourceVersion'",
             [],
             |row| row.get(0),
         )?;
         let (changes, _) = broadcast::channel(CHANGE_FEED_CAPACITY);
+        let (secret_changes, _) = broadcast::channel(CHANGE_FEED_CAPACITY);
         Ok(Store {
             path: path.to_path_buf(),
             inner: Mutex::new(Inner {
@@ -216,11 +230,13 @@ impl Store {
                 display_names,
                 uids,
                 applysets,
+                members,
                 resource_version: resource_version as u64,
                 write_error: None,
                 last_probe: None,
             }),
             changes,
+            secret_changes,
         })
     }
 
@@ -571,6 +587,14 @@ impl Store {
             inner.undo(pending);
             return Err(err);
         }
+        // What belongs to a project goes with it, in the same transaction (see `commit`).
+        for write in &pending.writes {
+            if let Write::Remove { kind, uid, .. } = write
+                && kind == PROJECT_KIND
+            {
+                inner.members.remove(uid);
+            }
+        }
         // Sent under the lock so subscribers see changes in resourceVersion order.
         for change in pending.changes {
             let _ = self.changes.send(change);
@@ -803,12 +827,17 @@ impl Inner {
 
     fn remove(&mut self, pending: &mut Pending, kind: &str, name: &str) {
         let previous = self.set(kind, name, None);
+        let uid = previous
+            .as_ref()
+            .map(|p| p.uid().to_string())
+            .unwrap_or_default();
         pending
             .undo
             .push((kind.to_string(), name.to_string(), previous));
         pending.writes.push(Write::Remove {
             kind: kind.to_string(),
             name: name.to_string(),
+            uid,
         });
     }
 
@@ -900,8 +929,11 @@ impl Inner {
                             status,
                         ])?;
                     }
-                    Write::Remove { kind, name } => {
+                    Write::Remove { kind, name, uid } => {
                         remove.execute(params![kind, name])?;
+                        if kind == PROJECT_KIND {
+                            access::forget_project(&tx, uid)?;
+                        }
                     }
                     Write::Inventory {
                         set,

@@ -8,8 +8,7 @@ use rusqlite::Connection;
 use super::StoreError;
 
 /// Each entry moves the schema from version `i` to `i + 1`. Append only: a released migration is
-/// never edited, because databases in the field already ran it. Later versions add the tables for
-/// secrets, users, members and tool executions.
+/// never edited, because databases in the field already ran it.
 const MIGRATIONS: &[&str] = &[
     // v1: objects and the global resourceVersion counter.
     "CREATE TABLE counters (
@@ -53,6 +52,33 @@ const MIGRATIONS: &[&str] = &[
          inventory TEXT NOT NULL,
          updated   TEXT NOT NULL
      );",
+    // v4: access. Secrets (sealed by the secrets module, never plain text here), a per-project
+    // secrets revision the controller watches, users by token hash, and project membership.
+    // Rows name projects by uid: a project created again under the same name starts afresh.
+    "CREATE TABLE secrets (
+         project_uid TEXT NOT NULL,
+         key         TEXT NOT NULL,
+         sealed      BLOB NOT NULL,
+         updated     TEXT NOT NULL,
+         PRIMARY KEY (project_uid, key)
+     );
+     CREATE TABLE secret_revisions (
+         project_uid TEXT PRIMARY KEY,
+         revision    INTEGER NOT NULL
+     );
+     CREATE TABLE users (
+         name       TEXT PRIMARY KEY,
+         token_hash TEXT NOT NULL UNIQUE,
+         admin      INTEGER NOT NULL,
+         created    TEXT NOT NULL
+     );
+     CREATE TABLE members (
+         project_uid TEXT NOT NULL,
+         user        TEXT NOT NULL,
+         added       TEXT NOT NULL,
+         PRIMARY KEY (project_uid, user)
+     );
+     CREATE INDEX members_by_user ON members (user);",
 ];
 
 /// The schema version this binary writes.

@@ -204,6 +204,17 @@ impl Config {
         if self.listen.socket.as_os_str().is_empty() {
             return Err(invalid("listen.socket", "must not be empty"));
         }
+        if self.listen.tls.cert.is_empty() != self.listen.tls.key.is_empty() {
+            let missing = if self.listen.tls.cert.is_empty() {
+                "cert"
+            } else {
+                "key"
+            };
+            return Err(invalid(
+                &format!("listen.tls.{missing}"),
+                "required when the other of listen.tls.cert and listen.tls.key is set",
+            ));
+        }
         if !self.listen.http.is_empty() {
             let addr: SocketAddr = self.listen.http.parse().map_err(|_| {
                 invalid(
@@ -374,6 +385,8 @@ secrets: {mirrorToLxd: true}
             ("listen: {http: 'nonsense'}", "listen.http"),
             ("lxd: {endpoint: 'tcp://x'}", "lxd.endpoint"),
             ("scheduler: {workers: 0}", "scheduler.workers"),
+            ("listen: {tls: {cert: /c.pem}}", "listen.tls.key"),
+            ("listen: {tls: {key: /k.pem}}", "listen.tls.cert"),
         ];
         for (text, field) in table {
             let err = Config::parse(text).unwrap().validate().unwrap_err();

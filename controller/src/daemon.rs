@@ -1,7 +1,7 @@
 //! `berth serve`: loads the configuration, takes the data directory's lock, opens the store,
 //! serves the API and runs the controller until SIGTERM or SIGINT.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, Admission, ApiState, Listeners};
 use crate::config::Config;
+use crate::secrets::Secrets;
 use crate::store::Store;
 
 /// What the command line may override in the configuration file.
@@ -109,16 +110,24 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         "store open"
     );
 
-    if config.listen.tls.is_configured() {
-        anyhow::bail!("listen.tls: serving TLS is not supported by this build yet");
-    }
+    let secrets = Arc::new(Secrets::open(Arc::clone(&store), &config.data_dir)?);
+
+    let tls = match config.listen.http.as_str() {
+        "" => None,
+        _ if config.listen.tls.is_configured() => Some(api::tls_acceptor(
+            Path::new(&config.listen.tls.cert),
+            Path::new(&config.listen.tls.key),
+        )?),
+        _ => None,
+    };
     let listeners = Listeners {
         unix: api::bind_unix(&config.listen.socket).await?,
         unix_path: config.listen.socket.clone(),
         tcp: match config.listen.http.as_str() {
             "" => None,
-            addr => Some(api::bind_tcp(addr).await?),
+            addr => Some(api::bind_tcp(addr, tls.is_some()).await?),
         },
+        tls,
     };
 
     let shutdown = CancellationToken::new();
@@ -128,9 +137,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let started = Arc::clone(&controller_started);
     let state = ApiState::new(
         Arc::clone(&store),
+        Arc::clone(&secrets),
         Admission::new(config.defaults.clone()),
         shutdown.clone(),
     )
+    .with_allowed_file_roots(config.allowed_file_roots.clone())
     .with_readiness_check(
         "controller",
         Arc::new(move || {
@@ -145,6 +156,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(
         socket = %config.listen.socket.display(),
         http = %config.listen.http,
+        tls = config.listen.tls.is_configured(),
         paused = config.paused,
         "berth is serving"
     );

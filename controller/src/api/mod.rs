@@ -1,16 +1,21 @@
 //! The HTTP API: Kubernetes-shaped resources over a unix socket (and optionally loopback TCP),
 //! backed by the store. Handlers admit what users send, the store decides what is written.
 
+pub mod access;
 pub mod admission;
 mod body;
 pub mod error;
+mod members;
 mod merge_patch;
 mod routes;
+mod secrets;
 pub mod selector;
 mod server;
+mod users;
 mod watch;
 
 use std::convert::Infallible;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -20,8 +25,9 @@ use tokio_util::sync::CancellationToken;
 pub use admission::Admission;
 pub use error::{ApiError, Cause};
 pub use routes::FORCE_DELETE_ANNOTATION;
-pub use server::{ListenError, Listeners, bind_tcp, bind_unix, serve};
+pub use server::{ListenError, Listeners, bind_tcp, bind_unix, serve, tls_acceptor};
 
+use crate::secrets::Secrets;
 use crate::store::Store;
 
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -33,11 +39,15 @@ pub type ReadinessCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 pub type MetricsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Who is calling. On the unix socket that is the local administrator, named by the peer's
-/// OS user.
+/// OS user (`unix:<user>`); on TCP, the user whose bearer token came with the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
+    /// The name membership is recorded under.
     pub identity: String,
     pub transport: Transport,
+    /// Admins bypass membership and alone delete projects, change resource limits and write
+    /// AgentProfiles, GitSources and users.
+    pub admin: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +57,15 @@ pub enum Transport {
 }
 
 impl Caller {
+    /// The local administrator on the unix socket.
+    pub fn local(identity: impl Into<String>) -> Caller {
+        Caller {
+            identity: identity.into(),
+            transport: Transport::Unix,
+            admin: true,
+        }
+    }
+
     /// Only the local administrator (and the controller, in process) writes status.
     pub fn may_write_status(&self) -> bool {
         self.transport == Transport::Unix
@@ -56,7 +75,10 @@ impl Caller {
 /// What every handler shares.
 pub struct ApiState {
     pub store: Arc<Store>,
+    pub secrets: Arc<Secrets>,
     pub admission: Admission,
+    /// Host paths under which a non-admin may name a `file://` repository.
+    pub allowed_file_roots: Vec<PathBuf>,
     pub readiness: Vec<(String, ReadinessCheck)>,
     /// Serves `/metrics` when set; the metrics registry plugs in here.
     pub metrics: Option<MetricsRenderer>,
@@ -65,10 +87,17 @@ pub struct ApiState {
 }
 
 impl ApiState {
-    pub fn new(store: Arc<Store>, admission: Admission, shutdown: CancellationToken) -> Self {
+    pub fn new(
+        store: Arc<Store>,
+        secrets: Arc<Secrets>,
+        admission: Admission,
+        shutdown: CancellationToken,
+    ) -> Self {
         ApiState {
             store,
+            secrets,
             admission,
+            allowed_file_roots: Vec::new(),
             readiness: Vec::new(),
             metrics: None,
             shutdown,
@@ -78,6 +107,12 @@ impl ApiState {
     /// Serves `/metrics` from `render`.
     pub fn with_metrics(mut self, render: MetricsRenderer) -> Self {
         self.metrics = Some(render);
+        self
+    }
+
+    /// Lets non-admins name `file://` repositories under these host paths.
+    pub fn with_allowed_file_roots(mut self, roots: Vec<PathBuf>) -> Self {
+        self.allowed_file_roots = roots;
         self
     }
 

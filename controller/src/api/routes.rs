@@ -13,13 +13,14 @@ use serde_json::{Value, json};
 
 use berth_api::Kind;
 
+use super::access::{self, Visibility};
 use super::admission::{self, Admitted};
 use super::body::{self, APPLY_LIMIT, APPLY_PATCH, MERGE_PATCH, OBJECT_LIMIT};
 use super::error::{ApiError, Cause};
 use super::merge_patch;
 use super::selector::LabelSelector;
 use super::watch;
-use super::{ApiState, Body, Caller};
+use super::{ApiState, Body, Caller, Transport, members, secrets, users};
 use crate::store::{Action, AppliedSet, Deletion, StoredObject};
 
 const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
@@ -28,7 +29,9 @@ pub const FORCE_DELETE_ANNOTATION: &str = "berth.dev/forceDelete";
 /// How many events `GET .../events` returns without `?limit=`.
 const DEFAULT_EVENT_LIMIT: usize = 1000;
 
-type Outcome = Result<Response<Body>, ApiError>;
+pub(super) type Outcome = Result<Response<Body>, ApiError>;
+
+const PROJECT: &str = "Project";
 
 pub async fn handle(
     state: Arc<ApiState>,
@@ -37,7 +40,27 @@ pub async fn handle(
 ) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let response = match route(&state, &caller, req).await {
+    let authenticated =
+        if caller.transport == Transport::Tcp && !access::is_public(path.trim_end_matches('/')) {
+            access::authenticate_tcp(&state, req.headers())
+        } else {
+            Ok(caller)
+        };
+    let (caller, routed) = match authenticated {
+        Ok(caller) => {
+            let routed = route(&state, &caller, req).await;
+            (caller, routed)
+        }
+        Err(err) => (
+            Caller {
+                identity: "anonymous".to_string(),
+                transport: Transport::Tcp,
+                admin: false,
+            },
+            Err(err),
+        ),
+    };
+    let response = match routed {
         Ok(response) => response,
         Err(err) => {
             if err.code.is_server_error() {
@@ -137,7 +160,7 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
     match segments.as_slice() {
         ["apply"] => {
             only(&method, &path, Method::POST)?;
-            apply_list(state, req, &query).await
+            apply_list(state, caller, req, &query).await
         }
         ["events"] => {
             only(&method, &path, Method::GET)?;
@@ -147,37 +170,69 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
                 })?,
                 None => DEFAULT_EVENT_LIMIT,
             };
-            let events = state.store.recent_events(limit)?;
+            let visible = Visibility::of(state, caller);
+            let mut events = state.store.recent_events(limit)?;
+            events.retain(|e| visible.shows(&e.involved_object.kind, &e.involved_object.uid));
             Ok(event_list(events))
+        }
+        ["users"] => users::route(state, caller, &method, None, req).await,
+        ["users", name] => users::route(state, caller, &method, Some(name), req).await,
+        ["projects", name, "secrets"] => {
+            secrets::route(state, caller, &method, name, None, req).await
+        }
+        ["projects", name, "secrets", key] => {
+            secrets::route(state, caller, &method, name, Some(key), req).await
+        }
+        ["projects", name, "members"] => members::route(state, caller, &method, name, None).await,
+        ["projects", name, "members", user] => {
+            members::route(state, caller, &method, name, Some(user)).await
         }
         [plural, tail @ ..] => {
             let kind = admission::kind_by_plural(plural).ok_or_else(|| {
                 ApiError::not_found(format!("the server has no resource {plural:?}"))
             })?;
             match (tail, &method) {
-                ([], &Method::GET) if query.flag("watch")? => {
-                    Ok(watch::stream(state, kind, query.selector()?, None))
-                }
-                ([], &Method::GET) => list(state, kind, &query),
-                ([], &Method::POST) => create(state, kind, req, &query).await,
-                ([], _) => Err(ApiError::method_not_allowed(&method, &path)),
-                ([name], &Method::GET) if query.flag("watch")? => Ok(watch::stream(
+                ([], &Method::GET) if query.flag("watch")? => Ok(watch::stream(
                     state,
                     kind,
                     query.selector()?,
-                    Some(name.to_string()),
+                    None,
+                    watch_filter(state, caller),
                 )),
-                ([name], &Method::GET) => get(state, kind, name),
-                ([name], &Method::PUT) => replace(state, kind, name, req, &query).await,
-                ([name], &Method::PATCH) => patch(state, kind, name, req, &query).await,
-                ([name], &Method::DELETE) => delete(state, kind, name, &query).await,
+                ([], &Method::GET) => list(state, caller, kind, &query),
+                ([], &Method::POST) => create(state, caller, kind, req, &query).await,
+                ([], _) => Err(ApiError::method_not_allowed(&method, &path)),
+                ([name], &Method::GET) if query.flag("watch")? => {
+                    may_read(state, caller, kind, name)?;
+                    Ok(watch::stream(
+                        state,
+                        kind,
+                        query.selector()?,
+                        Some(name.to_string()),
+                        watch_filter(state, caller),
+                    ))
+                }
+                ([name], &Method::GET) => {
+                    may_read(state, caller, kind, name)?;
+                    get(state, kind, name)
+                }
+                ([name], &Method::PUT) => replace(state, caller, kind, name, req, &query).await,
+                ([name], &Method::PATCH) => patch(state, caller, kind, name, req, &query).await,
+                ([name], &Method::DELETE) => {
+                    access::require_admin(caller, &format!("delete {} objects", kind.as_str()))?;
+                    delete(state, kind, name, &query).await
+                }
                 ([_], _) => Err(ApiError::method_not_allowed(&method, &path)),
-                ([name, "status"], &Method::GET) => get(state, kind, name),
+                ([name, "status"], &Method::GET) => {
+                    may_read(state, caller, kind, name)?;
+                    get(state, kind, name)
+                }
                 ([name, "status"], &Method::PUT) => {
                     put_status(state, caller, kind, name, req, &query).await
                 }
                 ([_, "status"], _) => Err(ApiError::method_not_allowed(&method, &path)),
                 ([name, "events"], &Method::GET) => {
+                    may_read(state, caller, kind, name)?;
                     Ok(event_list(state.store.events_for(kind.as_str(), name)?))
                 }
                 ([_, "events"], _) => Err(ApiError::method_not_allowed(&method, &path)),
@@ -185,6 +240,45 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             }
         }
         [] => Err(ApiError::not_found(format!("no route for {path}"))),
+    }
+}
+
+/// Projects are read by their members (and admins); the other kinds by every user.
+fn may_read(state: &ApiState, caller: &Caller, kind: Kind, name: &str) -> Result<(), ApiError> {
+    if kind.as_str() == PROJECT {
+        access::member_project(state, caller, name)?;
+    }
+    Ok(())
+}
+
+/// A non-admin's watch shows the projects it is a member of at the time of each event.
+fn watch_filter(state: &ApiState, caller: &Caller) -> Option<watch::Filter> {
+    if caller.admin {
+        return None;
+    }
+    let store = Arc::clone(&state.store);
+    let identity = caller.identity.clone();
+    Some(Box::new(move |object: &StoredObject| {
+        object.kind != PROJECT || store.is_member(object.uid(), &identity)
+    }))
+}
+
+/// The creator of a project becomes its member.
+async fn record_creator(state: &ApiState, caller: &Caller, object: &StoredObject) {
+    if object.kind != PROJECT {
+        return;
+    }
+    let store = Arc::clone(&state.store);
+    let (uid, identity) = (object.uid().to_string(), caller.identity.clone());
+    // The project is written either way; should this fail, an admin can still add members.
+    match blocking(move || store.add_member(&uid, &identity)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(err)) => {
+            tracing::error!(project = %object.name(), error = %err, "recording the creator as a member failed")
+        }
+        Err(err) => {
+            tracing::error!(project = %object.name(), error = %err.message, "recording the creator as a member failed")
+        }
     }
 }
 
@@ -231,8 +325,9 @@ struct ListMeta {
     resource_version: String,
 }
 
-fn list(state: &ApiState, kind: Kind, query: &Query) -> Outcome {
+fn list(state: &ApiState, caller: &Caller, kind: Kind, query: &Query) -> Outcome {
     let selector = query.selector()?;
+    let visible = Visibility::of(state, caller);
     let objects = state.store.list(kind.as_str());
     let body = ListBody {
         api_version: berth_api::API_VERSION,
@@ -243,7 +338,7 @@ fn list(state: &ApiState, kind: Kind, query: &Query) -> Outcome {
         items: objects
             .iter()
             .map(Arc::as_ref)
-            .filter(|o| selector.matches(&o.metadata.labels))
+            .filter(|o| selector.matches(&o.metadata.labels) && visible.shows(&o.kind, o.uid()))
             .collect(),
     };
     Ok(serialized(StatusCode::OK, &body))
@@ -326,7 +421,7 @@ fn admit_value(
 }
 
 /// Store writes hold a lock and wait on the disk; keep them off the async workers.
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f)
@@ -336,6 +431,7 @@ async fn blocking<T: Send + 'static>(
 
 async fn create(
     state: &Arc<ApiState>,
+    caller: &Caller,
     kind: Kind,
     req: Request<Incoming>,
     query: &Query,
@@ -344,13 +440,19 @@ async fn create(
     let admitted = admit_one(state, kind, None, req).await?;
     let mut desired = admitted.desired;
     desired.finalizers = admitted.finalizers;
+    let current = state.store.get(&desired.kind, &desired.name);
+    access::check_write(state, caller, &desired, current.as_deref())?;
     let store = Arc::clone(&state.store);
     let object = blocking(move || store.create(desired, dry_run)).await??;
+    if !dry_run {
+        record_creator(state, caller, &object).await;
+    }
     Ok(serialized(StatusCode::CREATED, object.as_ref()))
 }
 
 async fn replace(
     state: &Arc<ApiState>,
+    caller: &Caller,
     kind: Kind,
     name: &str,
     req: Request<Incoming>,
@@ -358,6 +460,8 @@ async fn replace(
 ) -> Outcome {
     let dry_run = query.dry_run()?;
     let admitted = admit_one(state, kind, Some(name), req).await?;
+    let current = state.store.get(kind.as_str(), name);
+    access::check_write(state, caller, &admitted.desired, current.as_deref())?;
     let mut desired = admitted.desired;
     desired.finalizers = admitted.finalizers;
     let rv = admitted.resource_version;
@@ -368,6 +472,7 @@ async fn replace(
 
 async fn patch(
     state: &Arc<ApiState>,
+    caller: &Caller,
     kind: Kind,
     name: &str,
     req: Request<Incoming>,
@@ -379,9 +484,14 @@ async fn patch(
     match media.as_str() {
         APPLY_PATCH => {
             let admitted = admit_one(state, kind, Some(name), req).await?;
+            let current = state.store.get(kind.as_str(), name);
+            access::check_write(state, caller, &admitted.desired, current.as_deref())?;
             let (object, action) =
                 blocking(move || store.apply(admitted.desired, dry_run)).await??;
             let code = if action == Action::Created {
+                if !dry_run {
+                    record_creator(state, caller, &object).await;
+                }
                 StatusCode::CREATED
             } else {
                 StatusCode::OK
@@ -397,6 +507,7 @@ async fn patch(
                 .ok_or_else(|| not_found(kind, name))?;
             let merged = merged_user_form(&current, &patch)?;
             let admitted = admit_value(state, kind, Some(name), &merged)?;
+            access::check_write(state, caller, &admitted.desired, Some(&current))?;
             // Without a resourceVersion in the patch, the object read above is the precondition,
             // so a write that slipped in between is not silently overwritten.
             let rv = admitted
@@ -556,9 +667,18 @@ async fn put_status(
 
 /// `POST /apis/berth.dev/v1alpha1/apply`: a `List` of objects of any kind, every one admitted
 /// before any is written, all written in one transaction.
-async fn apply_list(state: &Arc<ApiState>, req: Request<Incoming>, query: &Query) -> Outcome {
+async fn apply_list(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    req: Request<Incoming>,
+    query: &Query,
+) -> Outcome {
     let dry_run = query.dry_run()?;
     let prune = query.flag("prune")?;
+    if prune {
+        // Pruning deletes, and deleting is for admins.
+        access::require_admin(caller, "prune an applyset")?;
+    }
     let applyset = match query.get("applyset") {
         None | Some("") => None,
         Some(name) => {
@@ -627,6 +747,11 @@ async fn apply_list(state: &Arc<ApiState>, req: Request<Incoming>, query: &Query
     if !causes.is_empty() {
         return Err(ApiError::invalid(Some("List"), None, causes));
     }
+    for (index, desired) in batch.iter().enumerate() {
+        let current = state.store.get(&desired.kind, &desired.name);
+        access::check_write(state, caller, desired, current.as_deref())
+            .map_err(|err| err.in_item(index))?;
+    }
 
     let store = Arc::clone(&state.store);
     let outcome = match applyset {
@@ -643,6 +768,13 @@ async fn apply_list(state: &Arc<ApiState>, req: Request<Incoming>, query: &Query
             pruned: Vec::new(),
         },
     };
+    if !dry_run {
+        for (object, action) in &outcome.applied {
+            if *action == Action::Created {
+                record_creator(state, caller, object).await;
+            }
+        }
+    }
     let applied = outcome.applied.iter().map(|(object, action)| ApplyItem {
         kind: &object.kind,
         name: object.name(),
@@ -687,7 +819,7 @@ fn event_list(events: Vec<crate::store::Event>) -> Response<Body> {
     )
 }
 
-pub fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
+pub(super) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
     serialized(code, value)
 }
 

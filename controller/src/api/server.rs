@@ -1,5 +1,6 @@
 //! Listeners and connections: the unix socket (local administrators) and optionally a TCP
-//! address; graceful shutdown stops accepting, lets requests in flight finish, then returns.
+//! address, HTTPS when `listen.tls` names a certificate and key (TLS 1.2 or later); graceful
+//! shutdown stops accepting, lets requests in flight finish, then returns.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,11 +14,14 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
 
 use super::{ApiState, Caller, Transport, routes};
 
 /// How long shutdown waits for requests in flight before giving up on them.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a TLS client may take to finish its handshake before it is dropped.
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
@@ -35,6 +39,12 @@ pub enum ListenError {
         #[source]
         source: std::io::Error,
     },
+    #[error("listen.tls.{field} {}: {message}", path.display())]
+    Tls {
+        field: &'static str,
+        path: PathBuf,
+        message: String,
+    },
 }
 
 /// Where the API is served.
@@ -42,6 +52,37 @@ pub struct Listeners {
     pub unix: UnixListener,
     pub unix_path: PathBuf,
     pub tcp: Option<TcpListener>,
+    /// Set: the TCP listener speaks HTTPS.
+    pub tls: Option<TlsAcceptor>,
+}
+
+/// A TLS acceptor for the PEM certificate chain and private key at these paths. TLS 1.2 and
+/// 1.3 only; HTTP/1.1.
+pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, ListenError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let tls_err = |field, path: &Path, message: String| ListenError::Tls {
+        field,
+        path: path.to_path_buf(),
+        message,
+    };
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|err| tls_err("cert", cert, err.to_string()))?;
+    if certs.is_empty() {
+        return Err(tls_err("cert", cert, "holds no PEM certificate".into()));
+    }
+    let private_key =
+        PrivateKeyDer::from_pem_file(key).map_err(|err| tls_err("key", key, err.to_string()))?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|err| tls_err("cert", cert, err.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, private_key)
+        .map_err(|err| tls_err("key", key, format!("does not fit the certificate: {err}")))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
 /// Binds the unix socket at `path` (mode 0660, parent directory created). A stale socket file
@@ -78,7 +119,9 @@ pub async fn bind_unix(path: &Path) -> Result<UnixListener, ListenError> {
     Ok(listener)
 }
 
-pub async fn bind_tcp(addr: &str) -> Result<TcpListener, ListenError> {
+/// Binds the TCP listener; without TLS only on a loopback address, so tokens never cross a
+/// network in clear text.
+pub async fn bind_tcp(addr: &str, tls: bool) -> Result<TcpListener, ListenError> {
     let tcp_err = |source| ListenError::Tcp {
         addr: addr.to_string(),
         source,
@@ -86,10 +129,9 @@ pub async fn bind_tcp(addr: &str) -> Result<TcpListener, ListenError> {
     let parsed: SocketAddr = addr
         .parse()
         .map_err(|_| tcp_err(std::io::Error::other("not an address like 127.0.0.1:7480")))?;
-    // TLS and tokens come with remote access; until then plain HTTP stays on this host.
-    if !parsed.ip().is_loopback() {
+    if !tls && !parsed.ip().is_loopback() {
         return Err(tcp_err(std::io::Error::other(
-            "only loopback addresses are served without TLS",
+            "only loopback addresses are served without TLS (set listen.tls.cert and listen.tls.key)",
         )));
     }
     TcpListener::bind(parsed).await.map_err(tcp_err)
@@ -112,10 +154,7 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
                 };
                 match accepted {
                     Ok((stream, _)) => {
-                        let caller = Caller {
-                            identity: unix_identity(&stream),
-                            transport: Transport::Unix,
-                        };
+                        let caller = Caller::local(unix_identity(&stream));
                         spawn_connection(Arc::clone(&state), caller, stream, alive.clone());
                     }
                     Err(err) => accept_failed(err).await,
@@ -123,6 +162,7 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
             }
         })
     };
+    let tls = listeners.tls;
     let tcp = listeners.tcp.map(|listener| {
         let state = Arc::clone(&state);
         let alive = alive.clone();
@@ -134,11 +174,24 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
                 };
                 match accepted {
                     Ok((stream, peer)) => {
+                        // Who it is comes from the bearer token of each request.
                         let caller = Caller {
                             identity: format!("tcp:{peer}"),
                             transport: Transport::Tcp,
+                            admin: false,
                         };
-                        spawn_connection(Arc::clone(&state), caller, stream, alive.clone());
+                        match &tls {
+                            None => {
+                                spawn_connection(Arc::clone(&state), caller, stream, alive.clone())
+                            }
+                            Some(acceptor) => spawn_tls_connection(
+                                Arc::clone(&state),
+                                caller,
+                                acceptor.clone(),
+                                stream,
+                                alive.clone(),
+                            ),
+                        }
                     }
                     Err(err) => accept_failed(err).await,
                 }
@@ -164,6 +217,25 @@ async fn accept_failed(err: std::io::Error) {
     // Out of file descriptors and the like: back off instead of spinning.
     tracing::warn!(error = %err, "accepting a connection failed");
     tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// Finishes the TLS handshake off the accept loop, then serves the connection.
+fn spawn_tls_connection(
+    state: Arc<ApiState>,
+    caller: Caller,
+    acceptor: TlsAcceptor,
+    stream: tokio::net::TcpStream,
+    alive: mpsc::Sender<()>,
+) {
+    tokio::spawn(async move {
+        match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream)).await {
+            Ok(Ok(tls)) => spawn_connection(state, caller, tls, alive),
+            Ok(Err(err)) => {
+                tracing::debug!(peer = %caller.identity, error = %err, "TLS handshake failed")
+            }
+            Err(_) => tracing::debug!(peer = %caller.identity, "TLS handshake timed out"),
+        }
+    });
 }
 
 fn spawn_connection<S>(state: Arc<ApiState>, caller: Caller, stream: S, alive: mpsc::Sender<()>)

@@ -2,6 +2,7 @@
 //! object, then each change as it commits. A watcher that falls too far behind gets an `ERROR`
 //! (410 Expired) and the stream ends; it lists again and re-watches, as with Kubernetes.
 
+use std::collections::HashSet;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -16,8 +17,11 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::selector::LabelSelector;
 use super::{ApiState, Body};
-use crate::store::StoredObject;
+use crate::store::{ChangeType, StoredObject};
 use berth_api::Kind;
+
+/// Which objects a watcher may see, asked at each event (membership can change mid-watch).
+pub type Filter = Box<dyn Fn(&StoredObject) -> bool + Send + Sync>;
 
 /// Lines buffered per watcher before the writer waits for the client.
 const BUFFERED_LINES: usize = 256;
@@ -40,16 +44,22 @@ pub fn stream(
     kind: Kind,
     selector: LabelSelector,
     name: Option<String>,
+    filter: Option<Filter>,
 ) -> Response<Body> {
     let wanted = move |object: &StoredObject| {
         name.as_deref().is_none_or(|n| n == object.name())
             && selector.matches(&object.metadata.labels)
+            && filter.as_ref().is_none_or(|visible| visible(object))
     };
     let (existing, _, mut changes) = state.store.list_and_subscribe(kind.as_str());
     let (tx, rx) = mpsc::channel::<Bytes>(BUFFERED_LINES);
     let shutdown = state.shutdown.clone();
     tokio::spawn(async move {
+        // A watcher hears of the deletion of whatever it was shown, even once the deletion has
+        // taken the memberships that let it see the object.
+        let mut shown: HashSet<String> = HashSet::new();
         for object in existing.iter().filter(|o| wanted(o)) {
+            shown.insert(object.uid().to_string());
             if tx.send(line("ADDED", object)).await.is_err() {
                 return;
             }
@@ -62,7 +72,17 @@ pub fn stream(
                 change = changes.recv() => change,
             };
             match change {
-                Ok(change) if change.kind == kind.as_str() && wanted(&change.object) => {
+                Ok(change)
+                    if change.kind == kind.as_str()
+                        && (wanted(&change.object)
+                            || (change.type_ == ChangeType::Deleted
+                                && shown.contains(&change.uid))) =>
+                {
+                    if change.type_ == ChangeType::Deleted {
+                        shown.remove(&change.uid);
+                    } else {
+                        shown.insert(change.uid.clone());
+                    }
                     if tx
                         .send(line(change.type_.as_watch_type(), &change.object))
                         .await

@@ -1,0 +1,228 @@
+//! Who may do what. The unix socket is the local administrator; on TCP a bearer token names a
+//! user, and a user who is not an admin sees and changes only the projects it is a member of.
+//! Deleting a project, changing its resource limits and writing AgentProfiles, GitSources and
+//! users are for admins; `file://` repositories outside `allowedFileRoots` too.
+
+use std::collections::BTreeSet;
+use std::path::{Component, Path};
+use std::sync::Arc;
+
+use hyper::StatusCode;
+use hyper::header::{AUTHORIZATION, HeaderMap};
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use super::{ApiState, Caller, Transport};
+use crate::store::{Desired, StoredObject};
+
+const PROJECT: &str = "Project";
+
+/// Paths the TCP listener serves without a token: they hold no secrets and no project names.
+pub fn is_public(path: &str) -> bool {
+    matches!(path, "/healthz" | "/livez" | "/readyz" | "/metrics")
+}
+
+pub fn unauthorized(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "Unauthorized", message)
+}
+
+/// The caller of a TCP request, from its `Authorization: Bearer` header.
+pub fn authenticate_tcp(state: &ApiState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let header = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let Some(token) = crate::auth::bearer(header) else {
+        return Err(unauthorized(
+            "this listener needs Authorization: Bearer <token> (berth user add NAME)",
+        ));
+    };
+    match crate::auth::authenticate(&state.store, token)? {
+        Some(user) => Ok(Caller {
+            identity: user.name,
+            transport: Transport::Tcp,
+            admin: user.admin,
+        }),
+        None => Err(unauthorized("the bearer token is not valid")),
+    }
+}
+
+pub fn require_admin(caller: &Caller, what: &str) -> Result<(), ApiError> {
+    if caller.admin {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(format!(
+            "user {:?} may not {what}: admins only",
+            caller.identity
+        )))
+    }
+}
+
+fn not_a_member(caller: &Caller, project: &str) -> ApiError {
+    ApiError::forbidden(format!(
+        "user {:?} is not a member of project {project:?}",
+        caller.identity
+    ))
+    .with_object(PROJECT, project)
+}
+
+/// The project `name`, if it exists (404) and the caller may act on it (403).
+pub fn member_project(
+    state: &ApiState,
+    caller: &Caller,
+    name: &str,
+) -> Result<Arc<StoredObject>, ApiError> {
+    let project = state.store.get(PROJECT, name).ok_or_else(|| {
+        ApiError::not_found(format!("Project {name:?} not found")).with_object(PROJECT, name)
+    })?;
+    if caller.admin || state.store.is_member(project.uid(), &caller.identity) {
+        Ok(project)
+    } else {
+        Err(not_a_member(caller, name))
+    }
+}
+
+/// Which objects a caller may see in lists and watches: everything for an admin; for a user,
+/// the projects it is a member of and every object of the other kinds.
+pub enum Visibility {
+    All,
+    Projects(BTreeSet<String>),
+}
+
+impl Visibility {
+    /// A snapshot of the caller's memberships, for one list.
+    pub fn of(state: &ApiState, caller: &Caller) -> Visibility {
+        if caller.admin {
+            Visibility::All
+        } else {
+            Visibility::Projects(state.store.projects_of(&caller.identity))
+        }
+    }
+
+    pub fn shows(&self, kind: &str, uid: &str) -> bool {
+        match self {
+            Visibility::All => true,
+            Visibility::Projects(uids) => kind != PROJECT || uids.contains(uid),
+        }
+    }
+}
+
+/// Whether `caller` may write `desired` over `current` (absent when it would be created).
+pub fn check_write(
+    state: &ApiState,
+    caller: &Caller,
+    desired: &Desired,
+    current: Option<&StoredObject>,
+) -> Result<(), ApiError> {
+    if caller.admin {
+        return Ok(());
+    }
+    if desired.kind != PROJECT {
+        return require_admin(caller, &format!("write {} objects", desired.kind));
+    }
+    if let Some(current) = current
+        && !state.store.is_member(current.uid(), &caller.identity)
+    {
+        return Err(not_a_member(caller, current.name()));
+    }
+    let resources = desired.spec.get("resources").unwrap_or(&Value::Null);
+    let allowed_resources = match current {
+        Some(current) => current
+            .spec
+            .get("resources")
+            .cloned()
+            .unwrap_or(Value::Null),
+        None => default_resources(state),
+    };
+    if *resources != allowed_resources {
+        return Err(ApiError::forbidden(format!(
+            "user {:?} may not set spec.resources of project {:?}: resource limits are changed by admins only",
+            caller.identity, desired.name
+        ))
+        .with_object(PROJECT, &desired.name));
+    }
+    let url = repo_url(&desired.spec);
+    if url != current.map(|c| repo_url(&c.spec)).unwrap_or_default() {
+        check_file_url(state, caller, "spec.repo.url", url)?;
+    }
+    Ok(())
+}
+
+fn repo_url(spec: &Value) -> &str {
+    spec.pointer("/repo/url")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The resources admission gives a project that names none: what a non-admin may create with.
+fn default_resources(state: &ApiState) -> Value {
+    let bare = json!({
+        "apiVersion": berth_api::API_VERSION,
+        "kind": PROJECT,
+        "metadata": {"name": "defaults"},
+        "spec": {},
+    });
+    state
+        .admission
+        .admit(&bare)
+        .ok()
+        .and_then(|a| a.desired.spec.get("resources").cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// A `file://` URL reads the daemon's host: a non-admin may name only paths under the
+/// configured roots.
+pub fn check_file_url(
+    state: &ApiState,
+    caller: &Caller,
+    field: &str,
+    url: &str,
+) -> Result<(), ApiError> {
+    let Some(path) = berth_api::file_url_path(url) else {
+        return Ok(());
+    };
+    if caller.admin {
+        return Ok(());
+    }
+    let path = Path::new(path);
+    let climbs = path.components().any(|c| c == Component::ParentDir);
+    let allowed = !climbs
+        && state
+            .allowed_file_roots
+            .iter()
+            .any(|root| root.is_absolute() && path.starts_with(root));
+    if allowed {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(format!(
+            "{field}: {url:?} is not under allowedFileRoots; only an admin may name this host path"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visibility_hides_only_other_projects() {
+        let some = Visibility::Projects(BTreeSet::from(["u1".to_string()]));
+        let table = [
+            ("Project", "u1", true),
+            ("Project", "u2", false),
+            ("AgentProfile", "u3", true),
+            ("GitSource", "u4", true),
+        ];
+        for (kind, uid, shown) in table {
+            assert_eq!(some.shows(kind, uid), shown, "{kind} {uid}");
+            assert!(Visibility::All.shows(kind, uid));
+        }
+    }
+
+    #[test]
+    fn public_paths() {
+        for path in ["/healthz", "/readyz", "/metrics"] {
+            assert!(is_public(path));
+        }
+        for path in ["/version", "/apis/berth.dev/v1alpha1/projects", "/"] {
+            assert!(!is_public(path));
+        }
+    }
+}

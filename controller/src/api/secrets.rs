@@ -1,0 +1,148 @@
+//! `/projects/NAME/secrets[/KEY]`: set, list (keys and update times), read one value, delete.
+//! Only members and admins reach here. A value travels in exactly two places: the body of a PUT
+//! and the body of a GET of that one key; never a listing, a log line or an error message.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use serde_json::{Value, json};
+
+use super::access;
+use super::body;
+use super::error::{ApiError, Cause};
+use super::routes::{Outcome, blocking, json_response};
+use super::{ApiState, Caller};
+use crate::secrets::{MAX_VALUE_BYTES, SecretsError};
+
+pub(super) async fn route(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    method: &Method,
+    project: &str,
+    key: Option<&str>,
+    req: Request<Incoming>,
+) -> Outcome {
+    let project = access::member_project(state, caller, project)?;
+    let uid = project.uid().to_string();
+    let name = project.name().to_string();
+    let secrets = Arc::clone(&state.secrets);
+    match (key, method) {
+        (None, &Method::GET) => {
+            let revision = secrets.revision(&uid).map_err(from_secrets)?;
+            let items: Vec<Value> = secrets
+                .list(&uid)
+                .map_err(from_secrets)?
+                .into_iter()
+                .map(|e| json!({"key": e.key, "updateTime": e.updated.to_rfc3339()}))
+                .collect();
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({
+                    "apiVersion": berth_api::API_VERSION,
+                    "kind": "SecretKeyList",
+                    "metadata": {"project": name, "revision": revision.to_string()},
+                    "items": items,
+                }),
+            ))
+        }
+        (Some(key), &Method::GET) => {
+            let value = secrets
+                .get(&uid, key)
+                .map_err(from_secrets)?
+                .ok_or_else(|| missing(&name, key))?;
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({
+                    "apiVersion": berth_api::API_VERSION,
+                    "kind": "SecretValue",
+                    "project": name,
+                    "key": key,
+                    "value": value,
+                }),
+            ))
+        }
+        (Some(key), &Method::PUT) => {
+            berth_api::validate_env_key(key).map_err(|message| {
+                ApiError::invalid(Some("Secret"), Some(key), vec![Cause::new("key", message)])
+            })?;
+            let value = read_value(req).await?;
+            let key_owned = key.to_string();
+            let revision = blocking(move || secrets.set(&uid, &key_owned, &value))
+                .await?
+                .map_err(from_secrets)?;
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({
+                    "apiVersion": berth_api::API_VERSION,
+                    "kind": "SecretKey",
+                    "project": name,
+                    "key": key,
+                    "revision": revision.to_string(),
+                }),
+            ))
+        }
+        (Some(key), &Method::DELETE) => {
+            let key_owned = key.to_string();
+            let deleted = blocking(move || secrets.delete(&uid, &key_owned))
+                .await?
+                .map_err(from_secrets)?;
+            if !deleted {
+                return Err(missing(&name, key));
+            }
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({
+                    "kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,
+                    "message": format!("secret {key:?} of project {name:?} deleted"),
+                }),
+            ))
+        }
+        (None, _) | (Some(_), _) => Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            format!("{method} is not supported on the secrets of project {name:?}"),
+        )),
+    }
+}
+
+/// The value: `{"value": "..."}` for a JSON body, the raw bytes otherwise (what
+/// `berth secret set` sends from stdin or a file).
+async fn read_value(req: Request<Incoming>) -> Result<Vec<u8>, ApiError> {
+    let media = body::media_type(req.headers());
+    let (parts, incoming) = req.into_parts();
+    let bytes = body::read(incoming, &parts.headers, MAX_VALUE_BYTES + 4096).await?;
+    match media.as_deref() {
+        Some(m) if m.ends_with("json") => {
+            let value: Value = serde_json::from_slice(&bytes).map_err(|_| {
+                ApiError::bad_request("the body is not JSON like {\"value\": \"...\"}")
+            })?;
+            match value.get("value") {
+                Some(Value::String(text)) => Ok(text.clone().into_bytes()),
+                _ => Err(ApiError::invalid(
+                    Some("Secret"),
+                    None,
+                    vec![Cause::new("value", "required, a string")],
+                )),
+            }
+        }
+        _ => Ok(bytes.to_vec()),
+    }
+}
+
+fn missing(project: &str, key: &str) -> ApiError {
+    ApiError::not_found(format!("project {project:?} has no secret {key:?}"))
+}
+
+fn from_secrets(err: SecretsError) -> ApiError {
+    match err {
+        SecretsError::InvalidKey(message) => {
+            ApiError::invalid(Some("Secret"), None, vec![Cause::new("key", message)])
+        }
+        SecretsError::InvalidValue(message) => {
+            ApiError::invalid(Some("Secret"), None, vec![Cause::new("value", message)])
+        }
+        SecretsError::Store(err) => err.into(),
+        other => ApiError::internal(other.to_string()),
+    }
+}

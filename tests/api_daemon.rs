@@ -152,7 +152,7 @@ fn a_config_typo_is_refused_naming_key_and_file() {
 }
 
 /// One request over plain TCP, `Connection: close`; returns the status code and the body.
-fn tcp_request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+fn tcp_request(addr: &str, token: &str, method: &str, path: &str, body: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).expect("connect");
     stream
@@ -160,7 +160,7 @@ fn tcp_request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String
         .unwrap();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: berth\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: berth\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -176,20 +176,23 @@ fn tcp_request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String
 
 #[test]
 fn loopback_tcp_serves_the_api_but_not_status_writes() {
-    // A free loopback port: bound by the kernel, released for the daemon.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let daemon = Daemon::start_with(&["--listen", &addr]);
-    let (status, _) = tcp_request(&addr, "GET", "/healthz", "");
+    let daemon = Daemon::start_with(&["--listen", "127.0.0.1:0"]);
+    let addr = daemon.tcp_addr();
+    // Even an admin's token does not make a TCP caller the controller.
+    let token = daemon.add_user("tcp-admin", true);
+    let (status, _) = tcp_request(&addr, "", "GET", "/healthz", "");
     assert_eq!(status, 200);
-    let (status, body) = tcp_request(&addr, "POST", PROJECTS, &project("over-tcp").to_string());
+    let (status, body) = tcp_request(
+        &addr,
+        &token,
+        "POST",
+        PROJECTS,
+        &project("over-tcp").to_string(),
+    );
     assert_eq!(status, 201, "{body}");
     let (status, body) = tcp_request(
         &addr,
+        &token,
         "PUT",
         &format!("{PROJECTS}/over-tcp/status"),
         r#"{"status": {"phase": "Ready"}}"#,

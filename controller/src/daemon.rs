@@ -129,6 +129,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         },
         tls,
     };
+    if let Some(tcp) = &listeners.tcp {
+        // The bound address, so `--listen 127.0.0.1:0` can be found.
+        let addr = tcp
+            .local_addr()
+            .context("reading the TCP listener's address")?;
+        tracing::info!(%addr, tls = listeners.tls.is_some(), "serving the API over TCP");
+    }
 
     let shutdown = CancellationToken::new();
     let controller_started = Arc::new(AtomicBool::new(false));

@@ -84,6 +84,33 @@ impl Daemon {
         self.child.as_ref().map(Child::id).unwrap_or_default()
     }
 
+    /// The TCP address the daemon serves on (as it logged it), for `--listen 127.0.0.1:0`.
+    pub fn tcp_addr(&self) -> String {
+        let log = self.log_text();
+        log.lines()
+            .rev()
+            .filter(|line| line.contains("serving the API over TCP"))
+            .find_map(|line| {
+                line.split_whitespace()
+                    .find_map(|word| word.strip_prefix("addr="))
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| panic!("the daemon logged no TCP address:\n{log}"))
+    }
+
+    /// Adds a user over the unix socket (as the local admin) and returns its token.
+    pub fn add_user(&self, name: &str, admin: bool) -> String {
+        let reply = self.client().post_json(
+            "/apis/berth.dev/v1alpha1/users",
+            &serde_json::json!({"name": name, "admin": admin}),
+        );
+        assert_eq!(reply.status, 201, "adding user {name}: {}", reply.text());
+        reply.json()["token"]
+            .as_str()
+            .expect("a token in the reply")
+            .to_string()
+    }
+
     /// What the daemon wrote to stderr so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -421,4 +448,136 @@ impl Watch {
             self.pending.extend_from_slice(&more?);
         }
     }
+}
+
+/// A blocking client for the TCP listener (HTTP or HTTPS), with an optional bearer token.
+pub struct TcpClient {
+    addr: String,
+    ca_pem: Option<Vec<u8>>,
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl TcpClient {
+    /// `http://ADDR`, or `https://localhost:PORT` trusting only `ca_pem` when given.
+    pub fn new(addr: &str, token: Option<&str>, ca_pem: Option<&[u8]>) -> TcpClient {
+        // Each client has its own runtime, and pooled connections belong to the runtime that
+        // opened them: no pooling, one connection per request.
+        let mut builder = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .connect_timeout(Duration::from_secs(10))
+            .pool_max_idle_per_host(0);
+        let base = match ca_pem {
+            Some(pem) => {
+                let port = addr.rsplit_once(':').map(|(_, p)| p).unwrap_or_default();
+                builder = builder
+                    .tls_certs_only([reqwest::Certificate::from_pem(pem).expect("CA PEM")])
+                    // The certificate names localhost; the daemon listens on 127.0.0.1.
+                    .resolve("localhost", addr.parse().expect("a socket address"));
+                format!("https://localhost:{port}")
+            }
+            None => format!("http://{addr}"),
+        };
+        TcpClient {
+            addr: addr.to_string(),
+            ca_pem: ca_pem.map(<[u8]>::to_vec),
+            base,
+            token: token.map(str::to_string),
+            http: builder.build().expect("reqwest client"),
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime"),
+        }
+    }
+
+    /// The same server as another user (or none).
+    pub fn with_token(&self, token: Option<&str>) -> TcpClient {
+        TcpClient::new(&self.addr, token, self.ca_pem.as_deref())
+    }
+
+    pub fn try_request(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Result<Reply, reqwest::Error> {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("an HTTP method");
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .body(body.to_vec());
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        self.runtime.block_on(async move {
+            let response = request.send().await?;
+            let status = response.status().as_u16();
+            let headers = response
+                .headers()
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_string()))
+                .collect();
+            let body = response.bytes().await?.to_vec();
+            Ok(Reply {
+                status,
+                headers,
+                body,
+            })
+        })
+    }
+
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Reply {
+        self.try_request(method, path, content_type, body)
+            .unwrap_or_else(|err| panic!("{method} {path}: {err:?}"))
+    }
+
+    pub fn get(&self, path: &str) -> Reply {
+        self.request("GET", path, None, &[])
+    }
+
+    pub fn json(&self, method: &str, path: &str, body: &Value) -> Reply {
+        self.request(
+            method,
+            path,
+            Some("application/json"),
+            body.to_string().as_bytes(),
+        )
+    }
+}
+
+/// Fails if any file under `dir` holds `needle`: for values that must never be written in
+/// plain text (secrets, tokens).
+pub fn assert_nowhere_under(dir: &Path, needle: &[u8]) {
+    let mut pending = vec![dir.to_path_buf()];
+    let mut files = 0;
+    while let Some(path) = pending.pop() {
+        let meta = std::fs::symlink_metadata(&path).expect("stat under the data dir");
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&path).expect("read dir") {
+                pending.push(entry.expect("dir entry").path());
+            }
+        } else if meta.is_file() {
+            files += 1;
+            let bytes = std::fs::read(&path).expect("read file");
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "{} holds the value in plain text",
+                path.display()
+            );
+        }
+    }
+    assert!(files > 0, "nothing under {}", dir.display());
 }

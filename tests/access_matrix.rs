@@ -1,0 +1,513 @@
+//! Who may do what over TCP, as a table: every request is sent as each kind of caller (no token,
+//! a bad token, a user who is not a member, a member, an admin) to a real daemon on loopback,
+//! and the answer's code is checked against the row.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::daemon::{Daemon, TcpClient};
+
+const P: &str = "/apis/berth.dev/v1alpha1";
+
+/// The callers, in the order of each row's expected codes.
+const WHO: [&str; 5] = ["none", "bad", "outsider", "member", "admin"];
+
+fn project(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
+           "metadata": {"name": name}, "spec": spec})
+}
+
+fn profile(name: &str) -> Value {
+    json!({"apiVersion": "berth.dev/v1alpha1", "kind": "AgentProfile", "metadata": {"name": name},
+           "spec": {"home": "/root/.shell", "runner": {"command": ["sh"]}, "install": {"check": "true"}}})
+}
+
+/// One request, run as each caller after its `setup` (sent on the unix socket as the local
+/// admin). `{who}` in paths and bodies is the caller's name, so writes do not collide.
+struct Row {
+    what: &'static str,
+    setup: &'static [(&'static str, &'static str, &'static str)],
+    method: &'static str,
+    path: &'static str,
+    content_type: &'static str,
+    body: &'static str,
+    expect: [u16; 5],
+}
+
+const JSON: &str = "application/json";
+const MERGE: &str = "application/merge-patch+json";
+const ANON: [u16; 2] = [401, 401];
+
+fn rows() -> Vec<Row> {
+    let row = |what, method, path, body: &'static str, expect: [u16; 3]| Row {
+        what,
+        setup: &[],
+        method,
+        path,
+        content_type: if body.starts_with("{\"spec\"") {
+            MERGE
+        } else {
+            JSON
+        },
+        body,
+        expect: [ANON[0], ANON[1], expect[0], expect[1], expect[2]],
+    };
+    let with = |mut row: Row, setup| {
+        row.setup = setup;
+        row
+    };
+    vec![
+        // Health, readiness and metrics hold no names and no secrets: no token needed.
+        Row {
+            expect: [200; 5],
+            ..row("healthz", "GET", "/healthz", "", [200; 3])
+        },
+        Row {
+            expect: [200; 5],
+            ..row("readyz", "GET", "/readyz", "", [200; 3])
+        },
+        row(
+            "version needs a token",
+            "GET",
+            "/version",
+            "",
+            [200, 200, 200],
+        ),
+        row("list projects", "GET", "/P/projects", "", [200, 200, 200]),
+        row(
+            "get a project",
+            "GET",
+            "/P/projects/alpha",
+            "",
+            [403, 200, 200],
+        ),
+        row(
+            "get a missing project",
+            "GET",
+            "/P/projects/nope",
+            "",
+            [404, 404, 404],
+        ),
+        row(
+            "project status",
+            "GET",
+            "/P/projects/alpha/status",
+            "",
+            [403, 200, 200],
+        ),
+        row(
+            "project events",
+            "GET",
+            "/P/projects/alpha/events",
+            "",
+            [403, 200, 200],
+        ),
+        row(
+            "create a project",
+            "POST",
+            "/P/projects",
+            r#"{"apiVersion":"berth.dev/v1alpha1","kind":"Project","metadata":{"name":"new-{who}"},"spec":{}}"#,
+            [201, 201, 201],
+        ),
+        row(
+            "create a project with resources",
+            "POST",
+            "/P/projects",
+            r#"{"apiVersion":"berth.dev/v1alpha1","kind":"Project","metadata":{"name":"big-{who}"},"spec":{"resources":{"cpu":"64"}}}"#,
+            [403, 403, 201],
+        ),
+        row(
+            "a file:// repository outside allowedFileRoots",
+            "POST",
+            "/P/projects",
+            r#"{"apiVersion":"berth.dev/v1alpha1","kind":"Project","metadata":{"name":"file-{who}"},"spec":{"repo":{"url":"file:///etc/secret-repo"}}}"#,
+            [403, 403, 201],
+        ),
+        row(
+            "a file:// repository under allowedFileRoots",
+            "POST",
+            "/P/projects",
+            r#"{"apiVersion":"berth.dev/v1alpha1","kind":"Project","metadata":{"name":"ok-file-{who}"},"spec":{"repo":{"url":"file:///srv/berth-repos/app.git"}}}"#,
+            [201, 201, 201],
+        ),
+        row(
+            "change a project's brief",
+            "PATCH",
+            "/P/projects/alpha",
+            r#"{"spec":{"brief":"by {who}"}}"#,
+            [403, 200, 200],
+        ),
+        row(
+            "change a project's resources",
+            "PATCH",
+            "/P/projects/alpha",
+            r#"{"spec":{"resources":{"cpu":"3"}}}"#,
+            [403, 403, 200],
+        ),
+        row(
+            "write project status over TCP",
+            "PUT",
+            "/P/projects/alpha/status",
+            r#"{"status":{"phase":"Ready"}}"#,
+            [403, 403, 403],
+        ),
+        with(
+            row(
+                "delete a project",
+                "DELETE",
+                "/P/projects/doomed-{who}",
+                "",
+                [403, 403, 200],
+            ),
+            &[
+                (
+                    "POST",
+                    "/P/projects",
+                    r#"{"apiVersion":"berth.dev/v1alpha1","kind":"Project","metadata":{"name":"doomed-{who}"},"spec":{}}"#,
+                ),
+                ("PUT", "/P/projects/doomed-{who}/members/mia", ""),
+            ],
+        ),
+        row(
+            "list members",
+            "GET",
+            "/P/projects/alpha/members",
+            "",
+            [403, 200, 200],
+        ),
+        with(
+            row(
+                "add a member",
+                "PUT",
+                "/P/projects/alpha/members/extra",
+                "",
+                [403, 201, 201],
+            ),
+            &[("DELETE", "/P/projects/alpha/members/extra", "")],
+        ),
+        with(
+            row(
+                "remove a member",
+                "DELETE",
+                "/P/projects/alpha/members/extra",
+                "",
+                [403, 200, 200],
+            ),
+            &[("PUT", "/P/projects/alpha/members/extra", "")],
+        ),
+        with(
+            row(
+                "remove the last member",
+                "DELETE",
+                "/P/projects/solo/members/mia",
+                "",
+                [403, 403, 200],
+            ),
+            &[("PUT", "/P/projects/solo/members/mia", "")],
+        ),
+        row(
+            "list secrets",
+            "GET",
+            "/P/projects/alpha/secrets",
+            "",
+            [403, 200, 200],
+        ),
+        row(
+            "read a secret",
+            "GET",
+            "/P/projects/alpha/secrets/API_KEY",
+            "",
+            [403, 200, 200],
+        ),
+        row(
+            "set a secret",
+            "PUT",
+            "/P/projects/alpha/secrets/SET_BY_{who}",
+            r#"{"value":"v"}"#,
+            [403, 200, 200],
+        ),
+        with(
+            row(
+                "delete a secret",
+                "DELETE",
+                "/P/projects/alpha/secrets/TMP",
+                "",
+                [403, 200, 200],
+            ),
+            &[("PUT", "/P/projects/alpha/secrets/TMP", r#"{"value":"t"}"#)],
+        ),
+        row("list users", "GET", "/P/users", "", [403, 403, 200]),
+        row(
+            "add a user",
+            "POST",
+            "/P/users",
+            r#"{"name":"u-{who}"}"#,
+            [403, 403, 201],
+        ),
+        with(
+            row(
+                "remove a user",
+                "DELETE",
+                "/P/users/gone-{who}",
+                "",
+                [403, 403, 200],
+            ),
+            &[("POST", "/P/users", r#"{"name":"gone-{who}"}"#)],
+        ),
+        row(
+            "list agentprofiles",
+            "GET",
+            "/P/agentprofiles",
+            "",
+            [200, 200, 200],
+        ),
+        row(
+            "get an agentprofile",
+            "GET",
+            "/P/agentprofiles/shell",
+            "",
+            [200, 200, 200],
+        ),
+        row(
+            "create an agentprofile",
+            "POST",
+            "/P/agentprofiles",
+            r#"{"apiVersion":"berth.dev/v1alpha1","kind":"AgentProfile","metadata":{"name":"prof-{who}"},"spec":{"home":"/root/.p","runner":{"command":["sh"]},"install":{"check":"true"}}}"#,
+            [403, 403, 201],
+        ),
+        with(
+            row(
+                "delete an agentprofile",
+                "DELETE",
+                "/P/agentprofiles/doomed-{who}",
+                "",
+                [403, 403, 200],
+            ),
+            &[(
+                "POST",
+                "/P/agentprofiles",
+                r#"{"apiVersion":"berth.dev/v1alpha1","kind":"AgentProfile","metadata":{"name":"doomed-{who}"},"spec":{"home":"/root/.p","runner":{"command":["sh"]},"install":{"check":"true"}}}"#,
+            )],
+        ),
+        row(
+            "apply a project and a profile in one list",
+            "POST",
+            "/P/apply",
+            r#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"berth.dev/v1alpha1","kind":"Project","metadata":{"name":"set-{who}"},"spec":{}},{"apiVersion":"berth.dev/v1alpha1","kind":"AgentProfile","metadata":{"name":"set-{who}"},"spec":{"home":"/root/.p","runner":{"command":["sh"]},"install":{"check":"true"}}}]}"#,
+            [403, 403, 200],
+        ),
+        row(
+            "apply a project",
+            "POST",
+            "/P/apply",
+            r#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"berth.dev/v1alpha1","kind":"Project","metadata":{"name":"applied-{who}"},"spec":{}}]}"#,
+            [200, 200, 200],
+        ),
+        with(
+            row(
+                "apply over an existing project",
+                "POST",
+                "/P/apply",
+                r#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"berth.dev/v1alpha1","kind":"Project","metadata":{"name":"solo"},"spec":{"brief":"x"}}]}"#,
+                [403, 200, 200],
+            ),
+            &[("PUT", "/P/projects/solo/members/mia", "")],
+        ),
+        row(
+            "prune an applyset",
+            "POST",
+            "/P/apply?applyset=s-{who}&prune=true",
+            r#"{"apiVersion":"v1","kind":"List","items":[]}"#,
+            [403, 403, 200],
+        ),
+    ]
+}
+
+fn fill(template: &str, who: &str) -> String {
+    template
+        .replace("/P/", &format!("{P}/"))
+        .replace("{who}", who)
+}
+
+#[test]
+fn the_access_matrix_holds_over_tcp() {
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("berth.yaml");
+    std::fs::write(&config, "allowedFileRoots: [/srv/berth-repos]\n").unwrap();
+    let daemon = Daemon::start_with(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let local = daemon.client();
+    let admin = daemon.add_user("ada", true);
+    let member = daemon.add_user("mia", false);
+    let outsider = daemon.add_user("otto", false);
+    daemon.add_user("extra", false);
+
+    // Fixtures, as the local admin: alpha (members: the local admin, mia), solo (mia alone).
+    for name in ["alpha", "solo"] {
+        let reply = local.post_json(&format!("{P}/projects"), &project(name, json!({})));
+        assert_eq!(reply.status, 201, "{}", reply.text());
+    }
+    for (method, path) in [
+        ("PUT", "/P/projects/alpha/members/mia"),
+        ("PUT", "/P/projects/solo/members/mia"),
+    ] {
+        let reply = local.request(method, &fill(path, ""), None, b"");
+        assert!(reply.status < 300, "{path}: {}", reply.text());
+    }
+    let creator = local.get(&format!("{P}/projects/solo/members")).json();
+    // The local admin who created it is a member, as `unix:<os user>`.
+    let creator = creator["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .find(|name| name.starts_with("unix:"))
+        .unwrap_or_else(|| panic!("no unix: member in {creator}"))
+        .to_string();
+    let reply = local.request(
+        "DELETE",
+        &format!("{P}/projects/solo/members/{creator}"),
+        None,
+        b"",
+    );
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let reply = local.put_json(
+        &format!("{P}/projects/alpha/secrets/API_KEY"),
+        &json!({"value": "k"}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let reply = local.post_json(&format!("{P}/agentprofiles"), &profile("shell"));
+    assert_eq!(reply.status, 201, "{}", reply.text());
+
+    let tcp = TcpClient::new(&daemon.tcp_addr(), None, None);
+    let callers = [
+        tcp.with_token(None),
+        tcp.with_token(Some("berth_not-a-token-anybody-holds")),
+        tcp.with_token(Some(&outsider)),
+        tcp.with_token(Some(&member)),
+        tcp.with_token(Some(&admin)),
+    ];
+
+    let mut failures = Vec::new();
+    for row in rows() {
+        for (index, who) in WHO.iter().enumerate() {
+            for (method, path, body) in row.setup {
+                let body = fill(body, who);
+                let content_type = (!body.is_empty()).then_some(JSON);
+                local.request(method, &fill(path, who), content_type, body.as_bytes());
+            }
+            let path = fill(row.path, who);
+            let body = fill(row.body, who);
+            let content_type = (!body.is_empty()).then_some(row.content_type);
+            let reply = callers[index].request(row.method, &path, content_type, body.as_bytes());
+            let expected = row.expect[index];
+            if reply.status != expected {
+                failures.push(format!(
+                    "{} as {who}: {} {path} answered {} (expected {expected}): {}",
+                    row.what,
+                    row.method,
+                    reply.status,
+                    reply.text()
+                ));
+                continue;
+            }
+            // Refusals are Kubernetes Status objects.
+            if expected == 401 || expected == 403 {
+                let status = reply.json();
+                let reason = if expected == 401 {
+                    "Unauthorized"
+                } else {
+                    "Forbidden"
+                };
+                if status["kind"] != "Status"
+                    || status["code"] != expected
+                    || status["reason"] != reason
+                {
+                    failures.push(format!(
+                        "{} as {who}: not a {reason} Status: {status}",
+                        row.what
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // Lists show a non-admin only its own projects; the creator of a project is its member.
+    let names = |client: &TcpClient| -> Vec<String> {
+        let list = client.get(&format!("{P}/projects")).json();
+        assert_eq!(list["kind"], "ProjectList");
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let seen_by_member = names(&callers[3]);
+    for name in ["alpha", "solo", "new-member", "applied-member"] {
+        assert!(
+            seen_by_member.contains(&name.to_string()),
+            "{seen_by_member:?}"
+        );
+    }
+    for hidden in ["new-outsider", "new-admin", "applied-outsider", "big-admin"] {
+        assert!(
+            !seen_by_member.contains(&hidden.to_string()),
+            "{seen_by_member:?}"
+        );
+    }
+    let seen_by_outsider = names(&callers[2]);
+    assert!(
+        !seen_by_outsider.contains(&"alpha".to_string()),
+        "{seen_by_outsider:?}"
+    );
+    assert!(
+        seen_by_outsider.contains(&"new-outsider".to_string()),
+        "{seen_by_outsider:?}"
+    );
+    let seen_by_admin = names(&callers[4]);
+    assert!(
+        seen_by_admin.len() > seen_by_member.len()
+            && seen_by_admin.contains(&"new-outsider".to_string())
+    );
+    let members = callers[3]
+        .get(&format!("{P}/projects/new-member/members"))
+        .json();
+    assert_eq!(members["items"], json!([{"name": "mia"}]));
+
+    // The global event list and a watch of all projects are filtered the same way.
+    let events = callers[2].get(&format!("{P}/events")).json();
+    for event in events["items"].as_array().unwrap() {
+        let name = event["involvedObject"]["name"].as_str().unwrap_or_default();
+        assert!(name != "alpha" && name != "solo", "{event}");
+    }
+
+    // A removed user's token stops working at once.
+    let reply = callers[4].request("DELETE", &format!("{P}/users/otto"), None, b"");
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(callers[2].get(&format!("{P}/projects")).status, 401);
+}
+
+#[test]
+fn tokens_are_shown_once_and_stored_only_as_hashes() {
+    let daemon = Daemon::start_with(&["--listen", "127.0.0.1:0"]);
+    let token = daemon.add_user("hash-only", false);
+    assert!(token.starts_with("berth_"), "{token}");
+    let listed = daemon.client().get(&format!("{P}/users")).text();
+    assert!(
+        listed.contains("hash-only") && !listed.contains(&token),
+        "{listed}"
+    );
+    let shown = daemon.client().get(&format!("{P}/users/hash-only")).text();
+    assert!(!shown.contains(&token), "{shown}");
+    let again = daemon
+        .client()
+        .post_json(&format!("{P}/users"), &json!({"name": "hash-only"}));
+    assert_eq!(again.status, 409, "{}", again.text());
+    support::daemon::assert_nowhere_under(&daemon.data_dir, token.as_bytes());
+}

@@ -1,0 +1,123 @@
+//! The TCP listener over HTTPS: a certificate and key from `listen.tls`, tokens still required,
+//! clients that do not trust the certificate refused.
+
+mod support;
+
+use support::daemon::{Daemon, TcpClient};
+
+const P: &str = "/apis/berth.dev/v1alpha1";
+
+#[test]
+fn https_serves_with_the_configured_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = support_tls::self_signed(dir.path());
+    let config = dir.path().join("berth.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen:\n  http: 127.0.0.1:0\n  tls: {{cert: {}, key: {}}}\n",
+            cert.display(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    let daemon = Daemon::start_with(&["--config", config.to_str().unwrap()]);
+    let addr = daemon.tcp_addr();
+    let ca_pem = std::fs::read(&ca).unwrap();
+    let token = daemon.add_user("tls-admin", true);
+
+    let https = TcpClient::new(&addr, Some(&token), Some(&ca_pem));
+    assert_eq!(https.get("/healthz").status, 200);
+    let projects = https.get(&format!("{P}/projects"));
+    assert_eq!(projects.status, 200, "{}", projects.text());
+    assert_eq!(
+        https.with_token(None).get(&format!("{P}/projects")).status,
+        401
+    );
+    // Plain HTTP to the TLS port gets no API answer.
+    let plain = TcpClient::new(&addr, Some(&token), None);
+    assert!(
+        plain
+            .try_request("GET", "/healthz", None, b"")
+            .map(|r| r.status != 200)
+            .unwrap_or(true)
+    );
+    // A client that does not trust this CA refuses the server.
+    let other_dir = tempfile::tempdir().unwrap();
+    let (other_ca, _, _) = support_tls::self_signed(other_dir.path());
+    let untrusting = TcpClient::new(&addr, None, Some(&std::fs::read(other_ca).unwrap()));
+    assert!(
+        untrusting
+            .try_request("GET", "/healthz", None, b"")
+            .is_err()
+    );
+}
+
+/// A CA and a server certificate for localhost and 127.0.0.1, made with the openssl CLI.
+mod support_tls {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    fn openssl(dir: &Path, args: &[&str]) {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("run openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Returns (CA certificate, server certificate, server key) paths.
+    pub fn self_signed(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=berth test CA"];
+        ca.extend_from_slice(&ec);
+        ca.extend_from_slice(&["-keyout", "ca.key", "-out", "ca.pem"]);
+        openssl(dir, &ca);
+        let mut csr = vec!["req", "-subj", "/CN=localhost"];
+        csr.extend_from_slice(&ec);
+        csr.extend_from_slice(&["-keyout", "server.key", "-out", "server.csr"]);
+        openssl(dir, &csr);
+        std::fs::write(
+            dir.join("server.ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+             keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                "server.ext",
+                "-out",
+                "server.pem",
+            ],
+        );
+        (
+            dir.join("ca.pem"),
+            dir.join("server.pem"),
+            dir.join("server.key"),
+        )
+    }
+}

@@ -904,21 +904,17 @@ impl Runtime for FakeRuntime {
         let lose = self.enter("events", "").await?;
         let receiver = self.events.subscribe();
         let stream = futures::stream::unfold(receiver, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(event) => return Some((Ok(event), rx)),
-                    // A slow subscriber missed events; like a dropped websocket, it must resync.
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        return Some((
-                            Err(RuntimeError::Transport {
-                                what: "fake event stream".into(),
-                                message: "subscriber lagged; events were dropped".into(),
-                            }),
-                            rx,
-                        ));
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
+            match rx.recv().await {
+                Ok(event) => Some((Ok(event), rx)),
+                // A slow subscriber missed events; like a dropped websocket, it must resync.
+                Err(broadcast::error::RecvError::Lagged(_)) => Some((
+                    Err(RuntimeError::Transport {
+                        what: "fake event stream".into(),
+                        message: "subscriber lagged; events were dropped".into(),
+                    }),
+                    rx,
+                )),
+                Err(broadcast::error::RecvError::Closed) => None,
             }
         });
         Self::reply("events", lose, Ok(Box::pin(stream) as EventStream))

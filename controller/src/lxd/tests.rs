@@ -353,6 +353,11 @@ fn envelopes_map_to_typed_errors() {
             r#"{"type":"async","operation":"/1.0/operations/abc"}"#,
             "Async:abc",
         ),
+        (
+            202,
+            r#"{"type":"async","operation":"/1.0/operations/abc?project=default"}"#,
+            "Async:abc",
+        ),
         (200, EMPTY_SYNC, "Sync"),
     ];
     for (code, body, want) in cases {

@@ -41,6 +41,23 @@ host_debian_security_mirror() {
     ' "${files[@]}" | grep -E '/debian-security/?$' | head -n1
 }
 
+# A digest of everything an image is built from (the build functions below, the init, the
+# package list and suite). Recorded in the image, so a setup run notices an image built from older inputs.
+image_inputs_digest() {
+    local name=$1
+    {
+        printf '%s\n' "$name" "$BERTH_BASE_SUITE" "$BERTH_BASE_PACKAGES"
+        cat "$BERTH_IMAGES_DIR/init"
+        # The build functions as bash prints them: comments and layout do not count.
+        declare -f install_berth_layout build_tiny_rootfs build_base_rootfs write_image_metadata
+    } | sha256sum | cut -c1-16
+}
+
+# The berth.inputs property of the image ALIAS points to, or nothing.
+image_recorded_inputs() {
+    lxc_t image show "$1" 2>/dev/null | sed -n 's/^  berth\.inputs: *//p' | head -n1
+}
+
 # Writes metadata.tar.gz for image NAME into DIR.
 write_image_metadata() {
     local name=$1 dir=$2 description=$3 os=$4 release=$5
@@ -55,6 +72,7 @@ properties:
   os: $os
   release: $release
   berth.image: $name
+  berth.inputs: $(image_inputs_digest "$name")
 EOF
     tar -C "$dir/meta" --numeric-owner -czf "$dir/metadata.tar.gz" metadata.yaml
 }
@@ -142,9 +160,13 @@ import_image() {
     [[ -n $fp ]] || die "importing image $name: could not read the fingerprint from: $out"
     old=$(image_alias_fingerprint "$name")
     if [[ -n $old ]]; then
-        lxc_t image alias delete "$name" >/dev/null
+        # Retarget in one request, so a client launching NAME meanwhile never finds it missing.
+        lxc_t query -X PUT "/1.0/images/aliases/$name" \
+            --data "{\"target\": \"$fp\", \"description\": \"\"}" >/dev/null ||
+            die "pointing image alias $name at $fp failed"
+    else
+        lxc_t image alias create "$name" "$fp" >/dev/null || die "creating image alias $name -> $fp failed"
     fi
-    lxc_t image alias create "$name" "$fp" >/dev/null || die "creating image alias $name -> $fp failed"
     if [[ -n $old && ! $fp == "$old"* ]]; then
         if ! lxc_t image alias list --format csv | awk -F, '{print $2}' | grep -q "^${old:0:12}"; then
             lxc_t image delete "$old" >/dev/null 2>&1 || true

@@ -60,6 +60,18 @@ apt_ensure() {
     say "packages: installed ${missing[*]} in $((SECONDS - started))s"
 }
 
+# Holds the machine-wide lock NAME on fd 9 until the script exits, waiting up to SECONDS for
+# another holder, and saying so when it has to wait.
+take_lock() {
+    local name=$1 seconds=$2 dir=/run/lock
+    [[ -d $dir && -w $dir ]] || dir=/tmp
+    exec 9>"$dir/$name.lock"
+    if ! flock -n 9; then
+        say "$BERTH_SCRIPT: waiting for another run that holds $dir/$name.lock (up to ${seconds}s)"
+        flock -w "$seconds" 9 || die "another run held $dir/$name.lock for ${seconds}s; giving up"
+    fi
+}
+
 # A name unique on this machine, for throwaway instances: PREFIX-<seconds>-<pid>-<random>.
 unique_name() {
     printf '%s-%s-%s-%04x' "$1" "$(date +%s)" "$$" "$((RANDOM))"

@@ -52,11 +52,17 @@ apt_ensure() {
         return 0
     fi
     have apt-get || die "packages missing (${missing[*]}) and there is no apt-get to install them; install them by hand"
-    local started=$SECONDS
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null ||
+    local started=$SECONDS log
+    log=$(mktemp "${TMPDIR:-/tmp}/berth-apt.XXXXXX")
+    at_exit "rm -f '$log'"
+    if ! DEBIAN_FRONTEND=noninteractive apt-get update -qq >"$log" 2>&1; then
+        tail -n 5 "$log" >&2
         die "apt-get update failed; check /etc/apt/sources.list(.d)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+    fi
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >"$log" 2>&1; then
+        tail -n 5 "$log" >&2
         die "apt-get install ${missing[*]} failed"
+    fi
     say "packages: installed ${missing[*]} in $((SECONDS - started))s"
 }
 

@@ -41,21 +41,16 @@ host_debian_security_mirror() {
     ' "${files[@]}" | grep -E '/debian-security/?$' | head -n1
 }
 
-# A digest of everything an image is built from (the build functions below, the init, the
-# package list and suite). Recorded in the image, so a setup run notices an image built from older inputs.
-image_inputs_digest() {
-    local name=$1
-    {
-        printf '%s\n' "$name" "$BERTH_BASE_SUITE" "$BERTH_BASE_PACKAGES"
-        cat "$BERTH_IMAGES_DIR/init"
-        # The build functions as bash prints them: comments and layout do not count.
-        declare -f install_berth_layout build_tiny_rootfs build_base_rootfs write_image_metadata
-    } | sha256sum | cut -c1-16
-}
+# The revision of berth's images. Raise it whenever the init, the package list or the build
+# functions below change: set-up rebuilds an image whose recorded revision is lower, and never
+# replaces a newer one (so an older checkout does not undo a newer one's images).
+BERTH_IMAGE_REVISION=1
 
-# The berth.inputs property of the image ALIAS points to, or nothing.
-image_recorded_inputs() {
-    lxc_t image show "$1" 2>/dev/null | sed -n 's/^  berth\.inputs: *//p' | head -n1
+# The berth.revision property of the image ALIAS points to; 0 when it has none.
+image_recorded_revision() {
+    local rev
+    rev=$(lxc_t image show "$1" 2>/dev/null | sed -n 's/^  berth\.revision: *"\{0,1\}\([0-9]*\)"\{0,1\}$/\1/p' | head -n1)
+    echo "${rev:-0}"
 }
 
 # Writes metadata.tar.gz for image NAME into DIR.
@@ -72,7 +67,7 @@ properties:
   os: $os
   release: $release
   berth.image: $name
-  berth.inputs: $(image_inputs_digest "$name")
+  berth.revision: "$BERTH_IMAGE_REVISION"
 EOF
     tar -C "$dir/meta" --numeric-owner -czf "$dir/metadata.tar.gz" metadata.yaml
 }

@@ -1,4 +1,5 @@
 //! berth: the daemon and its kubectl-like client.
 
 pub mod cli;
+pub mod client;
 pub mod daemon;

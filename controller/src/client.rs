@@ -127,6 +127,17 @@ pub struct StatusCause {
     pub message: String,
 }
 
+impl StatusCause {
+    /// `field: message`, or whichever of the two is present.
+    pub fn line(&self) -> String {
+        match (self.field.is_empty(), self.message.is_empty()) {
+            (true, _) => self.message.clone(),
+            (false, true) => self.field.clone(),
+            (false, false) => format!("{}: {}", self.field, self.message),
+        }
+    }
+}
+
 /// A Kubernetes-style `Status` the server answered a failed request with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiStatus {
@@ -185,6 +196,26 @@ impl ApiStatus {
         self.code == 404
     }
 
+    /// The message without the causes it repeats (`List is invalid: a: x; b: y` → `List is
+    /// invalid`), since each cause gets a line of its own.
+    pub fn headline(&self) -> &str {
+        let joined = self
+            .causes
+            .iter()
+            .map(StatusCause::line)
+            .collect::<Vec<_>>()
+            .join("; ");
+        if joined.is_empty() {
+            return &self.message;
+        }
+        match self.message.strip_suffix(&joined) {
+            Some(head) if !head.trim_end_matches([':', ' ']).is_empty() => {
+                head.trim_end_matches([':', ' '])
+            }
+            _ => &self.message,
+        }
+    }
+
     pub fn is_already_exists(&self) -> bool {
         self.reason == "AlreadyExists"
     }
@@ -214,15 +245,11 @@ impl fmt::Display for ApiStatus {
     /// `Error from server (Reason): message`, then one line per cause the message does not
     /// already carry.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Error from server ({}): {}", self.reason, self.message)?;
+        let headline = self.headline();
+        write!(f, "Error from server ({}): {headline}", self.reason)?;
         for cause in &self.causes {
-            let line = match (cause.field.is_empty(), cause.message.is_empty()) {
-                (true, true) => continue,
-                (true, false) => cause.message.clone(),
-                (false, true) => cause.field.clone(),
-                (false, false) => format!("{}: {}", cause.field, cause.message),
-            };
-            if !self.message.contains(&line) {
+            let line = cause.line();
+            if !line.is_empty() && !headline.contains(&line) {
                 write!(f, "\n  {line}")?;
             }
         }

@@ -81,7 +81,7 @@ fn locate_errors(err: ClientError, manifests: &[Manifest]) -> ClientError {
     let ClientError::Api(status) = err else {
         return err;
     };
-    let mut message = status.message.clone();
+    let mut message = status.headline().to_string();
     if let Some(located) = locate_prefix(&message, manifests) {
         message = located;
     }
@@ -138,6 +138,29 @@ mod tests {
         assert_eq!(
             located,
             "Error from server (Invalid): app.yaml: document 2 (project/b): spec.imagee: unknown field"
+        );
+
+        let err = ClientError::Api(ApiStatus {
+            code: 422,
+            reason: "Invalid".to_string(),
+            message: "List is invalid: items[0].specc: unknown field; items[1].kind: required"
+                .to_string(),
+            causes: vec![
+                StatusCause {
+                    field: "items[0].specc".to_string(),
+                    message: "unknown field".to_string(),
+                },
+                StatusCause {
+                    field: "items[1].kind".to_string(),
+                    message: "required".to_string(),
+                },
+            ],
+        });
+        assert_eq!(
+            locate_errors(err, &manifests).to_string(),
+            "Error from server (Invalid): List is invalid\n  \
+             app.yaml: document 1 (project/a): specc: unknown field\n  \
+             app.yaml: document 2 (project/b): kind: required"
         );
     }
 }

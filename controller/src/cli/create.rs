@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
-use super::naming;
 use super::render::name_of;
 use super::{Context, render};
 use crate::client::Resource;
@@ -90,7 +89,11 @@ async fn create_project(context: &Context, args: CreateProjectArgs) -> anyhow::R
     let labels: BTreeMap<String, String> = args.labels.into_iter().collect();
 
     for _ in 0..MAX_ATTEMPTS {
-        let name = naming::derive_name(display_name, |n| taken.contains(n));
+        let Some(name) = berth_api::derive_name(display_name, |n| taken.contains(n)) else {
+            anyhow::bail!(
+                "DISPLAY_NAME: {display_name:?} has no letters or digits to derive a name from"
+            );
+        };
         let mut metadata = json!({"name": name});
         if !labels.is_empty() {
             metadata["labels"] = json!(labels);

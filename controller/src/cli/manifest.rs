@@ -48,12 +48,8 @@ impl Manifest {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("{path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{path}: {error}")]
+    Read { path: String, error: std::io::Error },
     #[error("{file}: document {document}: line {line} column {column}: {message}")]
     Syntax {
         file: String,
@@ -79,9 +75,9 @@ pub fn load(paths: &[String], recursive: bool) -> Result<Vec<Manifest>, Manifest
             let mut text = String::new();
             std::io::stdin()
                 .read_to_string(&mut text)
-                .map_err(|source| ManifestError::Read {
+                .map_err(|error| ManifestError::Read {
                     path: "<stdin>".to_string(),
-                    source,
+                    error,
                 })?;
             manifests.extend(parse_documents("<stdin>", &text)?);
             continue;
@@ -89,9 +85,9 @@ pub fn load(paths: &[String], recursive: bool) -> Result<Vec<Manifest>, Manifest
         let files = expand(Path::new(path), recursive)?;
         for file in files {
             let label = file.display().to_string();
-            let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Read {
+            let text = std::fs::read_to_string(&file).map_err(|error| ManifestError::Read {
                 path: label.clone(),
-                source,
+                error,
             })?;
             manifests.extend(parse_documents(&label, &text)?);
         }
@@ -105,9 +101,9 @@ pub fn load(paths: &[String], recursive: bool) -> Result<Vec<Manifest>, Manifest
 
 fn expand(path: &Path, recursive: bool) -> Result<Vec<PathBuf>, ManifestError> {
     let label = path.display().to_string();
-    let metadata = std::fs::metadata(path).map_err(|source| ManifestError::Read {
+    let metadata = std::fs::metadata(path).map_err(|error| ManifestError::Read {
         path: label.clone(),
-        source,
+        error,
     })?;
     if !metadata.is_dir() {
         return Ok(vec![path.to_path_buf()]);
@@ -121,9 +117,9 @@ fn expand(path: &Path, recursive: bool) -> Result<Vec<PathBuf>, ManifestError> {
 }
 
 fn collect_dir(dir: &Path, recursive: bool, out: &mut Vec<PathBuf>) -> Result<(), ManifestError> {
-    let read_err = |source| ManifestError::Read {
+    let read_err = |error| ManifestError::Read {
         path: dir.display().to_string(),
-        source,
+        error,
     };
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(read_err)?

@@ -19,7 +19,6 @@ mod duration;
 mod events;
 mod get;
 mod manifest;
-mod naming;
 mod power;
 mod progress;
 mod render;
@@ -97,7 +96,7 @@ impl Context {
         // An empty BERTH_SERVER counts as unset, as shells make it easy to export one.
         let server = match self.global.server.as_deref().map(str::trim) {
             Some(value) if !value.is_empty() => Server::parse(value)?,
-            _ => Server::Unix(default_socket_path()),
+            _ => Server::Unix(crate::config::default_socket_path()),
         };
         Client::new(server, self.global.token.clone())
     }
@@ -152,18 +151,4 @@ pub(crate) fn report(err: &anyhow::Error) {
         return;
     }
     eprintln!("error: {err:#}");
-}
-
-/// The daemon's socket when `--server` is not given: `/run/berth/berth.sock` as root, else a
-/// per-user path.
-fn default_socket_path() -> std::path::PathBuf {
-    use std::path::PathBuf;
-    let uid = nix::unistd::getuid();
-    if uid.is_root() {
-        return PathBuf::from("/run/berth/berth.sock");
-    }
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("berth").join("berth.sock"),
-        _ => PathBuf::from(format!("/tmp/berth-{uid}/berth.sock")),
-    }
 }

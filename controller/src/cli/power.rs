@@ -10,14 +10,9 @@ use serde_json::{Value, json};
 use super::Context;
 use super::duration;
 use super::progress::{self, Goal};
-use crate::client::Resource;
+use berth_api::annotations::{RECREATE_REQUESTED_AT, RESTARTED_AT, WOKEN_AT};
 
-/// Changing this annotation makes the controller restart the container.
-pub const RESTARTED_AT: &str = "berth.dev/restartedAt";
-/// Changing this annotation makes the controller replace the container from its image.
-pub const RECREATE_REQUESTED_AT: &str = "berth.dev/recreateRequestedAt";
-/// Wakes a project that reaping idled.
-pub const WOKEN_AT: &str = "berth.dev/wokenAt";
+use crate::client::Resource;
 
 #[derive(Debug, Args)]
 pub struct RestartArgs {

@@ -27,9 +27,9 @@ pub enum Goal {
 impl Goal {
     fn describe(&self) -> String {
         match self {
-            Goal::Ready => "ready".to_string(),
-            Goal::Condition { type_, status } => format!("condition {type_}={status}"),
-            Goal::Deleted => "deleted".to_string(),
+            Goal::Ready => "to be ready".to_string(),
+            Goal::Condition { type_, status } => format!("to have condition {type_}={status}"),
+            Goal::Deleted => "to be deleted".to_string(),
         }
     }
 }
@@ -237,6 +237,12 @@ pub async fn wait_for(
                 next_poll = Instant::now() + interval;
             }
             event = next_event(&mut watch) => match event {
+                // The server ended the watch (it fell behind): poll from here on.
+                Some(Ok(event)) if event.type_ == "ERROR" => {
+                    watch = None;
+                    interval = POLL_START;
+                    next_poll = Instant::now();
+                }
                 Some(Ok(event)) => {
                     let Some(resource) = event.object.get("kind").and_then(Value::as_str).and_then(Resource::from_kind) else {
                         continue;
@@ -287,9 +293,9 @@ fn timeout_error(tracker: &Tracker, goal: &Goal, timeout: Duration) -> WaitError
         .iter()
         .map(|((resource, name), last)| {
             if last.is_empty() {
-                format!("{resource}/{name} to be {}", goal.describe())
+                format!("{resource}/{name} {}", goal.describe())
             } else {
-                format!("{resource}/{name} to be {} (now: {last})", goal.describe())
+                format!("{resource}/{name} {} (now: {last})", goal.describe())
             }
         })
         .collect();

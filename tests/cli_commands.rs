@@ -45,6 +45,10 @@ impl Run {
 
 impl Daemon {
     fn start() -> Daemon {
+        Daemon::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let log = std::fs::File::create(dir.path().join("daemon.log")).expect("log file");
         let child = Command::new(BERTH)
@@ -52,6 +56,7 @@ impl Daemon {
             .arg(dir.path().join("data"))
             .arg("--socket")
             .arg(dir.path().join("berth.sock"))
+            .args(extra)
             .env_remove("BERTH_SERVER")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
@@ -814,4 +819,103 @@ fn the_examples_parse_and_apply() {
     daemon.berth(&["diff", "-f", &quickstart]).ok();
     let object = daemon.object("project", "quickstart");
     assert_eq!(object["spec"]["image"], "berth-base");
+}
+
+#[test]
+fn the_client_reaches_a_tcp_listener_and_watches_changes() {
+    // A free loopback port: bind, read it, release it for the daemon.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let daemon = Daemon::start_with(&["--listen", &address]);
+    let file = daemon.file("p.yaml", &project("over-tcp", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    let url = format!("http://{address}");
+    let run = daemon
+        .berth(&[
+            "get", "projects", "-o", "name", "--server", &url, "--token", "t0ken",
+        ])
+        .ok();
+    assert_eq!(run.stdout, "project/over-tcp\n");
+
+    // The watch the waits rely on: the existing object first, then each change.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        use berth::client::{Client, Resource, Server};
+        let client = Client::new(Server::Unix(daemon.socket()), None).expect("client");
+        let mut watch = client.watch(Resource::Project).await.expect("watch");
+        let first = next_event(&mut watch).await;
+        assert_eq!(
+            (
+                first.type_.as_str(),
+                first.object["metadata"]["name"].as_str()
+            ),
+            ("ADDED", Some("over-tcp"))
+        );
+        let patch = json!({"metadata": {"labels": {"seen": "yes"}}});
+        client
+            .merge_patch(Resource::Project, "over-tcp", &patch)
+            .await
+            .expect("patch");
+        let second = next_event(&mut watch).await;
+        assert_eq!(second.type_, "MODIFIED");
+        assert_eq!(second.object["metadata"]["labels"]["seen"], "yes");
+        client
+            .delete(Resource::Project, "over-tcp", false)
+            .await
+            .expect("delete");
+        let third = next_event(&mut watch).await;
+        assert_eq!(third.type_, "DELETED");
+    });
+}
+
+#[test]
+fn directories_apply_recursively_in_name_order() {
+    let daemon = Daemon::start();
+    daemon.file("repo/b.yaml", &project("bee", ""));
+    daemon.file("repo/a.yml", &project("ay", ""));
+    daemon.file("repo/README.md", "not a manifest");
+    daemon.file("repo/nested/c.yaml", &project("sea", ""));
+    let dir = daemon.dir.path().join("repo");
+    let dir = dir.to_str().unwrap();
+
+    let flat = daemon.berth(&["apply", "-f", dir, "--dry-run"]).ok();
+    assert_eq!(
+        names_in(&flat),
+        [
+            "project/ay created (dry run)",
+            "project/bee created (dry run)"
+        ]
+    );
+    assert_eq!(
+        daemon.berth(&["get", "projects", "-o", "name"]).ok().stdout,
+        ""
+    );
+
+    let deep = daemon.berth(&["apply", "-f", dir, "-R"]).ok();
+    assert_eq!(
+        names_in(&deep),
+        [
+            "project/ay created",
+            "project/bee created",
+            "project/sea created"
+        ]
+    );
+    daemon.berth(&["diff", "-f", dir, "-R"]).ok();
+    let run = daemon.berth(&["delete", "-f", dir, "-R"]).ok();
+    assert_eq!(run.stdout.lines().count(), 3);
+}
+
+async fn next_event(watch: &mut berth::client::WatchStream) -> berth::client::WatchEvent {
+    use futures::StreamExt;
+    tokio::time::timeout(Duration::from_secs(30), watch.next())
+        .await
+        .expect("a watch event within 30s")
+        .expect("the watch stays open")
+        .expect("a well-formed event")
 }

@@ -607,12 +607,26 @@ impl Client {
         self.call(Method::GET, "/version", &[], None).await
     }
 
-    /// Streams changes to one collection as newline-delimited JSON events.
+    /// Streams changes to one collection as newline-delimited JSON events: an `ADDED` for each
+    /// existing object first, then every change.
     pub async fn watch(&self, resource: Resource) -> Result<WatchStream, ClientError> {
+        self.watch_path(Self::object_path(resource, None)).await
+    }
+
+    /// Like [`Client::watch`], for one object.
+    pub async fn watch_object(
+        &self,
+        resource: Resource,
+        name: &str,
+    ) -> Result<WatchStream, ClientError> {
+        self.watch_path(Self::object_path(resource, Some(name)))
+            .await
+    }
+
+    async fn watch_path(&self, path: String) -> Result<WatchStream, ClientError> {
         if let Server::Unix(socket) = &self.server {
             check_socket(socket, &self.server)?;
         }
-        let path = Self::object_path(resource, None);
         let response = self
             .request(Method::GET, &path, &[("watch", "true")])
             .header(reqwest::header::ACCEPT, "application/json")

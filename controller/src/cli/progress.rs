@@ -217,7 +217,8 @@ pub async fn wait_for(
         return Ok(());
     }
 
-    let mut watch = open_watches(client, tracker.pending.keys().map(|k| k.0)).await;
+    let keys: Vec<Key> = tracker.pending.keys().cloned().collect();
+    let mut watch = open_watches(client, &keys).await;
     let mut interval = if watch.is_some() {
         WATCH_RESYNC
     } else {
@@ -263,11 +264,12 @@ pub async fn wait_for(
     Ok(())
 }
 
-async fn open_watches(
-    client: &Client,
-    resources: impl Iterator<Item = Resource>,
-) -> Option<WatchStream> {
-    let mut kinds: Vec<Resource> = resources.collect();
+async fn open_watches(client: &Client, keys: &[Key]) -> Option<WatchStream> {
+    // One object: watch just it, so a large collection is not streamed for nothing.
+    if let [(resource, name)] = keys {
+        return client.watch_object(*resource, name).await.ok();
+    }
+    let mut kinds: Vec<Resource> = keys.iter().map(|k| k.0).collect();
     kinds.sort();
     kinds.dedup();
     let mut streams = Vec::new();

@@ -55,6 +55,11 @@ pub fn age_at(object: &Value, path: &str, now: DateTime<Utc>) -> String {
 
 /// Strings of an array field joined by commas; a string field as itself.
 pub fn joined_at(object: &Value, path: &str, key: Option<&str>) -> String {
+    joined_with(object, path, key, ",")
+}
+
+/// Like [`joined_at`], with a chosen separator.
+pub fn joined_with(object: &Value, path: &str, key: Option<&str>, separator: &str) -> String {
     match value_at(object, path) {
         Some(Value::Array(items)) => items
             .iter()
@@ -64,7 +69,7 @@ pub fn joined_at(object: &Value, path: &str, key: Option<&str>) -> String {
             })
             .filter(|s| !s.is_empty())
             .collect::<Vec<_>>()
-            .join(","),
+            .join(separator),
         Some(other) => scalar(other),
         None => String::new(),
     }
@@ -143,7 +148,7 @@ pub fn table(resource: Resource, objects: &[Value], wide: bool, now: DateTime<Ut
                     joined_at(object, "status.ports", Some("port")),
                 ]),
                 Resource::AgentProfile => {
-                    row.push(joined_at(object, "spec.runner.command", None).replace(',', " "))
+                    row.push(joined_with(object, "spec.runner.command", None, " "))
                 }
                 Resource::GitSource => row.extend([
                     str_at(object, "spec.path").to_string(),
@@ -210,6 +215,24 @@ new            new            Pending             30s
                 .next()
                 .unwrap()
                 .ends_with("IMAGE        AGENT   TITLE          PROTECTED                  PORTS")
+        );
+    }
+
+    #[test]
+    fn other_kinds_have_their_own_columns() {
+        let profile = json!({"metadata": {"name": "shell", "creationTimestamp": "2026-01-01T11:00:00Z"},
+            "spec": {"home": "/root/.shell", "install": {"version": "1.0"},
+                     "runner": {"command": ["run", "a,b", "{briefFile}"]}}});
+        assert_eq!(
+            table(Resource::AgentProfile, &[profile], true, now()).render(),
+            "NAME    HOME           VERSION   AGE   RUNNER\nshell   /root/.shell   1.0       60m   run a,b {briefFile}\n"
+        );
+        let source = json!({"metadata": {"name": "fleet"},
+            "spec": {"url": "file:///srv/fleet.git", "ref": "main"},
+            "status": {"lastAppliedRevision": "abc123", "conditions": [{"type": "Ready", "status": "True"}]}});
+        assert_eq!(
+            table(Resource::GitSource, &[source], false, now()).render(),
+            "NAME    URL                     REF    READY   REVISION   AGE\nfleet   file:///srv/fleet.git   main   True    abc123     <unknown>\n"
         );
     }
 

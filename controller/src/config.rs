@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use berth_api::Defaults;
 use serde::{Deserialize, Serialize};
 
 /// Where `berth serve` looks for its configuration when `--config` is not given.
@@ -35,7 +36,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub listen: ListenConfig,
     pub lxd: LxdConfig,
-    pub defaults: FleetDefaults,
+    /// What a new project gets when its manifest leaves a field out; resolved at admission,
+    /// so changing these affects new projects only.
+    pub defaults: Defaults,
     pub scheduler: SchedulerConfig,
     pub preview_domain: String,
     /// Host paths that `file://` repositories may name.
@@ -51,7 +54,7 @@ impl Default for Config {
             data_dir: default_data_dir(),
             listen: ListenConfig::default(),
             lxd: LxdConfig::default(),
-            defaults: FleetDefaults::default(),
+            defaults: Defaults::default(),
             scheduler: SchedulerConfig::default(),
             preview_domain: "localhost".to_string(),
             allowed_file_roots: Vec::new(),
@@ -118,66 +121,6 @@ impl Default for LxdConfig {
             client_cert: String::new(),
             client_key: String::new(),
             server_fingerprint: String::new(),
-        }
-    }
-}
-
-/// What a new project gets when its manifest leaves a field out. Applied at admission, so
-/// changing these affects new projects only.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct FleetDefaults {
-    pub image: String,
-    pub resources: DefaultResources,
-    pub reap: DefaultReap,
-}
-
-impl Default for FleetDefaults {
-    fn default() -> Self {
-        FleetDefaults {
-            image: "berth-base".to_string(),
-            resources: DefaultResources::default(),
-            reap: DefaultReap::default(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct DefaultResources {
-    pub cpu: String,
-    pub memory: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub disk: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub workspace_size: String,
-}
-
-impl Default for DefaultResources {
-    fn default() -> Self {
-        DefaultResources {
-            cpu: "2".to_string(),
-            memory: "4GiB".to_string(),
-            disk: String::new(),
-            workspace_size: String::new(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct DefaultReap {
-    pub idle_after: String,
-    pub idle_action: String,
-    pub max_age: String,
-}
-
-impl Default for DefaultReap {
-    fn default() -> Self {
-        DefaultReap {
-            idle_after: "8h".to_string(),
-            idle_action: "Stop".to_string(),
-            max_age: "30d".to_string(),
         }
     }
 }
@@ -285,6 +228,15 @@ impl Config {
                 ));
             }
         }
+        if let Err(errors) = self.defaults.validate("defaults") {
+            let first = errors.causes.first();
+            return Err(ConfigError::Invalid {
+                field: first.map(|c| c.field.clone()).unwrap_or_default(),
+                message: first
+                    .map(|c| c.message.clone())
+                    .unwrap_or_else(|| errors.to_string()),
+            });
+        }
         if self.scheduler.workers == 0 {
             return Err(invalid("scheduler.workers", "must be at least 1"));
         }
@@ -361,7 +313,7 @@ mod tests {
         assert_eq!(config.listen.socket, default_socket_path());
         assert_eq!(config.scheduler.workers, 2);
         assert_eq!(config.scheduler.interval, "30s");
-        assert_eq!(config.defaults.reap.idle_after, "8h");
+        assert_eq!(config.defaults, Defaults::default());
         config.validate().unwrap();
     }
 
@@ -392,6 +344,11 @@ mod tests {
             let err = Config::parse(text).unwrap().validate().unwrap_err();
             assert!(err.to_string().starts_with(field), "{text}: {err}");
         }
+        let err = Config::parse("defaults: {resources: {memory: 4gigs}}").unwrap_err();
+        assert!(
+            err.to_string().contains("defaults.resources.memory"),
+            "{err}"
+        );
         let ok = "lxd: {endpoint: 'https://lxd.example:8443', serverFingerprint: abc}\nlisten: {http: '[::1]:7480'}";
         Config::parse(ok).unwrap().validate().unwrap();
     }

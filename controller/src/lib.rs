@@ -5,4 +5,6 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod lxd;
+pub mod runtime;
 pub mod store;

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use tokio_util::sync::CancellationToken;
 
-pub use admission::{Admission, KINDS, ResourceKind};
+pub use admission::Admission;
 pub use error::{ApiError, Cause};
 pub use server::{Listeners, bind_tcp, bind_unix, serve};
 

@@ -11,7 +11,9 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::admission::{self, Admitted, ResourceKind};
+use berth_api::Kind;
+
+use super::admission::{self, Admitted};
 use super::body::{self, APPLY_LIMIT, APPLY_PATCH, MERGE_PATCH, OBJECT_LIMIT};
 use super::error::{ApiError, Cause};
 use super::merge_patch;
@@ -167,7 +169,7 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
                 }
                 ([_, "status"], _) => Err(ApiError::method_not_allowed(&method, &path)),
                 ([name, "events"], &Method::GET) => {
-                    Ok(event_list(state.store.events_for(kind.kind, name)?))
+                    Ok(event_list(state.store.events_for(kind.as_str(), name)?))
                 }
                 ([_, "events"], _) => Err(ApiError::method_not_allowed(&method, &path)),
                 _ => Err(ApiError::not_found(format!("no route for {path}"))),
@@ -220,12 +222,12 @@ struct ListMeta {
     resource_version: String,
 }
 
-fn list(state: &ApiState, kind: ResourceKind, query: &Query) -> Outcome {
+fn list(state: &ApiState, kind: Kind, query: &Query) -> Outcome {
     let selector = query.selector()?;
-    let objects = state.store.list(kind.kind);
+    let objects = state.store.list(kind.as_str());
     let body = ListBody {
         api_version: berth_api::API_VERSION,
-        kind: kind.list_kind(),
+        kind: kind.list_kind().to_string(),
         metadata: ListMeta {
             resource_version: state.store.resource_version().to_string(),
         },
@@ -238,22 +240,23 @@ fn list(state: &ApiState, kind: ResourceKind, query: &Query) -> Outcome {
     Ok(serialized(StatusCode::OK, &body))
 }
 
-fn get(state: &ApiState, kind: ResourceKind, name: &str) -> Outcome {
+fn get(state: &ApiState, kind: Kind, name: &str) -> Outcome {
     let object = state
         .store
-        .get(kind.kind, name)
+        .get(kind.as_str(), name)
         .ok_or_else(|| not_found(kind, name))?;
     Ok(serialized(StatusCode::OK, object.as_ref()))
 }
 
-fn not_found(kind: ResourceKind, name: &str) -> ApiError {
-    ApiError::not_found(format!("{} {name:?} not found", kind.kind)).with_object(kind.kind, name)
+fn not_found(kind: Kind, name: &str) -> ApiError {
+    ApiError::not_found(format!("{} {name:?} not found", kind.as_str()))
+        .with_object(kind.as_str(), name)
 }
 
 /// Reads and admits one object sent for `kind` (and `name`, when the URL names one).
 async fn admit_one(
     state: &ApiState,
-    kind: ResourceKind,
+    kind: Kind,
     name: Option<&str>,
     req: Request<Incoming>,
 ) -> Result<Admitted, ApiError> {
@@ -266,12 +269,12 @@ async fn admit_one(
 }
 
 /// A body may leave out what the URL already says.
-fn fill_identity(value: &mut Value, kind: ResourceKind, name: Option<&str>) {
+fn fill_identity(value: &mut Value, kind: Kind, name: Option<&str>) {
     let Value::Object(object) = value else { return };
     object
         .entry("apiVersion")
         .or_insert_with(|| json!(berth_api::API_VERSION));
-    object.entry("kind").or_insert_with(|| json!(kind.kind));
+    object.entry("kind").or_insert_with(|| json!(kind.as_str()));
     if let Some(name) = name {
         let metadata = object.entry("metadata").or_insert_with(|| json!({}));
         if let Value::Object(metadata) = metadata {
@@ -282,7 +285,7 @@ fn fill_identity(value: &mut Value, kind: ResourceKind, name: Option<&str>) {
 
 fn admit_value(
     state: &ApiState,
-    kind: ResourceKind,
+    kind: Kind,
     name: Option<&str>,
     value: &Value,
 ) -> Result<Admitted, ApiError> {
@@ -294,11 +297,12 @@ fn admit_value(
     let admitted = state
         .admission
         .admit(value)
-        .map_err(|causes| ApiError::invalid(Some(kind.kind), Some(&sent_name), causes))?;
-    if admitted.desired.kind != kind.kind {
+        .map_err(|causes| ApiError::invalid(Some(kind.as_str()), Some(&sent_name), causes))?;
+    if admitted.desired.kind != kind.as_str() {
         return Err(ApiError::bad_request(format!(
             "kind {:?} was sent to the {} endpoint",
-            admitted.desired.kind, kind.plural
+            admitted.desired.kind,
+            kind.plural()
         )));
     }
     if let Some(name) = name
@@ -323,7 +327,7 @@ async fn blocking<T: Send + 'static>(
 
 async fn create(
     state: &Arc<ApiState>,
-    kind: ResourceKind,
+    kind: Kind,
     req: Request<Incoming>,
     query: &Query,
 ) -> Outcome {
@@ -338,7 +342,7 @@ async fn create(
 
 async fn replace(
     state: &Arc<ApiState>,
-    kind: ResourceKind,
+    kind: Kind,
     name: &str,
     req: Request<Incoming>,
     query: &Query,
@@ -355,7 +359,7 @@ async fn replace(
 
 async fn patch(
     state: &Arc<ApiState>,
-    kind: ResourceKind,
+    kind: Kind,
     name: &str,
     req: Request<Incoming>,
     query: &Query,
@@ -380,7 +384,7 @@ async fn patch(
             let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
             let patch = body::decode(&bytes, Some(MERGE_PATCH))?;
             let current = store
-                .get(kind.kind, name)
+                .get(kind.as_str(), name)
                 .ok_or_else(|| not_found(kind, name))?;
             let merged = merged_user_form(&current, &patch)?;
             let admitted = admit_value(state, kind, Some(name), &merged)?;
@@ -447,7 +451,7 @@ fn merged_user_form(current: &StoredObject, patch: &Value) -> Result<Value, ApiE
     Ok(form)
 }
 
-async fn delete(state: &Arc<ApiState>, kind: ResourceKind, name: &str, query: &Query) -> Outcome {
+async fn delete(state: &Arc<ApiState>, kind: Kind, name: &str, query: &Query) -> Outcome {
     let dry_run = query.dry_run()?;
     let mut annotations = BTreeMap::new();
     if query.flag("force")? {
@@ -460,7 +464,7 @@ async fn delete(state: &Arc<ApiState>, kind: ResourceKind, name: &str, query: &Q
         None => None,
     };
     let store = Arc::clone(&state.store);
-    let (kind_name, name_owned) = (kind.kind.to_string(), name.to_string());
+    let (kind_name, name_owned) = (kind.as_str().to_string(), name.to_string());
     let deletion =
         blocking(move || store.delete(&kind_name, &name_owned, rv, annotations, dry_run))
             .await?
@@ -480,7 +484,7 @@ async fn delete(state: &Arc<ApiState>, kind: ResourceKind, name: &str, query: &Q
 async fn put_status(
     state: &Arc<ApiState>,
     caller: &Caller,
-    kind: ResourceKind,
+    kind: Kind,
     name: &str,
     req: Request<Incoming>,
     query: &Query,
@@ -497,14 +501,14 @@ async fn put_status(
     let value = body::decode(&bytes, media.as_deref())?;
     let status = value.get("status").cloned().ok_or_else(|| {
         ApiError::invalid(
-            Some(kind.kind),
+            Some(kind.as_str()),
             Some(name),
             vec![Cause::new("status", "required")],
         )
     })?;
     if !status.is_object() && !status.is_null() {
         return Err(ApiError::invalid(
-            Some(kind.kind),
+            Some(kind.as_str()),
             Some(name),
             vec![Cause::new("status", "must be an object")],
         ));
@@ -518,7 +522,7 @@ async fn put_status(
         _ => None,
     };
     let store = Arc::clone(&state.store);
-    let (kind_name, name_owned) = (kind.kind.to_string(), name.to_string());
+    let (kind_name, name_owned) = (kind.as_str().to_string(), name.to_string());
     let object =
         blocking(move || store.update_status(&kind_name, &name_owned, rv, status, dry_run))
             .await??;

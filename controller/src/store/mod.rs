@@ -115,11 +115,6 @@ enum Write {
     Remove { kind: String, name: String },
 }
 
-/// `displayName` as uniqueness compares it.
-pub fn normalize_display_name(display_name: &str) -> String {
-    display_name.trim().to_lowercase()
-}
-
 fn display_name_of(object: &StoredObject) -> Option<String> {
     if object.kind != PROJECT_KIND {
         return None;
@@ -130,7 +125,7 @@ fn display_name_of(object: &StoredObject) -> Option<String> {
         .and_then(Value::as_str)
         .filter(|d| !d.trim().is_empty())
         .unwrap_or(object.name());
-    Some(normalize_display_name(display))
+    Some(berth_api::display_name_key(display))
 }
 
 pub(crate) fn restrict_mode(path: &Path) -> Result<(), StoreError> {
@@ -249,7 +244,7 @@ impl Store {
     pub fn project_with_display_name(&self, display_name: &str) -> Option<String> {
         self.lock()
             .display_names
-            .get(&normalize_display_name(display_name))
+            .get(&berth_api::display_name_key(display_name))
             .cloned()
     }
 

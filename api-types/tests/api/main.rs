@@ -5,6 +5,7 @@ mod defaults;
 mod manifests;
 mod roundtrip;
 mod units;
+mod wire;
 
 /// Parses one YAML document into the JSON value the decoders take.
 pub fn yaml(text: &str) -> serde_json::Value {

@@ -358,6 +358,12 @@ fn a_bad_batch_persists_nothing_and_names_where_it_is_wrong() {
             &["batch.yaml: document 3 (project/Not_A_Name): metadata.name"],
         ),
         (
+            "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: big\nspec:\n  resources: {memory: 4 gigs}\n",
+            &[
+                "batch.yaml: document 3 (project/big): spec.resources.memory: \"4 gigs\" is not a quantity",
+            ],
+        ),
+        (
             "apiVersion: berth.dev/v1alpha1\nkind: Widget\nmetadata:\n  name: w\n",
             &["batch.yaml: document 3: kind: unknown kind \"Widget\""],
         ),
@@ -390,6 +396,12 @@ fn unknown_fields_are_rejected_with_their_path() {
     let cases = [
         ("specc: {}\n", "specc"),
         ("status: {}\nextra: 1\n", "extra"),
+        ("spec:\n  imagee: berth-base\n", "spec.imagee"),
+        (
+            "spec:\n  seedFiles: [{path: a, content: b, colour: red}]\n",
+            "spec.seedFiles[0].colour",
+        ),
+        ("metadata2: {}\n", "metadata2"),
     ];
     for (extra, path) in cases {
         let file = daemon.file("typo.yaml", &project("typo", extra));

@@ -457,6 +457,30 @@ fn diff_exits_0_when_same_1_when_different_2_on_error() {
     // A diff writes nothing.
     daemon.berth(&["get", "project", "brand-new"]).fails(1);
 
+    // A large batch is compared against one list call; the answer is the same.
+    let many: Vec<String> = (0..30).map(|i| project(&format!("many-{i}"), "")).collect();
+    let many_file = daemon.file("many.yaml", &many.join("---\n"));
+    daemon.berth(&["apply", "-f", &many_file]).ok();
+    daemon.berth(&["diff", "-f", &many_file]).fails(0);
+    let one_changed = many.join("---\n").replacen(
+        "name: many-7\n",
+        "name: many-7\n  labels: {changed: \"yes\"}\n",
+        1,
+    );
+    let changed_file = daemon.file("many-changed.yaml", &one_changed);
+    let run = daemon.berth(&["diff", "-f", &changed_file]).fails(1);
+    assert_eq!(
+        run.stdout.matches("--- live/").count(),
+        1,
+        "only many-7 differs: {}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("+++ merged/project/many-7\n"),
+        "{}",
+        run.stdout
+    );
+
     let missing = daemon.dir.path().join("missing.yaml");
     let run = daemon
         .berth(&["diff", "-f", missing.to_str().unwrap()])

@@ -1,14 +1,15 @@
 //! `berth diff -f`: a dry-run apply compared with the live objects. Exit 0: no difference,
 //! 1: differences, 2: an error.
 
+use std::collections::HashMap;
 use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::{Map, Value, json};
 
-use super::render::to_yaml;
+use super::render::{name_of, to_yaml};
 use super::{Context, manifest, report, textdiff};
-use crate::client::{ApplyOptions, Resource};
+use crate::client::{ApplyOptions, ApplyOutcome, Client, ClientError, Resource};
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
@@ -48,12 +49,13 @@ async fn differences(context: &Context, args: &DiffArgs) -> anyhow::Result<bool>
     };
     let items = manifests.iter().map(|m| m.object.clone()).collect();
     let outcomes = client.apply(items, &options).await?;
+    let live_objects = LiveObjects::read(&client, &outcomes).await?;
     let mut differs = false;
     for outcome in outcomes {
         let Some(resource) = Resource::from_kind(&outcome.kind) else {
             continue;
         };
-        let live = client.get_opt(resource, &outcome.name).await?;
+        let live = live_objects.get(&client, resource, &outcome.name).await?;
         let live_text = live
             .as_ref()
             .map(|o| to_yaml(&comparable(o)))
@@ -73,6 +75,54 @@ async fn differences(context: &Context, args: &DiffArgs) -> anyhow::Result<bool>
         }
     }
     Ok(differs)
+}
+
+/// Above this many objects of one kind, one list call is cheaper than a GET each.
+const LIST_THRESHOLD: usize = 20;
+
+/// The live objects a diff compares against: listed once per kind for a large batch, read one
+/// by one for a small one.
+struct LiveObjects {
+    listed: HashMap<Resource, HashMap<String, Value>>,
+}
+
+impl LiveObjects {
+    async fn read(client: &Client, outcomes: &[ApplyOutcome]) -> Result<LiveObjects, ClientError> {
+        let mut counts: HashMap<Resource, usize> = HashMap::new();
+        for outcome in outcomes {
+            if let Some(resource) = Resource::from_kind(&outcome.kind) {
+                *counts.entry(resource).or_default() += 1;
+            }
+        }
+        let mut listed = HashMap::new();
+        for (resource, count) in counts {
+            if count <= LIST_THRESHOLD {
+                continue;
+            }
+            let list = client.list(resource, None).await?;
+            let by_name: HashMap<String, Value> = list
+                .get("items")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|o| (name_of(o).to_string(), o.clone()))
+                .collect();
+            listed.insert(resource, by_name);
+        }
+        Ok(LiveObjects { listed })
+    }
+
+    async fn get(
+        &self,
+        client: &Client,
+        resource: Resource,
+        name: &str,
+    ) -> Result<Option<Value>, ClientError> {
+        match self.listed.get(&resource) {
+            Some(by_name) => Ok(by_name.get(name).cloned()),
+            None => client.get_opt(resource, name).await,
+        }
+    }
 }
 
 /// What a user writes: apiVersion, kind, the user-owned metadata and the spec. Status and

@@ -144,11 +144,13 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
     })
 }
 
-/// A server `Status` prints as kubectl prints it; everything else as `error: ...`.
+/// A server `Status` prints as kubectl prints it, however deep it was wrapped; everything else
+/// as `error: ...`.
 pub(crate) fn report(err: &anyhow::Error) {
-    if let Some(ClientError::Api(status)) = err.downcast_ref::<ClientError>() {
-        eprintln!("{status}");
-        return;
+    let text = format!("{err:#}");
+    if text.starts_with("Error from server (") {
+        eprintln!("{text}");
+    } else {
+        eprintln!("error: {text}");
     }
-    eprintln!("error: {err:#}");
 }

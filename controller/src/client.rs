@@ -737,3 +737,141 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     }
     current.to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_parse_as_sockets_or_urls() {
+        assert_eq!(
+            Server::parse("/run/berth/berth.sock").unwrap(),
+            Server::Unix(PathBuf::from("/run/berth/berth.sock"))
+        );
+        assert_eq!(
+            Server::parse("relative.sock").unwrap(),
+            Server::Unix(PathBuf::from("relative.sock"))
+        );
+        assert!(matches!(
+            Server::parse("http://127.0.0.1:7480").unwrap(),
+            Server::Http(_)
+        ));
+        for bad in ["", "  ", "ftp://host/x", "http://"] {
+            assert!(Server::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn kinds_from_the_command_line() {
+        let cases = [
+            ("project", Some(Resource::Project)),
+            ("Projects", Some(Resource::Project)),
+            ("agentprofile", Some(Resource::AgentProfile)),
+            ("gitsources", Some(Resource::GitSource)),
+            ("pods", None),
+        ];
+        for (word, expected) in cases {
+            assert_eq!(Resource::from_cli(word), expected, "{word}");
+        }
+        assert_eq!(
+            Client::object_path(Resource::Project, Some("a b/c")),
+            "/apis/berth.dev/v1alpha1/projects/a%20b%2Fc"
+        );
+    }
+
+    #[test]
+    fn status_bodies_and_other_bodies_both_make_errors() {
+        let status = br#"{"kind":"Status","status":"Failure","reason":"AlreadyExists","message":"Project \"a\" already exists","code":409}"#;
+        let parsed = ApiStatus::from_response(StatusCode::CONFLICT, status);
+        assert!(parsed.is_already_exists());
+        assert_eq!(
+            parsed.to_string(),
+            "Error from server (AlreadyExists): Project \"a\" already exists"
+        );
+        let plain = ApiStatus::from_response(StatusCode::BAD_GATEWAY, b"upstream gone\nmore");
+        assert_eq!(
+            plain.to_string(),
+            "Error from server (Unknown): upstream gone"
+        );
+        let empty = ApiStatus::from_response(StatusCode::NOT_FOUND, b"");
+        assert!(empty.is_not_found());
+        assert_eq!(
+            empty.to_string(),
+            "Error from server (NotFound): the server answered 404 Not Found"
+        );
+    }
+
+    #[tokio::test]
+    async fn watch_lines_survive_any_chunking() {
+        let chunks: Vec<Result<Bytes, reqwest::Error>> = vec![
+            Ok(Bytes::from_static(b"{\"type\":\"ADDED\",")),
+            Ok(Bytes::from_static(b"\"object\":{}}\n{\"type\":\"MODI")),
+            Ok(Bytes::from_static(
+                b"FIED\",\"object\":{}}\n\n{\"type\":\"DELETED\",\"object\":{}}",
+            )),
+        ];
+        let lines: Vec<Vec<u8>> = split_lines(futures::stream::iter(chunks))
+            .map(|line| line.expect("no transport error"))
+            .collect()
+            .await;
+        let events: Vec<String> = lines
+            .iter()
+            .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+            .map(|l| serde_json::from_slice::<WatchEvent>(l).unwrap().type_)
+            .collect();
+        assert_eq!(events, ["ADDED", "MODIFIED", "DELETED"]);
+    }
+
+    /// A one-shot HTTP server on loopback that records the request it got.
+    fn answer_once(response: String) -> (String, std::thread::JoinHandle<String>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let handle = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = stream.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buf[..n]);
+            }
+            stream.write_all(response.as_bytes()).unwrap();
+            String::from_utf8_lossy(&request).into_owned()
+        });
+        (url, handle)
+    }
+
+    #[tokio::test]
+    async fn the_token_travels_as_a_bearer_header_and_selectors_as_a_query() {
+        let body = r#"{"apiVersion":"berth.dev/v1alpha1","kind":"ProjectList","items":[]}"#;
+        let response = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let (url, server) = answer_once(response);
+        let client = Client::new(Server::parse(&url).unwrap(), Some("s3cret".to_string())).unwrap();
+        let list = client
+            .list(Resource::Project, Some("team=a,tier!=dev"))
+            .await
+            .unwrap();
+        assert_eq!(list["kind"], "ProjectList");
+        let request = server.join().unwrap();
+        let first_line = request.lines().next().unwrap();
+        assert_eq!(
+            first_line,
+            "GET /apis/berth.dev/v1alpha1/projects?labelSelector=team%3Da%2Ctier%21%3Ddev HTTP/1.1"
+        );
+        assert!(
+            request
+                .to_ascii_lowercase()
+                .contains("authorization: bearer s3cret\r\n"),
+            "{request}"
+        );
+    }
+}

@@ -110,3 +110,30 @@ pub async fn run(context: &Context, args: EventsArgs) -> anyhow::Result<ExitCode
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn rows_show_counts_and_objects() {
+        let now = DateTime::parse_from_rfc3339("2026-01-01T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let events = [
+            json!({"type": "Warning", "reason": "QuotaNotEnforced", "message": "pool dir has no quotas",
+                   "count": 3, "firstTimestamp": "2026-01-01T11:00:00Z", "lastTimestamp": "2026-01-01T11:58:00Z",
+                   "involvedObject": {"kind": "Project", "name": "payments-api"}}),
+            json!({"type": "Normal", "reason": "Synced", "message": "",
+                   "lastTimestamp": "2026-01-01T11:59:30Z",
+                   "involvedObject": {"kind": "Widget", "name": "w"}}),
+        ];
+        let rows = event_rows(&events, now);
+        assert_eq!(rows[0].object, "project/payments-api");
+        assert_eq!(rows[0].age, "2m (x3 over 60m)");
+        assert_eq!(rows[0].last_seen, "2m");
+        assert_eq!(rows[1].object, "widget/w");
+        assert_eq!(rows[1].age, "30s");
+    }
+}

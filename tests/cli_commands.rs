@@ -253,6 +253,14 @@ fn apply_then_get_yaml_applies_back_unchanged() {
         ["project/payments-api created", "project/web created"]
     );
 
+    // With the status a controller writes, too.
+    daemon.put_status(
+        "payments-api",
+        json!({"observedGeneration": 1, "phase": "Provisioning", "step": "Created",
+               "conditions": [{"type": "Ready", "status": "False", "reason": "Starting",
+                               "message": "booting", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+    );
+
     // One object's YAML, and the whole list's, both apply back as they are.
     let one = daemon
         .berth(&["get", "project", "payments-api", "-o", "yaml"])
@@ -284,6 +292,10 @@ fn apply_then_get_yaml_applies_back_unchanged() {
         "Spec:",
         "NODE_ENV: development",
         "Status:",
+        "  Phase:               Provisioning",
+        "  Step:                Created",
+        "Conditions:",
+        "  Ready   False    Starting",
         "Events:",
     ] {
         assert!(

@@ -605,13 +605,27 @@ fn describe_error(
             .map(|(_, rest)| format!(" (expected {rest})"))
             .unwrap_or_default();
         format!("{name:?} is not a valid value{expected}")
-    } else if let Some(found) = message.strip_suffix(", expected string or map") {
-        // Every enum here is a set of plain names; "or map" would only confuse.
-        format!("{found}, expected a string")
     } else {
-        message
+        plain_type_message(message)
     };
     (render_path(&segments), message, segments)
+}
+
+/// Says serde's type mismatches in the words of YAML, not of Rust.
+fn plain_type_message(message: String) -> String {
+    let message = message.replacen("invalid type: map,", "invalid type: mapping,", 1);
+    if let Some(found) = message.strip_suffix(", expected string or map") {
+        // Every enum here is a set of plain names; "or map" would only confuse.
+        format!("{found}, expected a string")
+    } else if message == "invalid value: map, expected map with a single key" {
+        "invalid type: mapping, expected a string".to_string()
+    } else if let Some(found) = message.strip_suffix(", expected a map") {
+        format!("{found}, expected a mapping")
+    } else if let Some((found, _)) = message.split_once(", expected struct ") {
+        format!("{found}, expected a mapping")
+    } else {
+        message
+    }
 }
 
 fn backticked(message: &str, prefix: &str) -> Option<String> {

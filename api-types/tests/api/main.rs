@@ -3,6 +3,7 @@
 mod conditions;
 mod defaults;
 mod manifests;
+mod mutations;
 mod roundtrip;
 mod units;
 mod wire;

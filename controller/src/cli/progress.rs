@@ -79,10 +79,11 @@ pub fn evaluate(resource: Resource, goal: &Goal, object: Option<&Value>) -> Verd
             if resource == Resource::AgentProfile {
                 return Verdict::Met;
             }
-            if !observes_current_generation(object) {
+            let ready_condition = condition(object, "Ready");
+            if !describes_current_generation(object, ready_condition) {
                 return Verdict::Pending;
             }
-            let ready = condition(object, "Ready").is_some_and(|c| str_at(c, "status") == "True");
+            let ready = ready_condition.is_some_and(|c| str_at(c, "status") == "True");
             let stopped = str_at(object, "status.phase") == "Stopped";
             if ready || stopped {
                 Verdict::Met
@@ -91,14 +92,11 @@ pub fn evaluate(resource: Resource, goal: &Goal, object: Option<&Value>) -> Verd
             }
         }
         Goal::Condition { type_, status } => match condition(object, type_) {
-            Some(c) if str_at(c, "status").eq_ignore_ascii_case(status) => {
-                let generation = generation(object);
-                let observed = c.get("observedGeneration").and_then(Value::as_i64);
-                match (generation, observed) {
-                    (Some(g), Some(o)) if o > 0 && o < g => Verdict::Pending,
-                    _ if !observes_current_generation(object) => Verdict::Pending,
-                    _ => Verdict::Met,
-                }
+            Some(c)
+                if str_at(c, "status").eq_ignore_ascii_case(status)
+                    && describes_current_generation(object, Some(c)) =>
+            {
+                Verdict::Met
             }
             _ => Verdict::Pending,
         },
@@ -109,13 +107,18 @@ fn generation(object: &Value) -> Option<i64> {
     value_at(object, "metadata.generation").and_then(Value::as_i64)
 }
 
-/// A status that says nothing of the generation it describes is taken at its word.
-fn observes_current_generation(object: &Value) -> bool {
-    let observed = value_at(object, "status.observedGeneration").and_then(Value::as_i64);
-    match (generation(object), observed) {
-        (Some(g), Some(o)) => o >= g,
-        (Some(_), None) => false,
-        (None, _) => true,
+/// Whether the status (or the condition itself) speaks of the object's current generation. A
+/// status that reports no generation at all is taken at its word.
+fn describes_current_generation(object: &Value, condition: Option<&Value>) -> bool {
+    let Some(generation) = generation(object) else {
+        return true;
+    };
+    let reported = |v: Option<&Value>| v.and_then(Value::as_i64).filter(|g| *g > 0);
+    let from_status = reported(value_at(object, "status.observedGeneration"));
+    let from_condition = reported(condition.and_then(|c| c.get("observedGeneration")));
+    match from_status.max(from_condition) {
+        Some(observed) => observed >= generation,
+        None => true,
     }
 }
 
@@ -334,6 +337,22 @@ mod tests {
             (Goal::Ready, Some(project(2, stale_ready)), Verdict::Pending),
             (Goal::Ready, Some(project(2, stopped)), Verdict::Met),
             (Goal::Ready, Some(project(1, json!({}))), Verdict::Pending),
+            (
+                Goal::Ready,
+                Some(project(
+                    3,
+                    json!({"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 3}]}),
+                )),
+                Verdict::Met,
+            ),
+            (
+                Goal::Ready,
+                Some(project(
+                    3,
+                    json!({"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 2}]}),
+                )),
+                Verdict::Pending,
+            ),
             (
                 Goal::Ready,
                 None,

@@ -867,6 +867,29 @@ fn the_examples_parse_and_apply() {
     daemon.berth(&["diff", "-f", &quickstart]).ok();
     let object = daemon.object("project", "quickstart");
     assert_eq!(object["spec"]["image"], "berth-base");
+
+    // The GitOps layout is valid as a whole, and its projects apply and diff clean.
+    let gitops = example("gitops");
+    let run = daemon
+        .berth(&["apply", "-f", &gitops, "-R", "--dry-run"])
+        .ok();
+    assert_eq!(run.stdout.lines().count(), 4, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("gitsource/fleet created (dry run)"),
+        "{}",
+        run.stdout
+    );
+    let projects = example("gitops/projects");
+    let run = daemon.berth(&["apply", "-f", &projects, "-R"]).ok();
+    assert_eq!(
+        names_in(&run),
+        [
+            "project/payments-api created",
+            "project/payments-worker created",
+            "project/storefront created"
+        ]
+    );
+    daemon.berth(&["diff", "-f", &projects, "-R"]).ok();
 }
 
 #[test]

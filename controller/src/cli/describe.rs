@@ -145,16 +145,30 @@ pub fn describe(
     {
         out.push_str("Conditions:\n");
         let mut table = Table::new(["type", "status", "reason", "age", "message"]);
+        let mut long_messages = Vec::new();
         for c in conditions {
+            let message = str_at(c, "message").trim_end();
+            let first_line = match message.split_once('\n') {
+                Some((first, _)) => {
+                    long_messages.push((str_at(c, "type"), message));
+                    format!("{first} (continued below)")
+                }
+                None => message.to_string(),
+            };
             table.row(vec![
                 str_at(c, "type").to_string(),
                 str_at(c, "status").to_string(),
                 str_at(c, "reason").to_string(),
                 age_at(c, "lastTransitionTime", now),
-                str_at(c, "message").to_string(),
+                first_line,
             ]);
         }
         out.push_str(&indent(&table.render(), 2));
+        // A step deadline carries the container's console tail: shown whole, line by line.
+        for (type_, message) in long_messages {
+            let _ = writeln!(out, "  {type_} message:");
+            out.push_str(&indent(message, 4));
+        }
     }
 
     if let Some(container) = status.get("container").filter(|c| !c.is_null()) {
@@ -234,6 +248,13 @@ mod tests {
                        "container": {"name": "payments-api", "pid": 42},
                        "title": "Fix it"}
         });
+        let mut object = object;
+        object["status"]["conditions"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "Reachable", "status": "False", "reason": "BootTimeout",
+                         "lastTransitionTime": "2026-01-01T11:59:00Z",
+                         "message": "no exec answer 120s after start; console tail:\n[ 1.0] init: ok\n[ 2.0] panic\n"}));
         let events = vec![
             json!({"type": "Normal", "reason": "Created", "message": "container created",
                                  "count": 2, "firstTimestamp": "2026-01-01T11:50:00Z",
@@ -259,8 +280,13 @@ Status:
   Observed Generation: 2
   title: Fix it
 Conditions:
-  TYPE    STATUS   REASON     AGE   MESSAGE
-  Ready   False    Starting   60s
+  TYPE        STATUS   REASON        AGE   MESSAGE
+  Ready       False    Starting      60s
+  Reachable   False    BootTimeout   60s   no exec answer 120s after start; console tail: (continued below)
+  Reachable message:
+    no exec answer 120s after start; console tail:
+    [ 1.0] init: ok
+    [ 2.0] panic
 Container:
   name: payments-api
   pid: 42

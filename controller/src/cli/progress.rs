@@ -141,7 +141,8 @@ pub fn summary(object: &Value) -> String {
         let reason = str_at(c, "reason");
         if held && !reason.is_empty() && reason != step && reason != phase {
             line.push_str(&format!(": {reason}"));
-            let message = str_at(c, "message");
+            // Progress stays one line per change; `describe` shows a long message whole.
+            let message = str_at(c, "message").lines().next().unwrap_or("");
             if !message.is_empty() {
                 line.push_str(&format!(": {message}"));
             }

@@ -92,7 +92,8 @@ pub enum Server {
 }
 
 impl Server {
-    /// A value starting with `http://` or `https://` is a URL; anything else is a socket path.
+    /// A value starting with `http://` or `https://` is a URL; `unix:///path` or any other
+    /// value is a socket path.
     pub fn parse(value: &str) -> Result<Server, ClientError> {
         let trimmed = value.trim();
         if trimmed.is_empty() {
@@ -101,6 +102,13 @@ impl Server {
         if trimmed.starts_with("http://") || trimmed.starts_with("https://") {
             let url = Url::parse(trimmed).map_err(|_| ClientError::BadServer(value.to_string()))?;
             return Ok(Server::Http(url));
+        }
+        // LXD spells its socket `unix:///path`; accept that spelling too.
+        if let Some(path) = trimmed.strip_prefix("unix://") {
+            if path.is_empty() {
+                return Err(ClientError::BadServer(value.to_string()));
+            }
+            return Ok(Server::Unix(PathBuf::from(path)));
         }
         if trimmed.contains("://") {
             return Err(ClientError::BadServer(value.to_string()));
@@ -261,7 +269,7 @@ impl std::error::Error for ApiStatus {}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("invalid server address {0:?}: expected a unix socket path or an http(s) URL")]
+    #[error("--server {0:?}: expected a unix socket path or an http(s) URL")]
     BadServer(String),
     #[error("cannot reach the berth server at {server}: {reason}")]
     Unreachable { server: String, reason: String },
@@ -752,11 +760,15 @@ mod tests {
             Server::parse("relative.sock").unwrap(),
             Server::Unix(PathBuf::from("relative.sock"))
         );
+        assert_eq!(
+            Server::parse("unix:///run/berth/berth.sock").unwrap(),
+            Server::Unix(PathBuf::from("/run/berth/berth.sock"))
+        );
         assert!(matches!(
             Server::parse("http://127.0.0.1:7480").unwrap(),
             Server::Http(_)
         ));
-        for bad in ["", "  ", "ftp://host/x", "http://"] {
+        for bad in ["", "  ", "ftp://host/x", "http://", "unix://"] {
             assert!(Server::parse(bad).is_err(), "{bad:?}");
         }
     }

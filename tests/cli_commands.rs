@@ -50,32 +50,43 @@ impl Daemon {
 
     fn start_with(extra: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
-        let log = std::fs::File::create(dir.path().join("daemon.log")).expect("log file");
-        let child = Command::new(BERTH)
-            .args(["serve", "--paused", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .arg("--socket")
-            .arg(dir.path().join("berth.sock"))
-            .args(extra)
-            .env_remove("BERTH_SERVER")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log file"))
-            .stderr(log)
-            .spawn()
-            .expect("start berth serve");
+        let child = spawn_daemon(dir.path(), extra);
         let daemon = Daemon { child, dir };
+        daemon.wait_until_serving();
+        daemon
+    }
+
+    fn wait_until_serving(&self) {
         let deadline = Instant::now() + STARTUP_DEADLINE;
-        loop {
-            if daemon.socket().exists() && daemon.berth(&["version"]).code == 0 {
-                return daemon;
-            }
+        while !(self.socket().exists() && self.berth(&["version"]).code == 0) {
             assert!(
                 Instant::now() < deadline,
                 "berth serve did not answer within {STARTUP_DEADLINE:?}: {}",
-                daemon.log()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Stops the daemon (SIGTERM), then starts it again on the same data dir and socket.
+    fn restart(&mut self) {
+        self.stop();
+        self.child = spawn_daemon(self.dir.path(), &[]);
+        self.wait_until_serving();
+    }
+
+    fn stop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     fn socket(&self) -> PathBuf {
@@ -167,27 +178,40 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
+}
+
+fn spawn_daemon(dir: &std::path::Path, extra: &[&str]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("daemon.log"))
+        .expect("log file");
+    Command::new(BERTH)
+        .args(["serve", "--paused", "--data-dir"])
+        .arg(dir.join("data"))
+        .arg("--socket")
+        .arg(dir.join("berth.sock"))
+        .args(extra)
+        .env_remove("BERTH_SERVER")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log file"))
+        .stderr(log)
+        .spawn()
+        .expect("start berth serve")
 }
 
 /// Collects a child's output, killing it if it outlives the deadline.
 fn finish(mut child: Child, args: &[&str]) -> Run {
-    let mut stdout = child.stdout.take().expect("stdout pipe");
+    // A caller that took stdout to read it as it comes gets an empty one here.
+    let stdout = child.stdout.take();
     let mut stderr = child.stderr.take().expect("stderr pipe");
     let out = std::thread::spawn(move || {
         let mut text = String::new();
-        let _ = stdout.read_to_string(&mut text);
+        if let Some(mut stdout) = stdout {
+            let _ = stdout.read_to_string(&mut text);
+        }
         text
     });
     let err = std::thread::spawn(move || {
@@ -989,4 +1013,59 @@ async fn next_event(watch: &mut berth::client::WatchStream) -> berth::client::Wa
         .expect("a watch event within 30s")
         .expect("the watch stays open")
         .expect("a well-formed event")
+}
+
+#[test]
+fn a_wait_outlives_a_daemon_restart() {
+    let mut daemon = Daemon::start();
+    let file = daemon.file("p.yaml", &project("sturdy", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    let generation = daemon.object("project", "sturdy")["metadata"]["generation"].clone();
+    daemon.put_status(
+        "sturdy",
+        json!({"observedGeneration": generation, "phase": "Provisioning", "step": "Created"}),
+    );
+
+    let mut child = daemon
+        .command(&[
+            "wait",
+            "project/sturdy",
+            "--for=condition=Ready",
+            "--timeout=90s",
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("run berth wait");
+    // Its first progress line says the wait has read the object and is following it.
+    let stdout = child.stdout.take().expect("stdout pipe");
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let first = lines
+        .recv_timeout(COMMAND_DEADLINE)
+        .expect("a progress line from berth wait");
+    assert_eq!(first, "sturdy: Created");
+
+    daemon.restart();
+    daemon.put_status(
+        "sturdy",
+        json!({"observedGeneration": generation, "phase": "Ready", "step": "Reachable",
+               "conditions": [{"type": "Ready", "status": "True", "reason": "Reachable",
+                               "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+    );
+    let run = finish(child, &["wait"]).ok();
+    reader.join().expect("stdout reader");
+    let rest: Vec<String> = lines.try_iter().collect();
+    assert_eq!(
+        rest.last().map(String::as_str),
+        Some("project/sturdy condition met"),
+        "{rest:?} {run:?}"
+    );
 }

@@ -2,7 +2,7 @@
 //! periodic re-read as a safety net, and polling with backoff when the watch is unavailable.
 //! Prints one progress line each time an object's step (or its blocking reason) changes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -187,22 +187,51 @@ impl Tracker {
         }
     }
 
+    /// Reads every awaited object: one GET each for a few, one list per kind for many.
     async fn poll_all(&mut self, client: &Client) -> Result<(), WaitError> {
         let keys: Vec<Key> = self.pending.keys().cloned().collect();
-        for key in keys {
-            let object = client.get_opt(key.0, &key.1).await?;
-            self.observe(&key, object.as_ref())?;
+        let mut kinds: Vec<Resource> = keys.iter().map(|k| k.0).collect();
+        kinds.sort();
+        kinds.dedup();
+        for resource in kinds {
+            let names: Vec<&String> = keys
+                .iter()
+                .filter(|k| k.0 == resource)
+                .map(|k| &k.1)
+                .collect();
+            if names.len() <= LIST_THRESHOLD {
+                for name in names {
+                    let object = client.get_opt(resource, name).await?;
+                    self.observe(&(resource, name.clone()), object.as_ref())?;
+                }
+                continue;
+            }
+            let list = client.list(resource, None).await?;
+            let mut by_name: HashMap<&str, &Value> = list
+                .get("items")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|o| (str_at(o, "metadata.name"), o))
+                .collect();
+            for name in names {
+                let object = by_name.remove(name.as_str());
+                self.observe(&(resource, name.clone()), object)?;
+            }
         }
         Ok(())
     }
 }
 
+/// Above this many awaited objects of one kind, a re-read lists the kind instead of GETs.
+const LIST_THRESHOLD: usize = 20;
 /// Poll interval bounds when no watch is available, and the re-read period while one is.
 const POLL_START: Duration = Duration::from_millis(250);
 const POLL_MAX: Duration = Duration::from_secs(5);
-const WATCH_RESYNC: Duration = Duration::from_secs(2);
+const WATCH_RESYNC: Duration = Duration::from_secs(5);
 
-/// Waits until every target meets the goal, or the timeout passes.
+/// Waits until every target meets the goal, or the timeout passes. The server going away for a
+/// moment (a daemon restart) does not end the wait: it polls until the server answers again.
 pub async fn wait_for(
     client: &Client,
     targets: &[(Resource, String)],
@@ -216,11 +245,25 @@ pub async fn wait_for(
         pending: targets.iter().map(|k| (k.clone(), String::new())).collect(),
         print: print_progress,
     };
+    let mut last_error = None;
+    let outcome =
+        tokio::time::timeout_at(deadline, follow(client, &mut tracker, &mut last_error)).await;
+    match outcome {
+        Ok(result) => result,
+        Err(_) => Err(timeout_error(&tracker, &goal, timeout, last_error.as_ref())),
+    }
+}
+
+/// The wait itself, without its deadline.
+async fn follow(
+    client: &Client,
+    tracker: &mut Tracker,
+    last_error: &mut Option<ClientError>,
+) -> Result<(), WaitError> {
     tracker.poll_all(client).await?;
     if tracker.pending.is_empty() {
         return Ok(());
     }
-
     let keys: Vec<Key> = tracker.pending.keys().cloned().collect();
     let mut watch = open_watches(client, &keys).await;
     let mut interval = if watch.is_some() {
@@ -231,11 +274,15 @@ pub async fn wait_for(
     let mut next_poll = Instant::now() + interval;
     while !tracker.pending.is_empty() {
         tokio::select! {
-            _ = tokio::time::sleep_until(deadline) => {
-                return Err(timeout_error(&tracker, &goal, timeout));
-            }
             _ = tokio::time::sleep_until(next_poll) => {
-                tracker.poll_all(client).await?;
+                match tracker.poll_all(client).await {
+                    Ok(()) => *last_error = None,
+                    Err(WaitError::Client(err)) if is_transient(&err) => {
+                        *last_error = Some(err);
+                        watch = None;
+                    }
+                    Err(err) => return Err(err),
+                }
                 if watch.is_none() {
                     interval = (interval * 2).min(POLL_MAX);
                 }
@@ -268,6 +315,15 @@ pub async fn wait_for(
     Ok(())
 }
 
+/// A server that cannot be reached now may be back in a moment.
+fn is_transient(err: &ClientError) -> bool {
+    match err {
+        ClientError::Unreachable { .. } | ClientError::Transport { .. } => true,
+        ClientError::Api(status) => status.code == 503,
+        _ => false,
+    }
+}
+
 async fn open_watches(client: &Client, keys: &[Key]) -> Option<WatchStream> {
     // One object: watch just it, so a large collection is not streamed for nothing.
     if let [(resource, name)] = keys {
@@ -293,8 +349,13 @@ async fn next_event(
     }
 }
 
-fn timeout_error(tracker: &Tracker, goal: &Goal, timeout: Duration) -> WaitError {
-    let waiting: Vec<String> = tracker
+fn timeout_error(
+    tracker: &Tracker,
+    goal: &Goal,
+    timeout: Duration,
+    last_error: Option<&ClientError>,
+) -> WaitError {
+    let mut waiting: Vec<String> = tracker
         .pending
         .iter()
         .map(|((resource, name), last)| {
@@ -305,6 +366,9 @@ fn timeout_error(tracker: &Tracker, goal: &Goal, timeout: Duration) -> WaitError
             }
         })
         .collect();
+    if let Some(err) = last_error {
+        waiting.push(format!("last error: {err}"));
+    }
     WaitError::Timeout {
         after: duration::format(timeout),
         waiting: waiting.join("; "),

@@ -846,7 +846,20 @@ mod tests {
                 .unwrap();
             let mut request = Vec::new();
             let mut buf = [0u8; 4096];
-            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            // Read the head, then as much body as it announces, before answering.
+            let complete = |request: &[u8]| {
+                let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else {
+                    return false;
+                };
+                let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                request.len() >= end + 4 + length
+            };
+            while !complete(&request) {
                 let n = stream.read(&mut buf).unwrap();
                 if n == 0 {
                     break;
@@ -883,6 +896,35 @@ mod tests {
             request
                 .to_ascii_lowercase()
                 .contains("authorization: bearer s3cret\r\n"),
+            "{request}"
+        );
+    }
+
+    #[tokio::test]
+    async fn apply_sends_one_list_with_dry_run_and_applyset_in_the_query() {
+        let body = r#"{"kind":"ApplyResult","items":[{"kind":"Project","name":"a","action":"created","object":{}}]}"#;
+        let response = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let (url, server) = answer_once(response);
+        let client = Client::new(Server::parse(&url).unwrap(), None).unwrap();
+        let options = ApplyOptions {
+            dry_run: true,
+            applyset: Some(("fleet".to_string(), true)),
+        };
+        let outcomes = client
+            .apply(vec![serde_json::json!({"kind": "Project"})], &options)
+            .await
+            .unwrap();
+        assert_eq!(outcomes[0].action, "created");
+        let request = server.join().unwrap();
+        assert_eq!(
+            request.lines().next().unwrap(),
+            "POST /apis/berth.dev/v1alpha1/apply?dryRun=All&applyset=fleet&prune=true HTTP/1.1"
+        );
+        assert!(
+            !request.to_ascii_lowercase().contains("authorization:"),
             "{request}"
         );
     }

@@ -154,3 +154,109 @@ pub(crate) fn report(err: &anyhow::Error) {
         eprintln!("error: {text}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::Cli;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_parse_as_documented() {
+        let accepted: &[&[&str]] = &[
+            &[
+                "berth",
+                "apply",
+                "-f",
+                "a.yaml",
+                "-f",
+                "dir",
+                "-R",
+                "--dry-run",
+            ],
+            &[
+                "berth",
+                "apply",
+                "-f",
+                "-",
+                "--prune",
+                "--applyset",
+                "fleet",
+                "--wait",
+                "--timeout",
+                "10m",
+            ],
+            &["berth", "get", "projects", "-l", "team=a", "-o", "wide"],
+            &["berth", "get", "project", "a", "-o", "yaml"],
+            &[
+                "berth",
+                "delete",
+                "project",
+                "a",
+                "b",
+                "--force",
+                "--wait=false",
+            ],
+            &["berth", "delete", "-f", "a.yaml"],
+            &[
+                "berth",
+                "wait",
+                "project/a",
+                "--for=condition=Ready",
+                "--timeout=5m",
+            ],
+            &["berth", "wait", "project", "a", "--for", "delete"],
+            &["berth", "events", "project", "a"],
+            &[
+                "berth",
+                "create",
+                "project",
+                "Payments API",
+                "--agent",
+                "shell",
+                "--image",
+                "berth-base",
+                "--brief",
+                "fix it",
+            ],
+            &["berth", "restart", "a", "--recreate"],
+            &["berth", "--server", "/tmp/b.sock", "stop", "a"],
+            &["berth", "start", "a", "--wait"],
+            &["berth", "version"],
+            &["berth", "completion", "zsh"],
+        ];
+        for args in accepted {
+            if let Err(err) = Cli::try_parse_from(*args) {
+                panic!("{args:?}: {err}");
+            }
+        }
+        let rejected: &[&[&str]] = &[
+            &["berth", "apply"],
+            &["berth", "apply", "-f", "a.yaml", "--prune"],
+            &["berth", "get", "pods"],
+            &["berth", "get", "projects", "-o", "table"],
+            &["berth", "delete"],
+            &["berth", "delete", "project", "a", "-f", "a.yaml"],
+            &["berth", "wait", "project/a", "--for=ready"],
+            &[
+                "berth",
+                "wait",
+                "project/a",
+                "--for=condition=Ready",
+                "--timeout=soon",
+            ],
+            &["berth", "completion", "powershell"],
+        ];
+        for args in rejected {
+            assert!(
+                Cli::try_parse_from(*args).is_err(),
+                "{args:?} should be rejected"
+            );
+        }
+    }
+}

@@ -105,7 +105,7 @@ pub fn describe(
     out.push_str("Spec:\n");
     match object.get("spec") {
         Some(spec) if spec.as_object().is_some_and(|m| !m.is_empty()) => {
-            out.push_str(&indent(&to_yaml(spec), 2))
+            out.push_str(&indent(&to_yaml(&summarized(spec)), 2))
         }
         _ => out.push_str("  <none>\n"),
     }
@@ -195,6 +195,28 @@ pub fn describe(
     out
 }
 
+/// Longest string `describe` prints from a spec; `get -o yaml` shows everything.
+const SPEC_STRING_LIMIT: usize = 160;
+
+/// The spec with long strings (a brief, a seed file's content) cut short.
+fn summarized(value: &Value) -> Value {
+    match value {
+        Value::String(text) if text.chars().count() > SPEC_STRING_LIMIT => {
+            let head: String = text.chars().take(SPEC_STRING_LIMIT).collect();
+            let rest = text.chars().count() - SPEC_STRING_LIMIT;
+            let unit = if rest == 1 { "character" } else { "characters" };
+            Value::String(format!("{head}... ({rest} more {unit})"))
+        }
+        Value::Array(items) => Value::Array(items.iter().map(summarized).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), summarized(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
 fn pairs(map: Option<&Value>) -> String {
     match map.and_then(Value::as_object) {
         Some(map) if !map.is_empty() => map
@@ -231,6 +253,23 @@ fn indent(text: &str, spaces: usize) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn long_spec_strings_are_cut_short() {
+        let spec = json!({"brief": "x".repeat(200), "seedFiles": [{"path": "a", "content": "y".repeat(161)}]});
+        let short = summarized(&spec);
+        assert_eq!(
+            short["brief"],
+            format!("{}... (40 more characters)", "x".repeat(160))
+        );
+        assert!(
+            short["seedFiles"][0]["content"]
+                .as_str()
+                .unwrap()
+                .ends_with("(1 more characters)")
+        );
+        assert_eq!(short["seedFiles"][0]["path"], "a");
+    }
 
     #[test]
     fn sections_in_order() {

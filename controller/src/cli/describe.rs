@@ -266,7 +266,7 @@ mod tests {
             short["seedFiles"][0]["content"]
                 .as_str()
                 .unwrap()
-                .ends_with("(1 more characters)")
+                .ends_with("(1 more character)")
         );
         assert_eq!(short["seedFiles"][0]["path"], "a");
     }

@@ -20,7 +20,7 @@ use super::merge_patch;
 use super::selector::LabelSelector;
 use super::watch;
 use super::{ApiState, Body, Caller};
-use crate::store::{Action, Deletion, StoredObject};
+use crate::store::{Action, AppliedSet, Deletion, StoredObject};
 
 const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
 /// Marks a deletion asked with `?force=true`, for the controller to read.
@@ -116,8 +116,17 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
         }
         "/metrics" => {
             only(&method, &path, Method::GET)?;
-            // The metrics registry plugs in here once it exists; until then nothing is exported.
-            return Ok(text(StatusCode::OK, "# EOF\n"));
+            let Some(render) = &state.metrics else {
+                return Err(ApiError::not_found("this daemon serves no metrics"));
+            };
+            let mut response = text(StatusCode::OK, &render());
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            return Ok(response);
         }
         _ => {}
     }
@@ -513,6 +522,22 @@ async fn put_status(
             vec![Cause::new("status", "must be an object")],
         ));
     }
+    // The controller reads status back typed: refuse what it could not read.
+    if let Some(current) = state.store.get(kind.as_str(), name) {
+        let mut candidate = (*current).clone();
+        candidate.status = status.clone();
+        if let Err(errors) = berth_api::decode_stored(candidate.to_value()) {
+            return Err(ApiError::invalid(
+                Some(kind.as_str()),
+                Some(name),
+                errors
+                    .causes
+                    .into_iter()
+                    .map(|c| Cause::new(c.field, c.message))
+                    .collect(),
+            ));
+        }
+    }
     let rv = match value.pointer("/metadata/resourceVersion") {
         Some(Value::String(rv)) if !rv.is_empty() => Some(rv.parse::<u64>().map_err(|_| {
             ApiError::bad_request(format!(
@@ -533,13 +558,20 @@ async fn put_status(
 /// before any is written, all written in one transaction.
 async fn apply_list(state: &Arc<ApiState>, req: Request<Incoming>, query: &Query) -> Outcome {
     let dry_run = query.dry_run()?;
-    if query.flag("prune")? {
+    let prune = query.flag("prune")?;
+    let applyset = match query.get("applyset") {
+        None | Some("") => None,
+        Some(name) => {
+            berth_api::validate_name(name)
+                .map_err(|message| ApiError::bad_request(format!("applyset: {message}")))?;
+            Some(name.to_string())
+        }
+    };
+    if prune && applyset.is_none() {
         return Err(ApiError::bad_request(
-            "prune is not supported yet: apply without --prune",
+            "prune needs applyset=NAME: berth prunes only what a named set applied before",
         ));
     }
-    // Recorded with prune; parsed now so clients may already send it.
-    let _applyset = query.get("applyset");
     let media = body::media_type(req.headers());
     let (parts, incoming) = req.into_parts();
     let bytes = body::read(incoming, &parts.headers, APPLY_LIMIT).await?;
@@ -597,19 +629,36 @@ async fn apply_list(state: &Arc<ApiState>, req: Request<Incoming>, query: &Query
     }
 
     let store = Arc::clone(&state.store);
-    let results = blocking(move || store.apply_batch(batch, dry_run)).await??;
+    let outcome = match applyset {
+        Some(set) => {
+            for desired in &mut batch {
+                desired
+                    .annotations
+                    .insert(berth_api::annotations::APPLYSET.to_string(), set.clone());
+            }
+            blocking(move || store.apply_set(&set, batch, prune, dry_run)).await??
+        }
+        None => AppliedSet {
+            applied: blocking(move || store.apply_batch(batch, dry_run)).await??,
+            pruned: Vec::new(),
+        },
+    };
+    let applied = outcome.applied.iter().map(|(object, action)| ApplyItem {
+        kind: &object.kind,
+        name: object.name(),
+        action: action.as_str(),
+        object: object.as_ref(),
+    });
+    let pruned = outcome.pruned.iter().map(|deletion| ApplyItem {
+        kind: &deletion.object().kind,
+        name: deletion.object().name(),
+        action: "pruned",
+        object: deletion.object().as_ref(),
+    });
     let body = ApplyResult {
         api_version: berth_api::API_VERSION,
         kind: "ApplyResult",
-        items: results
-            .iter()
-            .map(|(object, action)| ApplyItem {
-                kind: &object.kind,
-                name: object.name(),
-                action: action.as_str(),
-                object: object.as_ref(),
-            })
-            .collect(),
+        items: applied.chain(pruned).collect(),
     };
     Ok(serialized(StatusCode::OK, &body))
 }

@@ -1069,3 +1069,60 @@ fn a_wait_outlives_a_daemon_restart() {
         "{rest:?} {run:?}"
     );
 }
+
+#[test]
+fn prune_deletes_only_what_left_the_applyset() {
+    let daemon = Daemon::start();
+    daemon.file("fleet/a.yaml", &project("alpha", ""));
+    daemon.file("fleet/b.yaml", &project("bravo", ""));
+    daemon.file(
+        "fleet/c.yaml",
+        &project("charlie", "  annotations: {berth.dev/prune: disabled}\n"),
+    );
+    let outside = daemon.file("outside.yaml", &project("outsider", ""));
+    daemon.berth(&["apply", "-f", &outside]).ok();
+    let dir = daemon.dir.path().join("fleet");
+    let dir = dir.to_str().unwrap();
+    let with_set = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--prune", "--applyset", "fleet"]);
+        daemon.berth(&all)
+    };
+
+    let first = with_set(&["apply", "-f", dir]).ok();
+    assert_eq!(
+        names_in(&first),
+        [
+            "project/alpha created",
+            "project/bravo created",
+            "project/charlie created"
+        ]
+    );
+    with_set(&["diff", "-f", dir]).fails(0);
+
+    std::fs::remove_file(daemon.dir.path().join("fleet/b.yaml")).unwrap();
+    std::fs::remove_file(daemon.dir.path().join("fleet/c.yaml")).unwrap();
+    let diff = with_set(&["diff", "-f", dir]).fails(1);
+    assert!(
+        diff.stdout.contains("--- live/project/bravo\n"),
+        "{}",
+        diff.stdout
+    );
+    assert!(diff.stdout.contains("-  name: bravo\n"), "{}", diff.stdout);
+    assert!(
+        !diff.stdout.contains("charlie"),
+        "opted out: {}",
+        diff.stdout
+    );
+
+    let second = with_set(&["apply", "-f", dir]).ok();
+    assert_eq!(
+        names_in(&second),
+        ["project/alpha unchanged", "project/bravo pruned"]
+    );
+    let left = daemon.berth(&["get", "projects", "-o", "name"]).ok();
+    assert_eq!(
+        left.stdout, "project/alpha\nproject/charlie\nproject/outsider\n",
+        "only bravo left the set; charlie opted out; outsider was never in it"
+    );
+}

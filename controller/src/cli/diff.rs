@@ -24,6 +24,12 @@ pub struct DiffArgs {
     /// Read directories recursively.
     #[arg(short = 'R', long)]
     recursive: bool,
+    /// Also show the objects `apply --prune` would delete from the applyset.
+    #[arg(long, requires = "applyset")]
+    prune: bool,
+    /// The applyset the manifests belong to, as given to `apply --applyset`.
+    #[arg(long, value_name = "NAME")]
+    applyset: Option<String>,
 }
 
 const CONTEXT_LINES: usize = 3;
@@ -45,7 +51,7 @@ async fn differences(context: &Context, args: &DiffArgs) -> anyhow::Result<bool>
     let client = context.client()?;
     let options = ApplyOptions {
         dry_run: true,
-        applyset: None,
+        applyset: args.applyset.clone().map(|name| (name, args.prune)),
     };
     let items = manifests.iter().map(|m| m.object.clone()).collect();
     let outcomes = client.apply(items, &options).await?;
@@ -60,7 +66,12 @@ async fn differences(context: &Context, args: &DiffArgs) -> anyhow::Result<bool>
             .as_ref()
             .map(|o| to_yaml(&comparable(o)))
             .unwrap_or_default();
-        let merged_text = to_yaml(&comparable(&outcome.object));
+        // A pruned object would be gone: all of it is a removal.
+        let merged_text = if outcome.action == "pruned" {
+            String::new()
+        } else {
+            to_yaml(&comparable(&outcome.object))
+        };
         let reference = format!("{resource}/{}", outcome.name);
         let diff = textdiff::unified(
             &format!("live/{reference}"),

@@ -227,6 +227,16 @@ mod tests {
             &["berth", "restart", "a", "--recreate"],
             &["berth", "--server", "/tmp/b.sock", "stop", "a"],
             &["berth", "start", "a", "--wait"],
+            &[
+                "berth",
+                "diff",
+                "-f",
+                "dir",
+                "-R",
+                "--prune",
+                "--applyset",
+                "fleet",
+            ],
             &["berth", "version"],
             &["berth", "completion", "zsh"],
         ];
@@ -238,6 +248,7 @@ mod tests {
         let rejected: &[&[&str]] = &[
             &["berth", "apply"],
             &["berth", "apply", "-f", "a.yaml", "--prune"],
+            &["berth", "diff", "-f", "dir", "--prune"],
             &["berth", "get", "pods"],
             &["berth", "get", "projects", "-o", "table"],
             &["berth", "delete"],

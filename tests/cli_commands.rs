@@ -672,6 +672,20 @@ fn get_tables_align_and_name_output_is_kind_slash_name() {
 
     let names = daemon.berth(&["get", "projects", "-o", "name"]).ok();
     assert_eq!(names.stdout, "project/payments-api\nproject/web\n");
+    let two = daemon
+        .berth(&["get", "projects", "web", "payments-api", "-o", "name"])
+        .ok();
+    assert_eq!(two.stdout, "project/web\nproject/payments-api\n");
+    let two_yaml = daemon
+        .berth(&["get", "projects", "web", "payments-api", "-o", "yaml"])
+        .ok();
+    let back = daemon
+        .berth_with_stdin(&["apply", "-f", "-"], Some(&two_yaml.stdout))
+        .ok();
+    assert_eq!(
+        names_in(&back),
+        ["project/web unchanged", "project/payments-api unchanged"]
+    );
     let selected = daemon
         .berth(&["get", "projects", "-l", "team=frontend", "-o", "name"])
         .ok();

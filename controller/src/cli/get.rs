@@ -14,8 +14,8 @@ pub struct GetArgs {
     /// project(s), agentprofile(s) or gitsource(s).
     #[arg(value_parser = parse_resource)]
     kind: Resource,
-    /// One object; all of them when omitted.
-    name: Option<String>,
+    /// One or more objects; all of them when omitted.
+    names: Vec<String>,
     /// Label selector, e.g. `team=payments,tier!=dev`.
     #[arg(short = 'l', long = "selector", value_name = "SELECTOR")]
     selector: Option<String>,
@@ -33,12 +33,20 @@ pub fn parse_resource(word: &str) -> Result<Resource, String> {
 
 pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
     let client = context.client()?;
-    let (objects, list) = match &args.name {
-        Some(name) => {
+    let (objects, list) = match args.names.as_slice() {
+        [name] => {
             let object = client.get(args.kind, name).await?;
             (vec![object.clone()], object)
         }
-        None => {
+        [_, _, ..] => {
+            let mut objects = Vec::with_capacity(args.names.len());
+            for name in &args.names {
+                objects.push(client.get(args.kind, name).await?);
+            }
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+            (objects, list)
+        }
+        [] => {
             let list = client.list(args.kind, args.selector.as_deref()).await?;
             let items = list
                 .get("items")

@@ -1140,3 +1140,49 @@ fn prune_deletes_only_what_left_the_applyset() {
         "only bravo left the set; charlie opted out; outsider was never in it"
     );
 }
+
+#[test]
+fn stop_and_start_wait_for_the_state_they_asked_for() {
+    let daemon = Daemon::start();
+    let file = daemon.file("p.yaml", &project("toggle", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    let generation = |daemon: &Daemon| {
+        daemon.object("project", "toggle")["metadata"]["generation"]
+            .as_i64()
+            .unwrap()
+    };
+    let ready = |generation: i64| {
+        json!({"observedGeneration": generation, "phase": "Ready", "step": "Reachable",
+               "conditions": [{"type": "Ready", "status": "True", "reason": "Reachable",
+                               "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+    };
+    let before = generation(&daemon);
+    daemon.put_status("toggle", ready(before));
+
+    // (command, status the controller then reports, last line printed)
+    let cases = [
+        ("stop", "Stopped", "project/toggle stopped"),
+        ("start", "Ready", "project/toggle running"),
+    ];
+    for (command, phase, last_line) in cases {
+        let previous = generation(&daemon);
+        let child = daemon
+            .command(&[command, "toggle", "--wait", "--timeout=60s"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("run berth");
+        // The patch moves the generation; the controller then reports on the new one.
+        wait_until(|| generation(&daemon) > previous);
+        let current = generation(&daemon);
+        let status = if phase == "Stopped" {
+            json!({"observedGeneration": current, "phase": "Stopped", "step": "Reachable",
+                   "conditions": [{"type": "Ready", "status": "False", "reason": "Stopped",
+                                   "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+        } else {
+            ready(current)
+        };
+        daemon.put_status("toggle", status);
+        let run = finish(child, &[command]).ok();
+        assert_eq!(run.stdout.lines().last(), Some(last_line), "{run:?}");
+    }
+}

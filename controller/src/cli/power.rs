@@ -14,6 +14,8 @@ use berth_api::annotations::{RECREATE_REQUESTED_AT, RESTARTED_AT, WOKEN_AT};
 
 use crate::client::Resource;
 
+/// No `--wait`: a project that was Ready before a restart looks the same after it, so there is
+/// nothing a wait could tell apart; `berth describe` shows the container's new start.
 #[derive(Debug, Args)]
 pub struct RestartArgs {
     /// Project name.
@@ -21,8 +23,6 @@ pub struct RestartArgs {
     /// Replace the container from the image (the durable volumes stay).
     #[arg(long)]
     recreate: bool,
-    #[command(flatten)]
-    wait: WaitFlags,
 }
 
 #[derive(Debug, Args)]
@@ -43,7 +43,7 @@ pub struct StartArgs {
 
 #[derive(Debug, Args)]
 struct WaitFlags {
-    /// Wait until the project is Ready (or Stopped) again, printing each step.
+    /// Wait until the project is running and Ready (start) or Stopped (stop), printing each step.
     #[arg(long)]
     wait: bool,
     /// How long --wait waits.
@@ -72,58 +72,63 @@ pub fn start_patch(at: &str) -> Value {
     json!({"spec": {"state": "Running"}, "metadata": {"annotations": {WOKEN_AT: at}}})
 }
 
+/// What `--wait` waits for, and what it prints when done.
+struct Outcome {
+    goal: Goal,
+    done: &'static str,
+}
+
 async fn patch_and_report(
     context: &Context,
     name: &str,
     patch: Value,
-    done: &str,
-    wait: WaitFlags,
+    requested: &str,
+    wait: Option<(WaitFlags, Outcome)>,
 ) -> anyhow::Result<ExitCode> {
     let client = context.client()?;
     client.merge_patch(Resource::Project, name, &patch).await?;
-    println!("project/{name} {done}");
-    if wait.wait {
+    println!("project/{name} {requested}");
+    if let Some((flags, outcome)) = wait
+        && flags.wait
+    {
         let target = [(Resource::Project, name.to_string())];
-        progress::wait_for(&client, &target, Goal::Ready, wait.timeout, true).await?;
-        println!("project/{name} ready");
+        progress::wait_for(&client, &target, outcome.goal, flags.timeout, true).await?;
+        println!("project/{name} {}", outcome.done);
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub async fn restart(context: &Context, args: RestartArgs) -> anyhow::Result<ExitCode> {
-    let done = if args.recreate {
+    let requested = if args.recreate {
         "recreate requested"
     } else {
         "restart requested"
     };
-    patch_and_report(
-        context,
-        &args.name,
-        restart_patch(args.recreate, &now()),
-        done,
-        args.wait,
-    )
-    .await
+    let patch = restart_patch(args.recreate, &now());
+    patch_and_report(context, &args.name, patch, requested, None).await
 }
 
 pub async fn stop(context: &Context, args: StopArgs) -> anyhow::Result<ExitCode> {
-    patch_and_report(
-        context,
-        &args.name,
-        stop_patch(),
-        "stop requested",
-        args.wait,
-    )
-    .await
+    let outcome = Outcome {
+        goal: Goal::Stopped,
+        done: "stopped",
+    };
+    let wait = Some((args.wait, outcome));
+    patch_and_report(context, &args.name, stop_patch(), "stop requested", wait).await
 }
 
 pub async fn start(context: &Context, args: StartArgs) -> anyhow::Result<ExitCode> {
+    let outcome = Outcome {
+        goal: Goal::Running,
+        done: "running",
+    };
+    let wait = Some((args.wait, outcome));
     patch_and_report(
         context,
         &args.name,
         start_patch(&now()),
         "start requested",
-        args.wait,
+        wait,
     )
     .await
 }

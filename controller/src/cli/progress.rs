@@ -18,6 +18,10 @@ use crate::client::{Client, ClientError, Resource, WatchStream};
 pub enum Goal {
     /// Ready, or Stopped, for the object's current generation.
     Ready,
+    /// Ready and running for the current generation (`berth start --wait`).
+    Running,
+    /// Stopped for the current generation (`berth stop --wait`).
+    Stopped,
     /// A condition of this type with this status (`True` by default).
     Condition { type_: String, status: String },
     /// The object is gone.
@@ -28,6 +32,8 @@ impl Goal {
     fn describe(&self) -> String {
         match self {
             Goal::Ready => "to be ready".to_string(),
+            Goal::Running => "to be running and ready".to_string(),
+            Goal::Stopped => "to be stopped".to_string(),
             Goal::Condition { type_, status } => format!("to have condition {type_}={status}"),
             Goal::Deleted => "to be deleted".to_string(),
         }
@@ -74,7 +80,7 @@ pub fn evaluate(resource: Resource, goal: &Goal, object: Option<&Value>) -> Verd
             }
             _ => Verdict::Pending,
         },
-        Goal::Ready => {
+        Goal::Ready | Goal::Running | Goal::Stopped => {
             // Only projects and git sources have a controller that reports readiness.
             if resource == Resource::AgentProfile {
                 return Verdict::Met;
@@ -85,11 +91,12 @@ pub fn evaluate(resource: Resource, goal: &Goal, object: Option<&Value>) -> Verd
             }
             let ready = ready_condition.is_some_and(|c| str_at(c, "status") == "True");
             let stopped = str_at(object, "status.phase") == "Stopped";
-            if ready || stopped {
-                Verdict::Met
-            } else {
-                Verdict::Pending
-            }
+            let met = match goal {
+                Goal::Running => ready && !stopped,
+                Goal::Stopped => stopped,
+                _ => ready || stopped,
+            };
+            if met { Verdict::Met } else { Verdict::Pending }
         }
         Goal::Condition { type_, status } => match condition(object, type_) {
             Some(c)
@@ -400,7 +407,7 @@ mod tests {
         let cases = [
             (Goal::Ready, Some(project(2, ready.clone())), Verdict::Met),
             (Goal::Ready, Some(project(2, stale_ready)), Verdict::Pending),
-            (Goal::Ready, Some(project(2, stopped)), Verdict::Met),
+            (Goal::Ready, Some(project(2, stopped.clone())), Verdict::Met),
             (Goal::Ready, Some(project(1, json!({}))), Verdict::Pending),
             (
                 Goal::Ready,
@@ -424,10 +431,26 @@ mod tests {
                 Verdict::Failed("was deleted while waiting".to_string()),
             ),
             (cond("Ready"), Some(project(2, ready.clone())), Verdict::Met),
+            (Goal::Running, Some(project(2, ready.clone())), Verdict::Met),
+            (
+                Goal::Stopped,
+                Some(project(2, ready.clone())),
+                Verdict::Pending,
+            ),
             (
                 cond("MountsReady"),
                 Some(project(2, ready)),
                 Verdict::Pending,
+            ),
+            (
+                Goal::Running,
+                Some(project(2, stopped.clone())),
+                Verdict::Pending,
+            ),
+            (
+                Goal::Stopped,
+                Some(project(2, stopped.clone())),
+                Verdict::Met,
             ),
             (Goal::Deleted, None, Verdict::Met),
             (

@@ -29,6 +29,7 @@ enum CreateKind {
 
 #[derive(Debug, Args)]
 struct CreateProjectArgs {
+    /// The human-facing name; unique case-insensitively, and the source of the object's name.
     display_name: String,
     /// The AgentProfile that runs the agent.
     #[arg(long)]

@@ -45,7 +45,13 @@ pub struct Cli {
 #[derive(Debug, Clone, Args)]
 pub struct GlobalArgs {
     /// The berth server: a unix socket path or an http(s) URL [default: the local daemon's socket]
-    #[arg(long, global = true, env = "BERTH_SERVER", value_name = "SOCKET|URL")]
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_SERVER",
+        hide_env_values = true,
+        value_name = "SOCKET|URL"
+    )]
     server: Option<String>,
     /// Bearer token for a TCP server.
     #[arg(long, global = true, env = "BERTH_TOKEN", hide_env_values = true)]
@@ -90,8 +96,8 @@ pub struct Context {
 }
 
 impl Context {
-    /// Connects lazily: `version` must work without a server, and a bad `--server` is reported
-    /// only by commands that need one.
+    /// Built on demand: `version --client` needs no server, and a bad `--server` is reported
+    /// only by commands that use one.
     pub fn client(&self) -> Result<Client, ClientError> {
         // An empty BERTH_SERVER counts as unset, as shells make it easy to export one.
         let server = match self.global.server.as_deref().map(str::trim) {

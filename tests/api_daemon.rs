@@ -76,6 +76,34 @@ fn sigterm_exits_cleanly_and_the_store_survives_a_restart() {
 }
 
 #[test]
+fn a_killed_daemon_loses_no_acknowledged_write() {
+    let mut daemon = Daemon::start();
+    let list = json!({"apiVersion": "v1", "kind": "List",
+        "items": (0..50).map(|i| project(&format!("p{i}"))).collect::<Vec<_>>()});
+    let applied = daemon
+        .client()
+        .post_json("/apis/berth.dev/v1alpha1/apply", &list);
+    assert_eq!(applied.status, 200, "{}", applied.text());
+    let status = daemon
+        .client()
+        .put_json(
+            &format!("{PROJECTS}/p7/status"),
+            &json!({"status": {"phase": "Ready"}}),
+        )
+        .json();
+    daemon.kill();
+    // The socket file is left behind by a crash; the next daemon replaces it.
+    assert!(daemon.socket.exists());
+    daemon.restart();
+    let listed = daemon.client().get(PROJECTS).json();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 50);
+    assert_eq!(
+        daemon.client().get(&format!("{PROJECTS}/p7")).json(),
+        status
+    );
+}
+
+#[test]
 fn a_stale_socket_file_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("berth.sock");

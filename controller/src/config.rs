@@ -8,9 +8,6 @@ use std::path::{Path, PathBuf};
 use berth_api::Defaults;
 use serde::{Deserialize, Serialize};
 
-/// Where `berth serve` looks for its configuration when `--config` is not given.
-pub const SYSTEM_CONFIG_PATH: &str = "/etc/berth/berth.yaml";
-
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{path}: {source}")]
@@ -156,13 +153,11 @@ impl Default for SecretsConfig {
 }
 
 impl Config {
-    /// Reads `path`, or the system file if it exists, or nothing; then validates.
+    /// Reads `path` (no path: every default), then validates. There is no implicit system
+    /// file: what a daemon runs with is what its command line says.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
         let config = match path {
             Some(path) => Self::read(path)?,
-            None if Path::new(SYSTEM_CONFIG_PATH).is_file() => {
-                Self::read(Path::new(SYSTEM_CONFIG_PATH))?
-            }
             None => Config::default(),
         };
         config.validate()?;
@@ -303,6 +298,46 @@ mod tests {
     fn empty_file_is_the_default() {
         assert_eq!(Config::parse("").unwrap(), Config::default());
         assert_eq!(Config::parse("{}\n").unwrap(), Config::default());
+    }
+
+    /// The example of DESIGN.md (Configuration), key for key: it parses, and it says what the
+    /// defaults are.
+    #[test]
+    fn the_documented_file_parses_to_the_defaults() {
+        let documented = r#"
+dataDir: /var/lib/berth
+listen:
+  socket: /run/berth/berth.sock
+  http: ""
+  tls: {cert: "", key: ""}
+lxd:
+  endpoint: unix:///var/lib/lxd/unix.socket
+  project: default
+  storagePool: default
+  target: ""
+  clientCert: ""
+  clientKey: ""
+  serverFingerprint: ""
+defaults:
+  image: berth-base
+  resources: {cpu: "2", memory: 4GiB}
+  reap: {idleAfter: 8h, idleAction: Stop, maxAge: 30d}
+scheduler: {interval: 30s, workers: 8}
+previewDomain: localhost
+allowedFileRoots: []
+secrets: {mirrorToLxd: true}
+"#;
+        let parsed = Config::parse(documented).unwrap();
+        parsed.validate().unwrap();
+        let expected = Config {
+            data_dir: PathBuf::from("/var/lib/berth"),
+            listen: ListenConfig {
+                socket: PathBuf::from("/run/berth/berth.sock"),
+                ..ListenConfig::default()
+            },
+            ..Config::default()
+        };
+        assert_eq!(parsed, expected);
     }
 
     #[test]

@@ -75,6 +75,15 @@ impl StoreError {
     }
 }
 
+/// One status write of [`Store::update_statuses`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusUpdate {
+    pub kind: String,
+    pub name: String,
+    pub expected_rv: Option<u64>,
+    pub status: Value,
+}
+
 /// What [`Store::apply_set`] did.
 #[derive(Debug, Clone)]
 pub struct AppliedSet {
@@ -333,19 +342,30 @@ impl Store {
         dry_run: bool,
     ) -> Result<Arc<StoredObject>, StoreError> {
         self.write(dry_run, |inner, pending| {
-            let current = inner.existing(kind, name, expected_rv)?;
-            if current.status == status {
-                return Ok(current);
-            }
-            let mut next = (*current).clone();
-            next.status = status;
-            next.metadata.resource_version = Some(inner.next_rv().to_string());
-            let next = Arc::new(next);
-            inner.put(pending, Arc::clone(&next));
-            pending
-                .changes
-                .push(Change::new(ChangeType::Modified, &next, false));
-            Ok(next)
+            inner.set_status(
+                pending,
+                StatusUpdate {
+                    kind: kind.to_string(),
+                    name: name.to_string(),
+                    expected_rv,
+                    status,
+                },
+            )
+        })
+    }
+
+    /// Writes many statuses in one transaction, as a resync pass produces them. Each update
+    /// stands alone: a missing object or a stale resourceVersion fails that update only, and an
+    /// unchanged status writes nothing.
+    pub fn update_statuses(
+        &self,
+        updates: Vec<StatusUpdate>,
+    ) -> Result<Vec<Result<Arc<StoredObject>, StoreError>>, StoreError> {
+        self.write(false, |inner, pending| {
+            Ok(updates
+                .into_iter()
+                .map(|update| inner.set_status(pending, update))
+                .collect())
         })
     }
 
@@ -686,6 +706,26 @@ impl Inner {
             .changes
             .push(Change::new(ChangeType::Modified, &next, true));
         Ok((next, Action::Configured))
+    }
+
+    fn set_status(
+        &mut self,
+        pending: &mut Pending,
+        update: StatusUpdate,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        let current = self.existing(&update.kind, &update.name, update.expected_rv)?;
+        if current.status == update.status {
+            return Ok(current);
+        }
+        let mut next = (*current).clone();
+        next.status = update.status;
+        next.metadata.resource_version = Some(self.next_rv().to_string());
+        let next = Arc::new(next);
+        self.put(pending, Arc::clone(&next));
+        pending
+            .changes
+            .push(Change::new(ChangeType::Modified, &next, false));
+        Ok(next)
     }
 
     /// Deletes `current`, or marks it deleting while finalizers hold it.

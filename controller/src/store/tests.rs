@@ -508,3 +508,43 @@ fn applysets_prune_only_their_previous_inventory() {
     assert!(store.get("Project", "c").is_none());
     assert_eq!(store.applyset_inventory("s"), ["Project/a"]);
 }
+
+#[test]
+fn status_batches_commit_together_and_fail_per_update() {
+    let (_dir, store) = open();
+    let a = store.create(project("a", json!({})), false).unwrap();
+    store.create(project("b", json!({})), false).unwrap();
+    let mut feed = store.subscribe();
+    let update = |name: &str, rv: Option<u64>, phase: &str| StatusUpdate {
+        kind: "Project".into(),
+        name: name.into(),
+        expected_rv: rv,
+        status: json!({"phase": phase}),
+    };
+    let results = store
+        .update_statuses(vec![
+            update("a", Some(a.resource_version()), "Ready"),
+            update("b", None, "Stopped"),
+            update("gone", None, "Ready"),
+            update("a", Some(a.resource_version()), "Error"),
+        ])
+        .unwrap();
+    assert!(results[0].is_ok() && results[1].is_ok());
+    assert!(matches!(results[2], Err(StoreError::NotFound { .. })));
+    assert!(matches!(results[3], Err(StoreError::Conflict { .. })));
+    assert_eq!(store.get("Project", "a").unwrap().status["phase"], "Ready");
+    assert_eq!(
+        store.get("Project", "b").unwrap().status["phase"],
+        "Stopped"
+    );
+    let changes: Vec<_> = std::iter::from_fn(|| feed.try_recv().ok()).collect();
+    assert_eq!(changes.len(), 2);
+    assert!(changes.iter().all(|c| !c.spec_or_metadata_changed));
+
+    // Unchanged statuses write nothing.
+    let rv = store.resource_version();
+    store
+        .update_statuses(vec![update("b", None, "Stopped")])
+        .unwrap();
+    assert_eq!(store.resource_version(), rv);
+}

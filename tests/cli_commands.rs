@@ -3,8 +3,10 @@
 //! status moving through the steps), it writes status through the API exactly as the controller
 //! does, since a paused daemon's controller acts on nothing.
 
+mod support;
+
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,12 +15,11 @@ use serde_json::{Value, json};
 const BERTH: &str = env!("CARGO_BIN_EXE_berth");
 /// Generous: the machine is small and shared.
 const COMMAND_DEADLINE: Duration = Duration::from_secs(90);
-const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
 
-/// A `berth serve --paused` on its own data dir and socket, stopped on drop.
+/// A `berth serve --paused` on its own data dir and socket, and the client commands run
+/// against it.
 struct Daemon {
-    child: Child,
-    dir: tempfile::TempDir,
+    serve: support::daemon::Daemon,
 }
 
 /// What one `berth` invocation did.
@@ -45,61 +46,34 @@ impl Run {
 
 impl Daemon {
     fn start() -> Daemon {
-        Daemon::start_with(&[])
+        Daemon {
+            serve: support::daemon::Daemon::start(),
+        }
     }
 
     fn start_with(extra: &[&str]) -> Daemon {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let child = spawn_daemon(dir.path(), extra);
-        let daemon = Daemon { child, dir };
-        daemon.wait_until_serving();
-        daemon
-    }
-
-    fn wait_until_serving(&self) {
-        let deadline = Instant::now() + STARTUP_DEADLINE;
-        while !(self.socket().exists() && self.berth(&["version"]).code == 0) {
-            assert!(
-                Instant::now() < deadline,
-                "berth serve did not answer within {STARTUP_DEADLINE:?}: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        Daemon {
+            serve: support::daemon::Daemon::start_with(extra),
         }
     }
 
     /// Stops the daemon (SIGTERM), then starts it again on the same data dir and socket.
     fn restart(&mut self) {
-        self.stop();
-        self.child = spawn_daemon(self.dir.path(), &[]);
-        self.wait_until_serving();
-    }
-
-    fn stop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.serve.terminate();
+        self.serve.restart();
     }
 
     fn socket(&self) -> PathBuf {
-        self.dir.path().join("berth.sock")
+        self.serve.socket.clone()
     }
 
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+    fn dir(&self) -> &Path {
+        self.serve.dir.path()
     }
 
     /// Writes a file under the test's temp dir and returns its path.
     fn file(&self, name: &str, content: &str) -> String {
-        let path = self.dir.path().join(name);
+        let path = self.dir().join(name);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).expect("manifest dir");
         }
@@ -143,29 +117,16 @@ impl Daemon {
         serde_json::from_str(&run.stdout).expect("get -o json prints JSON")
     }
 
-    /// Writes status (and, with `finalizers`, replaces the object) the way the controller does:
-    /// through the API on the unix socket.
+    /// Writes through the API on the unix socket, as the controller does.
     fn put(&self, path: &str, body: &Value) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        runtime.block_on(async {
-            let client = reqwest::Client::builder()
-                .unix_socket(self.socket())
-                .timeout(Duration::from_secs(30))
-                .build()
-                .expect("client");
-            let response = client
-                .put(format!("http://localhost/apis/berth.dev/v1alpha1/{path}"))
-                .json(body)
-                .send()
-                .await
-                .expect("PUT");
-            let code = response.status();
-            let text = response.text().await.unwrap_or_default();
-            assert!(code.is_success(), "PUT {path}: {code}: {text}");
-        });
+        let path = format!("/apis/berth.dev/v1alpha1/{path}");
+        let reply = self.serve.client().put_json(&path, body);
+        assert!(
+            (200..300).contains(&reply.status),
+            "PUT {path}: {}: {}",
+            reply.status,
+            reply.text()
+        );
     }
 
     fn put_status(&self, name: &str, status: Value) {
@@ -174,32 +135,6 @@ impl Daemon {
             &json!({"status": status}),
         );
     }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn spawn_daemon(dir: &std::path::Path, extra: &[&str]) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("daemon.log"))
-        .expect("log file");
-    Command::new(BERTH)
-        .args(["serve", "--paused", "--data-dir"])
-        .arg(dir.join("data"))
-        .arg("--socket")
-        .arg(dir.join("berth.sock"))
-        .args(extra)
-        .env_remove("BERTH_SERVER")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log file"))
-        .stderr(log)
-        .spawn()
-        .expect("start berth serve")
 }
 
 /// Collects a child's output, killing it if it outlives the deadline.
@@ -517,7 +452,7 @@ fn diff_exits_0_when_same_1_when_different_2_on_error() {
         run.stdout
     );
 
-    let missing = daemon.dir.path().join("missing.yaml");
+    let missing = daemon.dir().join("missing.yaml");
     let run = daemon
         .berth(&["diff", "-f", missing.to_str().unwrap()])
         .fails(2);
@@ -865,7 +800,7 @@ fn version_and_completion_and_unreachable_server() {
         assert!(run.stdout.contains("berth"), "{shell}");
     }
 
-    let nowhere = daemon.dir.path().join("nowhere.sock");
+    let nowhere = daemon.dir().join("nowhere.sock");
     let run = daemon
         .berth(&["get", "projects", "--server", nowhere.to_str().unwrap()])
         .fails(1);
@@ -990,7 +925,7 @@ fn directories_apply_recursively_in_name_order() {
     daemon.file("repo/a.yml", &project("ay", ""));
     daemon.file("repo/README.md", "not a manifest");
     daemon.file("repo/nested/c.yaml", &project("sea", ""));
-    let dir = daemon.dir.path().join("repo");
+    let dir = daemon.dir().join("repo");
     let dir = dir.to_str().unwrap();
 
     let flat = daemon.berth(&["apply", "-f", dir, "--dry-run"]).ok();
@@ -1095,7 +1030,7 @@ fn prune_deletes_only_what_left_the_applyset() {
     );
     let outside = daemon.file("outside.yaml", &project("outsider", ""));
     daemon.berth(&["apply", "-f", &outside]).ok();
-    let dir = daemon.dir.path().join("fleet");
+    let dir = daemon.dir().join("fleet");
     let dir = dir.to_str().unwrap();
     let with_set = |args: &[&str]| {
         let mut all = args.to_vec();
@@ -1114,8 +1049,8 @@ fn prune_deletes_only_what_left_the_applyset() {
     );
     with_set(&["diff", "-f", dir]).fails(0);
 
-    std::fs::remove_file(daemon.dir.path().join("fleet/b.yaml")).unwrap();
-    std::fs::remove_file(daemon.dir.path().join("fleet/c.yaml")).unwrap();
+    std::fs::remove_file(daemon.dir().join("fleet/b.yaml")).unwrap();
+    std::fs::remove_file(daemon.dir().join("fleet/c.yaml")).unwrap();
     let diff = with_set(&["diff", "-f", dir]).fails(1);
     assert!(
         diff.stdout.contains("--- live/project/bravo\n"),

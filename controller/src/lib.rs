@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod lxd;

@@ -3,6 +3,7 @@
 pub mod api;
 pub mod auth;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod lxd;

@@ -52,12 +52,30 @@ apt_ensure() {
         return 0
     fi
     have apt-get || die "packages missing (${missing[*]}) and there is no apt-get to install them; install them by hand"
-    local started=$SECONDS
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null ||
+    local started=$SECONDS log
+    log=$(mktemp "${TMPDIR:-/tmp}/berth-apt.XXXXXX")
+    at_exit "rm -f '$log'"
+    if ! DEBIAN_FRONTEND=noninteractive apt-get update -qq >"$log" 2>&1; then
+        tail -n 5 "$log" >&2
         die "apt-get update failed; check /etc/apt/sources.list(.d)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+    fi
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >"$log" 2>&1; then
+        tail -n 5 "$log" >&2
         die "apt-get install ${missing[*]} failed"
+    fi
     say "packages: installed ${missing[*]} in $((SECONDS - started))s"
+}
+
+# Holds the machine-wide lock NAME on fd 9 until the script exits, waiting up to SECONDS for
+# another holder, and saying so when it has to wait.
+take_lock() {
+    local name=$1 seconds=$2 dir=/run/lock
+    [[ -d $dir && -w $dir ]] || dir=/tmp
+    exec 9>"$dir/$name.lock"
+    if ! flock -n 9; then
+        say "$BERTH_SCRIPT: waiting for another run that holds $dir/$name.lock (up to ${seconds}s)"
+        flock -w "$seconds" 9 || die "another run held $dir/$name.lock for ${seconds}s; giving up"
+    fi
 }
 
 # A name unique on this machine, for throwaway instances: PREFIX-<seconds>-<pid>-<random>.

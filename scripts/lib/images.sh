@@ -41,6 +41,18 @@ host_debian_security_mirror() {
     ' "${files[@]}" | grep -E '/debian-security/?$' | head -n1
 }
 
+# The revision of berth's images. Raise it whenever the init, the package list or the build
+# functions below change: set-up rebuilds an image whose recorded revision is lower, and never
+# replaces a newer one (so an older checkout does not undo a newer one's images).
+BERTH_IMAGE_REVISION=1
+
+# The berth.revision property of the image ALIAS points to; 0 when it has none.
+image_recorded_revision() {
+    local rev
+    rev=$(lxc_t image show "$1" 2>/dev/null | sed -n 's/^  berth\.revision: *"\{0,1\}\([0-9]*\)"\{0,1\}$/\1/p' | head -n1)
+    echo "${rev:-0}"
+}
+
 # Writes metadata.tar.gz for image NAME into DIR.
 write_image_metadata() {
     local name=$1 dir=$2 description=$3 os=$4 release=$5
@@ -55,6 +67,7 @@ properties:
   os: $os
   release: $release
   berth.image: $name
+  berth.revision: "$BERTH_IMAGE_REVISION"
 EOF
     tar -C "$dir/meta" --numeric-owner -czf "$dir/metadata.tar.gz" metadata.yaml
 }
@@ -142,9 +155,13 @@ import_image() {
     [[ -n $fp ]] || die "importing image $name: could not read the fingerprint from: $out"
     old=$(image_alias_fingerprint "$name")
     if [[ -n $old ]]; then
-        lxc_t image alias delete "$name" >/dev/null
+        # Retarget in one request, so a client launching NAME meanwhile never finds it missing.
+        lxc_t query -X PUT "/1.0/images/aliases/$name" \
+            --data "{\"target\": \"$fp\", \"description\": \"\"}" >/dev/null ||
+            die "pointing image alias $name at $fp failed"
+    else
+        lxc_t image alias create "$name" "$fp" >/dev/null || die "creating image alias $name -> $fp failed"
     fi
-    lxc_t image alias create "$name" "$fp" >/dev/null || die "creating image alias $name -> $fp failed"
     if [[ -n $old && ! $fp == "$old"* ]]; then
         if ! lxc_t image alias list --format csv | awk -F, '{print $2}' | grep -q "^${old:0:12}"; then
             lxc_t image delete "$old" >/dev/null 2>&1 || true

@@ -1,10 +1,32 @@
-//! The `berth` command line: one module per subcommand.
+//! The `berth` command line: one module per subcommand, dispatched from [`Command`].
+//!
+//! Adding a subcommand: a module with an `Args` struct (clap derive) and an
+//! `async fn run(&Context, Args) -> anyhow::Result<ExitCode>`, one variant here, one dispatch arm.
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
+use crate::client::{Client, ClientError, Server};
+
+mod apply;
+mod completion;
+mod create;
+mod delete;
+mod describe;
+mod diff;
+mod duration;
+mod events;
+mod get;
+mod manifest;
+mod power;
+mod progress;
+mod render;
 mod serve;
+mod table;
+mod textdiff;
+mod version;
+mod wait;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -13,26 +35,245 @@ mod serve;
     about = "Durable LXD workspaces for AI coding agents"
 )]
 pub struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Options every client subcommand shares.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// The berth server: a unix socket path or an http(s) URL [default: the local daemon's socket]
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_SERVER",
+        hide_env_values = true,
+        value_name = "SOCKET|URL"
+    )]
+    server: Option<String>,
+    /// Bearer token for a TCP server.
+    #[arg(long, global = true, env = "BERTH_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the daemon: API, store and controller.
     Serve(serve::ServeArgs),
+    /// Create or update objects from manifests (files, directories or stdin).
+    Apply(apply::ApplyArgs),
+    /// List objects, or show one.
+    Get(get::GetArgs),
+    /// Show one object in detail: spec, status, conditions, container and recent events.
+    Describe(describe::DescribeArgs),
+    /// Delete objects by name or by manifest; waits until they are gone.
+    Delete(delete::DeleteArgs),
+    /// Show what `apply` would change (exit 0: no difference, 1: differences, >1: error).
+    Diff(diff::DiffArgs),
+    /// Wait for a condition on an object, or for its deletion.
+    Wait(wait::WaitArgs),
+    /// List recent events, for every object or for one.
+    Events(events::EventsArgs),
+    /// Create an object from a few flags.
+    Create(create::CreateArgs),
+    /// Restart a project's container (or replace it with --recreate).
+    Restart(power::RestartArgs),
+    /// Stop a project's container.
+    Stop(power::StopArgs),
+    /// Start a stopped or idled project.
+    Start(power::StartArgs),
+    /// Print the client and server versions.
+    Version(version::VersionArgs),
+    /// Print a shell completion script.
+    Completion(completion::CompletionArgs),
+}
+
+/// What a client subcommand needs: the parsed global options and a way to reach the server.
+pub struct Context {
+    global: GlobalArgs,
+}
+
+impl Context {
+    /// Built on demand: `version --client` needs no server, and a bad `--server` is reported
+    /// only by commands that use one.
+    pub fn client(&self) -> Result<Client, ClientError> {
+        // An empty BERTH_SERVER counts as unset, as shells make it easy to export one.
+        let server = match self.global.server.as_deref().map(str::trim) {
+            Some(value) if !value.is_empty() => Server::parse(value)?,
+            _ => Server::Unix(crate::config::default_socket_path()),
+        };
+        Client::new(server, self.global.token.clone())
+    }
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    let context = Context { global: cli.global };
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Completion(args) => completion::run(args),
+        command => run_client_command(&context, command),
     };
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            report(&err);
             ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_client_command(context: &Context, command: Command) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match command {
+            Command::Apply(args) => apply::run(context, args).await,
+            Command::Get(args) => get::run(context, args).await,
+            Command::Describe(args) => describe::run(context, args).await,
+            Command::Delete(args) => delete::run(context, args).await,
+            Command::Diff(args) => diff::run(context, args).await,
+            Command::Wait(args) => wait::run(context, args).await,
+            Command::Events(args) => events::run(context, args).await,
+            Command::Create(args) => create::run(context, args).await,
+            Command::Restart(args) => power::restart(context, args).await,
+            Command::Stop(args) => power::stop(context, args).await,
+            Command::Start(args) => power::start(context, args).await,
+            Command::Version(args) => version::run(context, args).await,
+            Command::Serve(_) | Command::Completion(_) => {
+                unreachable!("dispatched before the runtime starts")
+            }
+        }
+    })
+}
+
+/// A server `Status` prints as kubectl prints it, however deep it was wrapped; everything else
+/// as `error: ...`.
+pub(crate) fn report(err: &anyhow::Error) {
+    let text = format!("{err:#}");
+    if text.starts_with("Error from server (") {
+        eprintln!("{text}");
+    } else {
+        eprintln!("error: {text}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::Cli;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_parse_as_documented() {
+        let accepted: &[&[&str]] = &[
+            &[
+                "berth",
+                "apply",
+                "-f",
+                "a.yaml",
+                "-f",
+                "dir",
+                "-R",
+                "--dry-run",
+            ],
+            &[
+                "berth",
+                "apply",
+                "-f",
+                "-",
+                "--prune",
+                "--applyset",
+                "fleet",
+                "--wait",
+                "--timeout",
+                "10m",
+            ],
+            &["berth", "get", "projects", "-l", "team=a", "-o", "wide"],
+            &["berth", "get", "project", "a", "-o", "yaml"],
+            &[
+                "berth",
+                "delete",
+                "project",
+                "a",
+                "b",
+                "--force",
+                "--wait=false",
+            ],
+            &["berth", "delete", "-f", "a.yaml"],
+            &[
+                "berth",
+                "wait",
+                "project/a",
+                "--for=condition=Ready",
+                "--timeout=5m",
+            ],
+            &["berth", "wait", "project", "a", "--for", "delete"],
+            &["berth", "events", "project", "a"],
+            &[
+                "berth",
+                "create",
+                "project",
+                "Payments API",
+                "--agent",
+                "shell",
+                "--image",
+                "berth-base",
+                "--brief",
+                "fix it",
+            ],
+            &["berth", "restart", "a", "--recreate"],
+            &["berth", "--server", "/tmp/b.sock", "stop", "a"],
+            &["berth", "start", "a", "--wait"],
+            &[
+                "berth",
+                "diff",
+                "-f",
+                "dir",
+                "-R",
+                "--prune",
+                "--applyset",
+                "fleet",
+            ],
+            &["berth", "version"],
+            &["berth", "completion", "zsh"],
+        ];
+        for args in accepted {
+            if let Err(err) = Cli::try_parse_from(*args) {
+                panic!("{args:?}: {err}");
+            }
+        }
+        let rejected: &[&[&str]] = &[
+            &["berth", "apply"],
+            &["berth", "apply", "-f", "a.yaml", "--prune"],
+            &["berth", "diff", "-f", "dir", "--prune"],
+            &["berth", "get", "pods"],
+            &["berth", "get", "projects", "-o", "table"],
+            &["berth", "delete"],
+            &["berth", "delete", "project", "a", "-f", "a.yaml"],
+            &["berth", "wait", "project/a", "--for=ready"],
+            &[
+                "berth",
+                "wait",
+                "project/a",
+                "--for=condition=Ready",
+                "--timeout=soon",
+            ],
+            &["berth", "completion", "powershell"],
+        ];
+        for args in rejected {
+            assert!(
+                Cli::try_parse_from(*args).is_err(),
+                "{args:?} should be rejected"
+            );
         }
     }
 }

@@ -181,6 +181,7 @@ impl LxdClient {
                 });
             }
             let secs = whole_seconds(remaining);
+            let asked = Instant::now();
             let reply = self
                 .transport
                 .call(Method::GET, &path, format!("wait for {what}"))
@@ -212,7 +213,12 @@ impl LxdClient {
                         message: op.err,
                     });
                 }
-                OperationStatus::Running | OperationStatus::Other(_) => continue,
+                OperationStatus::Running | OperationStatus::Other(_) => {
+                    // LXD long-polls; a server that answers at once must not be hammered.
+                    if asked.elapsed() < Duration::from_millis(50) {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
             }
         }
     }

@@ -1,0 +1,126 @@
+//! `berth create project DISPLAY_NAME`: the name is derived from the display name, taking the
+//! next free suffix when another project holds it.
+
+use std::collections::BTreeMap;
+use std::collections::HashSet;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use serde_json::{Map, Value, json};
+
+use super::render::name_of;
+use super::{Context, render};
+use crate::client::Resource;
+
+/// How many suffixes to try when names are being taken concurrently.
+const MAX_ATTEMPTS: usize = 50;
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    #[command(subcommand)]
+    kind: CreateKind,
+}
+
+#[derive(Debug, Subcommand)]
+enum CreateKind {
+    /// A project; its name is derived from DISPLAY_NAME (`Payments API` → `payments-api`).
+    Project(CreateProjectArgs),
+}
+
+#[derive(Debug, Args)]
+struct CreateProjectArgs {
+    /// The human-facing name; unique case-insensitively, and the source of the object's name.
+    display_name: String,
+    /// The AgentProfile that runs the agent.
+    #[arg(long)]
+    agent: Option<String>,
+    /// LXD image alias or fingerprint (default from the server's config).
+    #[arg(long)]
+    image: Option<String>,
+    /// The agent's task.
+    #[arg(long)]
+    brief: Option<String>,
+    /// A label, `KEY=VALUE` (repeatable).
+    #[arg(short = 'l', long = "label", value_parser = parse_label, value_name = "KEY=VALUE")]
+    labels: Vec<(String, String)>,
+    /// Print the created object (yaml, json) or its reference (name).
+    #[arg(short = 'o', long = "output", value_enum)]
+    output: Option<render::OutputFormat>,
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("{text:?}: expected KEY=VALUE")),
+    }
+}
+
+pub async fn run(context: &Context, args: CreateArgs) -> anyhow::Result<ExitCode> {
+    match args.kind {
+        CreateKind::Project(args) => create_project(context, args).await,
+    }
+}
+
+async fn create_project(context: &Context, args: CreateProjectArgs) -> anyhow::Result<ExitCode> {
+    let display_name = args.display_name.trim();
+    if display_name.is_empty() {
+        anyhow::bail!("DISPLAY_NAME: must not be empty");
+    }
+    let client = context.client()?;
+    let list = client.list(Resource::Project, None).await?;
+    let mut taken: HashSet<String> = list
+        .get("items")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|o| name_of(o).to_string())
+        .collect();
+
+    let mut spec = Map::new();
+    spec.insert("displayName".into(), json!(display_name));
+    for (key, value) in [
+        ("agent", &args.agent),
+        ("image", &args.image),
+        ("brief", &args.brief),
+    ] {
+        if let Some(value) = value {
+            spec.insert(key.into(), json!(value));
+        }
+    }
+    let labels: BTreeMap<String, String> = args.labels.into_iter().collect();
+
+    for _ in 0..MAX_ATTEMPTS {
+        let Some(name) = berth_api::derive_name(display_name, |n| taken.contains(n)) else {
+            anyhow::bail!(
+                "DISPLAY_NAME: {display_name:?} has no letters or digits to derive a name from"
+            );
+        };
+        let mut metadata = json!({"name": name});
+        if !labels.is_empty() {
+            metadata["labels"] = json!(labels);
+        }
+        let object = json!({
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Project",
+            "metadata": metadata,
+            "spec": spec,
+        });
+        match client.create(Resource::Project, &object).await {
+            Ok(created) => {
+                match args.output {
+                    Some(render::OutputFormat::Yaml) => print!("{}", render::to_yaml(&created)),
+                    Some(render::OutputFormat::Json) => print!("{}", render::to_json(&created)),
+                    Some(render::OutputFormat::Name) => println!("project/{name}"),
+                    _ => println!("project/{name} created"),
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            // Someone took the name since the list: try the next suffix.
+            Err(err) if err.status().is_some_and(|s| s.is_already_exists()) => {
+                taken.insert(name);
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    anyhow::bail!("could not find a free name for {display_name:?} after {MAX_ATTEMPTS} attempts")
+}

@@ -1,0 +1,134 @@
+//! `berth restart|stop|start NAME`: each is one merge patch of the project; the controller does
+//! the rest.
+
+use std::process::ExitCode;
+
+use chrono::{SecondsFormat, Utc};
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::Context;
+use super::duration;
+use super::progress::{self, Goal};
+use berth_api::annotations::{RECREATE_REQUESTED_AT, RESTARTED_AT, WOKEN_AT};
+
+use crate::client::Resource;
+
+/// No `--wait`: a project that was Ready before a restart looks the same after it, so there is
+/// nothing a wait could tell apart; `berth describe` shows the container's new start.
+#[derive(Debug, Args)]
+pub struct RestartArgs {
+    /// Project name.
+    name: String,
+    /// Replace the container from the image (the durable volumes stay).
+    #[arg(long)]
+    recreate: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// Project name.
+    name: String,
+    #[command(flatten)]
+    wait: WaitFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// Project name.
+    name: String,
+    #[command(flatten)]
+    wait: WaitFlags,
+}
+
+#[derive(Debug, Args)]
+struct WaitFlags {
+    /// Wait until the project is running and Ready (start) or Stopped (stop), printing each step.
+    #[arg(long)]
+    wait: bool,
+    /// How long --wait waits.
+    #[arg(long, default_value = "5m", value_parser = duration::parse)]
+    timeout: std::time::Duration,
+}
+
+fn now() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+pub fn restart_patch(recreate: bool, at: &str) -> Value {
+    let key = if recreate {
+        RECREATE_REQUESTED_AT
+    } else {
+        RESTARTED_AT
+    };
+    json!({"metadata": {"annotations": {key: at}}})
+}
+
+pub fn stop_patch() -> Value {
+    json!({"spec": {"state": "Stopped"}})
+}
+
+pub fn start_patch(at: &str) -> Value {
+    json!({"spec": {"state": "Running"}, "metadata": {"annotations": {WOKEN_AT: at}}})
+}
+
+/// What `--wait` waits for, and what it prints when done.
+struct Outcome {
+    goal: Goal,
+    done: &'static str,
+}
+
+async fn patch_and_report(
+    context: &Context,
+    name: &str,
+    patch: Value,
+    requested: &str,
+    wait: Option<(WaitFlags, Outcome)>,
+) -> anyhow::Result<ExitCode> {
+    let client = context.client()?;
+    client.merge_patch(Resource::Project, name, &patch).await?;
+    println!("project/{name} {requested}");
+    if let Some((flags, outcome)) = wait
+        && flags.wait
+    {
+        let target = [(Resource::Project, name.to_string())];
+        progress::wait_for(&client, &target, outcome.goal, flags.timeout, true).await?;
+        println!("project/{name} {}", outcome.done);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn restart(context: &Context, args: RestartArgs) -> anyhow::Result<ExitCode> {
+    let requested = if args.recreate {
+        "recreate requested"
+    } else {
+        "restart requested"
+    };
+    let patch = restart_patch(args.recreate, &now());
+    patch_and_report(context, &args.name, patch, requested, None).await
+}
+
+pub async fn stop(context: &Context, args: StopArgs) -> anyhow::Result<ExitCode> {
+    let outcome = Outcome {
+        goal: Goal::Stopped,
+        done: "stopped",
+    };
+    let wait = Some((args.wait, outcome));
+    patch_and_report(context, &args.name, stop_patch(), "stop requested", wait).await
+}
+
+pub async fn start(context: &Context, args: StartArgs) -> anyhow::Result<ExitCode> {
+    let outcome = Outcome {
+        goal: Goal::Running,
+        done: "running",
+    };
+    let wait = Some((args.wait, outcome));
+    patch_and_report(
+        context,
+        &args.name,
+        start_patch(&now()),
+        "start requested",
+        wait,
+    )
+    .await
+}

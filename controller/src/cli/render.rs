@@ -1,0 +1,252 @@
+//! Reading fields out of objects and printing them: `-o` formats, table columns, ages.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::duration::human_age;
+use super::table::Table;
+use crate::client::Resource;
+
+/// `-o` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Wide,
+    Yaml,
+    Json,
+    Name,
+}
+
+/// The string at a dotted path, or `""`.
+pub fn str_at<'a>(object: &'a Value, path: &str) -> &'a str {
+    value_at(object, path).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The value at a dotted path.
+pub fn value_at<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(object, |v, key| v.get(key))
+}
+
+pub fn name_of(object: &Value) -> &str {
+    str_at(object, "metadata.name")
+}
+
+/// A condition of `status.conditions` by type.
+pub fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
+    value_at(object, "status.conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
+}
+
+/// Parses an RFC 3339 timestamp field.
+pub fn time_at(object: &Value, path: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(str_at(object, path))
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// `3m20s`-style age of a timestamp field, `<unknown>` without one.
+pub fn age_at(object: &Value, path: &str, now: DateTime<Utc>) -> String {
+    match time_at(object, path) {
+        Some(t) => human_age((now - t).num_seconds()),
+        None => "<unknown>".to_string(),
+    }
+}
+
+/// Strings of an array field joined by commas; a string field as itself.
+pub fn joined_at(object: &Value, path: &str, key: Option<&str>) -> String {
+    joined_with(object, path, key, ",")
+}
+
+/// Like [`joined_at`], with a chosen separator.
+pub fn joined_with(object: &Value, path: &str, key: Option<&str>, separator: &str) -> String {
+    match value_at(object, path) {
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| {
+                let item = key.and_then(|k| item.get(k)).unwrap_or(item);
+                scalar(item)
+            })
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(separator),
+        Some(other) => scalar(other),
+        None => String::new(),
+    }
+}
+
+/// A scalar as text: strings unquoted, numbers and booleans as written, null as empty.
+pub fn scalar(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        Value::Bool(_) | Value::Number(_) => value.to_string(),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+pub fn to_yaml(value: &Value) -> String {
+    serde_yaml::to_string(value).expect("a serde_json::Value always serialises to YAML")
+}
+
+pub fn to_json(value: &Value) -> String {
+    let mut text =
+        serde_json::to_string_pretty(value).expect("a serde_json::Value always serialises");
+    text.push('\n');
+    text
+}
+
+/// The table `get` prints for a kind; `wide` adds the columns that need a wide terminal.
+pub fn table(resource: Resource, objects: &[Value], wide: bool, now: DateTime<Utc>) -> Table {
+    let mut headers: Vec<&str> = match resource {
+        Resource::Project => vec!["name", "display name", "phase", "step", "age"],
+        Resource::AgentProfile => vec!["name", "home", "version", "age"],
+        Resource::GitSource => vec!["name", "url", "ref", "ready", "revision", "age"],
+    };
+    if wide {
+        headers.extend(match resource {
+            Resource::Project => &["image", "agent", "title", "protected", "ports"][..],
+            Resource::AgentProfile => &["runner"][..],
+            Resource::GitSource => &["path", "interval", "suspend"][..],
+        });
+    }
+    let mut table = Table::new(headers);
+    for object in objects {
+        let age = age_at(object, "metadata.creationTimestamp", now);
+        let mut row: Vec<String> = match resource {
+            Resource::Project => vec![
+                name_of(object).to_string(),
+                str_at(object, "spec.displayName").to_string(),
+                or_default(str_at(object, "status.phase"), "Pending"),
+                str_at(object, "status.step").to_string(),
+                age,
+            ],
+            Resource::AgentProfile => vec![
+                name_of(object).to_string(),
+                str_at(object, "spec.home").to_string(),
+                str_at(object, "spec.install.version").to_string(),
+                age,
+            ],
+            Resource::GitSource => vec![
+                name_of(object).to_string(),
+                str_at(object, "spec.url").to_string(),
+                scalar(value_at(object, "spec.ref").unwrap_or(&Value::Null)),
+                condition(object, "Ready")
+                    .map(|c| str_at(c, "status").to_string())
+                    .unwrap_or_else(|| "Unknown".to_string()),
+                str_at(object, "status.lastAppliedRevision").to_string(),
+                age,
+            ],
+        };
+        if wide {
+            match resource {
+                Resource::Project => row.extend([
+                    str_at(object, "spec.image").to_string(),
+                    str_at(object, "spec.agent").to_string(),
+                    str_at(object, "status.title").to_string(),
+                    joined_at(object, "status.reap.protectedBy", None),
+                    joined_at(object, "status.ports", Some("port")),
+                ]),
+                Resource::AgentProfile => {
+                    row.push(joined_with(object, "spec.runner.command", None, " "))
+                }
+                Resource::GitSource => row.extend([
+                    str_at(object, "spec.path").to_string(),
+                    scalar(value_at(object, "spec.interval").unwrap_or(&Value::Null)),
+                    scalar(value_at(object, "spec.suspend").unwrap_or(&Value::Null)),
+                ]),
+            }
+        }
+        table.row(row);
+    }
+    table
+}
+
+fn or_default(value: &str, default: &str) -> String {
+    if value.is_empty() {
+        default.to_string()
+    } else {
+        value.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-01-01T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn project_tables_plain_and_wide() {
+        let objects = vec![
+            json!({"metadata": {"name": "payments-api", "creationTimestamp": "2026-01-01T11:55:00Z"},
+                   "spec": {"displayName": "Payments API", "image": "berth-base", "agent": "shell"},
+                   "status": {"phase": "Ready", "step": "Briefed", "title": "Fix the test",
+                              "reap": {"protectedBy": ["UnsavedWork", "AgentBlocked"]},
+                              "ports": [{"port": 3000, "url": "http://x"}, {"port": 8080}]}}),
+            json!({"metadata": {"name": "new", "creationTimestamp": "2026-01-01T11:59:30Z"},
+                   "spec": {"displayName": "new"}}),
+        ];
+        let plain = table(Resource::Project, &objects, false, now()).render();
+        assert_eq!(
+            plain,
+            "\
+NAME           DISPLAY NAME   PHASE     STEP      AGE
+payments-api   Payments API   Ready     Briefed   5m
+new            new            Pending             30s
+"
+        );
+        let wide = table(Resource::Project, &objects, true, now()).render();
+        let first = wide.lines().nth(1).unwrap();
+        assert!(
+            first.ends_with(
+                "berth-base   shell   Fix the test   UnsavedWork,AgentBlocked   3000,8080"
+            ),
+            "{first:?}"
+        );
+        assert!(wide.starts_with("NAME "));
+        assert!(
+            wide.lines()
+                .next()
+                .unwrap()
+                .ends_with("IMAGE        AGENT   TITLE          PROTECTED                  PORTS")
+        );
+    }
+
+    #[test]
+    fn other_kinds_have_their_own_columns() {
+        let profile = json!({"metadata": {"name": "shell", "creationTimestamp": "2026-01-01T11:00:00Z"},
+            "spec": {"home": "/root/.shell", "install": {"version": "1.0"},
+                     "runner": {"command": ["run", "a,b", "{briefFile}"]}}});
+        assert_eq!(
+            table(Resource::AgentProfile, &[profile], true, now()).render(),
+            "NAME    HOME           VERSION   AGE   RUNNER\nshell   /root/.shell   1.0       60m   run a,b {briefFile}\n"
+        );
+        let source = json!({"metadata": {"name": "fleet"},
+            "spec": {"url": "file:///srv/fleet.git", "ref": "main"},
+            "status": {"lastAppliedRevision": "abc123", "conditions": [{"type": "Ready", "status": "True"}]}});
+        assert_eq!(
+            table(Resource::GitSource, &[source], false, now()).render(),
+            "NAME    URL                     REF    READY   REVISION   AGE\nfleet   file:///srv/fleet.git   main   True    abc123     <unknown>\n"
+        );
+    }
+
+    #[test]
+    fn field_access() {
+        let object = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        assert_eq!(
+            str_at(condition(&object, "Ready").unwrap(), "status"),
+            "True"
+        );
+        assert!(condition(&object, "MountsReady").is_none());
+        assert_eq!(
+            age_at(&object, "metadata.creationTimestamp", now()),
+            "<unknown>"
+        );
+    }
+}

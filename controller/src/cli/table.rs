@@ -1,0 +1,96 @@
+//! Tables aligned like kubectl's: upper-case headers, columns separated by three spaces, no
+//! trailing blanks.
+
+/// Column gap kubectl's tabwriter uses.
+const GAP: usize = 3;
+
+#[derive(Debug, Clone, Default)]
+pub struct Table {
+    headers: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new<I, S>(headers: I) -> Table
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Table {
+            headers: headers.into_iter().map(Into::into).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row; missing cells print as blanks, cells keep to one line.
+    pub fn row(&mut self, cells: Vec<String>) {
+        let cells = cells.into_iter().map(|c| one_line(&c)).collect();
+        self.rows.push(cells);
+    }
+
+    pub fn render(&self) -> String {
+        let columns = self.headers.len();
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| width(h)).collect();
+        for row in &self.rows {
+            for (i, cell) in row.iter().enumerate().take(columns) {
+                widths[i] = widths[i].max(width(cell));
+            }
+        }
+        let mut out = String::new();
+        let header_cells: Vec<String> = self.headers.iter().map(|h| h.to_uppercase()).collect();
+        for cells in std::iter::once(&header_cells).chain(self.rows.iter()) {
+            let mut line = String::new();
+            for (i, w) in widths.iter().enumerate() {
+                let cell = cells.get(i).map(String::as_str).unwrap_or("");
+                line.push_str(cell);
+                if i + 1 < columns {
+                    line.push_str(&" ".repeat(w - width(cell) + GAP));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+fn width(text: &str) -> usize {
+    text.chars().count()
+}
+
+/// Control characters (a newline in a message) would break the alignment.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_align_with_three_space_gaps() {
+        let mut table = Table::new(["name", "display name", "phase"]);
+        table.row(vec![
+            "payments-api".into(),
+            "Payments API".into(),
+            "Ready".into(),
+        ]);
+        table.row(vec!["a".into(), "".into(), "Pending".into()]);
+        let expected = "\
+NAME           DISPLAY NAME   PHASE
+payments-api   Payments API   Ready
+a                             Pending
+";
+        assert_eq!(table.render(), expected);
+    }
+
+    #[test]
+    fn trailing_blanks_are_trimmed_and_newlines_flattened() {
+        let mut table = Table::new(["a", "b"]);
+        table.row(vec!["x".into(), "".into()]);
+        table.row(vec!["y".into(), "two\nlines".into()]);
+        assert_eq!(table.render(), "A   B\nx\ny   two lines\n");
+    }
+}

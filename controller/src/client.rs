@@ -1,0 +1,931 @@
+//! The HTTP client for berth's API, spoken over the daemon's unix socket or over TCP.
+//!
+//! Objects travel as `serde_json::Value`: the client prints, diffs and patches whatever the server
+//! returns, so a field added to a kind needs no change here.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use reqwest::{Method, StatusCode};
+use serde::Deserialize;
+use serde_json::Value;
+use url::Url;
+
+/// Where every berth object lives on the server.
+pub const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
+
+/// How long one ordinary request may take; watches have no overall limit.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The kinds of object the API serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Resource {
+    Project,
+    AgentProfile,
+    GitSource,
+}
+
+impl Resource {
+    pub const ALL: [Resource; 3] = [
+        Resource::Project,
+        Resource::AgentProfile,
+        Resource::GitSource,
+    ];
+
+    /// The `kind` field of a manifest.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Resource::Project => "Project",
+            Resource::AgentProfile => "AgentProfile",
+            Resource::GitSource => "GitSource",
+        }
+    }
+
+    /// The lower-case singular used in `project/NAME` references.
+    pub fn singular(self) -> &'static str {
+        match self {
+            Resource::Project => "project",
+            Resource::AgentProfile => "agentprofile",
+            Resource::GitSource => "gitsource",
+        }
+    }
+
+    /// The collection segment of the URL.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Resource::Project => "projects",
+            Resource::AgentProfile => "agentprofiles",
+            Resource::GitSource => "gitsources",
+        }
+    }
+
+    /// Accepts what a user types on the command line: `project`, `projects`, `Project`.
+    pub fn from_cli(word: &str) -> Option<Resource> {
+        let lower = word.to_ascii_lowercase();
+        Resource::ALL
+            .into_iter()
+            .find(|r| lower == r.singular() || lower == r.plural())
+    }
+
+    /// Accepts the `kind` field of a manifest, exactly as the API spells it.
+    pub fn from_kind(kind: &str) -> Option<Resource> {
+        Resource::ALL.into_iter().find(|r| r.kind() == kind)
+    }
+}
+
+impl fmt::Display for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.singular())
+    }
+}
+
+/// Where the daemon listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Server {
+    Unix(PathBuf),
+    Http(Url),
+}
+
+impl Server {
+    /// A value starting with `http://` or `https://` is a URL; `unix:///path` or any other
+    /// value is a socket path.
+    pub fn parse(value: &str) -> Result<Server, ClientError> {
+        let trimmed = value.trim();
+        if trimmed.is_empty() {
+            return Err(ClientError::BadServer(value.to_string()));
+        }
+        if trimmed.starts_with("http://") || trimmed.starts_with("https://") {
+            let url = Url::parse(trimmed).map_err(|_| ClientError::BadServer(value.to_string()))?;
+            return Ok(Server::Http(url));
+        }
+        // LXD spells its socket `unix:///path`; accept that spelling too.
+        if let Some(path) = trimmed.strip_prefix("unix://") {
+            if path.is_empty() {
+                return Err(ClientError::BadServer(value.to_string()));
+            }
+            return Ok(Server::Unix(PathBuf::from(path)));
+        }
+        if trimmed.contains("://") {
+            return Err(ClientError::BadServer(value.to_string()));
+        }
+        Ok(Server::Unix(PathBuf::from(trimmed)))
+    }
+}
+
+impl fmt::Display for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Server::Unix(path) => write!(f, "{}", path.display()),
+            Server::Http(url) => write!(f, "{url}"),
+        }
+    }
+}
+
+/// One `details.causes` entry of a `Status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct StatusCause {
+    #[serde(default)]
+    pub field: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+impl StatusCause {
+    /// `field: message`, or whichever of the two is present.
+    pub fn line(&self) -> String {
+        match (self.field.is_empty(), self.message.is_empty()) {
+            (true, _) => self.message.clone(),
+            (false, true) => self.field.clone(),
+            (false, false) => format!("{}: {}", self.field, self.message),
+        }
+    }
+}
+
+/// A Kubernetes-style `Status` the server answered a failed request with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiStatus {
+    pub code: u16,
+    pub reason: String,
+    pub message: String,
+    pub causes: Vec<StatusCause>,
+}
+
+impl ApiStatus {
+    /// Reads a `Status` body; a body that is not one still yields a useful error.
+    pub fn from_response(code: StatusCode, body: &[u8]) -> ApiStatus {
+        #[derive(Deserialize)]
+        struct Wire {
+            #[serde(default)]
+            reason: String,
+            #[serde(default)]
+            message: String,
+            #[serde(default)]
+            details: Option<Details>,
+        }
+        #[derive(Deserialize)]
+        struct Details {
+            #[serde(default)]
+            causes: Vec<StatusCause>,
+        }
+        match serde_json::from_slice::<Wire>(body) {
+            Ok(wire) if !wire.message.is_empty() || !wire.reason.is_empty() => ApiStatus {
+                code: code.as_u16(),
+                reason: if wire.reason.is_empty() {
+                    default_reason(code)
+                } else {
+                    wire.reason
+                },
+                message: wire.message,
+                causes: wire.details.map(|d| d.causes).unwrap_or_default(),
+            },
+            _ => {
+                let text = String::from_utf8_lossy(body);
+                let text = text.trim();
+                ApiStatus {
+                    code: code.as_u16(),
+                    reason: default_reason(code),
+                    message: if text.is_empty() {
+                        format!("the server answered {code}")
+                    } else {
+                        first_line(text).to_string()
+                    },
+                    causes: Vec::new(),
+                }
+            }
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.code == 404
+    }
+
+    /// The message without the causes it repeats (`List is invalid: a: x; b: y` → `List is
+    /// invalid`), since each cause gets a line of its own.
+    pub fn headline(&self) -> &str {
+        let joined = self
+            .causes
+            .iter()
+            .map(StatusCause::line)
+            .collect::<Vec<_>>()
+            .join("; ");
+        if joined.is_empty() {
+            return &self.message;
+        }
+        match self.message.strip_suffix(&joined) {
+            Some(head) if !head.trim_end_matches([':', ' ']).is_empty() => {
+                head.trim_end_matches([':', ' '])
+            }
+            _ => &self.message,
+        }
+    }
+
+    pub fn is_already_exists(&self) -> bool {
+        self.reason == "AlreadyExists"
+    }
+}
+
+fn default_reason(code: StatusCode) -> String {
+    match code.as_u16() {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        409 => "Conflict",
+        413 => "RequestEntityTooLarge",
+        422 => "Invalid",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        _ => "Unknown",
+    }
+    .to_string()
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or(text)
+}
+
+impl fmt::Display for ApiStatus {
+    /// `Error from server (Reason): message`, then one line per cause the message does not
+    /// already carry.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headline = self.headline();
+        write!(f, "Error from server ({}): {headline}", self.reason)?;
+        for cause in &self.causes {
+            let line = cause.line();
+            if !line.is_empty() && !headline.contains(&line) {
+                write!(f, "\n  {line}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ApiStatus {}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("--server {0:?}: expected a unix socket path or an http(s) URL")]
+    BadServer(String),
+    #[error("cannot reach the berth server at {server}: {reason}")]
+    Unreachable { server: String, reason: String },
+    #[error("{0}")]
+    Api(ApiStatus),
+    #[error("{method} {path}: {reason}")]
+    Transport {
+        method: Method,
+        path: String,
+        reason: String,
+    },
+    #[error("{method} {path}: the server's answer is not valid JSON: {source}")]
+    Decode {
+        method: Method,
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot build the HTTP client: {0}")]
+    Build(#[source] reqwest::Error),
+}
+
+impl ClientError {
+    /// The server's `Status`, when the failure is one.
+    pub fn status(&self) -> Option<&ApiStatus> {
+        match self {
+            ClientError::Api(status) => Some(status),
+            _ => None,
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.status().is_some_and(ApiStatus::is_not_found)
+    }
+}
+
+/// One line of a `?watch=true` stream.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct WatchEvent {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub object: Value,
+}
+
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, ClientError>> + Send>>;
+
+/// What `apply` should do besides writing.
+#[derive(Debug, Clone, Default)]
+pub struct ApplyOptions {
+    pub dry_run: bool,
+    /// `(applyset, prune)`: records the inventory and, with prune, deletes what left the set.
+    pub applyset: Option<(String, bool)>,
+}
+
+/// One entry of an `ApplyResult`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ApplyOutcome {
+    pub kind: String,
+    pub name: String,
+    pub action: String,
+    #[serde(default)]
+    pub object: Value,
+}
+
+/// A connection to one berth server.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: Url,
+    server: Server,
+    token: Option<String>,
+}
+
+impl Client {
+    pub fn new(server: Server, token: Option<String>) -> Result<Client, ClientError> {
+        let builder = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("berth/", env!("CARGO_PKG_VERSION")));
+        let (builder, base) = match &server {
+            Server::Unix(path) => (
+                builder.unix_socket(path.as_path()),
+                Url::parse("http://localhost/").expect("a constant URL parses"),
+            ),
+            Server::Http(url) => {
+                let mut base = url.clone();
+                if !base.path().ends_with('/') {
+                    let path = format!("{}/", base.path());
+                    base.set_path(&path);
+                }
+                (builder, base)
+            }
+        };
+        let http = builder.build().map_err(ClientError::Build)?;
+        Ok(Client {
+            http,
+            base,
+            server,
+            token: token.filter(|t| !t.is_empty()),
+        })
+    }
+
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// `/apis/berth.dev/v1alpha1/projects[/NAME]`.
+    pub fn object_path(resource: Resource, name: Option<&str>) -> String {
+        match name {
+            Some(name) => format!(
+                "{API_PREFIX}/{}/{}",
+                resource.plural(),
+                encode_segment(name)
+            ),
+            None => format!("{API_PREFIX}/{}", resource.plural()),
+        }
+    }
+
+    fn url(&self, path: &str, query: &[(&str, &str)]) -> Url {
+        let mut url = self.base.clone();
+        let joined = format!("{}{}", self.base.path().trim_end_matches('/'), path);
+        url.set_path(&joined);
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        url
+    }
+
+    fn request(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> reqwest::RequestBuilder {
+        let mut request = self.http.request(method, self.url(path, query));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        request
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<Bytes, ClientError> {
+        let response = request
+            .send()
+            .await
+            .map_err(|err| self.transport(&method, path, err))?;
+        let code = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|err| self.transport(&method, path, err))?;
+        if code.is_success() {
+            Ok(body)
+        } else {
+            Err(ClientError::Api(ApiStatus::from_response(code, &body)))
+        }
+    }
+
+    fn transport(&self, method: &Method, path: &str, err: reqwest::Error) -> ClientError {
+        let reason = root_cause(&err);
+        if err.is_connect() {
+            return ClientError::Unreachable {
+                server: self.server.to_string(),
+                reason,
+            };
+        }
+        if err.is_timeout() {
+            return ClientError::Transport {
+                method: method.clone(),
+                path: path.to_string(),
+                reason: "timed out waiting for the server".to_string(),
+            };
+        }
+        ClientError::Transport {
+            method: method.clone(),
+            path: path.to_string(),
+            reason,
+        }
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<(&'static str, Vec<u8>)>,
+    ) -> Result<Value, ClientError> {
+        if let Server::Unix(socket) = &self.server {
+            check_socket(socket, &self.server)?;
+        }
+        let mut request = self
+            .request(method.clone(), path, query)
+            .timeout(REQUEST_TIMEOUT)
+            .header(reqwest::header::ACCEPT, "application/json");
+        if let Some((content_type, bytes)) = body {
+            request = request
+                .header(reqwest::header::CONTENT_TYPE, content_type)
+                .body(bytes);
+        }
+        let bytes = self.send(method.clone(), path, request).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&bytes).map_err(|source| ClientError::Decode {
+            method,
+            path: path.to_string(),
+            source,
+        })
+    }
+
+    pub async fn get(&self, resource: Resource, name: &str) -> Result<Value, ClientError> {
+        self.call(
+            Method::GET,
+            &Self::object_path(resource, Some(name)),
+            &[],
+            None,
+        )
+        .await
+    }
+
+    /// `None` when the object does not exist.
+    pub async fn get_opt(
+        &self,
+        resource: Resource,
+        name: &str,
+    ) -> Result<Option<Value>, ClientError> {
+        match self.get(resource, name).await {
+            Ok(object) => Ok(Some(object)),
+            Err(err) if err.is_not_found() => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// The `…List` object, optionally narrowed by a label selector.
+    pub async fn list(
+        &self,
+        resource: Resource,
+        selector: Option<&str>,
+    ) -> Result<Value, ClientError> {
+        let query: Vec<(&str, &str)> = selector.map(|s| ("labelSelector", s)).into_iter().collect();
+        self.call(
+            Method::GET,
+            &Self::object_path(resource, None),
+            &query,
+            None,
+        )
+        .await
+    }
+
+    pub async fn create(&self, resource: Resource, object: &Value) -> Result<Value, ClientError> {
+        self.call(
+            Method::POST,
+            &Self::object_path(resource, None),
+            &[],
+            Some(("application/json", to_json(object))),
+        )
+        .await
+    }
+
+    /// A JSON merge patch (RFC 7386) of one object.
+    pub async fn merge_patch(
+        &self,
+        resource: Resource,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Value, ClientError> {
+        self.call(
+            Method::PATCH,
+            &Self::object_path(resource, Some(name)),
+            &[],
+            Some(("application/merge-patch+json", to_json(patch))),
+        )
+        .await
+    }
+
+    pub async fn delete(
+        &self,
+        resource: Resource,
+        name: &str,
+        force: bool,
+    ) -> Result<Value, ClientError> {
+        let query: &[(&str, &str)] = if force { &[("force", "true")] } else { &[] };
+        self.call(
+            Method::DELETE,
+            &Self::object_path(resource, Some(name)),
+            query,
+            None,
+        )
+        .await
+    }
+
+    /// Sends every object in one all-or-nothing call.
+    pub async fn apply(
+        &self,
+        items: Vec<Value>,
+        options: &ApplyOptions,
+    ) -> Result<Vec<ApplyOutcome>, ClientError> {
+        let mut query: Vec<(&str, &str)> = Vec::new();
+        if options.dry_run {
+            query.push(("dryRun", "All"));
+        }
+        if let Some((applyset, prune)) = &options.applyset {
+            query.push(("applyset", applyset.as_str()));
+            if *prune {
+                query.push(("prune", "true"));
+            }
+        }
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+        let path = format!("{API_PREFIX}/apply");
+        let answer = self
+            .call(
+                Method::POST,
+                &path,
+                &query,
+                Some(("application/json", to_json(&list))),
+            )
+            .await?;
+        let items = answer
+            .get("items")
+            .cloned()
+            .unwrap_or(Value::Array(Vec::new()));
+        serde_json::from_value(items).map_err(|source| ClientError::Decode {
+            method: Method::POST,
+            path,
+            source,
+        })
+    }
+
+    /// Events for one object, or for every object when `object` is `None`.
+    pub async fn events(&self, object: Option<(Resource, &str)>) -> Result<Value, ClientError> {
+        let path = match object {
+            Some((resource, name)) => format!("{}/events", Self::object_path(resource, Some(name))),
+            None => format!("{API_PREFIX}/events"),
+        };
+        self.call(Method::GET, &path, &[], None).await
+    }
+
+    pub async fn version(&self) -> Result<Value, ClientError> {
+        self.call(Method::GET, "/version", &[], None).await
+    }
+
+    /// Streams changes to one collection as newline-delimited JSON events: an `ADDED` for each
+    /// existing object first, then every change.
+    pub async fn watch(&self, resource: Resource) -> Result<WatchStream, ClientError> {
+        self.watch_path(Self::object_path(resource, None)).await
+    }
+
+    /// Like [`Client::watch`], for one object.
+    pub async fn watch_object(
+        &self,
+        resource: Resource,
+        name: &str,
+    ) -> Result<WatchStream, ClientError> {
+        self.watch_path(Self::object_path(resource, Some(name)))
+            .await
+    }
+
+    async fn watch_path(&self, path: String) -> Result<WatchStream, ClientError> {
+        if let Server::Unix(socket) = &self.server {
+            check_socket(socket, &self.server)?;
+        }
+        let response = self
+            .request(Method::GET, &path, &[("watch", "true")])
+            .header(reqwest::header::ACCEPT, "application/json")
+            .send()
+            .await
+            .map_err(|err| self.transport(&Method::GET, &path, err))?;
+        let code = response.status();
+        if !code.is_success() {
+            let body = response.bytes().await.unwrap_or_default();
+            return Err(ClientError::Api(ApiStatus::from_response(code, &body)));
+        }
+        let lines = split_lines(response.bytes_stream());
+        Ok(Box::pin(lines.filter_map(move |line| {
+            let path = path.clone();
+            async move {
+                match line {
+                    Err(err) => Some(Err(ClientError::Transport {
+                        method: Method::GET,
+                        path,
+                        reason: root_cause(&err),
+                    })),
+                    Ok(line) if line.iter().all(u8::is_ascii_whitespace) => None,
+                    Ok(line) => Some(serde_json::from_slice::<WatchEvent>(&line).map_err(
+                        |source| ClientError::Decode {
+                            method: Method::GET,
+                            path,
+                            source,
+                        },
+                    )),
+                }
+            }
+        })))
+    }
+}
+
+/// Splits a byte stream into lines, whatever the chunk boundaries; a last line without a newline
+/// still counts.
+fn split_lines<S>(chunks: S) -> impl Stream<Item = Result<Vec<u8>, reqwest::Error>> + Send
+where
+    S: Stream<Item = Result<Bytes, reqwest::Error>> + Send + 'static,
+{
+    struct State<S> {
+        chunks: Pin<Box<S>>,
+        buffer: Vec<u8>,
+        done: bool,
+    }
+    let state = State {
+        chunks: Box::pin(chunks),
+        buffer: Vec::new(),
+        done: false,
+    };
+    futures::stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(pos) = state.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = state.buffer.drain(..=pos).collect();
+                return Some((Ok(line), state));
+            }
+            if state.done {
+                if state.buffer.is_empty() {
+                    return None;
+                }
+                let line = std::mem::take(&mut state.buffer);
+                return Some((Ok(line), state));
+            }
+            match state.chunks.next().await {
+                Some(Ok(chunk)) => state.buffer.extend_from_slice(&chunk),
+                Some(Err(err)) => {
+                    state.done = true;
+                    state.buffer.clear();
+                    return Some((Err(err), state));
+                }
+                None => state.done = true,
+            }
+        }
+    })
+}
+
+fn to_json(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).expect("a serde_json::Value always serialises")
+}
+
+/// Percent-encodes one path segment, so a name can never change the path.
+fn encode_segment(segment: &str) -> String {
+    percent_encoding::utf8_percent_encode(segment, percent_encoding::NON_ALPHANUMERIC)
+        .to_string()
+        .replace("%2D", "-")
+        .replace("%2E", ".")
+        .replace("%5F", "_")
+}
+
+/// A missing socket is the commonest mistake; say so plainly instead of a connect error.
+fn check_socket(socket: &Path, server: &Server) -> Result<(), ClientError> {
+    if socket.exists() {
+        return Ok(());
+    }
+    Err(ClientError::Unreachable {
+        server: server.to_string(),
+        reason: "no such socket (is `berth serve` running? set --server or BERTH_SERVER)"
+            .to_string(),
+    })
+}
+
+/// The innermost error message, which is the one that says what went wrong.
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = err;
+    while let Some(next) = current.source() {
+        current = next;
+    }
+    current.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_parse_as_sockets_or_urls() {
+        assert_eq!(
+            Server::parse("/run/berth/berth.sock").unwrap(),
+            Server::Unix(PathBuf::from("/run/berth/berth.sock"))
+        );
+        assert_eq!(
+            Server::parse("relative.sock").unwrap(),
+            Server::Unix(PathBuf::from("relative.sock"))
+        );
+        assert_eq!(
+            Server::parse("unix:///run/berth/berth.sock").unwrap(),
+            Server::Unix(PathBuf::from("/run/berth/berth.sock"))
+        );
+        assert!(matches!(
+            Server::parse("http://127.0.0.1:7480").unwrap(),
+            Server::Http(_)
+        ));
+        for bad in ["", "  ", "ftp://host/x", "http://", "unix://"] {
+            assert!(Server::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn kinds_from_the_command_line() {
+        let cases = [
+            ("project", Some(Resource::Project)),
+            ("Projects", Some(Resource::Project)),
+            ("agentprofile", Some(Resource::AgentProfile)),
+            ("gitsources", Some(Resource::GitSource)),
+            ("pods", None),
+        ];
+        for (word, expected) in cases {
+            assert_eq!(Resource::from_cli(word), expected, "{word}");
+        }
+        assert_eq!(
+            Client::object_path(Resource::Project, Some("a b/c")),
+            "/apis/berth.dev/v1alpha1/projects/a%20b%2Fc"
+        );
+    }
+
+    #[test]
+    fn status_bodies_and_other_bodies_both_make_errors() {
+        let status = br#"{"kind":"Status","status":"Failure","reason":"AlreadyExists","message":"Project \"a\" already exists","code":409}"#;
+        let parsed = ApiStatus::from_response(StatusCode::CONFLICT, status);
+        assert!(parsed.is_already_exists());
+        assert_eq!(
+            parsed.to_string(),
+            "Error from server (AlreadyExists): Project \"a\" already exists"
+        );
+        let plain = ApiStatus::from_response(StatusCode::BAD_GATEWAY, b"upstream gone\nmore");
+        assert_eq!(
+            plain.to_string(),
+            "Error from server (Unknown): upstream gone"
+        );
+        let empty = ApiStatus::from_response(StatusCode::NOT_FOUND, b"");
+        assert!(empty.is_not_found());
+        assert_eq!(
+            empty.to_string(),
+            "Error from server (NotFound): the server answered 404 Not Found"
+        );
+    }
+
+    #[tokio::test]
+    async fn watch_lines_survive_any_chunking() {
+        let chunks: Vec<Result<Bytes, reqwest::Error>> = vec![
+            Ok(Bytes::from_static(b"{\"type\":\"ADDED\",")),
+            Ok(Bytes::from_static(b"\"object\":{}}\n{\"type\":\"MODI")),
+            Ok(Bytes::from_static(
+                b"FIED\",\"object\":{}}\n\n{\"type\":\"DELETED\",\"object\":{}}",
+            )),
+        ];
+        let lines: Vec<Vec<u8>> = split_lines(futures::stream::iter(chunks))
+            .map(|line| line.expect("no transport error"))
+            .collect()
+            .await;
+        let events: Vec<String> = lines
+            .iter()
+            .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+            .map(|l| serde_json::from_slice::<WatchEvent>(l).unwrap().type_)
+            .collect();
+        assert_eq!(events, ["ADDED", "MODIFIED", "DELETED"]);
+    }
+
+    /// A one-shot HTTP server on loopback that records the request it got.
+    fn answer_once(response: String) -> (String, std::thread::JoinHandle<String>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let handle = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Read the head, then as much body as it announces, before answering.
+            let complete = |request: &[u8]| {
+                let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else {
+                    return false;
+                };
+                let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                request.len() >= end + 4 + length
+            };
+            while !complete(&request) {
+                let n = stream.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buf[..n]);
+            }
+            stream.write_all(response.as_bytes()).unwrap();
+            String::from_utf8_lossy(&request).into_owned()
+        });
+        (url, handle)
+    }
+
+    #[tokio::test]
+    async fn the_token_travels_as_a_bearer_header_and_selectors_as_a_query() {
+        let body = r#"{"apiVersion":"berth.dev/v1alpha1","kind":"ProjectList","items":[]}"#;
+        let response = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let (url, server) = answer_once(response);
+        let client = Client::new(Server::parse(&url).unwrap(), Some("s3cret".to_string())).unwrap();
+        let list = client
+            .list(Resource::Project, Some("team=a,tier!=dev"))
+            .await
+            .unwrap();
+        assert_eq!(list["kind"], "ProjectList");
+        let request = server.join().unwrap();
+        let first_line = request.lines().next().unwrap();
+        assert_eq!(
+            first_line,
+            "GET /apis/berth.dev/v1alpha1/projects?labelSelector=team%3Da%2Ctier%21%3Ddev HTTP/1.1"
+        );
+        assert!(
+            request
+                .to_ascii_lowercase()
+                .contains("authorization: bearer s3cret\r\n"),
+            "{request}"
+        );
+    }
+
+    #[tokio::test]
+    async fn apply_sends_one_list_with_dry_run_and_applyset_in_the_query() {
+        let body = r#"{"kind":"ApplyResult","items":[{"kind":"Project","name":"a","action":"created","object":{}}]}"#;
+        let response = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let (url, server) = answer_once(response);
+        let client = Client::new(Server::parse(&url).unwrap(), None).unwrap();
+        let options = ApplyOptions {
+            dry_run: true,
+            applyset: Some(("fleet".to_string(), true)),
+        };
+        let outcomes = client
+            .apply(vec![serde_json::json!({"kind": "Project"})], &options)
+            .await
+            .unwrap();
+        assert_eq!(outcomes[0].action, "created");
+        let request = server.join().unwrap();
+        assert_eq!(
+            request.lines().next().unwrap(),
+            "POST /apis/berth.dev/v1alpha1/apply?dryRun=All&applyset=fleet&prune=true HTTP/1.1"
+        );
+        assert!(
+            !request.to_ascii_lowercase().contains("authorization:"),
+            "{request}"
+        );
+    }
+}

@@ -1,0 +1,1123 @@
+//! The `berth` client end to end: the real binary against a real `berth serve --paused` (real
+//! SQLite, real unix socket), one daemon per test. Where a test needs the controller's part (a
+//! status moving through the steps), it writes status through the API exactly as the controller
+//! does, since a paused daemon's controller acts on nothing.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BERTH: &str = env!("CARGO_BIN_EXE_berth");
+/// Generous: the machine is small and shared.
+const COMMAND_DEADLINE: Duration = Duration::from_secs(90);
+
+/// A `berth serve --paused` on its own data dir and socket, and the client commands run
+/// against it.
+struct Daemon {
+    serve: support::daemon::Daemon,
+}
+
+/// What one `berth` invocation did.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    #[track_caller]
+    fn ok(self) -> Run {
+        assert_eq!(self.code, 0, "berth failed: {self:?}");
+        self
+    }
+
+    #[track_caller]
+    fn fails(self, code: i32) -> Run {
+        assert_eq!(self.code, code, "wanted exit {code}: {self:?}");
+        self
+    }
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        Daemon {
+            serve: support::daemon::Daemon::start(),
+        }
+    }
+
+    fn start_with(extra: &[&str]) -> Daemon {
+        Daemon {
+            serve: support::daemon::Daemon::start_with(extra),
+        }
+    }
+
+    /// Stops the daemon (SIGTERM), then starts it again on the same data dir and socket.
+    fn restart(&mut self) {
+        self.serve.terminate();
+        self.serve.restart();
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.serve.socket.clone()
+    }
+
+    fn dir(&self) -> &Path {
+        self.serve.dir.path()
+    }
+
+    /// Writes a file under the test's temp dir and returns its path.
+    fn file(&self, name: &str, content: &str) -> String {
+        let path = self.dir().join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("manifest dir");
+        }
+        std::fs::write(&path, content).expect("write manifest");
+        path.to_string_lossy().into_owned()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(BERTH);
+        command
+            .args(args)
+            .env("BERTH_SERVER", self.socket())
+            .env_remove("BERTH_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    }
+
+    fn berth(&self, args: &[&str]) -> Run {
+        self.berth_with_stdin(args, None)
+    }
+
+    fn berth_with_stdin(&self, args: &[&str], stdin: Option<&str>) -> Run {
+        let mut command = self.command(args);
+        command.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        let mut child = command.spawn().expect("run berth");
+        if let Some(input) = stdin {
+            let mut pipe = child.stdin.take().expect("stdin pipe");
+            pipe.write_all(input.as_bytes()).expect("write stdin");
+        }
+        finish(child, args)
+    }
+
+    /// The object as the server stores it.
+    fn object(&self, kind: &str, name: &str) -> Value {
+        let run = self.berth(&["get", kind, name, "-o", "json"]).ok();
+        serde_json::from_str(&run.stdout).expect("get -o json prints JSON")
+    }
+
+    /// Writes through the API on the unix socket, as the controller does.
+    fn put(&self, path: &str, body: &Value) {
+        let path = format!("/apis/berth.dev/v1alpha1/{path}");
+        let reply = self.serve.client().put_json(&path, body);
+        assert!(
+            (200..300).contains(&reply.status),
+            "PUT {path}: {}: {}",
+            reply.status,
+            reply.text()
+        );
+    }
+
+    fn put_status(&self, name: &str, status: Value) {
+        self.put(
+            &format!("projects/{name}/status"),
+            &json!({"status": status}),
+        );
+    }
+}
+
+/// Collects a child's output, killing it if it outlives the deadline.
+fn finish(mut child: Child, args: &[&str]) -> Run {
+    // A caller that took stdout to read it as it comes gets an empty one here.
+    let stdout = child.stdout.take();
+    let mut stderr = child.stderr.take().expect("stderr pipe");
+    let out = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut stdout) = stdout {
+            let _ = stdout.read_to_string(&mut text);
+        }
+        text
+    });
+    let err = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + COMMAND_DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for berth") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("berth {args:?} did not finish within {COMMAND_DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
+fn project(name: &str, extra: &str) -> String {
+    format!("apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: {name}\n{extra}")
+}
+
+const TWO_PROJECTS: &str = "\
+apiVersion: berth.dev/v1alpha1
+kind: Project
+metadata:
+  name: payments-api
+  labels: {team: payments}
+spec:
+  displayName: Payments API
+  env: {NODE_ENV: development}
+---
+# a comment-only document is skipped
+---
+apiVersion: berth.dev/v1alpha1
+kind: Project
+metadata:
+  name: web
+  labels: {team: frontend}
+spec:
+  image: berth-base
+";
+
+fn names_in(run: &Run) -> Vec<String> {
+    run.stdout.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn apply_then_get_yaml_applies_back_unchanged() {
+    let daemon = Daemon::start();
+    let file = daemon.file("projects.yaml", TWO_PROJECTS);
+    let run = daemon.berth(&["apply", "-f", &file]).ok();
+    assert_eq!(
+        names_in(&run),
+        ["project/payments-api created", "project/web created"]
+    );
+
+    // With the status a controller writes, too.
+    daemon.put_status(
+        "payments-api",
+        json!({"observedGeneration": 1, "phase": "Provisioning", "step": "Created",
+               "conditions": [{"type": "Ready", "status": "False", "reason": "Starting",
+                               "message": "booting", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+    );
+
+    // One object's YAML, and the whole list's, both apply back as they are.
+    let one = daemon
+        .berth(&["get", "project", "payments-api", "-o", "yaml"])
+        .ok();
+    assert!(one.stdout.contains("kind: Project"), "{}", one.stdout);
+    let one_file = daemon.file("one.yaml", &one.stdout);
+    let back = daemon.berth(&["apply", "-f", &one_file]).ok();
+    assert_eq!(names_in(&back), ["project/payments-api unchanged"]);
+
+    let list = daemon.berth(&["get", "projects", "-o", "yaml"]).ok();
+    assert!(list.stdout.contains("kind: ProjectList"), "{}", list.stdout);
+    let back = daemon
+        .berth_with_stdin(&["apply", "-f", "-"], Some(&list.stdout))
+        .ok();
+    assert_eq!(
+        names_in(&back),
+        ["project/payments-api unchanged", "project/web unchanged"]
+    );
+
+    let json = daemon.object("project", "payments-api");
+    assert_eq!(json["spec"]["displayName"], "Payments API");
+    assert_eq!(json["metadata"]["labels"]["team"], "payments");
+
+    let described = daemon.berth(&["describe", "project", "payments-api"]).ok();
+    for expected in [
+        "Name:               payments-api",
+        "Display Name:       Payments API",
+        "Labels:             team=payments",
+        "Spec:",
+        "NODE_ENV: development",
+        "Status:",
+        "  Phase:               Provisioning",
+        "  Step:                Created",
+        "Conditions:",
+        "  Ready   False    Starting",
+        "Events:",
+    ] {
+        assert!(
+            described.stdout.contains(expected),
+            "{expected:?} in {}",
+            described.stdout
+        );
+    }
+}
+
+#[test]
+fn reapplying_changes_no_resource_version_and_a_spec_change_moves_generation() {
+    let daemon = Daemon::start();
+    let file = daemon.file("projects.yaml", TWO_PROJECTS);
+    daemon.berth(&["apply", "-f", &file]).ok();
+    let before = daemon.object("project", "web");
+
+    let again = daemon.berth(&["apply", "-f", &file]).ok();
+    assert_eq!(
+        names_in(&again),
+        ["project/payments-api unchanged", "project/web unchanged"]
+    );
+    let after = daemon.object("project", "web");
+    assert_eq!(
+        before["metadata"]["resourceVersion"],
+        after["metadata"]["resourceVersion"]
+    );
+    assert_eq!(
+        before["metadata"]["generation"],
+        after["metadata"]["generation"]
+    );
+
+    let dry = daemon.file("dry.yaml", &project("web", "spec:\n  brief: do a thing\n"));
+    let run = daemon.berth(&["apply", "-f", &dry, "--dry-run"]).ok();
+    assert_eq!(names_in(&run), ["project/web configured (dry run)"]);
+    assert_eq!(
+        daemon.object("project", "web")["metadata"]["generation"],
+        before["metadata"]["generation"]
+    );
+
+    daemon.berth(&["apply", "-f", &dry]).ok();
+    let changed = daemon.object("project", "web");
+    assert_eq!(changed["spec"]["brief"], "do a thing");
+    assert_eq!(
+        changed["metadata"]["generation"].as_i64().unwrap(),
+        before["metadata"]["generation"].as_i64().unwrap() + 1
+    );
+}
+
+#[test]
+fn a_bad_batch_persists_nothing_and_names_where_it_is_wrong() {
+    let good = project("good-one", "spec:\n  displayName: Good\n");
+    // (documents after the good one, what stderr must say)
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n\tname: tabbed\n",
+            &["batch.yaml: document 3: line 16 column 1:"],
+        ),
+        (
+            "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata: {name: x\n",
+            &["batch.yaml: document 3: line 16 column 1:"],
+        ),
+        (
+            "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: odd\nspecc: {}\n",
+            &[
+                "batch.yaml: document 3 (project/odd): specc",
+                "unknown field",
+            ],
+        ),
+        (
+            "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: Not_A_Name\n",
+            &["batch.yaml: document 3 (project/Not_A_Name): metadata.name"],
+        ),
+        (
+            "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: big\nspec:\n  resources: {memory: 4 gigs}\n",
+            &[
+                "batch.yaml: document 3 (project/big): spec.resources.memory: \"4 gigs\" is not a quantity",
+            ],
+        ),
+        (
+            "apiVersion: berth.dev/v1alpha1\nkind: Widget\nmetadata:\n  name: w\n",
+            &["batch.yaml: document 3: kind: unknown kind \"Widget\""],
+        ),
+    ];
+    let daemon = Daemon::start();
+    for (bad, expected) in cases {
+        let text = format!("{good}---\n{}---\n{bad}", project("second-good", ""));
+        let file = daemon.file("batch.yaml", &text);
+        let run = daemon.berth(&["apply", "-f", &file]).fails(1);
+        for needle in *expected {
+            assert!(
+                run.stderr.contains(needle),
+                "{needle:?} in {:?}",
+                run.stderr
+            );
+        }
+        // One line of reason, plus at most one line per cause.
+        assert!(run.stderr.lines().count() <= 3, "{:?}", run.stderr);
+        let listed = daemon.berth(&["get", "projects", "-o", "name"]).ok();
+        assert_eq!(
+            listed.stdout, "",
+            "nothing persists from a bad batch: {bad}"
+        );
+    }
+}
+
+#[test]
+fn unknown_fields_are_rejected_with_their_path() {
+    let daemon = Daemon::start();
+    let cases = [
+        ("specc: {}\n", "specc"),
+        ("status: {}\nextra: 1\n", "extra"),
+        ("spec:\n  imagee: berth-base\n", "spec.imagee"),
+        (
+            "spec:\n  seedFiles: [{path: a, content: b, colour: red}]\n",
+            "spec.seedFiles[0].colour",
+        ),
+        ("metadata2: {}\n", "metadata2"),
+    ];
+    for (extra, path) in cases {
+        let file = daemon.file("typo.yaml", &project("typo", extra));
+        let run = daemon.berth(&["apply", "-f", &file]).fails(1);
+        assert!(
+            run.stderr.starts_with("Error from server (Invalid): "),
+            "{:?}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains(&format!("{path}: unknown field")),
+            "{path} in {:?}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn diff_exits_0_when_same_1_when_different_2_on_error() {
+    let daemon = Daemon::start();
+    let file = daemon.file("projects.yaml", TWO_PROJECTS);
+    daemon.berth(&["apply", "-f", &file]).ok();
+
+    let same = daemon.berth(&["diff", "-f", &file]).fails(0);
+    assert_eq!(same.stdout, "");
+
+    let changed = daemon.file(
+        "changed.yaml",
+        &TWO_PROJECTS.replace("NODE_ENV: development", "NODE_ENV: production"),
+    );
+    let run = daemon.berth(&["diff", "-f", &changed]).fails(1);
+    assert!(
+        run.stdout
+            .contains("--- live/project/payments-api\n+++ merged/project/payments-api\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("-    NODE_ENV: development\n+    NODE_ENV: production\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        !run.stdout.contains("project/web"),
+        "web is unchanged: {}",
+        run.stdout
+    );
+
+    let new = daemon.file("new.yaml", &project("brand-new", ""));
+    let run = daemon.berth(&["diff", "-f", &new]).fails(1);
+    assert!(run.stdout.contains("+  name: brand-new"), "{}", run.stdout);
+    // A diff writes nothing.
+    daemon.berth(&["get", "project", "brand-new"]).fails(1);
+
+    // A large batch is compared against one list call; the answer is the same.
+    let many: Vec<String> = (0..30).map(|i| project(&format!("many-{i}"), "")).collect();
+    let many_file = daemon.file("many.yaml", &many.join("---\n"));
+    daemon.berth(&["apply", "-f", &many_file]).ok();
+    daemon.berth(&["diff", "-f", &many_file]).fails(0);
+    let one_changed = many.join("---\n").replacen(
+        "name: many-7\n",
+        "name: many-7\n  labels: {changed: \"yes\"}\n",
+        1,
+    );
+    let changed_file = daemon.file("many-changed.yaml", &one_changed);
+    let run = daemon.berth(&["diff", "-f", &changed_file]).fails(1);
+    assert_eq!(
+        run.stdout.matches("--- live/").count(),
+        1,
+        "only many-7 differs: {}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("+++ merged/project/many-7\n"),
+        "{}",
+        run.stdout
+    );
+
+    let missing = daemon.dir().join("missing.yaml");
+    let run = daemon
+        .berth(&["diff", "-f", missing.to_str().unwrap()])
+        .fails(2);
+    assert!(run.stderr.contains("missing.yaml"), "{}", run.stderr);
+    let invalid = daemon.file("invalid.yaml", &project("bad", "specc: {}\n"));
+    daemon.berth(&["diff", "-f", &invalid]).fails(2);
+}
+
+#[test]
+fn delete_waits_until_gone() {
+    let daemon = Daemon::start();
+    let file = daemon.file("projects.yaml", TWO_PROJECTS);
+    daemon.berth(&["apply", "-f", &file]).ok();
+
+    let run = daemon.berth(&["delete", "project", "web"]).ok();
+    assert_eq!(run.stdout, "project/web deleted\n");
+    let gone = daemon.berth(&["get", "project", "web"]).fails(1);
+    assert!(
+        gone.stderr.starts_with("Error from server (NotFound): "),
+        "{}",
+        gone.stderr
+    );
+
+    let run = daemon.berth(&["delete", "-f", &file, "--wait=false"]);
+    // payments-api is deleted; web no longer exists, which is an error.
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("NotFound"), "{run:?}");
+
+    daemon.berth(&["apply", "-f", &file]).ok();
+    let run = daemon.berth(&["delete", "-f", &file]).ok();
+    assert_eq!(
+        names_in(&run),
+        ["project/payments-api deleted", "project/web deleted"]
+    );
+    assert_eq!(
+        daemon.berth(&["get", "projects", "-o", "name"]).ok().stdout,
+        ""
+    );
+}
+
+#[test]
+fn a_held_deletion_exits_1_with_its_reason() {
+    let daemon = Daemon::start();
+    let file = daemon.file("p.yaml", &project("held", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    // A finalizer holds the deletion, as the controller's does.
+    let mut object = daemon.object("project", "held");
+    object["metadata"]["finalizers"] = json!(["berth.dev/test-hold"]);
+    daemon.put("projects/held", &object);
+
+    let child = daemon
+        .command(&["delete", "project", "held", "--timeout=60s"])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("run berth delete");
+    // Once the deletion is marked, the controller reports why it holds it.
+    wait_until(|| !daemon.object("project", "held")["metadata"]["deletionTimestamp"].is_null());
+    daemon.put_status(
+        "held",
+        json!({"phase": "Deleting", "conditions": [{
+            "type": "DeletionBlocked", "status": "True", "reason": "UnsavedWork",
+            "message": "2 uncommitted files", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+    );
+    let run = finish(child, &["delete"]).fails(1);
+    assert!(
+        run.stderr
+            .contains("project/held: deletion blocked: UnsavedWork: 2 uncommitted files"),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn create_project_derives_names_and_takes_the_next_suffix() {
+    let daemon = Daemon::start();
+    let cases = [
+        ("Payments API", Ok("payments-api")),
+        ("Payments-API!", Ok("payments-api-2")),
+        ("Payments API 2", Ok("payments-api-2-2")),
+        ("payments api", Err("Conflict")),
+        ("!!!", Err("DISPLAY_NAME")),
+    ];
+    for (display, expected) in cases {
+        let run = daemon.berth(&["create", "project", display, "--brief", "look around"]);
+        match expected {
+            Ok(name) => {
+                let run = run.ok();
+                assert_eq!(run.stdout, format!("project/{name} created\n"));
+                let object = daemon.object("project", name);
+                assert_eq!(object["spec"]["displayName"], display);
+                assert_eq!(object["spec"]["brief"], "look around");
+            }
+            Err(needle) => {
+                let run = run.fails(1);
+                assert!(run.stderr.contains(needle), "{needle} in {run:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn get_tables_align_and_name_output_is_kind_slash_name() {
+    let daemon = Daemon::start();
+    let file = daemon.file("projects.yaml", TWO_PROJECTS);
+    daemon.berth(&["apply", "-f", &file]).ok();
+
+    for args in [
+        &["get", "projects"][..],
+        &["get", "project", "-o", "wide"][..],
+    ] {
+        let run = daemon.berth(args).ok();
+        let lines: Vec<&str> = run.stdout.lines().collect();
+        assert_eq!(lines.len(), 3, "{}", run.stdout);
+        assert!(
+            lines[0].starts_with("NAME           DISPLAY NAME   PHASE     STEP   AGE"),
+            "{}",
+            run.stdout
+        );
+        // Every column starts where its header starts.
+        let starts: Vec<usize> = column_starts(lines[0]);
+        for line in &lines[1..] {
+            for &start in &starts[..3] {
+                assert!(
+                    start == 0
+                        || line.as_bytes()[start - 1] == b' ' && line.as_bytes()[start] != b' ',
+                    "column at {start} misaligned in {line:?}"
+                );
+            }
+            assert!(!line.ends_with(' '));
+        }
+        assert!(
+            lines[1].starts_with("payments-api   Payments API   Pending"),
+            "{}",
+            run.stdout
+        );
+        assert!(
+            lines[2].starts_with("web            web            Pending"),
+            "{}",
+            run.stdout
+        );
+    }
+
+    let wide = daemon.berth(&["get", "projects", "-o", "wide"]).ok();
+    assert!(
+        wide.stdout
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("IMAGE        AGENT   TITLE   PROTECTED   PORTS"),
+        "{}",
+        wide.stdout
+    );
+
+    let names = daemon.berth(&["get", "projects", "-o", "name"]).ok();
+    assert_eq!(names.stdout, "project/payments-api\nproject/web\n");
+    let two = daemon
+        .berth(&["get", "projects", "web", "payments-api", "-o", "name"])
+        .ok();
+    assert_eq!(two.stdout, "project/web\nproject/payments-api\n");
+    let two_yaml = daemon
+        .berth(&["get", "projects", "web", "payments-api", "-o", "yaml"])
+        .ok();
+    let back = daemon
+        .berth_with_stdin(&["apply", "-f", "-"], Some(&two_yaml.stdout))
+        .ok();
+    assert_eq!(
+        names_in(&back),
+        ["project/web unchanged", "project/payments-api unchanged"]
+    );
+    let selected = daemon
+        .berth(&["get", "projects", "-l", "team=frontend", "-o", "name"])
+        .ok();
+    assert_eq!(selected.stdout, "project/web\n");
+    let selected = daemon
+        .berth(&["get", "projects", "-l", "team!=frontend", "-o", "name"])
+        .ok();
+    assert_eq!(selected.stdout, "project/payments-api\n");
+
+    let empty = daemon.berth(&["get", "agentprofiles"]).ok();
+    assert_eq!(empty.stdout, "");
+    assert_eq!(empty.stderr, "No resources found.\n");
+
+    let unknown = daemon.berth(&["get", "widgets"]);
+    assert_ne!(unknown.code, 0);
+    assert!(
+        unknown.stderr.contains("unknown kind \"widgets\""),
+        "{unknown:?}"
+    );
+}
+
+fn column_starts(header: &str) -> Vec<usize> {
+    let bytes = header.as_bytes();
+    (0..bytes.len())
+        .filter(|&i| bytes[i] != b' ' && (i == 0 || header[..i].ends_with("   ")))
+        .collect()
+}
+
+#[test]
+fn wait_times_out_with_a_message_and_apply_wait_prints_each_step() {
+    let daemon = Daemon::start();
+    let file = daemon.file("p.yaml", &project("slow", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+
+    let run = daemon
+        .berth(&[
+            "wait",
+            "project/slow",
+            "--for=condition=Ready",
+            "--timeout=1s",
+        ])
+        .fails(1);
+    assert!(
+        run.stderr
+            .contains("timed out after 1s waiting for project/slow to have condition Ready=True"),
+        "{run:?}"
+    );
+    let run = daemon
+        .berth(&["wait", "project/absent", "--for=condition=Ready"])
+        .fails(1);
+    assert!(run.stderr.contains("NotFound"), "{run:?}");
+    daemon
+        .berth(&["wait", "project/absent", "--for=delete"])
+        .ok();
+
+    // apply --wait follows the steps the controller records, then ends on Ready.
+    let generation = daemon.object("project", "slow")["metadata"]["generation"].clone();
+    let child = daemon
+        .command(&["apply", "-f", &file, "--wait", "--timeout=60s"])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("run berth apply --wait");
+    for step in ["Created", "Started", "Reachable"] {
+        daemon.put_status(
+            "slow",
+            json!({"observedGeneration": generation, "phase": "Provisioning", "step": step}),
+        );
+    }
+    daemon.put_status(
+        "slow",
+        json!({"observedGeneration": generation, "phase": "Ready", "step": "Seeded",
+               "conditions": [{"type": "Ready", "status": "True", "reason": "Seeded",
+                               "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+    );
+    let run = finish(child, &["apply", "--wait"]).ok();
+    let lines = names_in(&run);
+    assert_eq!(
+        lines.first().map(String::as_str),
+        Some("project/slow unchanged")
+    );
+    assert_eq!(lines.last().map(String::as_str), Some("project/slow ready"));
+    assert!(lines.contains(&"slow: Seeded".to_string()), "{lines:?}");
+    // Steps print in order, each once.
+    let steps: Vec<&String> = lines.iter().filter(|l| l.starts_with("slow: ")).collect();
+    let mut sorted = steps.clone();
+    sorted.dedup();
+    assert_eq!(steps, sorted, "{lines:?}");
+
+    let run = daemon
+        .berth(&[
+            "wait",
+            "project/slow",
+            "--for=condition=Ready",
+            "--timeout=30s",
+        ])
+        .ok();
+    assert_eq!(
+        run.stdout.lines().last(),
+        Some("project/slow condition met")
+    );
+}
+
+/// Polls a condition with a generous deadline.
+fn wait_until(mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !condition() {
+        assert!(Instant::now() < deadline, "condition not met within 60s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn stop_start_and_restart_set_the_right_fields() {
+    let daemon = Daemon::start();
+    let file = daemon.file("p.yaml", &project("power", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+
+    // (command, field that must hold a value afterwards, expected value or None for a timestamp)
+    let cases: &[(&[&str], &str, Option<&str>)] = &[
+        (&["stop", "power"], "/spec/state", Some("Stopped")),
+        (&["start", "power"], "/spec/state", Some("Running")),
+        (
+            &["start", "power"],
+            "/metadata/annotations/berth.dev~1wokenAt",
+            None,
+        ),
+        (
+            &["restart", "power"],
+            "/metadata/annotations/berth.dev~1restartedAt",
+            None,
+        ),
+        (
+            &["restart", "power", "--recreate"],
+            "/metadata/annotations/berth.dev~1recreateRequestedAt",
+            None,
+        ),
+    ];
+    for (args, pointer, expected) in cases {
+        let before = daemon.object("project", "power");
+        daemon.berth(args).ok();
+        let after = daemon.object("project", "power");
+        let value = after
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("{args:?} left no {pointer} in {after}"));
+        match expected {
+            Some(expected) => assert_eq!(value, *expected, "{args:?}"),
+            None => {
+                chrono::DateTime::parse_from_rfc3339(value)
+                    .unwrap_or_else(|err| panic!("{args:?}: {value:?} is not RFC 3339: {err}"));
+            }
+        }
+        // Only a spec change moves the generation.
+        let spec_changed = before["spec"] != after["spec"];
+        let generation = |o: &Value| o["metadata"]["generation"].as_i64().unwrap();
+        assert_eq!(
+            generation(&after),
+            generation(&before) + i64::from(spec_changed),
+            "{args:?}"
+        );
+    }
+    let run = daemon.berth(&["stop", "absent"]).fails(1);
+    assert!(run.stderr.contains("NotFound"), "{run:?}");
+}
+
+#[test]
+fn version_and_completion_and_unreachable_server() {
+    let daemon = Daemon::start();
+    let run = daemon.berth(&["version"]).ok();
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        run.stdout,
+        format!("Client Version: {version}\nServer Version: {version}\n")
+    );
+    for shell in ["bash", "zsh", "fish"] {
+        let run = daemon.berth(&["completion", shell]).ok();
+        assert!(run.stdout.contains("berth"), "{shell}");
+    }
+
+    let nowhere = daemon.dir().join("nowhere.sock");
+    let run = daemon
+        .berth(&["get", "projects", "--server", nowhere.to_str().unwrap()])
+        .fails(1);
+    assert_eq!(run.stderr.lines().count(), 1, "{run:?}");
+    assert!(
+        run.stderr.contains("cannot reach the berth server"),
+        "{run:?}"
+    );
+}
+
+fn example(path: &str) -> String {
+    format!("{}/../examples/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn the_examples_parse_and_apply() {
+    let text = std::fs::read_to_string(example("berth.yaml")).expect("examples/berth.yaml");
+    let config = berth::config::Config::parse(&text).expect("examples/berth.yaml parses");
+    config.validate().expect("examples/berth.yaml is valid");
+    assert_eq!(
+        config,
+        berth::config::Config {
+            data_dir: "/var/lib/berth".into(),
+            listen: berth::config::ListenConfig {
+                socket: "/run/berth/berth.sock".into(),
+                ..config.listen.clone()
+            },
+            ..Default::default()
+        },
+        "the sample shows the defaults"
+    );
+
+    let daemon = Daemon::start();
+    let quickstart = example("quickstart/project.yaml");
+    let run = daemon.berth(&["apply", "-f", &quickstart]).ok();
+    assert_eq!(run.stdout, "project/quickstart created\n");
+    daemon.berth(&["diff", "-f", &quickstart]).ok();
+    let object = daemon.object("project", "quickstart");
+    assert_eq!(object["spec"]["image"], "berth-base");
+
+    // The GitOps layout is valid as a whole, and its projects apply and diff clean.
+    let gitops = example("gitops");
+    let run = daemon
+        .berth(&["apply", "-f", &gitops, "-R", "--dry-run"])
+        .ok();
+    assert_eq!(run.stdout.lines().count(), 4, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("gitsource/fleet created (dry run)"),
+        "{}",
+        run.stdout
+    );
+    let projects = example("gitops/projects");
+    let run = daemon.berth(&["apply", "-f", &projects, "-R"]).ok();
+    assert_eq!(
+        names_in(&run),
+        [
+            "project/payments-api created",
+            "project/payments-worker created",
+            "project/storefront created"
+        ]
+    );
+    daemon.berth(&["diff", "-f", &projects, "-R"]).ok();
+}
+
+#[test]
+fn the_client_reaches_a_tcp_listener_and_watches_changes() {
+    // A free loopback port: bind, read it, release it for the daemon.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let daemon = Daemon::start_with(&["--listen", &address]);
+    let file = daemon.file("p.yaml", &project("over-tcp", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    let url = format!("http://{address}");
+    let run = daemon
+        .berth(&[
+            "get", "projects", "-o", "name", "--server", &url, "--token", "t0ken",
+        ])
+        .ok();
+    assert_eq!(run.stdout, "project/over-tcp\n");
+
+    // The watch the waits rely on: the existing object first, then each change.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        use berth::client::{Client, Resource, Server};
+        let client = Client::new(Server::Unix(daemon.socket()), None).expect("client");
+        let mut watch = client.watch(Resource::Project).await.expect("watch");
+        let first = next_event(&mut watch).await;
+        assert_eq!(
+            (
+                first.type_.as_str(),
+                first.object["metadata"]["name"].as_str()
+            ),
+            ("ADDED", Some("over-tcp"))
+        );
+        let patch = json!({"metadata": {"labels": {"seen": "yes"}}});
+        client
+            .merge_patch(Resource::Project, "over-tcp", &patch)
+            .await
+            .expect("patch");
+        let second = next_event(&mut watch).await;
+        assert_eq!(second.type_, "MODIFIED");
+        assert_eq!(second.object["metadata"]["labels"]["seen"], "yes");
+        client
+            .delete(Resource::Project, "over-tcp", false)
+            .await
+            .expect("delete");
+        let third = next_event(&mut watch).await;
+        assert_eq!(third.type_, "DELETED");
+    });
+}
+
+#[test]
+fn directories_apply_recursively_in_name_order() {
+    let daemon = Daemon::start();
+    daemon.file("repo/b.yaml", &project("bee", ""));
+    daemon.file("repo/a.yml", &project("ay", ""));
+    daemon.file("repo/README.md", "not a manifest");
+    daemon.file("repo/nested/c.yaml", &project("sea", ""));
+    let dir = daemon.dir().join("repo");
+    let dir = dir.to_str().unwrap();
+
+    let flat = daemon.berth(&["apply", "-f", dir, "--dry-run"]).ok();
+    assert_eq!(
+        names_in(&flat),
+        [
+            "project/ay created (dry run)",
+            "project/bee created (dry run)"
+        ]
+    );
+    assert_eq!(
+        daemon.berth(&["get", "projects", "-o", "name"]).ok().stdout,
+        ""
+    );
+
+    let deep = daemon.berth(&["apply", "-f", dir, "-R"]).ok();
+    assert_eq!(
+        names_in(&deep),
+        [
+            "project/ay created",
+            "project/bee created",
+            "project/sea created"
+        ]
+    );
+    daemon.berth(&["diff", "-f", dir, "-R"]).ok();
+    let run = daemon.berth(&["delete", "-f", dir, "-R"]).ok();
+    assert_eq!(run.stdout.lines().count(), 3);
+}
+
+async fn next_event(watch: &mut berth::client::WatchStream) -> berth::client::WatchEvent {
+    use futures::StreamExt;
+    tokio::time::timeout(Duration::from_secs(30), watch.next())
+        .await
+        .expect("a watch event within 30s")
+        .expect("the watch stays open")
+        .expect("a well-formed event")
+}
+
+#[test]
+fn a_wait_outlives_a_daemon_restart() {
+    let mut daemon = Daemon::start();
+    let file = daemon.file("p.yaml", &project("sturdy", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    let generation = daemon.object("project", "sturdy")["metadata"]["generation"].clone();
+    daemon.put_status(
+        "sturdy",
+        json!({"observedGeneration": generation, "phase": "Provisioning", "step": "Created"}),
+    );
+
+    let mut child = daemon
+        .command(&[
+            "wait",
+            "project/sturdy",
+            "--for=condition=Ready",
+            "--timeout=90s",
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("run berth wait");
+    // Its first progress line says the wait has read the object and is following it.
+    let stdout = child.stdout.take().expect("stdout pipe");
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let first = lines
+        .recv_timeout(COMMAND_DEADLINE)
+        .expect("a progress line from berth wait");
+    assert_eq!(first, "sturdy: Created");
+
+    daemon.restart();
+    daemon.put_status(
+        "sturdy",
+        json!({"observedGeneration": generation, "phase": "Ready", "step": "Reachable",
+               "conditions": [{"type": "Ready", "status": "True", "reason": "Reachable",
+                               "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+    );
+    let run = finish(child, &["wait"]).ok();
+    reader.join().expect("stdout reader");
+    let rest: Vec<String> = lines.try_iter().collect();
+    assert_eq!(
+        rest.last().map(String::as_str),
+        Some("project/sturdy condition met"),
+        "{rest:?} {run:?}"
+    );
+}
+
+#[test]
+fn prune_deletes_only_what_left_the_applyset() {
+    let daemon = Daemon::start();
+    daemon.file("fleet/a.yaml", &project("alpha", ""));
+    daemon.file("fleet/b.yaml", &project("bravo", ""));
+    daemon.file(
+        "fleet/c.yaml",
+        &project("charlie", "  annotations: {berth.dev/prune: disabled}\n"),
+    );
+    let outside = daemon.file("outside.yaml", &project("outsider", ""));
+    daemon.berth(&["apply", "-f", &outside]).ok();
+    let dir = daemon.dir().join("fleet");
+    let dir = dir.to_str().unwrap();
+    let with_set = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--prune", "--applyset", "fleet"]);
+        daemon.berth(&all)
+    };
+
+    let first = with_set(&["apply", "-f", dir]).ok();
+    assert_eq!(
+        names_in(&first),
+        [
+            "project/alpha created",
+            "project/bravo created",
+            "project/charlie created"
+        ]
+    );
+    with_set(&["diff", "-f", dir]).fails(0);
+
+    std::fs::remove_file(daemon.dir().join("fleet/b.yaml")).unwrap();
+    std::fs::remove_file(daemon.dir().join("fleet/c.yaml")).unwrap();
+    let diff = with_set(&["diff", "-f", dir]).fails(1);
+    assert!(
+        diff.stdout.contains("--- live/project/bravo\n"),
+        "{}",
+        diff.stdout
+    );
+    assert!(diff.stdout.contains("-  name: bravo\n"), "{}", diff.stdout);
+    assert!(
+        !diff.stdout.contains("charlie"),
+        "opted out: {}",
+        diff.stdout
+    );
+
+    let second = with_set(&["apply", "-f", dir]).ok();
+    assert_eq!(
+        names_in(&second),
+        ["project/alpha unchanged", "project/bravo pruned"]
+    );
+    let left = daemon.berth(&["get", "projects", "-o", "name"]).ok();
+    assert_eq!(
+        left.stdout, "project/alpha\nproject/charlie\nproject/outsider\n",
+        "only bravo left the set; charlie opted out; outsider was never in it"
+    );
+}
+
+#[test]
+fn stop_and_start_wait_for_the_state_they_asked_for() {
+    let daemon = Daemon::start();
+    let file = daemon.file("p.yaml", &project("toggle", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    let generation = |daemon: &Daemon| {
+        daemon.object("project", "toggle")["metadata"]["generation"]
+            .as_i64()
+            .unwrap()
+    };
+    let ready = |generation: i64| {
+        json!({"observedGeneration": generation, "phase": "Ready", "step": "Reachable",
+               "conditions": [{"type": "Ready", "status": "True", "reason": "Reachable",
+                               "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+    };
+    let before = generation(&daemon);
+    daemon.put_status("toggle", ready(before));
+
+    // (command, status the controller then reports, last line printed)
+    let cases = [
+        ("stop", "Stopped", "project/toggle stopped"),
+        ("start", "Ready", "project/toggle running"),
+    ];
+    for (command, phase, last_line) in cases {
+        let previous = generation(&daemon);
+        let child = daemon
+            .command(&[command, "toggle", "--wait", "--timeout=60s"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("run berth");
+        // The patch moves the generation; the controller then reports on the new one.
+        wait_until(|| generation(&daemon) > previous);
+        let current = generation(&daemon);
+        let status = if phase == "Stopped" {
+            json!({"observedGeneration": current, "phase": "Stopped", "step": "Reachable",
+                   "conditions": [{"type": "Ready", "status": "False", "reason": "Stopped",
+                                   "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+        } else {
+            ready(current)
+        };
+        daemon.put_status("toggle", status);
+        let run = finish(child, &[command]).ok();
+        assert_eq!(run.stdout.lines().last(), Some(last_line), "{run:?}");
+    }
+}

@@ -34,6 +34,35 @@ fn https_serves_with_the_configured_certificate() {
         https.with_token(None).get(&format!("{P}/projects")).status,
         401
     );
+    // The command line trusts the daemon through --certificate-authority (or BERTH_CA_CERT).
+    let reply = https.json(
+        "POST",
+        &format!("{P}/projects"),
+        &serde_json::json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
+                            "metadata": {"name": "over-https"}, "spec": {}}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["get", "projects", "-o", "name"])
+        .env("BERTH_SERVER", format!("https://{addr}"))
+        .env("BERTH_TOKEN", &token)
+        .env("BERTH_CA_CERT", &ca)
+        .output()
+        .expect("run berth");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "project/over-https\n");
+    let untrusted = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["get", "projects", "--server", &format!("https://{addr}")])
+        .args(["--token", &token])
+        .env_remove("BERTH_CA_CERT")
+        .output()
+        .expect("run berth");
+    assert!(!untrusted.status.success());
+
     // Plain HTTP to the TLS port gets no API answer.
     let plain = TcpClient::new(&addr, Some(&token), None);
     assert!(

@@ -290,6 +290,12 @@ pub enum ClientError {
     },
     #[error("cannot build the HTTP client: {0}")]
     Build(#[source] reqwest::Error),
+    #[error("--certificate-authority {}: {source}", path.display())]
+    CertificateAuthority {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl ClientError {
@@ -345,9 +351,23 @@ pub struct Client {
 
 impl Client {
     pub fn new(server: Server, token: Option<String>) -> Result<Client, ClientError> {
-        let builder = reqwest::Client::builder()
+        Self::with_certificate_authority(server, token, None)
+    }
+
+    /// A client that trusts only the PEM certificate(s) in `ca_pem` for an https server (a
+    /// self-signed daemon certificate, or the CA that signed it).
+    pub fn with_certificate_authority(
+        server: Server,
+        token: Option<String>,
+        ca_pem: Option<&[u8]>,
+    ) -> Result<Client, ClientError> {
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .user_agent(concat!("berth/", env!("CARGO_PKG_VERSION")));
+        if let Some(pem) = ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(ClientError::Build)?;
+            builder = builder.tls_certs_only(certs);
+        }
         let (builder, base) = match &server {
             Server::Unix(path) => (
                 builder.unix_socket(path.as_path()),
@@ -373,6 +393,16 @@ impl Client {
 
     pub fn server(&self) -> &Server {
         &self.server
+    }
+
+    /// Any API path, for the endpoints that are not objects (users, secrets, members).
+    pub async fn request_json(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(&'static str, Vec<u8>)>,
+    ) -> Result<Value, ClientError> {
+        self.call(method, path, &[], body).await
     }
 
     /// `/apis/berth.dev/v1alpha1/projects[/NAME]`.
@@ -717,7 +747,7 @@ fn to_json(value: &Value) -> Vec<u8> {
 }
 
 /// Percent-encodes one path segment, so a name can never change the path.
-fn encode_segment(segment: &str) -> String {
+pub(crate) fn encode_segment(segment: &str) -> String {
     percent_encoding::utf8_percent_encode(segment, percent_encoding::NON_ALPHANUMERIC)
         .to_string()
         .replace("%2D", "-")

@@ -156,7 +156,17 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
     let Some(rest) = path.strip_prefix(API_PREFIX) else {
         return Err(ApiError::not_found(format!("no route for {path}")));
     };
-    let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+    // Clients percent-encode segments (`unix:alice` arrives as `unix%3Aalice`).
+    let decoded = rest
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .map_err(|_| ApiError::bad_request(format!("{path}: a segment is not UTF-8")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let segments: Vec<&str> = decoded.iter().map(|s| s.as_ref()).collect();
     match segments.as_slice() {
         ["apply"] => {
             only(&method, &path, Method::POST)?;

@@ -19,12 +19,15 @@ mod duration;
 mod events;
 mod get;
 mod manifest;
+mod members;
 mod power;
 mod progress;
 mod render;
+mod secret;
 mod serve;
 mod table;
 mod textdiff;
+mod user;
 mod version;
 mod wait;
 
@@ -56,6 +59,15 @@ pub struct GlobalArgs {
     /// Bearer token for a TCP server.
     #[arg(long, global = true, env = "BERTH_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// PEM certificate(s) to trust for an https server instead of the system roots.
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_CA_CERT",
+        hide_env_values = true,
+        value_name = "PEM"
+    )]
+    certificate_authority: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -86,6 +98,12 @@ enum Command {
     Start(power::StartArgs),
     /// Print the client and server versions.
     Version(version::VersionArgs),
+    /// Set, list or delete a project's secrets.
+    Secret(secret::SecretArgs),
+    /// List, add or remove a project's members.
+    Members(members::MembersArgs),
+    /// Add, list or remove users of the TCP listener (admins only).
+    User(user::UserArgs),
     /// Print a shell completion script.
     Completion(completion::CompletionArgs),
 }
@@ -104,7 +122,17 @@ impl Context {
             Some(value) if !value.is_empty() => Server::parse(value)?,
             _ => Server::Unix(crate::config::default_socket_path()),
         };
-        Client::new(server, self.global.token.clone())
+        let ca =
+            match &self.global.certificate_authority {
+                Some(path) => Some(std::fs::read(path).map_err(|source| {
+                    ClientError::CertificateAuthority {
+                        path: path.clone(),
+                        source,
+                    }
+                })?),
+                None => None,
+            };
+        Client::with_certificate_authority(server, self.global.token.clone(), ca.as_deref())
     }
 }
 
@@ -143,6 +171,9 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Stop(args) => power::stop(context, args).await,
             Command::Start(args) => power::start(context, args).await,
             Command::Version(args) => version::run(context, args).await,
+            Command::Secret(args) => secret::run(context, args).await,
+            Command::Members(args) => members::run(context, args).await,
+            Command::User(args) => user::run(context, args).await,
             Command::Serve(_) | Command::Completion(_) => {
                 unreachable!("dispatched before the runtime starts")
             }

@@ -262,6 +262,20 @@ fn rows() -> Vec<Row> {
             [200, 200, 200],
         ),
         row(
+            "apply an agentprofile unchanged",
+            "POST",
+            "/P/apply",
+            r#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"berth.dev/v1alpha1","kind":"AgentProfile","metadata":{"name":"shell"},"spec":{"home":"/root/.shell","runner":{"command":["sh"]},"install":{"check":"true"}}}]}"#,
+            [200, 200, 200],
+        ),
+        row(
+            "apply an agentprofile changed",
+            "POST",
+            "/P/apply",
+            r#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"berth.dev/v1alpha1","kind":"AgentProfile","metadata":{"name":"shell-{who}"},"spec":{"home":"/root/.shell","runner":{"command":["sh"]},"install":{"check":"true"}}}]}"#,
+            [403, 403, 200],
+        ),
+        row(
             "get an agentprofile",
             "GET",
             "/P/agentprofiles/shell",
@@ -487,6 +501,44 @@ fn the_access_matrix_holds_over_tcp() {
         assert!(name != "alpha" && name != "solo", "{event}");
     }
 
+    // A non-admin's watch skips projects it is not a member of: the project the admin creates
+    // first never shows, the one the outsider creates next does.
+    let mut watch = RawWatch::open(
+        &daemon.tcp_addr(),
+        &format!("{P}/projects?watch=true"),
+        &outsider,
+    );
+    let mut initial = Vec::new();
+    let reply = callers[4].json(
+        "POST",
+        &format!("{P}/projects"),
+        &project("admins-only", json!({})),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let reply = callers[2].json(
+        "POST",
+        &format!("{P}/projects"),
+        &project("outsiders-own", json!({})),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    loop {
+        let event = watch.next_event();
+        let name = event["object"]["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_ne!(name, "admins-only", "{event}");
+        assert_ne!(name, "alpha", "{event}");
+        if name == "outsiders-own" {
+            break;
+        }
+        initial.push(name);
+    }
+    assert!(
+        initial.iter().all(|n| n.ends_with("-outsider")),
+        "{initial:?}"
+    );
+
     // A removed user's token stops working at once.
     let reply = callers[4].request("DELETE", &format!("{P}/users/otto"), None, b"");
     assert_eq!(reply.status, 200, "{}", reply.text());
@@ -510,4 +562,49 @@ fn tokens_are_shown_once_and_stored_only_as_hashes() {
         .post_json(&format!("{P}/users"), &json!({"name": "hash-only"}));
     assert_eq!(again.status, 409, "{}", again.text());
     support::daemon::assert_nowhere_under(&daemon.data_dir, token.as_bytes());
+}
+
+/// A watch over plain TCP, read line by line as the events arrive.
+struct RawWatch {
+    reader: std::io::BufReader<std::net::TcpStream>,
+}
+
+impl RawWatch {
+    fn open(addr: &str, path: &str, token: &str) -> RawWatch {
+        use std::io::{BufRead, Write};
+        let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer {token}\r\n\r\n"
+        )
+        .unwrap();
+        let mut reader = std::io::BufReader::new(stream);
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        assert!(line.contains(" 200 "), "{line}");
+        loop {
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            if line.trim().is_empty() {
+                break;
+            }
+        }
+        RawWatch { reader }
+    }
+
+    /// The next event; chunk-size lines of the chunked body are skipped.
+    fn next_event(&mut self) -> Value {
+        use std::io::BufRead;
+        loop {
+            let mut line = String::new();
+            let read = self.reader.read_line(&mut line).expect("read the watch");
+            assert!(read > 0, "the watch ended");
+            if line.trim_start().starts_with('{') {
+                return serde_json::from_str(line.trim()).expect("a JSON event");
+            }
+        }
+    }
 }

@@ -66,7 +66,14 @@ pub async fn handle(
             if err.code.is_server_error() {
                 tracing::error!(%method, %path, caller = %caller.identity, error = %err.message, "request failed");
             }
-            json_response(err.code, &err.to_value())
+            let mut response = json_response(err.code, &err.to_value());
+            if err.code == StatusCode::UNAUTHORIZED {
+                response.headers_mut().insert(
+                    hyper::header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"berth\""),
+                );
+            }
+            response
         }
     };
     if method != Method::GET {
@@ -274,25 +281,6 @@ fn watch_filter(state: &ApiState, caller: &Caller) -> Option<watch::Filter> {
     }))
 }
 
-/// The creator of a project becomes its member.
-async fn record_creator(state: &ApiState, caller: &Caller, object: &StoredObject) {
-    if object.kind != PROJECT {
-        return;
-    }
-    let store = Arc::clone(&state.store);
-    let (uid, identity) = (object.uid().to_string(), caller.identity.clone());
-    // The project is written either way; should this fail, an admin can still add members.
-    match blocking(move || store.add_member(&uid, &identity)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(err)) => {
-            tracing::error!(project = %object.name(), error = %err, "recording the creator as a member failed")
-        }
-        Err(err) => {
-            tracing::error!(project = %object.name(), error = %err.message, "recording the creator as a member failed")
-        }
-    }
-}
-
 fn only(method: &Method, path: &str, allowed: Method) -> Result<(), ApiError> {
     if *method == allowed {
         Ok(())
@@ -454,10 +442,8 @@ async fn create(
     let current = state.store.get(&desired.kind, &desired.name);
     access::check_write(state, caller, &desired, current.as_deref())?;
     let store = Arc::clone(&state.store);
-    let object = blocking(move || store.create(desired, dry_run)).await??;
-    if !dry_run {
-        record_creator(state, caller, &object).await;
-    }
+    let creator = caller.identity.clone();
+    let object = blocking(move || store.create_by(Some(&creator), desired, dry_run)).await??;
     Ok(serialized(StatusCode::CREATED, object.as_ref()))
 }
 
@@ -497,12 +483,11 @@ async fn patch(
             let admitted = admit_one(state, kind, Some(name), req).await?;
             let current = state.store.get(kind.as_str(), name);
             access::check_write(state, caller, &admitted.desired, current.as_deref())?;
+            let creator = caller.identity.clone();
             let (object, action) =
-                blocking(move || store.apply(admitted.desired, dry_run)).await??;
+                blocking(move || store.apply_by(Some(&creator), admitted.desired, dry_run))
+                    .await??;
             let code = if action == Action::Created {
-                if !dry_run {
-                    record_creator(state, caller, &object).await;
-                }
                 StatusCode::CREATED
             } else {
                 StatusCode::OK
@@ -772,20 +757,18 @@ async fn apply_list(
                     .annotations
                     .insert(berth_api::annotations::APPLYSET.to_string(), set.clone());
             }
-            blocking(move || store.apply_set(&set, batch, prune, dry_run)).await??
+            let creator = caller.identity.clone();
+            blocking(move || store.apply_set_by(Some(&creator), &set, batch, prune, dry_run))
+                .await??
         }
         None => AppliedSet {
-            applied: blocking(move || store.apply_batch(batch, dry_run)).await??,
+            applied: {
+                let creator = caller.identity.clone();
+                blocking(move || store.apply_batch_by(Some(&creator), batch, dry_run)).await??
+            },
             pruned: Vec::new(),
         },
     };
-    if !dry_run {
-        for (object, action) in &outcome.applied {
-            if *action == Action::Created {
-                record_creator(state, caller, object).await;
-            }
-        }
-    }
     let applied = outcome.applied.iter().map(|(object, action)| ApplyItem {
         kind: &object.kind,
         name: object.name(),

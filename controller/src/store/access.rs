@@ -57,6 +57,14 @@ pub(super) fn forget_project(tx: &Transaction<'_>, uid: &str) -> Result<(), Stor
     Ok(())
 }
 
+pub(super) fn insert_member(tx: &Transaction<'_>, uid: &str, user: &str) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO members (project_uid, user, added) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+        params![uid, user, now().to_rfc3339()],
+    )?;
+    Ok(())
+}
+
 fn now() -> DateTime<Utc> {
     super::now()
 }
@@ -380,4 +388,67 @@ fn user_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<User> {
         admin: row.get(1)?,
         created: super::events::timestamp(row, 2)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Desired;
+    use super::*;
+
+    fn project(name: &str, display: &str) -> Desired {
+        Desired {
+            kind: PROJECT_KIND.into(),
+            name: name.into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            finalizers: None,
+            spec: serde_json::json!({"displayName": display}),
+        }
+    }
+
+    #[test]
+    fn the_creator_joins_with_the_write_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("berth.db");
+        let store = Store::open(&path).unwrap();
+        let dry = store
+            .create_by(Some("ana"), project("dry", "Dry"), true)
+            .unwrap();
+        assert!(store.members(dry.uid()).is_empty());
+        let made = store
+            .create_by(Some("ana"), project("pay", "Pay"), false)
+            .unwrap();
+        assert_eq!(store.members(made.uid()), ["ana"]);
+        // A batch that fails leaves no membership behind.
+        let failed = store.apply_batch_by(
+            Some("bob"),
+            vec![project("one", "One"), project("two", "Pay")],
+            false,
+        );
+        assert!(failed.is_err());
+        assert!(store.projects_of("bob").is_empty());
+        // Applying over an existing project adds nobody.
+        store
+            .apply_by(Some("bob"), project("pay", "Pay"), false)
+            .unwrap();
+        assert_eq!(store.members(made.uid()), ["ana"]);
+
+        assert!(matches!(
+            store.remove_member(made.uid(), "ana", true),
+            Err(StoreError::Conflict { .. })
+        ));
+        store.add_user("bob", "hash", false).unwrap();
+        store.add_member(made.uid(), "bob").unwrap();
+        drop(store);
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.members(made.uid()), ["ana", "bob"]);
+        store.remove_user("bob").unwrap();
+        assert_eq!(store.members(made.uid()), ["ana"]);
+        store
+            .delete(PROJECT_KIND, "pay", None, Default::default(), false)
+            .unwrap();
+        assert!(store.projects_of("ana").is_empty());
+        drop(store);
+        assert!(Store::open(&path).unwrap().projects_of("ana").is_empty());
+    }
 }

@@ -131,6 +131,11 @@ struct Inner {
 /// together.
 struct Pending {
     rv_before: u64,
+    /// Becomes a member of every Project this write creates, in the same transaction, so the
+    /// creator's own watch sees the project appear.
+    creator: Option<String>,
+    /// Memberships added in memory, removed again on undo.
+    member_undo: Vec<(String, String)>,
     undo: Vec<(String, String, Option<Arc<StoredObject>>)>,
     inventory_undo: Vec<(String, Option<Vec<String>>)>,
     writes: Vec<Write>,
@@ -147,6 +152,10 @@ enum Write {
     Inventory {
         set: String,
         inventory: Vec<String>,
+    },
+    Member {
+        uid: String,
+        user: String,
     },
 }
 
@@ -298,7 +307,17 @@ impl Store {
     }
 
     pub fn create(&self, desired: Desired, dry_run: bool) -> Result<Arc<StoredObject>, StoreError> {
-        self.write(dry_run, |inner, pending| {
+        self.create_by(None, desired, dry_run)
+    }
+
+    /// [`Store::create`]; a Project it creates has `creator` as its first member.
+    pub fn create_by(
+        &self,
+        creator: Option<&str>,
+        desired: Desired,
+        dry_run: bool,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        self.write_as(creator, dry_run, |inner, pending| {
             inner.upsert(pending, desired, Mode::Create).map(|(o, _)| o)
         })
     }
@@ -321,7 +340,17 @@ impl Store {
         desired: Desired,
         dry_run: bool,
     ) -> Result<(Arc<StoredObject>, Action), StoreError> {
-        self.write(dry_run, |inner, pending| {
+        self.apply_by(None, desired, dry_run)
+    }
+
+    /// [`Store::apply`]; a Project it creates has `creator` as its first member.
+    pub fn apply_by(
+        &self,
+        creator: Option<&str>,
+        desired: Desired,
+        dry_run: bool,
+    ) -> Result<(Arc<StoredObject>, Action), StoreError> {
+        self.write_as(creator, dry_run, |inner, pending| {
             inner.upsert(pending, desired, Mode::Apply)
         })
     }
@@ -332,8 +361,18 @@ impl Store {
         batch: Vec<Desired>,
         dry_run: bool,
     ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
+        self.apply_batch_by(None, batch, dry_run)
+    }
+
+    /// [`Store::apply_batch`]; Projects it creates have `creator` as their first member.
+    pub fn apply_batch_by(
+        &self,
+        creator: Option<&str>,
+        batch: Vec<Desired>,
+        dry_run: bool,
+    ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
         let mut failed_at = None;
-        self.write(dry_run, |inner, pending| {
+        self.write_as(creator, dry_run, |inner, pending| {
             let mut results = Vec::with_capacity(batch.len());
             for (index, desired) in batch.into_iter().enumerate() {
                 failed_at = Some(index);
@@ -443,8 +482,20 @@ impl Store {
         prune: bool,
         dry_run: bool,
     ) -> Result<AppliedSet, BatchFailure> {
+        self.apply_set_by(None, set, batch, prune, dry_run)
+    }
+
+    /// [`Store::apply_set`]; Projects it creates have `creator` as their first member.
+    pub fn apply_set_by(
+        &self,
+        creator: Option<&str>,
+        set: &str,
+        batch: Vec<Desired>,
+        prune: bool,
+        dry_run: bool,
+    ) -> Result<AppliedSet, BatchFailure> {
         let mut failed_at = None;
-        self.write(dry_run, |inner, pending| {
+        self.write_as(creator, dry_run, |inner, pending| {
             let mut inventory: Vec<String> = Vec::with_capacity(batch.len());
             let mut applied = Vec::with_capacity(batch.len());
             for (index, desired) in batch.into_iter().enumerate() {
@@ -562,9 +613,21 @@ impl Store {
         dry_run: bool,
         op: impl FnOnce(&mut Inner, &mut Pending) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        self.write_as(None, dry_run, op)
+    }
+
+    /// [`Store::write`] on behalf of `creator`, who becomes a member of the projects it creates.
+    fn write_as<T>(
+        &self,
+        creator: Option<&str>,
+        dry_run: bool,
+        op: impl FnOnce(&mut Inner, &mut Pending) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let mut inner = self.lock();
         let mut pending = Pending {
             rv_before: inner.resource_version,
+            creator: creator.map(str::to_string),
+            member_undo: Vec::new(),
             undo: Vec::new(),
             inventory_undo: Vec::new(),
             writes: Vec::new(),
@@ -695,6 +758,11 @@ impl Inner {
             });
             self.check_display_name(&object)?;
             self.put(pending, Arc::clone(&object));
+            if object.kind == PROJECT_KIND
+                && let Some(creator) = pending.creator.clone()
+            {
+                self.add_member(pending, object.uid(), &creator);
+            }
             pending
                 .changes
                 .push(Change::new(ChangeType::Added, &object, true));
@@ -879,7 +947,32 @@ impl Inner {
         previous
     }
 
+    fn add_member(&mut self, pending: &mut Pending, uid: &str, user: &str) {
+        if self
+            .members
+            .entry(uid.to_string())
+            .or_default()
+            .insert(user.to_string())
+        {
+            pending
+                .member_undo
+                .push((uid.to_string(), user.to_string()));
+            pending.writes.push(Write::Member {
+                uid: uid.to_string(),
+                user: user.to_string(),
+            });
+        }
+    }
+
     fn undo(&mut self, pending: Pending) {
+        for (uid, user) in pending.member_undo {
+            if let Some(members) = self.members.get_mut(&uid) {
+                members.remove(&user);
+                if members.is_empty() {
+                    self.members.remove(&uid);
+                }
+            }
+        }
         for (kind, name, previous) in pending.undo.into_iter().rev() {
             self.set(&kind, &name, previous);
         }
@@ -940,6 +1033,9 @@ impl Inner {
                         inventory: members,
                     } => {
                         inventory.execute(params![set, json_text(members), now().to_rfc3339()])?;
+                    }
+                    Write::Member { uid, user } => {
+                        access::insert_member(&tx, uid, user)?;
                     }
                 }
             }

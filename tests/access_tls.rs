@@ -63,6 +63,37 @@ fn https_serves_with_the_configured_certificate() {
         .expect("run berth");
     assert!(!untrusted.status.success());
 
+    // TLS 1.2 and 1.3 are spoken; 1.1 is refused even to a client willing to use it.
+    let handshake = |args: &[&str]| {
+        let mut child = std::process::Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &addr,
+                "-CAfile",
+                ca.to_str().unwrap(),
+            ])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run openssl s_client");
+        // Closing stdin ends the session once the handshake is done.
+        drop(child.stdin.take());
+        let out = child.wait_with_output().expect("openssl s_client ends");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, out) = handshake(&["-tls1_2"]);
+    assert!(ok && out.contains("TLSv1.2"), "{out}");
+    let (ok, out) = handshake(&["-tls1_3"]);
+    assert!(ok && out.contains("TLSv1.3"), "{out}");
+    let (ok, out) = handshake(&["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0"]);
+    assert!(!ok || !out.contains("TLSv1.1"), "{out}");
+
     // Plain HTTP to the TLS port gets no API answer.
     let plain = TcpClient::new(&addr, Some(&token), None);
     assert!(

@@ -113,6 +113,45 @@ fn https_serves_with_the_configured_certificate() {
     );
 }
 
+#[test]
+fn an_unreadable_certificate_or_a_mismatched_key_stops_the_daemon_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, cert, key) = support_tls::self_signed(dir.path());
+    let other = tempfile::tempdir().unwrap();
+    let (_, _, other_key) = support_tls::self_signed(other.path());
+    let missing = dir.path().join("missing.pem");
+    let table = [
+        (missing.as_path(), key.as_path(), "listen.tls.cert"),
+        (cert.as_path(), missing.as_path(), "listen.tls.key"),
+        (cert.as_path(), other_key.as_path(), "listen.tls.key"),
+    ];
+    for (index, (cert, key, field)) in table.into_iter().enumerate() {
+        let config = dir.path().join(format!("berth-{index}.yaml"));
+        std::fs::write(
+            &config,
+            format!(
+                "listen:\n  http: 127.0.0.1:0\n  tls: {{cert: {}, key: {}}}\n",
+                cert.display(),
+                key.display()
+            ),
+        )
+        .unwrap();
+        let log = dir.path().join(format!("daemon-{index}.log"));
+        let mut child = support::daemon::spawn_serve(
+            &dir.path().join(format!("data-{index}")),
+            &dir.path().join(format!("berth-{index}.sock")),
+            &log,
+            &["--config", config.to_str().unwrap()],
+        );
+        let status =
+            support::daemon::wait_with_deadline(&mut child, std::time::Duration::from_secs(30))
+                .expect("the daemon exits");
+        assert!(!status.success());
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains(field), "{field}: {text}");
+    }
+}
+
 /// A CA and a server certificate for localhost and 127.0.0.1, made with the openssl CLI.
 mod support_tls {
     use std::path::{Path, PathBuf};

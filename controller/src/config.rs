@@ -399,5 +399,8 @@ secrets: {mirrorToLxd: true}
         );
         let ok = "lxd: {endpoint: 'https://lxd.example:8443', serverFingerprint: abc}\nlisten: {http: '[::1]:7480'}";
         Config::parse(ok).unwrap().validate().unwrap();
+        // With a certificate and key, any address may be served.
+        let tls = "listen: {http: '0.0.0.0:7480', tls: {cert: /etc/berth/tls.crt, key: /etc/berth/tls.key}}";
+        Config::parse(tls).unwrap().validate().unwrap();
     }
 }

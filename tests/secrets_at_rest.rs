@@ -164,6 +164,22 @@ fn a_canary_value_appears_only_in_the_read_of_its_secret() {
     assert!(!deleted.text().contains(&value));
     assert_eq!(tcp.get(&secret).status, 404);
 
+    // Changes leave a trace on the project: the key and who, never the value.
+    let events = tcp.get(&format!("{P}/projects/canary/events")).json();
+    let reasons: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["SecretSet", "SecretDeleted"], "{events}");
+    assert!(
+        events
+            .to_string()
+            .contains("CANARY_TOKEN set by canary-member")
+    );
+    assert!(!events.to_string().contains(&value));
+
     let log = daemon.log_text();
     assert!(
         log.contains("CANARY_TOKEN"),

@@ -14,6 +14,7 @@ use super::error::{ApiError, Cause};
 use super::routes::{Outcome, blocking, json_response};
 use super::{ApiState, Caller};
 use crate::secrets::{MAX_VALUE_BYTES, SecretsError};
+use crate::store::{EventType, StoredObject};
 
 pub(super) async fn route(
     state: &Arc<ApiState>,
@@ -71,6 +72,13 @@ pub(super) async fn route(
             let revision = blocking(move || secrets.set(&uid, &key_owned, &value))
                 .await?
                 .map_err(from_secrets)?;
+            audit(
+                state,
+                &project,
+                "SecretSet",
+                format!("secret {key} set by {}", caller.identity),
+            )
+            .await;
             Ok(json_response(
                 StatusCode::OK,
                 &json!({
@@ -90,6 +98,13 @@ pub(super) async fn route(
             if !deleted {
                 return Err(missing(&name, key));
             }
+            audit(
+                state,
+                &project,
+                "SecretDeleted",
+                format!("secret {key} deleted by {}", caller.identity),
+            )
+            .await;
             Ok(json_response(
                 StatusCode::OK,
                 &json!({
@@ -103,6 +118,23 @@ pub(super) async fn route(
             "MethodNotAllowed",
             format!("{method} is not supported on the secrets of project {name:?}"),
         )),
+    }
+}
+
+/// An event on the project naming the key and who changed it: never the value.
+async fn audit(
+    state: &ApiState,
+    project: &Arc<StoredObject>,
+    reason: &'static str,
+    message: String,
+) {
+    let store = Arc::clone(&state.store);
+    let project = Arc::clone(project);
+    let recorded =
+        blocking(move || store.record_event(&project, EventType::Normal, reason, &message)).await;
+    if let Ok(Err(err)) = recorded {
+        // The secret is written; only its trace is missing.
+        tracing::warn!(error = %err, "recording a secrets event failed");
     }
 }
 

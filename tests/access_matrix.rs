@@ -311,6 +311,20 @@ fn rows() -> Vec<Row> {
             [403, 403, 200],
         ),
         row(
+            "create a gitsource",
+            "POST",
+            "/P/gitsources",
+            r#"{"apiVersion":"berth.dev/v1alpha1","kind":"GitSource","metadata":{"name":"git-{who}"},"spec":{"url":"https://git.example/fleet.git","ref":"main"}}"#,
+            [403, 403, 201],
+        ),
+        row(
+            "list gitsources",
+            "GET",
+            "/P/gitsources",
+            "",
+            [200, 200, 200],
+        ),
+        row(
             "apply a project",
             "POST",
             "/P/apply",

@@ -61,7 +61,14 @@ impl Transport {
             .pool_idle_timeout(Duration::from_secs(30))
             .http1_only();
         let (builder, base) = match &config.endpoint {
-            Endpoint::Unix(path) => (builder.unix_socket(path.clone()), UNIX_BASE.to_string()),
+            // LXD 5.0 stops accepting on its unix socket while an accepted connection has sent
+            // nothing yet. A pooled client opens connections it may never use (it races a new
+            // connection against an idle one), which wedges the daemon for every client, its own
+            // start hooks included. A unix connection is cheap: keep none idle.
+            Endpoint::Unix(path) => (
+                builder.unix_socket(path.clone()).pool_max_idle_per_host(0),
+                UNIX_BASE.to_string(),
+            ),
             Endpoint::Https(https) => (
                 builder.tls_backend_preconfigured(tls::client_config(https)?),
                 https.url.clone(),

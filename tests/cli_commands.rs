@@ -877,9 +877,20 @@ fn the_client_reaches_a_tcp_listener_and_watches_changes() {
     let file = daemon.file("p.yaml", &project("over-tcp", ""));
     daemon.berth(&["apply", "-f", &file]).ok();
     let url = format!("http://{address}");
+    let token = daemon
+        .berth(&["user", "add", "cli-tcp", "--admin"])
+        .ok()
+        .stdout;
     let run = daemon
         .berth(&[
-            "get", "projects", "-o", "name", "--server", &url, "--token", "t0ken",
+            "get",
+            "projects",
+            "-o",
+            "name",
+            "--server",
+            &url,
+            "--token",
+            token.trim(),
         ])
         .ok();
     assert_eq!(run.stdout, "project/over-tcp\n");

@@ -27,6 +27,9 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'
 /// How often `update_instance` re-reads and retries when someone else changed the instance.
 const UPDATE_ATTEMPTS: usize = 8;
 
+/// Force stops tried while a previous stop still holds the instance's operation lock.
+const FORCE_STOP_ATTEMPTS: usize = 3;
+
 /// How long a timed-out exec is watched in the background so its output logs can be deleted.
 const EXEC_LOG_REAP_WINDOW: Duration = Duration::from_secs(3600);
 
@@ -466,14 +469,25 @@ impl Runtime for LxdClient {
             Err(e) if !stop.force_after => Err(e),
             Err(e) => {
                 tracing::info!(instance = name, error = %e, "clean stop failed, forcing");
-                let body = json!({"action": "stop", "force": true});
                 let what = format!("force stop instance {name}");
-                match self
-                    .change_state(name, body, &what, self.transport.request_timeout())
-                    .await
-                {
-                    Err(e) if already(&e) => Ok(()),
-                    other => other,
+                let mut attempt = 1;
+                loop {
+                    let body = json!({"action": "stop", "force": true});
+                    match self
+                        .change_state(name, body, &what, self.transport.request_timeout())
+                        .await
+                    {
+                        Err(e) if already(&e) => return Ok(()),
+                        // The failed clean stop can still hold LXD's per-instance operation
+                        // lock; once it lets go, the kill goes through.
+                        Err(e)
+                            if attempt < FORCE_STOP_ATTEMPTS
+                                && message_says(&e, &["operation timed out", "busy"]) =>
+                        {
+                            attempt += 1;
+                        }
+                        other => return other,
+                    }
                 }
             }
         }

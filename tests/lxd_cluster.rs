@@ -47,7 +47,7 @@ impl Cluster {
         let mut config = LxdConfig::new(Endpoint::Https(
             self.https(endpoint_key, &self.get("BERTH_LXD_CLUSTER_FINGERPRINT")),
         ));
-        config.request_timeout = Duration::from_secs(60);
+        config.request_timeout = OP_TIMEOUT;
         config
     }
 }

@@ -15,12 +15,20 @@ pub const POOL: &str = "default";
 /// Generous deadline for one LXD operation in a test on a busy 2-core machine.
 pub const OP_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The local daemon, with request deadlines long enough for a machine busy with other builds
+/// and tests (LXD itself stalls for up to a minute under such load).
+pub fn local_config() -> LxdConfig {
+    let mut config = LxdConfig::new(Endpoint::local());
+    config.request_timeout = OP_TIMEOUT;
+    config
+}
+
 /// A client on the local daemon; fails the test with a clear message when LXD or the test
 /// images are not there (`scripts/setup-lxd` provides both).
 pub async fn client() -> Arc<LxdClient> {
-    let endpoint = Endpoint::local();
-    let described = endpoint.describe();
-    let client = match LxdClient::connect(LxdConfig::new(endpoint)).await {
+    let config = local_config();
+    let described = config.endpoint.describe();
+    let client = match LxdClient::connect(config).await {
         Ok(c) => c,
         Err(e) => panic!("LXD is not reachable at {described} ({e}); run scripts/setup-lxd first"),
     };
@@ -53,7 +61,7 @@ pub struct Cleanup {
 impl Cleanup {
     /// Cleans up on the local daemon.
     pub fn new() -> Cleanup {
-        Cleanup::on(LxdConfig::new(Endpoint::local()))
+        Cleanup::on(local_config())
     }
 
     /// Cleans up on the daemon `config` reaches (a remote or cluster member).

@@ -3,3 +3,4 @@
 pub mod cli;
 pub mod daemon;
 pub mod metrics;
+pub mod reconcile;

@@ -1,0 +1,75 @@
+//! The runtime's errors: typed, so the reconciler can tell "not there" from "try again" from
+//! "LXD said no".
+
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The named thing (instance, volume, file, image, operation) does not exist.
+    #[error("{what} not found")]
+    NotFound { what: String },
+
+    /// It already exists or is in a state that forbids the call.
+    #[error("{what}: conflict: {message}")]
+    Conflict { what: String, message: String },
+
+    /// An async operation ended in failure; `message` is LXD's.
+    #[error("{what} failed: {message}")]
+    OperationFailed { what: String, message: String },
+
+    /// The operation is gone (finished and expired, or the daemon restarted): its outcome must be
+    /// judged by the state of what it acted on.
+    #[error("operation {operation} no longer exists; judge its outcome by the instance's state")]
+    OperationVanished { operation: String },
+
+    /// Did not finish within its deadline. The side effect may still happen.
+    #[error("{what} did not finish within {after:?}")]
+    Timeout { what: String, after: Duration },
+
+    /// Could not reach the server or the connection broke mid-call.
+    #[error("cannot reach the container runtime ({what}): {message}")]
+    Transport { what: String, message: String },
+
+    /// The server refused the request (HTTP 4xx/5xx); `message` is LXD's.
+    #[error("{what} rejected ({status}): {message}")]
+    Rejected {
+        what: String,
+        status: u16,
+        message: String,
+    },
+
+    /// The server answered something that is not LXD's API shape.
+    #[error("unexpected response to {what}: {message}")]
+    Protocol { what: String, message: String },
+
+    /// The client was configured wrongly (endpoint, certificates, fingerprint).
+    #[error("runtime configuration: {0}")]
+    Config(String),
+}
+
+impl RuntimeError {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, RuntimeError::NotFound { .. })
+    }
+
+    /// Worth retrying later without changing anything: the outcome was unknown or the server
+    /// was unreachable.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            RuntimeError::Transport { .. }
+                | RuntimeError::Timeout { .. }
+                | RuntimeError::OperationVanished { .. }
+        )
+    }
+
+    /// LXD's own message, when the error carries one.
+    pub fn lxd_message(&self) -> Option<&str> {
+        match self {
+            RuntimeError::Conflict { message, .. }
+            | RuntimeError::OperationFailed { message, .. }
+            | RuntimeError::Rejected { message, .. } => Some(message),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! What the reconciler needs from a container runtime, in LXD's terms: instances, operations,
+//! exec, files, custom storage volumes, images and the event stream.
+//!
+//! The trait knows LXD concepts (an instance, a `user.*` config key, a storage pool) but nothing
+//! about berth projects. `crate::lxd::LxdClient` implements it against a real daemon; the
+//! `FakeRuntime` (feature `testing`) implements it in memory with fault injection for unit tests.
+
+mod error;
+mod types;
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::Stream;
+
+pub use error::RuntimeError;
+pub use types::*;
+
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+/// Lifecycle and operation events as they arrive; the stream ends when the connection drops and
+/// the caller reconnects (and resyncs, since events may have been missed meanwhile).
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<RuntimeEvent>> + Send>>;
+
+/// A mutation applied to an instance's config, devices and profiles by [`Runtime::update_instance`].
+/// It may run more than once: when someone else changed the instance in between, the update is
+/// re-read and the closure applied again.
+pub type InstanceEditFn<'a> = &'a (dyn Fn(&mut InstanceEdit) + Send + Sync);
+
+/// A container runtime, used as `Arc<dyn Runtime>`.
+///
+/// Every method has a deadline: calls that take a `timeout` give up with
+/// [`RuntimeError::Timeout`] after it, the others after the client's per-request timeout.
+#[async_trait]
+pub trait Runtime: Send + Sync {
+    /// Version, API extensions and cluster members, as read when the client connected
+    /// (members are re-read on every call).
+    async fn server_info(&self) -> Result<ServerInfo>;
+
+    /// All instances in one call, with state when `with_state` (running ones only carry it).
+    /// With a `config_prefix`, only instances that have a config key starting with it
+    /// (for example `user.berth.`) are returned.
+    async fn list_instances(
+        &self,
+        config_prefix: Option<&str>,
+        with_state: bool,
+    ) -> Result<Vec<Instance>>;
+
+    /// One instance with its state, or `None` when it does not exist.
+    async fn get_instance(&self, name: &str) -> Result<Option<Instance>>;
+
+    /// Submits the creation of a (stopped) instance. Idempotent: when an instance of that name
+    /// exists it is returned as [`Created::Exists`] and nothing is submitted; the caller decides
+    /// whether it is its own (by its config labels).
+    async fn create_instance(&self, request: &CreateInstance) -> Result<Created>;
+
+    /// Waits for a submitted operation. A failed operation is [`RuntimeError::OperationFailed`]
+    /// with LXD's message; one that no longer exists (finished long ago, or the daemon restarted)
+    /// is [`RuntimeError::OperationVanished`]: judge the outcome by the instance's state.
+    async fn wait_operation(&self, operation: &str, timeout: Duration) -> Result<Operation>;
+
+    /// Starts a stopped instance; starting a running one succeeds without doing anything.
+    async fn start_instance(&self, name: &str, timeout: Duration) -> Result<()>;
+
+    /// Asks the instance to shut down cleanly, waiting up to `stop.clean_timeout`; when it has not
+    /// stopped by then and `stop.force_after` is set, kills it. Stopping a stopped instance
+    /// succeeds without doing anything.
+    async fn stop_instance(&self, name: &str, stop: StopOptions) -> Result<()>;
+
+    /// Restarts a running instance; `force` kills it instead of asking (for a wedged container).
+    async fn restart_instance(&self, name: &str, force: bool, timeout: Duration) -> Result<()>;
+
+    /// Deletes a stopped instance; deleting a missing one succeeds.
+    async fn delete_instance(&self, name: &str, timeout: Duration) -> Result<()>;
+
+    /// Merges config keys and devices into the instance (a key set to "" is removed).
+    async fn patch_instance(&self, name: &str, patch: &InstancePatch) -> Result<()>;
+
+    /// Reads the instance, applies `edit`, and writes it back only if nobody changed it meanwhile
+    /// (retrying on a concurrent change). Needed to remove devices, which a merge cannot do.
+    async fn update_instance(&self, name: &str, edit: InstanceEditFn<'_>) -> Result<()>;
+
+    /// Runs a command to completion and returns its exit code and output. Past `timeout` it
+    /// returns [`RuntimeError::Timeout`]; the process may still be running inside (LXD cannot
+    /// cancel an exec), so run long commands in their own process group.
+    async fn exec(&self, name: &str, request: &ExecRequest) -> Result<ExecOutput>;
+
+    /// Writes a whole file (also on a stopped instance), replacing any previous content.
+    async fn file_write(&self, name: &str, file: &FileWrite) -> Result<()>;
+
+    /// Reads a whole file; [`RuntimeError::NotFound`] when it does not exist.
+    async fn file_read(&self, name: &str, path: &str) -> Result<Vec<u8>>;
+
+    /// Creates one directory (not its parents); an existing one is left as it is.
+    async fn mkdir(&self, name: &str, dir: &Mkdir) -> Result<()>;
+
+    /// Deletes a file or an empty directory; a missing one succeeds.
+    async fn file_delete(&self, name: &str, path: &str) -> Result<()>;
+
+    /// Creates a custom storage volume; an existing one of that name is returned unchanged.
+    async fn create_volume(&self, request: &CreateVolume) -> Result<Volume>;
+
+    /// One custom volume, or `None`.
+    async fn get_volume(
+        &self,
+        pool: &str,
+        name: &str,
+        target: Option<&str>,
+    ) -> Result<Option<Volume>>;
+
+    /// Custom volumes of a pool in one call, optionally only those with a config key starting
+    /// with `config_prefix`.
+    async fn list_volumes(&self, pool: &str, config_prefix: Option<&str>) -> Result<Vec<Volume>>;
+
+    /// Deletes a custom volume; a missing one succeeds, one in use is [`RuntimeError::Rejected`].
+    async fn delete_volume(&self, pool: &str, name: &str, target: Option<&str>) -> Result<()>;
+
+    /// The fingerprint an image alias or fingerprint (prefix) names, or `None` if no such image.
+    async fn resolve_image(&self, image: &ImageSource) -> Result<Option<String>>;
+
+    /// The last `max_bytes` of the instance's console log (its init's output).
+    async fn console_log_tail(&self, name: &str, max_bytes: usize) -> Result<String>;
+
+    /// Subscribes to lifecycle and operation events of every client.
+    async fn events(&self) -> Result<EventStream>;
+}

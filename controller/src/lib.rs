@@ -2,6 +2,7 @@
 
 pub mod cli;
 pub mod daemon;
+pub mod lxd;
 pub mod metrics;
 pub mod reconcile;
 pub mod runtime;

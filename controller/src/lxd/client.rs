@@ -1,0 +1,847 @@
+//! [`LxdClient`]: the runtime operations as LXD REST calls.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use reqwest::Method;
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::runtime::{
+    CreateInstance, CreateVolume, Created, EventStream, ExecOutput, ExecRequest, FileWrite,
+    ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch, InstanceState, Mkdir,
+    Operation, OperationStatus, Result, Runtime, RuntimeError, ServerInfo, StopOptions, Volume,
+};
+
+use super::endpoint::{Endpoint, LxdConfig};
+use super::transport::{Call, Reply, Transport, decode, parse_envelope};
+use super::wire::{InstanceJson, MemberJson, OperationJson, ServerJson, StateJson, VolumeJson};
+use super::{events, tls};
+
+/// Characters escaped in a path segment (instance, volume, pool and alias names).
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.');
+
+/// How often `update_instance` re-reads and retries when someone else changed the instance.
+const UPDATE_ATTEMPTS: usize = 8;
+
+/// Extra time given to an operation wait beyond what the server was told, so the server's own
+/// timeout (and its message) arrives before ours.
+const WAIT_GRACE: Duration = Duration::from_secs(5);
+
+fn seg(s: &str) -> String {
+    utf8_percent_encode(s, SEGMENT).to_string()
+}
+
+fn instance_path(name: &str) -> String {
+    format!("/1.0/instances/{}", seg(name))
+}
+
+fn volume_path(pool: &str, name: &str) -> String {
+    format!(
+        "/1.0/storage-pools/{}/volumes/custom/{}",
+        seg(pool),
+        seg(name)
+    )
+}
+
+/// Whole seconds for LXD's integer timeouts, never 0 (which means "forever" to some calls).
+fn whole_seconds(d: Duration) -> u64 {
+    d.as_secs_f64().ceil().max(1.0) as u64
+}
+
+/// A connected LXD client. Cheap to share behind an `Arc`.
+pub struct LxdClient {
+    config: LxdConfig,
+    transport: Transport,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    server: RwLock<(ServerInfo, bool)>,
+}
+
+impl std::fmt::Debug for LxdClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LxdClient")
+            .field("endpoint", &self.config.endpoint.describe())
+            .field("project", &self.config.project)
+            .finish()
+    }
+}
+
+impl LxdClient {
+    /// Builds the client and reads the server's version and API extensions. Fails with
+    /// `Transport` when the daemon cannot be reached and `Config` for bad certificate settings.
+    pub async fn connect(config: LxdConfig) -> Result<LxdClient> {
+        let tls = match &config.endpoint {
+            Endpoint::Https(https) => Some(Arc::new(tls::client_config(https)?)),
+            Endpoint::Unix(_) => None,
+        };
+        let transport = Transport::new(&config)?;
+        let client = LxdClient {
+            config,
+            transport,
+            tls,
+            server: RwLock::new((empty_server(), false)),
+        };
+        client.refresh_server().await?;
+        Ok(client)
+    }
+
+    pub fn config(&self) -> &LxdConfig {
+        &self.config
+    }
+
+    /// Whether the server trusts this client (always over the unix socket; over HTTPS once the
+    /// client certificate was added).
+    pub fn is_trusted(&self) -> bool {
+        self.server.read().map(|s| s.1).unwrap_or(false)
+    }
+
+    /// The server as read at connect time (or the last refresh).
+    pub fn server(&self) -> ServerInfo {
+        self.server
+            .read()
+            .map(|s| s.0.clone())
+            .unwrap_or_else(|_| empty_server())
+    }
+
+    /// Re-reads `/1.0` (version, extensions, trust).
+    pub async fn refresh_server(&self) -> Result<ServerInfo> {
+        let server: ServerJson = self
+            .transport
+            .call(Method::GET, "/1.0", "read LXD server info")
+            .get()
+            .await?;
+        let trusted = server.auth == "trusted";
+        let info = ServerInfo {
+            version: server.environment.server_version,
+            api_extensions: server.api_extensions,
+            clustered: server.environment.server_clustered,
+            server_name: server.environment.server_name,
+            members: Vec::new(),
+        };
+        if let Ok(mut slot) = self.server.write() {
+            *slot = (info.clone(), trusted);
+        }
+        Ok(info)
+    }
+
+    /// Adds this client's certificate to the server's trust store using the server's trust
+    /// password (`core.trust_password`), then re-reads the server.
+    pub async fn trust_with_password(&self, name: &str, password: &str) -> Result<()> {
+        if !self.is_trusted() {
+            self.transport
+                .call(Method::POST, "/1.0/certificates", "add client certificate")
+                .json(json!({"type": "client", "name": name, "password": password}))
+                .send()
+                .await?;
+        }
+        self.refresh_server().await?;
+        if self.is_trusted() {
+            Ok(())
+        } else {
+            Err(RuntimeError::Rejected {
+                what: "add client certificate".into(),
+                status: 403,
+                message: "the server still does not trust this client".into(),
+            })
+        }
+    }
+
+    fn target<'a>(&'a self, explicit: Option<&'a str>) -> Option<&'a str> {
+        explicit
+            .filter(|t| !t.is_empty())
+            .or(self.config.target.as_deref())
+    }
+
+    /// Sends `call`; waits for its operation when it is async.
+    async fn run(&self, call: Call<'_>, what: &str, timeout: Duration) -> Result<Operation> {
+        match call.send().await? {
+            Reply::Async { operation } => self.wait(&operation, what, timeout).await,
+            Reply::Sync { metadata, .. } => Ok(Operation {
+                id: String::new(),
+                status: OperationStatus::Success,
+                err: String::new(),
+                metadata,
+            }),
+        }
+    }
+
+    /// Waits for an operation with LXD's long-poll, until it ends or `timeout` passes.
+    async fn wait(&self, operation: &str, what: &str, timeout: Duration) -> Result<Operation> {
+        let deadline = Instant::now() + timeout;
+        let path = format!("/1.0/operations/{}/wait", seg(operation));
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(RuntimeError::Timeout {
+                    what: what.to_string(),
+                    after: timeout,
+                });
+            }
+            let secs = whole_seconds(remaining);
+            let reply = self
+                .transport
+                .call(Method::GET, &path, format!("wait for {what}"))
+                .query("timeout", secs.to_string())
+                .timeout(remaining + WAIT_GRACE.min(self.transport.request_timeout()))
+                .send()
+                .await;
+            let op: OperationJson = match reply {
+                Ok(reply) => decode(what, reply.into_metadata())?,
+                Err(RuntimeError::NotFound { .. }) => {
+                    return Err(RuntimeError::OperationVanished {
+                        operation: operation.to_string(),
+                    });
+                }
+                Err(RuntimeError::Timeout { .. }) => {
+                    return Err(RuntimeError::Timeout {
+                        what: what.to_string(),
+                        after: timeout,
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+            let op = Operation::from(op);
+            match op.status {
+                OperationStatus::Success => return Ok(op),
+                OperationStatus::Failure | OperationStatus::Cancelled => {
+                    return Err(RuntimeError::OperationFailed {
+                        what: what.to_string(),
+                        message: op.err,
+                    });
+                }
+                OperationStatus::Running | OperationStatus::Other(_) => continue,
+            }
+        }
+    }
+
+    async fn change_state(
+        &self,
+        name: &str,
+        body: serde_json::Value,
+        what: &str,
+        timeout: Duration,
+    ) -> Result<()> {
+        let call = self
+            .transport
+            .call(Method::PUT, &format!("{}/state", instance_path(name)), what)
+            .json(body);
+        self.run(call, what, timeout).await.map(|_| ())
+    }
+
+    /// The log files an exec recorded, read and then deleted.
+    async fn collect_exec_log(&self, name: &str, log: Option<&str>) -> Result<Vec<u8>> {
+        let Some(log) = log else {
+            return Ok(Vec::new());
+        };
+        let path = if log.starts_with("/1.0/") {
+            log.to_string()
+        } else {
+            format!("{}/logs/{}", instance_path(name), seg(log))
+        };
+        let raw = self
+            .transport
+            .call(Method::GET, &path, format!("read exec output of {name}"))
+            .send_raw()
+            .await?;
+        if raw.status >= 400 {
+            parse_envelope(&format!("read exec output of {name}"), &raw)?;
+        }
+        // The log is only ours to read once; a failed delete leaves a small file behind, which
+        // is not worth failing the command for.
+        if let Err(e) = self
+            .transport
+            .call(
+                Method::DELETE,
+                &path,
+                format!("delete exec output of {name}"),
+            )
+            .send()
+            .await
+        {
+            tracing::debug!(instance = name, error = %e, "could not delete exec output log");
+        }
+        Ok(raw.body.to_vec())
+    }
+}
+
+fn empty_server() -> ServerInfo {
+    ServerInfo {
+        version: String::new(),
+        api_extensions: Vec::new(),
+        clustered: false,
+        server_name: String::new(),
+        members: Vec::new(),
+    }
+}
+
+fn message_says(error: &RuntimeError, needles: &[&str]) -> bool {
+    error
+        .lxd_message()
+        .map(|m| {
+            let m = m.to_ascii_lowercase();
+            needles.iter().any(|n| m.contains(n))
+        })
+        .unwrap_or(false)
+}
+
+#[async_trait]
+impl Runtime for LxdClient {
+    async fn server_info(&self) -> Result<ServerInfo> {
+        let mut info = self.server();
+        if info.clustered {
+            let members: Vec<MemberJson> = self
+                .transport
+                .call(Method::GET, "/1.0/cluster/members", "list cluster members")
+                .query("recursion", "1")
+                .get()
+                .await?;
+            info.members = members.into_iter().map(Into::into).collect();
+        }
+        Ok(info)
+    }
+
+    async fn list_instances(
+        &self,
+        config_prefix: Option<&str>,
+        with_state: bool,
+    ) -> Result<Vec<Instance>> {
+        let instances: Vec<InstanceJson> = self
+            .transport
+            .call(Method::GET, "/1.0/instances", "list instances")
+            .query("recursion", if with_state { "2" } else { "1" })
+            .get()
+            .await?;
+        Ok(instances
+            .into_iter()
+            .filter(|i| match config_prefix {
+                Some(prefix) => i.config.keys().any(|k| k.starts_with(prefix)),
+                None => true,
+            })
+            .map(Instance::from)
+            .collect())
+    }
+
+    async fn get_instance(&self, name: &str) -> Result<Option<Instance>> {
+        let what = format!("instance {name}");
+        let found: Option<InstanceJson> = self
+            .transport
+            .call(Method::GET, &instance_path(name), what.clone())
+            .query("recursion", "1")
+            .get_opt()
+            .await?;
+        let Some(json) = found else {
+            return Ok(None);
+        };
+        let mut instance = Instance::from(json);
+        if instance.state.is_none() {
+            // Servers without the full-instance extension need a second call for state.
+            let state: Option<StateJson> = self
+                .transport
+                .call(Method::GET, &format!("{}/state", instance_path(name)), what)
+                .get_opt()
+                .await?;
+            instance.state = state.map(InstanceState::from);
+        }
+        Ok(Some(instance))
+    }
+
+    async fn create_instance(&self, request: &CreateInstance) -> Result<Created> {
+        let what = format!("create instance {}", request.name);
+        let existing: Option<InstanceJson> = self
+            .transport
+            .call(Method::GET, &instance_path(&request.name), what.clone())
+            .get_opt()
+            .await?;
+        if let Some(existing) = existing {
+            return Ok(Created::Exists(Box::new(Instance::from(existing))));
+        }
+        let source = match &request.image {
+            ImageSource::Alias(alias) => json!({"type": "image", "alias": alias}),
+            ImageSource::Fingerprint(fp) => json!({"type": "image", "fingerprint": fp}),
+        };
+        let mut body = json!({
+            "name": request.name,
+            "type": "container",
+            "source": source,
+            "config": request.config,
+            "devices": request.devices,
+        });
+        if !request.profiles.is_empty() {
+            body["profiles"] = json!(request.profiles);
+        }
+        let reply = self
+            .transport
+            .call(Method::POST, "/1.0/instances", what.clone())
+            .query_opt("target", self.target(request.target.as_deref()))
+            .json(body)
+            .send()
+            .await?;
+        match reply {
+            Reply::Async { operation } => Ok(Created::Submitted { operation }),
+            Reply::Sync { .. } => Err(RuntimeError::Protocol {
+                what,
+                message: "instance creation answered without an operation".into(),
+            }),
+        }
+    }
+
+    async fn wait_operation(&self, operation: &str, timeout: Duration) -> Result<Operation> {
+        self.wait(operation, &format!("operation {operation}"), timeout)
+            .await
+    }
+
+    async fn start_instance(&self, name: &str, timeout: Duration) -> Result<()> {
+        let what = format!("start instance {name}");
+        let body = json!({"action": "start", "timeout": whole_seconds(timeout)});
+        match self.change_state(name, body, &what, timeout).await {
+            Err(e) if message_says(&e, &["already running"]) => Ok(()),
+            other => other,
+        }
+    }
+
+    async fn stop_instance(&self, name: &str, stop: StopOptions) -> Result<()> {
+        let what = format!("stop instance {name}");
+        let already = |e: &RuntimeError| message_says(e, &["already stopped", "not running"]);
+        let clean = async {
+            if stop.clean_timeout.is_zero() {
+                return Err(RuntimeError::Timeout {
+                    what: what.clone(),
+                    after: stop.clean_timeout,
+                });
+            }
+            let secs = whole_seconds(stop.clean_timeout);
+            let body = json!({"action": "stop", "timeout": secs, "force": false});
+            self.change_state(name, body, &what, stop.clean_timeout + WAIT_GRACE)
+                .await
+        };
+        match clean.await {
+            Ok(()) => Ok(()),
+            Err(e) if already(&e) => Ok(()),
+            Err(e) if !stop.force_after => Err(e),
+            Err(e) => {
+                tracing::info!(instance = name, error = %e, "clean stop failed, forcing");
+                let body = json!({"action": "stop", "force": true});
+                let what = format!("force stop instance {name}");
+                match self
+                    .change_state(name, body, &what, self.transport.request_timeout())
+                    .await
+                {
+                    Err(e) if already(&e) => Ok(()),
+                    other => other,
+                }
+            }
+        }
+    }
+
+    async fn restart_instance(&self, name: &str, force: bool, timeout: Duration) -> Result<()> {
+        let what = format!("restart instance {name}");
+        let body = json!({"action": "restart", "force": force, "timeout": whole_seconds(timeout)});
+        self.change_state(name, body, &what, timeout + WAIT_GRACE)
+            .await
+    }
+
+    async fn delete_instance(&self, name: &str, timeout: Duration) -> Result<()> {
+        let what = format!("delete instance {name}");
+        let call = self
+            .transport
+            .call(Method::DELETE, &instance_path(name), what.clone());
+        match self.run(call, &what, timeout).await {
+            Ok(_) | Err(RuntimeError::NotFound { .. }) => Ok(()),
+            Err(e) if message_says(&e, &["not found"]) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn patch_instance(&self, name: &str, patch: &InstancePatch) -> Result<()> {
+        let what = format!("update instance {name}");
+        let mut body = json!({});
+        if !patch.config.is_empty() {
+            body["config"] = json!(patch.config);
+        }
+        if !patch.devices.is_empty() {
+            body["devices"] = json!(patch.devices);
+        }
+        let call = self
+            .transport
+            .call(Method::PATCH, &instance_path(name), what.clone())
+            .json(body);
+        self.run(call, &what, self.transport.request_timeout())
+            .await
+            .map(|_| ())
+    }
+
+    async fn update_instance(&self, name: &str, edit: InstanceEditFn<'_>) -> Result<()> {
+        let what = format!("update instance {name}");
+        let mut last_conflict = None;
+        for _ in 0..UPDATE_ATTEMPTS {
+            let (metadata, etag) = match self
+                .transport
+                .call(Method::GET, &instance_path(name), what.clone())
+                .send()
+                .await?
+            {
+                Reply::Sync { metadata, etag } => (metadata, etag),
+                Reply::Async { .. } => {
+                    return Err(RuntimeError::Protocol {
+                        what,
+                        message: "reading an instance answered with an operation".into(),
+                    });
+                }
+            };
+            let current: InstanceJson = decode(&what, metadata)?;
+            let mut editable = InstanceEdit {
+                config: current.config.clone(),
+                devices: current.devices.clone(),
+                profiles: current.profiles.clone(),
+            };
+            edit(&mut editable);
+            let body = json!({
+                "architecture": current.architecture,
+                "config": editable.config,
+                "devices": editable.devices,
+                "profiles": editable.profiles,
+                "ephemeral": current.ephemeral,
+                "stateful": current.stateful,
+                "description": current.description,
+            });
+            let mut call = self
+                .transport
+                .call(Method::PUT, &instance_path(name), what.clone())
+                .json(body);
+            if let Some(etag) = etag {
+                call = call.header("If-Match", etag);
+            }
+            match self
+                .run(call, &what, self.transport.request_timeout())
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(RuntimeError::Rejected {
+                    status: 412,
+                    message,
+                    ..
+                }) => {
+                    last_conflict = Some(message);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(RuntimeError::Conflict {
+            what,
+            message: format!(
+                "changed concurrently {UPDATE_ATTEMPTS} times in a row: {}",
+                last_conflict.unwrap_or_default()
+            ),
+        })
+    }
+
+    async fn exec(&self, name: &str, request: &ExecRequest) -> Result<ExecOutput> {
+        let what = format!("exec in {name}");
+        let mut body = json!({
+            "command": request.command,
+            "environment": request.env,
+            "wait-for-websocket": false,
+            "interactive": false,
+            "record-output": true,
+        });
+        if let Some(cwd) = &request.cwd {
+            body["cwd"] = json!(cwd);
+        }
+        if let Some(uid) = request.uid {
+            body["user"] = json!(uid);
+        }
+        if let Some(gid) = request.gid {
+            body["group"] = json!(gid);
+        }
+        let call = self
+            .transport
+            .call(
+                Method::POST,
+                &format!("{}/exec", instance_path(name)),
+                what.clone(),
+            )
+            .json(body);
+        let op = self.run(call, &what, request.timeout).await?;
+        let exit_code = op
+            .metadata
+            .get("return")
+            .and_then(|v| v.as_i64())
+            .ok_or_else(|| RuntimeError::Protocol {
+                what: what.clone(),
+                message: "exec finished without an exit code".into(),
+            })?;
+        let output = op.metadata.get("output");
+        let log = |fd: &str| {
+            output
+                .and_then(|o| o.get(fd))
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        };
+        let (stdout_log, stderr_log) = (log("1"), log("2"));
+        let (stdout, stderr) = futures::join!(
+            self.collect_exec_log(name, stdout_log.as_deref()),
+            self.collect_exec_log(name, stderr_log.as_deref())
+        );
+        Ok(ExecOutput {
+            exit_code: i32::try_from(exit_code).unwrap_or(-1),
+            stdout: stdout?,
+            stderr: stderr?,
+        })
+    }
+
+    async fn file_write(&self, name: &str, file: &FileWrite) -> Result<()> {
+        let what = format!("write {} in {name}", file.path);
+        self.transport
+            .call(
+                Method::POST,
+                &format!("{}/files", instance_path(name)),
+                what,
+            )
+            .query("path", file.path.clone())
+            .header("X-LXD-uid", file.uid.to_string())
+            .header("X-LXD-gid", file.gid.to_string())
+            .header("X-LXD-mode", format!("{:04o}", file.mode))
+            .header("X-LXD-type", "file")
+            .header("X-LXD-write", "overwrite")
+            .bytes(file.content.clone())
+            .send()
+            .await
+            .map(|_| ())
+    }
+
+    async fn file_read(&self, name: &str, path: &str) -> Result<Vec<u8>> {
+        let what = format!("read {path} in {name}");
+        let raw = self
+            .transport
+            .call(
+                Method::GET,
+                &format!("{}/files", instance_path(name)),
+                what.clone(),
+            )
+            .query("path", path)
+            .send_raw()
+            .await?;
+        if raw.status >= 400 {
+            parse_envelope(&what, &raw)?;
+        }
+        let kind = raw
+            .headers
+            .get("x-lxd-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("file");
+        if kind != "file" {
+            return Err(RuntimeError::Rejected {
+                what,
+                status: 400,
+                message: format!("{path} is a {kind}, not a file"),
+            });
+        }
+        Ok(raw.body.to_vec())
+    }
+
+    async fn mkdir(&self, name: &str, dir: &Mkdir) -> Result<()> {
+        let what = format!("create directory {} in {name}", dir.path);
+        let result = self
+            .transport
+            .call(
+                Method::POST,
+                &format!("{}/files", instance_path(name)),
+                what.clone(),
+            )
+            .query("path", dir.path.clone())
+            .header("X-LXD-uid", dir.uid.to_string())
+            .header("X-LXD-gid", dir.gid.to_string())
+            .header("X-LXD-mode", format!("{:04o}", dir.mode))
+            .header("X-LXD-type", "directory")
+            .bytes(Vec::new())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e @ RuntimeError::NotFound { .. }) => Err(e),
+            Err(e) => {
+                // An existing directory is what was asked for.
+                let raw = self
+                    .transport
+                    .call(Method::GET, &format!("{}/files", instance_path(name)), what)
+                    .query("path", dir.path.clone())
+                    .send_raw()
+                    .await?;
+                let is_dir = raw.status == 200
+                    && raw.headers.get("x-lxd-type").and_then(|v| v.to_str().ok())
+                        == Some("directory");
+                if is_dir { Ok(()) } else { Err(e) }
+            }
+        }
+    }
+
+    async fn file_delete(&self, name: &str, path: &str) -> Result<()> {
+        let what = format!("delete {path} in {name}");
+        match self
+            .transport
+            .call(
+                Method::DELETE,
+                &format!("{}/files", instance_path(name)),
+                what,
+            )
+            .query("path", path)
+            .send()
+            .await
+        {
+            Ok(_) | Err(RuntimeError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create_volume(&self, request: &CreateVolume) -> Result<Volume> {
+        let target = self.target(request.target.as_deref());
+        if let Some(existing) = self
+            .get_volume(&request.pool, &request.name, target)
+            .await?
+        {
+            return Ok(existing);
+        }
+        let what = format!("create volume {}/{}", request.pool, request.name);
+        let mut config: BTreeMap<String, String> = request.config.clone();
+        if let Some(size) = &request.size {
+            config.insert("size".into(), size.clone());
+        }
+        let call = self
+            .transport
+            .call(
+                Method::POST,
+                &format!("/1.0/storage-pools/{}/volumes/custom", seg(&request.pool)),
+                what.clone(),
+            )
+            .query_opt("target", target)
+            .json(json!({"name": request.name, "config": config, "content_type": "filesystem"}));
+        self.run(call, &what, self.transport.request_timeout())
+            .await?;
+        self.get_volume(&request.pool, &request.name, target)
+            .await?
+            .ok_or(RuntimeError::NotFound { what })
+    }
+
+    async fn get_volume(
+        &self,
+        pool: &str,
+        name: &str,
+        target: Option<&str>,
+    ) -> Result<Option<Volume>> {
+        let volume: Option<VolumeJson> = self
+            .transport
+            .call(
+                Method::GET,
+                &volume_path(pool, name),
+                format!("volume {pool}/{name}"),
+            )
+            .query_opt("target", self.target(target))
+            .get_opt()
+            .await?;
+        Ok(volume.map(|v| v.into_volume(pool)))
+    }
+
+    async fn list_volumes(&self, pool: &str, config_prefix: Option<&str>) -> Result<Vec<Volume>> {
+        let volumes: Vec<VolumeJson> = self
+            .transport
+            .call(
+                Method::GET,
+                &format!("/1.0/storage-pools/{}/volumes", seg(pool)),
+                format!("list volumes of pool {pool}"),
+            )
+            .query("recursion", "1")
+            .get()
+            .await?;
+        Ok(volumes
+            .into_iter()
+            .filter(|v| v.kind == "custom")
+            .filter(|v| match config_prefix {
+                Some(prefix) => v.config.keys().any(|k| k.starts_with(prefix)),
+                None => true,
+            })
+            .map(|v| v.into_volume(pool))
+            .collect())
+    }
+
+    async fn delete_volume(&self, pool: &str, name: &str, target: Option<&str>) -> Result<()> {
+        let what = format!("delete volume {pool}/{name}");
+        let call = self
+            .transport
+            .call(Method::DELETE, &volume_path(pool, name), what.clone())
+            .query_opt("target", self.target(target));
+        match self
+            .run(call, &what, self.transport.request_timeout())
+            .await
+        {
+            Ok(_) | Err(RuntimeError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn resolve_image(&self, image: &ImageSource) -> Result<Option<String>> {
+        match image {
+            ImageSource::Alias(alias) => {
+                let found: Option<serde_json::Value> = self
+                    .transport
+                    .call(
+                        Method::GET,
+                        &format!("/1.0/images/aliases/{}", seg(alias)),
+                        format!("image alias {alias}"),
+                    )
+                    .get_opt()
+                    .await?;
+                Ok(found.and_then(|v| v.get("target")?.as_str().map(str::to_string)))
+            }
+            ImageSource::Fingerprint(fp) => {
+                let found: Option<serde_json::Value> = self
+                    .transport
+                    .call(
+                        Method::GET,
+                        &format!("/1.0/images/{}", seg(fp)),
+                        format!("image {fp}"),
+                    )
+                    .get_opt()
+                    .await?;
+                Ok(found.and_then(|v| v.get("fingerprint")?.as_str().map(str::to_string)))
+            }
+        }
+    }
+
+    async fn console_log_tail(&self, name: &str, max_bytes: usize) -> Result<String> {
+        let what = format!("console log of {name}");
+        let raw = self
+            .transport
+            .call(
+                Method::GET,
+                &format!("{}/console", instance_path(name)),
+                what.clone(),
+            )
+            .send_raw()
+            .await?;
+        if raw.status == 404 {
+            // No log yet (never started) is an empty log; a missing instance is an error.
+            return match self.get_instance(name).await? {
+                Some(_) => Ok(String::new()),
+                None => Err(RuntimeError::NotFound { what }),
+            };
+        }
+        if raw.status >= 400 {
+            parse_envelope(&what, &raw)?;
+        }
+        let body = &raw.body[raw.body.len().saturating_sub(max_bytes)..];
+        Ok(String::from_utf8_lossy(body).into_owned())
+    }
+
+    async fn events(&self) -> Result<EventStream> {
+        events::subscribe(
+            &self.config.endpoint,
+            self.tls.clone(),
+            &self.config.project,
+            self.transport.request_timeout(),
+        )
+        .await
+    }
+}

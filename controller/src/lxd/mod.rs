@@ -1,0 +1,26 @@
+//! A client for LXD's REST API over the local unix socket or HTTPS, implementing
+//! [`crate::runtime::Runtime`].
+//!
+//! Every request carries the configured LXD project and has a deadline; async operations are
+//! waited on right away (they vanish from LXD soon after finishing); exec output is recorded,
+//! read and its logs deleted.
+
+mod client;
+mod endpoint;
+mod events;
+mod tls;
+mod transport;
+mod wire;
+
+pub use client::LxdClient;
+pub use endpoint::{DEFAULT_SOCKET, Endpoint, HttpsEndpoint, LxdConfig, normalize_fingerprint};
+pub use tls::{certificate_fingerprint, pem_file_fingerprint};
+
+/// Told about every LXD request, for metrics (`lxd_requests_total{method,code}`,
+/// `lxd_request_duration_seconds`). `code` is the HTTP status, 0 when no response arrived.
+pub trait RequestObserver: Send + Sync {
+    fn observe(&self, method: &str, code: u16, seconds: f64);
+}
+
+#[cfg(test)]
+mod tests;

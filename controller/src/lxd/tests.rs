@@ -1,0 +1,1 @@
+//! Error mapping on recorded LXD responses.

@@ -1,0 +1,398 @@
+//! `berth.yaml`: the daemon's configuration. Every key has a default, so no file is needed; an
+//! unknown key is an error naming the key and the file, because a typo must not be silently
+//! ignored.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Where `berth serve` looks for its configuration when `--config` is not given.
+pub const SYSTEM_CONFIG_PATH: &str = "/etc/berth/berth.yaml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_yaml::Error,
+    },
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Config {
+    /// SQLite database, secrets key, git source checkouts.
+    pub data_dir: PathBuf,
+    pub listen: ListenConfig,
+    pub lxd: LxdConfig,
+    pub defaults: FleetDefaults,
+    pub scheduler: SchedulerConfig,
+    pub preview_domain: String,
+    /// Host paths that `file://` repositories may name.
+    pub allowed_file_roots: Vec<PathBuf>,
+    pub secrets: SecretsConfig,
+    /// Serve the API and the store, but let the controller act on nothing.
+    pub paused: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: default_data_dir(),
+            listen: ListenConfig::default(),
+            lxd: LxdConfig::default(),
+            defaults: FleetDefaults::default(),
+            scheduler: SchedulerConfig::default(),
+            preview_domain: "localhost".to_string(),
+            allowed_file_roots: Vec::new(),
+            secrets: SecretsConfig::default(),
+            paused: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ListenConfig {
+    pub socket: PathBuf,
+    /// TCP address for the API, e.g. `127.0.0.1:7480`; empty serves the unix socket only.
+    pub http: String,
+    pub tls: TlsConfig,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        ListenConfig {
+            socket: default_socket_path(),
+            http: String::new(),
+            tls: TlsConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct TlsConfig {
+    pub cert: String,
+    pub key: String,
+}
+
+impl TlsConfig {
+    pub fn is_configured(&self) -> bool {
+        !self.cert.is_empty() && !self.key.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct LxdConfig {
+    /// `unix:///path/to/unix.socket` or `https://host:8443`.
+    pub endpoint: String,
+    pub project: String,
+    pub storage_pool: String,
+    /// Cluster member or `@group`; empty lets LXD place instances.
+    pub target: String,
+    pub client_cert: String,
+    pub client_key: String,
+    /// sha256 of the server certificate; required for https endpoints.
+    pub server_fingerprint: String,
+}
+
+impl Default for LxdConfig {
+    fn default() -> Self {
+        LxdConfig {
+            endpoint: "unix:///var/lib/lxd/unix.socket".to_string(),
+            project: "default".to_string(),
+            storage_pool: "default".to_string(),
+            target: String::new(),
+            client_cert: String::new(),
+            client_key: String::new(),
+            server_fingerprint: String::new(),
+        }
+    }
+}
+
+/// What a new project gets when its manifest leaves a field out. Applied at admission, so
+/// changing these affects new projects only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct FleetDefaults {
+    pub image: String,
+    pub resources: DefaultResources,
+    pub reap: DefaultReap,
+}
+
+impl Default for FleetDefaults {
+    fn default() -> Self {
+        FleetDefaults {
+            image: "berth-base".to_string(),
+            resources: DefaultResources::default(),
+            reap: DefaultReap::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct DefaultResources {
+    pub cpu: String,
+    pub memory: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub disk: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub workspace_size: String,
+}
+
+impl Default for DefaultResources {
+    fn default() -> Self {
+        DefaultResources {
+            cpu: "2".to_string(),
+            memory: "4GiB".to_string(),
+            disk: String::new(),
+            workspace_size: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct DefaultReap {
+    pub idle_after: String,
+    pub idle_action: String,
+    pub max_age: String,
+}
+
+impl Default for DefaultReap {
+    fn default() -> Self {
+        DefaultReap {
+            idle_after: "8h".to_string(),
+            idle_action: "Stop".to_string(),
+            max_age: "30d".to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    pub interval: String,
+    pub workers: u32,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            interval: "30s".to_string(),
+            workers: 8,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct SecretsConfig {
+    pub mirror_to_lxd: bool,
+}
+
+impl Default for SecretsConfig {
+    fn default() -> Self {
+        SecretsConfig {
+            mirror_to_lxd: true,
+        }
+    }
+}
+
+impl Config {
+    /// Reads `path`, or the system file if it exists, or nothing; then validates.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let config = match path {
+            Some(path) => Self::read(path)?,
+            None if Path::new(SYSTEM_CONFIG_PATH).is_file() => {
+                Self::read(Path::new(SYSTEM_CONFIG_PATH))?
+            }
+            None => Config::default(),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn read(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Parses a `berth.yaml` text; an empty document is the default configuration.
+    pub fn parse(text: &str) -> Result<Config, serde_yaml::Error> {
+        if text.trim().is_empty() {
+            return Ok(Config::default());
+        }
+        serde_yaml::from_str(text)
+    }
+
+    /// Refuses settings that would expose the fleet: an unauthenticated LXD server or a
+    /// plain-text API off this host.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.lxd.endpoint.starts_with("https://") && self.lxd.server_fingerprint.is_empty() {
+            return Err(invalid(
+                "lxd.serverFingerprint",
+                "required for an https endpoint (the sha256 of the server certificate)",
+            ));
+        }
+        if !self.lxd.endpoint.starts_with("https://") && !self.lxd.endpoint.starts_with("unix://") {
+            return Err(invalid(
+                "lxd.endpoint",
+                &format!(
+                    "{:?} must start with unix:// or https://",
+                    self.lxd.endpoint
+                ),
+            ));
+        }
+        if self.listen.socket.as_os_str().is_empty() {
+            return Err(invalid("listen.socket", "must not be empty"));
+        }
+        if !self.listen.http.is_empty() {
+            let addr: SocketAddr = self.listen.http.parse().map_err(|_| {
+                invalid(
+                    "listen.http",
+                    &format!(
+                        "{:?} is not an address like 127.0.0.1:7480",
+                        self.listen.http
+                    ),
+                )
+            })?;
+            if !addr.ip().is_loopback() && !self.listen.tls.is_configured() {
+                return Err(invalid(
+                    "listen.http",
+                    &format!(
+                        "{addr} is not a loopback address; listen.tls.cert and listen.tls.key are required"
+                    ),
+                ));
+            }
+        }
+        if self.scheduler.workers == 0 {
+            return Err(invalid("scheduler.workers", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// `<dataDir>/berth.db`.
+    pub fn database_path(&self) -> PathBuf {
+        self.data_dir.join("berth.db")
+    }
+
+    /// `<dataDir>/berth.lock`: held by the one daemon serving this data directory.
+    pub fn lock_path(&self) -> PathBuf {
+        self.data_dir.join("berth.lock")
+    }
+}
+
+fn invalid(field: &str, message: &str) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.to_string(),
+        message: message.to_string(),
+    }
+}
+
+fn running_as_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// `/var/lib/berth` as root, else `$XDG_DATA_HOME/berth` or `~/.local/share/berth`.
+pub fn default_data_dir() -> PathBuf {
+    if running_as_root() {
+        return PathBuf::from("/var/lib/berth");
+    }
+    if let Some(dir) = non_empty_env("XDG_DATA_HOME") {
+        return PathBuf::from(dir).join("berth");
+    }
+    match non_empty_env("HOME") {
+        Some(home) => PathBuf::from(home).join(".local/share/berth"),
+        None => std::env::temp_dir().join(format!("berth-{}", nix::unistd::getuid())),
+    }
+}
+
+/// `/run/berth/berth.sock` as root, else `$XDG_RUNTIME_DIR/berth/berth.sock` or
+/// `/tmp/berth-<uid>/berth.sock`. The CLI uses it as its default `--server`.
+pub fn default_socket_path() -> PathBuf {
+    if running_as_root() {
+        return PathBuf::from("/run/berth/berth.sock");
+    }
+    match non_empty_env("XDG_RUNTIME_DIR") {
+        Some(dir) => PathBuf::from(dir).join("berth/berth.sock"),
+        None => PathBuf::from(format!("/tmp/berth-{}/berth.sock", nix::unistd::getuid())),
+    }
+}
+
+fn non_empty_env(key: &str) -> Option<String> {
+    std::env::var(key).ok().filter(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_default() {
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+        assert_eq!(Config::parse("{}\n").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn partial_file_keeps_other_defaults() {
+        let config =
+            Config::parse("listen:\n  http: 127.0.0.1:7480\nscheduler: {workers: 2}\n").unwrap();
+        assert_eq!(config.listen.http, "127.0.0.1:7480");
+        assert_eq!(config.listen.socket, default_socket_path());
+        assert_eq!(config.scheduler.workers, 2);
+        assert_eq!(config.scheduler.interval, "30s");
+        assert_eq!(config.defaults.reap.idle_after, "8h");
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_key_names_the_key_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("berth.yaml");
+        std::fs::write(&path, "listen:\n  htp: 127.0.0.1:1\n").unwrap();
+        let err = Config::load(Some(&path)).unwrap_err().to_string();
+        assert!(err.contains("berth.yaml"), "{err}");
+        assert!(err.contains("htp"), "{err}");
+        assert!(err.contains("listen"), "{err}");
+    }
+
+    #[test]
+    fn insecure_settings_are_refused() {
+        let table = [
+            (
+                "lxd: {endpoint: 'https://lxd.example:8443'}",
+                "lxd.serverFingerprint",
+            ),
+            ("listen: {http: '0.0.0.0:7480'}", "listen.http"),
+            ("listen: {http: 'nonsense'}", "listen.http"),
+            ("lxd: {endpoint: 'tcp://x'}", "lxd.endpoint"),
+            ("scheduler: {workers: 0}", "scheduler.workers"),
+        ];
+        for (text, field) in table {
+            let err = Config::parse(text).unwrap().validate().unwrap_err();
+            assert!(err.to_string().starts_with(field), "{text}: {err}");
+        }
+        let ok = "lxd: {endpoint: 'https://lxd.example:8443', serverFingerprint: abc}\nlisten: {http: '[::1]:7480'}";
+        Config::parse(ok).unwrap().validate().unwrap();
+    }
+}

@@ -1,0 +1,179 @@
+//! Events: what happened to an object, for `describe` and `berth events`. A repeat of the same
+//! type, reason and message bumps the count of the latest one instead of adding a row.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::StoreError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+
+    fn parse(value: &str) -> EventType {
+        if value == "Warning" {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        }
+    }
+}
+
+/// The object an event is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventObject {
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    pub id: i64,
+    pub involved_object: EventObject,
+    #[serde(rename = "type")]
+    pub type_: EventType,
+    pub reason: String,
+    pub message: String,
+    pub count: i64,
+    pub first_timestamp: DateTime<Utc>,
+    pub last_timestamp: DateTime<Utc>,
+}
+
+impl Event {
+    /// The wire form, shaped like a Kubernetes core/v1 Event.
+    pub fn to_value(&self) -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": format!("{}.{}", self.involved_object.name, self.id)},
+            "involvedObject": self.involved_object,
+            "type": self.type_.as_str(),
+            "reason": self.reason,
+            "message": self.message,
+            "count": self.count,
+            "firstTimestamp": self.first_timestamp,
+            "lastTimestamp": self.last_timestamp,
+        })
+    }
+}
+
+const COLUMNS: &str = "id, object_kind, object_name, object_uid, type, reason, message, count, \
+                       first_timestamp, last_timestamp";
+
+pub(super) fn record(
+    conn: &mut Connection,
+    object: &EventObject,
+    type_: EventType,
+    reason: &str,
+    message: &str,
+    now: DateTime<Utc>,
+) -> Result<Event, StoreError> {
+    let tx = conn.transaction()?;
+    let latest: Option<(i64, String, String, String)> = tx
+        .query_row(
+            "SELECT id, type, reason, message FROM events WHERE object_uid = ?1 \
+             ORDER BY id DESC LIMIT 1",
+            [&object.uid],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+        )
+        .optional()?;
+    let id = match latest {
+        Some((id, t, r, m)) if t == type_.as_str() && r == reason && m == message => {
+            tx.execute(
+                "UPDATE events SET count = count + 1, last_timestamp = ?2 WHERE id = ?1",
+                params![id, now.to_rfc3339()],
+            )?;
+            id
+        }
+        _ => {
+            tx.execute(
+                "INSERT INTO events (object_kind, object_name, object_uid, type, reason, message, \
+                 count, first_timestamp, last_timestamp) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7)",
+                params![
+                    object.kind,
+                    object.name,
+                    object.uid,
+                    type_.as_str(),
+                    reason,
+                    message,
+                    now.to_rfc3339()
+                ],
+            )?;
+            tx.last_insert_rowid()
+        }
+    };
+    let event = tx.query_row(
+        &format!("SELECT {COLUMNS} FROM events WHERE id = ?1"),
+        [id],
+        from_row,
+    )?;
+    tx.commit()?;
+    Ok(event)
+}
+
+/// Events about `kind`/`name`, oldest first.
+pub(super) fn for_object(
+    conn: &Connection,
+    kind: &str,
+    name: &str,
+) -> Result<Vec<Event>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM events WHERE object_kind = ?1 AND object_name = ?2 ORDER BY id"
+    ))?;
+    let rows = stmt.query_map([kind, name], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The most recent `limit` events about anything, oldest first.
+pub(super) fn recent(conn: &Connection, limit: usize) -> Result<Vec<Event>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM (SELECT {COLUMNS} FROM events ORDER BY id DESC LIMIT ?1) ORDER BY id"
+    ))?;
+    let rows = stmt.query_map([limit as i64], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
+    let type_: String = row.get(4)?;
+    Ok(Event {
+        id: row.get(0)?,
+        involved_object: EventObject {
+            kind: row.get(1)?,
+            name: row.get(2)?,
+            uid: row.get(3)?,
+        },
+        type_: EventType::parse(&type_),
+        reason: row.get(5)?,
+        message: row.get(6)?,
+        count: row.get(7)?,
+        first_timestamp: timestamp(row, 8)?,
+        last_timestamp: timestamp(row, 9)?,
+    })
+}
+
+pub(super) fn timestamp(row: &Row<'_>, index: usize) -> rusqlite::Result<DateTime<Utc>> {
+    let text: String = row.get(index)?;
+    DateTime::parse_from_rfc3339(&text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|err| {
+            rusqlite::Error::FromSqlConversionFailure(
+                index,
+                rusqlite::types::Type::Text,
+                Box::new(err),
+            )
+        })
+}

@@ -1,0 +1,832 @@
+//! The desired-state store: every object lives in memory for reads and is written through to
+//! SQLite, one transaction per write (or per batch), before anyone hears of it. Changes are
+//! published on a broadcast feed in resourceVersion order.
+//!
+//! Invariants: `generation` moves only when spec changes; `resourceVersion` comes from one
+//! global counter and moves on every write; a write that changes nothing writes nothing; status
+//! moves only through [`Store::update_status`], and spec or metadata writes never touch it.
+
+mod events;
+mod object;
+pub mod schema;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use berth_api::ObjectMeta;
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OpenFlags, params};
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+pub use events::{Event, EventObject, EventType};
+pub use object::{Action, Change, ChangeType, Deletion, Desired, StoredObject};
+
+/// The kind whose `spec.displayName` must be unique.
+const PROJECT_KIND: &str = "Project";
+/// Room for a burst of writes (a 10,000-object apply) before a slow subscriber lags; a lagging
+/// subscriber is told so and resyncs from a list.
+const CHANGE_FEED_CAPACITY: usize = 16_384;
+/// How long a successful writability probe is trusted by `/readyz`.
+const PROBE_INTERVAL: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{kind} {name:?} not found")]
+    NotFound { kind: String, name: String },
+    #[error("{kind} {name:?} already exists")]
+    AlreadyExists { kind: String, name: String },
+    #[error("{message}")]
+    Conflict { message: String },
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    #[error("the store database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: the database is corrupt ({detail}); restore a backup or move it aside", path.display())]
+    Corrupt { path: PathBuf, detail: String },
+    #[error(
+        "the store schema is version {found} but this berth knows only up to {supported}; run a newer berth"
+    )]
+    SchemaTooNew { found: u32, supported: u32 },
+    #[error("the store cannot be written: {0}")]
+    Unwritable(String),
+}
+
+impl StoreError {
+    fn conflict(message: impl Into<String>) -> Self {
+        StoreError::Conflict {
+            message: message.into(),
+        }
+    }
+
+    fn not_found(kind: &str, name: &str) -> Self {
+        StoreError::NotFound {
+            kind: kind.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// A batch write failed at `items[index]`; nothing of the batch was written.
+#[derive(Debug, thiserror::Error)]
+#[error("items[{index}]: {error}")]
+pub struct BatchFailure {
+    pub index: usize,
+    #[source]
+    pub error: StoreError,
+}
+
+pub struct Store {
+    path: PathBuf,
+    inner: Mutex<Inner>,
+    changes: broadcast::Sender<Change>,
+}
+
+struct Inner {
+    conn: Connection,
+    objects: HashMap<String, BTreeMap<String, Arc<StoredObject>>>,
+    /// Normalised `spec.displayName` of every Project → its name.
+    display_names: HashMap<String, String>,
+    resource_version: u64,
+    /// Why the last write failed, cleared by the next one that succeeds.
+    write_error: Option<String>,
+    last_probe: Option<Instant>,
+}
+
+/// The writes a store operation made in memory: committed to SQLite together, or undone
+/// together.
+struct Pending {
+    rv_before: u64,
+    undo: Vec<(String, String, Option<Arc<StoredObject>>)>,
+    writes: Vec<Write>,
+    changes: Vec<Change>,
+}
+
+enum Write {
+    Put(Arc<StoredObject>),
+    Remove { kind: String, name: String },
+}
+
+/// `displayName` as uniqueness compares it.
+pub fn normalize_display_name(display_name: &str) -> String {
+    display_name.trim().to_lowercase()
+}
+
+fn display_name_of(object: &StoredObject) -> Option<String> {
+    if object.kind != PROJECT_KIND {
+        return None;
+    }
+    let display = object
+        .spec
+        .get("displayName")
+        .and_then(Value::as_str)
+        .filter(|d| !d.trim().is_empty())
+        .unwrap_or(object.name());
+    Some(normalize_display_name(display))
+}
+
+pub(crate) fn restrict_mode(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
+        StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
+}
+
+impl Store {
+    /// Opens (or creates) the database at `path`: checks its integrity, migrates it forward and
+    /// loads every object into memory.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let io = |source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        if !path.exists() {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(path)
+                .map_err(io)?;
+        }
+        restrict_mode(path)?;
+        let mut conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        let corrupt = |detail: String| StoreError::Corrupt {
+            path: path.to_path_buf(),
+            detail,
+        };
+        conn.busy_timeout(Duration::from_secs(5))?;
+        let check: String = conn
+            .query_row("PRAGMA quick_check", [], |row| row.get(0))
+            .map_err(|err| corrupt(err.to_string()))?;
+        if check != "ok" {
+            return Err(corrupt(check));
+        }
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        schema::migrate(&mut conn, path)?;
+
+        let (objects, display_names) = load_objects(&conn)?;
+        let resource_version: i64 = conn.query_row(
+            "SELECT value FROM counters WHERE name = 'resourceVersion'",
+            [],
+            |row| row.get(0),
+        )?;
+        let (changes, _) = broadcast::channel(CHANGE_FEED_CAPACITY);
+        Ok(Store {
+            path: path.to_path_buf(),
+            inner: Mutex::new(Inner {
+                conn,
+                objects,
+                display_names,
+                resource_version: resource_version as u64,
+                write_error: None,
+                last_probe: None,
+            }),
+            changes,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves memory as it was before the write (undo runs
+        // before anything can panic), so the data is still consistent.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Every committed write from now on, in resourceVersion order.
+    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
+        self.changes.subscribe()
+    }
+
+    /// Subscribes and lists `kind` at one instant, so a watcher misses nothing and sees nothing
+    /// twice: every change on the receiver is newer than the returned resourceVersion.
+    pub fn list_and_subscribe(
+        &self,
+        kind: &str,
+    ) -> (Vec<Arc<StoredObject>>, u64, broadcast::Receiver<Change>) {
+        let inner = self.lock();
+        let receiver = self.changes.subscribe();
+        (inner.list(kind), inner.resource_version, receiver)
+    }
+
+    /// The resourceVersion of the latest write.
+    pub fn resource_version(&self) -> u64 {
+        self.lock().resource_version
+    }
+
+    pub fn get(&self, kind: &str, name: &str) -> Option<Arc<StoredObject>> {
+        self.lock().get(kind, name)
+    }
+
+    /// Every object of `kind`, by name.
+    pub fn list(&self, kind: &str) -> Vec<Arc<StoredObject>> {
+        self.lock().list(kind)
+    }
+
+    /// The Project whose normalised displayName is `display_name`, if any.
+    pub fn project_with_display_name(&self, display_name: &str) -> Option<String> {
+        self.lock()
+            .display_names
+            .get(&normalize_display_name(display_name))
+            .cloned()
+    }
+
+    pub fn create(&self, desired: Desired, dry_run: bool) -> Result<Arc<StoredObject>, StoreError> {
+        self.write(dry_run, |inner, pending| {
+            inner.upsert(pending, desired, Mode::Create).map(|(o, _)| o)
+        })
+    }
+
+    /// Replaces the user fields of an existing object; `expected_rv` guards against lost updates.
+    pub fn replace(
+        &self,
+        desired: Desired,
+        expected_rv: Option<u64>,
+        dry_run: bool,
+    ) -> Result<(Arc<StoredObject>, Action), StoreError> {
+        self.write(dry_run, |inner, pending| {
+            inner.upsert(pending, desired, Mode::Replace(expected_rv))
+        })
+    }
+
+    /// Creates the object or replaces its user fields: what `berth apply` does for one object.
+    pub fn apply(
+        &self,
+        desired: Desired,
+        dry_run: bool,
+    ) -> Result<(Arc<StoredObject>, Action), StoreError> {
+        self.write(dry_run, |inner, pending| {
+            inner.upsert(pending, desired, Mode::Apply)
+        })
+    }
+
+    /// Applies every object in one transaction: all of them are written, or none.
+    pub fn apply_batch(
+        &self,
+        batch: Vec<Desired>,
+        dry_run: bool,
+    ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
+        let mut failed_at = 0;
+        self.write(dry_run, |inner, pending| {
+            let mut results = Vec::with_capacity(batch.len());
+            for (index, desired) in batch.into_iter().enumerate() {
+                failed_at = index;
+                results.push(inner.upsert(pending, desired, Mode::Apply)?);
+            }
+            Ok(results)
+        })
+        .map_err(|error| BatchFailure {
+            index: failed_at,
+            error,
+        })
+    }
+
+    /// Writes status, and only status. Unchanged status writes nothing.
+    pub fn update_status(
+        &self,
+        kind: &str,
+        name: &str,
+        expected_rv: Option<u64>,
+        status: Value,
+        dry_run: bool,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        self.write(dry_run, |inner, pending| {
+            let current = inner.existing(kind, name, expected_rv)?;
+            if current.status == status {
+                return Ok(current);
+            }
+            let mut next = (*current).clone();
+            next.status = status;
+            next.metadata.resource_version = Some(inner.next_rv().to_string());
+            let next = Arc::new(next);
+            inner.put(pending, Arc::clone(&next));
+            pending
+                .changes
+                .push(Change::new(ChangeType::Modified, &next, false));
+            Ok(next)
+        })
+    }
+
+    /// Sets the finalizers; removing the last one of a deleting object removes the object
+    /// (`None` is returned then).
+    pub fn set_finalizers(
+        &self,
+        kind: &str,
+        name: &str,
+        expected_rv: Option<u64>,
+        finalizers: Vec<String>,
+    ) -> Result<Option<Arc<StoredObject>>, StoreError> {
+        self.write(false, |inner, pending| {
+            let current = inner.existing(kind, name, expected_rv)?;
+            let desired = Desired {
+                kind: kind.to_string(),
+                name: name.to_string(),
+                labels: current.metadata.labels.clone(),
+                annotations: current.metadata.annotations.clone(),
+                finalizers: Some(finalizers),
+                spec: current.spec.clone(),
+            };
+            inner.upsert(pending, desired, Mode::Replace(expected_rv))?;
+            Ok(inner.get(kind, name))
+        })
+    }
+
+    /// Deletes the object, or, while finalizers hold it, marks it deleting. `annotations` are
+    /// merged onto a held object so the controller can read how it was asked to go (e.g.
+    /// `berth.dev/forceDelete`).
+    pub fn delete(
+        &self,
+        kind: &str,
+        name: &str,
+        expected_rv: Option<u64>,
+        annotations: BTreeMap<String, String>,
+        dry_run: bool,
+    ) -> Result<Deletion, StoreError> {
+        self.write(dry_run, |inner, pending| {
+            let current = inner.existing(kind, name, expected_rv)?;
+            if current.metadata.finalizers.is_empty() {
+                let mut last = (*current).clone();
+                last.metadata.resource_version = Some(inner.next_rv().to_string());
+                let last = Arc::new(last);
+                inner.remove(pending, kind, name);
+                pending
+                    .changes
+                    .push(Change::new(ChangeType::Deleted, &last, true));
+                return Ok(Deletion::Deleted(last));
+            }
+            let mut next = (*current).clone();
+            next.metadata.annotations.extend(annotations);
+            if next.metadata.deletion_timestamp.is_none() {
+                next.metadata.deletion_timestamp = Some(now());
+            }
+            if next == *current {
+                return Ok(Deletion::Deleting(current));
+            }
+            next.metadata.resource_version = Some(inner.next_rv().to_string());
+            let next = Arc::new(next);
+            inner.put(pending, Arc::clone(&next));
+            pending
+                .changes
+                .push(Change::new(ChangeType::Modified, &next, true));
+            Ok(Deletion::Deleting(next))
+        })
+    }
+
+    pub fn record_event(
+        &self,
+        object: &StoredObject,
+        type_: EventType,
+        reason: &str,
+        message: &str,
+    ) -> Result<Event, StoreError> {
+        let target = EventObject {
+            kind: object.kind.clone(),
+            name: object.name().to_string(),
+            uid: object.uid().to_string(),
+        };
+        let mut inner = self.lock();
+        let result = events::record(&mut inner.conn, &target, type_, reason, message, now());
+        inner.note_write(&result);
+        result
+    }
+
+    /// Events about `kind`/`name`, oldest first.
+    pub fn events_for(&self, kind: &str, name: &str) -> Result<Vec<Event>, StoreError> {
+        events::for_object(&self.lock().conn, kind, name)
+    }
+
+    /// The latest `limit` events about anything, oldest first.
+    pub fn recent_events(&self, limit: usize) -> Result<Vec<Event>, StoreError> {
+        events::recent(&self.lock().conn, limit)
+    }
+
+    /// Whether the database still takes writes: the last write succeeded and a probe write
+    /// (at most every few seconds) commits. `/readyz` reports this.
+    pub fn check_writable(&self) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        if let Some(error) = &inner.write_error {
+            let error = error.clone();
+            // A failed write is retried by the probe so readiness comes back by itself.
+            if probe(&inner.conn).is_err() {
+                return Err(StoreError::Unwritable(error));
+            }
+            inner.write_error = None;
+        }
+        if inner
+            .last_probe
+            .is_none_or(|at| at.elapsed() > PROBE_INTERVAL)
+        {
+            probe(&inner.conn).map_err(|err| StoreError::Unwritable(err.to_string()))?;
+            inner.last_probe = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// Runs `op` on memory, then commits what it wrote to SQLite in one transaction and
+    /// publishes the changes; on any failure (or a dry run) memory is put back as it was.
+    fn write<T>(
+        &self,
+        dry_run: bool,
+        op: impl FnOnce(&mut Inner, &mut Pending) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut inner = self.lock();
+        let mut pending = Pending {
+            rv_before: inner.resource_version,
+            undo: Vec::new(),
+            writes: Vec::new(),
+            changes: Vec::new(),
+        };
+        let result = op(&mut inner, &mut pending);
+        let value = match result {
+            Ok(value) if !dry_run => value,
+            other => {
+                inner.undo(pending);
+                return other;
+            }
+        };
+        if pending.writes.is_empty() {
+            return Ok(value);
+        }
+        let committed = inner.commit(&pending.writes);
+        inner.note_write(&committed);
+        if let Err(err) = committed {
+            inner.undo(pending);
+            return Err(err);
+        }
+        // Sent under the lock so subscribers see changes in resourceVersion order.
+        for change in pending.changes {
+            let _ = self.changes.send(change);
+        }
+        Ok(value)
+    }
+}
+
+fn probe(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE counters SET value = value WHERE name = 'resourceVersion'",
+        [],
+    )?;
+    Ok(())
+}
+
+fn now() -> DateTime<Utc> {
+    // Second precision, as Kubernetes timestamps: a stored object reads back identical.
+    let now = Utc::now();
+    DateTime::from_timestamp(now.timestamp(), 0).unwrap_or(now)
+}
+
+enum Mode {
+    Create,
+    Replace(Option<u64>),
+    Apply,
+}
+
+impl Inner {
+    fn get(&self, kind: &str, name: &str) -> Option<Arc<StoredObject>> {
+        self.objects.get(kind)?.get(name).cloned()
+    }
+
+    fn list(&self, kind: &str) -> Vec<Arc<StoredObject>> {
+        self.objects
+            .get(kind)
+            .map(|objects| objects.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn next_rv(&mut self) -> u64 {
+        self.resource_version += 1;
+        self.resource_version
+    }
+
+    fn existing(
+        &self,
+        kind: &str,
+        name: &str,
+        expected_rv: Option<u64>,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        let current = self
+            .get(kind, name)
+            .ok_or_else(|| StoreError::not_found(kind, name))?;
+        check_rv(&current, expected_rv)?;
+        Ok(current)
+    }
+
+    fn upsert(
+        &mut self,
+        pending: &mut Pending,
+        desired: Desired,
+        mode: Mode,
+    ) -> Result<(Arc<StoredObject>, Action), StoreError> {
+        let current = self.get(&desired.kind, &desired.name);
+        let current = match (current, &mode) {
+            (Some(_), Mode::Create) => {
+                return Err(StoreError::AlreadyExists {
+                    kind: desired.kind,
+                    name: desired.name,
+                });
+            }
+            (None, Mode::Replace(_)) => {
+                return Err(StoreError::not_found(&desired.kind, &desired.name));
+            }
+            (Some(current), Mode::Replace(expected_rv)) => {
+                check_rv(&current, *expected_rv)?;
+                Some(current)
+            }
+            (current, _) => current,
+        };
+        let Some(current) = current else {
+            let object = Arc::new(StoredObject {
+                kind: desired.kind,
+                metadata: ObjectMeta {
+                    name: desired.name,
+                    uid: Some(uuid::Uuid::new_v4().to_string()),
+                    generation: Some(1),
+                    resource_version: Some(self.next_rv().to_string()),
+                    labels: desired.labels,
+                    annotations: desired.annotations,
+                    creation_timestamp: Some(now()),
+                    deletion_timestamp: None,
+                    finalizers: desired.finalizers.unwrap_or_default(),
+                },
+                spec: desired.spec,
+                status: Value::Null,
+            });
+            self.check_display_name(&object)?;
+            self.put(pending, Arc::clone(&object));
+            pending
+                .changes
+                .push(Change::new(ChangeType::Added, &object, true));
+            return Ok((object, Action::Created));
+        };
+
+        let mut next = (*current).clone();
+        next.metadata.labels = desired.labels;
+        next.metadata.annotations = desired.annotations;
+        if let Some(finalizers) = desired.finalizers {
+            next.metadata.finalizers = finalizers;
+        }
+        let spec_changed = next.spec != desired.spec;
+        next.spec = desired.spec;
+        if next == *current {
+            return Ok((current, Action::Unchanged));
+        }
+        if spec_changed {
+            next.metadata.generation = Some(current.generation() + 1);
+        }
+        next.metadata.resource_version = Some(self.next_rv().to_string());
+        let next = Arc::new(next);
+        if next.is_deleting() && next.metadata.finalizers.is_empty() {
+            self.remove(pending, &next.kind, next.name());
+            pending
+                .changes
+                .push(Change::new(ChangeType::Deleted, &next, true));
+            return Ok((next, Action::Configured));
+        }
+        self.check_display_name(&next)?;
+        self.put(pending, Arc::clone(&next));
+        pending
+            .changes
+            .push(Change::new(ChangeType::Modified, &next, true));
+        Ok((next, Action::Configured))
+    }
+
+    fn check_display_name(&self, object: &StoredObject) -> Result<(), StoreError> {
+        let Some(display) = display_name_of(object) else {
+            return Ok(());
+        };
+        match self.display_names.get(&display) {
+            Some(holder) if holder != object.name() => Err(StoreError::conflict(format!(
+                "spec.displayName: {:?} is already the display name of project {holder:?}",
+                object
+                    .spec
+                    .get("displayName")
+                    .and_then(Value::as_str)
+                    .unwrap_or(object.name())
+                    .trim()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Puts `object` in memory, remembering what it replaced.
+    fn put(&mut self, pending: &mut Pending, object: Arc<StoredObject>) {
+        let previous = self.set(
+            &object.kind.clone(),
+            &object.name().to_string(),
+            Some(Arc::clone(&object)),
+        );
+        pending
+            .undo
+            .push((object.kind.clone(), object.name().to_string(), previous));
+        pending.writes.push(Write::Put(object));
+    }
+
+    fn remove(&mut self, pending: &mut Pending, kind: &str, name: &str) {
+        let previous = self.set(kind, name, None);
+        pending
+            .undo
+            .push((kind.to_string(), name.to_string(), previous));
+        pending.writes.push(Write::Remove {
+            kind: kind.to_string(),
+            name: name.to_string(),
+        });
+    }
+
+    /// The one place memory changes, keeping the displayName index in step.
+    fn set(
+        &mut self,
+        kind: &str,
+        name: &str,
+        object: Option<Arc<StoredObject>>,
+    ) -> Option<Arc<StoredObject>> {
+        let objects = self.objects.entry(kind.to_string()).or_default();
+        let previous = match &object {
+            Some(object) => objects.insert(name.to_string(), Arc::clone(object)),
+            None => objects.remove(name),
+        };
+        if let Some(display) = previous.as_deref().and_then(display_name_of) {
+            if self
+                .display_names
+                .get(&display)
+                .is_some_and(|holder| holder == name)
+            {
+                self.display_names.remove(&display);
+            }
+        }
+        if let Some(display) = object.as_deref().and_then(display_name_of) {
+            self.display_names.insert(display, name.to_string());
+        }
+        previous
+    }
+
+    fn undo(&mut self, pending: Pending) {
+        for (kind, name, previous) in pending.undo.into_iter().rev() {
+            self.set(&kind, &name, previous);
+        }
+        self.resource_version = pending.rv_before;
+    }
+
+    fn commit(&mut self, writes: &[Write]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut put = tx.prepare_cached(
+                "INSERT INTO objects (kind, name, uid, generation, resource_version, labels, \
+                 annotations, finalizers, creation_timestamp, deletion_timestamp, spec, status) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
+                 ON CONFLICT (kind, name) DO UPDATE SET uid = ?3, generation = ?4, \
+                 resource_version = ?5, labels = ?6, annotations = ?7, finalizers = ?8, \
+                 creation_timestamp = ?9, deletion_timestamp = ?10, spec = ?11, status = ?12",
+            )?;
+            let mut remove =
+                tx.prepare_cached("DELETE FROM objects WHERE kind = ?1 AND name = ?2")?;
+            for write in writes {
+                match write {
+                    Write::Put(object) => {
+                        let meta = &object.metadata;
+                        let status = (!object.status.is_null()).then(|| object.status.to_string());
+                        put.execute(params![
+                            object.kind,
+                            meta.name,
+                            object.uid(),
+                            object.generation(),
+                            object.resource_version() as i64,
+                            json_text(&meta.labels),
+                            json_text(&meta.annotations),
+                            json_text(&meta.finalizers),
+                            meta.creation_timestamp.unwrap_or_else(now).to_rfc3339(),
+                            meta.deletion_timestamp.map(|t| t.to_rfc3339()),
+                            object.spec.to_string(),
+                            status,
+                        ])?;
+                    }
+                    Write::Remove { kind, name } => {
+                        remove.execute(params![kind, name])?;
+                    }
+                }
+            }
+            tx.execute(
+                "UPDATE counters SET value = ?1 WHERE name = 'resourceVersion'",
+                [self.resource_version as i64],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn note_write<T>(&mut self, result: &Result<T, StoreError>) {
+        match result {
+            Ok(_) => self.write_error = None,
+            Err(StoreError::Sqlite(err)) => {
+                tracing::error!(error = %err, "a store write failed");
+                self.write_error = Some(err.to_string());
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+fn check_rv(current: &StoredObject, expected_rv: Option<u64>) -> Result<(), StoreError> {
+    match expected_rv {
+        Some(expected) if expected != current.resource_version() => {
+            Err(StoreError::conflict(format!(
+                "{} {:?} was modified (resourceVersion {} is stale, now {}); read it again and retry",
+                current.kind,
+                current.name(),
+                expected,
+                current.resource_version()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn json_text<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+fn json_column<T: serde::de::DeserializeOwned>(
+    row: &rusqlite::Row<'_>,
+    index: usize,
+) -> rusqlite::Result<T> {
+    let text: String = row.get(index)?;
+    serde_json::from_str(&text).map_err(|err| {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(err))
+    })
+}
+
+type Loaded = (
+    HashMap<String, BTreeMap<String, Arc<StoredObject>>>,
+    HashMap<String, String>,
+);
+
+fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT kind, name, uid, generation, resource_version, labels, annotations, finalizers, \
+         creation_timestamp, deletion_timestamp, spec, status FROM objects",
+    )?;
+    let rows = stmt.query_map([], |row| {
+        let status: Option<String> = row.get(11)?;
+        let deletion: Option<String> = row.get(9)?;
+        let deletion_timestamp = match deletion {
+            Some(_) => Some(events::timestamp(row, 9)?),
+            None => None,
+        };
+        Ok(StoredObject {
+            kind: row.get(0)?,
+            metadata: ObjectMeta {
+                name: row.get(1)?,
+                uid: Some(row.get(2)?),
+                generation: Some(row.get(3)?),
+                resource_version: Some(row.get::<_, i64>(4)?.to_string()),
+                labels: json_column(row, 5)?,
+                annotations: json_column(row, 6)?,
+                finalizers: json_column(row, 7)?,
+                creation_timestamp: Some(events::timestamp(row, 8)?),
+                deletion_timestamp,
+            },
+            spec: json_column(row, 10)?,
+            status: match status {
+                Some(_) => json_column(row, 11)?,
+                None => Value::Null,
+            },
+        })
+    })?;
+    let mut objects: HashMap<String, BTreeMap<String, Arc<StoredObject>>> = HashMap::new();
+    let mut display_names = HashMap::new();
+    for row in rows {
+        let object = Arc::new(row?);
+        if let Some(display) = display_name_of(&object) {
+            display_names.insert(display, object.name().to_string());
+        }
+        objects
+            .entry(object.kind.clone())
+            .or_default()
+            .insert(object.name().to_string(), object);
+    }
+    Ok((objects, display_names))
+}
+
+#[cfg(test)]
+mod tests;

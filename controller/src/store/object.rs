@@ -1,0 +1,158 @@
+//! The stored form of an object and the records the store hands out about it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use berth_api::{API_VERSION, ObjectMeta};
+use serde_json::{Map, Value};
+
+/// One object as the store holds it: server-set metadata filled in, spec as admitted (defaults
+/// resolved), status as the controller last wrote it (`Null` when it never did).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredObject {
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: Value,
+    pub status: Value,
+}
+
+impl StoredObject {
+    pub fn name(&self) -> &str {
+        &self.metadata.name
+    }
+
+    pub fn uid(&self) -> &str {
+        self.metadata.uid.as_deref().unwrap_or_default()
+    }
+
+    pub fn generation(&self) -> i64 {
+        self.metadata.generation.unwrap_or_default()
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|rv| rv.parse().ok())
+            .unwrap_or_default()
+    }
+
+    pub fn is_deleting(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+
+    /// The wire form: `{apiVersion, kind, metadata, spec, status?}`.
+    pub fn to_value(&self) -> Value {
+        let mut map = Map::new();
+        map.insert("apiVersion".into(), Value::String(API_VERSION.into()));
+        map.insert("kind".into(), Value::String(self.kind.clone()));
+        map.insert(
+            "metadata".into(),
+            serde_json::to_value(&self.metadata).unwrap_or(Value::Null),
+        );
+        map.insert("spec".into(), self.spec.clone());
+        if !self.status.is_null() {
+            map.insert("status".into(), self.status.clone());
+        }
+        Value::Object(map)
+    }
+}
+
+/// The user-written part of an object: what create, replace and apply carry. Spec is already
+/// validated and defaulted by admission.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Desired {
+    pub kind: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// `None` keeps the stored finalizers: a manifest applied by a user must not drop the ones
+    /// the controller put there.
+    pub finalizers: Option<Vec<String>>,
+    pub spec: Value,
+}
+
+/// What a write did to one object, as `berth apply` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Created,
+    Configured,
+    Unchanged,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Created => "created",
+            Action::Configured => "configured",
+            Action::Unchanged => "unchanged",
+        }
+    }
+}
+
+/// The outcome of a delete: gone at once, or held by finalizers with `deletionTimestamp` set.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Deletion {
+    Deleted(Arc<StoredObject>),
+    Deleting(Arc<StoredObject>),
+}
+
+impl Deletion {
+    pub fn object(&self) -> &Arc<StoredObject> {
+        match self {
+            Deletion::Deleted(object) | Deletion::Deleting(object) => object,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl ChangeType {
+    /// The watch event type: `ADDED`, `MODIFIED`, `DELETED`.
+    pub fn as_watch_type(self) -> &'static str {
+        match self {
+            ChangeType::Added => "ADDED",
+            ChangeType::Modified => "MODIFIED",
+            ChangeType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed write, in resourceVersion order, as the change feed carries it.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub type_: ChangeType,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: u64,
+    pub generation: i64,
+    /// False when only status moved: the controller ignores its own status writes.
+    pub spec_or_metadata_changed: bool,
+    /// The object after the write; for `Deleted`, its last state.
+    pub object: Arc<StoredObject>,
+}
+
+impl Change {
+    pub(super) fn new(
+        type_: ChangeType,
+        object: &Arc<StoredObject>,
+        spec_or_metadata: bool,
+    ) -> Self {
+        Change {
+            type_,
+            kind: object.kind.clone(),
+            name: object.name().to_string(),
+            uid: object.uid().to_string(),
+            resource_version: object.resource_version(),
+            generation: object.generation(),
+            spec_or_metadata_changed: spec_or_metadata,
+            object: Arc::clone(object),
+        }
+    }
+}

@@ -1,0 +1,439 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::*;
+
+fn open() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("berth.db")).unwrap();
+    (dir, store)
+}
+
+fn project(name: &str, spec: Value) -> Desired {
+    Desired {
+        kind: "Project".into(),
+        name: name.into(),
+        labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+        finalizers: None,
+        spec,
+    }
+}
+
+#[test]
+fn create_assigns_server_metadata_and_reopens_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("berth.db");
+    let created = {
+        let store = Store::open(&path).unwrap();
+        let created = store
+            .create(project("a", json!({"state": "Running"})), false)
+            .unwrap();
+        assert_eq!(created.generation(), 1);
+        assert_eq!(created.resource_version(), 1);
+        assert!(created.uid().len() >= 32);
+        assert!(created.metadata.creation_timestamp.is_some());
+        created
+    };
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.get("Project", "a").unwrap(), created);
+    assert_eq!(store.resource_version(), 1);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn generation_moves_only_with_spec_and_rv_on_every_write() {
+    let (_dir, store) = open();
+    let a = store
+        .create(project("a", json!({"image": "x"})), false)
+        .unwrap();
+    let mut labelled = project("a", json!({"image": "x"}));
+    labelled.labels.insert("team".into(), "pay".into());
+    let (b, action) = store.replace(labelled.clone(), None, false).unwrap();
+    assert_eq!(action, Action::Configured);
+    assert_eq!(b.generation(), a.generation());
+    assert!(b.resource_version() > a.resource_version());
+
+    // Nothing changed: nothing written, same resourceVersion.
+    let (same, action) = store.apply(labelled.clone(), false).unwrap();
+    assert_eq!(action, Action::Unchanged);
+    assert_eq!(same.resource_version(), b.resource_version());
+    assert_eq!(store.resource_version(), b.resource_version());
+
+    labelled.spec = json!({"image": "y"});
+    let (c, _) = store.apply(labelled, false).unwrap();
+    assert_eq!(c.generation(), 2);
+    assert!(c.resource_version() > b.resource_version());
+    assert_eq!(c.uid(), a.uid());
+
+    // The counter is global: another object's write takes the next number.
+    let other = store.create(project("b", json!({})), false).unwrap();
+    assert_eq!(other.resource_version(), c.resource_version() + 1);
+}
+
+#[test]
+fn two_writers_with_the_same_resource_version_one_gets_conflict() {
+    let (_dir, store) = open();
+    let store = Arc::new(store);
+    let a = store.create(project("a", json!({"n": 0})), false).unwrap();
+    let rv = a.resource_version();
+    let handles: Vec<_> = (1..=2)
+        .map(|n| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                store.replace(project("a", json!({"n": n})), Some(rv), false)
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    let conflicts = results
+        .iter()
+        .filter(|r| matches!(r, Err(StoreError::Conflict { .. })))
+        .count();
+    assert_eq!((ok, conflicts), (1, 1), "{results:?}");
+    assert_eq!(store.get("Project", "a").unwrap().generation(), 2);
+}
+
+#[test]
+fn create_twice_is_already_exists_and_replace_missing_is_not_found() {
+    let (_dir, store) = open();
+    store.create(project("a", json!({})), false).unwrap();
+    assert!(matches!(
+        store.create(project("a", json!({})), false),
+        Err(StoreError::AlreadyExists { .. })
+    ));
+    assert!(matches!(
+        store.replace(project("zz", json!({})), None, false),
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn status_and_spec_paths_are_separate() {
+    let (_dir, store) = open();
+    let a = store
+        .create(project("a", json!({"image": "x"})), false)
+        .unwrap();
+    let with_status = store
+        .update_status("Project", "a", None, json!({"phase": "Ready"}), false)
+        .unwrap();
+    assert_eq!(with_status.generation(), a.generation());
+    assert!(with_status.resource_version() > a.resource_version());
+    assert_eq!(with_status.spec, a.spec);
+
+    // Same status again: nothing written.
+    let again = store
+        .update_status("Project", "a", None, json!({"phase": "Ready"}), false)
+        .unwrap();
+    assert_eq!(again.resource_version(), with_status.resource_version());
+
+    // A spec write keeps the status.
+    let (b, _) = store
+        .apply(project("a", json!({"image": "y"})), false)
+        .unwrap();
+    assert_eq!(b.status, json!({"phase": "Ready"}));
+    assert_eq!(b.generation(), 2);
+
+    // A stale status write conflicts.
+    assert!(matches!(
+        store.update_status("Project", "a", Some(a.resource_version()), json!({}), false),
+        Err(StoreError::Conflict { .. })
+    ));
+}
+
+#[test]
+fn finalizers_hold_a_deletion_until_the_last_is_removed() {
+    let (_dir, store) = open();
+    store.create(project("a", json!({})), false).unwrap();
+    store
+        .set_finalizers("Project", "a", None, vec!["berth.dev/workspace".into()])
+        .unwrap();
+    let mut force = BTreeMap::new();
+    force.insert("berth.dev/forceDelete".to_string(), "true".to_string());
+    let Deletion::Deleting(held) = store.delete("Project", "a", None, force, false).unwrap() else {
+        panic!("a finalizer must hold the deletion");
+    };
+    assert!(held.is_deleting());
+    assert_eq!(held.metadata.annotations["berth.dev/forceDelete"], "true");
+
+    // Applying the manifest again neither revives it nor drops the finalizer.
+    let (still, _) = store.apply(project("a", json!({})), false).unwrap();
+    assert_eq!(
+        still.metadata.finalizers,
+        vec!["berth.dev/workspace".to_string()]
+    );
+    assert!(still.is_deleting());
+
+    assert_eq!(
+        store.set_finalizers("Project", "a", None, vec![]).unwrap(),
+        None
+    );
+    assert!(store.get("Project", "a").is_none());
+
+    store.create(project("b", json!({})), false).unwrap();
+    assert!(matches!(
+        store
+            .delete("Project", "b", None, BTreeMap::new(), false)
+            .unwrap(),
+        Deletion::Deleted(_)
+    ));
+    assert!(store.get("Project", "b").is_none());
+    assert!(matches!(
+        store.delete("Project", "b", None, BTreeMap::new(), false),
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn display_names_are_unique_case_insensitively_after_trimming() {
+    let (_dir, store) = open();
+    store
+        .create(
+            project("payments-api", json!({"displayName": "Payments API"})),
+            false,
+        )
+        .unwrap();
+    let clash = store.create(
+        project("other", json!({"displayName": "  payments api "})),
+        false,
+    );
+    assert!(
+        matches!(clash, Err(StoreError::Conflict { .. })),
+        "{clash:?}"
+    );
+    // A name used as the default display name clashes too.
+    let clash = store.create(project("x", json!({"displayName": "PAYMENTS-API2"})), false);
+    assert!(clash.is_ok());
+    let clash = store.create(project("payments-api2", json!({})), false);
+    assert!(
+        matches!(clash, Err(StoreError::Conflict { .. })),
+        "{clash:?}"
+    );
+
+    // Renaming into a taken display name conflicts; renaming away frees the old one.
+    let other = store
+        .create(project("other", json!({"displayName": "Other"})), false)
+        .unwrap();
+    assert!(matches!(
+        store.apply(
+            project("other", json!({"displayName": "payments API"})),
+            false
+        ),
+        Err(StoreError::Conflict { .. })
+    ));
+    store
+        .apply(
+            project("payments-api", json!({"displayName": "Payments"})),
+            false,
+        )
+        .unwrap();
+    store
+        .apply(
+            project("other", json!({"displayName": "payments API"})),
+            false,
+        )
+        .unwrap();
+    assert_eq!(
+        store.project_with_display_name("Payments Api").as_deref(),
+        Some("other")
+    );
+    assert_eq!(store.get("Project", "other").unwrap().uid(), other.uid());
+}
+
+#[test]
+fn a_failing_batch_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("berth.db");
+    let store = Store::open(&path).unwrap();
+    store
+        .create(project("taken", json!({"displayName": "Taken"})), false)
+        .unwrap();
+    let rv = store.resource_version();
+    let mut feed = store.subscribe();
+    let batch = vec![
+        project("a", json!({})),
+        project("b", json!({})),
+        project("c", json!({"displayName": "taken"})),
+    ];
+    let failure = store.apply_batch(batch, false).unwrap_err();
+    assert_eq!(failure.index, 2);
+    assert!(matches!(failure.error, StoreError::Conflict { .. }));
+    assert!(store.get("Project", "a").is_none());
+    assert_eq!(store.resource_version(), rv);
+    assert!(feed.try_recv().is_err());
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.list("Project").len(), 1);
+    assert_eq!(store.resource_version(), rv);
+}
+
+#[test]
+fn a_batch_is_one_transaction_and_reports_actions() {
+    let (_dir, store) = open();
+    store.create(project("a", json!({"n": 1})), false).unwrap();
+    let results = store
+        .apply_batch(
+            vec![
+                project("a", json!({"n": 1})),
+                project("b", json!({})),
+                project("a-2", json!({})),
+            ],
+            false,
+        )
+        .unwrap();
+    let actions: Vec<_> = results.iter().map(|(_, a)| *a).collect();
+    assert_eq!(
+        actions,
+        [Action::Unchanged, Action::Created, Action::Created]
+    );
+    let names: Vec<_> = store
+        .list("Project")
+        .iter()
+        .map(|o| o.name().to_string())
+        .collect();
+    assert_eq!(names, ["a", "a-2", "b"]);
+}
+
+#[test]
+fn dry_run_writes_nothing() {
+    let (_dir, store) = open();
+    let would = store.create(project("a", json!({})), true).unwrap();
+    assert_eq!(would.name(), "a");
+    assert!(store.get("Project", "a").is_none());
+    assert_eq!(store.resource_version(), 0);
+    store.create(project("a", json!({})), false).unwrap();
+    store
+        .delete("Project", "a", None, BTreeMap::new(), true)
+        .unwrap();
+    assert!(store.get("Project", "a").is_some());
+}
+
+#[test]
+fn the_change_feed_reports_every_write_in_order() {
+    let (_dir, store) = open();
+    let mut feed = store.subscribe();
+    store.create(project("a", json!({})), false).unwrap();
+    store
+        .update_status("Project", "a", None, json!({"phase": "Ready"}), false)
+        .unwrap();
+    store.apply(project("a", json!({"x": 1})), false).unwrap();
+    store
+        .delete("Project", "a", None, BTreeMap::new(), false)
+        .unwrap();
+    let got: Vec<_> = std::iter::from_fn(|| feed.try_recv().ok())
+        .map(|c| {
+            (
+                c.type_,
+                c.resource_version,
+                c.generation,
+                c.spec_or_metadata_changed,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (ChangeType::Added, 1, 1, true),
+            (ChangeType::Modified, 2, 1, false),
+            (ChangeType::Modified, 3, 2, true),
+            (ChangeType::Deleted, 4, 2, true),
+        ]
+    );
+}
+
+#[test]
+fn events_repeat_by_counting() {
+    let (_dir, store) = open();
+    let a = store.create(project("a", json!({})), false).unwrap();
+    store
+        .record_event(&a, EventType::Normal, "Created", "container created")
+        .unwrap();
+    store
+        .record_event(&a, EventType::Warning, "BootTimeout", "no agent after 60s")
+        .unwrap();
+    let e = store
+        .record_event(&a, EventType::Warning, "BootTimeout", "no agent after 60s")
+        .unwrap();
+    assert_eq!(e.count, 2);
+    let listed = store.events_for("Project", "a").unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[1].count, 2);
+    assert_eq!(listed[1].type_, EventType::Warning);
+    assert!(listed[1].last_timestamp >= listed[1].first_timestamp);
+    // Same reason and message after something else happened: a new row.
+    store
+        .record_event(&a, EventType::Normal, "Created", "container created")
+        .unwrap();
+    assert_eq!(store.events_for("Project", "a").unwrap().len(), 3);
+    assert_eq!(store.recent_events(2).unwrap().len(), 2);
+    assert!(store.events_for("Project", "zz").unwrap().is_empty());
+}
+
+#[test]
+fn migrations_start_from_an_empty_file_and_back_up_an_older_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("berth.db");
+    std::fs::write(&path, b"").unwrap();
+    drop(Store::open(&path).unwrap());
+    assert!(!schema::backup_path(&path, 1).exists());
+
+    // An older database: only the first migration ran.
+    let old = dir.path().join("old.db");
+    {
+        let mut conn = Connection::open(&old).unwrap();
+        schema::migrate_to(&mut conn, 1).unwrap();
+        conn.execute(
+            "INSERT INTO objects VALUES ('Project', 'kept', 'u-1', 1, 1, '{}', '{}', '[]', \
+             '2026-01-01T00:00:00+00:00', NULL, '{}', NULL)",
+            [],
+        )
+        .unwrap();
+    }
+    let store = Store::open(&old).unwrap();
+    assert_eq!(store.get("Project", "kept").unwrap().uid(), "u-1");
+    let a = store.get("Project", "kept").unwrap();
+    store
+        .record_event(&a, EventType::Normal, "Migrated", "")
+        .unwrap();
+    let backup = schema::backup_path(&old, 1);
+    let conn = Connection::open(&backup).unwrap();
+    assert_eq!(schema::version(&conn).unwrap(), 1);
+    let count: i64 = conn
+        .query_row("SELECT count(*) FROM objects", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(count, 1);
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("berth.db");
+    drop(Store::open(&path).unwrap());
+    Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", schema::SCHEMA_VERSION + 1)
+        .unwrap();
+    let err = Store::open(&path).err().unwrap();
+    assert!(matches!(err, StoreError::SchemaTooNew { .. }), "{err}");
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_reported_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("berth.db");
+    std::fs::write(&path, vec![b'x'; 8192]).unwrap();
+    let err = Store::open(&path).err().unwrap();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("berth.db"), "{err}");
+}
+
+#[test]
+fn readiness_probe_passes_on_a_healthy_store() {
+    let (_dir, store) = open();
+    store.check_writable().unwrap();
+}

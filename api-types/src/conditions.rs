@@ -1,0 +1,131 @@
+//! Condition types and reasons, and the one function that updates a condition list.
+
+use chrono::{DateTime, Utc};
+
+use crate::meta::{Condition, ConditionStatus};
+
+/// Condition types a status may carry.
+pub mod condition_types {
+    pub const READY: &str = "Ready";
+    pub const MOUNTS_READY: &str = "MountsReady";
+    pub const RESOURCES_APPLIED: &str = "ResourcesApplied";
+    pub const PROVISIONED: &str = "Provisioned";
+    pub const SECRETS_SYNCED: &str = "SecretsSynced";
+    pub const REAP_PROTECTED: &str = "ReapProtected";
+    pub const DELETION_BLOCKED: &str = "DeletionBlocked";
+    pub const IMAGE_OUTDATED: &str = "ImageOutdated";
+    /// GitSource: a sync is in progress.
+    pub const RECONCILING: &str = "Reconciling";
+
+    /// Every Project condition type, in the order `describe` shows them.
+    pub const PROJECT: [&str; 8] = [
+        READY,
+        MOUNTS_READY,
+        RESOURCES_APPLIED,
+        PROVISIONED,
+        SECRETS_SYNCED,
+        REAP_PROTECTED,
+        DELETION_BLOCKED,
+        IMAGE_OUTDATED,
+    ];
+}
+
+/// Condition reasons. The names of `Step` (`Created`, ..., `Briefed`) are reasons too: `Ready`
+/// is `False` with the last step reached as reason while a project is being built.
+pub mod reasons {
+    pub const NAME_CONFLICT: &str = "NameConflict";
+    pub const PROFILE_NOT_FOUND: &str = "ProfileNotFound";
+    pub const IMAGE_NOT_FOUND: &str = "ImageNotFound";
+    pub const BOOT_TIMEOUT: &str = "BootTimeout";
+    pub const STEP_TIMEOUT: &str = "StepTimeout";
+    pub const MEMBER_OFFLINE: &str = "MemberOffline";
+    pub const QUOTA_NOT_ENFORCED: &str = "QuotaNotEnforced";
+    pub const BRIEF_NOT_ACKNOWLEDGED: &str = "BriefNotAcknowledged";
+    pub const RECONCILE_PAUSED: &str = "ReconcilePaused";
+    /// Reap protections (also `status.reap.protectedBy` values).
+    pub const AGENT_BLOCKED: &str = "AgentBlocked";
+    pub const UNSAVED_WORK: &str = "UnsavedWork";
+    pub const INSPECTION_FAILED: &str = "InspectionFailed";
+    /// Lifecycle.
+    pub const MISSING: &str = "Missing";
+    pub const STOPPED: &str = "Stopped";
+    pub const IDLED: &str = "Idled";
+    pub const DELETING: &str = "Deleting";
+    pub const PROVISIONING_FAILED: &str = "ProvisioningFailed";
+    pub const RESOURCES_REJECTED: &str = "ResourcesRejected";
+    pub const APPLIED: &str = "Applied";
+    pub const NEW_IMAGE_AVAILABLE: &str = "NewImageAvailable";
+    /// GitSource sync outcomes.
+    pub const SUCCEEDED: &str = "Succeeded";
+    pub const PROGRESSING: &str = "Progressing";
+    pub const FETCH_FAILED: &str = "FetchFailed";
+    pub const APPLY_FAILED: &str = "ApplyFailed";
+    pub const PRUNE_FAILED: &str = "PruneFailed";
+    pub const SUSPENDED: &str = "Suspended";
+}
+
+/// Sets the condition of type `type_`, adding it when absent. `last_transition_time` moves to
+/// `now` only when the status changes (or the condition is new), so it tells how long the
+/// current status has held. Returns whether anything changed: the controller writes status only
+/// when something did.
+pub fn set_condition(
+    conds: &mut Vec<Condition>,
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: DateTime<Utc>,
+) -> bool {
+    match conds.iter_mut().find(|c| c.type_ == type_) {
+        Some(existing) => {
+            let mut changed = false;
+            if existing.status != status {
+                existing.status = status;
+                existing.last_transition_time = now;
+                changed = true;
+            }
+            if existing.reason != reason {
+                existing.reason = reason.to_string();
+                changed = true;
+            }
+            if existing.message != message {
+                existing.message = message.to_string();
+                changed = true;
+            }
+            if existing.observed_generation != generation {
+                existing.observed_generation = generation;
+                changed = true;
+            }
+            changed
+        }
+        None => {
+            conds.push(Condition {
+                type_: type_.to_string(),
+                status,
+                reason: reason.to_string(),
+                message: message.to_string(),
+                last_transition_time: now,
+                observed_generation: generation,
+            });
+            true
+        }
+    }
+}
+
+/// Removes the condition of type `type_`; returns whether there was one.
+pub fn remove_condition(conds: &mut Vec<Condition>, type_: &str) -> bool {
+    let before = conds.len();
+    conds.retain(|c| c.type_ != type_);
+    conds.len() != before
+}
+
+/// The condition of type `type_`, if present.
+pub fn find_condition<'a>(conds: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conds.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the condition of type `type_` is present and `True`.
+pub fn is_condition_true(conds: &[Condition], type_: &str) -> bool {
+    find_condition(conds, type_).is_some_and(|c| c.status == ConditionStatus::True)
+}

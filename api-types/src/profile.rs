@@ -1,0 +1,213 @@
+//! The AgentProfile kind: how one agent CLI is installed, configured and run in a project.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ValidationErrors;
+use crate::files::{FileMode, WORKSPACE_DIR, absolute_path, is_within, workspace_file_path};
+use crate::meta::{API_VERSION, Condition, ObjectMeta};
+use crate::naming::validate_env_key;
+
+/// One agent CLI (claude, codex, the offline `shell` agent, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentProfile {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: AgentProfileSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<AgentProfileStatus>,
+}
+
+impl AgentProfile {
+    pub const KIND: &'static str = "AgentProfile";
+
+    pub fn new(name: impl Into<String>, spec: AgentProfileSpec) -> Self {
+        AgentProfile {
+            api_version: API_VERSION.to_string(),
+            kind: Self::KIND.to_string(),
+            metadata: ObjectMeta {
+                name: name.into(),
+                ..ObjectMeta::default()
+            },
+            spec,
+            status: None,
+        }
+    }
+}
+
+/// How to provision and run one agent. `home`, `install.check` and `runner.command` are required.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentProfileSpec {
+    /// Absolute directory of the agent's provider state; it gets a durable volume.
+    #[serde(default)]
+    #[schemars(required)]
+    pub home: String,
+    #[serde(default)]
+    #[schemars(required)]
+    pub install: AgentInstall,
+    /// The instructions file berth converges for this agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<AgentInstructions>,
+    /// Project secrets the agent needs in its environment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<CredentialRef>,
+    /// Non-secret files placed under `home`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtime_assets: Vec<RuntimeAsset>,
+    #[serde(default)]
+    #[schemars(required)]
+    pub runner: AgentRunner,
+}
+
+/// How to tell whether the agent CLI is present, and how to install it when it is not.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentInstall {
+    /// Shell command that exits 0 when the CLI is installed.
+    #[serde(default)]
+    #[schemars(required)]
+    pub check: String,
+    /// Shell command that installs the CLI; without it a failed check fails the bootstrap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// The version `command` installs (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// An instructions file (CLAUDE.md, AGENTS.md, ...) under /workspace.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentInstructions {
+    /// Relative to /workspace, or absolute under it.
+    #[serde(default)]
+    #[schemars(required)]
+    pub target: String,
+    #[serde(default)]
+    pub content: String,
+}
+
+impl AgentInstructions {
+    /// The absolute path of the file, `None` when the target is invalid.
+    pub fn target_path(&self) -> Option<String> {
+        workspace_file_path(&self.target).ok()
+    }
+}
+
+/// A project secret handed to the agent.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CredentialRef {
+    /// The secret's key, also the environment variable name.
+    #[serde(default)]
+    #[schemars(required)]
+    pub secret: String,
+}
+
+/// A non-secret file under the profile's home.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuntimeAsset {
+    /// Absolute path under `home`.
+    #[serde(default)]
+    #[schemars(required)]
+    pub path: String,
+    #[serde(default)]
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<FileMode>,
+}
+
+/// The command that works a brief. `{briefFile}` in an argument stands for the brief's path.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentRunner {
+    #[serde(default)]
+    #[schemars(required, length(min = 1))]
+    pub command: Vec<String>,
+}
+
+/// Observed state of a profile (conditions only).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentProfileStatus {
+    #[serde(default)]
+    pub observed_generation: i64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+pub(crate) fn validate_profile(p: &AgentProfile, errs: &mut ValidationErrors) {
+    let s = &p.spec;
+    let home = match absolute_path(&s.home) {
+        Ok(home) => {
+            if home == "/" {
+                errs.push("spec.home", "must not be /");
+                None
+            } else if is_within(&home, WORKSPACE_DIR) {
+                errs.push(
+                    "spec.home",
+                    format!("{:?} must not lie under {WORKSPACE_DIR}", s.home),
+                );
+                None
+            } else {
+                Some(home)
+            }
+        }
+        Err(e) => {
+            errs.push("spec.home", e);
+            None
+        }
+    };
+    if s.install.check.trim().is_empty() {
+        errs.push("spec.install.check", "required");
+    }
+    if s.install
+        .command
+        .as_ref()
+        .is_some_and(|c| c.trim().is_empty())
+    {
+        errs.push("spec.install.command", "must not be empty when given");
+    }
+    if let Some(instr) = &s.instructions
+        && let Err(e) = workspace_file_path(&instr.target)
+    {
+        errs.push("spec.instructions.target", e);
+    }
+    for (i, cred) in s.credentials.iter().enumerate() {
+        let field = format!("spec.credentials[{i}].secret");
+        if cred.secret.is_empty() {
+            errs.push(field, "required");
+        } else if let Err(e) = validate_env_key(&cred.secret) {
+            errs.push(field, e);
+        }
+    }
+    for (i, asset) in s.runtime_assets.iter().enumerate() {
+        let field = format!("spec.runtimeAssets[{i}].path");
+        match absolute_path(&asset.path) {
+            Ok(path) => {
+                if let Some(home) = &home
+                    && (path == *home || !is_within(&path, home))
+                {
+                    errs.push(
+                        field,
+                        format!("{:?} must lie under home {home}", asset.path),
+                    );
+                }
+            }
+            Err(e) => errs.push(field, e),
+        }
+    }
+    if s.runner.command.is_empty() {
+        errs.push("spec.runner.command", "required");
+    } else if s.runner.command[0].trim().is_empty() {
+        errs.push("spec.runner.command[0]", "must name a program");
+    }
+}

@@ -1,0 +1,836 @@
+//! The Project kind: one agent workspace on one LXD container with durable volumes.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::duration::{BerthDuration, MaxAge};
+use crate::error::ValidationErrors;
+use crate::files::{FileMode, MergeMode, workspace_file_path};
+use crate::gitsource::validate_git_url;
+use crate::meta::{API_VERSION, Condition, ObjectMeta};
+use crate::naming::validate_env_key;
+use crate::quantity::{CpuQuantity, Quantity, scalar};
+
+/// A workspace for AI coding agents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Project {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: ProjectSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ProjectStatus>,
+}
+
+impl Project {
+    pub const KIND: &'static str = "Project";
+
+    pub fn new(name: impl Into<String>, spec: ProjectSpec) -> Self {
+        Project {
+            api_version: API_VERSION.to_string(),
+            kind: Self::KIND.to_string(),
+            metadata: ObjectMeta {
+                name: name.into(),
+                ..ObjectMeta::default()
+            },
+            spec,
+            status: None,
+        }
+    }
+
+    /// Fills what the user left out from the fleet defaults, so the stored spec holds resolved
+    /// values: changing the defaults later affects new projects only. Idempotent.
+    pub fn apply_defaults(&mut self, d: &Defaults) {
+        if self.api_version.is_empty() {
+            self.api_version = API_VERSION.to_string();
+        }
+        if self.kind.is_empty() {
+            self.kind = Self::KIND.to_string();
+        }
+        let spec = &mut self.spec;
+        if spec.display_name.trim().is_empty() {
+            spec.display_name = self.metadata.name.clone();
+        }
+        if spec.image.is_empty() {
+            spec.image = d.image.clone();
+        }
+        spec.resources.fill_from(&d.resources);
+        spec.reap.fill_from(&d.reap);
+        spec.reap.fill_from(&ReapPolicy::design_defaults());
+    }
+
+    /// The display name, falling back to the object name when none was given.
+    pub fn display_name(&self) -> &str {
+        if self.spec.display_name.trim().is_empty() {
+            &self.metadata.name
+        } else {
+            &self.spec.display_name
+        }
+    }
+}
+
+/// Desired state of a project, as written by a user.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProjectSpec {
+    /// Human-facing name, unique case-insensitively after trimming. Defaults to the name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub display_name: String,
+    /// Desired power state.
+    #[serde(default)]
+    pub state: PowerState,
+    /// LXD image alias or fingerprint. Defaults to the fleet default image.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub image: String,
+    /// Resource envelope. Fields not given are taken from the fleet defaults.
+    #[serde(default, skip_serializing_if = "Resources::is_empty")]
+    pub resources: Resources,
+    /// The AgentProfile that runs the brief.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// Further AgentProfiles provisioned in the container (their homes get durable mounts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<String>,
+    /// Repository cloned into /workspace once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<Repo>,
+    /// Files written after the checkout, before the runner starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seed_files: Vec<SeedFile>,
+    /// Non-secret environment of the container and of agent executions.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "env_map"
+    )]
+    pub env: BTreeMap<String, String>,
+    /// The agent's task; delivering it is the last step.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub brief: String,
+    /// When an unused project is stopped or deleted.
+    #[serde(default, skip_serializing_if = "ReapPolicy::is_empty")]
+    pub reap: ReapPolicy,
+}
+
+impl ProjectSpec {
+    /// Every AgentProfile the project uses: `agent` first, then `agents`, without repeats.
+    pub fn profiles(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for name in self.agent.iter().chain(self.agents.iter()) {
+            if !out.contains(name) {
+                out.push(name.clone());
+            }
+        }
+        out
+    }
+}
+
+/// Environment values are strings, but YAML users write `PORT: 3000`: take scalars as text.
+fn env_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    struct Text(String);
+    impl<'de> Deserialize<'de> for Text {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            scalar::string_like(d).map(Text)
+        }
+    }
+    let raw = BTreeMap::<String, Text>::deserialize(d)?;
+    Ok(raw.into_iter().map(|(k, v)| (k, v.0)).collect())
+}
+
+/// Desired power state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum PowerState {
+    #[default]
+    Running,
+    Stopped,
+}
+
+impl PowerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PowerState::Running => "Running",
+            PowerState::Stopped => "Stopped",
+        }
+    }
+}
+
+/// Resource envelope of a project's container and volumes.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Resources {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuQuantity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Quantity>,
+    /// Size of the container's root disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<Quantity>,
+    /// Size of the durable /workspace volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_size: Option<Quantity>,
+}
+
+impl Resources {
+    pub fn is_empty(&self) -> bool {
+        self.cpu.is_none()
+            && self.memory.is_none()
+            && self.disk.is_none()
+            && self.workspace_size.is_none()
+    }
+
+    /// Takes every field not set here from `other`.
+    pub fn fill_from(&mut self, other: &Resources) {
+        if self.cpu.is_none() {
+            self.cpu = other.cpu.clone();
+        }
+        if self.memory.is_none() {
+            self.memory = other.memory.clone();
+        }
+        if self.disk.is_none() {
+            self.disk = other.disk.clone();
+        }
+        if self.workspace_size.is_none() {
+            self.workspace_size = other.workspace_size.clone();
+        }
+    }
+}
+
+/// Source repository of the workspace.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Repo {
+    /// `https`, `http`, `ssh`, `git` or `file` (absolute path on the berth host) URL.
+    #[serde(default)]
+    #[schemars(required)]
+    pub url: String,
+    /// Branch to check out; the remote's default branch when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
+
+/// A file written into /workspace after the checkout.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SeedFile {
+    /// Relative to /workspace, or absolute under it.
+    #[serde(default)]
+    #[schemars(required)]
+    pub path: String,
+    #[serde(default)]
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<FileMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<MergeMode>,
+}
+
+impl SeedFile {
+    /// The absolute path the file is written to, `None` when the path is invalid.
+    pub fn target(&self) -> Option<String> {
+        workspace_file_path(&self.path).ok()
+    }
+}
+
+/// What happens to a project nobody uses.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReapPolicy {
+    /// No activity for this long triggers `idleAction`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_after: Option<BerthDuration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_action: Option<IdleAction>,
+    /// Projects older than this are deleted; `never` disables it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<MaxAge>,
+}
+
+/// A reap policy with every field resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedReapPolicy {
+    pub idle_after: BerthDuration,
+    pub idle_action: IdleAction,
+    pub max_age: MaxAge,
+}
+
+impl ReapPolicy {
+    /// The values DESIGN gives when the configuration says nothing: 8h, Stop, 30d.
+    pub fn design_defaults() -> Self {
+        ReapPolicy {
+            idle_after: Some(BerthDuration::from_secs(8 * 3600)),
+            idle_action: Some(IdleAction::Stop),
+            max_age: Some(MaxAge::After(BerthDuration::from_secs(30 * 86_400))),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.idle_after.is_none() && self.idle_action.is_none() && self.max_age.is_none()
+    }
+
+    /// Takes every field not set here from `other`.
+    pub fn fill_from(&mut self, other: &ReapPolicy) {
+        if self.idle_after.is_none() {
+            self.idle_after = other.idle_after.clone();
+        }
+        if self.idle_action.is_none() {
+            self.idle_action = other.idle_action;
+        }
+        if self.max_age.is_none() {
+            self.max_age = other.max_age.clone();
+        }
+    }
+
+    /// Every field, missing ones taken from the DESIGN defaults.
+    pub fn resolve(&self) -> ResolvedReapPolicy {
+        let mut p = self.clone();
+        p.fill_from(&ReapPolicy::design_defaults());
+        ResolvedReapPolicy {
+            idle_after: p
+                .idle_after
+                .unwrap_or_else(|| BerthDuration::from_secs(8 * 3600)),
+            idle_action: p.idle_action.unwrap_or_default(),
+            max_age: p.max_age.unwrap_or(MaxAge::Never),
+        }
+    }
+}
+
+/// What idling does to a project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum IdleAction {
+    /// Stop the container (reversible).
+    #[default]
+    Stop,
+    /// Delete the project and its volumes.
+    Delete,
+}
+
+/// Fleet defaults (the `defaults` section of berth.yaml), resolved into each new project.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Defaults {
+    pub image: String,
+    pub resources: Resources,
+    pub reap: ReapPolicy,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            image: "berth-base".to_string(),
+            resources: Resources {
+                cpu: Some(CpuQuantity::from_cpus(2)),
+                memory: "4GiB".parse().ok(),
+                disk: None,
+                workspace_size: None,
+            },
+            reap: ReapPolicy::design_defaults(),
+        }
+    }
+}
+
+// A partial `defaults` section keeps the built-in value of every key it leaves out, so a config
+// that only changes `cpu` still gets the default memory and reap policy.
+impl<'de> Deserialize<'de> for Defaults {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        struct Raw {
+            #[serde(default)]
+            image: Option<String>,
+            #[serde(default)]
+            resources: Option<Resources>,
+            #[serde(default)]
+            reap: Option<ReapPolicy>,
+        }
+        let raw = Raw::deserialize(d)?;
+        let builtin = Defaults::default();
+        let mut resources = raw.resources.unwrap_or_default();
+        resources.fill_from(&builtin.resources);
+        let mut reap = raw.reap.unwrap_or_default();
+        reap.fill_from(&builtin.reap);
+        Ok(Defaults {
+            image: raw
+                .image
+                .filter(|i| !i.trim().is_empty())
+                .unwrap_or(builtin.image),
+            resources,
+            reap,
+        })
+    }
+}
+
+impl Defaults {
+    /// Checks the section as berth.yaml gave it; fields are named under `prefix`
+    /// (e.g. `defaults`).
+    pub fn validate(&self, prefix: &str) -> Result<(), ValidationErrors> {
+        let mut errs = ValidationErrors::new();
+        validate_resources(&self.resources, &format!("{prefix}.resources"), &mut errs);
+        validate_reap(&self.reap, &format!("{prefix}.reap"), &mut errs);
+        errs.into_result()
+    }
+}
+
+/// Observed state of a project, written by the controller only. Every field is optional so an
+/// empty `{}` decodes.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectStatus {
+    #[serde(default)]
+    pub observed_generation: i64,
+    #[serde(default)]
+    pub phase: Phase,
+    /// The last durable step completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<Step>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerStatus>,
+    /// The agent's own summary of its work, recorded once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activity: Option<ActivityStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsaved_work: Option<UnsavedWork>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reap: Option<ReapStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<PortStatus>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// The id of the current brief, recorded before it is delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brief_id: Option<String>,
+    /// Inspection figures (CPU, memory, disk) as last read from LXD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<serde_json::Value>,
+}
+
+/// Summary of where a project stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+pub enum Phase {
+    #[default]
+    Pending,
+    Provisioning,
+    Ready,
+    Stopped,
+    Error,
+    Missing,
+    Deleting,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 7] = [
+        Phase::Pending,
+        Phase::Provisioning,
+        Phase::Ready,
+        Phase::Stopped,
+        Phase::Error,
+        Phase::Missing,
+        Phase::Deleting,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Provisioning => "Provisioning",
+            Phase::Ready => "Ready",
+            Phase::Stopped => "Stopped",
+            Phase::Error => "Error",
+            Phase::Missing => "Missing",
+            Phase::Deleting => "Deleting",
+        }
+    }
+}
+
+/// The durable steps of building a project, in pipeline order (`Ord` follows it).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub enum Step {
+    Requested,
+    Created,
+    Started,
+    Reachable,
+    Bootstrapped,
+    CheckedOut,
+    Seeded,
+    RunnerStarted,
+    Briefed,
+}
+
+impl Step {
+    pub const ALL: [Step; 9] = [
+        Step::Requested,
+        Step::Created,
+        Step::Started,
+        Step::Reachable,
+        Step::Bootstrapped,
+        Step::CheckedOut,
+        Step::Seeded,
+        Step::RunnerStarted,
+        Step::Briefed,
+    ];
+
+    /// The step after this one; `None` after the last.
+    pub fn next(self) -> Option<Step> {
+        let i = Step::ALL.iter().position(|s| *s == self)?;
+        Step::ALL.get(i + 1).copied()
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Requested => "Requested",
+            Step::Created => "Created",
+            Step::Started => "Started",
+            Step::Reachable => "Reachable",
+            Step::Bootstrapped => "Bootstrapped",
+            Step::CheckedOut => "CheckedOut",
+            Step::Seeded => "Seeded",
+            Step::RunnerStarted => "RunnerStarted",
+            Step::Briefed => "Briefed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Step> {
+        Step::ALL.into_iter().find(|step| step.as_str() == s)
+    }
+}
+
+/// The container that currently holds the project.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatus {
+    #[serde(default)]
+    pub name: String,
+    /// Cluster member the container runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// The image the container was created from, resolved from `spec.image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_fingerprint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// What the agent last reported in its status file.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentStatus {
+    #[serde(default)]
+    pub state: AgentState,
+    /// The agent's message, e.g. the question it is blocked on (untrusted text).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// The brief the agent says it is working on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brief_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// The agent's state as it reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentState {
+    Working,
+    Blocked,
+    Idle,
+    Done,
+    #[default]
+    Unknown,
+}
+
+impl AgentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentState::Working => "working",
+            AgentState::Blocked => "blocked",
+            AgentState::Idle => "idle",
+            AgentState::Done => "done",
+            AgentState::Unknown => "unknown",
+        }
+    }
+
+    /// Reads the agent status file's `state`; anything unrecognised is `Unknown`.
+    pub fn parse(s: &str) -> AgentState {
+        match s {
+            "working" => AgentState::Working,
+            "blocked" => AgentState::Blocked,
+            "idle" => AgentState::Idle,
+            "done" => AgentState::Done,
+            _ => AgentState::Unknown,
+        }
+    }
+}
+
+/// When the project was last seen in use, and by which signal.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ActivityStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_active_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<ActivitySource>,
+    /// When the activity pass last inspected the project.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inspected_at: Option<DateTime<Utc>>,
+}
+
+/// The signal that showed activity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ActivitySource {
+    /// The agent status file was updated while working.
+    Agent,
+    /// Processes other than berth's inspection used CPU.
+    Cpu,
+    /// A file under /workspace (outside .git) changed.
+    Files,
+    /// Someone ran `berth exec`.
+    Exec,
+    /// A workspace tool call.
+    Tool,
+}
+
+impl ActivitySource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActivitySource::Agent => "agent",
+            ActivitySource::Cpu => "cpu",
+            ActivitySource::Files => "files",
+            ActivitySource::Exec => "exec",
+            ActivitySource::Tool => "tool",
+        }
+    }
+}
+
+/// Work in /workspace that exists nowhere else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnsavedWork {
+    #[serde(default)]
+    pub uncommitted: u32,
+    #[serde(default)]
+    pub untracked: u32,
+    #[serde(default)]
+    pub stashes: u32,
+    /// Commits on no remote.
+    #[serde(default)]
+    pub unpushed: u32,
+}
+
+impl UnsavedWork {
+    /// Whether anything would be lost.
+    pub fn any(&self) -> bool {
+        self.uncommitted + self.untracked + self.stashes + self.unpushed > 0
+    }
+}
+
+/// The reaper's view of the project.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReapStatus {
+    /// Why reaping declines, if it does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protected_by: Vec<ProtectionReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_action: Option<ReapAction>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_action_at: Option<DateTime<Utc>>,
+    /// Set while the project is idled (stopped by the reaper until woken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idled_at: Option<DateTime<Utc>>,
+}
+
+/// Why a project may not be reaped (or deleted without `--force`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum ProtectionReason {
+    /// The agent waits for a person.
+    AgentBlocked,
+    /// Uncommitted or untracked changes, stashes, or commits on no remote.
+    UnsavedWork,
+    /// The workspace could not be inspected.
+    InspectionFailed,
+}
+
+impl ProtectionReason {
+    pub const ALL: [ProtectionReason; 3] = [
+        ProtectionReason::AgentBlocked,
+        ProtectionReason::UnsavedWork,
+        ProtectionReason::InspectionFailed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProtectionReason::AgentBlocked => "AgentBlocked",
+            ProtectionReason::UnsavedWork => "UnsavedWork",
+            ProtectionReason::InspectionFailed => "InspectionFailed",
+        }
+    }
+}
+
+/// What the reaper will do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum ReapAction {
+    Stop,
+    Delete,
+}
+
+impl ReapAction {
+    /// The `action` label value of the reap metrics.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            ReapAction::Stop => "stop",
+            ReapAction::Delete => "delete",
+        }
+    }
+}
+
+impl From<IdleAction> for ReapAction {
+    fn from(a: IdleAction) -> Self {
+        match a {
+            IdleAction::Stop => ReapAction::Stop,
+            IdleAction::Delete => ReapAction::Delete,
+        }
+    }
+}
+
+/// A port something listens on in the container, with its preview URL.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PortStatus {
+    pub port: u16,
+    #[serde(default)]
+    pub url: String,
+}
+
+// ---- validation ----
+
+pub(crate) fn validate_project(p: &Project, errs: &mut ValidationErrors) {
+    let s = &p.spec;
+    if !s.display_name.is_empty() {
+        if s.display_name.trim().is_empty() {
+            errs.push("spec.displayName", "must not be blank");
+        } else if s.display_name.chars().any(char::is_control) {
+            errs.push("spec.displayName", "must not contain control characters");
+        } else if s.display_name.chars().count() > 200 {
+            errs.push("spec.displayName", "must be at most 200 characters");
+        }
+    }
+    if !s.image.is_empty() && (s.image.trim() != s.image || s.image.contains(char::is_whitespace)) {
+        errs.push(
+            "spec.image",
+            format!("{:?} must not contain whitespace", s.image),
+        );
+    }
+    validate_resources(&s.resources, "spec.resources", errs);
+    if let Some(agent) = &s.agent {
+        check_profile_name(agent, "spec.agent", errs);
+    }
+    for (i, agent) in s.agents.iter().enumerate() {
+        check_profile_name(agent, &format!("spec.agents[{i}]"), errs);
+    }
+    if let Some(repo) = &s.repo {
+        if repo.url.is_empty() {
+            errs.push("spec.repo.url", "required");
+        } else if let Err(e) = validate_git_url(&repo.url, &["https", "http", "ssh", "git", "file"])
+        {
+            errs.push("spec.repo.url", e);
+        }
+        if let Some(branch) = &repo.branch
+            && let Err(e) = validate_ref_name(branch)
+        {
+            errs.push("spec.repo.branch", e);
+        }
+    }
+    for (i, seed) in s.seed_files.iter().enumerate() {
+        if let Err(e) = workspace_file_path(&seed.path) {
+            errs.push(format!("spec.seedFiles[{i}].path"), e);
+        }
+    }
+    for key in s.env.keys() {
+        if let Err(e) = validate_env_key(key) {
+            errs.push(format!("spec.env.{key}"), e);
+        }
+    }
+    for (key, value) in &s.env {
+        if value.contains('\0') {
+            errs.push(format!("spec.env.{key}"), "must not contain NUL");
+        }
+    }
+    validate_reap(&s.reap, "spec.reap", errs);
+}
+
+fn check_profile_name(name: &str, field: &str, errs: &mut ValidationErrors) {
+    if name.is_empty() {
+        errs.push(field, "must not be empty");
+    } else if let Err(e) = crate::naming::validate_name(name) {
+        errs.push(field, e);
+    }
+}
+
+fn validate_resources(r: &Resources, prefix: &str, errs: &mut ValidationErrors) {
+    if r.cpu.as_ref().is_some_and(|c| c.millis() == 0) {
+        errs.push(format!("{prefix}.cpu"), "must be more than 0");
+    }
+    for (name, q) in [
+        ("memory", &r.memory),
+        ("disk", &r.disk),
+        ("workspaceSize", &r.workspace_size),
+    ] {
+        if q.as_ref().is_some_and(|q| q.as_bytes() == 0) {
+            errs.push(format!("{prefix}.{name}"), "must be more than 0");
+        }
+    }
+}
+
+fn validate_reap(r: &ReapPolicy, prefix: &str, errs: &mut ValidationErrors) {
+    if r.idle_after.as_ref().is_some_and(BerthDuration::is_zero) {
+        errs.push(format!("{prefix}.idleAfter"), "must be more than 0");
+    }
+    if let Some(MaxAge::After(d)) = &r.max_age
+        && d.is_zero()
+    {
+        errs.push(
+            format!("{prefix}.maxAge"),
+            "must be more than 0 (write \"never\" to disable)",
+        );
+    }
+}
+
+/// Checks a branch name against git's ref-name rules (the parts a user can get wrong).
+pub fn validate_ref_name(name: &str) -> Result<(), String> {
+    let bad = name.is_empty()
+        || name.starts_with('-')
+        || name.starts_with('/')
+        || name.ends_with('/')
+        || name.ends_with('.')
+        || name.ends_with(".lock")
+        || name.contains("..")
+        || name.contains("//")
+        || name.contains("@{")
+        || name
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace() || "~^:?*[\\".contains(c));
+    if bad {
+        Err(format!("{name:?} is not a valid git branch name"))
+    } else {
+        Ok(())
+    }
+}

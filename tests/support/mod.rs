@@ -1,2 +1,3 @@
 //! Helpers shared by the end-to-end tests: a real `berth serve` process, real LXD.
 #![allow(dead_code)]
+pub mod lxd;

@@ -722,7 +722,10 @@ impl Runtime for LxdClient {
             .await?;
         self.get_volume(&request.pool, &request.name, target)
             .await?
-            .ok_or(RuntimeError::NotFound { what })
+            .ok_or(RuntimeError::NotFound {
+                what,
+                message: "volume missing right after its creation".into(),
+            })
     }
 
     async fn get_volume(
@@ -821,16 +824,35 @@ impl Runtime for LxdClient {
             )
             .send_raw()
             .await?;
-        if raw.status == 404 {
-            // No log yet (never started) is an empty log; a missing instance is an error.
-            return match self.get_instance(name).await? {
-                Some(_) => Ok(String::new()),
-                None => Err(RuntimeError::NotFound { what }),
-            };
-        }
-        if raw.status >= 400 {
-            parse_envelope(&what, &raw)?;
-        }
+        let raw = if raw.status < 400 {
+            raw
+        } else {
+            // LXD 5.0 answers 500 "open : no such file" when the console log is not kept; the
+            // container's lxc.log still says why a boot failed.
+            let log = self
+                .transport
+                .call(
+                    Method::GET,
+                    &format!("{}/logs/lxc.log", instance_path(name)),
+                    what.clone(),
+                )
+                .send_raw()
+                .await?;
+            if log.status == 404 {
+                // Never started: an empty log; a missing instance is an error.
+                return match self.get_instance(name).await? {
+                    Some(_) => Ok(String::new()),
+                    None => Err(RuntimeError::NotFound {
+                        what,
+                        message: String::new(),
+                    }),
+                };
+            }
+            if log.status >= 400 {
+                parse_envelope(&what, &log)?;
+            }
+            log
+        };
         let body = &raw.body[raw.body.len().saturating_sub(max_bytes)..];
         Ok(String::from_utf8_lossy(body).into_owned())
     }

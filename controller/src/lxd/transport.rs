@@ -331,6 +331,7 @@ pub(crate) fn status_error(what: &str, status: u16, message: String) -> RuntimeE
     match status {
         404 => RuntimeError::NotFound {
             what: what.to_string(),
+            message,
         },
         409 => RuntimeError::Conflict {
             what: what.to_string(),

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    /// The named thing (instance, volume, file, image, operation) does not exist.
-    #[error("{what} not found")]
-    NotFound { what: String },
+    /// The named thing (instance, volume, file, image, operation) does not exist; `message` is
+    /// LXD's when it gave one.
+    #[error("{what}: not found{}", if message.is_empty() { String::new() } else { format!(" ({message})") })]
+    NotFound { what: String, message: String },
 
     /// It already exists or is in a state that forbids the call.
     #[error("{what}: conflict: {message}")]
@@ -69,6 +70,7 @@ impl RuntimeError {
             RuntimeError::Conflict { message, .. }
             | RuntimeError::OperationFailed { message, .. }
             | RuntimeError::Rejected { message, .. } => Some(message),
+            RuntimeError::NotFound { message, .. } if !message.is_empty() => Some(message),
             _ => None,
         }
     }

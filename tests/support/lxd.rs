@@ -1,0 +1,159 @@
+//! Real-LXD helpers: a connected client, unique names, and guards that delete what a test
+//! created even when the test fails.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth::lxd::{Endpoint, LxdClient, LxdConfig};
+use berth::runtime::{CreateInstance, Created, ImageSource, Runtime, StopOptions};
+
+/// The fast busybox image; `berth-base` (Debian) when bash or git are needed.
+pub const TINY: &str = "berth-tiny";
+pub const BASE: &str = "berth-base";
+pub const POOL: &str = "default";
+
+/// Generous deadline for one LXD operation in a test on a busy 2-core machine.
+pub const OP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A client on the local daemon; fails the test with a clear message when LXD or the test
+/// images are not there (`scripts/setup-lxd` provides both).
+pub async fn client() -> Arc<LxdClient> {
+    let endpoint = Endpoint::local();
+    let described = endpoint.describe();
+    let client = match LxdClient::connect(LxdConfig::new(endpoint)).await {
+        Ok(c) => c,
+        Err(e) => panic!("LXD is not reachable at {described} ({e}); run scripts/setup-lxd first"),
+    };
+    for image in [TINY, BASE] {
+        let found = client
+            .resolve_image(&ImageSource::Alias(image.to_string()))
+            .await
+            .expect("resolve test image");
+        assert!(
+            found.is_some(),
+            "LXD image {image} is missing; run scripts/setup-lxd first"
+        );
+    }
+    Arc::new(client)
+}
+
+/// `berth-t-<random>`: unique on this machine, never colliding with anything else.
+pub fn unique_name() -> String {
+    format!("berth-t-{:08x}", rand::random::<u32>())
+}
+
+/// Deletes instances and volumes it was told about when dropped (also on panic), on its own
+/// thread and runtime so it works from inside a test's runtime.
+#[derive(Default)]
+pub struct Cleanup {
+    instances: Vec<String>,
+    volumes: Vec<(String, String)>,
+}
+
+impl Cleanup {
+    pub fn new() -> Cleanup {
+        Cleanup::default()
+    }
+
+    pub fn instance(&mut self, name: &str) {
+        self.instances.push(name.to_string());
+    }
+
+    pub fn volume(&mut self, pool: &str, name: &str) {
+        self.volumes.push((pool.to_string(), name.to_string()));
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let instances = std::mem::take(&mut self.instances);
+        let volumes = std::mem::take(&mut self.volumes);
+        if instances.is_empty() && volumes.is_empty() {
+            return;
+        }
+        let worker = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("cleanup runtime");
+            runtime.block_on(async move {
+                let Ok(client) = LxdClient::connect(LxdConfig::new(Endpoint::local())).await else {
+                    eprintln!("cleanup: LXD unreachable; left {instances:?} {volumes:?}");
+                    return;
+                };
+                let deletes = instances.iter().map(|name| {
+                    let client = &client;
+                    async move {
+                        let stop = StopOptions {
+                            clean_timeout: Duration::ZERO,
+                            force_after: true,
+                        };
+                        if let Err(e) = client.stop_instance(name, stop).await
+                            && !e.is_not_found()
+                        {
+                            eprintln!("cleanup: stop {name}: {e}");
+                        }
+                        if let Err(e) = client.delete_instance(name, OP_TIMEOUT).await {
+                            eprintln!("cleanup: delete {name}: {e}");
+                        }
+                    }
+                });
+                futures::future::join_all(deletes).await;
+                for (pool, name) in &volumes {
+                    if let Err(e) = client.delete_volume(pool, name, None).await {
+                        eprintln!("cleanup: delete volume {pool}/{name}: {e}");
+                    }
+                }
+            });
+        });
+        let _ = worker.join();
+    }
+}
+
+/// Creates (and waits for) a stopped instance from `image`.
+pub async fn create(client: &LxdClient, request: &CreateInstance) {
+    match client
+        .create_instance(request)
+        .await
+        .expect("submit create")
+    {
+        Created::Submitted { operation } => {
+            client
+                .wait_operation(&operation, OP_TIMEOUT)
+                .await
+                .expect("create operation");
+        }
+        Created::Exists(_) => panic!("instance {} already existed", request.name),
+    }
+}
+
+/// A plain create request for `name` from `image` with a test label.
+pub fn request(name: &str, image: &str) -> CreateInstance {
+    CreateInstance {
+        name: name.to_string(),
+        image: ImageSource::Alias(image.to_string()),
+        config: [("user.berth.test".to_string(), name.to_string())].into(),
+        devices: Default::default(),
+        profiles: Vec::new(),
+        target: None,
+    }
+}
+
+/// Polls `check` until it returns true or `deadline` passes.
+pub async fn eventually<F, Fut>(deadline: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = tokio::time::Instant::now() + deadline;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -48,7 +48,7 @@ impl GitSource {
 pub struct GitSourceSpec {
     /// `https` or `file` URL of the repository.
     #[serde(default)]
-    #[schemars(required)]
+    #[schemars(extend("x-berth-required" = true))]
     pub url: String,
     /// Branch, tag or commit; the remote's default branch (HEAD) when empty.
     #[serde(

@@ -498,6 +498,9 @@ fn describe_error(
             .map(|(_, rest)| format!(" (expected {rest})"))
             .unwrap_or_default();
         format!("{name:?} is not a valid value{expected}")
+    } else if let Some(found) = message.strip_suffix(", expected string or map") {
+        // Every enum here is a set of plain names; "or map" would only confuse.
+        format!("{found}, expected a string")
     } else {
         message
     };

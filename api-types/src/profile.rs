@@ -47,10 +47,10 @@ impl AgentProfile {
 pub struct AgentProfileSpec {
     /// Absolute directory of the agent's provider state; it gets a durable volume.
     #[serde(default)]
-    #[schemars(required)]
+    #[schemars(extend("x-berth-required" = true))]
     pub home: String,
     #[serde(default)]
-    #[schemars(required)]
+    #[schemars(extend("x-berth-required" = true))]
     pub install: AgentInstall,
     /// The instructions file berth converges for this agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -62,7 +62,7 @@ pub struct AgentProfileSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runtime_assets: Vec<RuntimeAsset>,
     #[serde(default)]
-    #[schemars(required)]
+    #[schemars(extend("x-berth-required" = true))]
     pub runner: AgentRunner,
 }
 
@@ -72,7 +72,7 @@ pub struct AgentProfileSpec {
 pub struct AgentInstall {
     /// Shell command that exits 0 when the CLI is installed.
     #[serde(default)]
-    #[schemars(required)]
+    #[schemars(extend("x-berth-required" = true))]
     pub check: String,
     /// Shell command that installs the CLI; without it a failed check fails the bootstrap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,7 +88,7 @@ pub struct AgentInstall {
 pub struct AgentInstructions {
     /// Relative to /workspace, or absolute under it.
     #[serde(default)]
-    #[schemars(required)]
+    #[schemars(extend("x-berth-required" = true))]
     pub target: String,
     #[serde(default)]
     pub content: String,
@@ -107,7 +107,7 @@ impl AgentInstructions {
 pub struct CredentialRef {
     /// The secret's key, also the environment variable name.
     #[serde(default)]
-    #[schemars(required)]
+    #[schemars(extend("x-berth-required" = true))]
     pub secret: String,
 }
 
@@ -117,7 +117,7 @@ pub struct CredentialRef {
 pub struct RuntimeAsset {
     /// Absolute path under `home`.
     #[serde(default)]
-    #[schemars(required)]
+    #[schemars(extend("x-berth-required" = true))]
     pub path: String,
     #[serde(default)]
     pub content: String,
@@ -130,7 +130,7 @@ pub struct RuntimeAsset {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentRunner {
     #[serde(default)]
-    #[schemars(required, length(min = 1))]
+    #[schemars(length(min = 1), extend("x-berth-required" = true))]
     pub command: Vec<String>,
 }
 

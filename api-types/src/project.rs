@@ -209,7 +209,7 @@ impl Resources {
 pub struct Repo {
     /// `https`, `http`, `ssh`, `git` or `file` (absolute path on the berth host) URL.
     #[serde(default)]
-    #[schemars(required)]
+    #[schemars(extend("x-berth-required" = true))]
     pub url: String,
     /// Branch to check out; the remote's default branch when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -222,7 +222,7 @@ pub struct Repo {
 pub struct SeedFile {
     /// Relative to /workspace, or absolute under it.
     #[serde(default)]
-    #[schemars(required)]
+    #[schemars(extend("x-berth-required" = true))]
     pub path: String,
     #[serde(default)]
     pub content: String,

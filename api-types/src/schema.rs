@@ -39,5 +39,44 @@ fn schema_of<T: JsonSchema>(kind: &str) -> Value {
             json!(["apiVersion", "kind", "metadata", "spec"]),
         );
     }
+    mark_required(&mut v);
     v
+}
+
+/// Marker put on fields that a manifest must give but that decode with a default, so that a
+/// missing one is reported by validation together with every other problem instead of stopping
+/// the decoder. The schema lists them as required, without the default.
+const REQUIRED_MARKER: &str = "x-berth-required";
+
+fn mark_required(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            let mut required = Vec::new();
+            if let Some(Value::Object(props)) = map.get_mut("properties") {
+                for (name, prop) in props.iter_mut() {
+                    if let Value::Object(p) = prop
+                        && p.remove(REQUIRED_MARKER).is_some()
+                    {
+                        p.remove("default");
+                        required.push(name.clone());
+                    }
+                }
+            }
+            if !required.is_empty() {
+                let list = map.entry("required").or_insert_with(|| json!([]));
+                if let Value::Array(list) = list {
+                    for name in required {
+                        if !list.iter().any(|n| *n == name) {
+                            list.push(Value::String(name));
+                        }
+                    }
+                }
+            }
+            for child in map.values_mut() {
+                mark_required(child);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(mark_required),
+        _ => {}
+    }
 }

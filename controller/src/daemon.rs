@@ -1,6 +1,17 @@
-//! `berth serve`: opens the store, serves the API and runs the controller until a signal.
+//! `berth serve`: loads the configuration, takes the data directory's lock, opens the store,
+//! serves the API and runs the controller until SIGTERM or SIGINT.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context;
+use nix::fcntl::{Flock, FlockArg};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, Admission, ApiState, Listeners};
+use crate::config::Config;
+use crate::store::Store;
 
 /// What the command line may override in the configuration file.
 #[derive(Debug, Clone, Default)]
@@ -13,6 +24,166 @@ pub struct DaemonOptions {
     pub log_format: String,
 }
 
-pub fn run(_opts: DaemonOptions) -> anyhow::Result<()> {
-    anyhow::bail!("the daemon is not built yet")
+/// The configuration file with the flags laid over it, validated.
+pub fn effective_config(opts: &DaemonOptions) -> anyhow::Result<Config> {
+    let mut config = Config::load(opts.config_path.as_deref())?;
+    if let Some(dir) = &opts.data_dir {
+        config.data_dir = dir.clone();
+    }
+    if let Some(socket) = &opts.socket {
+        config.listen.socket = socket.clone();
+    }
+    if let Some(listen) = &opts.listen {
+        config.listen.http = listen.clone();
+    }
+    config.paused |= opts.paused;
+    config.validate()?;
+    Ok(config)
+}
+
+pub fn run(opts: DaemonOptions) -> anyhow::Result<()> {
+    init_logging(&opts.log_format)?;
+    let config = effective_config(&opts)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("berth")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(config))
+}
+
+fn init_logging(format: &str) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let result = match format {
+        "text" => builder.try_init(),
+        "json" => builder.json().try_init(),
+        other => anyhow::bail!("--log-format: {other:?} is not text or json"),
+    };
+    // Already initialised (e.g. by an embedding test): keep that subscriber.
+    let _ = result;
+    Ok(())
+}
+
+/// Holds `<dataDir>/berth.lock` for the daemon's lifetime: one daemon per data directory.
+fn lock_data_dir(config: &Config) -> anyhow::Result<Flock<std::fs::File>> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&config.data_dir)
+        .with_context(|| format!("creating dataDir {}", config.data_dir.display()))?;
+    let path = config.lock_path();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+        if errno == nix::errno::Errno::EWOULDBLOCK {
+            anyhow::anyhow!(
+                "{}: another berth serve is already using the data directory {}",
+                path.display(),
+                config.data_dir.display()
+            )
+        } else {
+            anyhow::anyhow!("{}: cannot take the lock: {errno}", path.display())
+        }
+    })
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let _lock = lock_data_dir(&config)?;
+    let db_path = config.database_path();
+    let store = Store::open(&db_path)
+        .with_context(|| format!("opening the store {}", db_path.display()))?;
+    let store = Arc::new(store);
+    tracing::info!(
+        resource_version = store.resource_version(),
+        database = %db_path.display(),
+        "store open"
+    );
+
+    let listeners = Listeners {
+        unix: api::bind_unix(&config.listen.socket).await?,
+        unix_path: config.listen.socket.clone(),
+        tcp: match config.listen.http.as_str() {
+            "" => None,
+            addr => Some(api::bind_tcp(addr).await?),
+        },
+    };
+
+    let shutdown = CancellationToken::new();
+    let controller_started = Arc::new(AtomicBool::new(false));
+    let controller = start_controller(&config, &store, &shutdown, &controller_started);
+
+    let started = Arc::clone(&controller_started);
+    let state = ApiState::new(
+        Arc::clone(&store),
+        Admission::new(config.defaults.clone()),
+        shutdown.clone(),
+    )
+    .with_readiness_check(
+        "controller",
+        Arc::new(move || {
+            if started.load(Ordering::Relaxed) {
+                Ok(())
+            } else {
+                Err("not started".to_string())
+            }
+        }),
+    );
+    let server = tokio::spawn(api::serve(Arc::new(state), listeners));
+    tracing::info!(
+        socket = %config.listen.socket.display(),
+        http = %config.listen.http,
+        paused = config.paused,
+        "berth is serving"
+    );
+
+    wait_for_signal().await?;
+    tracing::info!("shutting down");
+    shutdown.cancel();
+    if let Some(controller) = controller {
+        let _ = controller.await;
+    }
+    server.await.context("the API server stopped abnormally")?;
+    drop(store);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Where the controller starts. With `paused` it does not: the API and the store are served,
+/// nothing in the fleet is touched. Marks `started` once the controller runs, for `/readyz`.
+fn start_controller(
+    config: &Config,
+    _store: &Arc<Store>,
+    _shutdown: &CancellationToken,
+    started: &Arc<AtomicBool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if config.paused {
+        tracing::info!("paused: the controller acts on nothing");
+        // A paused daemon is ready by design: there is no controller to wait for.
+        started.store(true, Ordering::Relaxed);
+        return None;
+    }
+    tracing::warn!("this build has no controller yet: manifests are stored, nothing is reconciled");
+    started.store(true, Ordering::Relaxed);
+    None
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
 }

@@ -1,3 +1,5 @@
 //! Helpers shared by the end-to-end tests: a real `berth serve` process, real LXD.
 #![allow(dead_code)]
+
+pub mod daemon;
 pub mod lxd;

@@ -632,11 +632,7 @@ impl Inner {
 
     /// Puts `object` in memory, remembering what it replaced.
     fn put(&mut self, pending: &mut Pending, object: Arc<StoredObject>) {
-        let previous = self.set(
-            &object.kind.clone(),
-            &object.name().to_string(),
-            Some(Arc::clone(&object)),
-        );
+        let previous = self.set(&object.kind, object.name(), Some(Arc::clone(&object)));
         pending
             .undo
             .push((object.kind.clone(), object.name().to_string(), previous));
@@ -661,19 +657,21 @@ impl Inner {
         name: &str,
         object: Option<Arc<StoredObject>>,
     ) -> Option<Arc<StoredObject>> {
-        let objects = self.objects.entry(kind.to_string()).or_default();
+        if !self.objects.contains_key(kind) {
+            self.objects.insert(kind.to_string(), BTreeMap::new());
+        }
+        let objects = self.objects.get_mut(kind).expect("inserted above");
         let previous = match &object {
             Some(object) => objects.insert(name.to_string(), Arc::clone(object)),
             None => objects.remove(name),
         };
-        if let Some(display) = previous.as_deref().and_then(display_name_of) {
-            if self
+        if let Some(display) = previous.as_deref().and_then(display_name_of)
+            && self
                 .display_names
                 .get(&display)
                 .is_some_and(|holder| holder == name)
-            {
-                self.display_names.remove(&display);
-            }
+        {
+            self.display_names.remove(&display);
         }
         if let Some(display) = object.as_deref().and_then(display_name_of) {
             self.display_names.insert(display, name.to_string());

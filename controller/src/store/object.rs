@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use berth_api::{API_VERSION, ObjectMeta};
-use serde_json::{Map, Value};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::Value;
 
 /// One object as the store holds it: server-set metadata filled in, spec as admitted (defaults
 /// resolved), status as the controller last wrote it (`Null` when it never did).
@@ -43,18 +44,22 @@ impl StoredObject {
 
     /// The wire form: `{apiVersion, kind, metadata, spec, status?}`.
     pub fn to_value(&self) -> Value {
-        let mut map = Map::new();
-        map.insert("apiVersion".into(), Value::String(API_VERSION.into()));
-        map.insert("kind".into(), Value::String(self.kind.clone()));
-        map.insert(
-            "metadata".into(),
-            serde_json::to_value(&self.metadata).unwrap_or(Value::Null),
-        );
-        map.insert("spec".into(), self.spec.clone());
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+impl Serialize for StoredObject {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let fields = if self.status.is_null() { 4 } else { 5 };
+        let mut map = serializer.serialize_map(Some(fields))?;
+        map.serialize_entry("apiVersion", API_VERSION)?;
+        map.serialize_entry("kind", &self.kind)?;
+        map.serialize_entry("metadata", &self.metadata)?;
+        map.serialize_entry("spec", &self.spec)?;
         if !self.status.is_null() {
-            map.insert("status".into(), self.status.clone());
+            map.serialize_entry("status", &self.status)?;
         }
-        Value::Object(map)
+        map.end()
     }
 }
 

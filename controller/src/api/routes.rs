@@ -1,0 +1,670 @@
+//! Request routing and the resource handlers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::admission::{self, Admitted, ResourceKind};
+use super::body::{self, APPLY_LIMIT, APPLY_PATCH, MERGE_PATCH, OBJECT_LIMIT};
+use super::error::{ApiError, Cause};
+use super::merge_patch;
+use super::selector::LabelSelector;
+use super::watch;
+use super::{ApiState, Body, Caller};
+use crate::store::{Action, Deletion, StoredObject};
+
+const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
+/// Marks a deletion asked with `?force=true`, for the controller to read.
+pub const FORCE_DELETE_ANNOTATION: &str = "berth.dev/forceDelete";
+/// How many events `GET .../events` returns without `?limit=`.
+const DEFAULT_EVENT_LIMIT: usize = 1000;
+
+type Outcome = Result<Response<Body>, ApiError>;
+
+pub async fn handle(
+    state: Arc<ApiState>,
+    caller: Caller,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let response = match route(&state, &caller, req).await {
+        Ok(response) => response,
+        Err(err) => {
+            if err.code.is_server_error() {
+                tracing::error!(%method, %path, caller = %caller.identity, error = %err.message, "request failed");
+            }
+            json_response(err.code, &err.to_value())
+        }
+    };
+    if method != Method::GET {
+        tracing::info!(%method, %path, caller = %caller.identity, code = response.status().as_u16(), "write");
+    }
+    response
+}
+
+/// The parsed query string.
+struct Query(HashMap<String, String>);
+
+impl Query {
+    fn parse(query: Option<&str>) -> Query {
+        Query(
+            url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+                .into_owned()
+                .collect(),
+        )
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    fn flag(&self, key: &str) -> Result<bool, ApiError> {
+        match self.get(key) {
+            None | Some("false") | Some("0") => Ok(false),
+            Some("true") | Some("1") | Some("") => Ok(true),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "{key}: {other:?} is not true or false"
+            ))),
+        }
+    }
+
+    /// `?dryRun=All`: validate and admit, write nothing.
+    fn dry_run(&self) -> Result<bool, ApiError> {
+        match self.get("dryRun") {
+            None | Some("") => Ok(false),
+            Some("All") => Ok(true),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "dryRun: {other:?} is not supported; use dryRun=All"
+            ))),
+        }
+    }
+
+    fn selector(&self) -> Result<LabelSelector, ApiError> {
+        LabelSelector::parse(self.get("labelSelector").unwrap_or_default())
+            .map_err(ApiError::bad_request)
+    }
+}
+
+async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -> Outcome {
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let query = Query::parse(req.uri().query());
+    let method = req.method().clone();
+    match path.as_str() {
+        "/healthz" | "/livez" => {
+            return only(&method, &path, Method::GET).map(|_| text(StatusCode::OK, "ok\n"));
+        }
+        "/readyz" => {
+            only(&method, &path, Method::GET)?;
+            return Ok(readyz(state));
+        }
+        "/version" => {
+            only(&method, &path, Method::GET)?;
+            return Ok(json_response(
+                StatusCode::OK,
+                &json!({"version": env!("CARGO_PKG_VERSION"), "gitCommit": option_env!("BERTH_GIT_COMMIT")}),
+            ));
+        }
+        "/metrics" => {
+            only(&method, &path, Method::GET)?;
+            // The metrics registry plugs in here once it exists; until then nothing is exported.
+            return Ok(text(StatusCode::OK, "# EOF\n"));
+        }
+        _ => {}
+    }
+    let Some(rest) = path.strip_prefix(API_PREFIX) else {
+        return Err(ApiError::not_found(format!("no route for {path}")));
+    };
+    let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+    match segments.as_slice() {
+        ["apply"] => {
+            only(&method, &path, Method::POST)?;
+            apply_list(state, req, &query).await
+        }
+        ["events"] => {
+            only(&method, &path, Method::GET)?;
+            let limit = match query.get("limit") {
+                Some(limit) => limit.parse().map_err(|_| {
+                    ApiError::bad_request(format!("limit: {limit:?} is not a number"))
+                })?,
+                None => DEFAULT_EVENT_LIMIT,
+            };
+            let events = state.store.recent_events(limit)?;
+            Ok(event_list(events))
+        }
+        [plural, tail @ ..] => {
+            let kind = admission::kind_by_plural(plural).ok_or_else(|| {
+                ApiError::not_found(format!("the server has no resource {plural:?}"))
+            })?;
+            match (tail, &method) {
+                ([], &Method::GET) if query.flag("watch")? => {
+                    Ok(watch::stream(state, kind, query.selector()?, None))
+                }
+                ([], &Method::GET) => list(state, kind, &query),
+                ([], &Method::POST) => create(state, kind, req, &query).await,
+                ([], _) => Err(ApiError::method_not_allowed(&method, &path)),
+                ([name], &Method::GET) if query.flag("watch")? => Ok(watch::stream(
+                    state,
+                    kind,
+                    query.selector()?,
+                    Some(name.to_string()),
+                )),
+                ([name], &Method::GET) => get(state, kind, name),
+                ([name], &Method::PUT) => replace(state, kind, name, req, &query).await,
+                ([name], &Method::PATCH) => patch(state, kind, name, req, &query).await,
+                ([name], &Method::DELETE) => delete(state, kind, name, &query).await,
+                ([_], _) => Err(ApiError::method_not_allowed(&method, &path)),
+                ([name, "status"], &Method::GET) => get(state, kind, name),
+                ([name, "status"], &Method::PUT) => {
+                    put_status(state, caller, kind, name, req, &query).await
+                }
+                ([_, "status"], _) => Err(ApiError::method_not_allowed(&method, &path)),
+                ([name, "events"], &Method::GET) => {
+                    Ok(event_list(state.store.events_for(kind.kind, name)?))
+                }
+                ([_, "events"], _) => Err(ApiError::method_not_allowed(&method, &path)),
+                _ => Err(ApiError::not_found(format!("no route for {path}"))),
+            }
+        }
+        [] => Err(ApiError::not_found(format!("no route for {path}"))),
+    }
+}
+
+fn only(method: &Method, path: &str, allowed: Method) -> Result<(), ApiError> {
+    if *method == allowed {
+        Ok(())
+    } else {
+        Err(ApiError::method_not_allowed(method, path))
+    }
+}
+
+fn readyz(state: &ApiState) -> Response<Body> {
+    let mut failures = Vec::new();
+    if let Err(err) = state.store.check_writable() {
+        failures.push(format!("store: {err}"));
+    }
+    for (name, check) in &state.readiness {
+        if let Err(reason) = check() {
+            failures.push(format!("{name}: {reason}"));
+        }
+    }
+    if failures.is_empty() {
+        text(StatusCode::OK, "ok\n")
+    } else {
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("{}\n", failures.join("\n")),
+        )
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ListBody<'a> {
+    api_version: &'static str,
+    kind: String,
+    metadata: ListMeta,
+    items: Vec<&'a StoredObject>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ListMeta {
+    resource_version: String,
+}
+
+fn list(state: &ApiState, kind: ResourceKind, query: &Query) -> Outcome {
+    let selector = query.selector()?;
+    let objects = state.store.list(kind.kind);
+    let body = ListBody {
+        api_version: berth_api::API_VERSION,
+        kind: kind.list_kind(),
+        metadata: ListMeta {
+            resource_version: state.store.resource_version().to_string(),
+        },
+        items: objects
+            .iter()
+            .map(Arc::as_ref)
+            .filter(|o| selector.matches(&o.metadata.labels))
+            .collect(),
+    };
+    Ok(serialized(StatusCode::OK, &body))
+}
+
+fn get(state: &ApiState, kind: ResourceKind, name: &str) -> Outcome {
+    let object = state
+        .store
+        .get(kind.kind, name)
+        .ok_or_else(|| not_found(kind, name))?;
+    Ok(serialized(StatusCode::OK, object.as_ref()))
+}
+
+fn not_found(kind: ResourceKind, name: &str) -> ApiError {
+    ApiError::not_found(format!("{} {name:?} not found", kind.kind)).with_object(kind.kind, name)
+}
+
+/// Reads and admits one object sent for `kind` (and `name`, when the URL names one).
+async fn admit_one(
+    state: &ApiState,
+    kind: ResourceKind,
+    name: Option<&str>,
+    req: Request<Incoming>,
+) -> Result<Admitted, ApiError> {
+    let media = body::media_type(req.headers());
+    let (parts, incoming) = req.into_parts();
+    let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
+    let mut value = body::decode(&bytes, media.as_deref())?;
+    fill_identity(&mut value, kind, name);
+    admit_value(state, kind, name, &value)
+}
+
+/// A body may leave out what the URL already says.
+fn fill_identity(value: &mut Value, kind: ResourceKind, name: Option<&str>) {
+    let Value::Object(object) = value else { return };
+    object
+        .entry("apiVersion")
+        .or_insert_with(|| json!(berth_api::API_VERSION));
+    object.entry("kind").or_insert_with(|| json!(kind.kind));
+    if let Some(name) = name {
+        let metadata = object.entry("metadata").or_insert_with(|| json!({}));
+        if let Value::Object(metadata) = metadata {
+            metadata.entry("name").or_insert_with(|| json!(name));
+        }
+    }
+}
+
+fn admit_value(
+    state: &ApiState,
+    kind: ResourceKind,
+    name: Option<&str>,
+    value: &Value,
+) -> Result<Admitted, ApiError> {
+    let sent_name = value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let admitted = state
+        .admission
+        .admit(value)
+        .map_err(|causes| ApiError::invalid(Some(kind.kind), Some(&sent_name), causes))?;
+    if admitted.desired.kind != kind.kind {
+        return Err(ApiError::bad_request(format!(
+            "kind {:?} was sent to the {} endpoint",
+            admitted.desired.kind, kind.plural
+        )));
+    }
+    if let Some(name) = name
+        && admitted.desired.name != name
+    {
+        return Err(ApiError::bad_request(format!(
+            "metadata.name {:?} does not match the name in the URL, {name:?}",
+            admitted.desired.name
+        )));
+    }
+    Ok(admitted)
+}
+
+/// Store writes hold a lock and wait on the disk; keep them off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|err| ApiError::internal(format!("a store write did not finish: {err}")))
+}
+
+async fn create(
+    state: &Arc<ApiState>,
+    kind: ResourceKind,
+    req: Request<Incoming>,
+    query: &Query,
+) -> Outcome {
+    let dry_run = query.dry_run()?;
+    let admitted = admit_one(state, kind, None, req).await?;
+    let mut desired = admitted.desired;
+    desired.finalizers = admitted.finalizers;
+    let store = Arc::clone(&state.store);
+    let object = blocking(move || store.create(desired, dry_run)).await??;
+    Ok(serialized(StatusCode::CREATED, object.as_ref()))
+}
+
+async fn replace(
+    state: &Arc<ApiState>,
+    kind: ResourceKind,
+    name: &str,
+    req: Request<Incoming>,
+    query: &Query,
+) -> Outcome {
+    let dry_run = query.dry_run()?;
+    let admitted = admit_one(state, kind, Some(name), req).await?;
+    let mut desired = admitted.desired;
+    desired.finalizers = admitted.finalizers;
+    let rv = admitted.resource_version;
+    let store = Arc::clone(&state.store);
+    let (object, _) = blocking(move || store.replace(desired, rv, dry_run)).await??;
+    Ok(serialized(StatusCode::OK, object.as_ref()))
+}
+
+async fn patch(
+    state: &Arc<ApiState>,
+    kind: ResourceKind,
+    name: &str,
+    req: Request<Incoming>,
+    query: &Query,
+) -> Outcome {
+    let dry_run = query.dry_run()?;
+    let media = body::media_type(req.headers()).unwrap_or_default();
+    let store = Arc::clone(&state.store);
+    match media.as_str() {
+        APPLY_PATCH => {
+            let admitted = admit_one(state, kind, Some(name), req).await?;
+            let (object, action) =
+                blocking(move || store.apply(admitted.desired, dry_run)).await??;
+            let code = if action == Action::Created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok(serialized(code, object.as_ref()))
+        }
+        MERGE_PATCH => {
+            let (parts, incoming) = req.into_parts();
+            let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
+            let patch = body::decode(&bytes, Some(MERGE_PATCH))?;
+            let current = store
+                .get(kind.kind, name)
+                .ok_or_else(|| not_found(kind, name))?;
+            let merged = merged_user_form(&current, &patch)?;
+            let admitted = admit_value(state, kind, Some(name), &merged)?;
+            // Without a resourceVersion in the patch, the object read above is the precondition,
+            // so a write that slipped in between is not silently overwritten.
+            let rv = admitted
+                .resource_version
+                .or(Some(current.resource_version()));
+            let (object, _) =
+                blocking(move || store.replace(admitted.desired, rv, dry_run)).await??;
+            Ok(serialized(StatusCode::OK, object.as_ref()))
+        }
+        other => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!(
+                "PATCH needs Content-Type {APPLY_PATCH} or {MERGE_PATCH}, not {:?}",
+                other
+            ),
+        )),
+    }
+}
+
+/// Applies a merge patch to the user-written parts of an object: spec, labels, annotations.
+fn merged_user_form(current: &StoredObject, patch: &Value) -> Result<Value, ApiError> {
+    let Value::Object(patch) = patch else {
+        return Err(ApiError::bad_request("a merge patch must be a JSON object"));
+    };
+    let mut form = admission::user_form(current);
+    let mut causes = Vec::new();
+    for (key, value) in patch {
+        match key.as_str() {
+            "spec" => merge_patch::merge(&mut form["spec"], value),
+            "metadata" => {
+                let Value::Object(metadata) = value else {
+                    causes.push(Cause::new("metadata", "must be an object"));
+                    continue;
+                };
+                for (field, value) in metadata {
+                    match field.as_str() {
+                        "labels" | "annotations" => {
+                            merge_patch::merge(&mut form["metadata"][field], value)
+                        }
+                        "resourceVersion" => form["metadata"][field] = value.clone(),
+                        "name" if value.as_str() == Some(current.name()) => {}
+                        other => causes.push(Cause::new(
+                            format!("metadata.{other}"),
+                            "cannot be changed by a merge patch",
+                        )),
+                    }
+                }
+            }
+            "apiVersion" | "kind" if form.get(key) == Some(value) => {}
+            other => causes.push(Cause::new(other, "cannot be changed by a merge patch")),
+        }
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(
+            Some(&current.kind),
+            Some(current.name()),
+            causes,
+        ));
+    }
+    Ok(form)
+}
+
+async fn delete(state: &Arc<ApiState>, kind: ResourceKind, name: &str, query: &Query) -> Outcome {
+    let dry_run = query.dry_run()?;
+    let mut annotations = BTreeMap::new();
+    if query.flag("force")? {
+        annotations.insert(FORCE_DELETE_ANNOTATION.to_string(), "true".to_string());
+    }
+    let rv = match query.get("resourceVersion") {
+        Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!("resourceVersion: {rv:?} is not a resourceVersion"))
+        })?),
+        None => None,
+    };
+    let store = Arc::clone(&state.store);
+    let (kind_name, name_owned) = (kind.kind.to_string(), name.to_string());
+    let deletion =
+        blocking(move || store.delete(&kind_name, &name_owned, rv, annotations, dry_run))
+            .await?
+            .map_err(|err| match err {
+                crate::store::StoreError::NotFound { .. } => not_found(kind, name),
+                other => other.into(),
+            })?;
+    // Like Kubernetes: 200 with the last state when gone, 202 with the object (carrying
+    // deletionTimestamp) while finalizers hold it.
+    let code = match deletion {
+        Deletion::Deleted(_) => StatusCode::OK,
+        Deletion::Deleting(_) => StatusCode::ACCEPTED,
+    };
+    Ok(serialized(code, deletion.object().as_ref()))
+}
+
+async fn put_status(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    kind: ResourceKind,
+    name: &str,
+    req: Request<Incoming>,
+    query: &Query,
+) -> Outcome {
+    if !caller.may_write_status() {
+        return Err(ApiError::forbidden(
+            "status is written only by the controller",
+        ));
+    }
+    let dry_run = query.dry_run()?;
+    let media = body::media_type(req.headers());
+    let (parts, incoming) = req.into_parts();
+    let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
+    let value = body::decode(&bytes, media.as_deref())?;
+    let status = value.get("status").cloned().ok_or_else(|| {
+        ApiError::invalid(
+            Some(kind.kind),
+            Some(name),
+            vec![Cause::new("status", "required")],
+        )
+    })?;
+    if !status.is_object() && !status.is_null() {
+        return Err(ApiError::invalid(
+            Some(kind.kind),
+            Some(name),
+            vec![Cause::new("status", "must be an object")],
+        ));
+    }
+    let rv = match value.pointer("/metadata/resourceVersion") {
+        Some(Value::String(rv)) if !rv.is_empty() => Some(rv.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "metadata.resourceVersion: {rv:?} is not a resourceVersion"
+            ))
+        })?),
+        _ => None,
+    };
+    let store = Arc::clone(&state.store);
+    let (kind_name, name_owned) = (kind.kind.to_string(), name.to_string());
+    let object =
+        blocking(move || store.update_status(&kind_name, &name_owned, rv, status, dry_run))
+            .await??;
+    Ok(serialized(StatusCode::OK, object.as_ref()))
+}
+
+/// `POST /apis/berth.dev/v1alpha1/apply`: a `List` of objects of any kind, every one admitted
+/// before any is written, all written in one transaction.
+async fn apply_list(state: &Arc<ApiState>, req: Request<Incoming>, query: &Query) -> Outcome {
+    let dry_run = query.dry_run()?;
+    if query.flag("prune")? {
+        return Err(ApiError::bad_request(
+            "prune is not supported yet: apply without --prune",
+        ));
+    }
+    // Recorded with prune; parsed now so clients may already send it.
+    let _applyset = query.get("applyset");
+    let media = body::media_type(req.headers());
+    let (parts, incoming) = req.into_parts();
+    let bytes = body::read(incoming, &parts.headers, APPLY_LIMIT).await?;
+    let value = body::decode(&bytes, media.as_deref())?;
+    drop(bytes);
+    let items = match value {
+        Value::Object(mut list) if list.get("kind").and_then(Value::as_str) == Some("List") => {
+            match list.remove("items") {
+                Some(Value::Array(items)) => items,
+                None | Some(Value::Null) => Vec::new(),
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        Some("List"),
+                        None,
+                        vec![Cause::new("items", "must be a list")],
+                    ));
+                }
+            }
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "the apply endpoint takes {apiVersion: v1, kind: List, items: [...]}",
+            ));
+        }
+    };
+
+    let mut causes = Vec::new();
+    let mut batch = Vec::with_capacity(items.len());
+    let mut seen: HashMap<(String, String), usize> = HashMap::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        match state.admission.admit(item) {
+            Ok(admitted) => {
+                let key = (admitted.desired.kind.clone(), admitted.desired.name.clone());
+                if let Some(first) = seen.insert(key, index) {
+                    causes.push(Cause::new(
+                        format!("items[{index}].metadata.name"),
+                        format!("{:?} is also items[{first}]", admitted.desired.name),
+                    ));
+                }
+                batch.push(admitted.desired);
+            }
+            Err(item_causes) => causes.extend(item_causes.into_iter().map(|c| {
+                let field = if c.field.is_empty() {
+                    format!("items[{index}]")
+                } else {
+                    format!("items[{index}].{}", c.field)
+                };
+                Cause::new(field, c.message)
+            })),
+        }
+    }
+    drop(items);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(Some("List"), None, causes));
+    }
+
+    let store = Arc::clone(&state.store);
+    let results = blocking(move || store.apply_batch(batch, dry_run)).await??;
+    let body = ApplyResult {
+        api_version: berth_api::API_VERSION,
+        kind: "ApplyResult",
+        items: results
+            .iter()
+            .map(|(object, action)| ApplyItem {
+                kind: &object.kind,
+                name: object.name(),
+                action: action.as_str(),
+                object: object.as_ref(),
+            })
+            .collect(),
+    };
+    Ok(serialized(StatusCode::OK, &body))
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ApplyResult<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    items: Vec<ApplyItem<'a>>,
+}
+
+#[derive(Serialize)]
+struct ApplyItem<'a> {
+    kind: &'a str,
+    name: &'a str,
+    action: &'static str,
+    object: &'a StoredObject,
+}
+
+fn event_list(events: Vec<crate::store::Event>) -> Response<Body> {
+    let items: Vec<Value> = events.iter().map(|e| e.to_value()).collect();
+    json_response(
+        StatusCode::OK,
+        &json!({"apiVersion": "v1", "kind": "EventList", "items": items}),
+    )
+}
+
+pub fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
+    serialized(code, value)
+}
+
+fn serialized<T: Serialize + ?Sized>(code: StatusCode, value: &T) -> Response<Body> {
+    match serde_json::to_vec(value) {
+        Ok(mut bytes) => {
+            bytes.push(b'\n');
+            bytes_response(code, "application/json", Bytes::from(bytes))
+        }
+        Err(err) => {
+            let err = ApiError::internal(format!("encoding the response: {err}"));
+            let bytes = serde_json::to_vec(&err.to_value()).unwrap_or_default();
+            bytes_response(err.code, "application/json", Bytes::from(bytes))
+        }
+    }
+}
+
+pub fn text(code: StatusCode, body: &str) -> Response<Body> {
+    bytes_response(
+        code,
+        "text/plain; charset=utf-8",
+        Bytes::from(body.to_string()),
+    )
+}
+
+fn bytes_response(code: StatusCode, content_type: &'static str, bytes: Bytes) -> Response<Body> {
+    let mut response = Response::new(Full::new(bytes).boxed());
+    *response.status_mut() = code;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}

@@ -1,0 +1,211 @@
+//! Listeners and connections: the unix socket (local administrators) and optionally a TCP
+//! address; graceful shutdown stops accepting, lets requests in flight finish, then returns.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio::sync::mpsc;
+
+use super::{ApiState, Caller, Transport, routes};
+
+/// How long shutdown waits for requests in flight before giving up on them.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    #[error("{}: another berth is already serving on this socket", path.display())]
+    SocketInUse { path: PathBuf },
+    #[error("{}: {source}", path.display())]
+    Socket {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("listen.http {addr}: {source}")]
+    Tcp {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Where the API is served.
+pub struct Listeners {
+    pub unix: UnixListener,
+    pub unix_path: PathBuf,
+    pub tcp: Option<TcpListener>,
+}
+
+/// Binds the unix socket at `path` (mode 0660, parent directory created). A stale socket file
+/// from a daemon that died is removed; a live one is refused.
+pub async fn bind_unix(path: &Path) -> Result<UnixListener, ListenError> {
+    let socket_err = |source| ListenError::Socket {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(parent) = path.parent()
+        && !parent.as_os_str().is_empty()
+        && !parent.exists()
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)
+            .map_err(socket_err)?;
+    }
+    if path.exists() {
+        let answered =
+            tokio::time::timeout(Duration::from_secs(2), UnixStream::connect(path)).await;
+        if matches!(answered, Ok(Ok(_))) {
+            return Err(ListenError::SocketInUse {
+                path: path.to_path_buf(),
+            });
+        }
+        std::fs::remove_file(path).map_err(socket_err)?;
+    }
+    let listener = UnixListener::bind(path).map_err(socket_err)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(socket_err)?;
+    Ok(listener)
+}
+
+pub async fn bind_tcp(addr: &str) -> Result<TcpListener, ListenError> {
+    let tcp_err = |source| ListenError::Tcp {
+        addr: addr.to_string(),
+        source,
+    };
+    let parsed: SocketAddr = addr
+        .parse()
+        .map_err(|_| tcp_err(std::io::Error::other("not an address like 127.0.0.1:7480")))?;
+    // TLS and tokens come with remote access; until then plain HTTP stays on this host.
+    if !parsed.ip().is_loopback() {
+        return Err(tcp_err(std::io::Error::other(
+            "only loopback addresses are served without TLS",
+        )));
+    }
+    TcpListener::bind(parsed).await.map_err(tcp_err)
+}
+
+/// Serves until `state.shutdown` is cancelled, then drains connections and removes the socket.
+pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
+    // Every connection holds a sender; when all are dropped, draining is done.
+    let (alive, mut drained) = mpsc::channel::<()>(1);
+    let shutdown = state.shutdown.clone();
+    let unix = {
+        let state = Arc::clone(&state);
+        let alive = alive.clone();
+        let listener = listeners.unix;
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    _ = state.shutdown.cancelled() => return,
+                    accepted = listener.accept() => accepted,
+                };
+                match accepted {
+                    Ok((stream, _)) => {
+                        let caller = Caller {
+                            identity: unix_identity(&stream),
+                            transport: Transport::Unix,
+                        };
+                        spawn_connection(Arc::clone(&state), caller, stream, alive.clone());
+                    }
+                    Err(err) => accept_failed(err).await,
+                }
+            }
+        })
+    };
+    let tcp = listeners.tcp.map(|listener| {
+        let state = Arc::clone(&state);
+        let alive = alive.clone();
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    _ = state.shutdown.cancelled() => return,
+                    accepted = listener.accept() => accepted,
+                };
+                match accepted {
+                    Ok((stream, peer)) => {
+                        let caller = Caller {
+                            identity: format!("tcp:{peer}"),
+                            transport: Transport::Tcp,
+                        };
+                        spawn_connection(Arc::clone(&state), caller, stream, alive.clone());
+                    }
+                    Err(err) => accept_failed(err).await,
+                }
+            }
+        })
+    });
+    drop(alive);
+    shutdown.cancelled().await;
+    let _ = unix.await;
+    if let Some(tcp) = tcp {
+        let _ = tcp.await;
+    }
+    let _ = std::fs::remove_file(&listeners.unix_path);
+    if tokio::time::timeout(DRAIN_DEADLINE, drained.recv())
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still in flight after the drain deadline; closing anyway");
+    }
+}
+
+async fn accept_failed(err: std::io::Error) {
+    // Out of file descriptors and the like: back off instead of spinning.
+    tracing::warn!(error = %err, "accepting a connection failed");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+fn spawn_connection<S>(state: Arc<ApiState>, caller: Caller, stream: S, alive: mpsc::Sender<()>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let _alive = alive;
+        let shutdown = state.shutdown.clone();
+        let service = service_fn(move |req| {
+            let state = Arc::clone(&state);
+            let caller = caller.clone();
+            async move { Ok::<_, Infallible>(routes::handle(state, caller, req).await) }
+        });
+        let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+        tokio::pin!(conn);
+        let result = tokio::select! {
+            result = conn.as_mut() => result,
+            _ = shutdown.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(err) = result
+            && !err.is_incomplete_message()
+        {
+            tracing::debug!(error = %err, "connection ended with an error");
+        }
+    });
+}
+
+/// `unix:<user>` of the peer, from its socket credentials; the daemon's own user if the
+/// kernel will not say.
+fn unix_identity(stream: &UnixStream) -> String {
+    let uid = stream
+        .peer_cred()
+        .map(|cred| cred.uid())
+        .unwrap_or_else(|_| nix::unistd::getuid().as_raw());
+    let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|user| user.name)
+        .unwrap_or_else(|| uid.to_string());
+    format!("unix:{name}")
+}

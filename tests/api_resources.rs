@@ -1,0 +1,548 @@
+//! The HTTP API of a real `berth serve --paused`, over its unix socket.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::daemon::Daemon;
+
+const PROJECTS: &str = "/apis/berth.dev/v1alpha1/projects";
+const APPLY: &str = "/apis/berth.dev/v1alpha1/apply";
+
+fn project(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "Project",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
+fn rv(object: &Value) -> String {
+    object["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("resourceVersion")
+        .to_string()
+}
+
+fn causes(reply: &Value) -> Vec<String> {
+    reply["details"]["causes"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .map(|c| c["field"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn create_get_replace_delete_with_conflicts() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+
+    let created = api.post_json(PROJECTS, &project("alpha", json!({"displayName": "Alpha"})));
+    assert_eq!(created.status, 201, "{}", created.text());
+    let created = created.json();
+    assert_eq!(created["metadata"]["generation"], 1);
+    assert_eq!(created["spec"]["displayName"], "Alpha");
+
+    let again = api.post_json(PROJECTS, &project("alpha", json!({})));
+    assert_eq!(again.status, 409);
+    assert_eq!(again.json()["reason"], "AlreadyExists");
+    assert_eq!(again.json()["kind"], "Status");
+
+    let got = api.get(&format!("{PROJECTS}/alpha")).json();
+    assert_eq!(got, created);
+
+    // Replace with the current resourceVersion: generation moves.
+    let mut next = project("alpha", json!({"displayName": "Alpha", "state": "Stopped"}));
+    next["metadata"]["resourceVersion"] = json!(rv(&created));
+    let replaced = api.put_json(&format!("{PROJECTS}/alpha"), &next);
+    assert_eq!(replaced.status, 200, "{}", replaced.text());
+    let replaced = replaced.json();
+    assert_eq!(replaced["metadata"]["generation"], 2);
+
+    // The same write again names a stale resourceVersion now.
+    let stale = api.put_json(&format!("{PROJECTS}/alpha"), &next);
+    assert_eq!(stale.status, 409);
+    assert_eq!(stale.json()["reason"], "Conflict");
+
+    // A write that changes nothing keeps the resourceVersion.
+    next["metadata"]["resourceVersion"] = json!(rv(&replaced));
+    let same = api.put_json(&format!("{PROJECTS}/alpha"), &next).json();
+    assert_eq!(rv(&same), rv(&replaced));
+
+    // A name in the body that differs from the URL is refused.
+    let wrong = api.put_json(&format!("{PROJECTS}/other"), &next);
+    assert_eq!(wrong.status, 400);
+
+    let deleted = api.delete(&format!("{PROJECTS}/alpha"));
+    assert_eq!(deleted.status, 200);
+    let gone = api.get(&format!("{PROJECTS}/alpha"));
+    assert_eq!(gone.status, 404);
+    assert_eq!(gone.json()["reason"], "NotFound");
+    assert_eq!(gone.json()["details"]["name"], "alpha");
+    assert_eq!(api.delete(&format!("{PROJECTS}/alpha")).status, 404);
+}
+
+#[test]
+fn list_filters_by_label_selector() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    for (name, team) in [("a", Some("pay")), ("b", Some("web")), ("c", None)] {
+        let mut object = project(name, json!({}));
+        if let Some(team) = team {
+            object["metadata"]["labels"] = json!({"team": team});
+        }
+        assert_eq!(api.post_json(PROJECTS, &object).status, 201);
+    }
+    let names = |selector: &str| -> Vec<String> {
+        let list = api
+            .get(&format!("{PROJECTS}?labelSelector={selector}"))
+            .json();
+        assert_eq!(list["kind"], "ProjectList");
+        assert_eq!(list["apiVersion"], "berth.dev/v1alpha1");
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(""), ["a", "b", "c"]);
+    assert_eq!(names("team=pay"), ["a"]);
+    assert_eq!(names("team!=pay"), ["b", "c"]);
+    assert_eq!(names("team"), ["a", "b"]);
+    assert_eq!(names("!team"), ["c"]);
+    assert_eq!(
+        api.get(&format!("{PROJECTS}?labelSelector=a%20b")).status,
+        400
+    );
+    let empty = api.get("/apis/berth.dev/v1alpha1/gitsources").json();
+    assert_eq!(empty["kind"], "GitSourceList");
+    assert_eq!(empty["items"], json!([]));
+}
+
+#[test]
+fn invalid_objects_get_422_naming_every_field() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let bad = json!({
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "Project",
+        "metadata": {"name": "Not_A_Name"},
+        "spec": {},
+        "extra": true,
+    });
+    let reply = api.post_json(PROJECTS, &bad);
+    assert_eq!(reply.status, 422, "{}", reply.text());
+    let status = reply.json();
+    assert_eq!(status["reason"], "Invalid");
+    assert_eq!(status["code"], 422);
+    let fields = causes(&status);
+    assert!(fields.contains(&"metadata.name".to_string()), "{fields:?}");
+    assert!(fields.contains(&"extra".to_string()), "{fields:?}");
+
+    let yaml = api.request(
+        "POST",
+        PROJECTS,
+        Some("application/yaml"),
+        b"kind: [unclosed",
+    );
+    assert_eq!(yaml.status, 400);
+    assert!(
+        yaml.json()["message"].as_str().unwrap().contains("line"),
+        "{}",
+        yaml.text()
+    );
+}
+
+#[test]
+fn oversized_bodies_get_413() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let filler = "x".repeat((3 << 20) + 16);
+    let object = project("big", json!({"brief": filler}));
+    let reply = api.post_json(PROJECTS, &object);
+    assert_eq!(reply.status, 413);
+    assert_eq!(reply.json()["reason"], "RequestEntityTooLarge");
+    assert_eq!(api.get(&format!("{PROJECTS}/big")).status, 404);
+
+    // The same object fits in an apply batch (32 MiB), but 33 MiB does not.
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [object]});
+    assert_eq!(api.post_json(APPLY, &list).status, 200);
+    let huge = json!({"apiVersion": "v1", "kind": "List", "items": [project("huge", json!({"brief": "y".repeat(33 << 20)}))]});
+    let reply = api.post_json(APPLY, &huge);
+    assert_eq!(reply.status, 413);
+    assert_eq!(api.get(&format!("{PROJECTS}/huge")).status, 404);
+}
+
+#[test]
+fn dry_run_validates_and_writes_nothing() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let would = api.post_json(
+        &format!("{PROJECTS}?dryRun=All"),
+        &project("dry", json!({})),
+    );
+    assert_eq!(would.status, 201, "{}", would.text());
+    assert_eq!(would.json()["spec"]["displayName"], "dry");
+    assert_eq!(api.get(&format!("{PROJECTS}/dry")).status, 404);
+
+    let invalid = api.post_json(
+        &format!("{PROJECTS}?dryRun=All"),
+        &project("Bad", json!({})),
+    );
+    assert_eq!(invalid.status, 422);
+
+    assert_eq!(
+        api.post_json(PROJECTS, &project("real", json!({}))).status,
+        201
+    );
+    let before = api.get(&format!("{PROJECTS}/real")).json();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+        project("real", json!({"state": "Stopped"})), project("new", json!({}))]});
+    let result = api.post_json(&format!("{APPLY}?dryRun=All"), &list).json();
+    let actions: Vec<_> = result["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["action"].clone())
+        .collect();
+    assert_eq!(actions, [json!("configured"), json!("created")]);
+    assert_eq!(api.get(&format!("{PROJECTS}/real")).json(), before);
+    assert_eq!(api.get(&format!("{PROJECTS}/new")).status, 404);
+
+    assert_eq!(
+        api.delete(&format!("{PROJECTS}/real?dryRun=All")).status,
+        200
+    );
+    assert_eq!(api.get(&format!("{PROJECTS}/real")).json(), before);
+    assert_eq!(
+        api.post_json(&format!("{PROJECTS}?dryRun=Some"), &project("x", json!({})))
+            .status,
+        400
+    );
+}
+
+#[test]
+fn apply_is_all_or_nothing_and_idempotent() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    assert_eq!(
+        api.post_json(PROJECTS, &project("taken", json!({"displayName": "Taken"})))
+            .status,
+        201
+    );
+
+    // Two bad objects: both reported, nothing written.
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+        project("one", json!({})),
+        project("Two", json!({})),
+        {"apiVersion": "berth.dev/v1alpha1", "kind": "Nope", "metadata": {"name": "three"}},
+        project("one", json!({})),
+    ]});
+    let reply = api.post_json(APPLY, &list);
+    assert_eq!(reply.status, 422, "{}", reply.text());
+    let fields = causes(&reply.json());
+    assert_eq!(
+        fields,
+        [
+            "items[1].metadata.name",
+            "items[2].kind",
+            "items[3].metadata.name"
+        ]
+    );
+    assert_eq!(api.get(&format!("{PROJECTS}/one")).status, 404);
+
+    // A store conflict in the middle of the batch also leaves nothing behind.
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+        project("one", json!({})),
+        project("two", json!({"displayName": " TAKEN "})),
+    ]});
+    let reply = api.post_json(APPLY, &list);
+    assert_eq!(reply.status, 409, "{}", reply.text());
+    assert!(
+        reply.json()["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("items[1]")
+    );
+    assert_eq!(api.get(&format!("{PROJECTS}/one")).status, 404);
+
+    let profile = json!({"apiVersion": "berth.dev/v1alpha1", "kind": "AgentProfile",
+        "metadata": {"name": "shell"}, "spec": {"home": "/root", "runner": {"command": ["sh"]}, "install": {"check": "true"}}});
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+        project("one", json!({"agent": "shell"})), project("two", json!({})), profile]});
+    let first = api.post_json(APPLY, &list);
+    assert_eq!(first.status, 200, "{}", first.text());
+    let first = first.json();
+    assert_eq!(first["kind"], "ApplyResult");
+    let summary = |result: &Value| -> Vec<(String, String, String)> {
+        result["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                (
+                    i["kind"].as_str().unwrap().to_string(),
+                    i["name"].as_str().unwrap().to_string(),
+                    i["action"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        summary(&first),
+        [
+            ("Project".into(), "one".into(), "created".into()),
+            ("Project".into(), "two".into(), "created".into()),
+            ("AgentProfile".into(), "shell".into(), "created".into()),
+        ]
+    );
+    let second = api.post_json(APPLY, &list).json();
+    assert!(
+        summary(&second)
+            .iter()
+            .all(|(_, _, action)| action == "unchanged")
+    );
+    for (a, b) in first["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(second["items"].as_array().unwrap())
+    {
+        assert_eq!(a["object"]["metadata"], b["object"]["metadata"]);
+    }
+    // YAML is accepted too.
+    let yaml = serde_yaml::to_string(&list).unwrap();
+    let reply = api.request("POST", APPLY, Some("application/yaml"), yaml.as_bytes());
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(
+        api.post_json(&format!("{APPLY}?prune=true&applyset=x"), &list)
+            .status,
+        400
+    );
+    assert_eq!(api.post_json(APPLY, &project("x", json!({}))).status, 400);
+}
+
+#[test]
+fn patches_apply_and_merge() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let path = format!("{PROJECTS}/pat");
+    let manifest = "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: pat\n  labels: {team: a}\nspec:\n  displayName: Pat\n";
+    let created = api.request(
+        "PATCH",
+        &path,
+        Some("application/apply-patch+yaml"),
+        manifest.as_bytes(),
+    );
+    assert_eq!(created.status, 201, "{}", created.text());
+    let again = api.request(
+        "PATCH",
+        &path,
+        Some("application/apply-patch+yaml"),
+        manifest.as_bytes(),
+    );
+    assert_eq!(again.status, 200);
+    assert_eq!(rv(&again.json()), rv(&created.json()));
+
+    let merged = api.request(
+        "PATCH",
+        &path,
+        Some("application/merge-patch+json"),
+        br#"{"metadata": {"labels": {"team": null, "tier": "1"}}, "spec": {"state": "Stopped"}}"#,
+    );
+    assert_eq!(merged.status, 200, "{}", merged.text());
+    let merged = merged.json();
+    assert_eq!(merged["metadata"]["labels"], json!({"tier": "1"}));
+    assert_eq!(merged["spec"]["state"], "Stopped");
+    assert_eq!(merged["spec"]["displayName"], "Pat");
+    assert_eq!(merged["metadata"]["generation"], 2);
+
+    let stale = format!(
+        r#"{{"metadata": {{"resourceVersion": "{}"}}, "spec": {{"state": "Running"}}}}"#,
+        rv(&created.json())
+    );
+    let reply = api.request(
+        "PATCH",
+        &path,
+        Some("application/merge-patch+json"),
+        stale.as_bytes(),
+    );
+    assert_eq!(reply.status, 409);
+
+    let reply = api.request(
+        "PATCH",
+        &path,
+        Some("application/merge-patch+json"),
+        br#"{"metadata": {"uid": "x"}}"#,
+    );
+    assert_eq!(reply.status, 422);
+    let reply = api.request("PATCH", &path, Some("application/json"), b"{}");
+    assert_eq!(reply.status, 415);
+    let reply = api.request(
+        "PATCH",
+        &format!("{PROJECTS}/nope"),
+        Some("application/merge-patch+json"),
+        b"{}",
+    );
+    assert_eq!(reply.status, 404);
+}
+
+#[test]
+fn display_names_conflict_on_create_and_rename() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    assert_eq!(
+        api.post_json(
+            PROJECTS,
+            &project("pay", json!({"displayName": "Payments API"}))
+        )
+        .status,
+        201
+    );
+    let clash = api.post_json(
+        PROJECTS,
+        &project("pay2", json!({"displayName": "  payments api"})),
+    );
+    assert_eq!(clash.status, 409);
+    assert_eq!(clash.json()["reason"], "Conflict");
+    assert_eq!(
+        api.post_json(PROJECTS, &project("web", json!({"displayName": "Web"})))
+            .status,
+        201
+    );
+    let rename = api.request(
+        "PATCH",
+        &format!("{PROJECTS}/web"),
+        Some("application/merge-patch+json"),
+        br#"{"spec": {"displayName": "PAYMENTS API"}}"#,
+    );
+    assert_eq!(rename.status, 409);
+    assert_eq!(
+        api.get(&format!("{PROJECTS}/web")).json()["spec"]["displayName"],
+        "Web"
+    );
+}
+
+#[test]
+fn status_is_written_only_through_its_own_path() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let created = api.post_json(PROJECTS, &project("st", json!({}))).json();
+    let status_path = format!("{PROJECTS}/st/status");
+    let reply = api.put_json(
+        &status_path,
+        &json!({"status": {"phase": "Ready", "observedGeneration": 1}}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let with_status = reply.json();
+    assert_eq!(with_status["metadata"]["generation"], 1);
+    assert_ne!(rv(&with_status), rv(&created));
+
+    // Status in a spec write is ignored, and the stored status survives it.
+    let mut next = project("st", json!({"state": "Stopped"}));
+    next["status"] = json!({"phase": "Error"});
+    let replaced = api.put_json(&format!("{PROJECTS}/st"), &next).json();
+    assert_eq!(replaced["status"]["phase"], "Ready");
+    assert_eq!(replaced["metadata"]["generation"], 2);
+    assert_eq!(api.get(&status_path).json()["status"]["phase"], "Ready");
+
+    let stale = api.put_json(
+        &status_path,
+        &json!({"metadata": {"resourceVersion": rv(&created)}, "status": {}}),
+    );
+    assert_eq!(stale.status, 409);
+    assert_eq!(api.put_json(&status_path, &json!({"spec": {}})).status, 422);
+}
+
+#[test]
+fn watch_streams_existing_objects_then_changes() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    assert_eq!(
+        api.post_json(PROJECTS, &project("first", json!({}))).status,
+        201
+    );
+    let mut watch = api.watch(&format!("{PROJECTS}?watch=true"));
+    let event = watch.next_event().unwrap();
+    assert_eq!(event["type"], "ADDED");
+    assert_eq!(event["object"]["metadata"]["name"], "first");
+
+    assert_eq!(
+        api.post_json(PROJECTS, &project("second", json!({})))
+            .status,
+        201
+    );
+    let event = watch.next_event().unwrap();
+    assert_eq!(
+        (
+            event["type"].as_str(),
+            event["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("second"))
+    );
+
+    api.put_json(
+        &format!("{PROJECTS}/first/status"),
+        &json!({"status": {"phase": "Ready"}}),
+    );
+    let event = watch.next_event().unwrap();
+    assert_eq!(event["type"], "MODIFIED");
+    assert_eq!(event["object"]["status"]["phase"], "Ready");
+
+    assert_eq!(api.delete(&format!("{PROJECTS}/second")).status, 200);
+    let event = watch.next_event().unwrap();
+    assert_eq!(event["type"], "DELETED");
+    assert_eq!(event["object"]["metadata"]["name"], "second");
+
+    // Other kinds do not show up on a projects watch; a watch on one name sees only it.
+    let mut one = api.watch(&format!("{PROJECTS}/first?watch=true"));
+    assert_eq!(
+        one.next_event().unwrap()["object"]["metadata"]["name"],
+        "first"
+    );
+    let profile = json!({"apiVersion": "berth.dev/v1alpha1", "kind": "AgentProfile",
+        "metadata": {"name": "p"}, "spec": {"home": "/root", "runner": {"command": ["sh"]}, "install": {"check": "true"}}});
+    assert_eq!(
+        api.post_json("/apis/berth.dev/v1alpha1/agentprofiles", &profile)
+            .status,
+        201
+    );
+    assert_eq!(
+        api.post_json(PROJECTS, &project("third", json!({}))).status,
+        201
+    );
+    api.put_json(
+        &format!("{PROJECTS}/first/status"),
+        &json!({"status": {"phase": "Stopped"}}),
+    );
+    let event = watch.next_event().unwrap();
+    assert_eq!(event["object"]["metadata"]["name"], "third");
+    let event = one.next_event().unwrap();
+    assert_eq!(event["object"]["status"]["phase"], "Stopped");
+}
+
+#[test]
+fn service_endpoints_and_unknown_routes() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    assert_eq!(api.get("/healthz").text(), "ok\n");
+    let ready = api.get("/readyz");
+    assert_eq!(ready.status, 200, "{}", ready.text());
+    assert_eq!(
+        api.get("/version").json()["version"],
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(api.get("/apis/berth.dev/v1alpha1/widgets").status, 404);
+    assert_eq!(api.get("/nowhere").status, 404);
+    let reply = api.request("DELETE", PROJECTS, None, &[]);
+    assert_eq!(reply.status, 405);
+    assert_eq!(reply.json()["reason"], "MethodNotAllowed");
+    let events = api.get("/apis/berth.dev/v1alpha1/events").json();
+    assert_eq!(events["kind"], "EventList");
+    let events = api.get(&format!("{PROJECTS}/anything/events")).json();
+    assert_eq!(events["items"], json!([]));
+}

@@ -162,8 +162,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 /// nothing in the fleet is touched. Marks `started` once the controller runs, for `/readyz`.
 fn start_controller(
     config: &Config,
-    _store: &Arc<Store>,
-    _shutdown: &CancellationToken,
+    store: &Arc<Store>,
+    shutdown: &CancellationToken,
     started: &Arc<AtomicBool>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if config.paused {
@@ -172,9 +172,36 @@ fn start_controller(
         started.store(true, Ordering::Relaxed);
         return None;
     }
-    tracing::warn!("this build has no controller yet: manifests are stored, nothing is reconciled");
-    started.store(true, Ordering::Relaxed);
-    None
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let settings = match crate::reconcile::settings_from_config(config) {
+        Ok(settings) => settings,
+        Err(e) => {
+            tracing::error!(error = %e, "the controller cannot start");
+            return None;
+        }
+    };
+    let lxd = config.lxd.clone();
+    let store = Arc::clone(store);
+    let shutdown = shutdown.clone();
+    let started = Arc::clone(started);
+    Some(tokio::spawn(async move {
+        let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &metrics, &shutdown).await
+        else {
+            return;
+        };
+        let controller = crate::reconcile::spawn_controller(
+            store,
+            runtime,
+            metrics,
+            settings,
+            Arc::new(crate::reconcile::NoLaterSteps),
+            shutdown.child_token(),
+        );
+        started.store(true, Ordering::Relaxed);
+        tracing::info!("controller started");
+        shutdown.cancelled().await;
+        controller.shutdown().await;
+    }))
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

@@ -337,6 +337,12 @@ impl Metrics {
     }
 }
 
+impl crate::lxd::RequestObserver for Metrics {
+    fn observe(&self, method: &str, code: u16, seconds: f64) {
+        self.observe_lxd_request(method, code, seconds);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,7 @@ pub mod fleet;
 pub mod layout;
 pub mod project;
 pub mod queue;
+pub mod startup;
 pub mod status;
 pub mod steps;
 pub mod teardown;
@@ -28,6 +29,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use queue::{Action, Backoff, KeyLock, WorkQueue};
+pub use startup::{connect_runtime, settings_from_config};
 pub use steps::{LaterSteps, NoLaterSteps, StepOutcome};
 
 use crate::metrics::Metrics;

@@ -1037,23 +1037,25 @@ fn expected_containers(store: &Store) -> HashSet<String> {
         .collect()
 }
 
-/// The project's envelope: a limit equal to the fleet default counts as the fleet's (best
-/// effort), any other as the project's own (must apply).
+/// The project's envelope. A limit the spec leaves out comes from the fleet defaults; a limit
+/// equal to the fleet default also counts as the fleet's (admission may have copied it into the
+/// spec): both are best effort. Any other limit is the project's own and must apply.
 pub fn envelope_of(spec: &Resources, fleet: &Resources) -> Envelope {
     fn limit<T: PartialEq>(
         value: Option<&T>,
         fleet: Option<&T>,
         amount: impl Fn(&T) -> u64,
     ) -> Option<Limit> {
-        let value = value?;
-        Some(Limit {
-            value: amount(value),
-            origin: if Some(value) == fleet {
-                Origin::FleetDefault
-            } else {
-                Origin::Project
-            },
-        })
+        match value {
+            Some(value) if Some(value) != fleet => Some(Limit {
+                value: amount(value),
+                origin: Origin::Project,
+            }),
+            _ => fleet.map(|f| Limit {
+                value: amount(f),
+                origin: Origin::FleetDefault,
+            }),
+        }
     }
     Envelope {
         cpu_millis: limit(spec.cpu.as_ref(), fleet.cpu.as_ref(), |c| c.millis()),
@@ -1066,5 +1068,53 @@ pub fn envelope_of(spec: &Resources, fleet: &Resources) -> Envelope {
             fleet.workspace_size.as_ref(),
             |q| q.as_bytes(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_tells_project_limits_from_fleet_defaults() {
+        let fleet = Resources {
+            cpu: Some("2".parse().unwrap()),
+            memory: Some("4GiB".parse().unwrap()),
+            ..Resources::default()
+        };
+        let spec = Resources {
+            cpu: Some("2".parse().unwrap()),
+            memory: Some("1GiB".parse().unwrap()),
+            workspace_size: Some("10GiB".parse().unwrap()),
+            ..Resources::default()
+        };
+        let envelope = envelope_of(&spec, &fleet);
+        assert_eq!(
+            envelope.cpu_millis,
+            Some(Limit {
+                value: 2000,
+                origin: Origin::FleetDefault
+            })
+        );
+        assert_eq!(
+            envelope.memory_bytes,
+            Some(Limit {
+                value: 1 << 30,
+                origin: Origin::Project
+            })
+        );
+        assert_eq!(envelope.disk_bytes, None);
+        assert_eq!(
+            envelope.workspace_bytes.map(|l| l.origin),
+            Some(Origin::Project)
+        );
+        let defaulted = envelope_of(&Resources::default(), &fleet);
+        assert_eq!(
+            defaulted.memory_bytes,
+            Some(Limit {
+                value: 4 << 30,
+                origin: Origin::FleetDefault
+            })
+        );
     }
 }

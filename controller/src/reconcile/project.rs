@@ -186,6 +186,7 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
         spec: &spec,
         envelope,
         layout,
+        latest: std::sync::Mutex::new(object.clone()),
     };
     project.converge(draft).await
 }
@@ -197,6 +198,8 @@ struct Project<'a> {
     spec: &'a ProjectSpec,
     envelope: Envelope,
     layout: DurableLayout,
+    /// The object as this reconcile last wrote it.
+    latest: std::sync::Mutex<Arc<StoredObject>>,
 }
 
 impl Project<'_> {
@@ -212,8 +215,17 @@ impl Project<'_> {
         self.object.metadata.annotations.get(key)
     }
 
+    /// Commits against the latest stored version, so each commit of one reconcile compares with
+    /// (and reports transitions from) what the previous one wrote.
     async fn commit(&self, draft: &Draft) -> Result<Arc<StoredObject>, ReconcileError> {
-        commit(self.ctx, self.object, draft).await
+        let latest = self
+            .latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let updated = commit(self.ctx, &latest, draft).await?;
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = updated.clone();
+        Ok(updated)
     }
 
     /// Whether a `berth restart --recreate` is waiting to be acted on.

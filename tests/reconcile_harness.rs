@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -14,7 +15,7 @@ use crate::support::daemon::{Client, Reply, wait_with_deadline};
 
 pub const PROJECTS: &str = "/apis/berth.dev/v1alpha1/projects";
 /// Generous: a busy 2-core machine unpacks the Debian image in seconds, not milliseconds.
-pub const READY_DEADLINE: Duration = Duration::from_secs(180);
+pub const READY_DEADLINE: Duration = Duration::from_secs(300);
 /// The exit code of a fault point (`berth::reconcile::fault::FAULT_EXIT_CODE`).
 pub const FAULT_EXIT_CODE: i32 = 86;
 /// Deadline of one `lxc` command.
@@ -25,9 +26,14 @@ pub fn unique_name() -> String {
     format!("berth-t-rc-{:08x}", rand::random::<u32>())
 }
 
+/// The tests of one binary take turns: LXD on a 2-core machine shared with other suites
+/// answers slowly enough under parallel container churn that deadlines become a lottery.
+static TURN: Mutex<()> = Mutex::new(());
+
 /// A running (or killed) `berth serve` on its own data directory.
 pub struct Berth {
     child: Option<Child>,
+    _turn: MutexGuard<'static, ()>,
     pub dir: tempfile::TempDir,
     pub data_dir: PathBuf,
     pub socket: PathBuf,
@@ -43,8 +49,10 @@ impl Berth {
         let data_dir = dir.path().join("data");
         let socket = dir.path().join("berth.sock");
         let log = dir.path().join("daemon.log");
+        let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
         let mut berth = Berth {
             child: None,
+            _turn: turn,
             dir,
             data_dir,
             socket,

@@ -794,16 +794,23 @@ impl Project<'_> {
                 return Ok(Action::Requeue(WAIT_FOR_PERSON));
             }
             InstanceStatus::Error => {
-                draft.set_ready(
-                    Phase::Error,
-                    false,
-                    reasons::PROVISIONING_FAILED,
-                    "LXD reports the container in state Error",
-                );
-                self.commit(&draft).await?;
-                return Err(ReconcileError::Failed(
-                    "the container is in state Error".into(),
-                ));
+                // LXD lost track of the container (a start that failed half-way): a forced stop
+                // brings it back to Stopped, and the next reconcile starts it.
+                self.warn(
+                    "ContainerError",
+                    "LXD reports the container in state Error; stopping it by force to start again",
+                )
+                .await;
+                runtime
+                    .stop_instance(
+                        self.name(),
+                        StopOptions {
+                            clean_timeout: Duration::ZERO,
+                            force_after: true,
+                        },
+                    )
+                    .await?;
+                return Ok(Action::Requeue(Duration::ZERO));
             }
             InstanceStatus::Other(transient) => {
                 tracing::debug!(state = transient.as_str(), "waiting for a transition");

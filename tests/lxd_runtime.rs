@@ -554,6 +554,8 @@ async fn stop_that_times_out_is_typed_and_force_ends_it() {
         Err(RuntimeError::OperationFailed { message, .. }) => {
             assert!(message.contains("Failed shutting down"), "{message}")
         }
+        // LXD did not even answer within the grace period (a loaded machine): still typed.
+        Err(RuntimeError::Timeout { .. }) => {}
         other => panic!("wedged stop: {other:?}"),
     }
     assert!(started.elapsed() < Duration::from_secs(15));

@@ -15,12 +15,20 @@ pub const POOL: &str = "default";
 /// Generous deadline for one LXD operation in a test on a busy 2-core machine.
 pub const OP_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The local daemon, with request deadlines long enough for a machine busy with other builds
+/// and tests (LXD itself stalls for up to a minute under such load).
+pub fn local_config() -> LxdConfig {
+    let mut config = LxdConfig::new(Endpoint::local());
+    config.request_timeout = OP_TIMEOUT;
+    config
+}
+
 /// A client on the local daemon; fails the test with a clear message when LXD or the test
 /// images are not there (`scripts/setup-lxd` provides both).
 pub async fn client() -> Arc<LxdClient> {
-    let endpoint = Endpoint::local();
-    let described = endpoint.describe();
-    let client = match LxdClient::connect(LxdConfig::new(endpoint)).await {
+    let config = local_config();
+    let described = config.endpoint.describe();
+    let client = match LxdClient::connect(config).await {
         Ok(c) => c,
         Err(e) => panic!("LXD is not reachable at {described} ({e}); run scripts/setup-lxd first"),
     };
@@ -44,15 +52,25 @@ pub fn unique_name() -> String {
 
 /// Deletes instances and volumes it was told about when dropped (also on panic), on its own
 /// thread and runtime so it works from inside a test's runtime.
-#[derive(Default)]
 pub struct Cleanup {
+    config: LxdConfig,
     instances: Vec<String>,
-    volumes: Vec<(String, String)>,
+    volumes: Vec<(String, String, Option<String>)>,
 }
 
 impl Cleanup {
+    /// Cleans up on the local daemon.
     pub fn new() -> Cleanup {
-        Cleanup::default()
+        Cleanup::on(local_config())
+    }
+
+    /// Cleans up on the daemon `config` reaches (a remote or cluster member).
+    pub fn on(config: LxdConfig) -> Cleanup {
+        Cleanup {
+            config,
+            instances: Vec::new(),
+            volumes: Vec::new(),
+        }
     }
 
     pub fn instance(&mut self, name: &str) {
@@ -60,7 +78,14 @@ impl Cleanup {
     }
 
     pub fn volume(&mut self, pool: &str, name: &str) {
-        self.volumes.push((pool.to_string(), name.to_string()));
+        self.volumes
+            .push((pool.to_string(), name.to_string(), None));
+    }
+
+    /// A volume on a cluster member's local pool.
+    pub fn volume_on(&mut self, pool: &str, name: &str, member: &str) {
+        self.volumes
+            .push((pool.to_string(), name.to_string(), Some(member.to_string())));
     }
 }
 
@@ -68,6 +93,7 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         let instances = std::mem::take(&mut self.instances);
         let volumes = std::mem::take(&mut self.volumes);
+        let config = self.config.clone();
         if instances.is_empty() && volumes.is_empty() {
             return;
         }
@@ -77,7 +103,7 @@ impl Drop for Cleanup {
                 .build()
                 .expect("cleanup runtime");
             runtime.block_on(async move {
-                let Ok(client) = LxdClient::connect(LxdConfig::new(Endpoint::local())).await else {
+                let Ok(client) = LxdClient::connect(config).await else {
                     eprintln!("cleanup: LXD unreachable; left {instances:?} {volumes:?}");
                     return;
                 };
@@ -93,14 +119,30 @@ impl Drop for Cleanup {
                         {
                             eprintln!("cleanup: stop {name}: {e}");
                         }
-                        if let Err(e) = client.delete_instance(name, OP_TIMEOUT).await {
-                            eprintln!("cleanup: delete {name}: {e}");
+                        // A create or start the test left running makes LXD refuse the
+                        // delete as busy for a while.
+                        let until = tokio::time::Instant::now() + OP_TIMEOUT;
+                        loop {
+                            match client.delete_instance(name, OP_TIMEOUT).await {
+                                Ok(()) => break,
+                                Err(e)
+                                    if e.lxd_message().is_some_and(|m| m.contains("busy"))
+                                        && tokio::time::Instant::now() < until =>
+                                {
+                                    tokio::time::sleep(Duration::from_millis(500)).await;
+                                    let _ = client.stop_instance(name, stop).await;
+                                }
+                                Err(e) => {
+                                    eprintln!("cleanup: delete {name}: {e}");
+                                    break;
+                                }
+                            }
                         }
                     }
                 });
                 futures::future::join_all(deletes).await;
-                for (pool, name) in &volumes {
-                    if let Err(e) = client.delete_volume(pool, name, None).await {
+                for (pool, name, member) in &volumes {
+                    if let Err(e) = client.delete_volume(pool, name, member.as_deref()).await {
                         eprintln!("cleanup: delete volume {pool}/{name}: {e}");
                     }
                 }

@@ -155,10 +155,21 @@ impl LxdClient {
             .or(self.config.target.as_deref())
     }
 
-    /// Sends `call`; waits for its operation when it is async.
+    /// Sends `call` and waits for its operation when it is async, all within `timeout`.
     async fn run(&self, call: Call<'_>, what: &str, timeout: Duration) -> Result<Operation> {
-        match call.send().await? {
-            Reply::Async { operation } => self.wait(&operation, what, timeout).await,
+        let started = Instant::now();
+        let submit = call.timeout(timeout.min(self.transport.request_timeout()));
+        match submit.send().await? {
+            Reply::Async { operation } => {
+                let remaining = timeout.saturating_sub(started.elapsed());
+                match self.wait(&operation, what, remaining).await {
+                    Err(RuntimeError::Timeout { what, .. }) => Err(RuntimeError::Timeout {
+                        what,
+                        after: timeout,
+                    }),
+                    other => other,
+                }
+            }
             Reply::Sync { metadata, .. } => Ok(Operation {
                 id: String::new(),
                 status: OperationStatus::Success,
@@ -181,6 +192,7 @@ impl LxdClient {
                 });
             }
             let secs = whole_seconds(remaining);
+            let asked = Instant::now();
             let reply = self
                 .transport
                 .call(Method::GET, &path, format!("wait for {what}"))
@@ -212,7 +224,12 @@ impl LxdClient {
                         message: op.err,
                     });
                 }
-                OperationStatus::Running | OperationStatus::Other(_) => continue,
+                OperationStatus::Running | OperationStatus::Other(_) => {
+                    // LXD long-polls; a server that answers at once must not be hammered.
+                    if asked.elapsed() < Duration::from_millis(50) {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
             }
         }
     }

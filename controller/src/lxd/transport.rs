@@ -320,8 +320,9 @@ pub(crate) fn parse_envelope(what: &str, raw: &RawResponse) -> Result<Reply, Run
     }
 }
 
-/// The operation id from `/1.0/operations/UUID`.
+/// The operation id from `/1.0/operations/UUID` (clustered servers append `?project=P`).
 pub(crate) fn operation_id(path: &str) -> Option<String> {
+    let path = path.split('?').next()?;
     let id = path.rsplit('/').next()?;
     (!id.is_empty()).then(|| id.to_string())
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RuntimeError {
     /// The named thing (instance, volume, file, image, operation) does not exist; `message` is
     /// LXD's when it gave one.

@@ -8,6 +8,9 @@
 mod error;
 mod types;
 
+#[cfg(feature = "testing")]
+pub mod fake;
+
 use std::pin::Pin;
 use std::time::Duration;
 

@@ -7,8 +7,6 @@ use std::str::FromStr;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::quantity::string_serde;
-
 /// The mount point of the durable workspace volume in every container.
 pub const WORKSPACE_DIR: &str = "/workspace";
 
@@ -34,8 +32,6 @@ impl FileMode {
 impl FromStr for FileMode {
     type Err = FileModeError;
 
-    // A YAML `mode: 0644` arrives as the number 644; its digits are read as octal too, which is
-    // what the user meant.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let err = || FileModeError(s.to_string());
         let t = s.trim();
@@ -57,13 +53,53 @@ impl fmt::Display for FileMode {
     }
 }
 
-string_serde!(
-    FileMode,
-    "FileMode",
-    "an octal file mode such as \"0644\"",
-    r"^(0o)?[0-7]{1,5}$",
-    "An octal Unix permission mode as a string, e.g. \"0644\"."
-);
+impl Serialize for FileMode {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+// Only strings: a bare number is ambiguous. YAML reads `0o644` as 420 and JSON clients write
+// 420 for 0644, while `644` means 0644 to most people; a quoted "0644" has one reading.
+impl<'de> Deserialize<'de> for FileMode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = FileMode;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an octal file mode as a string, such as \"0644\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<FileMode, E> {
+                v.parse().map_err(E::custom)
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<FileMode, E> {
+                Err(E::custom(format!(
+                    "the number {v} is ambiguous as a file mode: write the octal mode in quotes, e.g. \"0644\""
+                )))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<FileMode, E> {
+                Err(E::custom(format!(
+                    "the number {v} is ambiguous as a file mode: write the octal mode in quotes, e.g. \"0644\""
+                )))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl JsonSchema for FileMode {
+    fn schema_name() -> Cow<'static, str> {
+        "FileMode".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "pattern": r"^(0o)?[0-7]{1,5}$",
+            "description": "An octal Unix permission mode as a string, e.g. \"0644\".",
+        })
+    }
+}
 
 /// How a seed file meets a file berth already wrote at the same path (the instructions file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]

@@ -160,6 +160,12 @@ pub fn validate_git_url(url: &str, schemes: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
+/// The host path a `file://` URL names (`None` for other schemes), for checking it against the
+/// roots `file://` repositories may come from.
+pub fn file_url_path(url: &str) -> Option<&str> {
+    url.strip_prefix("file://").filter(|p| p.starts_with('/'))
+}
+
 pub(crate) fn validate_gitsource(g: &GitSource, errs: &mut ValidationErrors) {
     let s = &g.spec;
     if s.url.is_empty() {

@@ -1,5 +1,37 @@
 //! berth's manifest types: what a user or a GitOps repository writes, and what the controller
 //! reports back. No I/O and no async runtime: third parties import this crate to write manifests.
+//!
+//! ```
+//! use berth_api::{Defaults, Object, decode_manifest};
+//!
+//! let manifest: serde_json::Value = serde_yaml::from_str(
+//!     "apiVersion: berth.dev/v1alpha1
+//! kind: Project
+//! metadata: {name: payments-api}
+//! spec: {displayName: Payments API, resources: {memory: 8GiB}}
+//! ",
+//! )
+//! .unwrap();
+//! let Object::Project(mut project) = decode_manifest(manifest).unwrap() else {
+//!     unreachable!()
+//! };
+//! project.apply_defaults(&Defaults::default());
+//! assert_eq!(project.spec.image, "berth-base");
+//! assert_eq!(project.spec.resources.memory.unwrap().as_bytes(), 8 << 30);
+//!
+//! let bad = serde_yaml::from_str(
+//!     "apiVersion: berth.dev/v1alpha1
+//! kind: Project
+//! metadata: {name: p}
+//! spec: {resources: {memory: 4 gigs}}
+//! ",
+//! )
+//! .unwrap();
+//! assert_eq!(
+//!     decode_manifest(bad).unwrap_err().to_string(),
+//!     "spec.resources.memory: \"4 gigs\" is not a quantity"
+//! );
+//! ```
 
 pub mod annotations;
 pub mod conditions;
@@ -14,6 +46,7 @@ pub mod profile;
 pub mod project;
 pub mod quantity;
 pub mod schema;
+pub mod wire;
 
 pub use conditions::{
     condition_types, find_condition, is_condition_true, reasons, remove_condition, set_condition,
@@ -21,7 +54,7 @@ pub use conditions::{
 pub use duration::{BerthDuration, MaxAge};
 pub use error::{FieldError, ValidationErrors};
 pub use files::{FileMode, MergeMode, WORKSPACE_DIR};
-pub use gitsource::{GitSource, GitSourceSpec, GitSourceStatus};
+pub use gitsource::{GitSource, GitSourceSpec, GitSourceStatus, file_url_path, validate_git_url};
 pub use meta::{API_VERSION, Condition, ConditionStatus, ObjectMeta};
 pub use naming::{derive_name, display_name_key, slugify, validate_env_key, validate_name};
 pub use object::{Kind, Object, decode_manifest, decode_stored};
@@ -37,3 +70,4 @@ pub use project::{
 };
 pub use quantity::{CpuQuantity, Quantity};
 pub use schema::schemas;
+pub use wire::{ApiStatus, ListMeta, ObjectList, StatusDetails, WatchEvent, WatchEventType};

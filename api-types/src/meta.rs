@@ -14,7 +14,9 @@ pub const API_VERSION: &str = "berth.dev/v1alpha1";
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ObjectMeta {
+    /// Lower-case letters, digits and '-'; a project's name is also its LXD instance name.
     #[serde(default)]
+    #[schemars(pattern(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"))]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
@@ -23,9 +25,17 @@ pub struct ObjectMeta {
     /// Moves on every write; a write that names a stale value is refused with 409.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "crate::quantity::scalar::string_map"
+    )]
     pub labels: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "crate::quantity::scalar::string_map"
+    )]
     pub annotations: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creation_timestamp: Option<DateTime<Utc>>,
@@ -41,6 +51,24 @@ pub enum ConditionStatus {
     True,
     False,
     Unknown,
+}
+
+impl ConditionStatus {
+    pub fn from_bool(value: bool) -> Self {
+        if value {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
 }
 
 /// One observed aspect of an object. `last_transition_time` moves only when `status` changes.

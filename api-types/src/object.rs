@@ -6,10 +6,10 @@ use serde_json::{Map, Value};
 
 use crate::error::ValidationErrors;
 use crate::gitsource::{GitSource, validate_gitsource};
-use crate::meta::{API_VERSION, ObjectMeta};
+use crate::meta::{API_VERSION, Condition, ObjectMeta};
 use crate::naming::validate_name;
 use crate::profile::{AgentProfile, validate_profile};
-use crate::project::{Project, validate_project};
+use crate::project::{Defaults, Project, validate_project};
 
 /// A kind of object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -57,6 +57,19 @@ impl Kind {
             let singular = k.as_str().to_ascii_lowercase();
             lower == singular || lower == k.plural()
         })
+    }
+}
+
+impl Serialize for Kind {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Kind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Kind::parse(&s).ok_or_else(|| serde::de::Error::custom(unknown_kind_message(&s)))
     }
 }
 
@@ -139,6 +152,60 @@ impl Object {
             map.insert("kind".into(), Value::String(self.kind().as_str().into()));
         }
         v
+    }
+
+    /// Replaces the status with `status` as the status path receives it (`null` clears it).
+    /// Fields are named under `status.`.
+    pub fn set_status_value(&mut self, status: Value) -> Result<(), ValidationErrors> {
+        fn decode<T: DeserializeOwned>(v: Value) -> Result<Option<T>, ValidationErrors> {
+            if v.is_null() {
+                return Ok(None);
+            }
+            serde_path_to_error::deserialize::<_, T>(&v)
+                .map(Some)
+                .map_err(|e| {
+                    let (field, message, _) = describe_error(e);
+                    let field = if field.is_empty() {
+                        "status".to_string()
+                    } else {
+                        format!("status.{field}")
+                    };
+                    ValidationErrors::one(field, message)
+                })
+        }
+        match self {
+            Object::Project(o) => o.status = decode(status)?,
+            Object::AgentProfile(o) => o.status = decode(status)?,
+            Object::GitSource(o) => o.status = decode(status)?,
+        }
+        Ok(())
+    }
+
+    /// The status conditions (empty without a status).
+    pub fn conditions(&self) -> &[Condition] {
+        match self {
+            Object::Project(o) => o.status.as_ref().map(|s| s.conditions.as_slice()),
+            Object::AgentProfile(o) => o.status.as_ref().map(|s| s.conditions.as_slice()),
+            Object::GitSource(o) => o.status.as_ref().map(|s| s.conditions.as_slice()),
+        }
+        .unwrap_or(&[])
+    }
+
+    /// Which generation the status describes (`None` without a status).
+    pub fn observed_generation(&self) -> Option<i64> {
+        match self {
+            Object::Project(o) => o.status.as_ref().map(|s| s.observed_generation),
+            Object::AgentProfile(o) => o.status.as_ref().map(|s| s.observed_generation),
+            Object::GitSource(o) => o.status.as_ref().map(|s| s.observed_generation),
+        }
+    }
+
+    /// Resolves fleet defaults into a project's spec (admission); other kinds default at
+    /// decode and are left as they are.
+    pub fn apply_defaults(&mut self, defaults: &Defaults) {
+        if let Object::Project(p) = self {
+            p.apply_defaults(defaults);
+        }
     }
 
     /// `Kind/name`, as inventories and messages name objects.
@@ -286,6 +353,7 @@ pub fn decode_manifest(value: Value) -> Result<Object, ValidationErrors> {
     };
     let kind = check_header(&map, &mut errs)?;
     map.remove("status");
+    strip_nulls(&mut map);
     if let Some(Value::Object(meta)) = map.get_mut("metadata") {
         for key in SERVER_SET_METADATA {
             meta.remove(key);
@@ -295,17 +363,17 @@ pub fn decode_manifest(value: Value) -> Result<Object, ValidationErrors> {
     let mut removed = Vec::new();
     let object = match kind {
         Kind::Project => {
-            decode_lenient::<Project>(&value, &mut errs, &mut removed).map(Object::from)
+            decode_lenient::<Project>(value, &mut errs, &mut removed).map(Object::from)
         }
         Kind::AgentProfile => {
-            decode_lenient::<AgentProfile>(&value, &mut errs, &mut removed).map(Object::from)
+            decode_lenient::<AgentProfile>(value, &mut errs, &mut removed).map(Object::from)
         }
         Kind::GitSource => {
-            decode_lenient::<GitSource>(&value, &mut errs, &mut removed).map(Object::from)
+            decode_lenient::<GitSource>(value, &mut errs, &mut removed).map(Object::from)
         }
     };
     let Some(mut object) = object else {
-        errs.causes.sort_by(|a, b| a.field.cmp(&b.field));
+        sort_causes(&mut errs);
         return Err(errs);
     };
     if let Err(found) = object.validate() {
@@ -318,7 +386,7 @@ pub fn decode_manifest(value: Value) -> Result<Object, ValidationErrors> {
         );
     }
     if !errs.is_empty() {
-        errs.causes.sort_by(|a, b| a.field.cmp(&b.field));
+        sort_causes(&mut errs);
         return Err(errs);
     }
     set_header(&mut object);
@@ -343,6 +411,46 @@ pub fn decode_stored(value: Value) -> Result<Object, ValidationErrors> {
     }?;
     set_header(&mut object);
     Ok(object)
+}
+
+/// Orders causes by field, list indices numerically (`[2]` before `[10]`); causes of one field
+/// keep their order.
+fn sort_causes(errs: &mut ValidationErrors) {
+    fn key(field: &str) -> String {
+        let mut out = String::with_capacity(field.len() + 8);
+        let mut rest = field;
+        while let Some(open) = rest.find('[') {
+            out.push_str(&rest[..=open]);
+            rest = &rest[open + 1..];
+            let digits = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
+            out.push_str(&format!("{:0>12}", &rest[..digits]));
+            rest = &rest[digits..];
+        }
+        out.push_str(rest);
+        out
+    }
+    errs.causes.sort_by_cached_key(|c| key(&c.field));
+}
+
+/// A key written with no value (`spec:` or `resources:` on a line of its own) means the same as
+/// leaving it out, as in Kubernetes manifests.
+fn strip_nulls(map: &mut Map<String, Value>) {
+    map.retain(|_, v| !v.is_null());
+    for v in map.values_mut() {
+        match v {
+            Value::Object(m) => strip_nulls(m),
+            Value::Array(items) => {
+                for item in items {
+                    if let Value::Object(m) = item {
+                        strip_nulls(m);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 fn set_header(object: &mut Object) {
@@ -435,11 +543,10 @@ fn decode_strict<T: DeserializeOwned>(value: &Value) -> Result<T, ValidationErro
 /// Decodes, and on an error records it, removes the offending field and tries again, so one
 /// pass reports every bad field. `None` when decoding cannot go on.
 fn decode_lenient<T: DeserializeOwned>(
-    value: &Value,
+    mut value: Value,
     errs: &mut ValidationErrors,
     removed: &mut Vec<String>,
 ) -> Option<T> {
-    let mut value = value.clone();
     for _ in 0..MAX_DECODE_PASSES {
         match serde_path_to_error::deserialize::<_, T>(&value) {
             Ok(t) => return Some(t),
@@ -498,13 +605,27 @@ fn describe_error(
             .map(|(_, rest)| format!(" (expected {rest})"))
             .unwrap_or_default();
         format!("{name:?} is not a valid value{expected}")
-    } else if let Some(found) = message.strip_suffix(", expected string or map") {
-        // Every enum here is a set of plain names; "or map" would only confuse.
-        format!("{found}, expected a string")
     } else {
-        message
+        plain_type_message(message)
     };
     (render_path(&segments), message, segments)
+}
+
+/// Says serde's type mismatches in the words of YAML, not of Rust.
+fn plain_type_message(message: String) -> String {
+    let message = message.replacen("invalid type: map,", "invalid type: mapping,", 1);
+    if let Some(found) = message.strip_suffix(", expected string or map") {
+        // Every enum here is a set of plain names; "or map" would only confuse.
+        format!("{found}, expected a string")
+    } else if message == "invalid value: map, expected map with a single key" {
+        "invalid type: mapping, expected a string".to_string()
+    } else if let Some(found) = message.strip_suffix(", expected a map") {
+        format!("{found}, expected a mapping")
+    } else if let Some((found, _)) = message.split_once(", expected struct ") {
+        format!("{found}, expected a mapping")
+    } else {
+        message
+    }
 }
 
 fn backticked(message: &str, prefix: &str) -> Option<String> {

@@ -135,14 +135,7 @@ impl ProjectSpec {
 
 /// Environment values are strings, but YAML users write `PORT: 3000`: take scalars as text.
 fn env_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
-    struct Text(String);
-    impl<'de> Deserialize<'de> for Text {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            scalar::string_like(d).map(Text)
-        }
-    }
-    let raw = BTreeMap::<String, Text>::deserialize(d)?;
-    Ok(raw.into_iter().map(|(k, v)| (k, v.0)).collect())
+    scalar::string_map(d)
 }
 
 /// Desired power state.

@@ -306,6 +306,20 @@ pub(crate) mod scalar {
         d.deserialize_any(V(expecting, PhantomData))
     }
 
+    /// A map of strings whose values may be written as bare scalars (see [`string_like`]).
+    pub fn string_map<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<std::collections::BTreeMap<String, String>, D::Error> {
+        struct Text(String);
+        impl<'de> serde::Deserialize<'de> for Text {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                string_like(d).map(Text)
+            }
+        }
+        let raw = <std::collections::BTreeMap<String, Text> as serde::Deserialize>::deserialize(d)?;
+        Ok(raw.into_iter().map(|(k, v)| (k, v.0)).collect())
+    }
+
     /// A string, or a number or boolean taken as its text.
     pub fn string_like<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
         struct V;

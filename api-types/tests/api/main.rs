@@ -3,8 +3,10 @@
 mod conditions;
 mod defaults;
 mod manifests;
+mod mutations;
 mod roundtrip;
 mod units;
+mod wire;
 
 /// Parses one YAML document into the JSON value the decoders take.
 pub fn yaml(text: &str) -> serde_json::Value {

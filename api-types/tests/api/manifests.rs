@@ -77,7 +77,7 @@ const BAD: &[(&str, &str, &[&str])] = &[
     ),
     (
         "bad seed paths and modes",
-        "kind: Project\nmetadata: {name: p}\nspec:\n  seedFiles:\n    - {path: ../etc/passwd}\n    - {path: /etc/hosts}\n    - {path: /workspace/ok.txt, mode: '0644'}\n    - {path: 'docs/', content: x}\n    - {path: /workspace/a/../../b}\n    - {content: no path}\n    - {path: x, mode: '0888'}\n    - {path: y, merge: prepend}\n",
+        "kind: Project\nmetadata: {name: p}\nspec:\n  seedFiles:\n    - {path: ../etc/passwd}\n    - {path: /etc/hosts}\n    - {path: /workspace/ok.txt, mode: '0644'}\n    - {path: 'docs/', content: x}\n    - {path: /workspace/a/../../b}\n    - {content: no path}\n    - {path: x, mode: '0888'}\n    - {path: y, merge: prepend}\n    - {path: z, mode: 0o644}\n",
         &[
             "spec.seedFiles[0].path: \"../etc/passwd\" must not contain '..'",
             "spec.seedFiles[1].path: \"/etc/hosts\" must lie under /workspace",
@@ -86,6 +86,7 @@ const BAD: &[(&str, &str, &[&str])] = &[
             "spec.seedFiles[5].path: required",
             "spec.seedFiles[6].mode: \"0888\" is not an octal file mode (write e.g. \"0644\")",
             "spec.seedFiles[7].merge: \"prepend\" is not a valid value (expected `replace` or `append`)",
+            "spec.seedFiles[8].mode: the number 420 is ambiguous as a file mode: write the octal mode in quotes, e.g. \"0644\"",
         ],
     ),
     (
@@ -198,7 +199,37 @@ const BAD: &[(&str, &str, &[&str])] = &[
         &["kind: \"project\" is not a known kind (did you mean Project?)"],
     ),
     ("missing kind", "metadata: {name: p}\n", &["kind: required"]),
+    (
+        "every problem at once: decode and validation errors together",
+        "kind: Project\nmetadata: {name: Bad Name, labels: {ok: fine}}\nspec:\n  displayName: '   '\n  image: 'two words'\n  resources: {memory: lots, cpu: '0'}\n  agent: Shell\n  seedFiles: [{path: /root/x}]\n  env: {A-B: x}\n  reap: {idleAfter: 0s}\n  extra: 1\n",
+        &[
+            "metadata.name: \"Bad Name\" is not a valid name (must be lower-case letters, digits and '-', start with a letter, end with a letter or digit, at most 63 characters)",
+            "spec.agent: \"Shell\" is not a valid name (must be lower-case letters, digits and '-', start with a letter, end with a letter or digit, at most 63 characters)",
+            "spec.displayName: must not be blank",
+            "spec.env.A-B: \"A-B\" is not a valid environment variable name (letters, digits and '_', not starting with a digit)",
+            "spec.extra: unknown field (expected one of `displayName`, `state`, `image`, `resources`, `agent`, `agents`, `repo`, `seedFiles`, `env`, `brief`, `reap`)",
+            "spec.image: \"two words\" must not contain whitespace",
+            "spec.reap.idleAfter: must be more than 0",
+            "spec.resources.cpu: must be more than 0",
+            "spec.resources.memory: \"lots\" is not a quantity",
+            "spec.seedFiles[0].path: \"/root/x\" must lie under /workspace",
+        ],
+    ),
 ];
+
+#[test]
+fn causes_are_ordered_with_numeric_indices() {
+    let seeds: String = (0..12).map(|_| "    - {path: ../x}\n").collect();
+    let err = decode_manifest(yaml(&format!(
+        "{HEADER}kind: Project\nmetadata: {{name: p}}\nspec:\n  seedFiles:\n{seeds}"
+    )))
+    .unwrap_err();
+    let fields: Vec<_> = err.causes.iter().map(|c| c.field.clone()).collect();
+    let want: Vec<_> = (0..12)
+        .map(|i| format!("spec.seedFiles[{i}].path"))
+        .collect();
+    assert_eq!(fields, want);
+}
 
 #[test]
 fn bad_manifests_report_every_problem_with_its_path() {
@@ -305,6 +336,16 @@ metadata:
   finalizers: [berth.dev/cleanup]
 status: {phase: Ready, whatever: 1}
 ",
+        Kind::Project,
+    ),
+    (
+        "keys written without a value count as absent",
+        "kind: Project\nmetadata:\n  name: empty\n  labels:\nspec:\n  resources:\n  repo:\n  env: {A: x, B: }\n",
+        Kind::Project,
+    ),
+    (
+        "label and annotation values written as bare numbers or booleans",
+        "kind: Project\nmetadata:\n  name: labelled\n  labels: {tier: 1, canary: true}\n  annotations: {berth.dev/restartedAt: 2026-01-01T00:00:00Z}\n",
         Kind::Project,
     ),
     (

@@ -76,6 +76,34 @@ fn sigterm_exits_cleanly_and_the_store_survives_a_restart() {
 }
 
 #[test]
+fn a_killed_daemon_loses_no_acknowledged_write() {
+    let mut daemon = Daemon::start();
+    let list = json!({"apiVersion": "v1", "kind": "List",
+        "items": (0..50).map(|i| project(&format!("p{i}"))).collect::<Vec<_>>()});
+    let applied = daemon
+        .client()
+        .post_json("/apis/berth.dev/v1alpha1/apply", &list);
+    assert_eq!(applied.status, 200, "{}", applied.text());
+    let status = daemon
+        .client()
+        .put_json(
+            &format!("{PROJECTS}/p7/status"),
+            &json!({"status": {"phase": "Ready"}}),
+        )
+        .json();
+    daemon.kill();
+    // The socket file is left behind by a crash; the next daemon replaces it.
+    assert!(daemon.socket.exists());
+    daemon.restart();
+    let listed = daemon.client().get(PROJECTS).json();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 50);
+    assert_eq!(
+        daemon.client().get(&format!("{PROJECTS}/p7")).json(),
+        status
+    );
+}
+
+#[test]
 fn a_stale_socket_file_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("berth.sock");
@@ -119,6 +147,75 @@ fn a_config_typo_is_refused_naming_key_and_file() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
         text.contains("berth.yaml") && text.contains("sockt"),
+        "{text}"
+    );
+}
+
+/// One request over plain TCP, `Connection: close`; returns the status code and the body.
+fn tcp_request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: berth\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let status = reply.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn loopback_tcp_serves_the_api_but_not_status_writes() {
+    // A free loopback port: bound by the kernel, released for the daemon.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let daemon = Daemon::start_with(&["--listen", &addr]);
+    let (status, _) = tcp_request(&addr, "GET", "/healthz", "");
+    assert_eq!(status, 200);
+    let (status, body) = tcp_request(&addr, "POST", PROJECTS, &project("over-tcp").to_string());
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = tcp_request(
+        &addr,
+        "PUT",
+        &format!("{PROJECTS}/over-tcp/status"),
+        r#"{"status": {"phase": "Ready"}}"#,
+    );
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        daemon.client().get(&format!("{PROJECTS}/over-tcp")).status,
+        200
+    );
+}
+
+#[test]
+fn a_non_loopback_address_without_tls_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("daemon.log");
+    let mut child = spawn_serve(
+        &dir.path().join("data"),
+        &dir.path().join("berth.sock"),
+        &log,
+        &["--listen", "0.0.0.0:7480"],
+    );
+    let status = wait_with_deadline(&mut child, Duration::from_secs(30)).expect("exits");
+    assert!(!status.success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("listen.http") && text.contains("tls"),
         "{text}"
     );
 }

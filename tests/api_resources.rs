@@ -178,6 +178,39 @@ fn oversized_bodies_get_413() {
 }
 
 #[test]
+fn a_chunked_body_is_cut_off_at_the_limit() {
+    use std::io::{Read, Write};
+    let daemon = Daemon::start();
+    let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        stream,
+        "POST {PROJECTS} HTTP/1.1\r\nHost: berth\r\nConnection: close\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    .unwrap();
+    // No Content-Length: the limit must hold while reading, so stop once the server answers.
+    let chunk = vec![b' '; 64 << 10];
+    for _ in 0..((4 << 20) / chunk.len()) {
+        let sent = write!(stream, "{:x}\r\n", chunk.len())
+            .and_then(|_| stream.write_all(&chunk))
+            .and_then(|_| stream.write_all(b"\r\n"));
+        if sent.is_err() {
+            break;
+        }
+    }
+    let _ = stream.write_all(b"0\r\n\r\n");
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    assert!(
+        reply.starts_with("HTTP/1.1 413"),
+        "{}",
+        &reply[..reply.len().min(300)]
+    );
+}
+
+#[test]
 fn dry_run_validates_and_writes_nothing() {
     let daemon = Daemon::start();
     let api = daemon.client();
@@ -319,8 +352,7 @@ fn apply_is_all_or_nothing_and_idempotent() {
     let reply = api.request("POST", APPLY, Some("application/yaml"), yaml.as_bytes());
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(
-        api.post_json(&format!("{APPLY}?prune=true&applyset=x"), &list)
-            .status,
+        api.post_json(&format!("{APPLY}?prune=true"), &list).status,
         400
     );
     assert_eq!(api.post_json(APPLY, &project("x", json!({}))).status, 400);
@@ -456,6 +488,10 @@ fn status_is_written_only_through_its_own_path() {
     );
     assert_eq!(stale.status, 409);
     assert_eq!(api.put_json(&status_path, &json!({"spec": {}})).status, 422);
+    // Status the controller could not read back is refused.
+    let garbage = api.put_json(&status_path, &json!({"status": {"phase": "Exploded"}}));
+    assert_eq!(garbage.status, 422, "{}", garbage.text());
+    assert_eq!(api.get(&status_path).json()["status"]["phase"], "Ready");
 }
 
 #[test]
@@ -545,4 +581,93 @@ fn service_endpoints_and_unknown_routes() {
     assert_eq!(events["kind"], "EventList");
     let events = api.get(&format!("{PROJECTS}/anything/events")).json();
     assert_eq!(events["items"], json!([]));
+}
+
+#[test]
+fn apply_with_an_applyset_prunes_only_what_the_set_applied_before() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    // Not in the set: never pruned, whatever it looks like.
+    assert_eq!(
+        api.post_json(PROJECTS, &project("bystander", json!({})))
+            .status,
+        201
+    );
+    let list = |names: &[&str]| {
+        json!({"apiVersion": "v1", "kind": "List",
+            "items": names.iter().map(|n| project(n, json!({}))).collect::<Vec<_>>()})
+    };
+    let first = api.post_json(
+        &format!("{APPLY}?applyset=team&prune=true"),
+        &list(&["a", "b", "c"]),
+    );
+    assert_eq!(first.status, 200, "{}", first.text());
+    let first = first.json();
+    assert_eq!(
+        first["items"][0]["object"]["metadata"]["annotations"]["berth.dev/applyset"],
+        "team"
+    );
+
+    // c opts out of pruning.
+    let opt_out = api.request(
+        "PATCH",
+        &format!("{PROJECTS}/c"),
+        Some("application/merge-patch+json"),
+        br#"{"metadata": {"annotations": {"berth.dev/prune": "disabled"}}}"#,
+    );
+    assert_eq!(opt_out.status, 200, "{}", opt_out.text());
+
+    // A dry run reports the pruning and does nothing.
+    let dry = api
+        .post_json(
+            &format!("{APPLY}?applyset=team&prune=true&dryRun=All"),
+            &list(&["a"]),
+        )
+        .json();
+    let actions: Vec<_> = dry["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            format!(
+                "{}:{}",
+                i["name"].as_str().unwrap(),
+                i["action"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(actions, ["a:unchanged", "b:pruned"]);
+    assert_eq!(api.get(&format!("{PROJECTS}/b")).status, 200);
+
+    // Without prune the inventory is recorded but nothing is deleted.
+    let kept = api
+        .post_json(&format!("{APPLY}?applyset=team"), &list(&["a", "b"]))
+        .json();
+    assert_eq!(kept["items"].as_array().unwrap().len(), 2);
+    assert_eq!(api.get(&format!("{PROJECTS}/c")).status, 200);
+
+    let pruned = api
+        .post_json(&format!("{APPLY}?applyset=team&prune=true"), &list(&["a"]))
+        .json();
+    let actions: Vec<_> = pruned["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            format!(
+                "{}:{}",
+                i["name"].as_str().unwrap(),
+                i["action"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(actions, ["a:unchanged", "b:pruned"]);
+    assert_eq!(api.get(&format!("{PROJECTS}/b")).status, 404);
+    assert_eq!(api.get(&format!("{PROJECTS}/c")).status, 200);
+    assert_eq!(api.get(&format!("{PROJECTS}/bystander")).status, 200);
+    assert_eq!(
+        api.post_json(&format!("{APPLY}?applyset=Bad_Name"), &list(&["a"]))
+            .status,
+        400
+    );
 }

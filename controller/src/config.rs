@@ -5,10 +5,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use berth_api::Defaults;
 use serde::{Deserialize, Serialize};
-
-/// Where `berth serve` looks for its configuration when `--config` is not given.
-pub const SYSTEM_CONFIG_PATH: &str = "/etc/berth/berth.yaml";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -35,7 +33,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub listen: ListenConfig,
     pub lxd: LxdConfig,
-    pub defaults: FleetDefaults,
+    /// What a new project gets when its manifest leaves a field out; resolved at admission,
+    /// so changing these affects new projects only.
+    pub defaults: Defaults,
     pub scheduler: SchedulerConfig,
     pub preview_domain: String,
     /// Host paths that `file://` repositories may name.
@@ -51,7 +51,7 @@ impl Default for Config {
             data_dir: default_data_dir(),
             listen: ListenConfig::default(),
             lxd: LxdConfig::default(),
-            defaults: FleetDefaults::default(),
+            defaults: Defaults::default(),
             scheduler: SchedulerConfig::default(),
             preview_domain: "localhost".to_string(),
             allowed_file_roots: Vec::new(),
@@ -122,66 +122,6 @@ impl Default for LxdConfig {
     }
 }
 
-/// What a new project gets when its manifest leaves a field out. Applied at admission, so
-/// changing these affects new projects only.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct FleetDefaults {
-    pub image: String,
-    pub resources: DefaultResources,
-    pub reap: DefaultReap,
-}
-
-impl Default for FleetDefaults {
-    fn default() -> Self {
-        FleetDefaults {
-            image: "berth-base".to_string(),
-            resources: DefaultResources::default(),
-            reap: DefaultReap::default(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct DefaultResources {
-    pub cpu: String,
-    pub memory: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub disk: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub workspace_size: String,
-}
-
-impl Default for DefaultResources {
-    fn default() -> Self {
-        DefaultResources {
-            cpu: "2".to_string(),
-            memory: "4GiB".to_string(),
-            disk: String::new(),
-            workspace_size: String::new(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct DefaultReap {
-    pub idle_after: String,
-    pub idle_action: String,
-    pub max_age: String,
-}
-
-impl Default for DefaultReap {
-    fn default() -> Self {
-        DefaultReap {
-            idle_after: "8h".to_string(),
-            idle_action: "Stop".to_string(),
-            max_age: "30d".to_string(),
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct SchedulerConfig {
@@ -213,13 +153,11 @@ impl Default for SecretsConfig {
 }
 
 impl Config {
-    /// Reads `path`, or the system file if it exists, or nothing; then validates.
+    /// Reads `path` (no path: every default), then validates. There is no implicit system
+    /// file: what a daemon runs with is what its command line says.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
         let config = match path {
             Some(path) => Self::read(path)?,
-            None if Path::new(SYSTEM_CONFIG_PATH).is_file() => {
-                Self::read(Path::new(SYSTEM_CONFIG_PATH))?
-            }
             None => Config::default(),
         };
         config.validate()?;
@@ -284,6 +222,15 @@ impl Config {
                     ),
                 ));
             }
+        }
+        if let Err(errors) = self.defaults.validate("defaults") {
+            let first = errors.causes.first();
+            return Err(ConfigError::Invalid {
+                field: first.map(|c| c.field.clone()).unwrap_or_default(),
+                message: first
+                    .map(|c| c.message.clone())
+                    .unwrap_or_else(|| errors.to_string()),
+            });
         }
         if self.scheduler.workers == 0 {
             return Err(invalid("scheduler.workers", "must be at least 1"));
@@ -353,6 +300,46 @@ mod tests {
         assert_eq!(Config::parse("{}\n").unwrap(), Config::default());
     }
 
+    /// The example of DESIGN.md (Configuration), key for key: it parses, and it says what the
+    /// defaults are.
+    #[test]
+    fn the_documented_file_parses_to_the_defaults() {
+        let documented = r#"
+dataDir: /var/lib/berth
+listen:
+  socket: /run/berth/berth.sock
+  http: ""
+  tls: {cert: "", key: ""}
+lxd:
+  endpoint: unix:///var/lib/lxd/unix.socket
+  project: default
+  storagePool: default
+  target: ""
+  clientCert: ""
+  clientKey: ""
+  serverFingerprint: ""
+defaults:
+  image: berth-base
+  resources: {cpu: "2", memory: 4GiB}
+  reap: {idleAfter: 8h, idleAction: Stop, maxAge: 30d}
+scheduler: {interval: 30s, workers: 8}
+previewDomain: localhost
+allowedFileRoots: []
+secrets: {mirrorToLxd: true}
+"#;
+        let parsed = Config::parse(documented).unwrap();
+        parsed.validate().unwrap();
+        let expected = Config {
+            data_dir: PathBuf::from("/var/lib/berth"),
+            listen: ListenConfig {
+                socket: PathBuf::from("/run/berth/berth.sock"),
+                ..ListenConfig::default()
+            },
+            ..Config::default()
+        };
+        assert_eq!(parsed, expected);
+    }
+
     #[test]
     fn partial_file_keeps_other_defaults() {
         let config =
@@ -361,7 +348,7 @@ mod tests {
         assert_eq!(config.listen.socket, default_socket_path());
         assert_eq!(config.scheduler.workers, 2);
         assert_eq!(config.scheduler.interval, "30s");
-        assert_eq!(config.defaults.reap.idle_after, "8h");
+        assert_eq!(config.defaults, Defaults::default());
         config.validate().unwrap();
     }
 
@@ -392,6 +379,11 @@ mod tests {
             let err = Config::parse(text).unwrap().validate().unwrap_err();
             assert!(err.to_string().starts_with(field), "{text}: {err}");
         }
+        let err = Config::parse("defaults: {resources: {memory: 4gigs}}").unwrap_err();
+        assert!(
+            err.to_string().contains("defaults.resources.memory"),
+            "{err}"
+        );
         let ok = "lxd: {endpoint: 'https://lxd.example:8443', serverFingerprint: abc}\nlisten: {http: '[::1]:7480'}";
         Config::parse(ok).unwrap().validate().unwrap();
     }

@@ -109,6 +109,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         "store open"
     );
 
+    if config.listen.tls.is_configured() {
+        anyhow::bail!("listen.tls: serving TLS is not supported by this build yet");
+    }
     let listeners = Listeners {
         unix: api::bind_unix(&config.listen.socket).await?,
         unix_path: config.listen.socket.clone(),

@@ -14,9 +14,11 @@ const START_DEADLINE: Duration = Duration::from_secs(30);
 /// How long a single request may take before the test fails instead of hanging.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A `berth serve --paused` on its own temporary data directory, killed on drop.
+/// A `berth serve` on its own temporary data directory, killed on drop.
 pub struct Daemon {
     child: Option<Child>,
+    /// The `serve` arguments after `--data-dir` and `--socket`, kept for restarts.
+    args: Vec<String>,
     pub dir: tempfile::TempDir,
     pub data_dir: PathBuf,
     pub socket: PathBuf,
@@ -31,13 +33,25 @@ impl Daemon {
 
     /// Starts a paused daemon with extra `serve` arguments.
     pub fn start_with(extra: &[&str]) -> Daemon {
+        let mut args = vec!["--paused"];
+        args.extend_from_slice(extra);
+        Self::start_args(&args)
+    }
+
+    /// Starts a daemon whose controller runs, with extra `serve` arguments.
+    pub fn start_running(extra: &[&str]) -> Daemon {
+        Self::start_args(extra)
+    }
+
+    fn start_args(args: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let data_dir = dir.path().join("data");
         let socket = dir.path().join("berth.sock");
         let log = dir.path().join("daemon.log");
-        let child = spawn_serve(&data_dir, &socket, &log, extra);
+        let child = spawn_serve_args(&data_dir, &socket, &log, args);
         let mut daemon = Daemon {
             child: Some(child),
+            args: args.iter().map(|a| a.to_string()).collect(),
             dir,
             data_dir,
             socket,
@@ -52,7 +66,13 @@ impl Daemon {
     /// [`terminate`]: Daemon::terminate
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "restart needs a terminated daemon");
-        self.child = Some(spawn_serve(&self.data_dir, &self.socket, &self.log, &[]));
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        self.child = Some(spawn_serve_args(
+            &self.data_dir,
+            &self.socket,
+            &self.log,
+            &args,
+        ));
         self.wait_healthy();
     }
 
@@ -96,6 +116,13 @@ impl Daemon {
         }
     }
 
+    /// Kills the daemon with SIGKILL, as a crash or power cut would stop it.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("daemon running");
+        child.kill().expect("kill berth serve");
+        child.wait().expect("reap berth serve");
+    }
+
     /// Sends SIGTERM and waits for the process to exit.
     pub fn terminate(&mut self) -> ExitStatus {
         let child = self.child.as_mut().expect("daemon running");
@@ -122,6 +149,14 @@ impl Drop for Daemon {
 
 /// Spawns `berth serve --paused` without waiting for it.
 pub fn spawn_serve(data_dir: &Path, socket: &Path, log: &Path, extra: &[&str]) -> Child {
+    let mut args = vec!["--paused"];
+    args.extend_from_slice(extra);
+    spawn_serve_args(data_dir, socket, log, &args)
+}
+
+/// Spawns `berth serve --data-dir DIR --socket PATH ARGS...` without waiting for it; its stderr
+/// goes to `log`.
+pub fn spawn_serve_args(data_dir: &Path, socket: &Path, log: &Path, args: &[&str]) -> Child {
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -133,8 +168,7 @@ pub fn spawn_serve(data_dir: &Path, socket: &Path, log: &Path, extra: &[&str]) -
         .arg(data_dir)
         .arg("--socket")
         .arg(socket)
-        .arg("--paused")
-        .args(extra)
+        .args(args)
         .env("BERTH_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -183,6 +183,10 @@ impl From<StoreError> for ApiError {
 
 impl From<BatchFailure> for ApiError {
     fn from(failure: BatchFailure) -> Self {
-        ApiError::from(failure.error).in_item(failure.index)
+        let error = ApiError::from(failure.error);
+        match failure.index {
+            Some(index) => error.in_item(index),
+            None => error,
+        }
     }
 }

@@ -17,9 +17,10 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use tokio_util::sync::CancellationToken;
 
-pub use admission::{Admission, KINDS, ResourceKind};
+pub use admission::Admission;
 pub use error::{ApiError, Cause};
-pub use server::{Listeners, bind_tcp, bind_unix, serve};
+pub use routes::FORCE_DELETE_ANNOTATION;
+pub use server::{ListenError, Listeners, bind_tcp, bind_unix, serve};
 
 use crate::store::Store;
 
@@ -27,6 +28,9 @@ pub type Body = BoxBody<Bytes, Infallible>;
 
 /// A check `/readyz` runs besides the store's own: "LXD reachable", "controller started".
 pub type ReadinessCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// Renders the Prometheus exposition for `/metrics`.
+pub type MetricsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Who is calling. On the unix socket that is the local administrator, named by the peer's
 /// OS user.
@@ -54,6 +58,8 @@ pub struct ApiState {
     pub store: Arc<Store>,
     pub admission: Admission,
     pub readiness: Vec<(String, ReadinessCheck)>,
+    /// Serves `/metrics` when set; the metrics registry plugs in here.
+    pub metrics: Option<MetricsRenderer>,
     /// Cancelled at shutdown: watch streams end so connections can drain.
     pub shutdown: CancellationToken,
 }
@@ -64,8 +70,15 @@ impl ApiState {
             store,
             admission,
             readiness: Vec::new(),
+            metrics: None,
             shutdown,
         }
+    }
+
+    /// Serves `/metrics` from `render`.
+    pub fn with_metrics(mut self, render: MetricsRenderer) -> Self {
+        self.metrics = Some(render);
+        self
     }
 
     /// Adds a named check to `/readyz`.

@@ -11,14 +11,16 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::admission::{self, Admitted, ResourceKind};
+use berth_api::Kind;
+
+use super::admission::{self, Admitted};
 use super::body::{self, APPLY_LIMIT, APPLY_PATCH, MERGE_PATCH, OBJECT_LIMIT};
 use super::error::{ApiError, Cause};
 use super::merge_patch;
 use super::selector::LabelSelector;
 use super::watch;
 use super::{ApiState, Body, Caller};
-use crate::store::{Action, Deletion, StoredObject};
+use crate::store::{Action, AppliedSet, Deletion, StoredObject};
 
 const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
 /// Marks a deletion asked with `?force=true`, for the controller to read.
@@ -114,8 +116,17 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
         }
         "/metrics" => {
             only(&method, &path, Method::GET)?;
-            // The metrics registry plugs in here once it exists; until then nothing is exported.
-            return Ok(text(StatusCode::OK, "# EOF\n"));
+            let Some(render) = &state.metrics else {
+                return Err(ApiError::not_found("this daemon serves no metrics"));
+            };
+            let mut response = text(StatusCode::OK, &render());
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            return Ok(response);
         }
         _ => {}
     }
@@ -167,7 +178,7 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
                 }
                 ([_, "status"], _) => Err(ApiError::method_not_allowed(&method, &path)),
                 ([name, "events"], &Method::GET) => {
-                    Ok(event_list(state.store.events_for(kind.kind, name)?))
+                    Ok(event_list(state.store.events_for(kind.as_str(), name)?))
                 }
                 ([_, "events"], _) => Err(ApiError::method_not_allowed(&method, &path)),
                 _ => Err(ApiError::not_found(format!("no route for {path}"))),
@@ -220,12 +231,12 @@ struct ListMeta {
     resource_version: String,
 }
 
-fn list(state: &ApiState, kind: ResourceKind, query: &Query) -> Outcome {
+fn list(state: &ApiState, kind: Kind, query: &Query) -> Outcome {
     let selector = query.selector()?;
-    let objects = state.store.list(kind.kind);
+    let objects = state.store.list(kind.as_str());
     let body = ListBody {
         api_version: berth_api::API_VERSION,
-        kind: kind.list_kind(),
+        kind: kind.list_kind().to_string(),
         metadata: ListMeta {
             resource_version: state.store.resource_version().to_string(),
         },
@@ -238,22 +249,23 @@ fn list(state: &ApiState, kind: ResourceKind, query: &Query) -> Outcome {
     Ok(serialized(StatusCode::OK, &body))
 }
 
-fn get(state: &ApiState, kind: ResourceKind, name: &str) -> Outcome {
+fn get(state: &ApiState, kind: Kind, name: &str) -> Outcome {
     let object = state
         .store
-        .get(kind.kind, name)
+        .get(kind.as_str(), name)
         .ok_or_else(|| not_found(kind, name))?;
     Ok(serialized(StatusCode::OK, object.as_ref()))
 }
 
-fn not_found(kind: ResourceKind, name: &str) -> ApiError {
-    ApiError::not_found(format!("{} {name:?} not found", kind.kind)).with_object(kind.kind, name)
+fn not_found(kind: Kind, name: &str) -> ApiError {
+    ApiError::not_found(format!("{} {name:?} not found", kind.as_str()))
+        .with_object(kind.as_str(), name)
 }
 
 /// Reads and admits one object sent for `kind` (and `name`, when the URL names one).
 async fn admit_one(
     state: &ApiState,
-    kind: ResourceKind,
+    kind: Kind,
     name: Option<&str>,
     req: Request<Incoming>,
 ) -> Result<Admitted, ApiError> {
@@ -266,12 +278,12 @@ async fn admit_one(
 }
 
 /// A body may leave out what the URL already says.
-fn fill_identity(value: &mut Value, kind: ResourceKind, name: Option<&str>) {
+fn fill_identity(value: &mut Value, kind: Kind, name: Option<&str>) {
     let Value::Object(object) = value else { return };
     object
         .entry("apiVersion")
         .or_insert_with(|| json!(berth_api::API_VERSION));
-    object.entry("kind").or_insert_with(|| json!(kind.kind));
+    object.entry("kind").or_insert_with(|| json!(kind.as_str()));
     if let Some(name) = name {
         let metadata = object.entry("metadata").or_insert_with(|| json!({}));
         if let Value::Object(metadata) = metadata {
@@ -282,7 +294,7 @@ fn fill_identity(value: &mut Value, kind: ResourceKind, name: Option<&str>) {
 
 fn admit_value(
     state: &ApiState,
-    kind: ResourceKind,
+    kind: Kind,
     name: Option<&str>,
     value: &Value,
 ) -> Result<Admitted, ApiError> {
@@ -294,11 +306,12 @@ fn admit_value(
     let admitted = state
         .admission
         .admit(value)
-        .map_err(|causes| ApiError::invalid(Some(kind.kind), Some(&sent_name), causes))?;
-    if admitted.desired.kind != kind.kind {
+        .map_err(|causes| ApiError::invalid(Some(kind.as_str()), Some(&sent_name), causes))?;
+    if admitted.desired.kind != kind.as_str() {
         return Err(ApiError::bad_request(format!(
             "kind {:?} was sent to the {} endpoint",
-            admitted.desired.kind, kind.plural
+            admitted.desired.kind,
+            kind.plural()
         )));
     }
     if let Some(name) = name
@@ -323,7 +336,7 @@ async fn blocking<T: Send + 'static>(
 
 async fn create(
     state: &Arc<ApiState>,
-    kind: ResourceKind,
+    kind: Kind,
     req: Request<Incoming>,
     query: &Query,
 ) -> Outcome {
@@ -338,7 +351,7 @@ async fn create(
 
 async fn replace(
     state: &Arc<ApiState>,
-    kind: ResourceKind,
+    kind: Kind,
     name: &str,
     req: Request<Incoming>,
     query: &Query,
@@ -355,7 +368,7 @@ async fn replace(
 
 async fn patch(
     state: &Arc<ApiState>,
-    kind: ResourceKind,
+    kind: Kind,
     name: &str,
     req: Request<Incoming>,
     query: &Query,
@@ -380,7 +393,7 @@ async fn patch(
             let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
             let patch = body::decode(&bytes, Some(MERGE_PATCH))?;
             let current = store
-                .get(kind.kind, name)
+                .get(kind.as_str(), name)
                 .ok_or_else(|| not_found(kind, name))?;
             let merged = merged_user_form(&current, &patch)?;
             let admitted = admit_value(state, kind, Some(name), &merged)?;
@@ -447,7 +460,7 @@ fn merged_user_form(current: &StoredObject, patch: &Value) -> Result<Value, ApiE
     Ok(form)
 }
 
-async fn delete(state: &Arc<ApiState>, kind: ResourceKind, name: &str, query: &Query) -> Outcome {
+async fn delete(state: &Arc<ApiState>, kind: Kind, name: &str, query: &Query) -> Outcome {
     let dry_run = query.dry_run()?;
     let mut annotations = BTreeMap::new();
     if query.flag("force")? {
@@ -460,7 +473,7 @@ async fn delete(state: &Arc<ApiState>, kind: ResourceKind, name: &str, query: &Q
         None => None,
     };
     let store = Arc::clone(&state.store);
-    let (kind_name, name_owned) = (kind.kind.to_string(), name.to_string());
+    let (kind_name, name_owned) = (kind.as_str().to_string(), name.to_string());
     let deletion =
         blocking(move || store.delete(&kind_name, &name_owned, rv, annotations, dry_run))
             .await?
@@ -480,7 +493,7 @@ async fn delete(state: &Arc<ApiState>, kind: ResourceKind, name: &str, query: &Q
 async fn put_status(
     state: &Arc<ApiState>,
     caller: &Caller,
-    kind: ResourceKind,
+    kind: Kind,
     name: &str,
     req: Request<Incoming>,
     query: &Query,
@@ -497,17 +510,33 @@ async fn put_status(
     let value = body::decode(&bytes, media.as_deref())?;
     let status = value.get("status").cloned().ok_or_else(|| {
         ApiError::invalid(
-            Some(kind.kind),
+            Some(kind.as_str()),
             Some(name),
             vec![Cause::new("status", "required")],
         )
     })?;
     if !status.is_object() && !status.is_null() {
         return Err(ApiError::invalid(
-            Some(kind.kind),
+            Some(kind.as_str()),
             Some(name),
             vec![Cause::new("status", "must be an object")],
         ));
+    }
+    // The controller reads status back typed: refuse what it could not read.
+    if let Some(current) = state.store.get(kind.as_str(), name) {
+        let mut candidate = (*current).clone();
+        candidate.status = status.clone();
+        if let Err(errors) = berth_api::decode_stored(candidate.to_value()) {
+            return Err(ApiError::invalid(
+                Some(kind.as_str()),
+                Some(name),
+                errors
+                    .causes
+                    .into_iter()
+                    .map(|c| Cause::new(c.field, c.message))
+                    .collect(),
+            ));
+        }
     }
     let rv = match value.pointer("/metadata/resourceVersion") {
         Some(Value::String(rv)) if !rv.is_empty() => Some(rv.parse::<u64>().map_err(|_| {
@@ -518,7 +547,7 @@ async fn put_status(
         _ => None,
     };
     let store = Arc::clone(&state.store);
-    let (kind_name, name_owned) = (kind.kind.to_string(), name.to_string());
+    let (kind_name, name_owned) = (kind.as_str().to_string(), name.to_string());
     let object =
         blocking(move || store.update_status(&kind_name, &name_owned, rv, status, dry_run))
             .await??;
@@ -529,13 +558,20 @@ async fn put_status(
 /// before any is written, all written in one transaction.
 async fn apply_list(state: &Arc<ApiState>, req: Request<Incoming>, query: &Query) -> Outcome {
     let dry_run = query.dry_run()?;
-    if query.flag("prune")? {
+    let prune = query.flag("prune")?;
+    let applyset = match query.get("applyset") {
+        None | Some("") => None,
+        Some(name) => {
+            berth_api::validate_name(name)
+                .map_err(|message| ApiError::bad_request(format!("applyset: {message}")))?;
+            Some(name.to_string())
+        }
+    };
+    if prune && applyset.is_none() {
         return Err(ApiError::bad_request(
-            "prune is not supported yet: apply without --prune",
+            "prune needs applyset=NAME: berth prunes only what a named set applied before",
         ));
     }
-    // Recorded with prune; parsed now so clients may already send it.
-    let _applyset = query.get("applyset");
     let media = body::media_type(req.headers());
     let (parts, incoming) = req.into_parts();
     let bytes = body::read(incoming, &parts.headers, APPLY_LIMIT).await?;
@@ -593,19 +629,36 @@ async fn apply_list(state: &Arc<ApiState>, req: Request<Incoming>, query: &Query
     }
 
     let store = Arc::clone(&state.store);
-    let results = blocking(move || store.apply_batch(batch, dry_run)).await??;
+    let outcome = match applyset {
+        Some(set) => {
+            for desired in &mut batch {
+                desired
+                    .annotations
+                    .insert(berth_api::annotations::APPLYSET.to_string(), set.clone());
+            }
+            blocking(move || store.apply_set(&set, batch, prune, dry_run)).await??
+        }
+        None => AppliedSet {
+            applied: blocking(move || store.apply_batch(batch, dry_run)).await??,
+            pruned: Vec::new(),
+        },
+    };
+    let applied = outcome.applied.iter().map(|(object, action)| ApplyItem {
+        kind: &object.kind,
+        name: object.name(),
+        action: action.as_str(),
+        object: object.as_ref(),
+    });
+    let pruned = outcome.pruned.iter().map(|deletion| ApplyItem {
+        kind: &deletion.object().kind,
+        name: deletion.object().name(),
+        action: "pruned",
+        object: deletion.object().as_ref(),
+    });
     let body = ApplyResult {
         api_version: berth_api::API_VERSION,
         kind: "ApplyResult",
-        items: results
-            .iter()
-            .map(|(object, action)| ApplyItem {
-                kind: &object.kind,
-                name: object.name(),
-                action: action.as_str(),
-                object: object.as_ref(),
-            })
-            .collect(),
+        items: applied.chain(pruned).collect(),
     };
     Ok(serialized(StatusCode::OK, &body))
 }

@@ -14,10 +14,10 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
-use super::admission::ResourceKind;
 use super::selector::LabelSelector;
 use super::{ApiState, Body};
 use crate::store::StoredObject;
+use berth_api::Kind;
 
 /// Lines buffered per watcher before the writer waits for the client.
 const BUFFERED_LINES: usize = 256;
@@ -37,7 +37,7 @@ fn line(type_: &str, object: &StoredObject) -> Bytes {
 
 pub fn stream(
     state: &Arc<ApiState>,
-    kind: ResourceKind,
+    kind: Kind,
     selector: LabelSelector,
     name: Option<String>,
 ) -> Response<Body> {
@@ -45,7 +45,7 @@ pub fn stream(
         name.as_deref().is_none_or(|n| n == object.name())
             && selector.matches(&object.metadata.labels)
     };
-    let (existing, _, mut changes) = state.store.list_and_subscribe(kind.kind);
+    let (existing, _, mut changes) = state.store.list_and_subscribe(kind.as_str());
     let (tx, rx) = mpsc::channel::<Bytes>(BUFFERED_LINES);
     let shutdown = state.shutdown.clone();
     tokio::spawn(async move {
@@ -62,7 +62,7 @@ pub fn stream(
                 change = changes.recv() => change,
             };
             match change {
-                Ok(change) if change.kind == kind.kind && wanted(&change.object) => {
+                Ok(change) if change.kind == kind.as_str() && wanted(&change.object) => {
                     if tx
                         .send(line(change.type_.as_watch_type(), &change.object))
                         .await

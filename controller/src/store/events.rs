@@ -1,5 +1,7 @@
 //! Events: what happened to an object, for `describe` and `berth events`. A repeat of the same
-//! type, reason and message bumps the count of the latest one instead of adding a row.
+//! type, reason and message bumps the count and last time of the earlier one instead of adding
+//! a row, and an object keeps only its latest [`KEPT_PER_OBJECT`] distinct events, so a project
+//! stuck in a retry loop cannot fill the disk.
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -71,6 +73,9 @@ impl Event {
     }
 }
 
+/// Distinct events kept per object.
+pub const KEPT_PER_OBJECT: i64 = 100;
+
 const COLUMNS: &str = "id, object_kind, object_name, object_uid, type, reason, message, count, \
                        first_timestamp, last_timestamp";
 
@@ -83,23 +88,24 @@ pub(super) fn record(
     now: DateTime<Utc>,
 ) -> Result<Event, StoreError> {
     let tx = conn.transaction()?;
-    let latest: Option<(i64, String, String, String)> = tx
+    let now = stamp(now);
+    let earlier: Option<i64> = tx
         .query_row(
-            "SELECT id, type, reason, message FROM events WHERE object_uid = ?1 \
-             ORDER BY id DESC LIMIT 1",
-            [&object.uid],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+            "SELECT id FROM events WHERE object_uid = ?1 AND reason = ?2 AND type = ?3 \
+             AND message = ?4 ORDER BY id DESC LIMIT 1",
+            params![object.uid, reason, type_.as_str(), message],
+            |row| row.get(0),
         )
         .optional()?;
-    let id = match latest {
-        Some((id, t, r, m)) if t == type_.as_str() && r == reason && m == message => {
+    let id = match earlier {
+        Some(id) => {
             tx.execute(
                 "UPDATE events SET count = count + 1, last_timestamp = ?2 WHERE id = ?1",
-                params![id, now.to_rfc3339()],
+                params![id, now],
             )?;
             id
         }
-        _ => {
+        None => {
             tx.execute(
                 "INSERT INTO events (object_kind, object_name, object_uid, type, reason, message, \
                  count, first_timestamp, last_timestamp) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7)",
@@ -110,10 +116,17 @@ pub(super) fn record(
                     type_.as_str(),
                     reason,
                     message,
-                    now.to_rfc3339()
+                    now
                 ],
             )?;
-            tx.last_insert_rowid()
+            let id = tx.last_insert_rowid();
+            tx.execute(
+                "DELETE FROM events WHERE object_uid = ?1 AND id NOT IN \
+                 (SELECT id FROM events WHERE object_uid = ?1 \
+                  ORDER BY last_timestamp DESC, id DESC LIMIT ?2)",
+                params![object.uid, KEPT_PER_OBJECT],
+            )?;
+            id
         }
     };
     let event = tx.query_row(
@@ -125,14 +138,20 @@ pub(super) fn record(
     Ok(event)
 }
 
-/// Events about `kind`/`name`, oldest first.
+/// Fixed width, so text order is time order.
+fn stamp(time: DateTime<Utc>) -> String {
+    time.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+/// Events about `kind`/`name`, oldest first (by when they last happened).
 pub(super) fn for_object(
     conn: &Connection,
     kind: &str,
     name: &str,
 ) -> Result<Vec<Event>, StoreError> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM events WHERE object_kind = ?1 AND object_name = ?2 ORDER BY id"
+        "SELECT {COLUMNS} FROM events WHERE object_kind = ?1 AND object_name = ?2 \
+         ORDER BY last_timestamp, id"
     ))?;
     let rows = stmt.query_map([kind, name], from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -141,7 +160,8 @@ pub(super) fn for_object(
 /// The most recent `limit` events about anything, oldest first.
 pub(super) fn recent(conn: &Connection, limit: usize) -> Result<Vec<Event>, StoreError> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM (SELECT {COLUMNS} FROM events ORDER BY id DESC LIMIT ?1) ORDER BY id"
+        "SELECT {COLUMNS} FROM (SELECT {COLUMNS} FROM events \
+         ORDER BY last_timestamp DESC, id DESC LIMIT ?1) ORDER BY last_timestamp, id"
     ))?;
     let rows = stmt.query_map([limit as i64], from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)

@@ -75,11 +75,28 @@ impl StoreError {
     }
 }
 
-/// A batch write failed at `items[index]`; nothing of the batch was written.
+/// One status write of [`Store::update_statuses`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusUpdate {
+    pub kind: String,
+    pub name: String,
+    pub expected_rv: Option<u64>,
+    pub status: Value,
+}
+
+/// What [`Store::apply_set`] did.
+#[derive(Debug, Clone)]
+pub struct AppliedSet {
+    pub applied: Vec<(Arc<StoredObject>, Action)>,
+    pub pruned: Vec<Deletion>,
+}
+
+/// A batch write failed, at `items[index]` when one item was the cause; nothing of the batch
+/// was written.
 #[derive(Debug, thiserror::Error)]
-#[error("items[{index}]: {error}")]
+#[error("{}{error}", index.map(|i| format!("items[{i}]: ")).unwrap_or_default())]
 pub struct BatchFailure {
-    pub index: usize,
+    pub index: Option<usize>,
     #[source]
     pub error: StoreError,
 }
@@ -95,6 +112,10 @@ struct Inner {
     objects: HashMap<String, BTreeMap<String, Arc<StoredObject>>>,
     /// Normalised `spec.displayName` of every Project → its name.
     display_names: HashMap<String, String>,
+    /// uid → (kind, name), for records that name objects by uid (LXD labels, events).
+    uids: HashMap<String, (String, String)>,
+    /// Applyset name → its inventory (`Kind/name`, sorted).
+    applysets: HashMap<String, Vec<String>>,
     resource_version: u64,
     /// Why the last write failed, cleared by the next one that succeeds.
     write_error: Option<String>,
@@ -106,6 +127,7 @@ struct Inner {
 struct Pending {
     rv_before: u64,
     undo: Vec<(String, String, Option<Arc<StoredObject>>)>,
+    inventory_undo: Vec<(String, Option<Vec<String>>)>,
     writes: Vec<Write>,
     changes: Vec<Change>,
 }
@@ -113,11 +135,7 @@ struct Pending {
 enum Write {
     Put(Arc<StoredObject>),
     Remove { kind: String, name: String },
-}
-
-/// `displayName` as uniqueness compares it.
-pub fn normalize_display_name(display_name: &str) -> String {
-    display_name.trim().to_lowercase()
+    Inventory { set: String, inventory: Vec<String> },
 }
 
 fn display_name_of(object: &StoredObject) -> Option<String> {
@@ -130,7 +148,7 @@ fn display_name_of(object: &StoredObject) -> Option<String> {
         .and_then(Value::as_str)
         .filter(|d| !d.trim().is_empty())
         .unwrap_or(object.name());
-    Some(normalize_display_name(display))
+    Some(berth_api::display_name_key(display))
 }
 
 pub(crate) fn restrict_mode(path: &Path) -> Result<(), StoreError> {
@@ -182,7 +200,8 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         schema::migrate(&mut conn, path)?;
 
-        let (objects, display_names) = load_objects(&conn)?;
+        let (objects, display_names, uids) = load_objects(&conn)?;
+        let applysets = load_applysets(&conn)?;
         let resource_version: i64 = conn.query_row(
             "SELECT value FROM counters WHERE name = 'resourceVersion'",
             [],
@@ -195,6 +214,8 @@ impl Store {
                 conn,
                 objects,
                 display_names,
+                uids,
+                applysets,
                 resource_version: resource_version as u64,
                 write_error: None,
                 last_probe: None,
@@ -245,11 +266,18 @@ impl Store {
         self.lock().list(kind)
     }
 
+    /// The object with this uid, whatever its kind.
+    pub fn get_by_uid(&self, uid: &str) -> Option<Arc<StoredObject>> {
+        let inner = self.lock();
+        let (kind, name) = inner.uids.get(uid)?;
+        inner.get(kind, name)
+    }
+
     /// The Project whose normalised displayName is `display_name`, if any.
     pub fn project_with_display_name(&self, display_name: &str) -> Option<String> {
         self.lock()
             .display_names
-            .get(&normalize_display_name(display_name))
+            .get(&berth_api::display_name_key(display_name))
             .cloned()
     }
 
@@ -288,13 +316,14 @@ impl Store {
         batch: Vec<Desired>,
         dry_run: bool,
     ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
-        let mut failed_at = 0;
+        let mut failed_at = None;
         self.write(dry_run, |inner, pending| {
             let mut results = Vec::with_capacity(batch.len());
             for (index, desired) in batch.into_iter().enumerate() {
-                failed_at = index;
+                failed_at = Some(index);
                 results.push(inner.upsert(pending, desired, Mode::Apply)?);
             }
+            failed_at = None;
             Ok(results)
         })
         .map_err(|error| BatchFailure {
@@ -313,19 +342,30 @@ impl Store {
         dry_run: bool,
     ) -> Result<Arc<StoredObject>, StoreError> {
         self.write(dry_run, |inner, pending| {
-            let current = inner.existing(kind, name, expected_rv)?;
-            if current.status == status {
-                return Ok(current);
-            }
-            let mut next = (*current).clone();
-            next.status = status;
-            next.metadata.resource_version = Some(inner.next_rv().to_string());
-            let next = Arc::new(next);
-            inner.put(pending, Arc::clone(&next));
-            pending
-                .changes
-                .push(Change::new(ChangeType::Modified, &next, false));
-            Ok(next)
+            inner.set_status(
+                pending,
+                StatusUpdate {
+                    kind: kind.to_string(),
+                    name: name.to_string(),
+                    expected_rv,
+                    status,
+                },
+            )
+        })
+    }
+
+    /// Writes many statuses in one transaction, as a resync pass produces them. Each update
+    /// stands alone: a missing object or a stale resourceVersion fails that update only, and an
+    /// unchanged status writes nothing.
+    pub fn update_statuses(
+        &self,
+        updates: Vec<StatusUpdate>,
+    ) -> Result<Vec<Result<Arc<StoredObject>, StoreError>>, StoreError> {
+        self.write(false, |inner, pending| {
+            Ok(updates
+                .into_iter()
+                .map(|update| inner.set_status(pending, update))
+                .collect())
         })
     }
 
@@ -366,31 +406,86 @@ impl Store {
     ) -> Result<Deletion, StoreError> {
         self.write(dry_run, |inner, pending| {
             let current = inner.existing(kind, name, expected_rv)?;
-            if current.metadata.finalizers.is_empty() {
-                let mut last = (*current).clone();
-                last.metadata.resource_version = Some(inner.next_rv().to_string());
-                let last = Arc::new(last);
-                inner.remove(pending, kind, name);
-                pending
-                    .changes
-                    .push(Change::new(ChangeType::Deleted, &last, true));
-                return Ok(Deletion::Deleted(last));
+            Ok(inner.delete(pending, current, annotations))
+        })
+    }
+
+    /// The inventory recorded for applyset `name`: `Kind/name` of every object it applied last.
+    pub fn applyset_inventory(&self, name: &str) -> Vec<String> {
+        self.lock().applysets.get(name).cloned().unwrap_or_default()
+    }
+
+    /// Applies `batch` as applyset `set`, in one transaction: records the new inventory and, with
+    /// `prune`, deletes what the previous inventory held and the new one does not (without
+    /// `prune`, the previous inventory is kept alongside). Only objects
+    /// in that inventory are ever pruned, never by a selector; objects annotated
+    /// `berth.dev/prune: disabled`, or since applied by another set, are left alone.
+    pub fn apply_set(
+        &self,
+        set: &str,
+        batch: Vec<Desired>,
+        prune: bool,
+        dry_run: bool,
+    ) -> Result<AppliedSet, BatchFailure> {
+        let mut failed_at = None;
+        self.write(dry_run, |inner, pending| {
+            let mut inventory: Vec<String> = Vec::with_capacity(batch.len());
+            let mut applied = Vec::with_capacity(batch.len());
+            for (index, desired) in batch.into_iter().enumerate() {
+                failed_at = Some(index);
+                inventory.push(format!("{}/{}", desired.kind, desired.name));
+                applied.push(inner.upsert(pending, desired, Mode::Apply)?);
             }
-            let mut next = (*current).clone();
-            next.metadata.annotations.extend(annotations);
-            if next.metadata.deletion_timestamp.is_none() {
-                next.metadata.deletion_timestamp = Some(now());
+            failed_at = None;
+            inventory.sort();
+            inventory.dedup();
+            let mut pruned = Vec::new();
+            let previous = inner.applysets.get(set).cloned().unwrap_or_default();
+            if !prune {
+                // Without pruning, what the set applied before stays in its inventory so a later
+                // prune still finds it.
+                inventory.extend(previous.into_iter().filter(|key| {
+                    key.split_once('/')
+                        .is_some_and(|(kind, name)| inner.get(kind, name).is_some())
+                }));
+                inventory.sort();
+                inventory.dedup();
+            } else {
+                for key in previous {
+                    if inventory.binary_search(&key).is_ok() {
+                        continue;
+                    }
+                    let Some((kind, name)) = key.split_once('/') else {
+                        continue;
+                    };
+                    let Some(current) = inner.get(kind, name) else {
+                        continue;
+                    };
+                    let annotations = &current.metadata.annotations;
+                    let opted_out = annotations
+                        .get(berth_api::annotations::PRUNE)
+                        .map(String::as_str)
+                        == Some(berth_api::annotations::PRUNE_DISABLED);
+                    let moved = annotations
+                        .get(berth_api::annotations::APPLYSET)
+                        .is_some_and(|owner| owner != set);
+                    if opted_out || moved || current.is_deleting() {
+                        // Still ours to track until it is gone or handed over.
+                        if opted_out && !moved {
+                            inventory.push(key);
+                        }
+                        continue;
+                    }
+                    pruned.push(inner.delete(pending, current, BTreeMap::new()));
+                }
+                inventory.sort();
             }
-            if next == *current {
-                return Ok(Deletion::Deleting(current));
-            }
-            next.metadata.resource_version = Some(inner.next_rv().to_string());
-            let next = Arc::new(next);
-            inner.put(pending, Arc::clone(&next));
-            pending
-                .changes
-                .push(Change::new(ChangeType::Modified, &next, true));
-            Ok(Deletion::Deleting(next))
+            inner.record_inventory(pending, set, inventory);
+            Ok(AppliedSet { applied, pruned })
+        })
+        .map_err(|error| BatchFailure {
+            index: failed_at,
+            error,
         })
     }
 
@@ -407,7 +502,7 @@ impl Store {
             uid: object.uid().to_string(),
         };
         let mut inner = self.lock();
-        let result = events::record(&mut inner.conn, &target, type_, reason, message, now());
+        let result = events::record(&mut inner.conn, &target, type_, reason, message, Utc::now());
         inner.note_write(&result);
         result
     }
@@ -455,6 +550,7 @@ impl Store {
         let mut pending = Pending {
             rv_before: inner.resource_version,
             undo: Vec::new(),
+            inventory_undo: Vec::new(),
             writes: Vec::new(),
             changes: Vec::new(),
         };
@@ -612,6 +708,72 @@ impl Inner {
         Ok((next, Action::Configured))
     }
 
+    fn set_status(
+        &mut self,
+        pending: &mut Pending,
+        update: StatusUpdate,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        let current = self.existing(&update.kind, &update.name, update.expected_rv)?;
+        if current.status == update.status {
+            return Ok(current);
+        }
+        let mut next = (*current).clone();
+        next.status = update.status;
+        next.metadata.resource_version = Some(self.next_rv().to_string());
+        let next = Arc::new(next);
+        self.put(pending, Arc::clone(&next));
+        pending
+            .changes
+            .push(Change::new(ChangeType::Modified, &next, false));
+        Ok(next)
+    }
+
+    /// Deletes `current`, or marks it deleting while finalizers hold it.
+    fn delete(
+        &mut self,
+        pending: &mut Pending,
+        current: Arc<StoredObject>,
+        annotations: BTreeMap<String, String>,
+    ) -> Deletion {
+        if current.metadata.finalizers.is_empty() {
+            let mut last = (*current).clone();
+            last.metadata.resource_version = Some(self.next_rv().to_string());
+            let last = Arc::new(last);
+            self.remove(pending, &current.kind, current.name());
+            pending
+                .changes
+                .push(Change::new(ChangeType::Deleted, &last, true));
+            return Deletion::Deleted(last);
+        }
+        let mut next = (*current).clone();
+        next.metadata.annotations.extend(annotations);
+        if next.metadata.deletion_timestamp.is_none() {
+            next.metadata.deletion_timestamp = Some(now());
+        }
+        if next == *current {
+            return Deletion::Deleting(current);
+        }
+        next.metadata.resource_version = Some(self.next_rv().to_string());
+        let next = Arc::new(next);
+        self.put(pending, Arc::clone(&next));
+        pending
+            .changes
+            .push(Change::new(ChangeType::Modified, &next, true));
+        Deletion::Deleting(next)
+    }
+
+    fn record_inventory(&mut self, pending: &mut Pending, set: &str, inventory: Vec<String>) {
+        if self.applysets.get(set) == Some(&inventory) {
+            return;
+        }
+        let previous = self.applysets.insert(set.to_string(), inventory.clone());
+        pending.inventory_undo.push((set.to_string(), previous));
+        pending.writes.push(Write::Inventory {
+            set: set.to_string(),
+            inventory,
+        });
+    }
+
     fn check_display_name(&self, object: &StoredObject) -> Result<(), StoreError> {
         let Some(display) = display_name_of(object) else {
             return Ok(());
@@ -676,12 +838,27 @@ impl Inner {
         if let Some(display) = object.as_deref().and_then(display_name_of) {
             self.display_names.insert(display, name.to_string());
         }
+        if let Some(previous) = &previous {
+            self.uids.remove(previous.uid());
+        }
+        if let Some(object) = &object {
+            self.uids.insert(
+                object.uid().to_string(),
+                (kind.to_string(), name.to_string()),
+            );
+        }
         previous
     }
 
     fn undo(&mut self, pending: Pending) {
         for (kind, name, previous) in pending.undo.into_iter().rev() {
             self.set(&kind, &name, previous);
+        }
+        for (set, previous) in pending.inventory_undo.into_iter().rev() {
+            match previous {
+                Some(inventory) => self.applysets.insert(set, inventory),
+                None => self.applysets.remove(&set),
+            };
         }
         self.resource_version = pending.rv_before;
     }
@@ -699,6 +876,10 @@ impl Inner {
             )?;
             let mut remove =
                 tx.prepare_cached("DELETE FROM objects WHERE kind = ?1 AND name = ?2")?;
+            let mut inventory = tx.prepare_cached(
+                "INSERT INTO applysets (name, inventory, updated) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (name) DO UPDATE SET inventory = ?2, updated = ?3",
+            )?;
             for write in writes {
                 match write {
                     Write::Put(object) => {
@@ -721,6 +902,12 @@ impl Inner {
                     }
                     Write::Remove { kind, name } => {
                         remove.execute(params![kind, name])?;
+                    }
+                    Write::Inventory {
+                        set,
+                        inventory: members,
+                    } => {
+                        inventory.execute(params![set, json_text(members), now().to_rfc3339()])?;
                     }
                 }
             }
@@ -764,6 +951,12 @@ fn json_text<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
+fn load_applysets(conn: &Connection) -> Result<HashMap<String, Vec<String>>, StoreError> {
+    let mut stmt = conn.prepare("SELECT name, inventory FROM applysets")?;
+    let rows = stmt.query_map([], |row| Ok((row.get(0)?, json_column(row, 1)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 fn json_column<T: serde::de::DeserializeOwned>(
     row: &rusqlite::Row<'_>,
     index: usize,
@@ -777,6 +970,7 @@ fn json_column<T: serde::de::DeserializeOwned>(
 type Loaded = (
     HashMap<String, BTreeMap<String, Arc<StoredObject>>>,
     HashMap<String, String>,
+    HashMap<String, (String, String)>,
 );
 
 fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
@@ -813,8 +1007,13 @@ fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
     })?;
     let mut objects: HashMap<String, BTreeMap<String, Arc<StoredObject>>> = HashMap::new();
     let mut display_names = HashMap::new();
+    let mut uids = HashMap::new();
     for row in rows {
         let object = Arc::new(row?);
+        uids.insert(
+            object.uid().to_string(),
+            (object.kind.clone(), object.name().to_string()),
+        );
         if let Some(display) = display_name_of(&object) {
             display_names.insert(display, object.name().to_string());
         }
@@ -823,7 +1022,7 @@ fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
             .or_default()
             .insert(object.name().to_string(), object);
     }
-    Ok((objects, display_names))
+    Ok((objects, display_names, uids))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use super::StoreError;
 
 /// Each entry moves the schema from version `i` to `i + 1`. Append only: a released migration is
 /// never edited, because databases in the field already ran it. Later versions add the tables for
-/// secrets, users, members, applysets and tool executions.
+/// secrets, users, members and tool executions.
 const MIGRATIONS: &[&str] = &[
     // v1: objects and the global resourceVersion counter.
     "CREATE TABLE counters (
@@ -47,6 +47,12 @@ const MIGRATIONS: &[&str] = &[
      );
      CREATE INDEX events_by_object ON events (object_kind, object_name, id);
      CREATE INDEX events_by_uid ON events (object_uid, reason);",
+    // v3: applyset inventories, for pruning exactly what a set applied before.
+    "CREATE TABLE applysets (
+         name      TEXT PRIMARY KEY,
+         inventory TEXT NOT NULL,
+         updated   TEXT NOT NULL
+     );",
 ];
 
 /// The schema version this binary writes.

@@ -39,7 +39,12 @@ fn create_assigns_server_metadata_and_reopens_identical() {
     };
     let store = Store::open(&path).unwrap();
     assert_eq!(store.get("Project", "a").unwrap(), created);
+    assert_eq!(store.get_by_uid(created.uid()).unwrap(), created);
     assert_eq!(store.resource_version(), 1);
+    store
+        .delete("Project", "a", None, BTreeMap::new(), false)
+        .unwrap();
+    assert!(store.get_by_uid(created.uid()).is_none());
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
@@ -261,7 +266,7 @@ fn a_failing_batch_writes_nothing() {
         project("c", json!({"displayName": "taken"})),
     ];
     let failure = store.apply_batch(batch, false).unwrap_err();
-    assert_eq!(failure.index, 2);
+    assert_eq!(failure.index, Some(2));
     assert!(matches!(failure.error, StoreError::Conflict { .. }));
     assert!(store.get("Project", "a").is_none());
     assert_eq!(store.resource_version(), rv);
@@ -365,12 +370,25 @@ fn events_repeat_by_counting() {
     assert_eq!(listed[1].count, 2);
     assert_eq!(listed[1].type_, EventType::Warning);
     assert!(listed[1].last_timestamp >= listed[1].first_timestamp);
-    // Same reason and message after something else happened: a new row.
+    // A repeat after something else happened still counts on the earlier row, which becomes
+    // the latest.
     store
         .record_event(&a, EventType::Normal, "Created", "container created")
         .unwrap();
-    assert_eq!(store.events_for("Project", "a").unwrap().len(), 3);
-    assert_eq!(store.recent_events(2).unwrap().len(), 2);
+    let listed = store.events_for("Project", "a").unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!((listed[1].reason.as_str(), listed[1].count), ("Created", 2));
+    assert_eq!(store.recent_events(1).unwrap()[0].reason, "Created");
+    // Only the latest distinct events of an object are kept.
+    for n in 0..events::KEPT_PER_OBJECT + 5 {
+        store
+            .record_event(&a, EventType::Normal, "Tick", &n.to_string())
+            .unwrap();
+    }
+    let listed = store.events_for("Project", "a").unwrap();
+    assert_eq!(listed.len() as i64, events::KEPT_PER_OBJECT);
+    let last = (events::KEPT_PER_OBJECT + 4).to_string();
+    assert_eq!(listed.last().unwrap().message, last);
     assert!(store.events_for("Project", "zz").unwrap().is_empty());
 }
 
@@ -436,4 +454,97 @@ fn a_file_that_is_not_a_database_is_reported_corrupt() {
 fn readiness_probe_passes_on_a_healthy_store() {
     let (_dir, store) = open();
     store.check_writable().unwrap();
+}
+
+#[test]
+fn applysets_prune_only_their_previous_inventory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("berth.db");
+    let store = Store::open(&path).unwrap();
+    store.create(project("outside", json!({})), false).unwrap();
+    let applied = store
+        .apply_set(
+            "s",
+            vec![project("a", json!({})), project("b", json!({}))],
+            true,
+            false,
+        )
+        .unwrap();
+    assert_eq!(applied.applied.len(), 2);
+    assert!(applied.pruned.is_empty());
+    assert_eq!(store.applyset_inventory("s"), ["Project/a", "Project/b"]);
+
+    // b is held by a finalizer: pruning marks it deleting.
+    store
+        .set_finalizers("Project", "b", None, vec!["berth.dev/workspace".into()])
+        .unwrap();
+    let applied = store
+        .apply_set("s", vec![project("a", json!({}))], true, false)
+        .unwrap();
+    assert!(matches!(applied.pruned.as_slice(), [Deletion::Deleting(o)] if o.name() == "b"));
+    assert_eq!(store.applyset_inventory("s"), ["Project/a"]);
+    assert!(store.get("Project", "outside").is_some());
+
+    // The inventory survives a restart; a failing set changes neither objects nor inventory.
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.applyset_inventory("s"), ["Project/a"]);
+    store
+        .create(project("taken", json!({"displayName": "Taken"})), false)
+        .unwrap();
+    let failure = store
+        .apply_set(
+            "s",
+            vec![
+                project("c", json!({})),
+                project("d", json!({"displayName": "taken"})),
+            ],
+            true,
+            false,
+        )
+        .unwrap_err();
+    assert_eq!(failure.index, Some(1));
+    assert!(store.get("Project", "a").is_some());
+    assert!(store.get("Project", "c").is_none());
+    assert_eq!(store.applyset_inventory("s"), ["Project/a"]);
+}
+
+#[test]
+fn status_batches_commit_together_and_fail_per_update() {
+    let (_dir, store) = open();
+    let a = store.create(project("a", json!({})), false).unwrap();
+    store.create(project("b", json!({})), false).unwrap();
+    let mut feed = store.subscribe();
+    let update = |name: &str, rv: Option<u64>, phase: &str| StatusUpdate {
+        kind: "Project".into(),
+        name: name.into(),
+        expected_rv: rv,
+        status: json!({"phase": phase}),
+    };
+    let results = store
+        .update_statuses(vec![
+            update("a", Some(a.resource_version()), "Ready"),
+            update("b", None, "Stopped"),
+            update("gone", None, "Ready"),
+            update("a", Some(a.resource_version()), "Error"),
+        ])
+        .unwrap();
+    assert!(results[0].is_ok() && results[1].is_ok());
+    assert!(matches!(results[2], Err(StoreError::NotFound { .. })));
+    assert!(matches!(results[3], Err(StoreError::Conflict { .. })));
+    assert_eq!(store.get("Project", "a").unwrap().status["phase"], "Ready");
+    assert_eq!(
+        store.get("Project", "b").unwrap().status["phase"],
+        "Stopped"
+    );
+    let changes: Vec<_> = std::iter::from_fn(|| feed.try_recv().ok()).collect();
+    assert_eq!(changes.len(), 2);
+    assert!(changes.iter().all(|c| !c.spec_or_metadata_changed));
+
+    // Unchanged statuses write nothing.
+    let rv = store.resource_version();
+    store
+        .update_statuses(vec![update("b", None, "Stopped")])
+        .unwrap();
+    assert_eq!(store.resource_version(), rv);
 }

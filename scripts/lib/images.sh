@@ -1,0 +1,171 @@
+# Builds and imports berth's LXD images. Source it after common.sh; it defines functions only.
+# shellcheck shell=bash
+#
+# An LXD image in the split format is two tarballs: metadata (metadata.yaml at the top)
+# and a rootfs whose entries start at the root of the container's filesystem.
+# Every lxc call here goes through `lxc_t`, which the caller defines with a timeout and,
+# for a non-default daemon, the right LXD_DIR or LXD_SOCKET.
+
+BERTH_IMAGES_DIR=${BERTH_IMAGES_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../images" && pwd)}
+BERTH_BASE_SUITE=${BERTH_BASE_SUITE:-bookworm}
+BERTH_BASE_PACKAGES=${BERTH_BASE_PACKAGES:-git,bash,iproute2,procps,ca-certificates,mount}
+
+# The Debian mirror this host's apt uses (first non-security URI), so the image comes from the
+# same place as the host's packages. Empty when the host names none.
+host_debian_mirror() {
+    local files=() f
+    [[ -f /etc/apt/sources.list ]] && files+=(/etc/apt/sources.list)
+    for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+        [[ -f $f ]] && files+=("$f")
+    done
+    [[ ${#files[@]} -gt 0 ]] || return 0
+    # deb822 "URIs: a b" lines and one-line "deb [opts] URI suite comps" entries.
+    awk '
+        /^[[:space:]]*#/ { next }
+        tolower($1) == "uris:" { for (i = 2; i <= NF; i++) print $i; next }
+        $1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i !~ /\]$/) { print $i; break } }
+    ' "${files[@]}" | grep -E '/debian/?$' | grep -v -- '-security' | head -n1
+}
+
+host_debian_security_mirror() {
+    local files=() f
+    [[ -f /etc/apt/sources.list ]] && files+=(/etc/apt/sources.list)
+    for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+        [[ -f $f ]] && files+=("$f")
+    done
+    [[ ${#files[@]} -gt 0 ]] || return 0
+    awk '
+        /^[[:space:]]*#/ { next }
+        tolower($1) == "uris:" { for (i = 2; i <= NF; i++) print $i; next }
+        $1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i !~ /\]$/) { print $i; break } }
+    ' "${files[@]}" | grep -E '/debian-security/?$' | head -n1
+}
+
+# Writes metadata.tar.gz for image NAME into DIR.
+write_image_metadata() {
+    local name=$1 dir=$2 description=$3 os=$4 release=$5
+    mkdir -p "$dir/meta"
+    cat >"$dir/meta/metadata.yaml" <<EOF
+architecture: $(uname -m)
+creation_date: $(date +%s)
+properties:
+  architecture: $(uname -m)
+  description: "$description"
+  name: $name
+  os: $os
+  release: $release
+  berth.image: $name
+EOF
+    tar -C "$dir/meta" --numeric-owner -czf "$dir/metadata.tar.gz" metadata.yaml
+}
+
+# Files both images share, written into rootfs DIR: /sbin/init and the directories berth uses.
+install_berth_layout() {
+    local root=$1
+    rm -f "$root/sbin/init"
+    install -D -m 0755 "$BERTH_IMAGES_DIR/init" "$root/sbin/init"
+    mkdir -p "$root/run/berth" "$root/var/log/berth" "$root/workspace" "$root/tmp" "$root/root"
+    chmod 1777 "$root/tmp"
+    chmod 0700 "$root/root"
+    if [[ ! -s $root/etc/hosts ]]; then
+        printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+    fi
+}
+
+# berth-tiny: a static busybox and berth's init, about 1 MB. Writes DIR/rootfs.tar.gz.
+build_tiny_rootfs() {
+    local dir=$1 busybox
+    busybox=$(command -v busybox || true)
+    [[ -n $busybox ]] || die "busybox not found; install busybox-static"
+    if have ldd && ldd "$busybox" >/dev/null 2>&1; then
+        die "$busybox is dynamically linked; berth-tiny needs busybox-static"
+    fi
+    local root=$dir/rootfs
+    mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,etc,dev,proc,sys,run,tmp,root,var/log}
+    cp "$busybox" "$root/bin/busybox"
+    # Links every applet into the directory busybox itself would use (/bin, /sbin, /usr/bin...).
+    chroot "$root" /bin/busybox --install -s
+    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$root/etc/passwd"
+    printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+    install_berth_layout "$root"
+    tar -C "$root" --numeric-owner -czf "$dir/rootfs.tar.gz" .
+    write_image_metadata berth-tiny "$dir" "berth tiny (busybox)" busybox "$(busybox 2>&1 | head -n1 | awk '{print $2}')"
+}
+
+# berth-base: Debian minbase with git and the tools berth runs inside, plus berth's init.
+# Writes DIR/rootfs.tar.gz.
+build_base_rootfs() {
+    local dir=$1 mirror security
+    local mirrors=()
+    mirror=$(host_debian_mirror)
+    security=$(host_debian_security_mirror)
+    if [[ -n $mirror ]]; then
+        mirrors+=("deb $mirror $BERTH_BASE_SUITE main" "deb $mirror $BERTH_BASE_SUITE-updates main")
+        [[ -n $security ]] && mirrors+=("deb $security $BERTH_BASE_SUITE-security main")
+    fi
+    local aptopts=()
+    # Keep the host's view of a frozen mirror: its Release files may be past their Valid-Until.
+    if apt-config dump 2>/dev/null | grep -q '^Acquire::Check-Valid-Until "false"'; then
+        aptopts+=(--aptopt='Acquire::Check-Valid-Until "false"')
+    fi
+    if apt-config dump 2>/dev/null | grep -q '^Acquire::Check-Date "false"'; then
+        aptopts+=(--aptopt='Acquire::Check-Date "false"')
+    fi
+    local hook
+    hook="install -D -m 0755 '$BERTH_IMAGES_DIR/init' \"\$1/sbin/init\"
+mkdir -p \"\$1/run/berth\" \"\$1/var/log/berth\" \"\$1/workspace\"
+[ -s \"\$1/etc/hosts\" ] || printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >\"\$1/etc/hosts\"
+rm -rf \"\$1\"/usr/share/doc/* \"\$1\"/usr/share/man/* \"\$1\"/usr/share/info/* \"\$1\"/var/cache/apt/*.bin"
+    if ! mmdebstrap --quiet --mode=root --variant=minbase \
+        --include="$BERTH_BASE_PACKAGES" \
+        "${aptopts[@]}" \
+        --customize-hook="$hook" \
+        "$BERTH_BASE_SUITE" "$dir/rootfs.tar.gz" "${mirrors[@]}" >"$dir/mmdebstrap.log" 2>&1; then
+        tail -n 20 "$dir/mmdebstrap.log" >&2
+        die "mmdebstrap failed building berth-base (mirror: ${mirror:-default})"
+    fi
+    write_image_metadata berth-base "$dir" "berth base (Debian $BERTH_BASE_SUITE minbase)" debian "$BERTH_BASE_SUITE"
+}
+
+# Fingerprint of the image that ALIAS points to, or nothing.
+image_alias_fingerprint() {
+    lxc_t image alias list --format csv 2>/dev/null | awk -F, -v a="$1" '$1 == a { print $2 }'
+}
+
+# Imports DIR/metadata.tar.gz + DIR/rootfs.tar.gz and points ALIAS at it. An image the alias
+# pointed to before is deleted when no other alias refers to it (it was built here too).
+import_image() {
+    local name=$1 dir=$2 out fp old
+    out=$(lxc_t image import "$dir/metadata.tar.gz" "$dir/rootfs.tar.gz" 2>&1) ||
+        die "importing image $name failed: $out"
+    fp=$(printf '%s\n' "$out" | sed -n 's/.*fingerprint: *\([0-9a-f]*\).*/\1/p' | head -n1)
+    [[ -n $fp ]] || die "importing image $name: could not read the fingerprint from: $out"
+    old=$(image_alias_fingerprint "$name")
+    if [[ -n $old ]]; then
+        lxc_t image alias delete "$name" >/dev/null
+    fi
+    lxc_t image alias create "$name" "$fp" >/dev/null || die "creating image alias $name -> $fp failed"
+    if [[ -n $old && ! $fp == "$old"* ]]; then
+        if ! lxc_t image alias list --format csv | awk -F, '{print $2}' | grep -q "^${old:0:12}"; then
+            lxc_t image delete "$old" >/dev/null 2>&1 || true
+        fi
+    fi
+    IMPORTED_FINGERPRINT=$fp
+}
+
+# Builds image NAME (berth-tiny or berth-base) in a temporary directory and imports it.
+build_and_import_image() {
+    local name=$1 dir started=$SECONDS
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/berth-image-$name.XXXXXX")
+    at_exit "rm -rf '$dir'"
+    case $name in
+    berth-tiny) build_tiny_rootfs "$dir" ;;
+    berth-base) build_base_rootfs "$dir" ;;
+    *) die "unknown image $name (known: berth-tiny, berth-base)" ;;
+    esac
+    local size
+    size=$(du -h "$dir/rootfs.tar.gz" | cut -f1)
+    import_image "$name" "$dir"
+    rm -rf "$dir"
+    say "image $name: built ($size) and imported in $((SECONDS - started))s (fingerprint ${IMPORTED_FINGERPRINT:0:12})"
+}

@@ -208,3 +208,6 @@ pub fn spawn_controller(
         tasks,
     }
 }
+
+#[cfg(all(test, feature = "testing"))]
+mod tests;

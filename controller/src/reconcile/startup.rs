@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_api::{BerthDuration, Resources};
+use berth_api::BerthDuration;
 use tokio_util::sync::CancellationToken;
 
 use super::ControllerSettings;
@@ -14,33 +14,10 @@ use crate::lxd::{Endpoint, LxdClient};
 use crate::metrics::Metrics;
 use crate::runtime::Runtime;
 
-/// The controller's settings from berth.yaml; a value that does not parse names its key.
+/// The controller's settings from berth.yaml (validated when it was loaded); a value that
+/// does not parse names its key.
 pub fn settings_from_config(config: &Config) -> Result<ControllerSettings, String> {
-    let defaults = &config.defaults.resources;
-    let parse = |key: &str, text: &str| -> Result<Option<berth_api::Quantity>, String> {
-        if text.trim().is_empty() {
-            return Ok(None);
-        }
-        text.parse()
-            .map(Some)
-            .map_err(|e| format!("defaults.resources.{key}: {e}"))
-    };
-    let cpu = if defaults.cpu.trim().is_empty() {
-        None
-    } else {
-        Some(
-            defaults
-                .cpu
-                .parse()
-                .map_err(|e| format!("defaults.resources.cpu: {e}"))?,
-        )
-    };
-    let fleet_resources = Resources {
-        cpu,
-        memory: parse("memory", &defaults.memory)?,
-        disk: parse("disk", &defaults.disk)?,
-        workspace_size: parse("workspaceSize", &defaults.workspace_size)?,
-    };
+    let fleet_resources = config.defaults.resources.clone();
     let interval: BerthDuration = config
         .scheduler
         .interval

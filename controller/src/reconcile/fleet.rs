@@ -103,6 +103,15 @@ impl FleetGuard {
         ))
     }
 
+    /// Takes a list made elsewhere (the resync pass) as the latest one.
+    pub async fn seed(&self, instances: &[crate::runtime::Instance]) {
+        let present = instances
+            .iter()
+            .filter_map(|i| uid_label(&i.config).map(str::to_string))
+            .collect();
+        self.state.lock().await.last_list = Some((Instant::now(), present));
+    }
+
     /// Forgets the last list: the next judgement lists again.
     pub async fn invalidate(&self) {
         self.state.lock().await.last_list = None;

@@ -15,11 +15,12 @@ pub mod fleet;
 pub mod layout;
 pub mod project;
 pub mod queue;
+pub mod snapshot;
 pub mod startup;
 pub mod status;
 pub mod steps;
 pub mod teardown;
-mod triggers;
+pub mod triggers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,6 +126,8 @@ pub struct Context {
     pub settings: ControllerSettings,
     pub later_steps: Arc<dyn LaterSteps>,
     pub fleet: fleet::FleetGuard,
+    /// The last resync pass's list of containers.
+    pub snapshot: snapshot::Snapshot,
     pub queue: WorkQueue,
 }
 
@@ -173,6 +176,7 @@ pub fn spawn_controller(
         settings,
         later_steps,
         fleet: fleet::FleetGuard::default(),
+        snapshot: snapshot::Snapshot::default(),
         queue: queue.clone(),
     });
 

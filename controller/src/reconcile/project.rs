@@ -236,7 +236,15 @@ impl Project<'_> {
 
     async fn converge(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
         let runtime = &*self.ctx.runtime;
-        let mut instance = runtime.get_instance(self.name()).await?;
+        let snapshot = self
+            .ctx
+            .snapshot
+            .take(self.name(), self.ctx.settings.resync_interval);
+        let from_snapshot = snapshot.is_some();
+        let mut instance = match snapshot {
+            Some(listed) => listed,
+            None => runtime.get_instance(self.name()).await?,
+        };
 
         if let Some(found) = &instance
             && uid_label(&found.config) != Some(self.uid())
@@ -290,7 +298,7 @@ impl Project<'_> {
 
         match instance {
             None => self.converge_absent(draft).await,
-            Some(instance) => self.converge_present(draft, instance).await,
+            Some(instance) => self.converge_present(draft, instance, from_snapshot).await,
         }
     }
 
@@ -626,6 +634,7 @@ impl Project<'_> {
         &self,
         mut draft: Draft,
         instance: Instance,
+        from_snapshot: bool,
     ) -> Result<Action, ReconcileError> {
         let runtime = &*self.ctx.runtime;
         let settings = &self.ctx.settings;
@@ -671,7 +680,8 @@ impl Project<'_> {
             return Ok(Action::Requeue(Duration::ZERO));
         }
 
-        self.check_image(&mut draft, &instance).await?;
+        self.check_image(&mut draft, &instance, from_snapshot)
+            .await?;
 
         // Mounts: re-attach what is missing (a device removed by hand, a new profile home).
         let missing: Vec<_> = self
@@ -923,19 +933,34 @@ impl Project<'_> {
     }
 
     /// `ImageOutdated`: the alias now names another image than the container was created from.
+    /// In a resync pass the alias is resolved once for every project that uses it.
     async fn check_image(
         &self,
         draft: &mut Draft,
         instance: &Instance,
+        from_snapshot: bool,
     ) -> Result<(), ReconcileError> {
         let Some(base) = instance.base_image() else {
             return Ok(());
         };
-        let current = self
-            .ctx
-            .runtime
-            .resolve_image(&ImageSource::Alias(self.spec.image.clone()))
-            .await?;
+        let alias = &self.spec.image;
+        let cached = if from_snapshot {
+            self.ctx.snapshot.image(alias)
+        } else {
+            None
+        };
+        let current = match cached {
+            Some(fingerprint) => fingerprint,
+            None => {
+                let fingerprint = self
+                    .ctx
+                    .runtime
+                    .resolve_image(&ImageSource::Alias(alias.clone()))
+                    .await?;
+                self.ctx.snapshot.remember_image(alias, fingerprint.clone());
+                fingerprint
+            }
+        };
         match current {
             Some(fingerprint) if fingerprint != base => draft.set_condition(
                 condition_types::IMAGE_OUTDATED,

@@ -49,6 +49,7 @@ impl Harness {
             settings,
             later_steps: Arc::new(NoLaterSteps),
             fleet: FleetGuard::default(),
+            snapshot: Default::default(),
         };
         Harness {
             _dir: dir,
@@ -482,4 +483,28 @@ async fn sizes_the_pool_cannot_enforce_are_reported_not_failed() {
     let applied = berth_api::find_condition(&status.conditions, "ResourcesApplied").unwrap();
     assert_eq!(applied.reason, "QuotaNotEnforced");
     assert_eq!(format!("{:?}", applied.status), "True");
+}
+
+#[tokio::test]
+async fn a_resync_pass_reads_the_fleet_in_one_list_call() {
+    let h = Harness::new();
+    let names: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+    for name in &names {
+        h.apply(name, tiny());
+        h.converge(name).await;
+    }
+    let gets = h.fake.count("get_instance");
+    let resolves = h.fake.count("resolve_image");
+    super::triggers::resync_pass(&h.ctx).await;
+    for name in &names {
+        h.converge(name).await;
+        h.assert_ready(name);
+    }
+    assert_eq!(h.fake.count("list_instances"), 1);
+    assert_eq!(h.fake.count("get_instance"), gets, "no GET per project");
+    assert_eq!(
+        h.fake.count("resolve_image") - resolves,
+        1,
+        "the alias once"
+    );
 }

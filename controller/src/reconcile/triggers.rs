@@ -8,6 +8,7 @@ use futures::StreamExt;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
+use super::layout::LABEL_PREFIX;
 use super::{Context, PROFILE_KIND, PROJECT_KIND};
 
 /// Requests every project: after missed changes, a reconnect, or on the resync timer.
@@ -70,6 +71,7 @@ pub async fn watch_lxd_events(ctx: Arc<Context>, cancel: CancellationToken) {
                             if let Some(name) = event.instance
                                 && ctx.store.get(PROJECT_KIND, &name).is_some()
                             {
+                                ctx.snapshot.forget(&name);
                                 ctx.queue.request_now(&name);
                             }
                         }
@@ -107,13 +109,28 @@ pub async fn resync(ctx: Arc<Context>, cancel: CancellationToken) {
             _ = cancel.cancelled() => return,
             _ = ticker.tick() => {}
         }
-        let started = tokio::time::Instant::now();
-        ctx.fleet.invalidate().await;
-        request_all(&ctx);
-        update_phase_gauges(&ctx);
-        ctx.metrics
-            .observe_pass("resync", started.elapsed().as_secs_f64());
+        resync_pass(&ctx).await;
     }
+}
+
+/// One resync pass: one list call for the whole fleet, then every project requested; the
+/// reconciles take their container from that list instead of reading it again.
+pub async fn resync_pass(ctx: &Context) {
+    let started = tokio::time::Instant::now();
+    ctx.fleet.invalidate().await;
+    match ctx.runtime.list_instances(Some(LABEL_PREFIX), true).await {
+        Ok(listed) => {
+            ctx.fleet.seed(&listed).await;
+            let projects = ctx.store.list(PROJECT_KIND);
+            ctx.snapshot
+                .replace(projects.iter().map(|p| p.name()), listed);
+        }
+        Err(e) => tracing::warn!(error = %e, "resync: listing LXD instances failed"),
+    }
+    request_all(ctx);
+    update_phase_gauges(ctx);
+    ctx.metrics
+        .observe_pass("resync", started.elapsed().as_secs_f64());
 }
 
 /// Counts projects by phase for `berth_projects{phase}`.

@@ -638,6 +638,30 @@ impl Project<'_> {
     ) -> Result<Action, ReconcileError> {
         let runtime = &*self.ctx.runtime;
         let settings = &self.ctx.settings;
+        // A container whose cluster member is offline is neither touched nor recreated
+        // elsewhere: its data lives on that member.
+        if !matches!(
+            instance.status,
+            InstanceStatus::Running | InstanceStatus::Stopped
+        ) {
+            let server = runtime.server_info().await?;
+            if server.clustered
+                && let Some(member) = server.members.iter().find(|m| m.name == instance.location)
+                && !member.is_online()
+            {
+                draft.set_ready(
+                    Phase::Error,
+                    false,
+                    reasons::MEMBER_OFFLINE,
+                    &format!(
+                        "cluster member {:?} holding the container is {}; berth waits for it",
+                        member.name, member.status
+                    ),
+                );
+                self.commit(&draft).await?;
+                return Ok(Action::Requeue(WAIT_FOR_PERSON));
+            }
+        }
         let previous_pid = draft.status.container.as_ref().and_then(|c| c.pid);
         draft.status.container = Some(container_status(&instance));
         if draft.record.image.is_none() {

@@ -508,3 +508,38 @@ async fn a_resync_pass_reads_the_fleet_in_one_list_call() {
         "the alias once"
     );
 }
+
+#[tokio::test]
+async fn a_container_on_an_offline_member_is_left_alone() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    let location = h.fake.instance("p").unwrap().location;
+    let mut server = h.fake.server_info().await.unwrap();
+    server.clustered = true;
+    server.members = vec![crate::runtime::ClusterMember {
+        name: location,
+        status: "Offline".into(),
+        message: "no heartbeat".into(),
+    }];
+    h.fake.set_server(server);
+    h.fake.set_status("p", InstanceStatus::Error);
+    let acting = [
+        "create_instance",
+        "start_instance",
+        "stop_instance",
+        "delete_instance",
+    ]
+    .map(|m| h.fake.count(m));
+    let action = project::reconcile(&h.ctx, "p").await.unwrap();
+    assert!(matches!(action, Action::Requeue(d) if d > Duration::ZERO));
+    assert_eq!(h.ready_reason("p").1, "MemberOffline");
+    let after = [
+        "create_instance",
+        "start_instance",
+        "stop_instance",
+        "delete_instance",
+    ]
+    .map(|m| h.fake.count(m));
+    assert_eq!(acting, after);
+}

@@ -123,7 +123,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 
     let shutdown = CancellationToken::new();
     let controller_started = Arc::new(AtomicBool::new(false));
-    let controller = start_controller(&config, &store, &shutdown, &controller_started);
+    // One registry for the whole daemon: the controller feeds it, `/metrics` encodes it.
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let controller = start_controller(&config, &store, &metrics, &shutdown, &controller_started);
 
     let started = Arc::clone(&controller_started);
     let state = ApiState::new(
@@ -166,6 +168,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 fn start_controller(
     config: &Config,
     store: &Arc<Store>,
+    metrics: &Arc<crate::metrics::Metrics>,
     shutdown: &CancellationToken,
     started: &Arc<AtomicBool>,
 ) -> Option<tokio::task::JoinHandle<()>> {
@@ -175,7 +178,7 @@ fn start_controller(
         started.store(true, Ordering::Relaxed);
         return None;
     }
-    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let metrics = Arc::clone(metrics);
     let settings = match crate::reconcile::settings_from_config(config) {
         Ok(settings) => settings,
         Err(e) => {

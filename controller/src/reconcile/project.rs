@@ -487,6 +487,7 @@ impl Project<'_> {
     ) -> Result<Action, ReconcileError> {
         draft.record.operation = None;
         draft.record.image = Some(self.spec.image.clone());
+        draft.record.fingerprint = instance.base_image().map(str::to_string);
         draft.status.container = Some(container_status(instance));
         self.set_resources_applied(&mut draft).await;
         draft.set_condition(
@@ -539,11 +540,7 @@ impl Project<'_> {
                 return Ok(Some(ImageSource::Fingerprint(fingerprint)));
             }
         }
-        if let Some(recorded) = draft
-            .status
-            .container
-            .as_ref()
-            .and_then(|c| c.image_fingerprint.clone())
+        if let Some(recorded) = draft.record.fingerprint.clone()
             && let Some(fingerprint) = runtime
                 .resolve_image(&ImageSource::Fingerprint(recorded))
                 .await?
@@ -667,6 +664,9 @@ impl Project<'_> {
         if draft.record.image.is_none() {
             draft.record.image = Some(self.spec.image.clone());
         }
+        if let Some(fingerprint) = instance.base_image() {
+            draft.record.fingerprint = Some(fingerprint.to_string());
+        }
         if draft.step() < Step::Created {
             return self.record_created(draft, &instance).await;
         }
@@ -692,6 +692,10 @@ impl Project<'_> {
             draft.record.recreate_requested_at =
                 self.annotation(annotations::RECREATE_REQUESTED_AT).cloned();
             draft.record.image = None;
+            if new_image {
+                // The old image is not a fallback for a new one.
+                draft.record.fingerprint = None;
+            }
             draft.status.container = None;
             draft.set_step(Step::Requested);
             draft.set_ready(

@@ -28,6 +28,10 @@ pub struct ControllerRecord {
     /// The `spec.image` the current container was created from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The image fingerprint the last container was created from: the fallback when the
+    /// alias is deleted before the container must be recreated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
     /// The step to return to once a container that booted again answers (a boot resumes at
     /// Reachable, then where the project was).
     #[serde(default, skip_serializing_if = "Option::is_none")]

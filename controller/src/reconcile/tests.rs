@@ -543,3 +543,32 @@ async fn a_container_on_an_offline_member_is_left_alone() {
     .map(|m| h.fake.count(m));
     assert_eq!(acting, after);
 }
+
+#[tokio::test]
+async fn a_deleted_alias_falls_back_to_the_recorded_fingerprint() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    h.fake.vanish("p");
+    // The alias goes; the image itself stays (the fake keeps images by alias, so another
+    // alias holds it).
+    let fingerprint = crate::runtime::fake::fake_fingerprint("berth-tiny");
+    h.fake.remove_image("berth-tiny");
+    h.fake.add_image("kept", &fingerprint);
+    h.converge("p").await;
+    h.assert_ready("p");
+    assert_eq!(h.fake.count("create_instance"), 2);
+
+    assert_eq!(
+        h.fake.instance("p").unwrap().base_image(),
+        Some(fingerprint.as_str())
+    );
+
+    // Without a recorded fingerprint there is nothing to fall back to.
+    h.apply("q", tiny());
+    for _ in 0..3 {
+        let _ = project::reconcile(&h.ctx, "q").await;
+    }
+    assert_eq!(h.ready_reason("q").1, "ImageNotFound");
+    assert!(h.fake.instance("q").is_none());
+}

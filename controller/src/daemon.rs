@@ -139,7 +139,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 
     let shutdown = CancellationToken::new();
     let controller_started = Arc::new(AtomicBool::new(false));
-    let controller = start_controller(&config, &store, &shutdown, &controller_started);
+    // One registry for the whole daemon: the controller feeds it, `/metrics` encodes it.
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let controller = start_controller(&config, &store, &metrics, &shutdown, &controller_started);
 
     let started = Arc::clone(&controller_started);
     let state = ApiState::new(
@@ -184,8 +186,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 /// nothing in the fleet is touched. Marks `started` once the controller runs, for `/readyz`.
 fn start_controller(
     config: &Config,
-    _store: &Arc<Store>,
-    _shutdown: &CancellationToken,
+    store: &Arc<Store>,
+    metrics: &Arc<crate::metrics::Metrics>,
+    shutdown: &CancellationToken,
     started: &Arc<AtomicBool>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if config.paused {
@@ -194,9 +197,36 @@ fn start_controller(
         started.store(true, Ordering::Relaxed);
         return None;
     }
-    tracing::warn!("this build has no controller yet: manifests are stored, nothing is reconciled");
-    started.store(true, Ordering::Relaxed);
-    None
+    let metrics = Arc::clone(metrics);
+    let settings = match crate::reconcile::settings_from_config(config) {
+        Ok(settings) => settings,
+        Err(e) => {
+            tracing::error!(error = %e, "the controller cannot start");
+            return None;
+        }
+    };
+    let lxd = config.lxd.clone();
+    let store = Arc::clone(store);
+    let shutdown = shutdown.clone();
+    let started = Arc::clone(started);
+    Some(tokio::spawn(async move {
+        let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &metrics, &shutdown).await
+        else {
+            return;
+        };
+        let controller = crate::reconcile::spawn_controller(
+            store,
+            runtime,
+            metrics,
+            settings,
+            Arc::new(crate::reconcile::NoLaterSteps),
+            shutdown.child_token(),
+        );
+        started.store(true, Ordering::Relaxed);
+        tracing::info!("controller started");
+        shutdown.cancelled().await;
+        controller.shutdown().await;
+    }))
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

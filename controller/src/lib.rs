@@ -7,6 +7,8 @@ pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod lxd;
+pub mod metrics;
+pub mod reconcile;
 pub mod runtime;
 pub mod secrets;
 pub mod store;

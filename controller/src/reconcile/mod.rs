@@ -1,0 +1,217 @@
+//! The controller: a work queue of project names and the reconcile that drives each project's
+//! LXD container, volumes and status toward its spec.
+//!
+//! Composed like a kube-runtime controller: three triggers (the store's change feed, LXD's event
+//! stream, a periodic resync) request project names on a [`WorkQueue`]; the queue runs
+//! [`project::reconcile`] for each, one at a time per project, several projects at once.
+//!
+//! Invariants: only the controller writes status; one reconcile per project at a time; one
+//! reconcile advances at most one durable step, and a step's side effect is recorded in the store
+//! before the next step starts; a container without the project's uid label is never touched.
+
+pub mod envelope;
+pub mod fault;
+pub mod fleet;
+pub mod layout;
+pub mod project;
+pub mod queue;
+pub mod snapshot;
+pub mod startup;
+pub mod status;
+pub mod steps;
+pub mod teardown;
+pub mod triggers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_api::Resources;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use queue::{Action, Backoff, KeyLock, WorkQueue};
+pub use startup::{connect_runtime, settings_from_config};
+pub use steps::{LaterSteps, NoLaterSteps, StepOutcome};
+
+use crate::metrics::Metrics;
+use crate::runtime::{Runtime, RuntimeError};
+use crate::store::{Store, StoreError};
+
+/// The kind the controller reconciles.
+pub const PROJECT_KIND: &str = "Project";
+/// The kind whose homes a project's volumes follow.
+pub const PROFILE_KIND: &str = "AgentProfile";
+
+/// Deadlines of the calls and steps the controller makes.
+#[derive(Debug, Clone)]
+pub struct Timeouts {
+    /// Creating a container (unpacking the image).
+    pub create: Duration,
+    pub start: Duration,
+    /// How long a container gets to shut down cleanly before it is killed.
+    pub clean_stop: Duration,
+    pub delete: Duration,
+    /// One exec round trip.
+    pub exec: Duration,
+    /// From start until an exec answers; past it `Ready=False`, reason `BootTimeout`.
+    pub boot: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            create: Duration::from_secs(300),
+            start: Duration::from_secs(60),
+            clean_stop: Duration::from_secs(30),
+            delete: Duration::from_secs(60),
+            exec: Duration::from_secs(10),
+            boot: Duration::from_secs(120),
+        }
+    }
+}
+
+/// What the controller needs from the configuration.
+#[derive(Debug, Clone)]
+pub struct ControllerSettings {
+    /// Pool of the durable volumes and root disks.
+    pub storage_pool: String,
+    /// Whether that pool enforces sizes (LXD's `dir` driver does not).
+    pub pool_enforces_quotas: bool,
+    /// Cluster member or group to place containers and volumes on.
+    pub target: Option<String>,
+    /// The fleet envelope: a project limit equal to it is best effort.
+    pub fleet_resources: Resources,
+    /// Reconciles that may run at once.
+    pub workers: usize,
+    /// How often every project is checked for drift the events missed.
+    pub resync_interval: Duration,
+    pub backoff: Backoff,
+    pub timeouts: Timeouts,
+}
+
+impl Default for ControllerSettings {
+    fn default() -> Self {
+        ControllerSettings {
+            storage_pool: "default".to_string(),
+            pool_enforces_quotas: false,
+            target: None,
+            fleet_resources: Resources::default(),
+            workers: 8,
+            resync_interval: Duration::from_secs(30),
+            backoff: Backoff::default(),
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+/// Why a reconcile failed; the queue retries it with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("LXD: {0}")]
+    Runtime(#[from] RuntimeError),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// The store refuses writes: acting now could not be recorded, so nothing is done.
+    #[error("the store cannot be written, so the controller does nothing: {0}")]
+    StoreUnwritable(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Everything a reconcile uses, shared by the queue's tasks.
+pub struct Context {
+    pub store: Arc<Store>,
+    pub runtime: Arc<dyn Runtime>,
+    pub metrics: Arc<Metrics>,
+    pub settings: ControllerSettings,
+    pub later_steps: Arc<dyn LaterSteps>,
+    pub fleet: fleet::FleetGuard,
+    /// The last resync pass's list of containers.
+    pub snapshot: snapshot::Snapshot,
+    pub queue: WorkQueue,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The running controller: its queue (for others to request or lock projects) and its tasks.
+#[derive(Debug)]
+pub struct ControllerHandle {
+    pub queue: WorkQueue,
+    pub context: Arc<Context>,
+    cancel: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl ControllerHandle {
+    /// Stops the triggers, lets running reconciles finish and waits for all of it.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Starts the controller: the queue's runner, the triggers and the periodic resync. It acts
+/// until `cancel` fires (or [`ControllerHandle::shutdown`]).
+pub fn spawn_controller(
+    store: Arc<Store>,
+    runtime: Arc<dyn Runtime>,
+    metrics: Arc<Metrics>,
+    settings: ControllerSettings,
+    later_steps: Arc<dyn LaterSteps>,
+    cancel: CancellationToken,
+) -> ControllerHandle {
+    let queue = WorkQueue::new(settings.workers, settings.backoff, metrics.clone());
+    let context = Arc::new(Context {
+        store,
+        runtime,
+        metrics,
+        settings,
+        later_steps,
+        fleet: fleet::FleetGuard::default(),
+        snapshot: snapshot::Snapshot::default(),
+        queue: queue.clone(),
+    });
+
+    let mut tasks = Vec::new();
+    let ctx = context.clone();
+    let run_cancel = cancel.clone();
+    tasks.push(tokio::spawn(async move {
+        let queue = ctx.queue.clone();
+        queue
+            .run(run_cancel, move |name: String| {
+                let ctx = ctx.clone();
+                async move { project::reconcile(&ctx, &name).await }
+            })
+            .await;
+    }));
+    tasks.push(tokio::spawn(triggers::watch_store(
+        context.clone(),
+        cancel.clone(),
+    )));
+    tasks.push(tokio::spawn(triggers::watch_lxd_events(
+        context.clone(),
+        cancel.clone(),
+    )));
+    tasks.push(tokio::spawn(triggers::resync(
+        context.clone(),
+        cancel.clone(),
+    )));
+
+    ControllerHandle {
+        queue,
+        context,
+        cancel,
+        tasks,
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests;

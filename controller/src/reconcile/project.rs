@@ -1,0 +1,1192 @@
+//! One reconcile of one project: compare the spec with what LXD reports, take at most one step
+//! toward it, record the step, and tell the queue when to look again.
+//!
+//! Level-triggered: nothing here remembers anything between runs except what the store holds,
+//! so a controller killed at any point resumes from the database. Every LXD call is idempotent
+//! or guarded by what the store recorded before it was made.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_api::{
+    ConditionStatus, ContainerStatus, Phase, PowerState, ProjectSpec, ProjectStatus, Resources,
+    Step, annotations, condition_types, reasons,
+};
+use tracing::Instrument;
+
+use super::envelope::{Envelope, Limit, Origin};
+use super::fleet::Verdict;
+use super::layout::{DurableLayout, FINALIZER, uid_label};
+use super::status::{Draft, PendingOperation, transitions};
+use super::steps::{StepContext, StepOutcome, next_required, resume_after_boot};
+use super::{Action, Context, PROFILE_KIND, PROJECT_KIND, ReconcileError, fault, teardown};
+use crate::runtime::{
+    CreateInstance, CreateVolume, Created, ExecRequest, ImageSource, Instance, InstancePatch,
+    InstanceStatus, OperationStatus, RuntimeError, StopOptions,
+};
+use crate::store::{Store, StoredObject};
+
+/// How long a project with a name conflict, a missing image or a held recreation waits before
+/// it is looked at again (a change to it requests it sooner).
+const WAIT_FOR_PERSON: Duration = Duration::from_secs(60);
+/// Polling interval while a container boots.
+const BOOT_POLL: Duration = Duration::from_millis(250);
+/// How much of the console log a boot timeout shows.
+const CONSOLE_TAIL_BYTES: usize = 2048;
+
+/// Reconciles the project `name`. The queue calls this; it never runs twice at once for a name.
+pub async fn reconcile(ctx: &Context, name: &str) -> Result<Action, ReconcileError> {
+    let span = tracing::info_span!("reconcile", project = name, step = tracing::field::Empty);
+    reconcile_project(ctx, name).instrument(span).await
+}
+
+/// Runs a store call on the blocking pool: store writes commit to SQLite synchronously.
+pub(super) async fn store_call<T: Send + 'static>(
+    ctx: &Context,
+    f: impl FnOnce(&Store) -> T + Send + 'static,
+) -> T {
+    let store = ctx.store.clone();
+    tokio::task::spawn_blocking(move || f(&store))
+        .await
+        .expect("a store call panicked")
+}
+
+/// Writes the draft's status when it differs from the stored one, then records an event per
+/// transition and, for a new step, its duration. A step's fault point fires here, right after
+/// the step is committed.
+pub(super) async fn commit(
+    ctx: &Context,
+    object: &Arc<StoredObject>,
+    draft: &Draft,
+) -> Result<Arc<StoredObject>, ReconcileError> {
+    let value = draft.to_value();
+    if object.status == value {
+        return Ok(object.clone());
+    }
+    let before: ProjectStatus = serde_json::from_value(object.status.clone()).unwrap_or_default();
+    let before_step_started = Draft::from_object(object).record.step_started_at;
+    let name = object.name().to_string();
+    let updated = store_call(ctx, move |store| {
+        store.update_status(PROJECT_KIND, &name, None, value, false)
+    })
+    .await?;
+    let events = transitions(&before, &draft.status);
+    if !events.is_empty() {
+        let target = updated.clone();
+        let recorded = store_call(ctx, move |store| {
+            for (type_, reason, message) in events {
+                store.record_event(&target, type_, &reason, &message)?;
+            }
+            Ok::<(), crate::store::StoreError>(())
+        })
+        .await;
+        if let Err(e) = recorded {
+            tracing::warn!(error = %e, "could not record an event");
+        }
+    }
+    if before.step != draft.status.step
+        && let Some(step) = draft.status.step
+    {
+        if let Some(since) = before_step_started {
+            let took = (draft.now() - since).to_std().unwrap_or_default();
+            ctx.metrics.observe_step(step.as_str(), took.as_secs_f64());
+        }
+        tracing::info!(step = step.as_str(), "step committed");
+        fault::after_step(step);
+    }
+    Ok(updated)
+}
+
+async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, ReconcileError> {
+    let Some(object) = ctx.store.get(PROJECT_KIND, name) else {
+        ctx.queue.forget(name);
+        return Ok(Action::Done);
+    };
+    // Acting without being able to record it would repeat side effects after a restart.
+    let store = ctx.store.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || store.check_writable())
+        .await
+        .expect("a store call panicked")
+    {
+        return Err(ReconcileError::StoreUnwritable(e.to_string()));
+    }
+
+    let mut draft = Draft::from_object(&object);
+    let annotations = &object.metadata.annotations;
+    if annotations.get(annotations::RECONCILE).map(String::as_str)
+        == Some(annotations::RECONCILE_PAUSED)
+    {
+        draft.set_condition(
+            condition_types::READY,
+            ConditionStatus::Unknown,
+            reasons::RECONCILE_PAUSED,
+            "the berth.dev/reconcile annotation is \"paused\": berth leaves this project alone",
+        );
+        commit(ctx, &object, &draft).await?;
+        return Ok(Action::Done);
+    }
+
+    let spec: ProjectSpec = match serde_json::from_value(object.spec.clone()) {
+        Ok(spec) => spec,
+        Err(e) => {
+            draft.set_ready(Phase::Error, false, "InvalidSpec", &format!("spec: {e}"));
+            commit(ctx, &object, &draft).await?;
+            return Ok(Action::Done);
+        }
+    };
+
+    if object.is_deleting() {
+        return teardown::finalize(ctx, &object, draft).await;
+    }
+    if !object.metadata.finalizers.iter().any(|f| f == FINALIZER) {
+        let mut finalizers = object.metadata.finalizers.clone();
+        finalizers.push(FINALIZER.to_string());
+        let name = name.to_string();
+        store_call(ctx, move |store| {
+            store.set_finalizers(PROJECT_KIND, &name, None, finalizers)
+        })
+        .await?;
+        return Ok(Action::Requeue(Duration::ZERO));
+    }
+
+    let mut homes = Vec::new();
+    for profile in spec.profiles() {
+        let Some(found) = ctx.store.get(PROFILE_KIND, &profile) else {
+            draft.set_ready(
+                Phase::Pending,
+                false,
+                reasons::PROFILE_NOT_FOUND,
+                &format!("AgentProfile {profile:?} does not exist (yet)"),
+            );
+            commit(ctx, &object, &draft).await?;
+            // Creating the profile requests every project.
+            return Ok(Action::Done);
+        };
+        let home = found
+            .spec
+            .get("home")
+            .and_then(|h| h.as_str())
+            .unwrap_or_default()
+            .to_string();
+        if !home.is_empty() {
+            homes.push((profile, home));
+        }
+    }
+
+    let envelope = envelope_of(&spec.resources, &ctx.settings.fleet_resources);
+    let layout = DurableLayout::new(
+        object.uid(),
+        envelope.workspace_bytes.map(|l| l.value),
+        &homes,
+    );
+    let project = Project {
+        ctx,
+        object: &object,
+        spec: &spec,
+        envelope,
+        layout,
+        latest: std::sync::Mutex::new(object.clone()),
+    };
+    project.converge(draft).await
+}
+
+/// One project as this reconcile sees it.
+struct Project<'a> {
+    ctx: &'a Context,
+    object: &'a Arc<StoredObject>,
+    spec: &'a ProjectSpec,
+    envelope: Envelope,
+    layout: DurableLayout,
+    /// The object as this reconcile last wrote it.
+    latest: std::sync::Mutex<Arc<StoredObject>>,
+}
+
+impl Project<'_> {
+    fn name(&self) -> &str {
+        self.object.name()
+    }
+
+    fn uid(&self) -> &str {
+        self.object.uid()
+    }
+
+    fn annotation(&self, key: &str) -> Option<&String> {
+        self.object.metadata.annotations.get(key)
+    }
+
+    /// Commits against the latest stored version, so each commit of one reconcile compares with
+    /// (and reports transitions from) what the previous one wrote.
+    async fn commit(&self, draft: &Draft) -> Result<Arc<StoredObject>, ReconcileError> {
+        let latest = self
+            .latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let updated = commit(self.ctx, &latest, draft).await?;
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = updated.clone();
+        Ok(updated)
+    }
+
+    /// Whether a `berth restart --recreate` is waiting to be acted on.
+    fn recreate_requested(&self, draft: &Draft) -> bool {
+        self.annotation(annotations::RECREATE_REQUESTED_AT)
+            .is_some_and(|v| Some(v) != draft.record.recreate_requested_at.as_ref())
+    }
+
+    async fn converge(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
+        let runtime = &*self.ctx.runtime;
+        let snapshot = self
+            .ctx
+            .snapshot
+            .take(self.name(), self.ctx.settings.resync_interval);
+        let from_snapshot = snapshot.is_some();
+        let mut instance = match snapshot {
+            Some(listed) => listed,
+            None => runtime.get_instance(self.name()).await?,
+        };
+
+        if let Some(found) = &instance
+            && uid_label(&found.config) != Some(self.uid())
+        {
+            return self.name_conflict(draft).await;
+        }
+
+        // An operation a step submitted before a crash (or before this reconcile) is judged
+        // first: by its outcome while LXD remembers it, else by the instance's state.
+        if let Some(op) = draft.record.operation.clone() {
+            match runtime
+                .wait_operation(&op.id, self.ctx.settings.timeouts.create)
+                .await
+            {
+                Ok(done) if done.status == OperationStatus::Success => {
+                    draft.record.operation = None;
+                }
+                Ok(_) => {
+                    let waited = (draft.now() - op.submitted_at).to_std().unwrap_or_default();
+                    if waited > self.ctx.settings.timeouts.create {
+                        draft.set_ready(
+                            Phase::Provisioning,
+                            false,
+                            reasons::STEP_TIMEOUT,
+                            &format!(
+                                "step {} has not finished after {}s",
+                                op.step.as_str(),
+                                waited.as_secs()
+                            ),
+                        );
+                        self.commit(&draft).await?;
+                    }
+                    return Ok(Action::Requeue(Duration::from_secs(1)));
+                }
+                Err(RuntimeError::OperationVanished { .. }) => {
+                    draft.record.operation = None;
+                }
+                Err(RuntimeError::OperationFailed { message, .. }) => {
+                    draft.record.operation = None;
+                    return self.creation_failed(draft, &message).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+            instance = runtime.get_instance(self.name()).await?;
+            if let Some(found) = &instance
+                && uid_label(&found.config) != Some(self.uid())
+            {
+                return self.name_conflict(draft).await;
+            }
+        }
+
+        match instance {
+            None => self.converge_absent(draft).await,
+            Some(instance) => self.converge_present(draft, instance, from_snapshot).await,
+        }
+    }
+
+    async fn name_conflict(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
+        draft.set_ready(
+            Phase::Error,
+            false,
+            reasons::NAME_CONFLICT,
+            &format!(
+                "an LXD instance named {:?} exists without this project's {} label; berth leaves it alone",
+                self.name(),
+                super::layout::UID_LABEL
+            ),
+        );
+        self.commit(&draft).await?;
+        Ok(Action::Requeue(WAIT_FOR_PERSON))
+    }
+
+    /// No container: create one, or, when one existed, judge whether it is safe to recreate.
+    async fn converge_absent(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
+        let recreate_requested = self.recreate_requested(&draft);
+        if draft.step() >= Step::Created {
+            if !recreate_requested {
+                let expected = expected_containers(&self.ctx.store);
+                let (verdict, report) = self
+                    .ctx
+                    .fleet
+                    .judge(&*self.ctx.runtime, self.uid(), &expected)
+                    .await?;
+                match verdict {
+                    Verdict::Present => return Ok(Action::Requeue(Duration::ZERO)),
+                    Verdict::Hold { vanished, expected } => {
+                        if let Some(count) = report {
+                            self.ctx.metrics.containers_vanished.inc();
+                            let message = format!(
+                                "{count} of {expected} berth containers vanished at once; berth recreates none of them until a person acts (berth restart --recreate NAME)"
+                            );
+                            tracing::error!("{message}");
+                            let target = self.object.clone();
+                            let _ = store_call(self.ctx, move |store| {
+                                store.record_event(
+                                    &target,
+                                    crate::store::EventType::Warning,
+                                    "ContainersVanished",
+                                    &message,
+                                )
+                            })
+                            .await;
+                        }
+                        draft.set_ready(
+                            Phase::Missing,
+                            false,
+                            reasons::MISSING,
+                            &format!(
+                                "the container vanished together with {} others; held for a person: berth restart --recreate {}",
+                                vanished.saturating_sub(1),
+                                self.name()
+                            ),
+                        );
+                        self.commit(&draft).await?;
+                        return Ok(Action::Requeue(self.ctx.settings.resync_interval));
+                    }
+                    Verdict::Recreate => {}
+                }
+            }
+            draft.record.recreate_requested_at =
+                self.annotation(annotations::RECREATE_REQUESTED_AT).cloned();
+            draft.record.image = None;
+            draft.status.container = None;
+            draft.set_step(Step::Requested);
+            draft.set_ready(
+                Phase::Missing,
+                false,
+                reasons::MISSING,
+                "the container is gone; recreating it with the same volumes",
+            );
+            self.commit(&draft).await?;
+            return Ok(Action::Requeue(Duration::ZERO));
+        }
+        if recreate_requested {
+            draft.record.recreate_requested_at =
+                self.annotation(annotations::RECREATE_REQUESTED_AT).cloned();
+        }
+        self.create(draft).await
+    }
+
+    /// Step Created: the durable volumes, then the container with its config, limits, devices
+    /// and label in the create request. The operation id is recorded before waiting on it.
+    async fn create(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
+        let runtime = &*self.ctx.runtime;
+        let settings = &self.ctx.settings;
+        let Some(image) = self.resolve_image(&draft).await? else {
+            draft.set_ready(
+                Phase::Error,
+                false,
+                reasons::IMAGE_NOT_FOUND,
+                &format!("image {:?} not found in LXD", self.spec.image),
+            );
+            self.commit(&draft).await?;
+            return Ok(Action::Requeue(WAIT_FOR_PERSON));
+        };
+        if draft.status.phase != Phase::Missing {
+            draft.set_ready(Phase::Provisioning, false, Step::Requested.as_str(), "");
+        }
+
+        for mount in &self.layout.mounts {
+            runtime
+                .create_volume(&CreateVolume {
+                    pool: settings.storage_pool.clone(),
+                    name: mount.volume.clone(),
+                    size: mount.size_bytes.map(|b| b.to_string()),
+                    config: self.layout.labels(),
+                    target: settings.target.clone(),
+                })
+                .await?;
+        }
+
+        let mut with_fleet = true;
+        let created = loop {
+            let request = self.create_request(image.clone(), with_fleet);
+            match runtime.create_instance(&request).await {
+                Ok(created) => break created,
+                Err(e @ RuntimeError::Rejected { .. }) if with_fleet && self.has_fleet_limits() => {
+                    with_fleet = false;
+                    let message = format!(
+                        "the fleet default limits were not applied ({e}); creating without them"
+                    );
+                    tracing::warn!("{message}");
+                    self.warn("FleetDefaultsNotApplied", &message).await;
+                }
+                Err(RuntimeError::Rejected { message, .. }) => {
+                    return self.creation_failed(draft, &message).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let operation = match created {
+            Created::Exists(existing) => {
+                // Created before a crash that came before recording it.
+                if uid_label(&existing.config) != Some(self.uid()) {
+                    return self.name_conflict(draft).await;
+                }
+                return self.record_created(draft, &existing).await;
+            }
+            Created::Submitted { operation } => operation,
+        };
+        fault::after_call("create_instance");
+        draft.record.operation = Some(PendingOperation {
+            id: operation.clone(),
+            step: Step::Created,
+            submitted_at: draft.now(),
+        });
+        self.commit(&draft).await?;
+
+        match runtime
+            .wait_operation(&operation, settings.timeouts.create)
+            .await
+        {
+            Ok(done) if done.status == OperationStatus::Success => {}
+            // Still running, or judged by state: the next reconcile waits on the recorded id.
+            Ok(_) | Err(RuntimeError::OperationVanished { .. }) => {
+                return Ok(Action::Requeue(Duration::ZERO));
+            }
+            Err(RuntimeError::OperationFailed { message, .. }) => {
+                draft.record.operation = None;
+                return self.creation_failed(draft, &message).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        draft.record.operation = None;
+        match runtime.get_instance(self.name()).await? {
+            Some(instance) => self.record_created(draft, &instance).await,
+            None => {
+                self.commit(&draft).await?;
+                Err(ReconcileError::Failed(
+                    "the create operation succeeded but the container is not there".into(),
+                ))
+            }
+        }
+    }
+
+    async fn record_created(
+        &self,
+        mut draft: Draft,
+        instance: &Instance,
+    ) -> Result<Action, ReconcileError> {
+        draft.record.operation = None;
+        draft.record.image = Some(self.spec.image.clone());
+        draft.record.fingerprint = instance.base_image().map(str::to_string);
+        draft.status.container = Some(container_status(instance));
+        self.set_resources_applied(&mut draft).await;
+        draft.set_condition(
+            condition_types::MOUNTS_READY,
+            ConditionStatus::True,
+            "Attached",
+            "",
+        );
+        draft.set_step(Step::Created);
+        draft.set_ready(Phase::Provisioning, false, Step::Created.as_str(), "");
+        self.commit(&draft).await?;
+        Ok(Action::Requeue(Duration::ZERO))
+    }
+
+    async fn creation_failed(
+        &self,
+        mut draft: Draft,
+        message: &str,
+    ) -> Result<Action, ReconcileError> {
+        if self.has_project_limits() {
+            draft.set_condition(
+                condition_types::RESOURCES_APPLIED,
+                ConditionStatus::False,
+                reasons::RESOURCES_REJECTED,
+                message,
+            );
+        }
+        draft.set_ready(
+            Phase::Error,
+            false,
+            reasons::PROVISIONING_FAILED,
+            &format!("creating the container failed: {message}"),
+        );
+        self.commit(&draft).await?;
+        Err(ReconcileError::Failed(format!(
+            "creating the container failed: {message}"
+        )))
+    }
+
+    /// The image to create from: the alias (or fingerprint) in the spec, else the fingerprint
+    /// recorded for the previous container, so a deleted alias does not strand a project.
+    async fn resolve_image(&self, draft: &Draft) -> Result<Option<ImageSource>, ReconcileError> {
+        let runtime = &*self.ctx.runtime;
+        let wanted = &self.spec.image;
+        for source in [
+            ImageSource::Alias(wanted.clone()),
+            ImageSource::Fingerprint(wanted.clone()),
+        ] {
+            if let Some(fingerprint) = runtime.resolve_image(&source).await? {
+                return Ok(Some(ImageSource::Fingerprint(fingerprint)));
+            }
+        }
+        if let Some(recorded) = draft.record.fingerprint.clone()
+            && let Some(fingerprint) = runtime
+                .resolve_image(&ImageSource::Fingerprint(recorded))
+                .await?
+        {
+            return Ok(Some(ImageSource::Fingerprint(fingerprint)));
+        }
+        Ok(None)
+    }
+
+    fn has_fleet_limits(&self) -> bool {
+        let fleet = |l: Option<Limit>| l.is_some_and(|l| l.origin == Origin::FleetDefault);
+        fleet(self.envelope.cpu_millis)
+            || fleet(self.envelope.memory_bytes)
+            || fleet(self.envelope.disk_bytes)
+    }
+
+    fn has_project_limits(&self) -> bool {
+        let project = |l: Option<Limit>| l.is_some_and(|l| l.origin == Origin::Project);
+        project(self.envelope.cpu_millis)
+            || project(self.envelope.memory_bytes)
+            || project(self.envelope.disk_bytes)
+            || project(self.envelope.workspace_bytes)
+    }
+
+    fn create_request(&self, image: ImageSource, with_fleet: bool) -> CreateInstance {
+        let settings = &self.ctx.settings;
+        let include = |origin: Origin| with_fleet || origin == Origin::Project;
+        let mut config = self.layout.labels();
+        config.extend(self.envelope.config(include));
+        let mut devices = self.layout.devices(&settings.storage_pool);
+        if let Some(root) = self.envelope.root_device(&settings.storage_pool, include) {
+            devices.insert("root".to_string(), root);
+        }
+        CreateInstance {
+            name: self.name().to_string(),
+            image,
+            config,
+            devices,
+            profiles: Vec::new(),
+            target: settings.target.clone(),
+        }
+    }
+
+    async fn warn(&self, reason: &str, message: &str) {
+        let target = self.object.clone();
+        let (reason, message) = (reason.to_string(), message.to_string());
+        let recorded = store_call(self.ctx, move |store| {
+            store.record_event(&target, crate::store::EventType::Warning, &reason, &message)
+        })
+        .await;
+        if let Err(e) = recorded {
+            tracing::warn!(error = %e, "could not record an event");
+        }
+    }
+
+    /// `ResourcesApplied`: sizes the pool cannot enforce are reported, not failed.
+    async fn set_resources_applied(&self, draft: &mut Draft) {
+        let settings = &self.ctx.settings;
+        if self.envelope.has_sizes() && !settings.pool_enforces_quotas {
+            let message = format!(
+                "storage pool {:?} does not enforce sizes; disk and workspaceSize are not limits here",
+                settings.storage_pool
+            );
+            let already = draft
+                .condition(condition_types::RESOURCES_APPLIED)
+                .is_some_and(|c| c.reason == reasons::QUOTA_NOT_ENFORCED);
+            if !already {
+                self.warn(reasons::QUOTA_NOT_ENFORCED, &message).await;
+            }
+            draft.set_condition(
+                condition_types::RESOURCES_APPLIED,
+                ConditionStatus::True,
+                reasons::QUOTA_NOT_ENFORCED,
+                &message,
+            );
+        } else {
+            draft.set_condition(
+                condition_types::RESOURCES_APPLIED,
+                ConditionStatus::True,
+                reasons::APPLIED,
+                "",
+            );
+        }
+    }
+
+    /// The container exists and is this project's: converge it.
+    async fn converge_present(
+        &self,
+        mut draft: Draft,
+        instance: Instance,
+        from_snapshot: bool,
+    ) -> Result<Action, ReconcileError> {
+        let runtime = &*self.ctx.runtime;
+        let settings = &self.ctx.settings;
+        // A container whose cluster member is offline is neither touched nor recreated
+        // elsewhere: its data lives on that member.
+        if !matches!(
+            instance.status,
+            InstanceStatus::Running | InstanceStatus::Stopped
+        ) {
+            let server = runtime.server_info().await?;
+            if server.clustered
+                && let Some(member) = server.members.iter().find(|m| m.name == instance.location)
+                && !member.is_online()
+            {
+                draft.set_ready(
+                    Phase::Error,
+                    false,
+                    reasons::MEMBER_OFFLINE,
+                    &format!(
+                        "cluster member {:?} holding the container is {}; berth waits for it",
+                        member.name, member.status
+                    ),
+                );
+                self.commit(&draft).await?;
+                return Ok(Action::Requeue(WAIT_FOR_PERSON));
+            }
+        }
+        let previous_pid = draft.status.container.as_ref().and_then(|c| c.pid);
+        draft.status.container = Some(container_status(&instance));
+        if draft.record.image.is_none() {
+            draft.record.image = Some(self.spec.image.clone());
+        }
+        if let Some(fingerprint) = instance.base_image() {
+            draft.record.fingerprint = Some(fingerprint.to_string());
+        }
+        if draft.step() < Step::Created {
+            return self.record_created(draft, &instance).await;
+        }
+
+        // Replace the container (volumes stay) on request or for a new image.
+        let recreate = self.recreate_requested(&draft);
+        let new_image = draft.record.image.as_deref() != Some(self.spec.image.as_str());
+        if recreate || new_image {
+            let why = if recreate {
+                "a recreate was requested"
+            } else {
+                "spec.image changed"
+            };
+            runtime
+                .stop_instance(
+                    self.name(),
+                    StopOptions::clean_then_force(settings.timeouts.clean_stop),
+                )
+                .await?;
+            runtime
+                .delete_instance(self.name(), settings.timeouts.delete)
+                .await?;
+            draft.record.recreate_requested_at =
+                self.annotation(annotations::RECREATE_REQUESTED_AT).cloned();
+            draft.record.image = None;
+            if new_image {
+                // The old image is not a fallback for a new one.
+                draft.record.fingerprint = None;
+            }
+            draft.status.container = None;
+            draft.set_step(Step::Requested);
+            draft.set_ready(
+                Phase::Provisioning,
+                false,
+                Step::Requested.as_str(),
+                &format!("replacing the container ({why}); the volumes stay"),
+            );
+            self.commit(&draft).await?;
+            return Ok(Action::Requeue(Duration::ZERO));
+        }
+
+        self.check_image(&mut draft, &instance, from_snapshot)
+            .await?;
+
+        // Mounts: re-attach what is missing (a device removed by hand, a new profile home).
+        let missing: Vec<_> = self
+            .layout
+            .missing_from(&settings.storage_pool, &instance.devices)
+            .into_iter()
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            let mut patch = InstancePatch::default();
+            for mount in &missing {
+                runtime
+                    .create_volume(&CreateVolume {
+                        pool: settings.storage_pool.clone(),
+                        name: mount.volume.clone(),
+                        size: mount.size_bytes.map(|b| b.to_string()),
+                        config: self.layout.labels(),
+                        target: settings.target.clone(),
+                    })
+                    .await?;
+                patch.devices.insert(
+                    mount.device.clone(),
+                    super::layout::disk_device(&settings.storage_pool, &mount.volume, &mount.path),
+                );
+            }
+            runtime.patch_instance(self.name(), &patch).await?;
+            let paths: Vec<&str> = missing.iter().map(|m| m.path.as_str()).collect();
+            self.warn(
+                "MountsReattached",
+                &format!("re-attached {}", paths.join(", ")),
+            )
+            .await;
+            // Bootstrap runs again when the mount topology changed.
+            if draft.step() > Step::Reachable {
+                draft.set_step(Step::Reachable);
+            }
+            draft.set_condition(
+                condition_types::MOUNTS_READY,
+                ConditionStatus::True,
+                "Attached",
+                "",
+            );
+            self.commit(&draft).await?;
+            return Ok(Action::Requeue(Duration::ZERO));
+        }
+        draft.set_condition(
+            condition_types::MOUNTS_READY,
+            ConditionStatus::True,
+            "Attached",
+            "",
+        );
+
+        // Limits that drifted (changed in the spec, or by hand) are applied live.
+        if let Some(action) = self.converge_limits(&mut draft, &instance).await? {
+            return Ok(action);
+        }
+
+        // A restart request: host-driven (clean stop, then kill), so a wedged container restarts.
+        let restart = self.annotation(annotations::RESTARTED_AT);
+        if restart.is_some() && restart != draft.record.restarted_at.as_ref() {
+            draft.record.restarted_at = restart.cloned();
+            if instance.status != InstanceStatus::Stopped {
+                runtime
+                    .stop_instance(
+                        self.name(),
+                        StopOptions::clean_then_force(settings.timeouts.clean_stop),
+                    )
+                    .await?;
+                self.warn_normal("Restarted", "stopped for a requested restart")
+                    .await;
+            }
+            self.commit(&draft).await?;
+            return Ok(Action::Requeue(Duration::ZERO));
+        }
+
+        let idled = draft
+            .status
+            .reap
+            .as_ref()
+            .is_some_and(|r| r.idled_at.is_some());
+        let want_running = self.spec.state == PowerState::Running && !idled;
+        if !want_running {
+            if instance.status != InstanceStatus::Stopped {
+                runtime
+                    .stop_instance(
+                        self.name(),
+                        StopOptions::clean_then_force(settings.timeouts.clean_stop),
+                    )
+                    .await?;
+            }
+            let message = if idled {
+                "idled: stays stopped until woken"
+            } else {
+                "spec.state is Stopped"
+            };
+            draft.set_ready(Phase::Stopped, false, reasons::STOPPED, message);
+            self.commit(&draft).await?;
+            return Ok(Action::Done);
+        }
+
+        match &instance.status {
+            InstanceStatus::Running => {}
+            InstanceStatus::Stopped => {
+                runtime
+                    .start_instance(self.name(), settings.timeouts.start)
+                    .await?;
+                self.booted(&mut draft);
+                draft.set_ready(Phase::Provisioning, false, Step::Started.as_str(), "");
+                self.commit(&draft).await?;
+                return Ok(Action::Requeue(Duration::ZERO));
+            }
+            InstanceStatus::Frozen => {
+                draft.set_ready(
+                    Phase::Error,
+                    false,
+                    "Frozen",
+                    "the container is frozen; unfreeze it (lxc start) or restart it",
+                );
+                self.commit(&draft).await?;
+                return Ok(Action::Requeue(WAIT_FOR_PERSON));
+            }
+            InstanceStatus::Error => {
+                // LXD lost track of the container (a start that failed half-way): a forced stop
+                // brings it back to Stopped, and the next reconcile starts it.
+                self.warn(
+                    "ContainerError",
+                    "LXD reports the container in state Error; stopping it by force to start again",
+                )
+                .await;
+                runtime
+                    .stop_instance(
+                        self.name(),
+                        StopOptions {
+                            clean_timeout: Duration::ZERO,
+                            force_after: true,
+                        },
+                    )
+                    .await?;
+                return Ok(Action::Requeue(Duration::ZERO));
+            }
+            InstanceStatus::Other(transient) => {
+                tracing::debug!(state = transient.as_str(), "waiting for a transition");
+                return Ok(Action::Requeue(Duration::from_secs(1)));
+            }
+        }
+
+        // Running. A new pid means it booted again behind berth's back.
+        let pid = instance.state.as_ref().map(|s| s.pid).filter(|p| *p > 0);
+        if draft.step() > Step::Started
+            && previous_pid.is_some()
+            && pid.is_some()
+            && pid != previous_pid
+        {
+            self.booted(&mut draft);
+        }
+        match draft.step() {
+            Step::Requested => unreachable!("handled before"),
+            Step::Created => {
+                draft.set_step(Step::Started);
+                draft.set_ready(Phase::Provisioning, false, Step::Started.as_str(), "");
+                self.commit(&draft).await?;
+                Ok(Action::Requeue(Duration::ZERO))
+            }
+            Step::Started => self.reach(draft).await,
+            done => self.later_steps(draft, done).await,
+        }
+    }
+
+    /// The container booted: the next step is Reachable, then where it was.
+    fn booted(&self, draft: &mut Draft) {
+        let step = draft.step();
+        if step > Step::Started {
+            draft.record.resume = Some(resume_after_boot(step));
+        }
+        draft.set_step(Step::Started);
+    }
+
+    /// Step Reachable: an exec round trip answers. Past the boot deadline the condition says so
+    /// and shows the console's last lines.
+    async fn reach(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
+        let settings = &self.ctx.settings;
+        let probe = ExecRequest::new(["true"], settings.timeouts.exec);
+        let answered = match self.ctx.runtime.exec(self.name(), &probe).await {
+            Ok(out) => out.success(),
+            Err(e) if e.is_transient() || matches!(e, RuntimeError::Rejected { .. }) => false,
+            Err(e) => return Err(e.into()),
+        };
+        if answered {
+            let target = draft.record.resume.take().unwrap_or(Step::Reachable);
+            draft.set_step(target.max(Step::Reachable));
+            draft.set_ready(Phase::Provisioning, false, draft.step().as_str(), "");
+            self.commit(&draft).await?;
+            return Ok(Action::Requeue(Duration::ZERO));
+        }
+        let waited = draft.time_in_step().to_std().unwrap_or_default();
+        if waited > settings.timeouts.boot {
+            let console = self
+                .ctx
+                .runtime
+                .console_log_tail(self.name(), CONSOLE_TAIL_BYTES)
+                .await
+                .unwrap_or_default();
+            draft.set_ready(
+                Phase::Provisioning,
+                false,
+                reasons::BOOT_TIMEOUT,
+                &format!(
+                    "no exec answer {}s after start; console tail:\n{}",
+                    waited.as_secs(),
+                    console.trim_end()
+                ),
+            );
+            self.commit(&draft).await?;
+            return Ok(Action::Requeue(Duration::from_secs(5)));
+        }
+        Ok(Action::Requeue(BOOT_POLL))
+    }
+
+    /// The steps after Reachable, through the pluggable [`super::LaterSteps`].
+    async fn later_steps(&self, mut draft: Draft, done: Step) -> Result<Action, ReconcileError> {
+        let steps = &*self.ctx.later_steps;
+        let Some(next) = next_required(steps, self.spec, done) else {
+            draft.set_ready(Phase::Ready, true, done.as_str(), "");
+            self.commit(&draft).await?;
+            return Ok(Action::Done);
+        };
+        let context = StepContext {
+            name: self.name(),
+            uid: self.uid(),
+            spec: self.spec,
+        };
+        match steps.run(&context, next).await? {
+            StepOutcome::Done => {
+                draft.set_step(next);
+                draft.set_ready(Phase::Provisioning, false, next.as_str(), "");
+                self.commit(&draft).await?;
+                Ok(Action::Requeue(Duration::ZERO))
+            }
+            StepOutcome::Waiting {
+                reason,
+                message,
+                retry_after,
+            } => {
+                draft.set_ready(Phase::Provisioning, false, &reason, &message);
+                self.commit(&draft).await?;
+                Ok(Action::Requeue(retry_after))
+            }
+        }
+    }
+
+    /// `ImageOutdated`: the alias now names another image than the container was created from.
+    /// In a resync pass the alias is resolved once for every project that uses it.
+    async fn check_image(
+        &self,
+        draft: &mut Draft,
+        instance: &Instance,
+        from_snapshot: bool,
+    ) -> Result<(), ReconcileError> {
+        let Some(base) = instance.base_image() else {
+            return Ok(());
+        };
+        let alias = &self.spec.image;
+        let cached = if from_snapshot {
+            self.ctx.snapshot.image(alias)
+        } else {
+            None
+        };
+        let current = match cached {
+            Some(fingerprint) => fingerprint,
+            None => {
+                let fingerprint = self
+                    .ctx
+                    .runtime
+                    .resolve_image(&ImageSource::Alias(alias.clone()))
+                    .await?;
+                self.ctx.snapshot.remember_image(alias, fingerprint.clone());
+                fingerprint
+            }
+        };
+        match current {
+            Some(fingerprint) if fingerprint != base => draft.set_condition(
+                condition_types::IMAGE_OUTDATED,
+                ConditionStatus::True,
+                reasons::NEW_IMAGE_AVAILABLE,
+                &format!(
+                    "image {:?} now points to {}; berth restart --recreate replaces the container (volumes stay)",
+                    self.spec.image,
+                    short(&fingerprint)
+                ),
+            ),
+            _ => draft.set_condition(
+                condition_types::IMAGE_OUTDATED,
+                ConditionStatus::False,
+                "Current",
+                "",
+            ),
+        }
+        Ok(())
+    }
+
+    /// Applies project limits that differ from the container's; removes limits nobody asks
+    /// for any more. Fleet defaults are applied at creation only (best effort).
+    async fn converge_limits(
+        &self,
+        draft: &mut Draft,
+        instance: &Instance,
+    ) -> Result<Option<Action>, ReconcileError> {
+        let wanted_any = self.envelope.config(|_| true);
+        let wanted_project = self.envelope.config(|o| o == Origin::Project);
+        let mut patch = BTreeMap::new();
+        for key in super::envelope::LIMIT_KEYS {
+            let have = instance.config.get(key).map(String::as_str).unwrap_or("");
+            match (wanted_project.get(key), wanted_any.get(key)) {
+                (Some(want), _) if want != have => {
+                    patch.insert(key.to_string(), want.clone());
+                }
+                (None, None) if !have.is_empty() => {
+                    patch.insert(key.to_string(), String::new());
+                }
+                _ => {}
+            }
+        }
+        if patch.is_empty() {
+            self.set_resources_applied(draft).await;
+            return Ok(None);
+        }
+        let request = InstancePatch {
+            config: patch,
+            devices: BTreeMap::new(),
+        };
+        match self.ctx.runtime.patch_instance(self.name(), &request).await {
+            Ok(()) => {
+                self.set_resources_applied(draft).await;
+                self.commit(draft).await?;
+                Ok(Some(Action::Requeue(Duration::ZERO)))
+            }
+            Err(RuntimeError::Rejected { message, .. }) => {
+                draft.set_condition(
+                    condition_types::RESOURCES_APPLIED,
+                    ConditionStatus::False,
+                    reasons::RESOURCES_REJECTED,
+                    &message,
+                );
+                self.commit(draft).await?;
+                Err(ReconcileError::Failed(format!(
+                    "LXD refused the limits: {message}"
+                )))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn warn_normal(&self, reason: &str, message: &str) {
+        let target = self.object.clone();
+        let (reason, message) = (reason.to_string(), message.to_string());
+        let _ = store_call(self.ctx, move |store| {
+            store.record_event(&target, crate::store::EventType::Normal, &reason, &message)
+        })
+        .await;
+    }
+}
+
+fn short(fingerprint: &str) -> &str {
+    &fingerprint[..fingerprint.len().min(12)]
+}
+
+/// The container identity `status.container` shows.
+fn container_status(instance: &Instance) -> ContainerStatus {
+    ContainerStatus {
+        name: instance.name.clone(),
+        location: Some(instance.location.clone()).filter(|l| !l.is_empty() && l != "none"),
+        image_fingerprint: instance.base_image().map(str::to_string),
+        pid: instance
+            .state
+            .as_ref()
+            .map(|s| s.pid)
+            .filter(|p| *p > 0 && instance.is_running()),
+        created_at: instance.created_at,
+        last_used_at: instance.last_used_at,
+    }
+}
+
+/// The uids of projects whose status says their container exists: what a list must show.
+fn expected_containers(store: &Store) -> HashSet<String> {
+    store
+        .list(PROJECT_KIND)
+        .iter()
+        .filter(|p| !p.is_deleting())
+        .filter(|p| {
+            p.status
+                .get("step")
+                .and_then(|s| s.as_str())
+                .and_then(Step::parse)
+                .is_some_and(|s| s >= Step::Created)
+        })
+        .map(|p| p.uid().to_string())
+        .collect()
+}
+
+/// The project's envelope. A limit the spec leaves out comes from the fleet defaults; a limit
+/// equal to the fleet default also counts as the fleet's (admission may have copied it into the
+/// spec): both are best effort. Any other limit is the project's own and must apply.
+pub fn envelope_of(spec: &Resources, fleet: &Resources) -> Envelope {
+    fn limit<T: PartialEq>(
+        value: Option<&T>,
+        fleet: Option<&T>,
+        amount: impl Fn(&T) -> u64,
+    ) -> Option<Limit> {
+        match value {
+            Some(value) if Some(value) != fleet => Some(Limit {
+                value: amount(value),
+                origin: Origin::Project,
+            }),
+            _ => fleet.map(|f| Limit {
+                value: amount(f),
+                origin: Origin::FleetDefault,
+            }),
+        }
+    }
+    Envelope {
+        cpu_millis: limit(spec.cpu.as_ref(), fleet.cpu.as_ref(), |c| c.millis()),
+        memory_bytes: limit(spec.memory.as_ref(), fleet.memory.as_ref(), |q| {
+            q.as_bytes()
+        }),
+        disk_bytes: limit(spec.disk.as_ref(), fleet.disk.as_ref(), |q| q.as_bytes()),
+        workspace_bytes: limit(
+            spec.workspace_size.as_ref(),
+            fleet.workspace_size.as_ref(),
+            |q| q.as_bytes(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_tells_project_limits_from_fleet_defaults() {
+        let fleet = Resources {
+            cpu: Some("2".parse().unwrap()),
+            memory: Some("4GiB".parse().unwrap()),
+            ..Resources::default()
+        };
+        let spec = Resources {
+            cpu: Some("2".parse().unwrap()),
+            memory: Some("1GiB".parse().unwrap()),
+            workspace_size: Some("10GiB".parse().unwrap()),
+            ..Resources::default()
+        };
+        let envelope = envelope_of(&spec, &fleet);
+        assert_eq!(
+            envelope.cpu_millis,
+            Some(Limit {
+                value: 2000,
+                origin: Origin::FleetDefault
+            })
+        );
+        assert_eq!(
+            envelope.memory_bytes,
+            Some(Limit {
+                value: 1 << 30,
+                origin: Origin::Project
+            })
+        );
+        assert_eq!(envelope.disk_bytes, None);
+        assert_eq!(
+            envelope.workspace_bytes.map(|l| l.origin),
+            Some(Origin::Project)
+        );
+        let defaulted = envelope_of(&Resources::default(), &fleet);
+        assert_eq!(
+            defaulted.memory_bytes,
+            Some(Limit {
+                value: 4 << 30,
+                origin: Origin::FleetDefault
+            })
+        );
+    }
+}

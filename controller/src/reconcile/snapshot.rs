@@ -1,0 +1,114 @@
+//! What one resync pass read from LXD in a single list call, handed to the reconciles that pass
+//! requests so they do not each read their container again.
+//!
+//! An entry is taken at most once: the reconcile that takes it acts on it, and any later
+//! reconcile (after a step, an event, an error) reads the container afresh. An LXD event about
+//! an instance drops its entry, and the whole snapshot expires after one resync interval.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::runtime::Instance;
+
+#[derive(Debug, Default)]
+struct Inner {
+    taken_at: Option<Instant>,
+    /// Per project name: the container the list showed, or `None` when it lacked one.
+    instances: HashMap<String, Option<Instance>>,
+    /// Image alias → fingerprint, resolved at most once per pass.
+    images: HashMap<String, Option<String>>,
+}
+
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    inner: Mutex<Inner>,
+}
+
+impl Snapshot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Replaces the snapshot with a fresh list: `projects` are the names to hold entries for.
+    pub fn replace<'a>(&self, projects: impl IntoIterator<Item = &'a str>, listed: Vec<Instance>) {
+        let mut by_name: HashMap<String, Instance> =
+            listed.into_iter().map(|i| (i.name.clone(), i)).collect();
+        let instances = projects
+            .into_iter()
+            .map(|name| (name.to_string(), by_name.remove(name)))
+            .collect();
+        *self.lock() = Inner {
+            taken_at: Some(Instant::now()),
+            instances,
+            images: HashMap::new(),
+        };
+    }
+
+    /// Takes the entry for `name` if the snapshot is younger than `max_age`: `Some(observed)`
+    /// when the list answered for it, `None` when the caller must read the container itself.
+    pub fn take(&self, name: &str, max_age: Duration) -> Option<Option<Instance>> {
+        let mut inner = self.lock();
+        if inner.taken_at.is_none_or(|at| at.elapsed() > max_age) {
+            return None;
+        }
+        inner.instances.remove(name)
+    }
+
+    /// Something happened to the instance: its entry is stale.
+    pub fn forget(&self, name: &str) {
+        self.lock().instances.remove(name);
+    }
+
+    /// The fingerprint resolved for `alias` in this pass, if any was.
+    pub fn image(&self, alias: &str) -> Option<Option<String>> {
+        self.lock().images.get(alias).cloned()
+    }
+
+    pub fn remember_image(&self, alias: &str, fingerprint: Option<String>) {
+        self.lock().images.insert(alias.to_string(), fingerprint);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::InstanceStatus;
+
+    fn instance(name: &str) -> Instance {
+        Instance {
+            name: name.into(),
+            status: InstanceStatus::Running,
+            status_code: 103,
+            location: "none".into(),
+            profiles: Vec::new(),
+            config: Default::default(),
+            devices: Default::default(),
+            expanded_devices: Default::default(),
+            created_at: None,
+            last_used_at: None,
+            state: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn entries_are_taken_once_and_expire() {
+        let snapshot = Snapshot::default();
+        snapshot.replace(["a", "b", "c"], vec![instance("a"), instance("b")]);
+        let max_age = Duration::from_secs(30);
+        assert_eq!(
+            snapshot.take("a", max_age).map(|i| i.map(|i| i.name)),
+            Some(Some("a".to_string()))
+        );
+        assert_eq!(snapshot.take("a", max_age), None, "taken once");
+        assert_eq!(snapshot.take("c", max_age), Some(None), "listed as absent");
+        snapshot.forget("b");
+        assert_eq!(snapshot.take("b", max_age), None);
+
+        snapshot.replace(["a"], vec![instance("a")]);
+        tokio::time::advance(Duration::from_secs(31)).await;
+        assert_eq!(snapshot.take("a", max_age), None, "expired");
+    }
+}

@@ -1,0 +1,84 @@
+//! Deleting a project: the finalizer `berth.dev/teardown` holds the object until its container
+//! and volumes are gone. Every call is idempotent (deleting what is already gone succeeds), so a
+//! teardown interrupted by a crash simply runs again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_api::{Phase, reasons};
+
+use super::layout::{DurableLayout, FINALIZER, LABEL_PREFIX, uid_label};
+use super::project::{commit, store_call};
+use super::status::Draft;
+use super::{Action, Context, PROJECT_KIND, ReconcileError};
+use crate::runtime::StopOptions;
+use crate::store::StoredObject;
+
+/// A container being deleted gets this long to stop cleanly before it is killed.
+const TEARDOWN_CLEAN_STOP: Duration = Duration::from_secs(10);
+
+pub async fn finalize(
+    ctx: &Context,
+    object: &Arc<StoredObject>,
+    mut draft: Draft,
+) -> Result<Action, ReconcileError> {
+    if !object.metadata.finalizers.iter().any(|f| f == FINALIZER) {
+        // Something else holds the object; berth's part is done.
+        return Ok(Action::Done);
+    }
+    let runtime = &*ctx.runtime;
+    let settings = &ctx.settings;
+    let name = object.name();
+    let uid = object.uid();
+
+    draft.set_ready(
+        Phase::Deleting,
+        false,
+        reasons::DELETING,
+        "removing the container and the volumes",
+    );
+    let object = commit(ctx, object, &draft).await?;
+
+    if let Some(instance) = runtime.get_instance(name).await? {
+        if uid_label(&instance.config) == Some(uid) {
+            runtime
+                .stop_instance(name, StopOptions::clean_then_force(TEARDOWN_CLEAN_STOP))
+                .await?;
+            runtime
+                .delete_instance(name, settings.timeouts.delete)
+                .await?;
+            tracing::info!("container deleted");
+        } else {
+            tracing::warn!("an instance of this name is not this project's; leaving it alone");
+        }
+    }
+
+    let volumes = runtime
+        .list_volumes(&settings.storage_pool, Some(LABEL_PREFIX))
+        .await?;
+    for volume in volumes
+        .iter()
+        .filter(|v| uid_label(&v.config) == Some(uid) && DurableLayout::owns_volume(uid, &v.name))
+    {
+        let target = Some(volume.location.as_str()).filter(|l| !l.is_empty() && *l != "none");
+        runtime
+            .delete_volume(&settings.storage_pool, &volume.name, target)
+            .await?;
+        tracing::info!(volume = volume.name.as_str(), "volume deleted");
+    }
+
+    let finalizers: Vec<String> = object
+        .metadata
+        .finalizers
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    let project = name.to_string();
+    store_call(ctx, move |store| {
+        store.set_finalizers(PROJECT_KIND, &project, None, finalizers)
+    })
+    .await?;
+    ctx.queue.forget(name);
+    Ok(Action::Done)
+}

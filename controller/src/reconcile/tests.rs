@@ -1,0 +1,574 @@
+//! The reconcile against the fake runtime and a real store: convergence, no repeated side
+//! effects under lost replies and failing calls, drift, the fleet guard, conflicts, deletion.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_api::{Phase, ProjectStatus, Step};
+use serde_json::{Value, json};
+
+use super::layout::{DurableLayout, FINALIZER, UID_LABEL};
+use super::{
+    Action, Context, ControllerSettings, NoLaterSteps, PROJECT_KIND, Timeouts, WorkQueue,
+    fleet::FleetGuard, project,
+};
+use crate::metrics::Metrics;
+use crate::runtime::fake::{FakeRuntime, Fault};
+use crate::runtime::{Instance, InstanceStatus, Runtime, RuntimeError};
+use crate::store::{Desired, Store};
+
+/// More reconciles than any convergence here needs; hitting it means a loop.
+const MAX_ROUNDS: usize = 40;
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    store: Arc<Store>,
+    fake: Arc<FakeRuntime>,
+    ctx: Context,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+        let fake = Arc::new(FakeRuntime::new());
+        let metrics = Arc::new(Metrics::new());
+        let settings = ControllerSettings {
+            timeouts: Timeouts {
+                boot: Duration::from_secs(5),
+                ..Timeouts::default()
+            },
+            ..ControllerSettings::default()
+        };
+        let ctx = Context {
+            store: store.clone(),
+            runtime: fake.clone() as Arc<dyn Runtime>,
+            metrics: metrics.clone(),
+            queue: WorkQueue::new(1, settings.backoff, metrics),
+            settings,
+            later_steps: Arc::new(NoLaterSteps),
+            fleet: FleetGuard::default(),
+            snapshot: Default::default(),
+        };
+        Harness {
+            _dir: dir,
+            store,
+            fake,
+            ctx,
+        }
+    }
+
+    fn apply(&self, name: &str, spec: Value) {
+        self.apply_with(name, spec, BTreeMap::new());
+    }
+
+    fn apply_with(&self, name: &str, spec: Value, annotations: BTreeMap<String, String>) {
+        self.store
+            .apply(
+                Desired {
+                    kind: PROJECT_KIND.into(),
+                    name: name.into(),
+                    labels: BTreeMap::new(),
+                    annotations,
+                    finalizers: None,
+                    spec,
+                },
+                false,
+            )
+            .unwrap();
+    }
+
+    fn annotate(&self, name: &str, key: &str, value: &str) {
+        let object = self.store.get(PROJECT_KIND, name).unwrap();
+        let mut annotations = object.metadata.annotations.clone();
+        annotations.insert(key.into(), value.into());
+        self.apply_with(name, object.spec.clone(), annotations);
+    }
+
+    /// Runs reconciles the way the queue would (again at once after a requeue or an error)
+    /// until one says Done; returns the errors seen on the way.
+    async fn converge(&self, name: &str) -> Vec<String> {
+        let mut errors = Vec::new();
+        for _ in 0..MAX_ROUNDS {
+            match project::reconcile(&self.ctx, name).await {
+                Ok(Action::Done) => return errors,
+                Ok(Action::Requeue(_)) => {}
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        panic!(
+            "{name} did not converge in {MAX_ROUNDS} reconciles; errors {errors:?}; status {}",
+            self.status_value(name)
+        );
+    }
+
+    fn status_value(&self, name: &str) -> Value {
+        self.store
+            .get(PROJECT_KIND, name)
+            .map(|o| o.status.clone())
+            .unwrap_or(Value::Null)
+    }
+
+    fn status(&self, name: &str) -> ProjectStatus {
+        serde_json::from_value(self.status_value(name)).unwrap_or_default()
+    }
+
+    fn ready_reason(&self, name: &str) -> (String, String) {
+        let status = self.status(name);
+        let ready = berth_api::find_condition(&status.conditions, "Ready").expect("Ready");
+        (format!("{:?}", ready.status), ready.reason.clone())
+    }
+
+    fn uid(&self, name: &str) -> String {
+        self.store
+            .get(PROJECT_KIND, name)
+            .unwrap()
+            .uid()
+            .to_string()
+    }
+
+    fn assert_ready(&self, name: &str) {
+        let status = self.status(name);
+        assert_eq!(status.phase, Phase::Ready, "{}", self.status_value(name));
+        assert_eq!(self.ready_reason(name).0, "True");
+    }
+
+    /// Exactly one container, this project's, and its workspace volume.
+    fn assert_one_of_everything(&self, name: &str) {
+        let uid = self.uid(name);
+        let instance = self.fake.instance(name).expect("container");
+        assert_eq!(instance.config.get(UID_LABEL), Some(&uid));
+        assert_eq!(self.fake.instance_names(), [name.to_string()]);
+        let volume = self
+            .fake
+            .volume("default", &DurableLayout::workspace_volume(&uid))
+            .expect("workspace volume");
+        assert_eq!(volume.config.get(UID_LABEL), Some(&uid));
+    }
+}
+
+fn tiny() -> Value {
+    json!({"image": "berth-tiny"})
+}
+
+#[tokio::test]
+async fn a_project_without_agent_is_ready_once_reachable() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    assert!(h.converge("p").await.is_empty());
+    h.assert_ready("p");
+    h.assert_one_of_everything("p");
+    let status = h.status("p");
+    assert_eq!(status.step, Some(Step::Reachable));
+    assert_eq!(status.observed_generation, 1);
+    let container = status.container.unwrap();
+    assert_eq!(container.name, "p");
+    assert!(container.image_fingerprint.is_some());
+    assert!(
+        h.store
+            .get(PROJECT_KIND, "p")
+            .unwrap()
+            .metadata
+            .finalizers
+            .contains(&FINALIZER.to_string())
+    );
+    assert_eq!(h.fake.count("create_instance"), 1);
+    assert_eq!(h.fake.count("start_instance"), 1);
+
+    // Converged: another reconcile changes nothing and calls nothing that acts.
+    let rv = h.store.get(PROJECT_KIND, "p").unwrap().resource_version();
+    h.converge("p").await;
+    assert_eq!(
+        h.store.get(PROJECT_KIND, "p").unwrap().resource_version(),
+        rv
+    );
+    assert_eq!(h.fake.count("create_instance"), 1);
+    assert_eq!(h.fake.count("start_instance"), 1);
+}
+
+#[tokio::test]
+async fn the_create_request_carries_label_limits_and_mounts() {
+    let h = Harness::new();
+    h.apply(
+        "p",
+        json!({"image": "berth-tiny", "resources": {"cpu": "500m", "memory": "1GiB"}}),
+    );
+    h.converge("p").await;
+    let instance = h.fake.instance("p").unwrap();
+    assert_eq!(instance.config["limits.cpu.allowance"], "50ms/100ms");
+    assert_eq!(instance.config["limits.memory"], "1073741824");
+    let uid = h.uid("p");
+    assert_eq!(
+        instance.devices["workspace"]["source"],
+        DurableLayout::workspace_volume(&uid)
+    );
+    assert_eq!(instance.devices["workspace"]["path"], "/workspace");
+    // Config, limits and devices went in with the create: no patch afterwards.
+    assert_eq!(h.fake.count("patch_instance"), 0);
+}
+
+/// Every call of a convergence fails once, or has its reply lost once; the project still
+/// converges, with one container and one volume: no side effect is repeated.
+#[tokio::test]
+async fn any_one_failing_or_lost_call_still_converges_without_repeats() {
+    let calls = {
+        let h = Harness::new();
+        h.apply("p", tiny());
+        h.converge("p").await;
+        h.fake.calls().len() as u64
+    };
+    for n in 1..=calls {
+        for fault in [
+            Fault::LoseReply,
+            Fault::Fail(RuntimeError::Transport {
+                what: "injected".into(),
+                message: "connection refused".into(),
+            }),
+        ] {
+            let h = Harness::new();
+            h.apply("p", tiny());
+            h.fake.fault_nth_call(n, fault.clone());
+            h.converge("p").await;
+            h.assert_ready("p");
+            h.assert_one_of_everything("p");
+            assert!(
+                h.fake.count("start_instance") <= 2,
+                "call {n} {fault:?}: {:?}",
+                h.fake.calls()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_lost_create_reply_is_recognised_by_the_label() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.fake.fault_method("create_instance", Fault::LoseReply);
+    let errors = h.converge("p").await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    h.assert_ready("p");
+    h.assert_one_of_everything("p");
+}
+
+#[tokio::test]
+async fn slow_calls_converge_the_same() {
+    let h = Harness::new();
+    h.fake.set_latency(Duration::from_millis(5));
+    for name in ["a", "b", "c"] {
+        h.apply(name, tiny());
+    }
+    let (a, b, c) = tokio::join!(h.converge("a"), h.converge("b"), h.converge("c"));
+    assert!(a.is_empty() && b.is_empty() && c.is_empty());
+    for name in ["a", "b", "c"] {
+        h.assert_ready(name);
+    }
+    assert_eq!(h.fake.count("create_instance"), 3);
+}
+
+#[tokio::test]
+async fn a_vanished_container_is_recreated_with_the_same_volume() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    let volumes_before = h.fake.count("create_volume");
+    h.fake.vanish("p");
+    h.converge("p").await;
+    h.assert_ready("p");
+    h.assert_one_of_everything("p");
+    assert_eq!(h.fake.count("create_instance"), 2);
+    // The volume existed: asked for again (idempotent), never replaced.
+    assert!(h.fake.count("create_volume") > volumes_before);
+    assert_eq!(h.fake.count("delete_volume"), 0);
+}
+
+#[tokio::test]
+async fn many_vanishing_at_once_recreates_none_until_a_person_asks() {
+    let h = Harness::new();
+    let names = ["a", "b", "c", "d"];
+    for name in names {
+        h.apply(name, tiny());
+        h.converge(name).await;
+    }
+    for name in ["a", "b", "c"] {
+        h.fake.vanish(name);
+    }
+    for name in ["a", "b", "c"] {
+        match project::reconcile(&h.ctx, name).await.unwrap() {
+            Action::Requeue(d) => assert!(d > Duration::ZERO),
+            Action::Done => panic!("held project must be looked at again"),
+        }
+        assert_eq!(h.status(name).phase, Phase::Missing);
+    }
+    assert_eq!(h.fake.count("create_instance"), 4);
+    assert!(h.fake.instance("a").is_none());
+    assert!(
+        h.ctx
+            .metrics
+            .encode()
+            .contains("berth_containers_vanished_total 1")
+    );
+
+    // A person releases one with `berth restart --recreate`.
+    h.annotate("a", berth_api::annotations::RECREATE_REQUESTED_AT, "now");
+    h.converge("a").await;
+    h.assert_ready("a");
+    assert!(h.fake.instance("b").is_none());
+}
+
+#[tokio::test]
+async fn a_same_named_container_without_the_label_is_never_touched() {
+    let h = Harness::new();
+    let stranger = Instance {
+        name: "p".into(),
+        status: InstanceStatus::Running,
+        status_code: 103,
+        location: "none".into(),
+        profiles: vec!["default".into()],
+        config: BTreeMap::new(),
+        devices: BTreeMap::new(),
+        expanded_devices: BTreeMap::new(),
+        created_at: None,
+        last_used_at: None,
+        state: None,
+    };
+    h.fake.insert_instance(stranger.clone());
+    h.apply("p", tiny());
+    let action = project::reconcile(&h.ctx, "p").await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::ZERO), "finalizer first");
+    let action = project::reconcile(&h.ctx, "p").await.unwrap();
+    assert!(matches!(action, Action::Requeue(d) if d > Duration::ZERO));
+    assert_eq!(h.ready_reason("p").1, "NameConflict");
+    for method in [
+        "stop_instance",
+        "delete_instance",
+        "patch_instance",
+        "start_instance",
+        "update_instance",
+        "create_volume",
+    ] {
+        assert_eq!(h.fake.count(method), 0, "{method}");
+    }
+
+    // Deleting the project leaves the stranger as it was.
+    h.store
+        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), false)
+        .unwrap();
+    h.converge("p").await;
+    assert!(h.store.get(PROJECT_KIND, "p").is_none());
+    assert_eq!(h.fake.instance("p").unwrap().config, stranger.config);
+    assert_eq!(h.fake.count("delete_instance"), 0);
+}
+
+#[tokio::test]
+async fn deletion_removes_container_and_volumes_then_the_object() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    let uid = h.uid("p");
+    h.store
+        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), false)
+        .unwrap();
+    // A lost reply on the delete: the teardown runs again and finishes.
+    h.fake.fault_method("delete_instance", Fault::LoseReply);
+    h.converge("p").await;
+    assert!(h.store.get(PROJECT_KIND, "p").is_none());
+    assert!(h.fake.instance("p").is_none());
+    assert!(
+        h.fake
+            .volume("default", &DurableLayout::workspace_volume(&uid))
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn stopped_state_stops_and_running_starts_again_resuming_at_reachable() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    h.apply("p", json!({"image": "berth-tiny", "state": "Stopped"}));
+    h.converge("p").await;
+    assert_eq!(h.status("p").phase, Phase::Stopped);
+    assert_eq!(
+        h.fake.instance("p").unwrap().status,
+        InstanceStatus::Stopped
+    );
+    h.apply("p", tiny());
+    h.converge("p").await;
+    h.assert_ready("p");
+    assert_eq!(h.status("p").step, Some(Step::Reachable));
+    assert_eq!(h.fake.count("create_instance"), 1);
+}
+
+// Paused time: the wedged container's clean-stop timeout passes at once.
+#[tokio::test(start_paused = true)]
+async fn a_restart_request_works_on_a_wedged_container_and_is_acted_on_once() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    let pid = h.status("p").container.unwrap().pid;
+    h.fake.set_wedged("p", true);
+    h.annotate("p", berth_api::annotations::RESTARTED_AT, "t1");
+    h.converge("p").await;
+    h.assert_ready("p");
+    assert_ne!(h.status("p").container.unwrap().pid, pid);
+    let starts = h.fake.count("start_instance");
+    h.converge("p").await;
+    assert_eq!(h.fake.count("start_instance"), starts, "acted on once");
+}
+
+#[tokio::test]
+async fn a_new_image_replaces_the_container_and_keeps_the_volume() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    h.apply("p", json!({"image": "berth-base"}));
+    h.converge("p").await;
+    h.assert_ready("p");
+    h.assert_one_of_everything("p");
+    let instance = h.fake.instance("p").unwrap();
+    assert_eq!(
+        instance.base_image(),
+        Some(crate::runtime::fake::fake_fingerprint("berth-base").as_str())
+    );
+    assert_eq!(h.fake.count("delete_volume"), 0);
+}
+
+#[tokio::test]
+async fn a_rebuilt_alias_marks_the_image_outdated_without_replacing() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    h.fake.add_image("berth-tiny", "feedface");
+    h.converge("p").await;
+    let status = h.status("p");
+    let outdated = berth_api::find_condition(&status.conditions, "ImageOutdated").unwrap();
+    assert_eq!(outdated.reason, "NewImageAvailable");
+    assert_eq!(h.fake.count("create_instance"), 1);
+}
+
+#[tokio::test]
+async fn paused_projects_are_left_alone() {
+    let h = Harness::new();
+    let paused = BTreeMap::from([(
+        berth_api::annotations::RECONCILE.to_string(),
+        berth_api::annotations::RECONCILE_PAUSED.to_string(),
+    )]);
+    h.apply_with("p", tiny(), paused);
+    h.converge("p").await;
+    assert_eq!(h.ready_reason("p").1, "ReconcilePaused");
+    assert!(h.fake.calls().is_empty(), "{:?}", h.fake.calls());
+}
+
+#[tokio::test]
+async fn a_missing_profile_waits_with_profile_not_found() {
+    let h = Harness::new();
+    h.apply("p", json!({"image": "berth-tiny", "agent": "claude"}));
+    h.converge("p").await;
+    assert_eq!(h.ready_reason("p").1, "ProfileNotFound");
+    assert_eq!(h.fake.count("create_instance"), 0);
+}
+
+#[tokio::test]
+async fn sizes_the_pool_cannot_enforce_are_reported_not_failed() {
+    let h = Harness::new();
+    h.apply(
+        "p",
+        json!({"image": "berth-tiny", "resources": {"workspaceSize": "10GiB"}}),
+    );
+    h.converge("p").await;
+    h.assert_ready("p");
+    let status = h.status("p");
+    let applied = berth_api::find_condition(&status.conditions, "ResourcesApplied").unwrap();
+    assert_eq!(applied.reason, "QuotaNotEnforced");
+    assert_eq!(format!("{:?}", applied.status), "True");
+}
+
+#[tokio::test]
+async fn a_resync_pass_reads_the_fleet_in_one_list_call() {
+    let h = Harness::new();
+    let names: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+    for name in &names {
+        h.apply(name, tiny());
+        h.converge(name).await;
+    }
+    let gets = h.fake.count("get_instance");
+    let resolves = h.fake.count("resolve_image");
+    super::triggers::resync_pass(&h.ctx).await;
+    for name in &names {
+        h.converge(name).await;
+        h.assert_ready(name);
+    }
+    assert_eq!(h.fake.count("list_instances"), 1);
+    assert_eq!(h.fake.count("get_instance"), gets, "no GET per project");
+    assert_eq!(
+        h.fake.count("resolve_image") - resolves,
+        1,
+        "the alias once"
+    );
+}
+
+#[tokio::test]
+async fn a_container_on_an_offline_member_is_left_alone() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    let location = h.fake.instance("p").unwrap().location;
+    let mut server = h.fake.server_info().await.unwrap();
+    server.clustered = true;
+    server.members = vec![crate::runtime::ClusterMember {
+        name: location,
+        status: "Offline".into(),
+        message: "no heartbeat".into(),
+    }];
+    h.fake.set_server(server);
+    h.fake.set_status("p", InstanceStatus::Error);
+    let acting = [
+        "create_instance",
+        "start_instance",
+        "stop_instance",
+        "delete_instance",
+    ]
+    .map(|m| h.fake.count(m));
+    let action = project::reconcile(&h.ctx, "p").await.unwrap();
+    assert!(matches!(action, Action::Requeue(d) if d > Duration::ZERO));
+    assert_eq!(h.ready_reason("p").1, "MemberOffline");
+    let after = [
+        "create_instance",
+        "start_instance",
+        "stop_instance",
+        "delete_instance",
+    ]
+    .map(|m| h.fake.count(m));
+    assert_eq!(acting, after);
+}
+
+#[tokio::test]
+async fn a_deleted_alias_falls_back_to_the_recorded_fingerprint() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    h.fake.vanish("p");
+    // The alias goes; the image itself stays (the fake keeps images by alias, so another
+    // alias holds it).
+    let fingerprint = crate::runtime::fake::fake_fingerprint("berth-tiny");
+    h.fake.remove_image("berth-tiny");
+    h.fake.add_image("kept", &fingerprint);
+    h.converge("p").await;
+    h.assert_ready("p");
+    assert_eq!(h.fake.count("create_instance"), 2);
+
+    assert_eq!(
+        h.fake.instance("p").unwrap().base_image(),
+        Some(fingerprint.as_str())
+    );
+
+    // Without a recorded fingerprint there is nothing to fall back to.
+    h.apply("q", tiny());
+    for _ in 0..3 {
+        let _ = project::reconcile(&h.ctx, "q").await;
+    }
+    assert_eq!(h.ready_reason("q").1, "ImageNotFound");
+    assert!(h.fake.instance("q").is_none());
+}

@@ -1,0 +1,148 @@
+//! What makes a project's reconcile run: a change to its spec or metadata in the store, an LXD
+//! event about its container, and a periodic resync of every project.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+use super::layout::LABEL_PREFIX;
+use super::{Context, PROFILE_KIND, PROJECT_KIND};
+
+/// Requests every project: after missed changes, a reconnect, or on the resync timer.
+pub fn request_all(ctx: &Context) {
+    for project in ctx.store.list(PROJECT_KIND) {
+        ctx.queue.request_now(project.name());
+    }
+}
+
+/// Follows the store's change feed. The controller's own status writes are ignored (they would
+/// only re-run what just ran); a changed AgentProfile requests every project, since homes and
+/// `ProfileNotFound` depend on it.
+pub async fn watch_store(ctx: Arc<Context>, cancel: CancellationToken) {
+    let mut changes = ctx.store.subscribe();
+    request_all(&ctx);
+    loop {
+        let change = tokio::select! {
+            _ = cancel.cancelled() => return,
+            change = changes.recv() => change,
+        };
+        match change {
+            Ok(change) if change.kind == PROJECT_KIND => {
+                if change.spec_or_metadata_changed {
+                    ctx.queue.request_now(&change.name);
+                }
+            }
+            Ok(change) if change.kind == PROFILE_KIND => request_all(&ctx),
+            Ok(_) => {}
+            Err(RecvError::Lagged(missed)) => {
+                tracing::warn!(missed, "fell behind the store's change feed; resyncing");
+                request_all(&ctx);
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// Follows LXD's event stream, requesting the project an instance event is about. The stream is
+/// reconnected when it breaks (LXD restarted), and every project is resynced then, since events
+/// may have been missed meanwhile.
+pub async fn watch_lxd_events(ctx: Arc<Context>, cancel: CancellationToken) {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let stream = tokio::select! {
+            _ = cancel.cancelled() => return,
+            stream = ctx.runtime.events() => stream,
+        };
+        match stream {
+            Ok(mut events) => {
+                delay = Duration::from_millis(500);
+                ctx.fleet.invalidate().await;
+                request_all(&ctx);
+                loop {
+                    let event = tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        event = events.next() => event,
+                    };
+                    match event {
+                        Some(Ok(event)) => {
+                            if let Some(name) = event.instance
+                                && ctx.store.get(PROJECT_KIND, &name).is_some()
+                            {
+                                ctx.snapshot.forget(&name);
+                                ctx.queue.request_now(&name);
+                            }
+                        }
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, "LXD event stream broke; reconnecting");
+                            break;
+                        }
+                        None => {
+                            tracing::warn!("LXD event stream ended; reconnecting");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?delay, "cannot subscribe to LXD events");
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Requests every project each resync interval, so drift the events missed is caught.
+pub async fn resync(ctx: Arc<Context>, cancel: CancellationToken) {
+    let mut ticker = tokio::time::interval(ctx.settings.resync_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is immediate; `watch_store` already requested everything at start.
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        resync_pass(&ctx).await;
+    }
+}
+
+/// One resync pass: one list call for the whole fleet, then every project requested; the
+/// reconciles take their container from that list instead of reading it again.
+pub async fn resync_pass(ctx: &Context) {
+    let started = tokio::time::Instant::now();
+    ctx.fleet.invalidate().await;
+    match ctx.runtime.list_instances(Some(LABEL_PREFIX), true).await {
+        Ok(listed) => {
+            ctx.fleet.seed(&listed).await;
+            let projects = ctx.store.list(PROJECT_KIND);
+            ctx.snapshot
+                .replace(projects.iter().map(|p| p.name()), listed);
+        }
+        Err(e) => tracing::warn!(error = %e, "resync: listing LXD instances failed"),
+    }
+    request_all(ctx);
+    update_phase_gauges(ctx);
+    ctx.metrics
+        .observe_pass("resync", started.elapsed().as_secs_f64());
+}
+
+/// Counts projects by phase for `berth_projects{phase}`.
+pub fn update_phase_gauges(ctx: &Context) {
+    let mut counts: std::collections::HashMap<&'static str, i64> = std::collections::HashMap::new();
+    for project in ctx.store.list(PROJECT_KIND) {
+        let phase = project
+            .status
+            .get("phase")
+            .and_then(|p| serde_json::from_value::<berth_api::Phase>(p.clone()).ok())
+            .unwrap_or_default();
+        *counts.entry(phase.as_str()).or_default() += 1;
+    }
+    ctx.metrics.set_project_phases(counts);
+}

@@ -1,0 +1,344 @@
+//! A real `berth serve` with its controller running against the real LXD, for the reconcile
+//! tests: start, kill, restart with a fault point, create and patch projects, wait on status,
+//! and look at LXD with the `lxc` client. Everything a test creates is deleted when it ends.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::daemon::{Client, Reply, wait_with_deadline};
+
+pub const PROJECTS: &str = "/apis/berth.dev/v1alpha1/projects";
+/// Generous: a busy 2-core machine unpacks the Debian image in seconds, not milliseconds.
+pub const READY_DEADLINE: Duration = Duration::from_secs(300);
+/// The exit code of a fault point (`berth::reconcile::fault::FAULT_EXIT_CODE`).
+pub const FAULT_EXIT_CODE: i32 = 86;
+/// Deadline of one `lxc` command.
+const LXC_TIMEOUT: &str = "120";
+
+/// `berth-t-rc-<random>`: unique on this machine.
+pub fn unique_name() -> String {
+    format!("berth-t-rc-{:08x}", rand::random::<u32>())
+}
+
+/// The tests of one binary take turns: LXD on a 2-core machine shared with other suites
+/// answers slowly enough under parallel container churn that deadlines become a lottery.
+static TURN: Mutex<()> = Mutex::new(());
+
+/// A running (or killed) `berth serve` on its own data directory.
+pub struct Berth {
+    child: Option<Child>,
+    _turn: MutexGuard<'static, ()>,
+    pub dir: tempfile::TempDir,
+    pub data_dir: PathBuf,
+    pub socket: PathBuf,
+    pub log: PathBuf,
+    /// Projects (name, uid) to delete with their containers and volumes when the test ends.
+    projects: Vec<(String, String)>,
+}
+
+impl Berth {
+    /// Starts a daemon whose controller acts, optionally with a fault point armed.
+    pub fn start(fault: Option<&str>) -> Berth {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data_dir = dir.path().join("data");
+        let socket = dir.path().join("berth.sock");
+        let log = dir.path().join("daemon.log");
+        let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let mut berth = Berth {
+            child: None,
+            _turn: turn,
+            dir,
+            data_dir,
+            socket,
+            log,
+            projects: Vec::new(),
+        };
+        berth.spawn(fault);
+        berth
+    }
+
+    fn spawn(&mut self, fault: Option<&str>) {
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("daemon log file");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+        command
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--socket")
+            .arg(&self.socket)
+            .env("BERTH_LOG", "info")
+            .env_remove("BERTH_FAULT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file);
+        if let Some(fault) = fault {
+            command.env("BERTH_FAULT", fault);
+        }
+        self.child = Some(command.spawn().expect("spawn berth serve"));
+        self.wait_healthy();
+    }
+
+    fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("berth serve exited with {status}:\n{}", self.log_text());
+            }
+            if let Ok(reply) = self.client().try_request("GET", "/healthz", None, &[])
+                && reply.status == 200
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "berth serve did not answer in 30s:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.socket)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for the daemon to exit by itself (a fault point) and returns how it exited.
+    pub fn wait_exit(&mut self, deadline: Duration) -> ExitStatus {
+        let child = self.child.as_mut().expect("daemon running");
+        let status = wait_with_deadline(child, deadline)
+            .unwrap_or_else(|| panic!("berth serve did not exit:\n{}", self.log_text()));
+        self.child = None;
+        status
+    }
+
+    /// SIGKILL: no shutdown, no flushing, like a crash.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the daemon again on the same data directory (after a crash or a fault).
+    pub fn restart(&mut self, fault: Option<&str>) {
+        assert!(self.child.is_none(), "restart needs a stopped daemon");
+        self.spawn(fault);
+    }
+
+    /// Creates a project from `spec` and remembers it for cleanup.
+    pub fn create_project(&mut self, name: &str, spec: Value) -> Value {
+        let body = json!({
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Project",
+            "metadata": {"name": name},
+            "spec": spec,
+        });
+        let reply = self.client().post_json(PROJECTS, &body);
+        assert_eq!(reply.status, 201, "create {name}: {}", reply.text());
+        let created = reply.json();
+        self.projects.push((name.to_string(), uid_of(&created)));
+        created
+    }
+
+    /// A JSON merge patch on the project (spec or metadata).
+    pub fn patch_project(&self, name: &str, patch: Value) -> Reply {
+        let reply = self.client().request(
+            "PATCH",
+            &format!("{PROJECTS}/{name}"),
+            Some("application/merge-patch+json"),
+            patch.to_string().as_bytes(),
+        );
+        assert_eq!(reply.status, 200, "patch {name}: {}", reply.text());
+        reply
+    }
+
+    pub fn get_project(&self, name: &str) -> Option<Value> {
+        let reply = self.client().get(&format!("{PROJECTS}/{name}"));
+        match reply.status {
+            200 => Some(reply.json()),
+            404 => None,
+            other => panic!("get {name}: {other} {}", reply.text()),
+        }
+    }
+
+    /// Polls the project until `check` holds for it, failing with its last status.
+    pub fn wait_for(&self, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + READY_DEADLINE;
+        let mut last = Value::Null;
+        while Instant::now() < deadline {
+            if let Some(project) = self.get_project(name) {
+                if check(&project) {
+                    return project;
+                }
+                last = project;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "{name}: not {what} within {READY_DEADLINE:?}; last: {}\n{}",
+            serde_json::to_string_pretty(&last["status"]).unwrap_or_default(),
+            self.log_text()
+        );
+    }
+
+    /// Waits for `Ready=True` for the current generation.
+    pub fn wait_ready(&self, name: &str) -> Value {
+        self.wait_for(name, "Ready", |p| {
+            ready_reason(p).is_some_and(|(status, _)| status == "True")
+                && p["status"]["observedGeneration"] == p["metadata"]["generation"]
+        })
+    }
+
+    /// Deletes the project and waits until it is gone.
+    pub fn delete_project(&self, name: &str) {
+        let reply = self.client().delete(&format!("{PROJECTS}/{name}"));
+        assert!(
+            [200, 202, 404].contains(&reply.status),
+            "delete {name}: {} {}",
+            reply.status,
+            reply.text()
+        );
+        let deadline = Instant::now() + READY_DEADLINE;
+        while self.get_project(name).is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "{name} not gone:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Berth {
+    fn drop(&mut self) {
+        // Delete through berth while it runs, then make sure with lxc: a failed test must not
+        // leave containers or volumes behind.
+        if self.child.is_some() {
+            for (name, _) in self.projects.clone() {
+                let _ =
+                    self.client()
+                        .try_request("DELETE", &format!("{PROJECTS}/{name}"), None, &[]);
+            }
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline
+                && self.projects.iter().any(|(n, _)| {
+                    self.client()
+                        .try_request("GET", &format!("{PROJECTS}/{n}"), None, &[])
+                        .is_ok_and(|r| r.status == 200)
+                })
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        self.kill9();
+        for (name, uid) in &self.projects {
+            if instance_uid(name).as_deref() == Some(uid.as_str()) {
+                let _ = lxc(&["delete", "--force", name]);
+            }
+            for volume in volumes_of(uid) {
+                let _ = lxc(&["storage", "volume", "delete", "default", &volume]);
+            }
+        }
+    }
+}
+
+/// The `Ready` condition's status and reason.
+pub fn ready_reason(project: &Value) -> Option<(String, String)> {
+    project["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_string(),
+                c["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+}
+
+pub fn uid_of(project: &Value) -> String {
+    project["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string()
+}
+
+/// Runs `lxc ARGS` with a deadline; returns stdout on success, stderr on failure.
+pub fn lxc(args: &[&str]) -> Result<String, String> {
+    let out = Command::new("timeout")
+        .arg(LXC_TIMEOUT)
+        .arg("lxc")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run lxc");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// Runs a shell command in the container.
+pub fn exec(name: &str, script: &str) -> Result<String, String> {
+    lxc(&["exec", name, "--", "sh", "-c", script])
+}
+
+/// The instance's `user.berth.uid`, if the instance exists.
+pub fn instance_uid(name: &str) -> Option<String> {
+    lxc(&["config", "get", name, "user.berth.uid"])
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// How many instances with exactly this name exist (0 or 1; more would be a bug in LXD).
+pub fn instance_count(name: &str) -> usize {
+    lxc(&["list", "--format", "csv", "-c", "n"])
+        .expect("lxc list")
+        .lines()
+        .filter(|l| l.trim() == name)
+        .count()
+}
+
+/// The custom volumes whose name carries `uid`.
+pub fn volumes_of(uid: &str) -> Vec<String> {
+    lxc(&[
+        "storage", "volume", "list", "default", "--format", "csv", "-c", "tn",
+    ])
+    .expect("lxc storage volume list")
+    .lines()
+    .filter_map(|l| l.split_once(','))
+    .filter(|(t, n)| *t == "custom" && n.contains(uid))
+    .map(|(_, n)| n.to_string())
+    .collect()
+}
+
+/// The instance's status as `lxc list` shows it (RUNNING, STOPPED), if it exists.
+pub fn instance_state(name: &str) -> Option<String> {
+    lxc(&["list", "--format", "csv", "-c", "ns"])
+        .expect("lxc list")
+        .lines()
+        .filter_map(|l| l.split_once(','))
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| s.to_string())
+}

@@ -184,8 +184,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 /// nothing in the fleet is touched. Marks `started` once the controller runs, for `/readyz`.
 fn start_controller(
     config: &Config,
-    _store: &Arc<Store>,
-    _shutdown: &CancellationToken,
+    store: &Arc<Store>,
+    shutdown: &CancellationToken,
     started: &Arc<AtomicBool>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if config.paused {
@@ -194,9 +194,14 @@ fn start_controller(
         started.store(true, Ordering::Relaxed);
         return None;
     }
-    tracing::warn!("this build has no controller yet: manifests are stored, nothing is reconciled");
+    let gitops = crate::gitops::spawn(
+        Arc::clone(store),
+        config.defaults.clone(),
+        config.data_dir.clone(),
+        shutdown.clone(),
+    );
     started.store(true, Ordering::Relaxed);
-    None
+    Some(gitops)
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

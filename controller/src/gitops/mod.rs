@@ -250,6 +250,7 @@ impl GitOps {
                     generation,
                     now,
                 );
+                tracing::info!(gitsource = %name, %revision, "GitSource synced");
                 if let Some(summary) = summarize(&applied) {
                     self.event(
                         &object,

@@ -17,6 +17,7 @@ use berth_api::{
 };
 use chrono::Utc;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -29,6 +30,8 @@ use manifests::Manifest;
 const KIND: &str = GitSource::KIND;
 /// Directory under the data dir holding one checkout per GitSource uid.
 const CHECKOUTS_DIR: &str = "gitsources";
+/// When a sync that failed unexpectedly is tried again.
+const PANIC_RETRY: Duration = Duration::from_secs(30);
 /// Most applied object names an event lists before it just counts.
 const EVENT_NAMES: usize = 10;
 
@@ -63,8 +66,12 @@ struct Tracked {
     uid: String,
     generation: i64,
     requested_at: Option<String>,
-    /// When the next sync is due; `None` while suspended.
+    /// When the next sync is due; `None` while suspended or while a sync runs.
     due: Option<Instant>,
+    /// A sync of this source is running.
+    running: bool,
+    /// Something asked for a sync while one was running: run again as soon as it ends.
+    again: bool,
 }
 
 impl Tracked {
@@ -74,6 +81,8 @@ impl Tracked {
             generation: object.generation(),
             requested_at: requested_at(object),
             due: Some(Instant::now()),
+            running: false,
+            again: false,
         }
     }
 
@@ -82,6 +91,17 @@ impl Tracked {
         self.uid != object.uid()
             || self.generation != object.generation()
             || self.requested_at != requested_at(object)
+    }
+
+    /// Notes a write that asks for a sync, keeping track of a running one.
+    fn request(&mut self, object: &StoredObject) {
+        let running = self.running && self.uid == object.uid();
+        *self = Tracked::of(object);
+        if running {
+            self.running = true;
+            self.again = true;
+            self.due = None;
+        }
     }
 }
 
@@ -93,30 +113,37 @@ fn requested_at(object: &StoredObject) -> Option<String> {
         .cloned()
 }
 
+/// A finished sync: which source (name, uid) and when it wants the next one.
+type Finished = (String, String, Option<Duration>);
+
 impl GitOps {
+    /// Each GitSource syncs in its own task, so a slow repository holds up only itself; a
+    /// source never has two syncs at once.
     async fn run(self, shutdown: CancellationToken) {
-        let (objects, _, mut changes) = self.store.list_and_subscribe(KIND);
+        let this = Arc::new(self);
+        let (objects, _, mut changes) = this.store.list_and_subscribe(KIND);
         let mut tracked: HashMap<String, Tracked> = objects
             .iter()
             .map(|o| (o.name().to_string(), Tracked::of(o)))
             .collect();
+        let mut running: JoinSet<Finished> = JoinSet::new();
+        // Which source each task syncs, to recover from a task that panicked.
+        let mut tasks: HashMap<tokio::task::Id, (String, String)> = HashMap::new();
         tracing::info!(gitsources = tracked.len(), "GitSource controller started");
         loop {
             let now = Instant::now();
-            let mut due: Vec<String> = tracked
-                .iter()
-                .filter(|(_, t)| t.due.is_some_and(|d| d <= now))
-                .map(|(name, _)| name.clone())
-                .collect();
-            due.sort();
-            for name in due {
-                let next = tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    next = self.sync(&name) => next,
-                };
-                if let Some(t) = tracked.get_mut(&name) {
-                    t.due = next.map(|interval| Instant::now() + interval);
+            for (name, t) in tracked.iter_mut() {
+                if t.running || t.due.is_none_or(|d| d > now) {
+                    continue;
                 }
+                t.running = true;
+                t.due = None;
+                let (this, task_name, uid) = (Arc::clone(&this), name.clone(), t.uid.clone());
+                let task = running.spawn(async move {
+                    let next = this.sync(&task_name, &uid).await;
+                    (task_name, uid, next)
+                });
+                tasks.insert(task.id(), (name.clone(), t.uid.clone()));
             }
             let next_due = tracked.values().filter_map(|t| t.due).min();
             let sleep = async {
@@ -126,18 +153,51 @@ impl GitOps {
                 }
             };
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => {
+                    // Dropping the tasks kills their git processes.
+                    running.shutdown().await;
+                    return;
+                }
                 _ = sleep => {}
+                Some(done) = running.join_next_with_id(), if !running.is_empty() => {
+                    let (name, uid, next) = match done {
+                        Ok((id, finished)) => {
+                            tasks.remove(&id);
+                            finished
+                        }
+                        Err(err) => {
+                            let Some((name, uid)) = tasks.remove(&err.id()) else {
+                                continue;
+                            };
+                            tracing::error!(gitsource = %name, %err, "a GitSource sync failed unexpectedly");
+                            // Retried after the shortest sensible pause rather than hammered.
+                            (name, uid, Some(PANIC_RETRY))
+                        }
+                    };
+                    match tracked.get_mut(&name) {
+                        Some(t) if t.uid == uid => {
+                            t.running = false;
+                            t.due = if std::mem::take(&mut t.again) {
+                                Some(Instant::now())
+                            } else {
+                                next.map(|interval| Instant::now() + interval)
+                            };
+                        }
+                        // Deleted while it synced: its checkout may have been written again.
+                        _ => this.forget(&uid),
+                    }
+                }
                 change = changes.recv() => match change {
                     Ok(change) if change.kind == KIND => match change.type_ {
                         ChangeType::Deleted => {
                             tracked.remove(&change.name);
-                            self.forget(change.object.uid());
+                            this.forget(change.object.uid());
                         }
                         _ if !change.spec_or_metadata_changed => {}
                         _ => match tracked.get_mut(&change.name) {
                             Some(t) if !t.wants_sync(&change.object) => {}
-                            _ => {
+                            Some(t) => t.request(&change.object),
+                            None => {
                                 tracked.insert(change.name.clone(), Tracked::of(&change.object));
                             }
                         },
@@ -145,7 +205,7 @@ impl GitOps {
                     Ok(_) => {}
                     Err(RecvError::Lagged(missed)) => {
                         tracing::warn!(missed, "GitSource controller fell behind the change feed; relisting");
-                        self.relist(&mut tracked);
+                        this.relist(&mut tracked);
                     }
                     Err(RecvError::Closed) => return,
                 },
@@ -158,18 +218,18 @@ impl GitOps {
         let objects = self.store.list(KIND);
         tracked.retain(|name, t| {
             let keep = objects.iter().any(|o| o.name() == name && o.uid() == t.uid);
-            if !keep {
+            if !keep && !t.running {
                 self.forget(&t.uid);
             }
             keep
         });
         for object in objects {
-            let fresh = match tracked.get(object.name()) {
-                Some(t) => t.wants_sync(&object),
-                None => true,
-            };
-            if fresh {
-                tracked.insert(object.name().to_string(), Tracked::of(&object));
+            match tracked.get_mut(object.name()) {
+                Some(t) if !t.wants_sync(&object) => {}
+                Some(t) => t.request(&object),
+                None => {
+                    tracked.insert(object.name().to_string(), Tracked::of(&object));
+                }
             }
         }
     }
@@ -189,9 +249,9 @@ impl GitOps {
     }
 
     /// Syncs one GitSource; returns when to sync it next (`None`: only when it changes).
-    async fn sync(&self, name: &str) -> Option<Duration> {
+    async fn sync(&self, name: &str, uid: &str) -> Option<Duration> {
         let object = self.store.get(KIND, name)?;
-        if object.is_deleting() {
+        if object.is_deleting() || object.uid() != uid {
             return None;
         }
         let spec: GitSourceSpec = match serde_json::from_value(object.spec.clone()) {

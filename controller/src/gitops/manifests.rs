@@ -44,8 +44,13 @@ impl Manifest {
     }
 }
 
+/// The most manifest bytes one revision may hold: what the API takes in one apply.
+pub const MAX_BYTES: u64 = 32 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    #[error("spec.path: the manifests under {path:?} total more than {} MiB", MAX_BYTES >> 20)]
+    TooLarge { path: String },
     #[error("spec.path: {0:?} does not exist in this revision")]
     NoPath(String),
     #[error("spec.path: {0:?} is a symbolic link; berth does not follow links in a repository")]
@@ -92,6 +97,19 @@ pub fn load(root: &Path, path: &str) -> Result<Vec<Manifest>, LoadError> {
     let mut files = Vec::new();
     collect(root, &start, &mut files)?;
     files.sort();
+    let mut total = 0u64;
+    for relative in &files {
+        let meta = std::fs::metadata(root.join(relative)).map_err(|source| LoadError::Read {
+            file: relative.display().to_string(),
+            source,
+        })?;
+        total += meta.len();
+        if total > MAX_BYTES {
+            return Err(LoadError::TooLarge {
+                path: path.to_string(),
+            });
+        }
+    }
     let mut manifests = Vec::new();
     for relative in files {
         let label = relative.display().to_string();

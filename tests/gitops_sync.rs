@@ -475,3 +475,50 @@ fn refs_resolve_to_branches_tags_and_commits_and_fetch_failures_are_reported() {
         .unwrap();
     assert!(message.contains("no-such-branch"), "{message}");
 }
+
+#[test]
+fn a_restarted_daemon_resumes_from_its_checkout_and_rewrites_nothing() {
+    let repo = Repo::new();
+    let mut daemon = Daemon::start_running(&[]);
+    repo.write("alpha.yaml", &profile("alpha", ""));
+    let first = repo.commit("alpha");
+    let reply = daemon.client().post_json(
+        &format!("{API}/gitsources"),
+        &gitsource("fleet", &repo.url(), "main", ".", "1s"),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let source = wait_applied(&daemon, "fleet", &first);
+    let alpha = must_get(&daemon.client(), "agentprofiles", "alpha");
+    let uid = source["metadata"]["uid"].as_str().unwrap().to_string();
+    assert!(
+        daemon
+            .data_dir
+            .join("gitsources")
+            .join(&uid)
+            .join(".git")
+            .is_dir(),
+        "no checkout under the data dir"
+    );
+
+    assert!(daemon.terminate().success(), "{}", daemon.log_text());
+    let before = syncs(&daemon, "fleet");
+    daemon.restart();
+    wait_for(&daemon, "a sync after the restart", || {
+        (syncs(&daemon, "fleet") > before).then_some(())
+    });
+    let client = daemon.client();
+    assert_eq!(rv(&must_get(&client, "gitsources", "fleet")), rv(&source));
+    assert_eq!(rv(&must_get(&client, "agentprofiles", "alpha")), rv(&alpha));
+
+    // Deleting the GitSource keeps what it applied and removes its checkout.
+    let reply = client.delete(&format!("{API}/gitsources/fleet"));
+    assert!(
+        reply.status == 200 || reply.status == 202,
+        "{}",
+        reply.text()
+    );
+    wait_for(&daemon, "the checkout to be removed", || {
+        (!daemon.data_dir.join("gitsources").join(&uid).exists()).then_some(())
+    });
+    assert_eq!(rv(&must_get(&client, "agentprofiles", "alpha")), rv(&alpha));
+}

@@ -261,14 +261,14 @@ impl GitOps {
                 return None;
             }
         };
-        let before: GitSourceStatus =
+        let mut before: GitSourceStatus =
             serde_json::from_value(object.status.clone()).unwrap_or_default();
-        let mut status = before.clone();
         let generation = object.generation();
-        status.observed_generation = generation;
         let now = Utc::now();
 
         if spec.suspend {
+            let mut status = before.clone();
+            status.observed_generation = generation;
             set_condition(
                 &mut status.conditions,
                 condition_types::RECONCILING,
@@ -283,8 +283,10 @@ impl GitOps {
         }
 
         let outcome = self
-            .fetch_and_apply(&object, &spec, &before, generation)
+            .fetch_and_apply(&object, &spec, &mut before, generation)
             .await;
+        let mut status = before.clone();
+        status.observed_generation = generation;
         let now = Utc::now();
         match outcome {
             Ok((revision, applied)) => {
@@ -359,7 +361,7 @@ impl GitOps {
         &self,
         object: &StoredObject,
         spec: &GitSourceSpec,
-        before: &GitSourceStatus,
+        before: &mut GitSourceStatus,
         generation: i64,
     ) -> Result<(String, AppliedSet), Failure> {
         let checkout = Checkout::new(self.checkouts.join(object.uid()));
@@ -382,7 +384,7 @@ impl GitOps {
                 generation,
                 Utc::now(),
             );
-            self.write_status(object, before, status);
+            *before = self.write_status(object, before, status);
         }
 
         checkout
@@ -454,36 +456,41 @@ impl GitOps {
     }
 
     /// Writes `status` when it differs from `before`; `lastSyncedAt` moves only with such a
-    /// write, so polling an unchanged repository leaves the GitSource untouched.
+    /// write, so polling an unchanged repository leaves the GitSource untouched. Returns the
+    /// status as it now stands.
     fn write_status(
         &self,
         object: &StoredObject,
         before: &GitSourceStatus,
         mut status: GitSourceStatus,
-    ) {
+    ) -> GitSourceStatus {
         status.last_synced_at = before.last_synced_at;
         if &status == before && !object.status.is_null() {
-            return;
+            return status;
         }
         status.last_synced_at = Some(Utc::now());
         let value = match serde_json::to_value(&status) {
             Ok(value) => value,
             Err(err) => {
                 tracing::error!(%err, "encoding a GitSource status");
-                return;
+                return before.clone();
             }
         };
         // Guard on the uid: a GitSource deleted and recreated under the same name meanwhile is
         // another object.
         match self.store.get(KIND, object.name()) {
             Some(current) if current.uid() == object.uid() => {}
-            _ => return,
+            _ => return before.clone(),
         }
-        if let Err(err) = self
+        match self
             .store
             .update_status(KIND, object.name(), None, value, false)
         {
-            tracing::warn!(gitsource = object.name(), %err, "cannot write the GitSource status");
+            Ok(_) => status,
+            Err(err) => {
+                tracing::warn!(gitsource = object.name(), %err, "cannot write the GitSource status");
+                before.clone()
+            }
         }
     }
 

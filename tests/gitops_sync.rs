@@ -522,3 +522,49 @@ fn a_restarted_daemon_resumes_from_its_checkout_and_rewrites_nothing() {
     });
     assert_eq!(rv(&must_get(&client, "agentprofiles", "alpha")), rv(&alpha));
 }
+
+#[test]
+fn without_prune_removed_objects_stay_and_a_missing_path_is_reported() {
+    let repo = Repo::new();
+    let daemon = Daemon::start_running(&[]);
+    let client = daemon.client();
+    repo.write("m/alpha.yaml", &profile("alpha", ""));
+    repo.write("m/beta.yaml", &profile("beta", ""));
+    let first = repo.commit("two");
+    let mut source = gitsource("keep", &repo.url(), "main", "m", "1s");
+    source["spec"]["prune"] = json!(false);
+    let reply = client.post_json(&format!("{API}/gitsources"), &source);
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    wait_applied(&daemon, "keep", &first);
+
+    repo.remove("m/beta.yaml");
+    let second = repo.commit("drop beta");
+    let source = wait_applied(&daemon, "keep", &second);
+    assert!(
+        get(&client, "agentprofiles", "beta").is_some(),
+        "pruned without prune"
+    );
+    // Still in the set's inventory, so turning prune on later finds it.
+    assert_eq!(
+        source["status"]["inventory"],
+        json!(["AgentProfile/alpha", "AgentProfile/beta"])
+    );
+
+    let reply = client.post_json(
+        &format!("{API}/gitsources"),
+        &gitsource("nowhere", &repo.url(), "main", "no/such/dir", "1s"),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let source = wait_for(&daemon, "a missing path to be reported", || {
+        let source = get(&client, "gitsources", "nowhere")?;
+        (condition(&source, "Ready")?["status"] == "False").then_some(source)
+    });
+    let ready = condition(&source, "Ready").unwrap();
+    assert_eq!(ready["reason"], "ApplyFailed");
+    let message = ready["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.path") && message.contains("no/such/dir"),
+        "{message}"
+    );
+    assert_eq!(source["status"]["lastAttemptedRevision"], second);
+}

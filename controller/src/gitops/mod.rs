@@ -565,3 +565,82 @@ fn summarize(applied: &AppliedSet) -> Option<String> {
         .collect();
     (!parts.is_empty()).then(|| parts.join("; "))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use berth_api::ObjectMeta;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::store::Deletion;
+
+    fn object(kind: &str, name: &str) -> Arc<StoredObject> {
+        Arc::new(StoredObject {
+            kind: kind.to_string(),
+            metadata: ObjectMeta {
+                name: name.to_string(),
+                uid: Some(format!("uid-{name}")),
+                generation: Some(1),
+                annotations: BTreeMap::new(),
+                ..ObjectMeta::default()
+            },
+            spec: Value::Null,
+            status: Value::Null,
+        })
+    }
+
+    #[test]
+    fn a_summary_names_what_changed_and_nothing_when_nothing_did() {
+        let unchanged = AppliedSet {
+            applied: vec![(object("Project", "a"), Action::Unchanged)],
+            pruned: vec![],
+        };
+        assert_eq!(summarize(&unchanged), None);
+        let changed = AppliedSet {
+            applied: vec![
+                (object("Project", "a"), Action::Unchanged),
+                (object("Project", "b"), Action::Created),
+                (object("AgentProfile", "c"), Action::Configured),
+            ],
+            pruned: vec![Deletion::Deleted(object("Project", "d"))],
+        };
+        assert_eq!(
+            summarize(&changed).unwrap(),
+            "created Project/b; configured AgentProfile/c; pruned Project/d"
+        );
+        let many = AppliedSet {
+            applied: (0..12)
+                .map(|i| (object("Project", &format!("p{i:02}")), Action::Created))
+                .collect(),
+            pruned: vec![],
+        };
+        assert!(
+            summarize(&many)
+                .unwrap()
+                .ends_with("Project/p09 and 2 more")
+        );
+    }
+
+    #[test]
+    fn a_request_during_a_sync_runs_another_right_after() {
+        let first = object("GitSource", "fleet");
+        let mut tracked = Tracked::of(&first);
+        tracked.running = true;
+        tracked.due = None;
+        assert!(!tracked.wants_sync(&first));
+
+        let mut asked = (*first).clone();
+        asked
+            .metadata
+            .annotations
+            .insert(annotations::REQUESTED_AT.to_string(), "now".to_string());
+        assert!(tracked.wants_sync(&asked));
+        tracked.request(&asked);
+        assert!(tracked.running && tracked.again && tracked.due.is_none());
+
+        // The same value again is not a new request.
+        assert!(!tracked.wants_sync(&asked));
+    }
+}

@@ -195,13 +195,20 @@ fn syncs(daemon: &Daemon, name: &str) -> usize {
         .count()
 }
 
-/// Changes the stored GitSource with `edit` and writes it back (PUT, guarded by resourceVersion).
+/// Changes the stored GitSource with `edit` and writes it back (PUT, guarded by resourceVersion;
+/// a status write by the controller in between is a conflict, and the edit is made again).
 fn edit_gitsource(client: &Client, name: &str, edit: impl Fn(&mut Value)) -> Value {
-    let mut source = must_get(client, "gitsources", name);
-    edit(&mut source);
-    let reply = client.put_json(&format!("{API}/gitsources/{name}"), &source);
-    assert_eq!(reply.status, 200, "PUT gitsource {name}: {}", reply.text());
-    reply.json()
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let mut source = must_get(client, "gitsources", name);
+        edit(&mut source);
+        let reply = client.put_json(&format!("{API}/gitsources/{name}"), &source);
+        if reply.status == 409 && Instant::now() < deadline {
+            continue;
+        }
+        assert_eq!(reply.status, 200, "PUT gitsource {name}: {}", reply.text());
+        return reply.json();
+    }
 }
 
 #[test]

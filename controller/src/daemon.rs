@@ -197,12 +197,19 @@ fn start_controller(
         started.store(true, Ordering::Relaxed);
         return None;
     }
+    // GitSources are applied whether or not LXD answers: they only write desired state.
+    let gitops = crate::gitops::spawn(
+        Arc::clone(store),
+        config.defaults.clone(),
+        config.data_dir.clone(),
+        shutdown.clone(),
+    );
     let metrics = Arc::clone(metrics);
     let settings = match crate::reconcile::settings_from_config(config) {
         Ok(settings) => settings,
         Err(e) => {
             tracing::error!(error = %e, "the controller cannot start");
-            return None;
+            return Some(gitops);
         }
     };
     let lxd = config.lxd.clone();
@@ -210,22 +217,23 @@ fn start_controller(
     let shutdown = shutdown.clone();
     let started = Arc::clone(started);
     Some(tokio::spawn(async move {
-        let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &metrics, &shutdown).await
-        else {
-            return;
-        };
-        let controller = crate::reconcile::spawn_controller(
-            store,
-            runtime,
-            metrics,
-            settings,
-            Arc::new(crate::reconcile::NoLaterSteps),
-            shutdown.child_token(),
-        );
-        started.store(true, Ordering::Relaxed);
-        tracing::info!("controller started");
-        shutdown.cancelled().await;
-        controller.shutdown().await;
+        if let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &metrics, &shutdown).await {
+            let controller = crate::reconcile::spawn_controller(
+                store,
+                runtime,
+                metrics,
+                settings,
+                Arc::new(crate::reconcile::NoLaterSteps),
+                shutdown.child_token(),
+            );
+            started.store(true, Ordering::Relaxed);
+            tracing::info!("controller started");
+            shutdown.cancelled().await;
+            controller.shutdown().await;
+        }
+        if let Err(e) = gitops.await {
+            tracing::error!(error = %e, "the GitSource controller ended abnormally");
+        }
     }))
 }
 

@@ -1,0 +1,646 @@
+//! The GitSource controller: polls each GitSource's repository on its `interval` (or at once when
+//! its spec or `berth.dev/requestedAt` changes), and applies the manifests of the fetched
+//! revision as the applyset `gitsource-<name>`, the way `berth apply -R --prune --applyset`
+//! would. A revision whose manifests do not all admit leaves what is applied in place.
+
+pub mod git;
+pub mod manifests;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_api::{
+    ConditionStatus, Defaults, GitSource, GitSourceSpec, GitSourceStatus, annotations,
+    condition_types, reasons, set_condition,
+};
+use chrono::Utc;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::Admission;
+use crate::store::{Action, AppliedSet, ChangeType, Desired, EventType, Store, StoredObject};
+
+use git::Checkout;
+use manifests::Manifest;
+
+const KIND: &str = GitSource::KIND;
+/// Directory under the data dir holding one checkout per GitSource uid.
+const CHECKOUTS_DIR: &str = "gitsources";
+/// When a sync that failed unexpectedly is tried again.
+const PANIC_RETRY: Duration = Duration::from_secs(30);
+/// Most applied object names an event lists before it just counts.
+const EVENT_NAMES: usize = 10;
+
+/// The applyset a GitSource's objects are applied in.
+pub fn applyset_name(gitsource: &str) -> String {
+    format!("gitsource-{gitsource}")
+}
+
+/// Starts the GitSource controller; it stops when `shutdown` is cancelled.
+pub fn spawn(
+    store: Arc<Store>,
+    defaults: Defaults,
+    data_dir: PathBuf,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let controller = GitOps {
+        store,
+        admission: Arc::new(Admission::new(defaults)),
+        checkouts: data_dir.join(CHECKOUTS_DIR),
+    };
+    tokio::spawn(controller.run(shutdown))
+}
+
+struct GitOps {
+    store: Arc<Store>,
+    admission: Arc<Admission>,
+    checkouts: PathBuf,
+}
+
+/// What the controller remembers of one GitSource between syncs.
+struct Tracked {
+    uid: String,
+    generation: i64,
+    requested_at: Option<String>,
+    /// When the next sync is due; `None` while suspended or while a sync runs.
+    due: Option<Instant>,
+    /// A sync of this source is running.
+    running: bool,
+    /// Something asked for a sync while one was running: run again as soon as it ends.
+    again: bool,
+}
+
+impl Tracked {
+    fn of(object: &StoredObject) -> Tracked {
+        Tracked {
+            uid: object.uid().to_string(),
+            generation: object.generation(),
+            requested_at: requested_at(object),
+            due: Some(Instant::now()),
+            running: false,
+            again: false,
+        }
+    }
+
+    /// Whether this write asks for a sync now: a new spec, a new uid or a new `requestedAt`.
+    fn wants_sync(&self, object: &StoredObject) -> bool {
+        self.uid != object.uid()
+            || self.generation != object.generation()
+            || self.requested_at != requested_at(object)
+    }
+
+    /// Notes a write that asks for a sync, keeping track of a running one.
+    fn request(&mut self, object: &StoredObject) {
+        let running = self.running && self.uid == object.uid();
+        *self = Tracked::of(object);
+        if running {
+            self.running = true;
+            self.again = true;
+            self.due = None;
+        }
+    }
+}
+
+fn requested_at(object: &StoredObject) -> Option<String> {
+    object
+        .metadata
+        .annotations
+        .get(annotations::REQUESTED_AT)
+        .cloned()
+}
+
+/// A finished sync: which source (name, uid) and when it wants the next one.
+type Finished = (String, String, Option<Duration>);
+
+impl GitOps {
+    /// Each GitSource syncs in its own task, so a slow repository holds up only itself; a
+    /// source never has two syncs at once.
+    async fn run(self, shutdown: CancellationToken) {
+        let this = Arc::new(self);
+        let (objects, _, mut changes) = this.store.list_and_subscribe(KIND);
+        let mut tracked: HashMap<String, Tracked> = objects
+            .iter()
+            .map(|o| (o.name().to_string(), Tracked::of(o)))
+            .collect();
+        let mut running: JoinSet<Finished> = JoinSet::new();
+        // Which source each task syncs, to recover from a task that panicked.
+        let mut tasks: HashMap<tokio::task::Id, (String, String)> = HashMap::new();
+        tracing::info!(gitsources = tracked.len(), "GitSource controller started");
+        loop {
+            let now = Instant::now();
+            for (name, t) in tracked.iter_mut() {
+                if t.running || t.due.is_none_or(|d| d > now) {
+                    continue;
+                }
+                t.running = true;
+                t.due = None;
+                let (this, task_name, uid) = (Arc::clone(&this), name.clone(), t.uid.clone());
+                let task = running.spawn(async move {
+                    let next = this.sync(&task_name, &uid).await;
+                    (task_name, uid, next)
+                });
+                tasks.insert(task.id(), (name.clone(), t.uid.clone()));
+            }
+            let next_due = tracked.values().filter_map(|t| t.due).min();
+            let sleep = async {
+                match next_due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    // Dropping the tasks kills their git processes.
+                    running.shutdown().await;
+                    return;
+                }
+                _ = sleep => {}
+                Some(done) = running.join_next_with_id(), if !running.is_empty() => {
+                    let (name, uid, next) = match done {
+                        Ok((id, finished)) => {
+                            tasks.remove(&id);
+                            finished
+                        }
+                        Err(err) => {
+                            let Some((name, uid)) = tasks.remove(&err.id()) else {
+                                continue;
+                            };
+                            tracing::error!(gitsource = %name, %err, "a GitSource sync failed unexpectedly");
+                            // Retried after the shortest sensible pause rather than hammered.
+                            (name, uid, Some(PANIC_RETRY))
+                        }
+                    };
+                    match tracked.get_mut(&name) {
+                        Some(t) if t.uid == uid => {
+                            t.running = false;
+                            t.due = if std::mem::take(&mut t.again) {
+                                Some(Instant::now())
+                            } else {
+                                next.map(|interval| Instant::now() + interval)
+                            };
+                        }
+                        // Deleted while it synced: its checkout may have been written again.
+                        _ => this.forget(&uid),
+                    }
+                }
+                change = changes.recv() => match change {
+                    Ok(change) if change.kind == KIND => match change.type_ {
+                        ChangeType::Deleted => {
+                            tracked.remove(&change.name);
+                            this.forget(change.object.uid());
+                        }
+                        _ if !change.spec_or_metadata_changed => {}
+                        _ => match tracked.get_mut(&change.name) {
+                            Some(t) if !t.wants_sync(&change.object) => {}
+                            Some(t) => t.request(&change.object),
+                            None => {
+                                tracked.insert(change.name.clone(), Tracked::of(&change.object));
+                            }
+                        },
+                    },
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(missed)) => {
+                        tracing::warn!(missed, "GitSource controller fell behind the change feed; relisting");
+                        this.relist(&mut tracked);
+                    }
+                    Err(RecvError::Closed) => return,
+                },
+            }
+        }
+    }
+
+    /// After missing changes: what is gone is forgotten, what is new or changed syncs now.
+    fn relist(&self, tracked: &mut HashMap<String, Tracked>) {
+        let objects = self.store.list(KIND);
+        tracked.retain(|name, t| {
+            let keep = objects.iter().any(|o| o.name() == name && o.uid() == t.uid);
+            if !keep && !t.running {
+                self.forget(&t.uid);
+            }
+            keep
+        });
+        for object in objects {
+            match tracked.get_mut(object.name()) {
+                Some(t) if !t.wants_sync(&object) => {}
+                Some(t) => t.request(&object),
+                None => {
+                    tracked.insert(object.name().to_string(), Tracked::of(&object));
+                }
+            }
+        }
+    }
+
+    /// Removes a deleted GitSource's checkout. What it applied stays: deleting the source of
+    /// truth is not a request to delete the fleet.
+    fn forget(&self, uid: &str) {
+        if uid.is_empty() {
+            return;
+        }
+        let dir = self.checkouts.join(uid);
+        if let Err(err) = std::fs::remove_dir_all(&dir)
+            && err.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %dir.display(), %err, "cannot remove a GitSource checkout");
+        }
+    }
+
+    /// Syncs one GitSource; returns when to sync it next (`None`: only when it changes).
+    async fn sync(&self, name: &str, uid: &str) -> Option<Duration> {
+        let object = self.store.get(KIND, name)?;
+        if object.is_deleting() || object.uid() != uid {
+            return None;
+        }
+        let spec: GitSourceSpec = match serde_json::from_value(object.spec.clone()) {
+            Ok(spec) => spec,
+            Err(err) => {
+                tracing::error!(gitsource = name, %err, "a stored GitSource spec does not decode");
+                return None;
+            }
+        };
+        let mut before: GitSourceStatus =
+            serde_json::from_value(object.status.clone()).unwrap_or_default();
+        let generation = object.generation();
+        let now = Utc::now();
+
+        if spec.suspend {
+            let mut status = before.clone();
+            status.observed_generation = generation;
+            set_condition(
+                &mut status.conditions,
+                condition_types::RECONCILING,
+                ConditionStatus::False,
+                reasons::SUSPENDED,
+                "spec.suspend is true: the repository is not polled",
+                generation,
+                now,
+            );
+            self.write_status(&object, &before, status);
+            return None;
+        }
+
+        let outcome = self
+            .fetch_and_apply(&object, &spec, &mut before, generation)
+            .await;
+        let mut status = before.clone();
+        status.observed_generation = generation;
+        let now = Utc::now();
+        match outcome {
+            Ok((revision, applied)) => {
+                status.last_attempted_revision = Some(revision.clone());
+                status.last_applied_revision = Some(revision.clone());
+                status.inventory = self.store.applyset_inventory(&applyset_name(name));
+                let message = format!("applied revision {revision}");
+                set_condition(
+                    &mut status.conditions,
+                    condition_types::READY,
+                    ConditionStatus::True,
+                    reasons::SUCCEEDED,
+                    &message,
+                    generation,
+                    now,
+                );
+                set_condition(
+                    &mut status.conditions,
+                    condition_types::RECONCILING,
+                    ConditionStatus::False,
+                    reasons::SUCCEEDED,
+                    &message,
+                    generation,
+                    now,
+                );
+                tracing::info!(gitsource = %name, %revision, "GitSource synced");
+                if let Some(summary) = summarize(&applied) {
+                    self.event(
+                        &object,
+                        EventType::Normal,
+                        reasons::APPLIED,
+                        &format!("revision {revision}: {summary}"),
+                    );
+                }
+            }
+            Err(failure) => {
+                if let Some(revision) = &failure.revision {
+                    status.last_attempted_revision = Some(revision.clone());
+                }
+                set_condition(
+                    &mut status.conditions,
+                    condition_types::READY,
+                    ConditionStatus::False,
+                    failure.reason,
+                    &failure.message,
+                    generation,
+                    now,
+                );
+                set_condition(
+                    &mut status.conditions,
+                    condition_types::RECONCILING,
+                    ConditionStatus::False,
+                    failure.reason,
+                    &failure.message,
+                    generation,
+                    now,
+                );
+                tracing::warn!(gitsource = name, reason = failure.reason, message = %failure.message, "sync failed");
+                self.event(
+                    &object,
+                    EventType::Warning,
+                    failure.reason,
+                    &failure.message,
+                );
+            }
+        }
+        self.write_status(&object, &before, status);
+        Some(spec.interval.as_std())
+    }
+
+    async fn fetch_and_apply(
+        &self,
+        object: &StoredObject,
+        spec: &GitSourceSpec,
+        before: &mut GitSourceStatus,
+        generation: i64,
+    ) -> Result<(String, AppliedSet), Failure> {
+        let checkout = Checkout::new(self.checkouts.join(object.uid()));
+        let revision = checkout
+            .fetch(&spec.url, &spec.ref_)
+            .await
+            .map_err(|err| Failure::fetch(None, err.to_string()))?;
+
+        let news = before.last_attempted_revision.as_deref() != Some(revision.as_str())
+            || before.observed_generation != generation;
+        if news {
+            // Only a new revision or spec is news; a poll that finds nothing new writes nothing.
+            let mut status = before.clone();
+            set_condition(
+                &mut status.conditions,
+                condition_types::RECONCILING,
+                ConditionStatus::True,
+                reasons::PROGRESSING,
+                &format!("applying revision {revision}"),
+                generation,
+                Utc::now(),
+            );
+            *before = self.write_status(object, before, status);
+        }
+
+        checkout
+            .checkout(&revision)
+            .await
+            .map_err(|err| Failure::fetch(Some(&revision), err.to_string()))?;
+        let root = checkout.dir().to_path_buf();
+        let path = spec.path.clone();
+        let loaded = tokio::task::spawn_blocking(move || manifests::load(&root, &path))
+            .await
+            .map_err(|err| Failure::apply(&revision, format!("reading manifests: {err}")))?
+            .map_err(|err| Failure::apply(&revision, err.to_string()))?;
+
+        let set = applyset_name(object.name());
+        let batch = self
+            .admit(&loaded, &set)
+            .map_err(|m| Failure::apply(&revision, m))?;
+        let store = Arc::clone(&self.store);
+        let set_name = set.clone();
+        let prune = spec.prune;
+        let result = tokio::task::spawn_blocking(move || {
+            // The GitSource was written by an admin, and acts as one; Projects it creates get
+            // no member, so only admins see them until members are added.
+            store.apply_set_by(None, &set_name, batch, prune, false)
+        })
+        .await
+        .map_err(|err| Failure::apply(&revision, format!("applying: {err}")))?;
+        result
+            .map_err(|failure| {
+                let message = match failure.index.and_then(|i| loaded.get(i)) {
+                    Some(m) => format!("{} ({}): {}", m.source, m.reference(), failure.error),
+                    None => failure.error.to_string(),
+                };
+                Failure::apply(&revision, message)
+            })
+            .map(|applied| (revision, applied))
+    }
+
+    /// Admits every manifest as the API's apply endpoint would, tagged with the applyset. The
+    /// first problem is reported with its file, document and field.
+    fn admit(&self, loaded: &[Manifest], set: &str) -> Result<Vec<Desired>, String> {
+        let mut batch = Vec::with_capacity(loaded.len());
+        for manifest in loaded {
+            let mut admitted = self.admission.admit(&manifest.object).map_err(|causes| {
+                let details: Vec<String> = causes
+                    .iter()
+                    .map(|c| {
+                        if c.field.is_empty() {
+                            c.message.clone()
+                        } else {
+                            format!("{}: {}", c.field, c.message)
+                        }
+                    })
+                    .collect();
+                format!(
+                    "{} ({}): {}",
+                    manifest.source,
+                    manifest.reference(),
+                    details.join("; ")
+                )
+            })?;
+            admitted
+                .desired
+                .annotations
+                .insert(annotations::APPLYSET.to_string(), set.to_string());
+            batch.push(admitted.desired);
+        }
+        Ok(batch)
+    }
+
+    /// Writes `status` when it differs from `before`; `lastSyncedAt` moves only with such a
+    /// write, so polling an unchanged repository leaves the GitSource untouched. Returns the
+    /// status as it now stands.
+    fn write_status(
+        &self,
+        object: &StoredObject,
+        before: &GitSourceStatus,
+        mut status: GitSourceStatus,
+    ) -> GitSourceStatus {
+        status.last_synced_at = before.last_synced_at;
+        if &status == before && !object.status.is_null() {
+            return status;
+        }
+        status.last_synced_at = Some(Utc::now());
+        let value = match serde_json::to_value(&status) {
+            Ok(value) => value,
+            Err(err) => {
+                tracing::error!(%err, "encoding a GitSource status");
+                return before.clone();
+            }
+        };
+        // Guard on the uid: a GitSource deleted and recreated under the same name meanwhile is
+        // another object.
+        match self.store.get(KIND, object.name()) {
+            Some(current) if current.uid() == object.uid() => {}
+            _ => return before.clone(),
+        }
+        match self
+            .store
+            .update_status(KIND, object.name(), None, value, false)
+        {
+            Ok(_) => status,
+            Err(err) => {
+                tracing::warn!(gitsource = object.name(), %err, "cannot write the GitSource status");
+                before.clone()
+            }
+        }
+    }
+
+    fn event(&self, object: &StoredObject, type_: EventType, reason: &str, message: &str) {
+        if let Err(err) = self.store.record_event(object, type_, reason, message) {
+            tracing::warn!(gitsource = object.name(), %err, "cannot record an event");
+        }
+    }
+}
+
+/// Why a sync failed, and at which revision (none when the fetch itself failed).
+struct Failure {
+    revision: Option<String>,
+    reason: &'static str,
+    message: String,
+}
+
+impl Failure {
+    fn fetch(revision: Option<&str>, message: String) -> Failure {
+        Failure {
+            revision: revision.map(str::to_string),
+            reason: reasons::FETCH_FAILED,
+            message,
+        }
+    }
+
+    fn apply(revision: &str, message: String) -> Failure {
+        Failure {
+            revision: Some(revision.to_string()),
+            reason: reasons::APPLY_FAILED,
+            message: format!("revision {revision}: {message}"),
+        }
+    }
+}
+
+/// `created AgentProfile/a; configured Project/b; pruned Project/c`, or `None` when the apply
+/// changed nothing.
+fn summarize(applied: &AppliedSet) -> Option<String> {
+    let mut groups: Vec<(&str, Vec<String>)> = vec![
+        ("created", Vec::new()),
+        ("configured", Vec::new()),
+        ("pruned", Vec::new()),
+    ];
+    for (object, action) in &applied.applied {
+        let slot = match action {
+            Action::Created => 0,
+            Action::Configured => 1,
+            Action::Unchanged => continue,
+        };
+        groups[slot]
+            .1
+            .push(format!("{}/{}", object.kind, object.name()));
+    }
+    for deletion in &applied.pruned {
+        let object = deletion.object();
+        groups[2]
+            .1
+            .push(format!("{}/{}", object.kind, object.name()));
+    }
+    let parts: Vec<String> = groups
+        .into_iter()
+        .filter(|(_, names)| !names.is_empty())
+        .map(|(verb, names)| {
+            let shown = names.iter().take(EVENT_NAMES).cloned().collect::<Vec<_>>();
+            let more = names.len().saturating_sub(EVENT_NAMES);
+            if more > 0 {
+                format!("{verb} {} and {more} more", shown.join(", "))
+            } else {
+                format!("{verb} {}", shown.join(", "))
+            }
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use berth_api::ObjectMeta;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::store::Deletion;
+
+    fn object(kind: &str, name: &str) -> Arc<StoredObject> {
+        Arc::new(StoredObject {
+            kind: kind.to_string(),
+            metadata: ObjectMeta {
+                name: name.to_string(),
+                uid: Some(format!("uid-{name}")),
+                generation: Some(1),
+                annotations: BTreeMap::new(),
+                ..ObjectMeta::default()
+            },
+            spec: Value::Null,
+            status: Value::Null,
+        })
+    }
+
+    #[test]
+    fn a_summary_names_what_changed_and_nothing_when_nothing_did() {
+        let unchanged = AppliedSet {
+            applied: vec![(object("Project", "a"), Action::Unchanged)],
+            pruned: vec![],
+        };
+        assert_eq!(summarize(&unchanged), None);
+        let changed = AppliedSet {
+            applied: vec![
+                (object("Project", "a"), Action::Unchanged),
+                (object("Project", "b"), Action::Created),
+                (object("AgentProfile", "c"), Action::Configured),
+            ],
+            pruned: vec![Deletion::Deleted(object("Project", "d"))],
+        };
+        assert_eq!(
+            summarize(&changed).unwrap(),
+            "created Project/b; configured AgentProfile/c; pruned Project/d"
+        );
+        let many = AppliedSet {
+            applied: (0..12)
+                .map(|i| (object("Project", &format!("p{i:02}")), Action::Created))
+                .collect(),
+            pruned: vec![],
+        };
+        assert!(
+            summarize(&many)
+                .unwrap()
+                .ends_with("Project/p09 and 2 more")
+        );
+    }
+
+    #[test]
+    fn a_request_during_a_sync_runs_another_right_after() {
+        let first = object("GitSource", "fleet");
+        let mut tracked = Tracked::of(&first);
+        tracked.running = true;
+        tracked.due = None;
+        assert!(!tracked.wants_sync(&first));
+
+        let mut asked = (*first).clone();
+        asked
+            .metadata
+            .annotations
+            .insert(annotations::REQUESTED_AT.to_string(), "now".to_string());
+        assert!(tracked.wants_sync(&asked));
+        tracked.request(&asked);
+        assert!(tracked.running && tracked.again && tracked.due.is_none());
+
+        // The same value again is not a new request.
+        assert!(!tracked.wants_sync(&asked));
+    }
+}

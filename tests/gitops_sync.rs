@@ -1,0 +1,577 @@
+//! GitSource end to end: a real `berth serve` (its controller running) polls a real bare git
+//! repository on this host through a `file://` URL.
+//!
+//! The repositories hold AgentProfiles and Projects annotated `berth.dev/reconcile: paused` and
+//! `state: Stopped`: the daemon stores, updates and prunes them exactly as it would any other,
+//! while the project reconciler leaves them alone, so these tests exercise GitOps without LXD.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::daemon::{Client, Daemon};
+
+const API: &str = "/apis/berth.dev/v1alpha1";
+/// Generous: a sync is a fetch, a checkout and one store transaction.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A bare repository and a working clone that commits and pushes to it.
+struct Repo {
+    _dir: tempfile::TempDir,
+    bare: PathBuf,
+    work: PathBuf,
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .expect("run git");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+impl Repo {
+    fn new() -> Repo {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bare = dir.path().join("fleet.git");
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(&bare).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        git(
+            &bare,
+            &["init", "--quiet", "--bare", "--initial-branch=main"],
+        );
+        git(&work, &["init", "--quiet", "--initial-branch=main"]);
+        git(&work, &["config", "user.name", "Fleet"]);
+        git(&work, &["config", "user.email", "fleet@example.invalid"]);
+        git(
+            &work,
+            &[
+                "remote",
+                "add",
+                "origin",
+                bare.to_str().expect("utf-8 path"),
+            ],
+        );
+        Repo {
+            _dir: dir,
+            bare,
+            work,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("file://{}", self.bare.display())
+    }
+
+    fn write(&self, file: &str, text: &str) {
+        let path = self.work.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    fn remove(&self, file: &str) {
+        std::fs::remove_file(self.work.join(file)).unwrap();
+    }
+
+    /// Commits everything and pushes `main`; returns the commit id.
+    fn commit(&self, message: &str) -> String {
+        git(&self.work, &["add", "--all"]);
+        git(
+            &self.work,
+            &["commit", "--quiet", "--allow-empty", "-m", message],
+        );
+        git(&self.work, &["push", "--quiet", "origin", "main"]);
+        git(&self.work, &["rev-parse", "HEAD"])
+    }
+}
+
+fn profile(name: &str, extra_metadata: &str) -> String {
+    format!(
+        "apiVersion: berth.dev/v1alpha1\nkind: AgentProfile\nmetadata:\n  name: {name}\n{extra_metadata}\
+         spec:\n  home: /home/agent\n  install:\n    check: \"true\"\n  runner:\n    command: [agent]\n"
+    )
+}
+
+fn project(name: &str, description: &str) -> String {
+    format!(
+        "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: {name}\n  annotations:\n    \
+         berth.dev/reconcile: paused\nspec:\n  state: Stopped\n  displayName: {description:?}\n"
+    )
+}
+
+fn gitsource(name: &str, url: &str, git_ref: &str, path: &str, interval: &str) -> Value {
+    json!({
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "GitSource",
+        "metadata": {"name": name},
+        "spec": {"url": url, "ref": git_ref, "path": path, "interval": interval},
+    })
+}
+
+fn get(client: &Client, plural: &str, name: &str) -> Option<Value> {
+    let reply = client.get(&format!("{API}/{plural}/{name}"));
+    match reply.status {
+        200 => Some(reply.json()),
+        404 => None,
+        other => panic!("GET {plural}/{name}: {other}: {}", reply.text()),
+    }
+}
+
+fn must_get(client: &Client, plural: &str, name: &str) -> Value {
+    get(client, plural, name).unwrap_or_else(|| panic!("{plural}/{name} does not exist"))
+}
+
+fn rv(object: &Value) -> String {
+    object["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("resourceVersion")
+        .to_string()
+}
+
+fn generation(object: &Value) -> i64 {
+    object["metadata"]["generation"]
+        .as_i64()
+        .expect("generation")
+}
+
+fn condition<'a>(source: &'a Value, type_: &str) -> Option<&'a Value> {
+    source["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// Polls `check` until it returns `Some`, failing with `what` and the daemon log at the deadline.
+fn wait_for<T>(daemon: &Daemon, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\n--- daemon log ---\n{}",
+            daemon.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until the GitSource has applied `revision` and is Ready; returns it.
+fn wait_applied(daemon: &Daemon, name: &str, revision: &str) -> Value {
+    let client = daemon.client();
+    wait_for(
+        daemon,
+        &format!("gitsource {name} to apply {revision}"),
+        || {
+            let source = get(&client, "gitsources", name)?;
+            let ready = condition(&source, "Ready")?;
+            (source["status"]["lastAppliedRevision"] == revision && ready["status"] == "True")
+                .then_some(source)
+        },
+    )
+}
+
+/// How many syncs of GitSource `name` the daemon has logged.
+fn syncs(daemon: &Daemon, name: &str) -> usize {
+    daemon
+        .log_text()
+        .lines()
+        .filter(|line| line.contains("GitSource synced") && line.contains(&format!("={name}")))
+        .count()
+}
+
+/// Changes the stored GitSource with `edit` and writes it back (PUT, guarded by resourceVersion;
+/// a status write by the controller in between is a conflict, and the edit is made again).
+fn edit_gitsource(client: &Client, name: &str, edit: impl Fn(&mut Value)) -> Value {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let mut source = must_get(client, "gitsources", name);
+        edit(&mut source);
+        let reply = client.put_json(&format!("{API}/gitsources/{name}"), &source);
+        if reply.status == 409 && Instant::now() < deadline {
+            continue;
+        }
+        assert_eq!(reply.status, 200, "PUT gitsource {name}: {}", reply.text());
+        return reply.json();
+    }
+}
+
+#[test]
+fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
+    let repo = Repo::new();
+    let daemon = Daemon::start_running(&[]);
+    let client = daemon.client();
+
+    // Two objects in the repository, and a file outside `path` that must be ignored.
+    repo.write("deploy/profiles/zulu.yaml", &profile("zulu", ""));
+    repo.write("deploy/projects/pay.yml", &project("pay", "payments"));
+    repo.write("README.md", "not a manifest\n");
+    let first = repo.commit("two objects");
+    let reply = client.post_json(
+        &format!("{API}/gitsources"),
+        &gitsource("fleet", &repo.url(), "main", "deploy", "1s"),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+
+    let source = wait_applied(&daemon, "fleet", &first);
+    assert_eq!(source["status"]["lastAttemptedRevision"], first);
+    assert_eq!(
+        source["status"]["inventory"],
+        json!(["AgentProfile/zulu", "Project/pay"])
+    );
+    assert_eq!(
+        condition(&source, "Reconciling").unwrap()["status"],
+        "False"
+    );
+    let zulu = must_get(&client, "agentprofiles", "zulu");
+    let pay = must_get(&client, "projects", "pay");
+    assert_eq!(
+        zulu["metadata"]["annotations"]["berth.dev/applyset"],
+        "gitsource-fleet"
+    );
+    assert_eq!(pay["spec"]["displayName"], "payments");
+    let events = client.get(&format!("{API}/gitsources/fleet/events")).json();
+    let applied_event = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["reason"] == "Applied" && e["message"].as_str().unwrap().contains(&first));
+    assert!(applied_event, "no Applied event: {events}");
+
+    // Idempotency: more syncs of the same revision change no resourceVersion, not even the
+    // GitSource's own.
+    let before = syncs(&daemon, "fleet");
+    wait_for(&daemon, "two more syncs of the same revision", || {
+        (syncs(&daemon, "fleet") >= before + 2).then_some(())
+    });
+    assert_eq!(rv(&must_get(&client, "agentprofiles", "zulu")), rv(&zulu));
+    assert_eq!(rv(&must_get(&client, "projects", "pay")), rv(&pay));
+    assert_eq!(rv(&must_get(&client, "gitsources", "fleet")), rv(&source));
+
+    // A new revision that changes nothing under `path` changes no object either.
+    repo.write("README.md", "still not a manifest\n");
+    let readme_only = repo.commit("docs");
+    wait_applied(&daemon, "fleet", &readme_only);
+    assert_eq!(rv(&must_get(&client, "agentprofiles", "zulu")), rv(&zulu));
+    assert_eq!(rv(&must_get(&client, "projects", "pay")), rv(&pay));
+
+    // Change one object: only it moves.
+    repo.write("deploy/projects/pay.yml", &project("pay", "payments v2"));
+    let changed = repo.commit("change pay");
+    wait_applied(&daemon, "fleet", &changed);
+    let pay2 = must_get(&client, "projects", "pay");
+    assert_eq!(pay2["spec"]["displayName"], "payments v2");
+    assert_eq!(generation(&pay2), generation(&pay) + 1);
+    let zulu_now = must_get(&client, "agentprofiles", "zulu");
+    assert_eq!(rv(&zulu_now), rv(&zulu));
+    assert_eq!(generation(&zulu_now), generation(&zulu));
+
+    // Opt zulu out of pruning, add beta; then remove zulu and pay from the repository.
+    repo.write(
+        "deploy/profiles/zulu.yaml",
+        &profile("zulu", "  annotations:\n    berth.dev/prune: disabled\n"),
+    );
+    repo.write("deploy/profiles/beta.yaml", &profile("beta", ""));
+    let opted_out = repo.commit("keep zulu, add beta");
+    wait_applied(&daemon, "fleet", &opted_out);
+    repo.remove("deploy/profiles/zulu.yaml");
+    repo.remove("deploy/projects/pay.yml");
+    let removed = repo.commit("remove zulu and pay");
+    let source = wait_applied(&daemon, "fleet", &removed);
+    assert!(
+        get(&client, "projects", "pay").is_none(),
+        "pay was not pruned"
+    );
+    assert!(
+        get(&client, "agentprofiles", "zulu").is_some(),
+        "zulu is annotated prune: disabled and must survive"
+    );
+    let inventory = source["status"]["inventory"].as_array().unwrap();
+    assert!(inventory.contains(&json!("AgentProfile/beta")), "{source}");
+    assert!(!inventory.contains(&json!("Project/pay")), "{source}");
+    let beta = must_get(&client, "agentprofiles", "beta");
+
+    // A broken commit (an unknown field) keeps everything applied and says file and field.
+    repo.write(
+        "deploy/profiles/gamma.yaml",
+        &profile("gamma", "").replace("  install:", "  instal:"),
+    );
+    repo.write(
+        "deploy/profiles/beta.yaml",
+        &profile("beta", "  labels: {a: b}\n"),
+    );
+    let broken = repo.commit("typo");
+    let source = wait_for(&daemon, "Ready=False for the broken commit", || {
+        let source = get(&client, "gitsources", "fleet")?;
+        (source["status"]["lastAttemptedRevision"] == broken
+            && condition(&source, "Ready")?["status"] == "False")
+            .then_some(source)
+    });
+    let ready = condition(&source, "Ready").unwrap();
+    let message = ready["message"].as_str().unwrap();
+    assert_eq!(ready["reason"], "ApplyFailed");
+    assert!(message.contains("deploy/profiles/gamma.yaml"), "{message}");
+    assert!(message.contains("instal"), "{message}");
+    assert_eq!(source["status"]["lastAppliedRevision"], removed);
+    assert!(get(&client, "agentprofiles", "gamma").is_none());
+    // All or nothing: beta's label from the same commit was not applied either.
+    assert_eq!(rv(&must_get(&client, "agentprofiles", "beta")), rv(&beta));
+
+    // Broken YAML: the message names the file and the line.
+    repo.write("deploy/profiles/gamma.yaml", "kind: [unclosed\n");
+    let bad_yaml = repo.commit("bad yaml");
+    let source = wait_for(&daemon, "Ready=False for the bad YAML", || {
+        let source = get(&client, "gitsources", "fleet")?;
+        (source["status"]["lastAttemptedRevision"] == bad_yaml).then_some(source)
+    });
+    let message = condition(&source, "Ready").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("deploy/profiles/gamma.yaml: document 1:") && message.contains("line"),
+        "{message}"
+    );
+    assert_eq!(source["status"]["lastAppliedRevision"], removed);
+
+    // Fixed: applied again.
+    repo.write("deploy/profiles/gamma.yaml", &profile("gamma", ""));
+    let fixed = repo.commit("fix");
+    wait_applied(&daemon, "fleet", &fixed);
+    assert!(get(&client, "agentprofiles", "gamma").is_some());
+    assert_eq!(
+        must_get(&client, "agentprofiles", "beta")["metadata"]["labels"]["a"],
+        "b"
+    );
+}
+
+#[test]
+fn suspend_pauses_polling_and_requested_at_syncs_now() {
+    let repo = Repo::new();
+    let daemon = Daemon::start_running(&[]);
+    let client = daemon.client();
+    repo.write("alpha.yaml", &profile("alpha", ""));
+    let first = repo.commit("alpha");
+    let reply = client.post_json(
+        &format!("{API}/gitsources"),
+        &gitsource("fleet", &repo.url(), "", ".", "1s"),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    wait_applied(&daemon, "fleet", &first);
+
+    // Suspended: the controller says so, and a new commit is not applied.
+    let suspended = edit_gitsource(&client, "fleet", |s| s["spec"]["suspend"] = json!(true));
+    wait_for(&daemon, "Reconciling=Suspended", || {
+        let source = get(&client, "gitsources", "fleet")?;
+        let reconciling = condition(&source, "Reconciling")?;
+        (reconciling["reason"] == "Suspended"
+            && source["status"]["observedGeneration"] == suspended["metadata"]["generation"])
+            .then_some(())
+    });
+    repo.write("beta.yaml", &profile("beta", ""));
+    let second = repo.commit("beta");
+    // A negative claim needs a window: three intervals of a source that would otherwise poll
+    // every second.
+    let window = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < window {
+        assert!(
+            get(&client, "agentprofiles", "beta").is_none(),
+            "suspended but synced"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let source = must_get(&client, "gitsources", "fleet");
+    assert_eq!(source["status"]["lastAttemptedRevision"], first);
+
+    // Resumed with a long interval: the spec change syncs once at once.
+    edit_gitsource(&client, "fleet", |s| {
+        s["spec"]["suspend"] = json!(false);
+        s["spec"]["interval"] = json!("1h");
+    });
+    wait_applied(&daemon, "fleet", &second);
+    assert!(get(&client, "agentprofiles", "beta").is_some());
+
+    // Nothing would poll for an hour; requestedAt syncs now.
+    repo.write("gamma.yaml", &profile("gamma", ""));
+    let third = repo.commit("gamma");
+    edit_gitsource(&client, "fleet", |s| {
+        s["metadata"]["annotations"] = json!({"berth.dev/requestedAt": "2026-01-01T00:00:00Z"});
+    });
+    wait_applied(&daemon, "fleet", &third);
+    assert!(get(&client, "agentprofiles", "gamma").is_some());
+
+    // The same value again asks for nothing; a new value asks again.
+    repo.write("delta.yaml", &profile("delta", ""));
+    let fourth = repo.commit("delta");
+    edit_gitsource(&client, "fleet", |s| {
+        s["metadata"]["annotations"] = json!({"berth.dev/requestedAt": "2026-01-01T00:00:01Z"});
+    });
+    wait_applied(&daemon, "fleet", &fourth);
+}
+
+#[test]
+fn refs_resolve_to_branches_tags_and_commits_and_fetch_failures_are_reported() {
+    let repo = Repo::new();
+    let daemon = Daemon::start_running(&[]);
+    let client = daemon.client();
+    repo.write("a/alpha.yaml", &profile("alpha", ""));
+    let tagged = repo.commit("alpha");
+    git(&repo.work, &["tag", "v1"]);
+    git(&repo.work, &["push", "--quiet", "origin", "v1"]);
+    repo.write("b/beta.yaml", &profile("beta", ""));
+    let head = repo.commit("beta");
+    git(&repo.work, &["checkout", "--quiet", "-b", "feature"]);
+    repo.write("c/gamma.yaml", &profile("gamma", ""));
+    let feature = repo.commit("gamma");
+    git(&repo.work, &["push", "--quiet", "origin", "feature"]);
+
+    let url = repo.url();
+    for (name, git_ref, path, want) in [
+        ("by-tag", "v1", "a", &tagged),
+        ("by-commit", head.as_str(), "b", &head),
+        ("by-branch", "feature", "c", &feature),
+        ("by-default", "", "b", &head),
+    ] {
+        let reply = client.post_json(
+            &format!("{API}/gitsources"),
+            &gitsource(name, &url, git_ref, path, "1s"),
+        );
+        assert_eq!(reply.status, 201, "{name}: {}", reply.text());
+        wait_applied(&daemon, name, want);
+    }
+
+    let missing = format!(
+        "file://{}/nowhere.git",
+        repo.bare.parent().unwrap().display()
+    );
+    for (name, url, git_ref) in [
+        ("no-repo", missing.as_str(), "main"),
+        ("no-ref", url.as_str(), "no-such-branch"),
+    ] {
+        let reply = client.post_json(
+            &format!("{API}/gitsources"),
+            &gitsource(name, url, git_ref, ".", "1s"),
+        );
+        assert_eq!(reply.status, 201, "{name}: {}", reply.text());
+        let source = wait_for(&daemon, &format!("{name} to fail"), || {
+            let source = get(&client, "gitsources", name)?;
+            (condition(&source, "Ready")?["status"] == "False").then_some(source)
+        });
+        let ready = condition(&source, "Ready").unwrap();
+        assert_eq!(ready["reason"], "FetchFailed", "{name}: {source}");
+        assert!(source["status"].get("lastAppliedRevision").is_none());
+    }
+    let source = must_get(&client, "gitsources", "no-ref");
+    let message = condition(&source, "Ready").unwrap()["message"]
+        .as_str()
+        .unwrap();
+    assert!(message.contains("no-such-branch"), "{message}");
+}
+
+#[test]
+fn a_restarted_daemon_resumes_from_its_checkout_and_rewrites_nothing() {
+    let repo = Repo::new();
+    let mut daemon = Daemon::start_running(&[]);
+    repo.write("alpha.yaml", &profile("alpha", ""));
+    let first = repo.commit("alpha");
+    let reply = daemon.client().post_json(
+        &format!("{API}/gitsources"),
+        &gitsource("fleet", &repo.url(), "main", ".", "1s"),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let source = wait_applied(&daemon, "fleet", &first);
+    let alpha = must_get(&daemon.client(), "agentprofiles", "alpha");
+    let uid = source["metadata"]["uid"].as_str().unwrap().to_string();
+    assert!(
+        daemon
+            .data_dir
+            .join("gitsources")
+            .join(&uid)
+            .join(".git")
+            .is_dir(),
+        "no checkout under the data dir"
+    );
+
+    assert!(daemon.terminate().success(), "{}", daemon.log_text());
+    let before = syncs(&daemon, "fleet");
+    daemon.restart();
+    wait_for(&daemon, "a sync after the restart", || {
+        (syncs(&daemon, "fleet") > before).then_some(())
+    });
+    let client = daemon.client();
+    assert_eq!(rv(&must_get(&client, "gitsources", "fleet")), rv(&source));
+    assert_eq!(rv(&must_get(&client, "agentprofiles", "alpha")), rv(&alpha));
+
+    // Deleting the GitSource keeps what it applied and removes its checkout.
+    let reply = client.delete(&format!("{API}/gitsources/fleet"));
+    assert!(
+        reply.status == 200 || reply.status == 202,
+        "{}",
+        reply.text()
+    );
+    wait_for(&daemon, "the checkout to be removed", || {
+        (!daemon.data_dir.join("gitsources").join(&uid).exists()).then_some(())
+    });
+    assert_eq!(rv(&must_get(&client, "agentprofiles", "alpha")), rv(&alpha));
+}
+
+#[test]
+fn without_prune_removed_objects_stay_and_a_missing_path_is_reported() {
+    let repo = Repo::new();
+    let daemon = Daemon::start_running(&[]);
+    let client = daemon.client();
+    repo.write("m/alpha.yaml", &profile("alpha", ""));
+    repo.write("m/beta.yaml", &profile("beta", ""));
+    let first = repo.commit("two");
+    let mut source = gitsource("keep", &repo.url(), "main", "m", "1s");
+    source["spec"]["prune"] = json!(false);
+    let reply = client.post_json(&format!("{API}/gitsources"), &source);
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    wait_applied(&daemon, "keep", &first);
+
+    repo.remove("m/beta.yaml");
+    let second = repo.commit("drop beta");
+    let source = wait_applied(&daemon, "keep", &second);
+    assert!(
+        get(&client, "agentprofiles", "beta").is_some(),
+        "pruned without prune"
+    );
+    // Still in the set's inventory, so turning prune on later finds it.
+    assert_eq!(
+        source["status"]["inventory"],
+        json!(["AgentProfile/alpha", "AgentProfile/beta"])
+    );
+
+    let reply = client.post_json(
+        &format!("{API}/gitsources"),
+        &gitsource("nowhere", &repo.url(), "main", "no/such/dir", "1s"),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let source = wait_for(&daemon, "a missing path to be reported", || {
+        let source = get(&client, "gitsources", "nowhere")?;
+        (condition(&source, "Ready")?["status"] == "False").then_some(source)
+    });
+    let ready = condition(&source, "Ready").unwrap();
+    assert_eq!(ready["reason"], "ApplyFailed");
+    let message = ready["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.path") && message.contains("no/such/dir"),
+        "{message}"
+    );
+    assert_eq!(source["status"]["lastAttemptedRevision"], second);
+}

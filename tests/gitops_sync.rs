@@ -218,7 +218,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     let client = daemon.client();
 
     // Two objects in the repository, and a file outside `path` that must be ignored.
-    repo.write("deploy/profiles/zulu.yaml", &profile("zulu", ""));
+    repo.write("deploy/profiles/alpha.yaml", &profile("alpha", ""));
     repo.write("deploy/projects/pay.yml", &project("pay", "payments"));
     repo.write("README.md", "not a manifest\n");
     let first = repo.commit("two objects");
@@ -232,16 +232,16 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     assert_eq!(source["status"]["lastAttemptedRevision"], first);
     assert_eq!(
         source["status"]["inventory"],
-        json!(["AgentProfile/zulu", "Project/pay"])
+        json!(["AgentProfile/alpha", "Project/pay"])
     );
     assert_eq!(
         condition(&source, "Reconciling").unwrap()["status"],
         "False"
     );
-    let zulu = must_get(&client, "agentprofiles", "zulu");
+    let alpha = must_get(&client, "agentprofiles", "alpha");
     let pay = must_get(&client, "projects", "pay");
     assert_eq!(
-        zulu["metadata"]["annotations"]["berth.dev/applyset"],
+        alpha["metadata"]["annotations"]["berth.dev/applyset"],
         "gitsource-fleet"
     );
     assert_eq!(pay["spec"]["displayName"], "payments");
@@ -259,7 +259,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     wait_for(&daemon, "two more syncs of the same revision", || {
         (syncs(&daemon, "fleet") >= before + 2).then_some(())
     });
-    assert_eq!(rv(&must_get(&client, "agentprofiles", "zulu")), rv(&zulu));
+    assert_eq!(rv(&must_get(&client, "agentprofiles", "alpha")), rv(&alpha));
     assert_eq!(rv(&must_get(&client, "projects", "pay")), rv(&pay));
     assert_eq!(rv(&must_get(&client, "gitsources", "fleet")), rv(&source));
 
@@ -267,7 +267,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     repo.write("README.md", "still not a manifest\n");
     let readme_only = repo.commit("docs");
     wait_applied(&daemon, "fleet", &readme_only);
-    assert_eq!(rv(&must_get(&client, "agentprofiles", "zulu")), rv(&zulu));
+    assert_eq!(rv(&must_get(&client, "agentprofiles", "alpha")), rv(&alpha));
     assert_eq!(rv(&must_get(&client, "projects", "pay")), rv(&pay));
 
     // Change one object: only it moves.
@@ -277,29 +277,29 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     let pay2 = must_get(&client, "projects", "pay");
     assert_eq!(pay2["spec"]["displayName"], "payments v2");
     assert_eq!(generation(&pay2), generation(&pay) + 1);
-    let zulu_now = must_get(&client, "agentprofiles", "zulu");
-    assert_eq!(rv(&zulu_now), rv(&zulu));
-    assert_eq!(generation(&zulu_now), generation(&zulu));
+    let alpha_now = must_get(&client, "agentprofiles", "alpha");
+    assert_eq!(rv(&alpha_now), rv(&alpha));
+    assert_eq!(generation(&alpha_now), generation(&alpha));
 
-    // Opt zulu out of pruning, add beta; then remove zulu and pay from the repository.
+    // Opt alpha out of pruning, add beta; then remove alpha and pay from the repository.
     repo.write(
-        "deploy/profiles/zulu.yaml",
-        &profile("zulu", "  annotations:\n    berth.dev/prune: disabled\n"),
+        "deploy/profiles/alpha.yaml",
+        &profile("alpha", "  annotations:\n    berth.dev/prune: disabled\n"),
     );
     repo.write("deploy/profiles/beta.yaml", &profile("beta", ""));
-    let opted_out = repo.commit("keep zulu, add beta");
+    let opted_out = repo.commit("keep alpha, add beta");
     wait_applied(&daemon, "fleet", &opted_out);
-    repo.remove("deploy/profiles/zulu.yaml");
+    repo.remove("deploy/profiles/alpha.yaml");
     repo.remove("deploy/projects/pay.yml");
-    let removed = repo.commit("remove zulu and pay");
+    let removed = repo.commit("remove alpha and pay");
     let source = wait_applied(&daemon, "fleet", &removed);
     assert!(
         get(&client, "projects", "pay").is_none(),
         "pay was not pruned"
     );
     assert!(
-        get(&client, "agentprofiles", "zulu").is_some(),
-        "zulu is annotated prune: disabled and must survive"
+        get(&client, "agentprofiles", "alpha").is_some(),
+        "alpha is annotated prune: disabled and must survive"
     );
     let inventory = source["status"]["inventory"].as_array().unwrap();
     assert!(inventory.contains(&json!("AgentProfile/beta")), "{source}");

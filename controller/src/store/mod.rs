@@ -518,6 +518,8 @@ impl Store {
                 inventory.sort();
                 inventory.dedup();
             } else {
+                // Kept keys join the inventory after the loop: it stays sorted for the searches.
+                let mut kept = Vec::new();
                 for key in previous {
                     if inventory.binary_search(&key).is_ok() {
                         continue;
@@ -539,12 +541,13 @@ impl Store {
                     if opted_out || moved || current.is_deleting() {
                         // Still ours to track until it is gone or handed over.
                         if opted_out && !moved {
-                            inventory.push(key);
+                            kept.push(key);
                         }
                         continue;
                     }
                     pruned.push(inner.delete(pending, current, BTreeMap::new()));
                 }
+                inventory.extend(kept);
                 inventory.sort();
             }
             inner.record_inventory(pending, set, inventory);

@@ -72,6 +72,7 @@ pub async fn bootstrap(
     prepare(rt, instance, &plans).await?;
 
     let mut report = BootstrapReport::default();
+    let mut modes: Vec<(u32, String)> = Vec::new();
     for plan in &plans {
         let install = install(rt, instance, plan).await?;
         for asset in &plan.assets {
@@ -105,6 +106,7 @@ pub async fn bootstrap(
                 0o600,
             )
             .await?;
+            modes.push((0o600, credentials_path));
         }
         report.profiles.push(ProfileBootstrap {
             profile: plan.name.clone(),
@@ -114,6 +116,7 @@ pub async fn bootstrap(
             credentials: plan.credentials.keys().cloned().collect(),
         });
     }
+    set_modes(rt, instance, &modes).await?;
     Ok(report)
 }
 
@@ -239,6 +242,47 @@ for dir in "$@"; do mkdir -p "$dir"; done
             profile: "(berth support files)".to_string(),
             message: format!(
                 "preparing directories failed (exit {}): {}",
+                out.exit_code,
+                output_tail(&out, 5)
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The file API sets a mode only when it creates a file: one round trip sets it on every file
+/// written, also on ones that existed.
+async fn set_modes(rt: &dyn Runtime, instance: &str, modes: &[(u32, String)]) -> Result<()> {
+    if modes.is_empty() {
+        return Ok(());
+    }
+    const SCRIPT: &str = r#"
+while [ "$#" -gt 1 ]; do
+    chmod "$1" "$2" || exit 1
+    shift 2
+done
+"#;
+    let mut args = Vec::with_capacity(modes.len() * 2);
+    for (mode, path) in modes {
+        args.push(format!("{mode:o}"));
+        args.push(path.clone());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_script(
+        rt,
+        instance,
+        REASON,
+        SCRIPT,
+        &args,
+        &BTreeMap::new(),
+        PREPARE_TIMEOUT,
+    )
+    .await?;
+    if !out.success() {
+        return Err(AgentError::InstallFailed {
+            profile: "(file modes)".to_string(),
+            message: format!(
+                "chmod failed (exit {}): {}",
                 out.exit_code,
                 output_tail(&out, 5)
             ),

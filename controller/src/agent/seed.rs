@@ -188,8 +188,20 @@ pub async fn seed(
         }
     }
 
-    if is_git && !report.written.files.is_empty() {
-        exclude(rt, instance, &report.written).await?;
+    // The file API sets a mode only when it creates a file: set it on rewritten ones too.
+    let modes: Vec<(u32, &str)> = report
+        .changed
+        .iter()
+        .map(|path| {
+            let mode = desired
+                .iter()
+                .find(|d| &d.path == path)
+                .map_or(0o600, |d| d.mode);
+            (mode, path.as_str())
+        })
+        .collect();
+    if !modes.is_empty() || (is_git && !report.written.files.is_empty()) {
+        finish(rt, instance, &modes, &report.written).await?;
     }
     Ok(report)
 }
@@ -397,9 +409,22 @@ fn parse_probe(text: &str) -> (bool, BTreeMap<String, Found>) {
     (is_git, found)
 }
 
-/// Lists berth's files in `.git/info/exclude` (each once), so they are not untracked files.
-async fn exclude(rt: &dyn Runtime, instance: &str, written: &WrittenFiles) -> Result<()> {
+/// One round trip: the modes of rewritten files, and berth's files listed in
+/// `.git/info/exclude` (each once) so they are not untracked files.
+async fn finish(
+    rt: &dyn Runtime,
+    instance: &str,
+    modes: &[(u32, &str)],
+    written: &WrittenFiles,
+) -> Result<()> {
     const SCRIPT: &str = r#"
+n=$1
+shift
+while [ "$n" -gt 0 ]; do
+    chmod "$1" "$2" || exit 1
+    shift 2
+    n=$((n - 1))
+done
 cd /workspace || exit 0
 [ -d .git ] || exit 0
 mkdir -p .git/info && touch .git/info/exclude || exit 1
@@ -407,12 +432,13 @@ for pattern; do
     grep -qxF -- "$pattern" .git/info/exclude || printf '%s\n' "$pattern" >>.git/info/exclude || exit 1
 done
 "#;
-    let patterns: Vec<String> = written
-        .files
-        .keys()
-        .filter_map(|p| exclude_pattern(p))
-        .collect();
-    let args: Vec<&str> = patterns.iter().map(String::as_str).collect();
+    let mut args: Vec<String> = vec![modes.len().to_string()];
+    for (mode, path) in modes {
+        args.push(format!("{mode:o}"));
+        args.push(path.to_string());
+    }
+    args.extend(written.files.keys().filter_map(|p| exclude_pattern(p)));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run_script(
         rt,
         instance,
@@ -425,8 +451,12 @@ done
     .await?;
     if !out.success() {
         return Err(AgentError::SeedFailed {
-            path: "/workspace/.git/info/exclude".to_string(),
-            message: format!("exit {}: {}", out.exit_code, output_tail(&out, 5)),
+            path: "/workspace".to_string(),
+            message: format!(
+                "setting modes and .git/info/exclude failed (exit {}): {}",
+                out.exit_code,
+                output_tail(&out, 5)
+            ),
         });
     }
     Ok(())

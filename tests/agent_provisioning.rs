@@ -58,12 +58,13 @@ impl Workspace {
         );
         create(&lxd, &req).await;
         // A start can fail while the shared daemon is overloaded (its pre-start hook times
-        // out); what these tests check begins after the start, so try it again.
-        let mut attempt = 1;
+        // out, then the instance is busy stopping); what these tests check begins after the
+        // start, so retry it with a pause until a generous deadline.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
         while let Err(e) = lxd.start_instance(&name, OP_TIMEOUT).await {
-            assert!(attempt < 3, "start {name}: {e}");
-            eprintln!("start {name} (attempt {attempt}): {e}");
-            attempt += 1;
+            assert!(tokio::time::Instant::now() < deadline, "start {name}: {e}");
+            eprintln!("start {name}: {e}; retrying");
+            tokio::time::sleep(Duration::from_secs(3)).await;
         }
         let ws = Workspace {
             lxd,

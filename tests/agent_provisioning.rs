@@ -11,7 +11,7 @@ use std::time::Duration;
 use berth::agent::{
     self, AgentError, CheckoutOutcome, InstallOutcome, RunnerOutcome, WrittenFiles,
 };
-use berth::lxd::LxdClient;
+use berth::lxd::{Endpoint, LxdClient, LxdConfig};
 use berth::runtime::{CreateVolume, ExecRequest, Runtime};
 use berth_api::{
     AgentInstall, AgentInstructions, AgentProfileSpec, AgentRunner, AgentState, CredentialRef,
@@ -30,6 +30,17 @@ struct Workspace {
 
 impl Workspace {
     async fn new() -> Workspace {
+        // The shared daemon sometimes stalls for longer than a connect's deadline while other
+        // suites load it; wait for it to answer before taking the checked client.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+        while let Err(e) = LxdClient::connect(LxdConfig::new(Endpoint::local())).await {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "LXD unreachable: {e}"
+            );
+            eprintln!("LXD did not answer ({e}); retrying");
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
         let lxd = client().await;
         let name = unique_name();
         let volume = format!("{name}-workspace");

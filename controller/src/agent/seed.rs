@@ -494,7 +494,9 @@ mod tests {
     #[test]
     fn env_block_merge_keeps_user_lines() {
         let block = format!("{ENV_BLOCK_BEGIN}\nA=1\n{ENV_BLOCK_END}\n");
-        let cases: &[(&str, &[(&str, &str)], String)] = &[
+        // (existing file, entries, expected file)
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], String);
+        let cases: &[Case] = &[
             ("", &[("A", "1")], block.clone()),
             ("", &[], String::new()),
             ("MINE=x\n", &[("A", "1")], format!("MINE=x\n{block}")),

@@ -85,7 +85,15 @@ mod tests {
 
     #[test]
     fn status_files_are_parsed_leniently() {
-        let cases: &[(&str, AgentState, &str, Option<&str>, Option<&str>)] = &[
+        // (file, state, message, briefId, title)
+        type Case<'a> = (
+            &'a str,
+            AgentState,
+            &'a str,
+            Option<&'a str>,
+            Option<&'a str>,
+        );
+        let cases: &[Case] = &[
             (
                 r#"{"briefId":"b-1","state":"blocked","title":"Fix it","message":"Which DB?","updatedAt":"2026-11-30T06:00:00Z"}"#,
                 AgentState::Blocked,

@@ -18,7 +18,7 @@ use berth_api::{
     FileMode, MergeMode, ProjectSpec, Repo, RuntimeAsset, SeedFile,
 };
 use support::lxd::{
-    BASE, Cleanup, OP_TIMEOUT, POOL, client, create, eventually, request, unique_name,
+    BASE, Cleanup, OP_TIMEOUT, POOL, TINY, client, create, eventually, request, unique_name,
 };
 
 /// A running berth-base container with a fresh workspace volume at /workspace.
@@ -30,6 +30,10 @@ struct Workspace {
 
 impl Workspace {
     async fn new() -> Workspace {
+        Workspace::from_image(BASE, true).await
+    }
+
+    async fn from_image(image: &str, with_volume: bool) -> Workspace {
         // The shared daemon sometimes stalls for longer than a connect's deadline while other
         // suites load it; wait for it to answer before taking the checked client.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
@@ -46,27 +50,29 @@ impl Workspace {
         let volume = format!("{name}-workspace");
         let mut cleanup = Cleanup::new();
         cleanup.instance(&name);
-        cleanup.volume(POOL, &volume);
-        lxd.create_volume(&CreateVolume {
-            pool: POOL.into(),
-            name: volume.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("create workspace volume");
-        let mut req = request(&name, BASE);
-        req.devices.insert(
-            "workspace".into(),
-            [
-                ("type", "disk"),
-                ("pool", POOL),
-                ("source", volume.as_str()),
-                ("path", "/workspace"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        );
+        let mut req = request(&name, image);
+        if with_volume {
+            cleanup.volume(POOL, &volume);
+            lxd.create_volume(&CreateVolume {
+                pool: POOL.into(),
+                name: volume.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("create workspace volume");
+            req.devices.insert(
+                "workspace".into(),
+                [
+                    ("type", "disk"),
+                    ("pool", POOL),
+                    ("source", volume.as_str()),
+                    ("path", "/workspace"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            );
+        }
         create(&lxd, &req).await;
         // A start can fail while the shared daemon is overloaded (its pre-start hook times
         // out, then the instance is busy stopping); what these tests check begins after the
@@ -598,6 +604,26 @@ async fn the_shell_agent_works_a_brief_through_a_block_and_an_answer() {
     assert!(!log.contains("t0ken"), "{log}");
     let tail = agent::runner_log(ws.rt(), &ws.name, 10).await.unwrap();
     assert_eq!(tail.len(), 10);
+    // Following the log in pieces yields the whole log, then nothing new.
+    let mut followed = String::new();
+    let mut offset = 0;
+    loop {
+        let chunk = agent::runner_log_from(ws.rt(), &ws.name, offset, 64)
+            .await
+            .unwrap();
+        if chunk.text.is_empty() {
+            break;
+        }
+        assert!(chunk.text.len() <= 64);
+        followed.push_str(&chunk.text);
+        offset = chunk.next_offset;
+    }
+    assert_eq!(followed, log);
+    // An offset past the end (the log was rotated) starts over.
+    let again = agent::runner_log_from(ws.rt(), &ws.name, offset + 1000, 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(again.text, log);
 
     // Finished, still the same boot: no second runner.
     assert!(matches!(
@@ -624,4 +650,50 @@ async fn the_shell_agent_works_a_brief_through_a_block_and_an_answer() {
             .unwrap(),
         RunnerOutcome::Started { .. }
     ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shell_agent_also_runs_on_busybox() {
+    let ws = Workspace::from_image(TINY, false).await;
+    let shell = shell_profile();
+    agent::bootstrap(ws.rt(), &ws.name, &[("shell", &shell)], &BTreeMap::new())
+        .await
+        .unwrap();
+    let brief = "Tiny brief\nBLOCK: Go on?\n";
+    let none = BTreeMap::new();
+    let started = agent::start_runner(ws.rt(), &ws.name, &shell, "tiny-1", brief, &none, &none)
+        .await
+        .unwrap();
+    assert!(
+        matches!(started, RunnerOutcome::Started { .. }),
+        "{started:?}"
+    );
+    let state_is = |want: AgentState| {
+        let ws = &ws;
+        move || async move {
+            agent::read_agent_status(ws.rt(), &ws.name)
+                .await
+                .unwrap()
+                .is_some_and(|r| r.status.state == want)
+        }
+    };
+    eventually(
+        Duration::from_secs(60),
+        "the agent to block",
+        state_is(AgentState::Blocked),
+    )
+    .await;
+    agent::answer(ws.rt(), &ws.name, "yes").await.unwrap();
+    eventually(
+        Duration::from_secs(60),
+        "the agent to finish",
+        state_is(AgentState::Done),
+    )
+    .await;
+    let report = agent::read_agent_status(ws.rt(), &ws.name)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.status.brief_id.as_deref(), Some("tiny-1"));
+    assert_eq!(report.title.as_deref(), Some("Tiny brief"));
 }

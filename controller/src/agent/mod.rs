@@ -27,7 +27,7 @@ use crate::runtime::RuntimeError;
 
 pub use bootstrap::{BootstrapReport, InstallOutcome, ProfileBootstrap, bootstrap};
 pub use checkout::{CheckoutOutcome, checkout};
-pub use runner::{RunnerOutcome, answer, runner_log, start_runner};
+pub use runner::{LogChunk, RunnerOutcome, answer, runner_log, runner_log_from, start_runner};
 pub use seed::{SeedReport, WrittenFiles, env_file_with_block, seed};
 pub use status::{AgentReport, parse_agent_status, read_agent_status, sanitize_untrusted};
 

@@ -201,3 +201,61 @@ pub async fn runner_log(rt: &dyn Runtime, instance: &str, tail_bytes: u64) -> Re
     }
     Ok(out.stdout_str())
 }
+
+/// A piece of the runner log, for following it (`berth logs -f`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogChunk {
+    /// The log's bytes from the offset on (at most the bytes asked for), lossily as text.
+    pub text: String,
+    /// Where the next read continues.
+    pub next_offset: u64,
+}
+
+/// The runner log from byte `offset` on, at most `max_bytes` of it. When the log is shorter than
+/// `offset` it was rotated meanwhile, and reading starts over at its beginning.
+pub async fn runner_log_from(
+    rt: &dyn Runtime,
+    instance: &str,
+    offset: u64,
+    max_bytes: u64,
+) -> Result<LogChunk> {
+    const SCRIPT: &str = r#"
+log=$1 off=$2 max=$3
+if [ ! -f "$log" ]; then echo 0; exit 0; fi
+size=$(wc -c <"$log")
+[ "$off" -le "$size" ] || off=0
+echo "$off"
+tail -c +$((off + 1)) "$log" | head -c "$max"
+"#;
+    let (offset, max) = (offset.to_string(), max_bytes.to_string());
+    let out = run_script(
+        rt,
+        instance,
+        REASON,
+        SCRIPT,
+        &[RUNNER_LOG, &offset, &max],
+        &BTreeMap::new(),
+        RUNNER_TIMEOUT,
+    )
+    .await?;
+    let bad = |what: &str| AgentError::RunnerFailed {
+        message: format!("reading {RUNNER_LOG}: {what}"),
+    };
+    if !out.success() {
+        return Err(bad(&output_tail(&out, 3)));
+    }
+    let newline = out
+        .stdout
+        .iter()
+        .position(|b| *b == b'\n')
+        .ok_or_else(|| bad("no offset in the answer"))?;
+    let start: u64 = std::str::from_utf8(&out.stdout[..newline])
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| bad("no offset in the answer"))?;
+    let data = &out.stdout[newline + 1..];
+    Ok(LogChunk {
+        text: String::from_utf8_lossy(data).into_owned(),
+        next_offset: start + data.len() as u64,
+    })
+}

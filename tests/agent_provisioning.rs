@@ -697,3 +697,60 @@ async fn the_shell_agent_also_runs_on_busybox() {
     assert_eq!(report.status.brief_id.as_deref(), Some("tiny-1"));
     assert_eq!(report.title.as_deref(), Some("Tiny brief"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_runner_log_is_capped_by_rotation() {
+    let ws = Workspace::from_image(TINY, false).await;
+    let chatty = AgentProfileSpec {
+        home: "/root/.chatty".into(),
+        install: AgentInstall {
+            check: "true".into(),
+            command: None,
+            version: None,
+        },
+        runner: AgentRunner {
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                "i=0; while [ $i -lt 2000 ]; do echo \"line $i of a chatty agent\"; i=$((i+1)); done".into(),
+            ],
+        },
+        ..AgentProfileSpec::default()
+    };
+    agent::bootstrap(ws.rt(), &ws.name, &[("chatty", &chatty)], &BTreeMap::new())
+        .await
+        .unwrap();
+    // A small cap for the test; the default is 1 MiB.
+    let env = secrets(&[("BERTH_RUNNER_LOG_CAP", "8000")]);
+    agent::start_runner(
+        ws.rt(),
+        &ws.name,
+        &chatty,
+        "chatty-1",
+        "talk",
+        &env,
+        &BTreeMap::new(),
+    )
+    .await
+    .unwrap();
+    let exited = || async {
+        agent::runner_log(ws.rt(), &ws.name, 200)
+            .await
+            .unwrap()
+            .contains("runner exited with status 0")
+    };
+    eventually(
+        Duration::from_secs(120),
+        "the chatty runner to exit",
+        exited,
+    )
+    .await;
+    let sizes = ws
+        .ok("wc -c </var/log/berth/runner.log; wc -c </var/log/berth/runner.log.1")
+        .await;
+    let sizes: Vec<u64> = sizes.lines().map(|l| l.trim().parse().unwrap()).collect();
+    // Checked every 100 lines: at most the cap plus 100 lines of ~30 bytes over it.
+    assert!(sizes.iter().all(|s| *s <= 8000 + 100 * 40), "{sizes:?}");
+    let log = agent::runner_log(ws.rt(), &ws.name, 1 << 20).await.unwrap();
+    assert!(log.contains("line 1999 of a chatty agent"), "{log}");
+}

@@ -12,7 +12,7 @@ use berth::agent::{
     self, AgentError, CheckoutOutcome, InstallOutcome, RunnerOutcome, WrittenFiles,
 };
 use berth::lxd::{Endpoint, LxdClient, LxdConfig};
-use berth::runtime::{CreateVolume, ExecRequest, Runtime};
+use berth::runtime::{CreateVolume, ExecRequest, ImageSource, Runtime};
 use berth_api::{
     AgentInstall, AgentInstructions, AgentProfileSpec, AgentRunner, AgentState, CredentialRef,
     FileMode, MergeMode, ProjectSpec, Repo, RuntimeAsset, SeedFile,
@@ -20,6 +20,37 @@ use berth_api::{
 use support::lxd::{
     BASE, Cleanup, OP_TIMEOUT, POOL, TINY, client, create, eventually, request, unique_name,
 };
+
+/// A client on the local daemon. The shared daemon sometimes stalls for longer than one
+/// connect's deadline while other suites load it, so connecting is retried until a generous
+/// deadline; the test images must be there (`scripts/setup-lxd`).
+async fn connect() -> Arc<LxdClient> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    let lxd = loop {
+        match LxdClient::connect(LxdConfig::new(Endpoint::local())).await {
+            Ok(lxd) => break lxd,
+            Err(e) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "LXD unreachable ({e}); run scripts/setup-lxd first"
+                );
+                eprintln!("LXD did not answer ({e}); retrying");
+                tokio::time::sleep(Duration::from_secs(3)).await;
+            }
+        }
+    };
+    for image in [BASE, TINY] {
+        let found = lxd
+            .resolve_image(&ImageSource::Alias(image.to_string()))
+            .await
+            .expect("resolve test image");
+        assert!(
+            found.is_some(),
+            "LXD image {image} is missing; run scripts/setup-lxd first"
+        );
+    }
+    Arc::new(lxd)
+}
 
 /// A running berth-base container with a fresh workspace volume at /workspace.
 struct Workspace {
@@ -34,18 +65,7 @@ impl Workspace {
     }
 
     async fn from_image(image: &str, with_volume: bool) -> Workspace {
-        // The shared daemon sometimes stalls for longer than a connect's deadline while other
-        // suites load it; wait for it to answer before taking the checked client.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
-        while let Err(e) = LxdClient::connect(LxdConfig::new(Endpoint::local())).await {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "LXD unreachable: {e}"
-            );
-            eprintln!("LXD did not answer ({e}); retrying");
-            tokio::time::sleep(Duration::from_secs(3)).await;
-        }
-        let lxd = client().await;
+        let lxd = connect().await;
         let name = unique_name();
         let volume = format!("{name}-workspace");
         let mut cleanup = Cleanup::new();
@@ -236,6 +256,31 @@ async fn bootstrap_verifies_installs_and_places_files_outside_the_workspace() {
         .unwrap();
     let outcomes: Vec<_> = again.profiles.iter().map(|p| p.install).collect();
     assert_eq!(outcomes, [InstallOutcome::Present, InstallOutcome::Present]);
+
+    // Secrets propagation: a changed value is rewritten, a deleted one leaves no copy behind.
+    let changed = secrets(&[("FAKE_TOKEN", "r0tated-v4lue")]);
+    let missing = agent::sync_credentials(ws.rt(), &ws.name, &profiles, &changed)
+        .await
+        .unwrap();
+    assert!(missing.is_empty(), "{missing:?}");
+    assert_eq!(
+        ws.ok(". /root/.fake/.berth-credentials.env && printf '%s' \"$FAKE_TOKEN\"")
+            .await,
+        "r0tated-v4lue"
+    );
+    let missing = agent::sync_credentials(ws.rt(), &ws.name, &profiles, &BTreeMap::new())
+        .await
+        .unwrap();
+    assert_eq!(missing, ["fake/FAKE_TOKEN"]);
+    assert_eq!(
+        ws.sh("test -e /root/.fake/.berth-credentials.env").await.0,
+        1
+    );
+    assert_eq!(
+        ws.ok("grep -rl r0tated-v4lue /root /usr/local/lib/berth || true")
+            .await,
+        ""
+    );
 
     // A profile whose install does not make the check pass fails with its reason.
     let mut broken = installable_profile();
@@ -496,6 +541,40 @@ async fn seeds_are_written_once_with_modes_append_env_block_and_recorded_hashes(
         "{env}"
     );
 
+    // Secrets propagation touches .env only: a new secret appears, then is removed again.
+    let (with_secret, changed) = agent::sync_env(
+        ws.rt(),
+        &ws.name,
+        &spec.env,
+        &secrets(&[("NEW_KEY", "n3w")]),
+        &third.written,
+    )
+    .await
+    .unwrap();
+    assert!(changed);
+    let env = ws.ok("cat /workspace/.env").await;
+    assert!(
+        env.contains("NEW_KEY=n3w") && env.contains("MINE=kept"),
+        "{env}"
+    );
+    assert_eq!(ws.ok("stat -c %a /workspace/.env").await, "600\n");
+    let sum = ws.ok("sha256sum /workspace/.env").await;
+    assert_eq!(
+        with_secret.get("/workspace/.env"),
+        sum.split_whitespace().next()
+    );
+    let (without, _) = agent::sync_env(ws.rt(), &ws.name, &spec.env, &secrets(&[]), &with_secret)
+        .await
+        .unwrap();
+    assert!(!ws.ok("cat /workspace/.env").await.contains("n3w"));
+    assert_eq!(without.files.len(), with_secret.files.len());
+    // The other seeded files were not touched.
+    assert!(
+        ws.ok("cat /workspace/scripts/dev.sh")
+            .await
+            .ends_with("echo mine\n")
+    );
+
     // A seed path that is a symbolic link out of the workspace is refused, not written through.
     ws.ok("ln -s /etc /workspace/etc-link").await;
     spec.seed_files.push(SeedFile {
@@ -619,7 +698,7 @@ async fn the_shell_agent_works_a_brief_through_a_block_and_an_answer() {
         offset = chunk.next_offset;
     }
     assert_eq!(followed, log);
-    // An offset past the end (the log was rotated) starts over.
+    // An offset past the end (the log was r0tated-v4lue) starts over.
     let again = agent::runner_log_from(ws.rt(), &ws.name, offset + 1000, 1 << 20)
         .await
         .unwrap();

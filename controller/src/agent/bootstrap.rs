@@ -120,6 +120,52 @@ pub async fn bootstrap(
     Ok(report)
 }
 
+/// Rewrites every profile's credentials file from the current secrets, checking and installing
+/// nothing: for secrets propagation after the bootstrap. A key no longer set is dropped from the
+/// file (a profile left with none has no file); the keys missing are returned as
+/// `profile/KEY` for a warning, since the next bootstrap fails on them anyway.
+pub async fn sync_credentials(
+    rt: &dyn Runtime,
+    instance: &str,
+    profiles: &[NamedProfile<'_>],
+    secrets: &BTreeMap<String, String>,
+) -> Result<Vec<String>> {
+    let mut missing = Vec::new();
+    let mut modes = Vec::new();
+    for (name, spec) in profiles {
+        let home = absolute_path(&spec.home).map_err(|message| AgentError::InvalidProfile {
+            profile: name.to_string(),
+            field: "spec.home".to_string(),
+            message,
+        })?;
+        let mut present = BTreeMap::new();
+        for cred in &spec.credentials {
+            match secrets.get(&cred.secret) {
+                Some(value) => {
+                    present.insert(cred.secret.clone(), value.clone());
+                }
+                None => missing.push(format!("{name}/{}", cred.secret)),
+            }
+        }
+        let path = format!("{home}/{CREDENTIALS_FILE_NAME}");
+        if present.is_empty() {
+            rt.file_delete(instance, &path)
+                .await
+                .map_err(|source| AgentError::Runtime {
+                    reason: REASON,
+                    what: format!("delete {path} in {instance}"),
+                    source,
+                })?;
+        } else {
+            let content = credentials_file(&present);
+            write_file(rt, instance, REASON, &path, content.as_bytes(), 0o600).await?;
+            modes.push((0o600, path));
+        }
+    }
+    set_modes(rt, instance, &modes).await?;
+    Ok(missing)
+}
+
 /// One profile, checked and resolved before anything is written.
 struct ProfilePlan<'a> {
     name: String,

@@ -144,38 +144,16 @@ pub async fn seed(
         report.written.record(&file.path, &hash);
     }
 
-    match found_at(ENV_FILE) {
-        what @ (Found::NotRegular | Found::Escapes) => return Err(refuse(ENV_FILE, &what)),
-        Found::Missing if env.is_empty() => {}
-        Found::Missing => {
-            let content = env_file_with_block("", &env);
-            write_file(rt, instance, REASON, ENV_FILE, content.as_bytes(), 0o600).await?;
-            report.changed.push(ENV_FILE.to_string());
-            report
-                .written
-                .record(ENV_FILE, &sha256_hex(content.as_bytes()));
-        }
-        Found::File(_) => {
-            let existing =
-                rt.file_read(instance, ENV_FILE)
-                    .await
-                    .map_err(|source| AgentError::Runtime {
-                        reason: REASON,
-                        what: format!("read {ENV_FILE} in {instance}"),
-                        source,
-                    })?;
-            let existing = String::from_utf8_lossy(&existing);
-            let content = env_file_with_block(&existing, &env);
-            if content != existing {
-                write_file(rt, instance, REASON, ENV_FILE, content.as_bytes(), 0o600).await?;
-                report.changed.push(ENV_FILE.to_string());
-            }
-            if !env.is_empty() {
-                report
-                    .written
-                    .record(ENV_FILE, &sha256_hex(content.as_bytes()));
-            }
-        }
+    let env_found = found_at(ENV_FILE);
+    if let what @ (Found::NotRegular | Found::Escapes) = &env_found {
+        return Err(refuse(ENV_FILE, what));
+    }
+    let (hash, changed) = converge_env(rt, instance, &env_found, &env).await?;
+    if changed {
+        report.changed.push(ENV_FILE.to_string());
+    }
+    if let Some(hash) = hash {
+        report.written.record(ENV_FILE, &hash);
     }
 
     // Files berth wrote for an earlier spec stay berth's while they hold what it wrote.
@@ -204,6 +182,86 @@ pub async fn seed(
         finish(rt, instance, &modes, &report.written).await?;
     }
     Ok(report)
+}
+
+/// Converges `.env` alone: for secrets propagation after the workspace was seeded (a new,
+/// changed or deleted secret), without touching any other seeded file. Returns the record with
+/// the new `.env` entry (or without one, when no values are left) and whether it was rewritten.
+pub async fn sync_env(
+    rt: &dyn Runtime,
+    instance: &str,
+    env: &BTreeMap<String, String>,
+    secrets: &BTreeMap<String, String>,
+    previous: &WrittenFiles,
+) -> Result<(WrittenFiles, bool)> {
+    let entries = env_entries(env, secrets);
+    let (_, found) = probe(rt, instance, &[ENV_FILE]).await?;
+    let found = found.get(ENV_FILE).cloned().unwrap_or(Found::Missing);
+    if matches!(found, Found::NotRegular | Found::Escapes) {
+        return Err(AgentError::SeedFailed {
+            path: ENV_FILE.to_string(),
+            message: "is not a regular file inside /workspace".to_string(),
+        });
+    }
+    let (hash, changed) = converge_env(rt, instance, &found, &entries).await?;
+    let mut written = previous.clone();
+    match hash {
+        Some(hash) => written.record(ENV_FILE, &hash),
+        None => {
+            written.files.remove(ENV_FILE);
+        }
+    }
+    if changed {
+        let out = run_script(
+            rt,
+            instance,
+            REASON,
+            r#"chmod 600 "$1""#,
+            &[ENV_FILE],
+            &BTreeMap::new(),
+            SEED_TIMEOUT,
+        )
+        .await?;
+        if !out.success() {
+            return Err(AgentError::SeedFailed {
+                path: ENV_FILE.to_string(),
+                message: format!("chmod failed: {}", output_tail(&out, 3)),
+            });
+        }
+    }
+    Ok((written, changed))
+}
+
+/// Rewrites berth's block of `.env` (a regular file or missing, as `found` says). Returns the
+/// hash to record (`None` when berth has no values there) and whether the file changed.
+async fn converge_env(
+    rt: &dyn Runtime,
+    instance: &str,
+    found: &Found,
+    entries: &BTreeMap<String, String>,
+) -> Result<(Option<String>, bool)> {
+    let existing = match found {
+        Found::File(_) => {
+            let bytes =
+                rt.file_read(instance, ENV_FILE)
+                    .await
+                    .map_err(|source| AgentError::Runtime {
+                        reason: REASON,
+                        what: format!("read {ENV_FILE} in {instance}"),
+                        source,
+                    })?;
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+        _ if entries.is_empty() => return Ok((None, false)),
+        _ => String::new(),
+    };
+    let content = env_file_with_block(&existing, entries);
+    let changed = content != existing || !matches!(found, Found::File(_));
+    if changed {
+        write_file(rt, instance, REASON, ENV_FILE, content.as_bytes(), 0o600).await?;
+    }
+    let hash = (!entries.is_empty()).then(|| sha256_hex(content.as_bytes()));
+    Ok((hash, changed))
 }
 
 /// The instructions of every profile, then the seed files on top, in the spec's order.

@@ -18,7 +18,7 @@ use berth_api::{
     FileMode, MergeMode, ProjectSpec, Repo, RuntimeAsset, SeedFile,
 };
 use support::lxd::{
-    BASE, Cleanup, OP_TIMEOUT, POOL, TINY, client, create, eventually, request, unique_name,
+    BASE, Cleanup, OP_TIMEOUT, POOL, TINY, create, eventually, request, unique_name,
 };
 
 /// A client on the local daemon. The shared daemon sometimes stalls for longer than one

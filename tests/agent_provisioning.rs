@@ -108,13 +108,20 @@ impl Workspace {
             name,
             _cleanup: cleanup,
         };
-        let ready = || async { ws.sh("test -f /run/init.ready").await.0 == 0 };
+        let ready = || async { ws.init_ready().await };
         eventually(Duration::from_secs(60), "the container's init", ready).await;
         ws
     }
 
     fn rt(&self) -> &dyn Runtime {
         self.lxd.as_ref()
+    }
+
+    /// Whether the container's init finished its set-up. An exec that fails while the container
+    /// is still coming up (or the daemon is busy) is "not yet", not a failure.
+    async fn init_ready(&self) -> bool {
+        let check = ExecRequest::new(["test", "-f", "/run/init.ready"], Duration::from_secs(30));
+        matches!(self.lxd.exec(&self.name, &check).await, Ok(out) if out.success())
     }
 
     /// Exit code and stdout of a shell command inside.
@@ -623,9 +630,10 @@ async fn the_shell_agent_works_a_brief_through_a_block_and_an_answer() {
         RunnerOutcome::AlreadyStarted {
             pid: again,
             brief_id,
-            ..
+            running,
         } => {
             assert_eq!(again, pid);
+            assert!(running, "the runner is working its brief");
             assert_eq!(brief_id, "brief-1");
         }
         other => panic!("second start: {other:?}"),
@@ -717,7 +725,7 @@ async fn the_shell_agent_works_a_brief_through_a_block_and_an_answer() {
         .restart_instance(&ws.name, false, OP_TIMEOUT)
         .await
         .unwrap();
-    let ready = || async { ws.sh("test -f /run/init.ready").await.0 == 0 };
+    let ready = || async { ws.init_ready().await };
     eventually(Duration::from_secs(60), "the container's init", ready).await;
     assert_eq!(
         agent::read_agent_status(ws.rt(), &ws.name).await.unwrap(),

@@ -80,6 +80,18 @@ if [ -d /workspace/.git ]; then
     exit 0
 fi
 command -v git >/dev/null 2>&1 || { echo "git is not installed in the container" >&2; exit 30; }
+# A clone from an earlier call may still be running (an exec outlives its deadline): wait for
+# it rather than pull its scratch directory from under it, then look again.
+if command -v flock >/dev/null 2>&1; then
+    mkdir -p /run/berth
+    exec 9>/run/berth/checkout.lock
+    flock -w 900 9 || { echo "an earlier checkout still holds the lock" >&2; exit 31; }
+    if [ -d /workspace/.git ]; then
+        [ -z "$bundle" ] || rm -f "$bundle"
+        echo kept
+        exit 0
+    fi
+fi
 # The workspace volume's root may not be owned by the user git runs as.
 git config --global --get-all safe.directory 2>/dev/null | grep -qx /workspace \
     || git config --global --add safe.directory /workspace

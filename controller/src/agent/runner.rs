@@ -54,6 +54,16 @@ pub async fn start_runner(
             message: "the profile has no runner.command".to_string(),
         });
     }
+    if brief_id.is_empty()
+        || brief_id.len() > 128
+        || !brief_id.chars().all(|c| c.is_ascii_graphic())
+    {
+        return Err(AgentError::RunnerFailed {
+            message: format!(
+                "brief id {brief_id:?} must be 1 to 128 printable characters without spaces"
+            ),
+        });
+    }
     if brief.len() > MAX_BRIEF_BYTES {
         return Err(AgentError::RunnerFailed {
             message: format!(

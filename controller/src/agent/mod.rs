@@ -28,6 +28,7 @@ use crate::runtime::RuntimeError;
 pub use bootstrap::sync_credentials;
 pub use bootstrap::{BootstrapReport, InstallOutcome, ProfileBootstrap, bootstrap};
 pub use checkout::{CheckoutOutcome, checkout};
+pub use exec::sha256_hex;
 pub use runner::{LogChunk, RunnerOutcome, answer, runner_log, runner_log_from, start_runner};
 pub use seed::{SeedReport, WrittenFiles, env_file_with_block, seed, sync_env};
 pub use status::{AgentReport, parse_agent_status, read_agent_status, sanitize_untrusted};

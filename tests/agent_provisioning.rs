@@ -12,14 +12,12 @@ use berth::agent::{
     self, AgentError, CheckoutOutcome, InstallOutcome, RunnerOutcome, WrittenFiles,
 };
 use berth::lxd::{Endpoint, LxdClient, LxdConfig};
-use berth::runtime::{CreateVolume, ExecRequest, ImageSource, Runtime};
+use berth::runtime::{CreateVolume, ExecRequest, ImageSource, Runtime, StopOptions};
 use berth_api::{
     AgentInstall, AgentInstructions, AgentProfileSpec, AgentRunner, AgentState, CredentialRef,
     FileMode, MergeMode, ProjectSpec, Repo, RuntimeAsset, SeedFile,
 };
-use support::lxd::{
-    BASE, Cleanup, OP_TIMEOUT, POOL, TINY, create, eventually, request, unique_name,
-};
+use support::lxd::{BASE, OP_TIMEOUT, POOL, TINY, create, eventually, request, unique_name};
 
 /// A client on the local daemon. The shared daemon sometimes stalls for longer than one
 /// connect's deadline while other suites load it, so connecting is retried until a generous
@@ -56,7 +54,54 @@ async fn connect() -> Arc<LxdClient> {
 struct Workspace {
     lxd: Arc<LxdClient>,
     name: String,
-    _cleanup: Cleanup,
+    volume: Option<String>,
+}
+
+impl Drop for Workspace {
+    /// Deletes the container and its volume, also when the test failed. The shared daemon can be
+    /// slow to answer under load, so every call is retried until a generous deadline; on its own
+    /// thread and runtime, so it works from inside the test's runtime.
+    fn drop(&mut self) {
+        let (name, volume) = (self.name.clone(), self.volume.take());
+        let worker = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("cleanup runtime");
+            runtime.block_on(async move {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+                let pause = || tokio::time::sleep(Duration::from_secs(2));
+                let lxd = connect().await;
+                let stop = StopOptions {
+                    clean_timeout: Duration::ZERO,
+                    force_after: true,
+                };
+                loop {
+                    let stopped = match lxd.stop_instance(&name, stop).await {
+                        Ok(()) => true,
+                        Err(e) => e.is_not_found(),
+                    };
+                    if stopped && lxd.delete_instance(&name, OP_TIMEOUT).await.is_ok() {
+                        break;
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        eprintln!("cleanup: could not delete instance {name}");
+                        return;
+                    }
+                    pause().await;
+                }
+                let Some(volume) = volume else { return };
+                while let Err(e) = lxd.delete_volume(POOL, &volume, None).await {
+                    if tokio::time::Instant::now() > deadline {
+                        eprintln!("cleanup: could not delete volume {volume}: {e}");
+                        return;
+                    }
+                    pause().await;
+                }
+            });
+        });
+        let _ = worker.join();
+    }
 }
 
 impl Workspace {
@@ -67,12 +112,9 @@ impl Workspace {
     async fn from_image(image: &str, with_volume: bool) -> Workspace {
         let lxd = connect().await;
         let name = unique_name();
-        let volume = format!("{name}-workspace");
-        let mut cleanup = Cleanup::new();
-        cleanup.instance(&name);
         let mut req = request(&name, image);
-        if with_volume {
-            cleanup.volume(POOL, &volume);
+        let volume = with_volume.then(|| format!("{name}-workspace"));
+        if let Some(volume) = &volume {
             lxd.create_volume(&CreateVolume {
                 pool: POOL.into(),
                 name: volume.clone(),
@@ -93,6 +135,12 @@ impl Workspace {
                 .collect(),
             );
         }
+        // From here on a failure still deletes what was created.
+        let ws = Workspace {
+            lxd: lxd.clone(),
+            name: name.clone(),
+            volume,
+        };
         create(&lxd, &req).await;
         // A start can fail while the shared daemon is overloaded (its pre-start hook times
         // out, then the instance is busy stopping); what these tests check begins after the
@@ -103,11 +151,6 @@ impl Workspace {
             eprintln!("start {name}: {e}; retrying");
             tokio::time::sleep(Duration::from_secs(3)).await;
         }
-        let ws = Workspace {
-            lxd,
-            name,
-            _cleanup: cleanup,
-        };
         let ready = || async { ws.init_ready().await };
         eventually(Duration::from_secs(60), "the container's init", ready).await;
         ws

@@ -8,5 +8,6 @@ pub mod config;
 pub mod daemon;
 pub mod lxd;
 pub mod runtime;
+pub mod scheduler;
 pub mod secrets;
 pub mod store;

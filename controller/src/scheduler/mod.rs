@@ -3,4 +3,5 @@
 //! ([`policy`]) is pure and exhaustively tested, and it only ever sees facts gathered by one
 //! inspection ([`inspect`]) that refuses to guess.
 
+pub mod inspect;
 pub mod policy;

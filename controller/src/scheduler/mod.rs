@@ -3,5 +3,7 @@
 //! ([`policy`]) is pure and exhaustively tested, and it only ever sees facts gathered by one
 //! inspection ([`inspect`]) that refuses to guess.
 
+pub mod activity;
 pub mod inspect;
 pub mod policy;
+pub mod ports;

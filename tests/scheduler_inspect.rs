@@ -8,9 +8,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use berth::lxd::LxdClient;
-use berth::runtime::{ExecRequest, Runtime};
+use berth::runtime::{ExecRequest, Runtime, StopOptions};
 use berth::scheduler::inspect::{InspectError, Inspection, KnownFiles, WorkspaceKind, inspect};
-use berth_api::{AgentState, UnsavedWork};
+use berth::scheduler::policy::{Decision, Evidence, ReapSubject};
+use berth::scheduler::reap::{inspect_stopped, recheck};
+use berth_api::{AgentState, ProtectionReason, ReapAction, UnsavedWork};
 use sha2::{Digest, Sha256};
 use support::lxd::{BASE, Cleanup, OP_TIMEOUT, client, create, eventually, request, unique_name};
 
@@ -329,4 +331,124 @@ async fn a_stopped_or_missing_container_fails_the_inspection() {
         matches!(&err, InspectError::Exited { detail, .. } if detail == "workspace"),
         "{err:?}"
     );
+}
+
+/// What the reaper decides on a real workspace, through the re-check it makes right before
+/// acting: an idle, clean, pushed workspace may be stopped; unsaved work, a blocked agent and a
+/// workspace that cannot be inspected each hold it, and say why.
+#[tokio::test(flavor = "multi_thread")]
+async fn recheck_before_acting_on_real_workspaces() {
+    let lxd = client().await;
+    let mut cleanup = Cleanup::new();
+    let name = workspace(&lxd, &mut cleanup).await;
+    let known = KnownFiles::new();
+    let policy = berth_api::ReapPolicy {
+        idle_after: Some("2h".parse().unwrap()),
+        idle_action: Some(berth_api::IdleAction::Stop),
+        max_age: Some("never".parse().unwrap()),
+    }
+    .resolve();
+    let now = chrono::Utc::now();
+    // Created and last active long ago (the files' mtimes are now, which the re-check counts,
+    // so the decision is made as of tomorrow).
+    let subject = || ReapSubject {
+        now: now + chrono::Duration::days(1),
+        policy: &policy,
+        created_at: now - chrono::Duration::days(3),
+        last_active_at: Some(now - chrono::Duration::days(2)),
+        agent: AgentState::Done,
+        evidence: Evidence::Failed,
+        ever_reachable: true,
+        stopped: false,
+        previous_due: Some(ReapAction::Stop),
+    };
+    let decide = |label: &'static str| {
+        let lxd = lxd.clone();
+        let name = name.clone();
+        let known = known.clone();
+        let subject = subject();
+        async move {
+            let (verdict, result) =
+                recheck(lxd.as_ref(), &name, &known, INSPECT_TIMEOUT, subject).await;
+            eprintln!(
+                "{label}: {:?} from {:?}",
+                verdict.decision,
+                result.map(|i| i.unsaved)
+            );
+            verdict.decision
+        }
+    };
+
+    assert_eq!(
+        decide("clean").await,
+        Decision::Act {
+            action: ReapAction::Stop
+        }
+    );
+
+    sh(&lxd, &name, "echo wip >> README.md && git commit -qam wip").await;
+    assert_eq!(
+        decide("unpushed").await,
+        Decision::Refuse {
+            action: ReapAction::Stop,
+            reasons: vec![ProtectionReason::UnsavedWork]
+        }
+    );
+    sh(&lxd, &name, "git push -q origin main").await;
+
+    sh(
+        &lxd,
+        &name,
+        r#"printf '{"state":"blocked","message":"Which DB?"}' > /run/berth/agent.json"#,
+    )
+    .await;
+    assert_eq!(
+        decide("blocked").await,
+        Decision::Refuse {
+            action: ReapAction::Stop,
+            reasons: vec![ProtectionReason::AgentBlocked]
+        }
+    );
+    sh(&lxd, &name, "rm /run/berth/agent.json").await;
+
+    // A repository git cannot read: could not tell, so it is kept.
+    sh(
+        &lxd,
+        &name,
+        "mv .git/HEAD .git/HEAD.moved && echo garbage > .git/HEAD",
+    )
+    .await;
+    assert_eq!(
+        decide("broken").await,
+        Decision::Refuse {
+            action: ReapAction::Stop,
+            reasons: vec![ProtectionReason::InspectionFailed]
+        }
+    );
+    sh(&lxd, &name, "mv .git/HEAD.moved .git/HEAD").await;
+    assert_eq!(
+        decide("repaired").await,
+        Decision::Act {
+            action: ReapAction::Stop
+        }
+    );
+}
+
+/// A stopped project is booted to be inspected and left stopped again, whatever was found.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_workspace_is_inspected_and_stopped_again() {
+    let lxd = client().await;
+    let mut cleanup = Cleanup::new();
+    let name = workspace(&lxd, &mut cleanup).await;
+    sh(&lxd, &name, "echo wip > wip.txt && sync").await;
+    lxd.stop_instance(&name, StopOptions::clean_then_force(OP_TIMEOUT))
+        .await
+        .expect("stop");
+
+    let got = inspect_stopped(lxd.as_ref(), &name, &KnownFiles::new(), OP_TIMEOUT)
+        .await
+        .expect("inspected");
+    assert_eq!(got.unsaved, counts(0, 1, 0, 0));
+    let after = lxd.get_instance(&name).await.unwrap().expect("still there");
+    assert!(!after.is_running(), "left running after its inspection");
 }

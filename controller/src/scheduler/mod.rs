@@ -10,6 +10,7 @@ pub mod activity;
 pub mod inspect;
 pub mod policy;
 pub mod ports;
+pub mod reap;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -116,15 +116,27 @@ pub async fn inspect_stopped(
 }
 
 async fn boot(runtime: &dyn Runtime, instance: &str, timeout: Duration) -> Result<(), BootError> {
-    runtime
-        .start_instance(instance, timeout)
-        .await
-        .map_err(|source| BootError::Start {
-            instance: instance.to_string(),
-            source,
-        })?;
-    // berth's init writes /run/init.ready once /run and /workspace are in place.
     let until = Instant::now() + timeout;
+    // LXD refuses a start while an earlier operation (a stop that just returned) still holds
+    // the instance; that clears within moments.
+    loop {
+        match runtime.start_instance(instance, timeout).await {
+            Ok(()) => break,
+            Err(e)
+                if e.lxd_message().is_some_and(|m| m.contains("busy"))
+                    && Instant::now() < until =>
+            {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(source) => {
+                return Err(BootError::Start {
+                    instance: instance.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    // berth's init writes /run/init.ready once /run and /workspace are in place.
     loop {
         let mut ready = ExecRequest::new(["test", "-f", "/run/init.ready"], timeout);
         ready.cwd = Some("/".into());

@@ -16,7 +16,8 @@ use berth_api::{AgentState, ProtectionReason, ReapAction, UnsavedWork};
 use sha2::{Digest, Sha256};
 use support::lxd::{BASE, Cleanup, OP_TIMEOUT, client, create, eventually, request, unique_name};
 
-const INSPECT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Generous: on a loaded machine one exec round trip can take a minute.
+const INSPECT_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Booting several containers at once on a busy 2-core machine can outrun LXD's start
 /// deadline, and each holds a Debian root filesystem: the tests of this file hold at most two

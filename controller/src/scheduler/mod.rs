@@ -7,6 +7,7 @@
 //! pass to them and to the metrics.
 
 pub mod activity;
+pub mod housekeeping;
 pub mod inspect;
 pub mod policy;
 pub mod ports;

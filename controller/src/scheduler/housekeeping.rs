@@ -1,5 +1,5 @@
 //! The housekeeping pass's finding: containers berth labelled whose project object is gone. They
-//! are reported (an event and `containers_vanished_total`-style metric), never deleted here: the
+//! are reported (an event and a metric), never deleted here: the
 //! object may be mid-restore, and a container is the one place its workspace may still live.
 
 use std::collections::BTreeSet;

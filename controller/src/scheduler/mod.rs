@@ -9,6 +9,7 @@
 pub mod activity;
 pub mod housekeeping;
 pub mod inspect;
+pub mod memory;
 pub mod policy;
 pub mod ports;
 pub mod reap;

@@ -12,5 +12,6 @@ pub mod lxd;
 pub mod metrics;
 pub mod reconcile;
 pub mod runtime;
+pub mod scheduler;
 pub mod secrets;
 pub mod store;

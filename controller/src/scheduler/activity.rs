@@ -1,0 +1,146 @@
+//! From what inspections saw, when a project was last in use and by which signal
+//! (`status.activity`), plus the agent's report as status shows it (title, state, message).
+//!
+//! The inspection is built not to look like activity (its own processes are left out of the CPU
+//! figure, `.git` out of the file times, and git takes no optional locks), so any change between
+//! two inspections is someone else's doing.
+
+use std::time::Duration;
+
+use berth_api::{ActivitySource, ActivityStatus, AgentState, AgentStatus};
+use chrono::{DateTime, Utc};
+
+use super::inspect::{AgentReport, Inspection};
+
+/// The most characters of agent-written text status keeps.
+pub const MAX_TEXT_CHARS: usize = 200;
+
+/// CPU use between two inspections below this is background noise (init, an idle agent
+/// polling for an answer), not someone working.
+pub const DEFAULT_CPU_THRESHOLD: Duration = Duration::from_millis(500);
+
+/// Signals other than the inspection: when someone last used berth to run something.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Touches {
+    /// The last `berth exec` in the project.
+    pub exec: Option<DateTime<Utc>>,
+    /// The last workspace tool call.
+    pub tool: Option<DateTime<Utc>>,
+}
+
+/// Everything one activity update looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct ActivityInputs<'a> {
+    pub now: DateTime<Utc>,
+    /// `status.activity` as it stands.
+    pub previous_status: Option<&'a ActivityStatus>,
+    /// The previous inspection of this project, if this process made one.
+    pub previous: Option<&'a Inspection>,
+    /// This pass's inspection; `None` when it failed (then only exec and tool can show activity).
+    pub current: Option<&'a Inspection>,
+    pub touches: Touches,
+    pub cpu_threshold: Duration,
+}
+
+/// The new `status.activity`.
+pub fn update_activity(inputs: &ActivityInputs<'_>) -> ActivityStatus {
+    let previous_status = inputs.previous_status.cloned().unwrap_or_default();
+    let last = previous_status.last_active_at;
+    let mut candidates: Vec<(DateTime<Utc>, ActivitySource)> = Vec::new();
+    if let Some(current) = inputs.current {
+        if let Some(at) = agent_activity(inputs.previous, current, last) {
+            candidates.push((at, ActivitySource::Agent));
+        }
+        if let Some(previous) = inputs.previous
+            && current.cpu > previous.cpu + inputs.cpu_threshold
+        {
+            candidates.push((inputs.now, ActivitySource::Cpu));
+        }
+        if let Some(newest) = current.newest_mtime {
+            let seen_before = match inputs.previous {
+                Some(previous) => previous.newest_mtime,
+                None => last,
+            };
+            if seen_before.is_none_or(|before| newest > before) {
+                candidates.push((newest, ActivitySource::Files));
+            }
+        }
+    }
+    candidates.extend(inputs.touches.exec.map(|t| (t, ActivitySource::Exec)));
+    candidates.extend(inputs.touches.tool.map(|t| (t, ActivitySource::Tool)));
+
+    // A container clock ahead of the host must not push activity into the future.
+    let newest = candidates
+        .into_iter()
+        .map(|(at, source)| (at.min(inputs.now), source))
+        .filter(|(at, _)| last.is_none_or(|last| *at > last))
+        .max_by_key(|(at, _)| *at);
+    let (last_active_at, source) = match newest {
+        Some((at, source)) => (Some(at), Some(source)),
+        None => (last, previous_status.source),
+    };
+    ActivityStatus {
+        last_active_at,
+        source,
+        inspected_at: if inputs.current.is_some() {
+            Some(inputs.now)
+        } else {
+            previous_status.inspected_at
+        },
+    }
+}
+
+/// The agent counts as active when it updated its status file while working.
+fn agent_activity(
+    previous: Option<&Inspection>,
+    current: &Inspection,
+    last: Option<DateTime<Utc>>,
+) -> Option<DateTime<Utc>> {
+    let report = current.agent.as_ref()?;
+    if report.state != AgentState::Working {
+        return None;
+    }
+    let updated = report.updated_at?;
+    let before = match previous.and_then(|p| p.agent.as_ref()) {
+        Some(prior) => prior.updated_at,
+        None => last,
+    };
+    before.is_none_or(|b| updated > b).then_some(updated)
+}
+
+/// Strips control characters and keeps at most [`MAX_TEXT_CHARS`] characters of untrusted text.
+pub fn sanitize(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .take(MAX_TEXT_CHARS)
+        .collect()
+}
+
+/// The title to record: the agent's, sanitised, only when status has none yet (it is recorded
+/// once and never rewritten).
+pub fn title_to_record(existing: Option<&str>, report: Option<&AgentReport>) -> Option<String> {
+    if existing.is_some_and(|t| !t.is_empty()) {
+        return None;
+    }
+    let title = sanitize(report?.title.as_deref()?);
+    (!title.is_empty()).then_some(title)
+}
+
+/// `status.agent` from the agent's report.
+pub fn agent_status(report: &AgentReport) -> AgentStatus {
+    AgentStatus {
+        state: report.state,
+        message: report.message.as_deref().map(sanitize).unwrap_or_default(),
+        brief_id: report.brief_id.as_deref().map(sanitize),
+        updated_at: report.updated_at,
+    }
+}
+
+#[cfg(test)]
+#[path = "activity_tests.rs"]
+mod tests;

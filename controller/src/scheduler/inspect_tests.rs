@@ -1,0 +1,373 @@
+use super::*;
+use crate::runtime::ExecOutput;
+
+fn b64(text: &[u8]) -> String {
+    B64.encode(text)
+}
+
+/// /proc/net/tcp as the kernel writes it: a listener on 0.0.0.0:3000, one on 127.0.0.1:5000
+/// (loopback), one on :22 (privileged), and an established connection on :8080.
+const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:0BB8 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1234 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:1388 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1235 1 0000000000000000 100 0 0 10 0
+   2: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1236 1 0000000000000000 100 0 0 10 0
+   3: 0A00000A:1F90 0B00000A:C350 01 00000000:00000000 00:00000000 00000000     0        0 1237 1 0000000000000000 20 4 30 10 -1
+";
+
+/// tcp6: `::`:8000 and `::`:3000 (again), `::1`:9000 and `::ffff:127.0.0.1`:9001 (loopback).
+const TCP6: &str = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000000000000:1F40 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2234 1 0000000000000000 100 0 0 10 0
+   1: 00000000000000000000000000000000:0BB8 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2235 1 0000000000000000 100 0 0 10 0
+   2: 00000000000000000000000001000000:2328 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2236 1 0000000000000000 100 0 0 10 0
+   3: 0000000000000000FFFF00000100007F:2329 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2237 1 0000000000000000 100 0 0 10 0
+";
+
+struct Report {
+    agent: Option<Vec<u8>>,
+    git: &'static str,
+    porcelain: Vec<u8>,
+    stashes: &'static str,
+    unpushed: &'static str,
+    known: Vec<(&'static str, &'static str)>,
+    nongit_unsaved: &'static str,
+    cpu_ticks: &'static str,
+    newest: &'static str,
+    end: bool,
+}
+
+impl Default for Report {
+    fn default() -> Self {
+        Report {
+            agent: None,
+            git: "repo",
+            porcelain: Vec::new(),
+            stashes: "0",
+            unpushed: "0",
+            known: Vec::new(),
+            nongit_unsaved: "0",
+            cpu_ticks: "1234",
+            newest: "1767225600.5000000000",
+            end: true,
+        }
+    }
+}
+
+impl Report {
+    fn render(&self) -> String {
+        let mut out = vec![HEADER.to_string()];
+        out.push(match &self.agent {
+            Some(json) => format!("agent {}", b64(json)),
+            None => "agent -".into(),
+        });
+        out.push(format!("git {}", self.git));
+        if self.git == "repo" {
+            out.push(format!("porcelain {}", b64(&self.porcelain)));
+            out.push(format!("stashes {}", self.stashes));
+            out.push(format!("unpushed {}", self.unpushed));
+            for (path, hash) in &self.known {
+                out.push(format!("known {} {hash}", b64(path.as_bytes())));
+            }
+        } else {
+            out.push(format!("nongit_unsaved {}", self.nongit_unsaved));
+        }
+        out.push(format!("tcp {}", b64(TCP.as_bytes())));
+        out.push(format!("tcp6 {}", b64(TCP6.as_bytes())));
+        out.push(format!("cpu_ticks {}", self.cpu_ticks));
+        out.push("clk_tck 100".into());
+        out.push(format!("newest_mtime {}", self.newest));
+        if self.end {
+            out.push("end".into());
+        }
+        out.join("\n") + "\n"
+    }
+}
+
+const HASH_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const HASH_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+fn known() -> KnownFiles {
+    [
+        ("AGENTS.md".to_string(), HASH_A.to_string()),
+        (".env.local".to_string(), HASH_A.to_string()),
+    ]
+    .into()
+}
+
+#[test]
+fn clean_repository() {
+    let got = parse_report(&Report::default().render(), &known()).unwrap();
+    assert_eq!(got.kind, WorkspaceKind::Git);
+    assert_eq!(got.unsaved, UnsavedWork::default());
+    assert_eq!(got.agent, None);
+    assert!(!got.agent_unreadable);
+    assert_eq!(got.ports, vec![3000, 8000]);
+    assert_eq!(got.cpu, Duration::from_millis(12_340));
+    assert_eq!(
+        got.newest_mtime,
+        Some(Utc.timestamp_opt(1_767_225_600, 500_000_000).unwrap())
+    );
+}
+
+#[test]
+fn git_states_are_counted() {
+    // Modified, staged, deleted, renamed (with its source path), two untracked files, and an
+    // untracked file whose name holds a newline and a would-be report line.
+    let porcelain =
+        b" M src/main.rs\0M  lib.rs\0 D old.rs\0R  new.rs\0was.rs\0?? notes.txt\0?? a\nunpushed 0\0"
+            .to_vec();
+    let report = Report {
+        porcelain,
+        stashes: "2",
+        unpushed: "3",
+        ..Report::default()
+    };
+    let got = parse_report(&report.render(), &known()).unwrap();
+    assert_eq!(
+        got.unsaved,
+        UnsavedWork {
+            uncommitted: 4,
+            untracked: 2,
+            stashes: 2,
+            unpushed: 3
+        }
+    );
+}
+
+#[test]
+fn files_berth_wrote_count_only_once_changed() {
+    let porcelain = b"?? AGENTS.md\0 M .env.local\0?? mine.txt\0".to_vec();
+    // AGENTS.md still holds what berth wrote; .env.local was edited since.
+    let report = Report {
+        porcelain,
+        known: vec![("AGENTS.md", HASH_A), (".env.local", HASH_B)],
+        ..Report::default()
+    };
+    let got = parse_report(&report.render(), &known()).unwrap();
+    assert_eq!((got.unsaved.uncommitted, got.unsaved.untracked), (1, 1));
+
+    // A known file the script could not hash (gone, or unreadable) is not excused.
+    let report = Report {
+        porcelain: b"?? AGENTS.md\0".to_vec(),
+        ..Report::default()
+    };
+    let got = parse_report(&report.render(), &known()).unwrap();
+    assert_eq!(got.unsaved.untracked, 1);
+}
+
+#[test]
+fn plain_workspace_counts_files_berth_did_not_write() {
+    let report = Report {
+        git: "none",
+        nongit_unsaved: "5",
+        ..Report::default()
+    };
+    let got = parse_report(&report.render(), &known()).unwrap();
+    assert_eq!(got.kind, WorkspaceKind::Plain);
+    assert_eq!(got.unsaved.untracked, 5);
+    assert!(got.unsaved.any());
+}
+
+#[test]
+fn agent_status_file() {
+    let json = br#"{"briefId":"b-1","state":"blocked","title":"Fix flaky test","message":"Which DB?","updatedAt":"2026-01-01T10:00:00Z"}"#;
+    let report = Report {
+        agent: Some(json.to_vec()),
+        ..Report::default()
+    };
+    let got = parse_report(&report.render(), &known()).unwrap();
+    let agent = got.agent.unwrap();
+    assert_eq!(agent.state, AgentState::Blocked);
+    assert_eq!(agent.brief_id.as_deref(), Some("b-1"));
+    assert_eq!(agent.title.as_deref(), Some("Fix flaky test"));
+    assert_eq!(agent.message.as_deref(), Some("Which DB?"));
+    assert_eq!(
+        agent.updated_at,
+        Some(Utc.with_ymd_and_hms(2026, 1, 1, 10, 0, 0).unwrap())
+    );
+
+    // Caught mid-write: reported as unreadable, the rest of the inspection stands.
+    let report = Report {
+        agent: Some(br#"{"state":"work"#.to_vec()),
+        ..Report::default()
+    };
+    let got = parse_report(&report.render(), &known()).unwrap();
+    assert_eq!(got.agent, None);
+    assert!(got.agent_unreadable);
+}
+
+#[test]
+fn incomplete_or_malformed_reports_fail() {
+    let base = Report::default().render();
+    let cases: Vec<(&str, String)> = vec![
+        ("empty", String::new()),
+        ("no header", base.replacen(HEADER, "", 1)),
+        (
+            "cut short",
+            Report {
+                end: false,
+                ..Report::default()
+            }
+            .render(),
+        ),
+        (
+            "truncated mid-way",
+            base.lines().take(4).collect::<Vec<_>>().join("\n"),
+        ),
+        ("missing unpushed", base.replace("unpushed 0\n", "")),
+        (
+            "forged duplicate",
+            base.replace("end\n", "unpushed 0\nend\n"),
+        ),
+        ("output after end", base.clone() + "unpushed 0\n"),
+        (
+            "bad count",
+            Report {
+                unpushed: "lots",
+                ..Report::default()
+            }
+            .render(),
+        ),
+        (
+            "empty count",
+            Report {
+                stashes: "",
+                ..Report::default()
+            }
+            .render(),
+        ),
+        (
+            "unknown git state",
+            Report {
+                git: "maybe",
+                ..Report::default()
+            }
+            .render(),
+        ),
+        (
+            "bad cpu",
+            Report {
+                cpu_ticks: "",
+                ..Report::default()
+            }
+            .render(),
+        ),
+        (
+            "bad base64",
+            base.replacen("porcelain ", "porcelain %%%", 1),
+        ),
+        (
+            "malformed porcelain",
+            Report {
+                porcelain: b"X\0".to_vec(),
+                ..Report::default()
+            }
+            .render(),
+        ),
+    ];
+    for (name, text) in cases {
+        match parse_report(&text, &known()) {
+            Err(InspectError::Parse(_)) => {}
+            other => panic!("{name}: expected a parse failure, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn listening_ports_skip_loopback_privileged_and_connections() {
+    assert_eq!(listening_ports(TCP).unwrap(), vec![3000]);
+    assert_eq!(listening_ports(TCP6).unwrap(), vec![8000, 3000]);
+    assert!(listening_ports("header\n   0: nonsense\n").is_err());
+}
+
+#[test]
+fn known_files_are_given_in_sha256sum_format() {
+    assert_eq!(
+        known_lines(&known()),
+        format!("{HASH_A}  ./.env.local\n{HASH_A}  ./AGENTS.md")
+    );
+}
+
+#[cfg(feature = "testing")]
+mod on_fake_runtime {
+    use super::*;
+    use crate::runtime::fake::FakeRuntime;
+    use crate::runtime::{Instance, InstanceStatus};
+
+    fn running(fake: &FakeRuntime, name: &str) {
+        fake.insert_instance(Instance {
+            name: name.to_string(),
+            status: InstanceStatus::Running,
+            status_code: 103,
+            location: "none".into(),
+            profiles: Vec::new(),
+            config: Default::default(),
+            devices: Default::default(),
+            expanded_devices: Default::default(),
+            created_at: None,
+            last_used_at: None,
+            state: None,
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_of_the_exec_are_inspection_failures() {
+        let fake = FakeRuntime::new();
+        // No such instance.
+        let err = inspect(&fake, "nope", &known(), Duration::from_secs(10))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, InspectError::Exec(_)), "{err:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn script_errors_name_the_step() {
+        let fake = FakeRuntime::new();
+        running(&fake, "web");
+        fake.on_exec(|_, _| {
+            Some(Ok(ExecOutput {
+                exit_code: 3,
+                stdout: b"berth-inspect 1\nagent -\ngit repo\nerror git-status\n".to_vec(),
+                stderr: b"fatal: not a git repository".to_vec(),
+            }))
+        });
+        let err = inspect(&fake, "web", &known(), Duration::from_secs(10))
+            .await
+            .unwrap_err();
+        match err {
+            InspectError::Exited { code: 3, detail } => assert_eq!(detail, "git-status"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_exec_times_out() {
+        let fake = FakeRuntime::new();
+        running(&fake, "web");
+        fake.on_exec(|_, _| None);
+        fake.set_latency(Duration::from_secs(3600));
+        let err = inspect(&fake, "web", &known(), Duration::from_secs(10))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, InspectError::Timeout(_)), "{err:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_script_gets_the_known_files() {
+        let fake = FakeRuntime::new();
+        running(&fake, "web");
+        let report = Report::default().render();
+        fake.on_exec(move |_, request| {
+            assert_eq!(request.command[..2], ["/bin/sh", "-c"]);
+            assert!(request.env["BERTH_KNOWN"].contains("  ./AGENTS.md"));
+            Some(Ok(ExecOutput {
+                exit_code: 0,
+                stdout: report.clone().into_bytes(),
+                stderr: Vec::new(),
+            }))
+        });
+        let got = inspect(&fake, "web", &known(), Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(got.ports, vec![3000, 8000]);
+    }
+}

@@ -1,0 +1,154 @@
+//! The scheduler: one loop of passes (resync, activity, reap, housekeeping) and the decisions
+//! they make. Reaping is the only path in berth that can lose work irreversibly, so the decision
+//! ([`policy`]) is pure and exhaustively tested, and it only ever sees facts gathered by one
+//! inspection ([`inspect`]) that refuses to guess.
+//!
+//! The loop knows nothing of the store or the queue: the daemon implements [`Passes`] to wire each
+//! pass to them and to the metrics.
+
+pub mod activity;
+pub mod housekeeping;
+pub mod inspect;
+pub mod memory;
+pub mod policy;
+pub mod ports;
+pub mod reap;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::runtime::Runtime;
+use inspect::{InspectError, Inspection, KnownFiles};
+
+/// The passes of one scheduler round, in the order they run (the `pass` metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Pass {
+    /// Enqueue every project so the reconciler re-checks drift.
+    Resync,
+    /// Inspect running projects: agent status, git state, ports, CPU, file changes.
+    Activity,
+    /// Decide and carry out idle stops and deletions, on what the activity pass recorded.
+    Reap,
+    /// Report containers labelled by berth whose object is gone.
+    Housekeeping,
+}
+
+impl Pass {
+    /// Activity runs before reaping because reaping decides on what it records.
+    pub const ALL: [Pass; 4] = [Pass::Resync, Pass::Activity, Pass::Reap, Pass::Housekeeping];
+
+    /// The `pass` label of `scheduler_pass_duration_seconds`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Pass::Resync => "resync",
+            Pass::Activity => "activity",
+            Pass::Reap => "reap",
+            Pass::Housekeeping => "housekeeping",
+        }
+    }
+}
+
+/// What each pass does, and where its timings go. Each pass is awaited before the next starts,
+/// so two passes never overlap; a pass handles its own errors (it reports them in status,
+/// events and logs) because the loop must go on.
+#[async_trait]
+pub trait Passes: Send + Sync {
+    async fn run(&self, pass: Pass);
+
+    /// A pass finished after `took` (for `scheduler_pass_duration_seconds{pass}`).
+    fn pass_finished(&self, _pass: Pass, _took: Duration) {}
+
+    /// A whole round took `took`, longer than the interval (for `scheduler_overruns_total`);
+    /// the next round starts at once instead of piling up.
+    fn overrun(&self, _took: Duration) {}
+}
+
+/// Runs rounds of passes every `interval` until `shutdown` is cancelled. A round that outruns
+/// the interval is counted and the next starts when it ends; shutdown lets the running pass
+/// finish (a reap half done is worse than a late exit) and then returns.
+pub async fn run(passes: Arc<dyn Passes>, interval: Duration, shutdown: CancellationToken) {
+    loop {
+        let started = Instant::now();
+        for pass in Pass::ALL {
+            if shutdown.is_cancelled() {
+                return;
+            }
+            let pass_started = Instant::now();
+            passes.run(pass).await;
+            passes.pass_finished(pass, pass_started.elapsed());
+        }
+        let took = started.elapsed();
+        if took > interval {
+            passes.overrun(took);
+            continue;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(started + interval) => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Runs `work` for every item, at most `workers` at once, each given up on after
+/// `per_item_timeout` (reported as `None`). Results come back keyed by item.
+pub async fn bounded<K, F, Fut, R>(
+    items: Vec<K>,
+    workers: usize,
+    per_item_timeout: Duration,
+    work: F,
+) -> BTreeMap<K, Option<R>>
+where
+    K: Ord + Clone,
+    F: Fn(K) -> Fut,
+    Fut: Future<Output = R>,
+{
+    futures::stream::iter(items)
+        .map(|key| {
+            let fut = work(key.clone());
+            async move { (key, tokio::time::timeout(per_item_timeout, fut).await.ok()) }
+        })
+        .buffer_unordered(workers.max(1))
+        .collect()
+        .await
+}
+
+/// One project for the activity pass to inspect: its instance and the files berth wrote there.
+#[derive(Debug, Clone)]
+pub struct InspectTarget {
+    pub instance: String,
+    pub known: KnownFiles,
+}
+
+/// Inspects every target, at most `workers` at once, each within `timeout` (a timeout is an
+/// [`InspectError::Timeout`], which refuses reaping like any failure).
+pub async fn inspect_all(
+    runtime: Arc<dyn Runtime>,
+    targets: Vec<InspectTarget>,
+    workers: usize,
+    timeout: Duration,
+) -> BTreeMap<String, Result<Inspection, InspectError>> {
+    let known: BTreeMap<String, KnownFiles> =
+        targets.into_iter().map(|t| (t.instance, t.known)).collect();
+    let names: Vec<String> = known.keys().cloned().collect();
+    let known = &known;
+    let results = bounded(names, workers, timeout, |name| {
+        let runtime = runtime.clone();
+        async move { inspect::inspect(runtime.as_ref(), &name, &known[&name], timeout).await }
+    })
+    .await;
+    results
+        .into_iter()
+        .map(|(name, result)| (name, result.unwrap_or(Err(InspectError::Timeout(timeout)))))
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "loop_tests.rs"]
+mod tests;

@@ -1,0 +1,226 @@
+//! Carrying a reap decision to the edge of acting: the evidence an inspection gives the policy,
+//! the fresh re-check right before acting, inspecting a stopped container, and the status the
+//! verdict shows. The action itself (stop, delete) is the reconciler's, under the project's slot.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use berth_api::{AgentState, ReapStatus, UnsavedWork};
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+
+use super::inspect::{self, InspectError, Inspection, KnownFiles};
+use super::policy::{self, Evidence, ReapSubject, Verdict};
+use crate::runtime::{ExecRequest, Runtime, StopOptions};
+
+/// What the policy learns from an inspection: the evidence, and the agent's state. A workspace
+/// that could not be inspected is [`Evidence::Failed`]. The agent status file lives on a tmpfs,
+/// so when the inspection found none (a rebooted container) the last recorded state stands.
+pub fn evidence_of(
+    result: &Result<Inspection, InspectError>,
+    recorded_agent: AgentState,
+) -> (Evidence, AgentState) {
+    match result {
+        Ok(inspection) => (
+            Evidence::Inspected(inspection.unsaved),
+            inspection
+                .agent
+                .as_ref()
+                .map_or(recorded_agent, |report| report.state),
+        ),
+        Err(_) => (Evidence::Failed, recorded_agent),
+    }
+}
+
+/// `status.unsavedWork`: the counts, or `None` when the inspection failed (unknown, not zero).
+pub fn unsaved_work_status(result: &Result<Inspection, InspectError>) -> Option<UnsavedWork> {
+    result.as_ref().ok().map(|i| i.unsaved)
+}
+
+/// `status.reap` for a verdict; `idled_at` is carried over from the current status.
+pub fn reap_status(verdict: &Verdict, idled_at: Option<DateTime<Utc>>) -> ReapStatus {
+    ReapStatus {
+        protected_by: verdict.protected_by.clone(),
+        next_action: verdict.next_action,
+        next_action_at: verdict.next_action_at,
+        idled_at,
+    }
+}
+
+/// The last word before acting: inspects the workspace again and decides again with what it
+/// finds. Act only when the returned verdict's [`Verdict::act`] is the action planned; anything
+/// else (new work, a blocked agent, a failed inspection, fresh activity) holds the project.
+pub async fn recheck(
+    runtime: &dyn Runtime,
+    instance: &str,
+    known: &KnownFiles,
+    timeout: Duration,
+    subject: ReapSubject<'_>,
+) -> (Verdict, Result<Inspection, InspectError>) {
+    let result = inspect::inspect(runtime, instance, known, timeout).await;
+    let (evidence, agent) = evidence_of(&result, subject.agent);
+    // Files changed since the pass's inspection are activity too.
+    let last_active_at = match (&result, subject.last_active_at) {
+        (Ok(i), last) => match (i.newest_mtime.map(|t| t.min(subject.now)), last) {
+            (Some(newest), Some(last)) => Some(newest.max(last)),
+            (newest, last) => newest.or(last),
+        },
+        (Err(_), last) => last,
+    };
+    let verdict = policy::decide(&ReapSubject {
+        evidence,
+        agent,
+        last_active_at,
+        ..subject
+    });
+    (verdict, result)
+}
+
+/// Why a stopped container could not be booted for its inspection.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    #[error("starting {instance} to inspect it: {source}")]
+    Start {
+        instance: String,
+        #[source]
+        source: crate::runtime::RuntimeError,
+    },
+    #[error("{instance} did not finish booting within {timeout:?}")]
+    NotReady { instance: String, timeout: Duration },
+}
+
+/// Inspects a stopped container: boots it (init only; the runner is started by the reconciler,
+/// not by booting), inspects, and stops it again whatever was found, so the caller can delete it
+/// or leave it as it was. Any failure is an inspection failure for the policy.
+pub async fn inspect_stopped(
+    runtime: &dyn Runtime,
+    instance: &str,
+    known: &KnownFiles,
+    timeout: Duration,
+) -> Result<Inspection, InspectError> {
+    let booted = boot(runtime, instance, timeout).await;
+    let result = match booted {
+        Ok(()) => inspect::inspect(runtime, instance, known, timeout).await,
+        Err(e) => Err(InspectError::Exited {
+            code: -1,
+            detail: e.to_string(),
+        }),
+    };
+    if let Err(e) = runtime
+        .stop_instance(instance, StopOptions::clean_then_force(timeout))
+        .await
+    {
+        tracing::warn!(instance, error = %e, "stopping after inspection failed");
+    }
+    result
+}
+
+async fn boot(runtime: &dyn Runtime, instance: &str, timeout: Duration) -> Result<(), BootError> {
+    let until = Instant::now() + timeout;
+    // LXD refuses a start while an earlier operation (a stop that just returned) still holds
+    // the instance; that clears within moments.
+    loop {
+        match runtime.start_instance(instance, timeout).await {
+            Ok(()) => break,
+            Err(e)
+                if e.lxd_message().is_some_and(|m| m.contains("busy"))
+                    && Instant::now() < until =>
+            {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(source) => {
+                return Err(BootError::Start {
+                    instance: instance.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    // berth's init writes /run/init.ready once /run and /workspace are in place.
+    loop {
+        let mut ready = ExecRequest::new(["test", "-f", "/run/init.ready"], timeout);
+        ready.cwd = Some("/".into());
+        ready.env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+        if runtime
+            .exec(instance, &ready)
+            .await
+            .is_ok_and(|o| o.success())
+        {
+            return Ok(());
+        }
+        if Instant::now() >= until {
+            return Err(BootError::NotReady {
+                instance: instance.to_string(),
+                timeout,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::inspect::{AgentReport, WorkspaceKind};
+    use berth_api::{ProtectionReason, ReapAction};
+
+    fn inspection(unsaved: UnsavedWork, agent: Option<AgentState>) -> Inspection {
+        Inspection {
+            agent: agent.map(|state| AgentReport {
+                state,
+                brief_id: None,
+                title: None,
+                message: None,
+                updated_at: None,
+            }),
+            agent_unreadable: false,
+            kind: WorkspaceKind::Git,
+            unsaved,
+            ports: Vec::new(),
+            cpu: Duration::ZERO,
+            newest_mtime: None,
+        }
+    }
+
+    #[test]
+    fn evidence_takes_the_agent_from_the_file_or_keeps_the_recorded_state() {
+        let dirty = UnsavedWork {
+            unpushed: 1,
+            ..UnsavedWork::default()
+        };
+        let ok = Ok(inspection(dirty, Some(AgentState::Working)));
+        assert_eq!(
+            evidence_of(&ok, AgentState::Blocked),
+            (Evidence::Inspected(dirty), AgentState::Working)
+        );
+        // After a reboot the status file is gone: a blocked agent stays blocked.
+        let rebooted = Ok(inspection(UnsavedWork::default(), None));
+        assert_eq!(
+            evidence_of(&rebooted, AgentState::Blocked).1,
+            AgentState::Blocked
+        );
+        let failed = Err(InspectError::Timeout(Duration::from_secs(1)));
+        assert_eq!(
+            evidence_of(&failed, AgentState::Idle),
+            (Evidence::Failed, AgentState::Idle)
+        );
+        assert_eq!(unsaved_work_status(&failed), None);
+        assert_eq!(unsaved_work_status(&ok), Some(dirty));
+    }
+
+    #[test]
+    fn reap_status_shows_the_verdict() {
+        let verdict = Verdict {
+            decision: policy::Decision::Refuse {
+                action: ReapAction::Stop,
+                reasons: vec![ProtectionReason::UnsavedWork],
+            },
+            protected_by: vec![ProtectionReason::UnsavedWork],
+            next_action: Some(ReapAction::Stop),
+            next_action_at: None,
+        };
+        let status = reap_status(&verdict, None);
+        assert_eq!(status.protected_by, vec![ProtectionReason::UnsavedWork]);
+        assert_eq!(status.next_action, Some(ReapAction::Stop));
+    }
+}

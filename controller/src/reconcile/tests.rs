@@ -652,3 +652,61 @@ async fn the_running_controller_follows_the_store_and_lxd_events() {
     );
     assert!(text.contains("berth_workqueue_adds_total"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_is_subscribed_again_after_it_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+    let fake = Arc::new(FakeRuntime::new());
+    // LXD is down for the first subscription.
+    fake.fault_method(
+        "events",
+        Fault::Fail(RuntimeError::Transport {
+            what: "events".into(),
+            message: "connection refused".into(),
+        }),
+    );
+    let controller = super::spawn_controller(
+        store.clone(),
+        fake.clone(),
+        Arc::new(Metrics::new()),
+        ControllerSettings {
+            resync_interval: Duration::from_secs(3600),
+            ..ControllerSettings::default()
+        },
+        Arc::new(NoLaterSteps),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    store
+        .apply(
+            Desired {
+                kind: PROJECT_KIND.into(),
+                name: "p".into(),
+                labels: BTreeMap::new(),
+                annotations: BTreeMap::new(),
+                finalizers: None,
+                spec: tiny(),
+            },
+            false,
+        )
+        .unwrap();
+    eventually("p created", || fake.instance("p").is_some()).await;
+    eventually("subscribed again", || fake.count("events") >= 2).await;
+    // Only an event can tell the controller now (no resync for an hour).
+    let created = fake.count("create_instance");
+    fake.vanish("p");
+    // Sent until it lands: the subscription counted above may not be listening yet.
+    eventually("p recreated", || {
+        fake.emit(crate::runtime::RuntimeEvent {
+            kind: crate::runtime::EventKind::Lifecycle,
+            action: "instance-deleted".into(),
+            source: "/1.0/instances/p".into(),
+            instance: Some("p".into()),
+            location: "none".into(),
+            timestamp: None,
+        });
+        fake.count("create_instance") > created
+    })
+    .await;
+    controller.shutdown().await;
+}

@@ -13,10 +13,21 @@ use berth::runtime::{
     InstanceStatus, Mkdir, Runtime, RuntimeError, StopOptions,
 };
 use futures::StreamExt;
-use support::lxd::{BASE, Cleanup, OP_TIMEOUT, POOL, TINY, client, create, request, unique_name};
+use support::lxd::{
+    BASE, Cleanup, OP_TIMEOUT, POOL, TINY, client, create, eventually, request, unique_name,
+};
 
 fn exec(cmd: &[&str]) -> ExecRequest {
     ExecRequest::new(cmd.iter().copied(), Duration::from_secs(60))
+}
+
+/// The instance's log directory listing, read with the `lxc` client, not berth's.
+fn exec_logs(name: &str) -> String {
+    let raw = std::process::Command::new("lxc")
+        .args(["query", &format!("/1.0/instances/{name}/logs")])
+        .output()
+        .expect("run lxc query");
+    String::from_utf8_lossy(&raw.stdout).into_owned()
 }
 
 fn device(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -179,11 +190,7 @@ async fn exec_captures_output_exit_code_env_cwd_and_cleans_its_logs() {
 
     // The recorded output logs were deleted after reading.
     lxd.exec(&name, &exec(&["true"])).await.unwrap();
-    let raw = std::process::Command::new("lxc")
-        .args(["query", &format!("/1.0/instances/{name}/logs")])
-        .output()
-        .unwrap();
-    let listing = String::from_utf8_lossy(&raw.stdout);
+    let listing = exec_logs(&name);
     assert!(
         !listing.contains("exec"),
         "exec logs left behind: {listing}"
@@ -191,12 +198,19 @@ async fn exec_captures_output_exit_code_env_cwd_and_cleans_its_logs() {
 
     // A command that outlives its deadline is a Timeout, promptly.
     let started = std::time::Instant::now();
-    let slow = ExecRequest::new(["sleep", "30"], Duration::from_secs(1));
+    let slow = ExecRequest::new(["sleep", "3"], Duration::from_secs(1));
     match lxd.exec(&name, &slow).await {
         Err(RuntimeError::Timeout { after, .. }) => assert_eq!(after, Duration::from_secs(1)),
         other => panic!("slow exec: {other:?}"),
     }
     assert!(started.elapsed() < Duration::from_secs(10));
+    // Its output logs are deleted once it ends, though nobody waited for it.
+    eventually(
+        OP_TIMEOUT,
+        "logs of the timed-out exec to be deleted",
+        || async { !exec_logs(&name).contains("exec") },
+    )
+    .await;
 
     // A missing program is LXD's failure, typed.
     let missing = lxd.exec(&name, &exec(&["/no/such/program"])).await;

@@ -27,6 +27,12 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'
 /// How often `update_instance` re-reads and retries when someone else changed the instance.
 const UPDATE_ATTEMPTS: usize = 8;
 
+/// Force stops tried while a previous stop still holds the instance's operation lock.
+const FORCE_STOP_ATTEMPTS: usize = 3;
+
+/// How long a timed-out exec is watched in the background so its output logs can be deleted.
+const EXEC_LOG_REAP_WINDOW: Duration = Duration::from_secs(3600);
+
 /// Extra time given to an operation wait beyond what the server was told, so the server's own
 /// timeout (and its message) arrives before ours.
 const WAIT_GRACE: Duration = Duration::from_secs(5);
@@ -55,7 +61,7 @@ fn whole_seconds(d: Duration) -> u64 {
 /// A connected LXD client. Cheap to share behind an `Arc`.
 pub struct LxdClient {
     config: LxdConfig,
-    transport: Transport,
+    transport: Arc<Transport>,
     tls: Option<Arc<rustls::ClientConfig>>,
     server: RwLock<(ServerInfo, bool)>,
 }
@@ -77,7 +83,7 @@ impl LxdClient {
             Endpoint::Https(https) => Some(Arc::new(tls::client_config(https)?)),
             Endpoint::Unix(_) => None,
         };
-        let transport = Transport::new(&config)?;
+        let transport = Arc::new(Transport::new(&config)?);
         let client = LxdClient {
             config,
             transport,
@@ -179,59 +185,8 @@ impl LxdClient {
         }
     }
 
-    /// Waits for an operation with LXD's long-poll, until it ends or `timeout` passes.
     async fn wait(&self, operation: &str, what: &str, timeout: Duration) -> Result<Operation> {
-        let deadline = Instant::now() + timeout;
-        let path = format!("/1.0/operations/{}/wait", seg(operation));
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                return Err(RuntimeError::Timeout {
-                    what: what.to_string(),
-                    after: timeout,
-                });
-            }
-            let secs = whole_seconds(remaining);
-            let asked = Instant::now();
-            let reply = self
-                .transport
-                .call(Method::GET, &path, format!("wait for {what}"))
-                .query("timeout", secs.to_string())
-                .timeout(remaining + WAIT_GRACE.min(self.transport.request_timeout()))
-                .send()
-                .await;
-            let op: OperationJson = match reply {
-                Ok(reply) => decode(what, reply.into_metadata())?,
-                Err(RuntimeError::NotFound { .. }) => {
-                    return Err(RuntimeError::OperationVanished {
-                        operation: operation.to_string(),
-                    });
-                }
-                Err(RuntimeError::Timeout { .. }) => {
-                    return Err(RuntimeError::Timeout {
-                        what: what.to_string(),
-                        after: timeout,
-                    });
-                }
-                Err(e) => return Err(e),
-            };
-            let op = Operation::from(op);
-            match op.status {
-                OperationStatus::Success => return Ok(op),
-                OperationStatus::Failure | OperationStatus::Cancelled => {
-                    return Err(RuntimeError::OperationFailed {
-                        what: what.to_string(),
-                        message: op.err,
-                    });
-                }
-                OperationStatus::Running | OperationStatus::Other(_) => {
-                    // LXD long-polls; a server that answers at once must not be hammered.
-                    if asked.elapsed() < Duration::from_millis(50) {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
-        }
+        wait_operation(&self.transport, operation, what, timeout).await
     }
 
     async fn change_state(
@@ -247,41 +202,115 @@ impl LxdClient {
             .json(body);
         self.run(call, what, timeout).await.map(|_| ())
     }
+}
 
-    /// The log files an exec recorded, read and then deleted.
-    async fn collect_exec_log(&self, name: &str, log: Option<&str>) -> Result<Vec<u8>> {
-        let Some(log) = log else {
-            return Ok(Vec::new());
-        };
-        let path = if log.starts_with("/1.0/") {
-            log.to_string()
-        } else {
-            format!("{}/logs/{}", instance_path(name), seg(log))
-        };
-        let raw = self
-            .transport
-            .call(Method::GET, &path, format!("read exec output of {name}"))
-            .send_raw()
-            .await?;
-        if raw.status >= 400 {
-            parse_envelope(&format!("read exec output of {name}"), &raw)?;
+/// Waits for an operation with LXD's long-poll, until it ends or `timeout` passes.
+async fn wait_operation(
+    transport: &Transport,
+    operation: &str,
+    what: &str,
+    timeout: Duration,
+) -> Result<Operation> {
+    let deadline = Instant::now() + timeout;
+    let path = format!("/1.0/operations/{}/wait", seg(operation));
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(RuntimeError::Timeout {
+                what: what.to_string(),
+                after: timeout,
+            });
         }
-        // The log is only ours to read once; a failed delete leaves a small file behind, which
-        // is not worth failing the command for.
-        if let Err(e) = self
-            .transport
-            .call(
-                Method::DELETE,
-                &path,
-                format!("delete exec output of {name}"),
-            )
+        let secs = whole_seconds(remaining);
+        let asked = Instant::now();
+        let reply = transport
+            .call(Method::GET, &path, format!("wait for {what}"))
+            .query("timeout", secs.to_string())
+            .timeout(remaining + WAIT_GRACE.min(transport.request_timeout()))
             .send()
-            .await
-        {
-            tracing::debug!(instance = name, error = %e, "could not delete exec output log");
+            .await;
+        let op: OperationJson = match reply {
+            Ok(reply) => decode(what, reply.into_metadata())?,
+            Err(RuntimeError::NotFound { .. }) => {
+                return Err(RuntimeError::OperationVanished {
+                    operation: operation.to_string(),
+                });
+            }
+            Err(RuntimeError::Timeout { .. }) => {
+                return Err(RuntimeError::Timeout {
+                    what: what.to_string(),
+                    after: timeout,
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        let op = Operation::from(op);
+        match op.status {
+            OperationStatus::Success => return Ok(op),
+            OperationStatus::Failure | OperationStatus::Cancelled => {
+                return Err(RuntimeError::OperationFailed {
+                    what: what.to_string(),
+                    message: op.err,
+                });
+            }
+            OperationStatus::Running | OperationStatus::Other(_) => {
+                // LXD long-polls; a server that answers at once must not be hammered.
+                if asked.elapsed() < Duration::from_millis(50) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
         }
-        Ok(raw.body.to_vec())
     }
+}
+
+/// The log files an exec recorded, read and then deleted.
+async fn collect_exec_log(transport: &Transport, name: &str, log: Option<&str>) -> Result<Vec<u8>> {
+    let Some(log) = log else {
+        return Ok(Vec::new());
+    };
+    let path = if log.starts_with("/1.0/") {
+        log.to_string()
+    } else {
+        format!("{}/logs/{}", instance_path(name), seg(log))
+    };
+    let raw = transport
+        .call(Method::GET, &path, format!("read exec output of {name}"))
+        .send_raw()
+        .await?;
+    if raw.status >= 400 {
+        parse_envelope(&format!("read exec output of {name}"), &raw)?;
+    }
+    // The log is only ours to read once; a failed delete leaves a small file behind, which
+    // is not worth failing the command for.
+    if let Err(e) = transport
+        .call(
+            Method::DELETE,
+            &path,
+            format!("delete exec output of {name}"),
+        )
+        .send()
+        .await
+    {
+        tracing::debug!(instance = name, error = %e, "could not delete exec output log");
+    }
+    Ok(raw.body.to_vec())
+}
+
+/// Reads (and so deletes) an exec's output logs once its command ends; used after the caller
+/// gave up waiting, so the logs of a timed-out command do not pile up in LXD's log directory.
+fn reap_exec_logs_later(transport: Arc<Transport>, name: String, operation: String) {
+    tokio::spawn(async move {
+        let what = format!("timed-out exec in {name}");
+        let Ok(op) = wait_operation(&transport, &operation, &what, EXEC_LOG_REAP_WINDOW).await
+        else {
+            return;
+        };
+        let output = op.metadata.get("output").cloned().unwrap_or_default();
+        for fd in ["1", "2"] {
+            let log = output.get(fd).and_then(|v| v.as_str());
+            let _ = collect_exec_log(&transport, &name, log).await;
+        }
+    });
 }
 
 fn empty_server() -> ServerInfo {
@@ -440,14 +469,25 @@ impl Runtime for LxdClient {
             Err(e) if !stop.force_after => Err(e),
             Err(e) => {
                 tracing::info!(instance = name, error = %e, "clean stop failed, forcing");
-                let body = json!({"action": "stop", "force": true});
                 let what = format!("force stop instance {name}");
-                match self
-                    .change_state(name, body, &what, self.transport.request_timeout())
-                    .await
-                {
-                    Err(e) if already(&e) => Ok(()),
-                    other => other,
+                let mut attempt = 1;
+                loop {
+                    let body = json!({"action": "stop", "force": true});
+                    match self
+                        .change_state(name, body, &what, self.transport.request_timeout())
+                        .await
+                    {
+                        Err(e) if already(&e) => return Ok(()),
+                        // The failed clean stop can still hold LXD's per-instance operation
+                        // lock; once it lets go, the kill goes through.
+                        Err(e)
+                            if attempt < FORCE_STOP_ATTEMPTS
+                                && message_says(&e, &["operation timed out", "busy"]) =>
+                        {
+                            attempt += 1;
+                        }
+                        other => return other,
+                    }
                 }
             }
         }
@@ -581,7 +621,29 @@ impl Runtime for LxdClient {
                 what.clone(),
             )
             .json(body);
-        let op = self.run(call, &what, request.timeout).await?;
+        let started = Instant::now();
+        let submitted = call
+            .timeout(request.timeout.min(self.transport.request_timeout()))
+            .send()
+            .await?;
+        let Reply::Async { operation } = submitted else {
+            return Err(RuntimeError::Protocol {
+                what,
+                message: "exec answered without an operation".into(),
+            });
+        };
+        let remaining = request.timeout.saturating_sub(started.elapsed());
+        let op = match self.wait(&operation, &what, remaining).await {
+            Ok(op) => op,
+            Err(RuntimeError::Timeout { .. }) => {
+                reap_exec_logs_later(Arc::clone(&self.transport), name.to_string(), operation);
+                return Err(RuntimeError::Timeout {
+                    what,
+                    after: request.timeout,
+                });
+            }
+            Err(e) => return Err(e),
+        };
         let exit_code = op
             .metadata
             .get("return")
@@ -599,8 +661,8 @@ impl Runtime for LxdClient {
         };
         let (stdout_log, stderr_log) = (log("1"), log("2"));
         let (stdout, stderr) = futures::join!(
-            self.collect_exec_log(name, stdout_log.as_deref()),
-            self.collect_exec_log(name, stderr_log.as_deref())
+            collect_exec_log(&self.transport, name, stdout_log.as_deref()),
+            collect_exec_log(&self.transport, name, stderr_log.as_deref())
         );
         Ok(ExecOutput {
             exit_code: i32::try_from(exit_code).unwrap_or(-1),

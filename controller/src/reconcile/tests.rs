@@ -715,3 +715,32 @@ async fn the_event_stream_is_subscribed_again_after_it_failed() {
     .await;
     controller.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_idled_project_stays_stopped_until_woken() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    // The reaper idles it: status only, spec still says Running.
+    let object = h.store.get(PROJECT_KIND, "p").unwrap();
+    let mut status = object.status.clone();
+    let idled_at = chrono::Utc::now() - chrono::Duration::seconds(60);
+    status["reap"] = json!({"idledAt": idled_at});
+    h.store
+        .update_status(PROJECT_KIND, "p", None, status, false)
+        .unwrap();
+    h.converge("p").await;
+    assert_eq!(h.status("p").phase, Phase::Stopped);
+    assert_eq!(
+        h.fake.instance("p").unwrap().status,
+        InstanceStatus::Stopped
+    );
+    h.converge("p").await;
+    assert_eq!(h.status("p").phase, Phase::Stopped, "stays idle");
+
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    h.annotate("p", berth_api::annotations::WOKEN_AT, &now);
+    h.converge("p").await;
+    h.assert_ready("p");
+    assert!(h.status("p").reap.unwrap().idled_at.is_none());
+}

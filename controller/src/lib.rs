@@ -10,3 +10,4 @@ pub mod lxd;
 pub mod runtime;
 pub mod secrets;
 pub mod store;
+pub mod tools;

@@ -48,7 +48,7 @@ pub type Answer = (StatusCode, Value);
 /// daemon starts even when LXD is down.
 enum Source {
     Ready(Arc<dyn Runtime>),
-    Lxd(LxdConfig, OnceCell<Arc<dyn Runtime>>),
+    Lxd(Box<LxdConfig>, OnceCell<Arc<dyn Runtime>>),
 }
 
 /// A call running in this process, for cancellation.
@@ -71,7 +71,11 @@ impl Tools {
 
     /// Connects to LXD with `config` on the first tool call.
     pub fn lxd(store: Arc<Store>, secrets: Arc<Secrets>, config: LxdConfig) -> Tools {
-        Self::with_source(store, secrets, Source::Lxd(config, OnceCell::new()))
+        Self::with_source(
+            store,
+            secrets,
+            Source::Lxd(Box::new(config), OnceCell::new()),
+        )
     }
 
     fn with_source(store: Arc<Store>, secrets: Arc<Secrets>, source: Source) -> Tools {
@@ -89,7 +93,7 @@ impl Tools {
             Source::Ready(runtime) => Ok(Arc::clone(runtime)),
             Source::Lxd(config, cell) => cell
                 .get_or_try_init(|| async {
-                    let client = LxdClient::connect(config.clone()).await?;
+                    let client = LxdClient::connect((**config).clone()).await?;
                     Ok::<_, RuntimeError>(Arc::new(client) as Arc<dyn Runtime>)
                 })
                 .await

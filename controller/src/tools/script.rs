@@ -149,6 +149,7 @@ for m in $BERTH_PATTERN; do
   printf '%s\n' "$d/$m"
   n=$((n + 1)); [ "$n" -ge "$BERTH_MAX_MATCHES" ] && { echo "(results capped at $BERTH_MAX_MATCHES)"; break; }
 done
+exit 0
 "#;
 
 /// Grep `{pattern, path, glob, output_mode}`: extended regular expressions, `.git` skipped,
@@ -195,6 +196,7 @@ for name in AGENTS.md CLAUDE.md CLAUDE.local.md GEMINI.md .cursorrules .windsurf
   printf '%s %s\n' "$name" "$(head -c "$BERTH_MAX_BYTES" <&3 | base64 -w0)"
   exec 3<&-
 done
+exit 0
 "#;
 
 /// Prints the container's bash version, for the `shell` check.

@@ -55,7 +55,7 @@ impl Workspace {
         let output = self
             .rt
             .block_on(self.lxd.exec(&self.name, &request))
-            .expect("exec");
+            .unwrap_or_else(|err| panic!("{command}: {err}"));
         assert!(
             output.success(),
             "{command}: {}",
@@ -345,6 +345,72 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
     wait_for("the timed-out command to be killed", || {
         ws.sh("pgrep -f 'sleep 30[3]' || true").is_empty()
     });
+
+    // A caller that goes away cancels its call: what it started is killed.
+    {
+        use std::io::Write as _;
+        let body =
+            json!({"executionId": "gone", "arguments": {"command": "sleep 305"}}).to_string();
+        let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+        write!(
+            stream,
+            "POST {P}/projects/{name}/tools/Bash HTTP/1.1\r\nHost: berth\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        wait_for("the command to start", || {
+            !ws.sh("pgrep -f 'sleep 30[5]' || true").is_empty()
+        });
+        drop(stream);
+        wait_for("the abandoned command to be killed", || {
+            ws.sh("pgrep -f 'sleep 30[5]' || true").is_empty()
+        });
+        let (code, body) = tool(&c, &name, "Bash", "gone", json!({"command": "sleep 305"}));
+        assert_eq!(
+            (code, body["reason"].as_str()),
+            (409, Some("Cancelled")),
+            "{body}"
+        );
+    }
+
+    // A link swapped in while the calls run never lets a read out of the workspace.
+    ws.sh("echo inside > /workspace/plain; (for i in $(seq 400); do ln -sfn /etc/shadow /workspace/flip; cp /workspace/plain /workspace/flip.new; mv -f /workspace/flip.new /workspace/flip; done) >/dev/null 2>&1 &");
+    for i in 0..15 {
+        let (code, body) = tool(
+            &c,
+            &name,
+            "Read",
+            &format!("flip{i}"),
+            json!({"file_path": "flip"}),
+        );
+        match code {
+            200 => assert_eq!(body["output"], "     1\tinside\n", "{body}"),
+            403 | 404 => {}
+            _ => panic!("flip: {code} {body}"),
+        }
+        assert!(!body.to_string().contains("root:"), "{body}");
+    }
+
+    // The CLI runs a tool and exits with the command's code.
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args([
+            "tool",
+            &name,
+            "Bash",
+            "--args",
+            r#"{"command": "echo from-cli; exit 4"}"#,
+        ])
+        .env("BERTH_SERVER", &daemon.socket)
+        .env_remove("BERTH_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&cli.stdout), "from-cli\n");
+    assert_eq!(
+        cli.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
 
     // A project without a container is unreachable; nothing falls back.
     let other = unique_name();

@@ -37,8 +37,21 @@ impl Workspace {
         let mut cleanup = Cleanup::new();
         cleanup.instance(name);
         rt.block_on(create(&lxd, &request(name, BASE)));
-        rt.block_on(lxd.start_instance(name, OP_TIMEOUT))
-            .expect("start the container");
+        // On a busy host the start call can outlast its request deadline while the start
+        // itself goes on: judge by the instance's state.
+        if let Err(err) = rt.block_on(lxd.start_instance(name, OP_TIMEOUT)) {
+            assert!(err.is_transient(), "start the container: {err}");
+            let until = Instant::now() + OP_TIMEOUT;
+            while !rt
+                .block_on(lxd.get_instance(name))
+                .ok()
+                .flatten()
+                .is_some_and(|i| i.is_running())
+            {
+                assert!(Instant::now() < until, "the container did not start: {err}");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
         let ws = Workspace {
             name: name.to_string(),
             lxd,
@@ -50,12 +63,19 @@ impl Workspace {
     }
 
     /// Runs a shell command in the container as the test's own hand (not through berth).
+    /// Every command given is idempotent, so one that outlasted its deadline on a busy host is
+    /// simply run again.
     fn sh(&self, command: &str) -> String {
         let request = ExecRequest::new(["bash", "-c", command], Duration::from_secs(60));
-        let output = self
-            .rt
-            .block_on(self.lxd.exec(&self.name, &request))
-            .unwrap_or_else(|err| panic!("{command}: {err}"));
+        let mut attempts = 0;
+        let output = loop {
+            attempts += 1;
+            match self.rt.block_on(self.lxd.exec(&self.name, &request)) {
+                Ok(output) => break output,
+                Err(err) if err.is_transient() && attempts < 4 => continue,
+                Err(err) => panic!("{command}: {err}"),
+            }
+        };
         assert!(
             output.success(),
             "{command}: {}",
@@ -195,7 +215,7 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
 
     // Escapes are refused, before anything is read or written.
     ws.sh(
-        "ln -s / /workspace/root && ln -s /etc/passwd /workspace/pw && ln -s ../.. /workspace/up",
+        "ln -sfn / /workspace/root && ln -sfn /etc/passwd /workspace/pw && ln -sfn ../.. /workspace/up",
     );
     let escapes = [
         ("Read", json!({"file_path": "../etc/passwd"})),

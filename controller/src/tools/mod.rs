@@ -136,16 +136,35 @@ impl Tools {
         self.expire();
         let uid = project.uid().to_string();
         let key = (uid.clone(), call.execution_id.clone());
-        if self.lock().contains_key(&key) {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "Conflict",
-                format!("execution {:?} is running", call.execution_id),
-            ));
+        // Registered before the execution is recorded, so a cancel arriving in between finds
+        // the call and is not mistaken for one whose outcome was lost.
+        let cancel = CancellationToken::new();
+        {
+            let mut running = self.lock();
+            if running.contains_key(&key) {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    format!("execution {:?} is running", call.execution_id),
+                ));
+            }
+            running.insert(
+                key.clone(),
+                Running {
+                    cancel: cancel.clone(),
+                },
+            );
         }
-        let existing =
-            self.store
-                .begin_execution(&uid, &call.execution_id, call.tool.as_str(), Utc::now())?;
+        let _registered = Registered {
+            tools: Arc::clone(self),
+            key: key.clone(),
+        };
+        let store = Arc::clone(&self.store);
+        let (begin_uid, begin_id, tool) = (uid.clone(), call.execution_id.clone(), call.tool);
+        let existing = blocking(move || {
+            store.begin_execution(&begin_uid, &begin_id, tool.as_str(), Utc::now())
+        })
+        .await??;
         if let Some(existing) = existing {
             return match (existing.state, existing.outcome) {
                 (ExecutionState::Finished, Some(outcome)) => Ok(recorded(outcome)),
@@ -160,13 +179,6 @@ impl Tools {
                 _ => Err(cancelled(&call.execution_id)),
             };
         }
-        let cancel = CancellationToken::new();
-        self.lock().insert(
-            key.clone(),
-            Running {
-                cancel: cancel.clone(),
-            },
-        );
         let pidfile = format!("/run/berth-tool-{}.pid", uuid::Uuid::new_v4().simple());
         // Dropped with the request when the caller disconnects: the call is then cancelled,
         // its process group killed and the cancel recorded.
@@ -178,22 +190,24 @@ impl Tools {
             pidfile: pidfile.clone(),
             armed: true,
         };
-        let outcome = self.dispatch(project, &call, &cancel, &pidfile).await;
+        let outcome = if cancel.is_cancelled() {
+            Err(cancelled(&call.execution_id))
+        } else {
+            self.dispatch(project, &call, &cancel, &pidfile).await
+        };
         guard.armed = false;
-        self.lock().remove(&key);
         let answer = match outcome {
             Ok(body) => (StatusCode::OK, body),
             Err(err) => (err.code, err.to_value()),
         };
         let record = json!({"code": answer.0.as_u16(), "body": self.redact(&uid, &answer.1)});
-        if let Err(err) = self.store.finish_execution(
-            &uid,
-            &call.execution_id,
-            call.tool.as_str(),
-            &record,
-            Utc::now(),
-        ) {
-            tracing::error!(execution = %call.execution_id, error = %err, "recording a tool outcome failed");
+        let store = Arc::clone(&self.store);
+        let id = call.execution_id.clone();
+        let finished =
+            blocking(move || store.finish_execution(&uid, &id, tool.as_str(), &record, Utc::now()))
+                .await;
+        if let Err(err) = finished.and_then(|r| r.map_err(ApiError::from)) {
+            tracing::error!(execution = %call.execution_id, error = %err.message, "recording a tool outcome failed");
         }
         Ok(answer)
     }
@@ -207,7 +221,8 @@ impl Tools {
     ) -> Result<Value, ApiError> {
         let runtime = self.runtime().await?;
         let instance = project.name();
-        self.require_running(&runtime, instance).await?;
+        // No separate look at the instance first: the exec itself fails on a missing or
+        // stopped container, and one round trip fewer matters on a busy LXD.
         if call.tool == Tool::Bash
             && let Some(shell) = &call.shell
         {
@@ -236,14 +251,16 @@ impl Tools {
         };
         let exec = runtime.exec(instance, &request);
         let output = tokio::select! {
+            // A cancel that is already there wins before the exec is even sent.
+            biased;
+            () = cancel.cancelled() => {
+                kill(&runtime, instance, pidfile).await;
+                return Err(cancelled(&call.execution_id));
+            }
             output = exec => output,
             () = tokio::time::sleep(call.timeout) => {
                 kill(&runtime, instance, pidfile).await;
                 return Err(timeout(call));
-            }
-            () = cancel.cancelled() => {
-                kill(&runtime, instance, pidfile).await;
-                return Err(cancelled(&call.execution_id));
             }
         };
         let output = match output {
@@ -252,9 +269,14 @@ impl Tools {
                 kill(&runtime, instance, pidfile).await;
                 return Err(timeout(call));
             }
+            Err(err) if err.is_not_found() => {
+                return Err(unreachable(format!(
+                    "the container {instance:?} does not exist"
+                )));
+            }
             Err(err) => {
                 return Err(unreachable(format!(
-                    "running {}: {err}",
+                    "running {} in the container {instance:?}: {err}",
                     call.tool.as_str()
                 )));
             }
@@ -421,6 +443,27 @@ pub fn lxd_config(settings: &crate::config::LxdConfig) -> Result<LxdConfig, Runt
     config.project = settings.project.clone();
     config.target = (!settings.target.is_empty()).then(|| settings.target.clone());
     Ok(config)
+}
+
+/// Removes a call from the running ones however its request ends.
+struct Registered {
+    tools: Arc<Tools>,
+    key: (String, String),
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.tools.lock().remove(&self.key);
+    }
+}
+
+/// Runs a store write off the async threads: it waits for the disk.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|err| ApiError::internal(format!("a store write did not finish: {err}")))
 }
 
 /// Cancels a call whose request was dropped before it finished (the caller went away).

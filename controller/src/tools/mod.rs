@@ -265,9 +265,14 @@ impl Tools {
         };
         let output = match output {
             Ok(output) => output,
-            Err(RuntimeError::Timeout { .. }) => {
+            Err(err @ RuntimeError::Timeout { .. }) => {
+                // LXD did not answer in time (the tool's own deadline had not passed).
                 kill(&runtime, instance, pidfile).await;
-                return Err(timeout(call));
+                return Err(ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "Timeout",
+                    format!("{}: {err}; what it started was killed", call.tool.as_str()),
+                ));
             }
             Err(err) if err.is_not_found() => {
                 return Err(unreachable(format!(

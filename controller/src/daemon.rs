@@ -161,6 +161,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             }
         }),
     );
+    let state = state.with_tools(Arc::new(crate::tools::Tools::lxd(
+        Arc::clone(&store),
+        Arc::clone(&secrets),
+        crate::tools::lxd_config(&config.lxd)?,
+    )));
     let server = tokio::spawn(api::serve(Arc::new(state), listeners));
     tracing::info!(
         socket = %config.listen.socket.display(),

@@ -15,3 +15,4 @@ pub mod runtime;
 pub mod scheduler;
 pub mod secrets;
 pub mod store;
+pub mod tools;

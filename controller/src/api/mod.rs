@@ -84,6 +84,8 @@ pub struct ApiState {
     pub metrics: Option<MetricsRenderer>,
     /// Cancelled at shutdown: watch streams end so connections can drain.
     pub shutdown: CancellationToken,
+    /// Runs the workspace tools; without it the tools endpoint answers 503.
+    pub tools: Option<Arc<crate::tools::Tools>>,
 }
 
 impl ApiState {
@@ -101,7 +103,14 @@ impl ApiState {
             readiness: Vec::new(),
             metrics: None,
             shutdown,
+            tools: None,
         }
+    }
+
+    /// Serves the workspace tools endpoint.
+    pub fn with_tools(mut self, tools: Arc<crate::tools::Tools>) -> Self {
+        self.tools = Some(tools);
+        self
     }
 
     /// Serves `/metrics` from `render`.

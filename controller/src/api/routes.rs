@@ -200,6 +200,20 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
         ["projects", name, "secrets", key] => {
             secrets::route(state, caller, &method, name, Some(key), req).await
         }
+        ["projects", name, "tools", rest @ ..] => {
+            let project = access::member_project(state, caller, name)?;
+            let Some(tools) = &state.tools else {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Unreachable",
+                    "this daemon runs no workspace tools",
+                ));
+            };
+            let (parts, incoming) = req.into_parts();
+            let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
+            let (code, value) = tools.route(&project, &method, rest, bytes).await?;
+            Ok(json_response(code, &value))
+        }
         ["projects", name, "members"] => members::route(state, caller, &method, name, None).await,
         ["projects", name, "members", user] => {
             members::route(state, caller, &method, name, Some(user)).await

@@ -27,6 +27,7 @@ mod secret;
 mod serve;
 mod table;
 mod textdiff;
+mod tool;
 mod user;
 mod version;
 mod wait;
@@ -100,6 +101,8 @@ enum Command {
     Version(version::VersionArgs),
     /// Set, list or delete a project's secrets.
     Secret(secret::SecretArgs),
+    /// Run a workspace tool (Read, Glob, Grep, Write, Edit, Bash) in a project's container.
+    Tool(tool::ToolArgs),
     /// List, add or remove a project's members.
     Members(members::MembersArgs),
     /// Add, list or remove users of the TCP listener (admins only).
@@ -172,6 +175,7 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Start(args) => power::start(context, args).await,
             Command::Version(args) => version::run(context, args).await,
             Command::Secret(args) => secret::run(context, args).await,
+            Command::Tool(args) => tool::run(context, args).await,
             Command::Members(args) => members::run(context, args).await,
             Command::User(args) => user::run(context, args).await,
             Command::Serve(_) | Command::Completion(_) => {

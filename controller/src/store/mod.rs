@@ -8,6 +8,7 @@
 
 mod access;
 mod events;
+mod executions;
 mod object;
 pub mod schema;
 
@@ -24,6 +25,7 @@ use tokio::sync::broadcast;
 
 pub use access::{SecretEntry, SecretsChange, User};
 pub use events::{Event, EventObject, EventType};
+pub use executions::{Execution, ExecutionState};
 pub use object::{Action, Change, ChangeType, Deletion, Desired, StoredObject};
 
 /// The kind whose `spec.displayName` must be unique.

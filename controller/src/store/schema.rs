@@ -79,6 +79,19 @@ const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (project_uid, user)
      );
      CREATE INDEX members_by_user ON members (user);",
+    // v5: workspace tool executions, one row per (project, executionId), written before the
+    // tool runs so a repeated id never runs twice and a lost outcome is known to be lost.
+    "CREATE TABLE executions (
+         project_uid TEXT NOT NULL,
+         id          TEXT NOT NULL,
+         tool        TEXT NOT NULL,
+         state       TEXT NOT NULL,
+         outcome     TEXT,
+         started     TEXT NOT NULL,
+         finished    TEXT,
+         PRIMARY KEY (project_uid, id)
+     );
+     CREATE INDEX executions_by_started ON executions (project_uid, started);",
 ];
 
 /// The schema version this binary writes.

@@ -548,3 +548,45 @@ fn status_batches_commit_together_and_fail_per_update() {
         .unwrap();
     assert_eq!(store.resource_version(), rv);
 }
+
+#[test]
+fn an_execution_is_recorded_once_and_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("berth.db")).unwrap();
+    let t0 = chrono::Utc::now();
+    assert_eq!(store.last_tool_call("p").unwrap(), None);
+    assert!(
+        store
+            .begin_execution("p", "e1", "Bash", t0)
+            .unwrap()
+            .is_none()
+    );
+    let again = store
+        .begin_execution("p", "e1", "Bash", t0)
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.state, super::ExecutionState::Started);
+    // Another project may use the same id.
+    assert!(
+        store
+            .begin_execution("q", "e1", "Read", t0)
+            .unwrap()
+            .is_none()
+    );
+    let outcome = serde_json::json!({"code": 200});
+    store
+        .finish_execution("p", "e1", "Bash", &outcome, t0)
+        .unwrap();
+    let done = store.execution("p", "e1").unwrap().unwrap();
+    assert_eq!(
+        (done.state, done.outcome),
+        (super::ExecutionState::Finished, Some(outcome))
+    );
+    let later = t0 + chrono::Duration::seconds(5);
+    store.begin_execution("p", "e2", "Read", later).unwrap();
+    let last = store.last_tool_call("p").unwrap().unwrap();
+    assert_eq!(last.timestamp_micros(), later.timestamp_micros());
+    assert_eq!(store.expire_executions(later).unwrap(), 2);
+    assert!(store.execution("p", "e1").unwrap().is_none());
+    assert!(store.execution("p", "e2").unwrap().is_some());
+}

@@ -1,0 +1,444 @@
+//! A tool call as the caller sends it, checked before anything is recorded or run: the tool
+//! must be one berth offers and every argument one that tool knows.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use base64::Engine;
+use hyper::StatusCode;
+use serde_json::{Map, Value, json};
+
+use super::script;
+use crate::api::ApiError;
+
+pub const WORKSPACE: &str = "/workspace";
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+/// One string argument (a file's content, an edit's strings, a command): they travel in the
+/// exec's environment, where one entry is limited to 128 KiB after encoding.
+pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024;
+/// A tool's output is cut after this many bytes.
+pub const MAX_OUTPUT_BYTES: usize = 256 * 1024;
+/// Glob and Grep list at most this many matches.
+pub const MAX_MATCHES: usize = 1000;
+/// Read returns this many lines unless `limit` says otherwise.
+pub const DEFAULT_READ_LINES: u64 = 2000;
+/// Read cuts longer lines.
+pub const READ_LINE_MAX: usize = 2000;
+const MAX_EXECUTION_ID: usize = 128;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    Read,
+    Glob,
+    Grep,
+    Write,
+    Edit,
+    Bash,
+}
+
+impl Tool {
+    pub const ALL: [Tool; 6] = [
+        Tool::Read,
+        Tool::Glob,
+        Tool::Grep,
+        Tool::Write,
+        Tool::Edit,
+        Tool::Bash,
+    ];
+
+    pub fn parse(name: &str) -> Result<Tool, ApiError> {
+        Tool::ALL
+            .into_iter()
+            .find(|t| t.as_str() == name)
+            .ok_or_else(|| {
+                unsupported(format!(
+                    "tool {name:?} is not offered; the tools are Read, Glob, Grep, Write, Edit, Bash"
+                ))
+            })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tool::Read => "Read",
+            Tool::Glob => "Glob",
+            Tool::Grep => "Grep",
+            Tool::Write => "Write",
+            Tool::Edit => "Edit",
+            Tool::Bash => "Bash",
+        }
+    }
+
+    /// Changes the workspace: its outcome matters when it is lost.
+    pub fn mutates(self) -> bool {
+        matches!(self, Tool::Write | Tool::Edit | Tool::Bash)
+    }
+
+    /// The arguments the tool takes: name, JSON type, required.
+    pub fn arguments(self) -> &'static [(&'static str, &'static str, bool)] {
+        match self {
+            Tool::Read => &[
+                ("file_path", "string", true),
+                ("offset", "integer", false),
+                ("limit", "integer", false),
+            ],
+            Tool::Glob => &[("pattern", "string", true), ("path", "string", false)],
+            Tool::Grep => &[
+                ("pattern", "string", true),
+                ("path", "string", false),
+                ("glob", "string", false),
+                ("output_mode", "string", false),
+            ],
+            Tool::Write => &[("file_path", "string", true), ("content", "string", true)],
+            Tool::Edit => &[
+                ("file_path", "string", true),
+                ("old_string", "string", true),
+                ("new_string", "string", true),
+                ("replace_all", "boolean", false),
+            ],
+            Tool::Bash => &[
+                ("command", "string", true),
+                ("timeout", "integer", false),
+                ("description", "string", false),
+            ],
+        }
+    }
+
+    /// A JSON Schema of the arguments, for capability discovery.
+    pub fn schema(self) -> Value {
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for (name, type_, needed) in self.arguments() {
+            properties.insert(name.to_string(), json!({"type": type_}));
+            if *needed {
+                required.push(*name);
+            }
+        }
+        json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false})
+    }
+}
+
+/// The shell a Bash caller expects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shell {
+    pub name: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    pub tool: Tool,
+    pub execution_id: String,
+    pub workspace: String,
+    pub arguments: Map<String, Value>,
+    pub timeout: Duration,
+    pub shell: Option<Shell>,
+}
+
+impl ToolCall {
+    pub fn parse(tool: Tool, body: &[u8]) -> Result<ToolCall, ApiError> {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|err| ApiError::bad_request(format!("the body is not JSON: {err}")))?;
+        let Value::Object(body) = value else {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        };
+        for key in body.keys() {
+            if ![
+                "executionId",
+                "workspacePath",
+                "arguments",
+                "timeoutMs",
+                "shell",
+            ]
+            .contains(&key.as_str())
+            {
+                return Err(unsupported(format!("unknown field {key:?} in the request")));
+            }
+        }
+        let execution_id = match body.get("executionId") {
+            Some(Value::String(id)) => execution_id(id)?,
+            _ => return Err(ApiError::bad_request("executionId: required, a string")),
+        };
+        let workspace = match body.get("workspacePath") {
+            None | Some(Value::Null) => WORKSPACE.to_string(),
+            Some(Value::String(path)) => workspace_path(path)?,
+            Some(_) => return Err(ApiError::bad_request("workspacePath: must be a string")),
+        };
+        let arguments = match body.get("arguments") {
+            Some(Value::Object(args)) => args.clone(),
+            None | Some(Value::Null) => Map::new(),
+            Some(_) => return Err(ApiError::bad_request("arguments: must be an object")),
+        };
+        check_arguments(tool, &arguments)?;
+        let mut timeout = match body.get("timeoutMs") {
+            None | Some(Value::Null) => DEFAULT_TIMEOUT,
+            Some(v) => millis("timeoutMs", v)?,
+        };
+        if tool == Tool::Bash
+            && let Some(v) = arguments.get("timeout")
+        {
+            timeout = timeout.min(millis("arguments.timeout", v)?);
+        }
+        let shell = match body.get("shell") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(shell)) => {
+                let field = |key: &str| match shell.get(key) {
+                    Some(Value::String(s)) => Ok(s.clone()),
+                    None | Some(Value::Null) => Ok(String::new()),
+                    Some(_) => Err(ApiError::bad_request(format!(
+                        "shell.{key}: must be a string"
+                    ))),
+                };
+                if let Some(key) = shell.keys().find(|k| *k != "name" && *k != "version") {
+                    return Err(unsupported(format!("unknown field shell.{key}")));
+                }
+                Some(Shell {
+                    name: field("name")?,
+                    version: field("version")?,
+                })
+            }
+            Some(_) => return Err(ApiError::bad_request("shell: must be {name, version}")),
+        };
+        Ok(ToolCall {
+            tool,
+            execution_id,
+            workspace,
+            arguments,
+            timeout,
+            shell,
+        })
+    }
+
+    fn string(&self, key: &str) -> String {
+        match self.arguments.get(key) {
+            Some(Value::String(s)) => s.clone(),
+            _ => String::new(),
+        }
+    }
+
+    /// The script and its `BERTH_*` environment.
+    pub fn script(&self) -> (&'static str, BTreeMap<String, String>) {
+        let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+        let mut env = BTreeMap::new();
+        let mut set = |k: &str, v: String| {
+            env.insert(k.to_string(), v);
+        };
+        set("BERTH_WORKSPACE", self.workspace.clone());
+        set("BERTH_MAX_MATCHES", MAX_MATCHES.to_string());
+        let script = match self.tool {
+            Tool::Read => {
+                set("BERTH_PATH", self.string("file_path"));
+                let int = |key: &str, default: u64| {
+                    self.arguments
+                        .get(key)
+                        .and_then(Value::as_u64)
+                        .unwrap_or(default)
+                };
+                set("BERTH_OFFSET", int("offset", 1).max(1).to_string());
+                set("BERTH_LIMIT", int("limit", DEFAULT_READ_LINES).to_string());
+                set("BERTH_LINE_MAX", READ_LINE_MAX.to_string());
+                script::READ
+            }
+            Tool::Write => {
+                set("BERTH_PATH", self.string("file_path"));
+                set("BERTH_CONTENT", b64(self.string("content")));
+                script::WRITE
+            }
+            Tool::Edit => {
+                set("BERTH_PATH", self.string("file_path"));
+                set("BERTH_OLD", b64(self.string("old_string")));
+                set("BERTH_NEW", b64(self.string("new_string")));
+                let all = self.arguments.get("replace_all") == Some(&Value::Bool(true));
+                set("BERTH_REPLACE_ALL", all.to_string());
+                script::EDIT
+            }
+            Tool::Glob => {
+                set("BERTH_PATTERN", self.string("pattern"));
+                set("BERTH_PATH", self.string("path"));
+                script::GLOB
+            }
+            Tool::Grep => {
+                set("BERTH_PATTERN", self.string("pattern"));
+                set("BERTH_PATH", self.string("path"));
+                set("BERTH_GLOB", self.string("glob"));
+                set("BERTH_MODE", self.string("output_mode"));
+                script::GREP
+            }
+            Tool::Bash => {
+                set("BERTH_COMMAND", self.string("command"));
+                script::BASH
+            }
+        };
+        (script, env)
+    }
+}
+
+fn check_arguments(tool: Tool, args: &Map<String, Value>) -> Result<(), ApiError> {
+    let known = tool.arguments();
+    for (key, value) in args {
+        let Some((_, type_, _)) = known.iter().find(|(name, _, _)| name == key) else {
+            return Err(unsupported(format!(
+                "{} has no argument {key:?}; it takes {}",
+                tool.as_str(),
+                known
+                    .iter()
+                    .map(|(n, _, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        let fits = match *type_ {
+            "string" => value
+                .as_str()
+                .is_some_and(|s| s.len() <= MAX_ARGUMENT_BYTES),
+            "integer" => value.as_u64().is_some(),
+            "boolean" => value.is_boolean(),
+            _ => false,
+        } || value.is_null();
+        if !fits {
+            return Err(ApiError::bad_request(format!(
+                "arguments.{key}: must be a {type_}{}",
+                if *type_ == "string" {
+                    format!(" of at most {} KiB", MAX_ARGUMENT_BYTES / 1024)
+                } else {
+                    String::new()
+                }
+            )));
+        }
+        if value.as_str().is_some_and(|s| s.contains('\0')) {
+            return Err(ApiError::bad_request(format!(
+                "arguments.{key}: must not contain NUL"
+            )));
+        }
+    }
+    for (name, _, required) in known {
+        if *required && args.get(*name).is_none_or(Value::is_null) {
+            return Err(ApiError::bad_request(format!(
+                "arguments.{name}: required for {}",
+                tool.as_str()
+            )));
+        }
+    }
+    if tool == Tool::Grep
+        && let Some(mode) = args.get("output_mode").and_then(Value::as_str)
+        && !["content", "files_with_matches", "count"].contains(&mode)
+    {
+        return Err(unsupported(format!(
+            "arguments.output_mode: {mode:?} is not one of content, files_with_matches, count"
+        )));
+    }
+    Ok(())
+}
+
+fn execution_id(id: &str) -> Result<String, ApiError> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_EXECUTION_ID
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
+    if ok {
+        Ok(id.to_string())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "executionId: {id:?} must be 1-{MAX_EXECUTION_ID} letters, digits, '-', '_', '.' or ':'"
+        )))
+    }
+}
+
+/// `/workspace` or a directory under it, without `..`; the container resolves links.
+fn workspace_path(path: &str) -> Result<String, ApiError> {
+    let trimmed = path.trim_end_matches('/');
+    let inside = trimmed == WORKSPACE || trimmed.starts_with("/workspace/");
+    if !inside || trimmed.split('/').any(|s| s == "..") {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "OutsideWorkspace",
+            format!("workspacePath: {path:?} is not {WORKSPACE} or inside it"),
+        ));
+    }
+    Ok(trimmed.to_string())
+}
+
+fn millis(field: &str, value: &Value) -> Result<Duration, ApiError> {
+    match value.as_u64() {
+        Some(ms) if ms > 0 && ms <= MAX_TIMEOUT.as_millis() as u64 => Ok(Duration::from_millis(ms)),
+        _ => Err(ApiError::bad_request(format!(
+            "{field}: must be milliseconds between 1 and {}",
+            MAX_TIMEOUT.as_millis()
+        ))),
+    }
+}
+
+pub fn unsupported(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "Unsupported", message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(tool: Tool, body: Value) -> Result<ToolCall, ApiError> {
+        ToolCall::parse(tool, body.to_string().as_bytes())
+    }
+
+    #[test]
+    fn unknown_tools_and_arguments_are_unsupported() {
+        assert_eq!(Tool::parse("WebFetch").unwrap_err().reason, "Unsupported");
+        let err = parse(
+            Tool::Read,
+            json!({"executionId": "a", "arguments": {"file_path": "x", "encoding": "utf8"}}),
+        )
+        .unwrap_err();
+        assert_eq!(err.reason, "Unsupported");
+        assert!(err.message.contains("encoding"), "{}", err.message);
+    }
+
+    #[test]
+    fn missing_and_mistyped_arguments_are_bad_requests() {
+        let err = parse(
+            Tool::Write,
+            json!({"executionId": "a", "arguments": {"file_path": "x"}}),
+        )
+        .unwrap_err();
+        assert_eq!(
+            (err.reason, err.message.contains("content")),
+            ("BadRequest", true)
+        );
+        let err = parse(
+            Tool::Read,
+            json!({"executionId": "a", "arguments": {"file_path": 3}}),
+        )
+        .unwrap_err();
+        assert_eq!(err.reason, "BadRequest");
+        let err = parse(Tool::Read, json!({"arguments": {"file_path": "x"}})).unwrap_err();
+        assert!(err.message.contains("executionId"));
+    }
+
+    #[test]
+    fn workspace_path_stays_under_the_workspace() {
+        for bad in ["/", "/etc", "/workspace/../etc", "/workspacex", "workspace"] {
+            let err = parse(
+                Tool::Read,
+                json!({"executionId": "a", "workspacePath": bad, "arguments": {"file_path": "x"}}),
+            )
+            .unwrap_err();
+            assert_eq!(err.reason, "OutsideWorkspace", "{bad}");
+        }
+        let ok = parse(
+            Tool::Read,
+            json!({"executionId": "a", "workspacePath": "/workspace/sub/", "arguments": {"file_path": "x"}}),
+        )
+        .unwrap();
+        assert_eq!(ok.workspace, "/workspace/sub");
+    }
+
+    #[test]
+    fn bash_timeout_is_the_smaller_of_both() {
+        let call = parse(
+            Tool::Bash,
+            json!({"executionId": "a", "timeoutMs": 5000, "arguments": {"command": "true", "timeout": 2000}}),
+        )
+        .unwrap();
+        assert_eq!(call.timeout, Duration::from_secs(2));
+    }
+}

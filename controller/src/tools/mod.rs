@@ -1,0 +1,781 @@
+//! The workspace tools endpoint: a fixed set of tools (Read, Glob, Grep, Write, Edit, Bash)
+//! executed inside a project's container for a member, and nothing else.
+//!
+//! Every call fails closed (a timeout, a cancel, an unreachable container or an unsupported
+//! call has its own reason and never falls back) and never replays: the execution is recorded
+//! before it runs and its outcome after, so a repeated id answers from the record, and an id
+//! whose outcome was lost (the daemon died mid-call) answers that the outcome is unknown.
+
+mod call;
+mod script;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use bytes::Bytes;
+use chrono::Utc;
+use hyper::{Method, StatusCode};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
+
+pub use call::{MAX_OUTPUT_BYTES, Shell, Tool, ToolCall};
+
+use crate::api::ApiError;
+use crate::lxd::{LxdClient, LxdConfig};
+use crate::runtime::{ExecOutput, ExecRequest, Runtime, RuntimeError};
+use crate::secrets::Secrets;
+use crate::store::{ExecutionState, Store, StoredObject};
+use script::Verdict;
+
+/// The protocol version `GET .../tools` announces.
+pub const PROTOCOL_VERSION: &str = "berth.dev/tools/v1";
+/// How long recorded outcomes answer repeated ids.
+pub const RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// How often expired records are deleted, at most.
+const EXPIRY_INTERVAL: Duration = Duration::from_secs(60);
+/// A short LXD call made around a tool (the instance's state, a kill).
+const SIDE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The exec's own deadline exceeds the tool's, so the tool's timeout is what fires.
+const EXEC_GRACE: Duration = Duration::from_secs(30);
+
+/// A success or failure answer: the status code and the JSON body.
+pub type Answer = (StatusCode, Value);
+
+/// Where the runtime comes from: given (tests), or an LXD client connected on first use so a
+/// daemon starts even when LXD is down.
+enum Source {
+    Ready(Arc<dyn Runtime>),
+    Lxd(Box<LxdConfig>, OnceCell<Arc<dyn Runtime>>),
+}
+
+/// A call running in this process, for cancellation.
+struct Running {
+    cancel: CancellationToken,
+}
+
+pub struct Tools {
+    store: Arc<Store>,
+    secrets: Arc<Secrets>,
+    source: Source,
+    running: Mutex<HashMap<(String, String), Running>>,
+    last_expiry: Mutex<Option<Instant>>,
+}
+
+impl Tools {
+    pub fn new(store: Arc<Store>, secrets: Arc<Secrets>, runtime: Arc<dyn Runtime>) -> Tools {
+        Self::with_source(store, secrets, Source::Ready(runtime))
+    }
+
+    /// Connects to LXD with `config` on the first tool call.
+    pub fn lxd(store: Arc<Store>, secrets: Arc<Secrets>, config: LxdConfig) -> Tools {
+        Self::with_source(
+            store,
+            secrets,
+            Source::Lxd(Box::new(config), OnceCell::new()),
+        )
+    }
+
+    fn with_source(store: Arc<Store>, secrets: Arc<Secrets>, source: Source) -> Tools {
+        Tools {
+            store,
+            secrets,
+            source,
+            running: Mutex::new(HashMap::new()),
+            last_expiry: Mutex::new(None),
+        }
+    }
+
+    async fn runtime(&self) -> Result<Arc<dyn Runtime>, ApiError> {
+        match &self.source {
+            Source::Ready(runtime) => Ok(Arc::clone(runtime)),
+            Source::Lxd(config, cell) => cell
+                .get_or_try_init(|| async {
+                    let client = LxdClient::connect((**config).clone()).await?;
+                    Ok::<_, RuntimeError>(Arc::new(client) as Arc<dyn Runtime>)
+                })
+                .await
+                .cloned()
+                .map_err(|err| unreachable(format!("LXD is not reachable: {err}"))),
+        }
+    }
+
+    /// `.../projects/NAME/tools/...` after membership was checked: `rest` is what follows
+    /// `tools`.
+    pub async fn route(
+        self: &Arc<Self>,
+        project: &Arc<StoredObject>,
+        method: &Method,
+        rest: &[&str],
+        body: Bytes,
+    ) -> Result<Answer, ApiError> {
+        match (rest, method) {
+            ([], &Method::GET) => Ok((StatusCode::OK, capabilities())),
+            (["instructions"], &Method::GET) => self.instructions(project).await,
+            (["executions", id], &Method::DELETE) => self.cancel(project, id),
+            ([tool], &Method::POST) => {
+                let tool = Tool::parse(tool)?;
+                let call = ToolCall::parse(tool, &body)?;
+                self.call(project, call).await
+            }
+            _ => Err(ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                format!("{method} is not supported on tools/{}", rest.join("/")),
+            )),
+        }
+    }
+
+    async fn call(
+        self: &Arc<Self>,
+        project: &Arc<StoredObject>,
+        call: ToolCall,
+    ) -> Result<Answer, ApiError> {
+        self.expire();
+        let uid = project.uid().to_string();
+        let key = (uid.clone(), call.execution_id.clone());
+        // Registered before the execution is recorded, so a cancel arriving in between finds
+        // the call and is not mistaken for one whose outcome was lost.
+        let cancel = CancellationToken::new();
+        {
+            let mut running = self.lock();
+            if running.contains_key(&key) {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    format!("execution {:?} is running", call.execution_id),
+                ));
+            }
+            running.insert(
+                key.clone(),
+                Running {
+                    cancel: cancel.clone(),
+                },
+            );
+        }
+        let _registered = Registered {
+            tools: Arc::clone(self),
+            key: key.clone(),
+        };
+        let store = Arc::clone(&self.store);
+        let (begin_uid, begin_id, tool) = (uid.clone(), call.execution_id.clone(), call.tool);
+        let existing = blocking(move || {
+            store.begin_execution(&begin_uid, &begin_id, tool.as_str(), Utc::now())
+        })
+        .await??;
+        if let Some(existing) = existing {
+            return match (existing.state, existing.outcome) {
+                (ExecutionState::Finished, Some(outcome)) => Ok(recorded(outcome)),
+                _ if call.tool.mutates() => Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "REMOTE_MUTATION_OUTCOME_UNKNOWN",
+                    format!(
+                        "execution {:?} ({}) started but its outcome was lost; inspect the workspace instead of running it again",
+                        call.execution_id, existing.tool
+                    ),
+                )),
+                _ => Err(cancelled(&call.execution_id)),
+            };
+        }
+        let pidfile = format!("/run/berth-tool-{}.pid", uuid::Uuid::new_v4().simple());
+        // Dropped with the request when the caller disconnects: the call is then cancelled,
+        // its process group killed and the cancel recorded.
+        let mut guard = Abandoned {
+            tools: Arc::clone(self),
+            project: project.name().to_string(),
+            key: key.clone(),
+            tool: call.tool,
+            pidfile: pidfile.clone(),
+            armed: true,
+        };
+        let outcome = if cancel.is_cancelled() {
+            Err(cancelled(&call.execution_id))
+        } else {
+            self.dispatch(project, &call, &cancel, &pidfile).await
+        };
+        guard.armed = false;
+        let answer = match outcome {
+            Ok(body) => (StatusCode::OK, body),
+            Err(err) => (err.code, err.to_value()),
+        };
+        let record = json!({"code": answer.0.as_u16(), "body": self.redact(&uid, &answer.1)});
+        let store = Arc::clone(&self.store);
+        let id = call.execution_id.clone();
+        let finished =
+            blocking(move || store.finish_execution(&uid, &id, tool.as_str(), &record, Utc::now()))
+                .await;
+        if let Err(err) = finished.and_then(|r| r.map_err(ApiError::from)) {
+            tracing::error!(execution = %call.execution_id, error = %err.message, "recording a tool outcome failed");
+        }
+        Ok(answer)
+    }
+
+    async fn dispatch(
+        &self,
+        project: &StoredObject,
+        call: &ToolCall,
+        cancel: &CancellationToken,
+        pidfile: &str,
+    ) -> Result<Value, ApiError> {
+        let runtime = self.runtime().await?;
+        let instance = project.name();
+        // No separate look at the instance first: the exec itself fails on a missing or
+        // stopped container, and one round trip fewer matters on a busy LXD.
+        if call.tool == Tool::Bash
+            && let Some(shell) = &call.shell
+        {
+            check_shell(&runtime, instance, shell).await?;
+        }
+        let (body, mut env) = call.script();
+        env.insert("BERTH_PIDFILE".into(), pidfile.to_string());
+        if call.tool == Tool::Bash {
+            for (key, value) in self.project_env(project)? {
+                env.entry(key).or_insert(value);
+            }
+        }
+        let request = ExecRequest {
+            command: vec![
+                "setsid".into(),
+                "--wait".into(),
+                "bash".into(),
+                "-c".into(),
+                format!("{}{}", script::PRELUDE, body),
+            ],
+            env,
+            cwd: None,
+            uid: None,
+            gid: None,
+            timeout: call.timeout + EXEC_GRACE,
+        };
+        let exec = runtime.exec(instance, &request);
+        let output = tokio::select! {
+            // A cancel that is already there wins before the exec is even sent.
+            biased;
+            () = cancel.cancelled() => {
+                kill(&runtime, instance, pidfile).await;
+                return Err(cancelled(&call.execution_id));
+            }
+            output = exec => output,
+            () = tokio::time::sleep(call.timeout) => {
+                kill(&runtime, instance, pidfile).await;
+                return Err(timeout(call));
+            }
+        };
+        let output = match output {
+            Ok(output) => output,
+            Err(err @ RuntimeError::Timeout { .. }) => {
+                // LXD did not answer in time (the tool's own deadline had not passed).
+                kill(&runtime, instance, pidfile).await;
+                return Err(ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "Timeout",
+                    format!("{}: {err}; what it started was killed", call.tool.as_str()),
+                ));
+            }
+            Err(err) if err.is_not_found() => {
+                return Err(unreachable(format!(
+                    "the container {instance:?} does not exist"
+                )));
+            }
+            Err(err) => {
+                return Err(unreachable(format!(
+                    "running {} in the container {instance:?}: {err}",
+                    call.tool.as_str()
+                )));
+            }
+        };
+        answer(call, output)
+    }
+
+    async fn require_running(
+        &self,
+        runtime: &Arc<dyn Runtime>,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        match tokio::time::timeout(SIDE_CALL_TIMEOUT, runtime.get_instance(name)).await {
+            Ok(Ok(Some(instance))) if instance.is_running() => Ok(()),
+            Ok(Ok(Some(instance))) => Err(unreachable(format!(
+                "the container {name:?} is {}",
+                instance.status.as_str()
+            ))),
+            Ok(Ok(None)) => Err(unreachable(format!(
+                "the container {name:?} does not exist"
+            ))),
+            Ok(Err(err)) => Err(unreachable(format!(
+                "reading the container {name:?}: {err}"
+            ))),
+            Err(_) => Err(unreachable(format!(
+                "reading the container {name:?} took longer than {SIDE_CALL_TIMEOUT:?}"
+            ))),
+        }
+    }
+
+    /// The project's `spec.env` and its secrets (secrets win), for Bash.
+    fn project_env(&self, project: &StoredObject) -> Result<BTreeMap<String, String>, ApiError> {
+        let mut env: BTreeMap<String, String> = project
+            .spec
+            .get("env")
+            .and_then(Value::as_object)
+            .map(|env| {
+                env.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let secrets = self
+            .secrets
+            .values(project.uid())
+            .map_err(|err| ApiError::internal(format!("reading the project's secrets: {err}")))?;
+        env.extend(secrets);
+        Ok(env)
+    }
+
+    /// Replaces every secret value of the project in the outcome's strings.
+    fn redact(&self, uid: &str, value: &Value) -> Value {
+        let values: Vec<String> = match self.secrets.values(uid) {
+            Ok(values) => values.into_values().filter(|v| v.len() >= 3).collect(),
+            // Without the values nothing can be redacted: keep no output at all.
+            Err(_) => return json!({"redacted": "the outcome could not be redacted"}),
+        };
+        redact_with(value, &values)
+    }
+
+    fn cancel(&self, project: &StoredObject, id: &str) -> Result<Answer, ApiError> {
+        let uid = project.uid().to_string();
+        if let Some(running) = self.lock().get(&(uid.clone(), id.to_string())) {
+            running.cancel.cancel();
+            return Ok(status_ok(format!("execution {id:?} cancelled")));
+        }
+        let message = match self.store.execution(&uid, id)? {
+            Some(e) if e.state == ExecutionState::Finished => {
+                format!("execution {id:?} had already finished")
+            }
+            Some(_) => format!("execution {id:?} started but its outcome was lost"),
+            None => {
+                let record = json!({"code": 409, "body": cancelled(id).to_value()});
+                self.store
+                    .finish_execution(&uid, id, "", &record, Utc::now())?;
+                format!("execution {id:?} cancelled before it was dispatched")
+            }
+        };
+        Ok(status_ok(message))
+    }
+
+    async fn instructions(&self, project: &StoredObject) -> Result<Answer, ApiError> {
+        let runtime = self.runtime().await?;
+        let name = project.name();
+        self.require_running(&runtime, name).await?;
+        let mut env = BTreeMap::new();
+        env.insert("BERTH_WORKSPACE".to_string(), call::WORKSPACE.to_string());
+        env.insert(
+            "BERTH_PIDFILE".to_string(),
+            format!("/run/berth-tool-{}.pid", uuid::Uuid::new_v4().simple()),
+        );
+        env.insert("BERTH_MAX_BYTES".to_string(), MAX_OUTPUT_BYTES.to_string());
+        let request = ExecRequest {
+            env,
+            ..ExecRequest::new(
+                [
+                    "bash".to_string(),
+                    "-c".to_string(),
+                    format!("{}{}", script::PRELUDE, script::INSTRUCTIONS),
+                ],
+                SIDE_CALL_TIMEOUT,
+            )
+        };
+        let output = runtime
+            .exec(name, &request)
+            .await
+            .map_err(|err| unreachable(format!("reading instruction files: {err}")))?;
+        if !output.success() {
+            return Err(verdict_error(Verdict::of(output.exit_code), &output));
+        }
+        let files: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|line| {
+                let (path, encoded) = line.split_once(' ').unwrap_or((line, ""));
+                let content = base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .ok()?;
+                Some(json!({"path": path, "content": String::from_utf8_lossy(&content)}))
+            })
+            .collect();
+        Ok((
+            StatusCode::OK,
+            json!({"workspacePath": call::WORKSPACE, "files": files}),
+        ))
+    }
+
+    /// Deletes records past the retention period, at most once a minute.
+    fn expire(&self) {
+        let mut last = self
+            .last_expiry
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if last.is_some_and(|at| at.elapsed() < EXPIRY_INTERVAL) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let before = Utc::now() - chrono::Duration::from_std(RETENTION).unwrap_or_default();
+        match self.store.expire_executions(before) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(expired = n, "deleted expired tool execution records"),
+            Err(err) => tracing::warn!(error = %err, "deleting expired tool executions failed"),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Running>> {
+        self.running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The LXD client settings of the daemon's `lxd:` configuration.
+pub fn lxd_config(settings: &crate::config::LxdConfig) -> Result<LxdConfig, RuntimeError> {
+    let path = |s: &str| (!s.is_empty()).then(|| std::path::PathBuf::from(s));
+    let fingerprint =
+        (!settings.server_fingerprint.is_empty()).then_some(settings.server_fingerprint.as_str());
+    let endpoint = crate::lxd::Endpoint::parse(
+        &settings.endpoint,
+        path(&settings.client_cert),
+        path(&settings.client_key),
+        fingerprint,
+    )?;
+    let mut config = LxdConfig::new(endpoint);
+    config.project = settings.project.clone();
+    config.target = (!settings.target.is_empty()).then(|| settings.target.clone());
+    Ok(config)
+}
+
+/// Removes a call from the running ones however its request ends.
+struct Registered {
+    tools: Arc<Tools>,
+    key: (String, String),
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.tools.lock().remove(&self.key);
+    }
+}
+
+/// Runs a store write off the async threads: it waits for the disk.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|err| ApiError::internal(format!("a store write did not finish: {err}")))
+}
+
+/// Cancels a call whose request was dropped before it finished (the caller went away).
+struct Abandoned {
+    tools: Arc<Tools>,
+    project: String,
+    key: (String, String),
+    tool: Tool,
+    pidfile: String,
+    armed: bool,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let tools = Arc::clone(&self.tools);
+        let (uid, id) = self.key.clone();
+        tools.lock().remove(&self.key);
+        let record = json!({"code": 409, "body": cancelled(&id).to_value()});
+        if let Err(err) =
+            tools
+                .store
+                .finish_execution(&uid, &id, self.tool.as_str(), &record, Utc::now())
+        {
+            tracing::error!(execution = %id, error = %err, "recording a cancelled tool call failed");
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let project = self.project.clone();
+        let pidfile = self.pidfile.clone();
+        handle.spawn(async move {
+            if let Ok(runtime) = tools.runtime().await {
+                kill(&runtime, &project, &pidfile).await;
+            }
+        });
+    }
+}
+
+/// Kills the process group a call registered (a second exec: LXD cannot cancel one).
+async fn kill(runtime: &Arc<dyn Runtime>, instance: &str, pidfile: &str) {
+    let request = ExecRequest::new(
+        ["bash", "-c", script::KILL, "kill", pidfile],
+        SIDE_CALL_TIMEOUT,
+    );
+    if let Err(err) = runtime.exec(instance, &request).await {
+        tracing::warn!(instance, error = %err, "killing a tool's process group failed");
+    }
+}
+
+async fn check_shell(
+    runtime: &Arc<dyn Runtime>,
+    instance: &str,
+    shell: &Shell,
+) -> Result<(), ApiError> {
+    let mismatch =
+        |message: String| ApiError::new(StatusCode::PRECONDITION_FAILED, "ShellMismatch", message);
+    if shell.name != "bash" {
+        return Err(mismatch(format!(
+            "shell.name: {:?} is not offered; Bash runs bash",
+            shell.name
+        )));
+    }
+    let request = ExecRequest::new(["bash", "-c", script::BASH_VERSION], SIDE_CALL_TIMEOUT);
+    let output = runtime
+        .exec(instance, &request)
+        .await
+        .map_err(|err| unreachable(format!("reading the container's bash version: {err}")))?;
+    let found = String::from_utf8_lossy(&output.stdout).to_string();
+    if version_matches(&shell.version, &found) {
+        Ok(())
+    } else {
+        Err(mismatch(format!(
+            "shell.version: {:?} was declared but the container has bash {found}",
+            shell.version
+        )))
+    }
+}
+
+/// "5", "5.2" and "5.2.15" all match "5.2.15(1)-release"; "5.1" and "5.21" do not.
+fn version_matches(declared: &str, found: &str) -> bool {
+    if declared.is_empty() {
+        return true;
+    }
+    let found_parts: Vec<&str> = found
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let declared_parts: Vec<&str> = declared.split('.').collect();
+    declared_parts.len() <= found_parts.len()
+        && declared_parts.iter().zip(&found_parts).all(|(d, f)| d == f)
+}
+
+/// The answer to a finished exec.
+fn answer(call: &ToolCall, output: ExecOutput) -> Result<Value, ApiError> {
+    let mut body = json!({
+        "executionId": call.execution_id,
+        "tool": call.tool.as_str(),
+    });
+    if call.tool == Tool::Bash
+        && output.exit_code == 0
+        && let Some((stderr, code)) = split_exit(&output.stderr)
+    {
+        let mut text = capped(&output.stdout);
+        let stderr = capped(stderr);
+        if !stderr.is_empty() {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&stderr);
+        }
+        body["output"] = json!(text);
+        body["exitCode"] = json!(code);
+        return Ok(body);
+    }
+    match Verdict::of(output.exit_code) {
+        Verdict::Ok if call.tool != Tool::Bash => {
+            body["output"] = json!(capped(&output.stdout));
+            Ok(body)
+        }
+        Verdict::Cancelled => Err(cancelled(&call.execution_id)),
+        // Grep's own failure (a bad regular expression) is the caller's to fix.
+        Verdict::Other(2) if call.tool == Tool::Grep => {
+            Err(ApiError::bad_request(stderr_line(&output)))
+        }
+        verdict => Err(verdict_error(verdict, &output)),
+    }
+}
+
+fn verdict_error(verdict: Verdict, output: &ExecOutput) -> ApiError {
+    let message = stderr_line(output);
+    match verdict {
+        Verdict::Outside => ApiError::new(StatusCode::FORBIDDEN, "OutsideWorkspace", message),
+        Verdict::NotFound => ApiError::not_found(message),
+        Verdict::Refused => ApiError::bad_request(message),
+        Verdict::NoWorkspace => unreachable(message),
+        Verdict::Cancelled => ApiError::new(StatusCode::CONFLICT, "Cancelled", message),
+        Verdict::Ok | Verdict::Other(_) => ApiError::internal(format!(
+            "the tool failed (exit {}): {message}",
+            output.exit_code
+        )),
+    }
+}
+
+/// The Bash command's stderr and exit code, when the script got as far as running it.
+fn split_exit(stderr: &[u8]) -> Option<(&[u8], i32)> {
+    let marker = script::EXIT_MARKER.as_bytes();
+    let at = stderr.windows(marker.len()).rposition(|w| w == marker)?;
+    let code = std::str::from_utf8(&stderr[at + marker.len()..])
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some((&stderr[..at], code))
+}
+
+fn stderr_line(output: &ExecOutput) -> String {
+    let text = String::from_utf8_lossy(&output.stderr);
+    let text = text.trim();
+    if text.is_empty() {
+        format!("the tool failed with exit code {}", output.exit_code)
+    } else {
+        text.chars().take(2000).collect()
+    }
+}
+
+/// At most [`MAX_OUTPUT_BYTES`], cut at a character boundary, with a note when cut.
+fn capped(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    if text.len() <= MAX_OUTPUT_BYTES {
+        return text.into_owned();
+    }
+    let mut end = MAX_OUTPUT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n[output cut at {MAX_OUTPUT_BYTES} of {} bytes]",
+        &text[..end],
+        text.len()
+    )
+}
+
+fn redact_with(value: &Value, secrets: &[String]) -> Value {
+    match value {
+        Value::String(s) => {
+            let mut s = s.clone();
+            for secret in secrets {
+                if s.contains(secret.as_str()) {
+                    s = s.replace(secret.as_str(), "[REDACTED]");
+                }
+            }
+            Value::String(s)
+        }
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| redact_with(v, secrets)).collect())
+        }
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), redact_with(v, secrets)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn recorded(outcome: Value) -> Answer {
+    let code = outcome
+        .get("code")
+        .and_then(Value::as_u64)
+        .and_then(|c| StatusCode::from_u16(c as u16).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (code, outcome.get("body").cloned().unwrap_or(Value::Null))
+}
+
+fn capabilities() -> Value {
+    let tools: Vec<Value> = Tool::ALL
+        .iter()
+        .map(|t| json!({"name": t.as_str(), "mutates": t.mutates(), "arguments": t.schema()}))
+        .collect();
+    json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "tools": tools,
+        "workspacePath": call::WORKSPACE,
+        "shell": {"name": "bash"},
+        "limits": {
+            "maxOutputBytes": MAX_OUTPUT_BYTES,
+            "maxArgumentBytes": call::MAX_ARGUMENT_BYTES,
+            "maxMatches": call::MAX_MATCHES,
+            "readDefaultLines": call::DEFAULT_READ_LINES,
+            "readLineMaxChars": call::READ_LINE_MAX,
+            "defaultTimeoutMs": call::DEFAULT_TIMEOUT.as_millis() as u64,
+            "maxTimeoutMs": call::MAX_TIMEOUT.as_millis() as u64,
+            "retentionSeconds": RETENTION.as_secs(),
+        },
+    })
+}
+
+fn status_ok(message: String) -> Answer {
+    (
+        StatusCode::OK,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200, "message": message}),
+    )
+}
+
+fn unreachable(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Unreachable", message)
+}
+
+fn cancelled(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "Cancelled",
+        format!("execution {id:?} was cancelled"),
+    )
+}
+
+fn timeout(call: &ToolCall) -> ApiError {
+    ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "Timeout",
+        format!(
+            "{} did not finish within {} ms; what it started was killed",
+            call.tool.as_str(),
+            call.timeout.as_millis()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_versions_match_by_components() {
+        assert!(version_matches("5.2", "5.2.15(1)-release"));
+        assert!(version_matches("5", "5.2.15(1)-release"));
+        assert!(version_matches("", "5.2.15(1)-release"));
+        assert!(!version_matches("5.1", "5.2.15(1)-release"));
+        assert!(!version_matches("5.21", "5.2.15(1)-release"));
+    }
+
+    #[test]
+    fn the_exit_marker_is_split_from_stderr() {
+        let stderr = b"oops\n\n\x1eberth-exit 3\n";
+        let (rest, code) = split_exit(stderr).unwrap();
+        assert_eq!((rest, code), (&b"oops\n"[..], 3));
+        assert!(split_exit(b"no marker").is_none());
+    }
+
+    #[test]
+    fn secrets_are_redacted_everywhere() {
+        let value = json!({"output": "token=hunter22", "nested": ["hunter22"]});
+        let redacted = redact_with(&value, &["hunter22".to_string()]);
+        assert_eq!(
+            redacted,
+            json!({"output": "token=[REDACTED]", "nested": ["[REDACTED]"]})
+        );
+    }
+
+    #[test]
+    fn outputs_are_capped() {
+        let big = vec![b'a'; MAX_OUTPUT_BYTES + 10];
+        let text = capped(&big);
+        assert!(text.contains("output cut"));
+        assert!(text.len() < MAX_OUTPUT_BYTES + 100);
+    }
+}

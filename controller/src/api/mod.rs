@@ -84,6 +84,8 @@ pub struct ApiState {
     pub metrics: Option<MetricsRenderer>,
     /// Cancelled at shutdown: watch streams end so connections can drain.
     pub shutdown: CancellationToken,
+    /// LXD for runtime inspection and exec, and the activity people caused through berth.
+    pub inspector: Arc<crate::inspect::Inspector>,
 }
 
 impl ApiState {
@@ -101,7 +103,14 @@ impl ApiState {
             readiness: Vec::new(),
             metrics: None,
             shutdown,
+            inspector: Arc::new(crate::inspect::Inspector::new("LXD")),
         }
+    }
+
+    /// Inspects and execs through `inspector` (whose runtime arrives when the controller connects).
+    pub fn with_inspector(mut self, inspector: Arc<crate::inspect::Inspector>) -> Self {
+        self.inspector = inspector;
+        self
     }
 
     /// Serves `/metrics` from `render`.

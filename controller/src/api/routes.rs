@@ -200,6 +200,18 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
         ["projects", name, "secrets", key] => {
             secrets::route(state, caller, &method, name, Some(key), req).await
         }
+        ["projects", name, "runtime"] => {
+            only(&method, &path, Method::GET)?;
+            let figures = crate::inspect::api::runtime_figures(state, caller, name).await?;
+            Ok(serialized(StatusCode::OK, &figures))
+        }
+        ["projects", name, "exec"] => {
+            only(&method, &path, Method::POST)?;
+            let (parts, incoming) = req.into_parts();
+            let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
+            let result = crate::inspect::api::exec(state, caller, name, &bytes).await?;
+            Ok(serialized(StatusCode::OK, &result))
+        }
         ["projects", name, "members"] => members::route(state, caller, &method, name, None).await,
         ["projects", name, "members", user] => {
             members::route(state, caller, &method, name, Some(user)).await

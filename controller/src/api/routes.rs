@@ -149,13 +149,28 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             let Some(render) = &state.metrics else {
                 return Err(ApiError::not_found("this daemon serves no metrics"));
             };
-            let mut response = text(StatusCode::OK, &render());
-            response.headers_mut().insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static(
+            // OpenMetrics for scrapers that ask for it (Prometheus does), the classic text
+            // format for everything else, as Prometheus's own client libraries do.
+            let openmetrics = req
+                .headers()
+                .get(hyper::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|accept| accept.contains("application/openmetrics-text"));
+            let (body, content_type) = if openmetrics {
+                (
+                    render(),
                     "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
-            );
+                )
+            } else {
+                (
+                    crate::metrics::to_prometheus_text(&render()),
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )
+            };
+            let mut response = text(StatusCode::OK, &body);
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
             return Ok(response);
         }
         _ => {}

@@ -186,3 +186,49 @@ fn url_encode(text: &str) -> String {
         })
         .collect()
 }
+
+/// One request with curl: `(status, body)`. The token, when given, goes as a bearer token.
+pub fn http_request(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    json_body: Option<&serde_json::Value>,
+) -> (u16, String) {
+    require_tool("curl");
+    let mut command = Command::new("curl");
+    command.args([
+        "-sS",
+        "--max-time",
+        "60",
+        "--noproxy",
+        "*",
+        "-X",
+        method,
+        "-w",
+        "\n%{http_code}",
+    ]);
+    if let Some(token) = token {
+        command.args(["-H", &format!("Authorization: Bearer {token}")]);
+    }
+    if let Some(body) = json_body {
+        command.args(["-H", "Content-Type: application/json", "--data-binary"]);
+        command.arg(body.to_string());
+    }
+    let child = command
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn curl");
+    let out = wait_output(child, Duration::from_secs(90));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let code = code.trim().parse().unwrap_or_else(|_| {
+        panic!(
+            "{method} {url}: no HTTP status from curl: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (code, body.to_string())
+}

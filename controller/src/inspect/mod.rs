@@ -9,6 +9,7 @@ pub mod activity;
 pub mod api;
 pub mod exec;
 pub mod figures;
+pub mod render;
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;

@@ -113,6 +113,14 @@ fn a_ready_project_shows_live_figures_and_runs_commands() {
     );
     assert_eq!(result["stderr"], "oops\n", "{result}");
 
+    // The exec counts as activity, which inspection reports.
+    let figures = berth
+        .client()
+        .get(&format!("{PROJECTS}/{name}/runtime"))
+        .json();
+    assert_eq!(figures["lastActivity"]["source"], "exec", "{figures}");
+    assert!(figures["lastActivity"]["at"].is_string(), "{figures}");
+
     // A bad call names its field.
     let bad = berth
         .client()

@@ -25,7 +25,7 @@ pub async fn runtime_figures(
     let project = access::member_project(state, caller, name)?;
     let runtime = connected(state)?;
     let agents = agent_probes(state, &project);
-    figures::inspect(runtime.as_ref(), project.name(), &agents)
+    let mut figures = figures::inspect(runtime.as_ref(), project.name(), &agents)
         .await
         .map_err(|e| match e {
             InspectError::NoContainer(_) => {
@@ -33,7 +33,17 @@ pub async fn runtime_figures(
                     .with_object("Project", name)
             }
             InspectError::Runtime(e) => runtime_error(name, &e),
-        })
+        })?;
+    figures.last_activity =
+        state
+            .inspector
+            .activity
+            .last(project.uid())
+            .map(|a| figures::LastActivity {
+                at: a.at,
+                source: a.source,
+            });
+    Ok(figures)
 }
 
 /// Runs a member's command in the project's container and records it as activity.

@@ -65,7 +65,17 @@ pub struct RuntimeFigures {
     /// When the file holding the project's secrets was last written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub credentials_updated_at: Option<DateTime<Utc>>,
+    /// The last time a person ran something through berth (since the daemon started).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_activity: Option<LastActivity>,
     pub inspected_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastActivity {
+    pub at: DateTime<Utc>,
+    pub source: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -210,6 +220,7 @@ fn from_instance(instance: &Instance) -> RuntimeFigures {
         os: None,
         agents: Vec::new(),
         credentials_updated_at: None,
+        last_activity: None,
         inspected_at: Utc::now(),
     }
 }

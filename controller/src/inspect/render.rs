@@ -109,6 +109,13 @@ pub fn runtime_section(figures: &Value) -> Option<String> {
         .collect();
     line("Agents", agents.join("; "));
     line("Credentials", text(&figures["credentialsUpdatedAt"]));
+    let activity = &figures["lastActivity"];
+    if activity.is_object() {
+        line(
+            "Last Activity",
+            format!("{} ({})", text(&activity["at"]), text(&activity["source"])),
+        );
+    }
     Some(out)
 }
 

@@ -234,6 +234,8 @@ fn script(agents: &[AgentProbe]) -> String {
          mark kernel; uname -r\n\
          mark arch; uname -m\n\
          mark uptime; cut -d' ' -f1 /proc/uptime\n\
+         mark init-stat; cat /proc/1/stat\n\
+         mark clock-ticks; getconf CLK_TCK 2>/dev/null || echo 100\n\
          mark cpus; nproc 2>/dev/null || grep -c ^processor /proc/cpuinfo\n\
          mark hostname; cat /proc/sys/kernel/hostname\n",
     );
@@ -308,7 +310,7 @@ fn apply_inside(figures: &mut RuntimeFigures, inside: Inside, agents: &[AgentPro
         distribution: distribution(inside.sections.get("os-release").map(String::as_str)),
         kernel: inside.first_line("kernel"),
         architecture: inside.first_line("arch"),
-        uptime_seconds: inside.first_line("uptime").parse().unwrap_or_default(),
+        uptime_seconds: uptime(&inside),
         cpu_count: inside.first_line("cpus").parse().unwrap_or_default(),
         hostname: inside.first_line("hostname"),
     };
@@ -338,6 +340,24 @@ fn apply_inside(figures: &mut RuntimeFigures, inside: Inside, agents: &[AgentPro
             }
         })
         .collect();
+}
+
+/// Seconds since the container's init started. Without lxcfs `/proc/uptime` is the host's, so
+/// the init's start (in clock ticks since host boot) is taken off it; with lxcfs it is already
+/// the container's and the subtraction would go negative, so it is used as it is.
+fn uptime(inside: &Inside) -> f64 {
+    let proc_uptime: f64 = inside.first_line("uptime").parse().unwrap_or_default();
+    let ticks: f64 = inside.first_line("clock-ticks").parse().unwrap_or(100.0);
+    let init_start = inside
+        .first_line("init-stat")
+        .rsplit_once(')')
+        .and_then(|(_, fields)| fields.split_whitespace().nth(19)?.parse::<f64>().ok());
+    match init_start {
+        Some(start) if ticks > 0.0 && proc_uptime - start / ticks > 0.0 => {
+            proc_uptime - start / ticks
+        }
+        _ => proc_uptime,
+    }
 }
 
 /// `PRETTY_NAME` from os-release, else `NAME VERSION_ID`, else "unknown".
@@ -388,6 +408,8 @@ mod tests {
     const OUTPUT: &str = "@@berth os-release\n\
         PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GNU/Linux\"\n\
         @@berth kernel\n6.1.0-18-amd64\n@@berth arch\nx86_64\n@@berth uptime\n123.45\n\
+        @@berth init-stat\n1 (init (odd)) S 0 1 1 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 10000 1000 10\n\
+        @@berth clock-ticks\n100\n\
         @@berth cpus\n2\n@@berth hostname\npayments\n@@berth credentials\n1700000000\n\
         @@berth agent 0\nGNU bash, version 5.2.15(1)-release\n@@berth agent-exit 0 0\n\
         @@berth instructions 0\npresent\n\
@@ -414,7 +436,12 @@ mod tests {
         assert_eq!(os.distribution, "Debian GNU/Linux 12 (bookworm)");
         assert_eq!(os.kernel, "6.1.0-18-amd64");
         assert_eq!(os.cpu_count, 2);
-        assert_eq!(os.uptime_seconds, 123.45);
+        // Host uptime 123.45 s, init started 100 s after the host booted.
+        assert!(
+            (os.uptime_seconds - 23.45).abs() < 1e-9,
+            "{}",
+            os.uptime_seconds
+        );
         assert_eq!(os.hostname, "payments");
         assert_eq!(figures.container.architecture.as_deref(), Some("x86_64"));
         assert_eq!(
@@ -440,6 +467,14 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn uptime_under_lxcfs_is_taken_as_it_is() {
+        let inside = Inside::parse(
+            "@@berth uptime\n5.00\n@@berth init-stat\n1 (init) S 0 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 900000 0 0\n",
+        );
+        assert_eq!(uptime(&inside), 5.0);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Runtime inspection and `berth exec` against a real Ready project on the Debian image: the
+//! Runtime inspection and `berth exec` against a real running project on the Debian image: the
 //! figures are live and plausible, `describe` shows them, exec runs in /workspace with the
 //! project's environment and secrets and returns the exit code, and only members get either.
 
@@ -11,6 +11,7 @@ mod harness;
 mod ops;
 
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use harness::{Berth, PROJECTS};
 use serde_json::{Value, json};
@@ -27,20 +28,52 @@ fn berth_cli(berth: &Berth, args: &[&str]) -> std::process::Output {
         .expect("run berth")
 }
 
+/// Polls the runtime figures until the container runs and answered from inside.
+fn wait_running(berth: &Berth, name: &str) -> Value {
+    let deadline = Instant::now() + harness::READY_DEADLINE;
+    loop {
+        let reply = berth.client().get(&format!("{PROJECTS}/{name}/runtime"));
+        if reply.status == 200 {
+            let figures = reply.json();
+            if figures["status"] == "Running" && figures["os"]["kernel"].is_string() {
+                return figures;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: no running container within {:?}; last: {} {}\n{}",
+            harness::READY_DEADLINE,
+            reply.status,
+            reply.text(),
+            berth.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 #[test]
-fn a_ready_project_shows_live_figures_and_runs_commands() {
+fn a_running_project_shows_live_figures_and_runs_commands() {
     let mut berth = Berth::start(None);
     let name = harness::unique_name();
+    // A profile whose install check prints a version, and whose instructions file berth's
+    // later steps would write: inspection reports both.
+    let profile = format!("probe-{:08x}", rand::random::<u32>());
+    let created = berth.client().post_json(
+        "/apis/berth.dev/v1alpha1/agentprofiles",
+        &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "AgentProfile",
+                "metadata": {"name": profile},
+                "spec": {"home": "/root/.probe", "install": {"check": "bash --version"},
+                         "instructions": {"target": "/workspace/PROBE.md", "content": "probe"},
+                         "runner": {"command": ["true"]}}}),
+    );
+    assert_eq!(created.status, 201, "{}", created.text());
     berth.create_project(
         &name,
-        json!({"image": "berth-base", "env": {"GREETING": "hello from spec"}}),
+        json!({"image": "berth-base", "agent": profile, "env": {"GREETING": "hello from spec"}}),
     );
-    berth.wait_ready(&name);
-
-    // The figures come from LXD and from inside the container.
-    let reply = berth.client().get(&format!("{PROJECTS}/{name}/runtime"));
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    let figures = reply.json();
+    // The figures come from LXD and from inside the container, as soon as it runs (agent
+    // provisioning need not have finished).
+    let figures = wait_running(&berth, &name);
     let at = |path: &str| -> &Value { figures.pointer(path).unwrap_or(&Value::Null) };
     assert_eq!(at("/status"), "Running", "{figures}");
     assert_eq!(at("/container/name"), name.as_str());
@@ -81,6 +114,17 @@ fn a_ready_project_shows_live_figures_and_runs_commands() {
     assert!(uptime > 0.0 && uptime < 600.0, "{figures}");
     assert_eq!(at("/os/hostname"), name.as_str(), "{figures}");
 
+    let agent = &figures["agents"][0];
+    assert_eq!(agent["profile"], profile.as_str(), "{figures}");
+    assert_eq!(agent["installed"], true, "{figures}");
+    assert!(
+        agent["version"]
+            .as_str()
+            .is_some_and(|v| v.contains("GNU bash")),
+        "{figures}"
+    );
+    assert_eq!(agent["instructions"], "/workspace/PROBE.md", "{figures}");
+
     // describe shows them.
     let described = berth_cli(&berth, &["describe", "project", &name]);
     assert!(described.status.success(), "{described:?}");
@@ -115,11 +159,21 @@ fn a_ready_project_shows_live_figures_and_runs_commands() {
     );
     assert_eq!(result["stderr"], "oops\n", "{result}");
 
-    // The exec counts as activity, which inspection reports.
+    // The exec counts as activity, which inspection reports, with files as they are now.
+    let wrote = berth.client().post_json(
+        &format!("{PROJECTS}/{name}/exec"),
+        &json!({"command": ["sh", "-c", "echo probe > PROBE.md && touch .env"]}),
+    );
+    assert_eq!(wrote.json()["exitCode"], 0, "{}", wrote.text());
     let figures = berth
         .client()
         .get(&format!("{PROJECTS}/{name}/runtime"))
         .json();
+    assert_eq!(
+        figures["agents"][0]["instructionsPresent"], true,
+        "{figures}"
+    );
+    assert!(figures["credentialsUpdatedAt"].is_string(), "{figures}");
     assert_eq!(figures["lastActivity"]["source"], "exec", "{figures}");
     assert!(figures["lastActivity"]["at"].is_string(), "{figures}");
 

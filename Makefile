@@ -34,6 +34,7 @@ stop:
 
 test:
 	bash scripts/setup-lxd
+	bash scripts/setup-test-deps
 	$(CARGO) build -p berth $(FEATURES)
 	$(CARGO) nextest run --workspace $(FEATURES) --no-fail-fast --profile ci
 

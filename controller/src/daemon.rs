@@ -141,7 +141,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let controller_started = Arc::new(AtomicBool::new(false));
     // One registry for the whole daemon: the controller feeds it, `/metrics` encodes it.
     let metrics = Arc::new(crate::metrics::Metrics::new());
-    let controller = start_controller(&config, &store, &metrics, &shutdown, &controller_started);
+    let inspector = Arc::new(crate::inspect::Inspector::new(config.lxd.endpoint.clone()));
+    let controller = start_controller(
+        &config,
+        &store,
+        &metrics,
+        &inspector,
+        &shutdown,
+        &controller_started,
+    );
 
     let started = Arc::clone(&controller_started);
     let state = ApiState::new(
@@ -151,6 +159,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         shutdown.clone(),
     )
     .with_allowed_file_roots(config.allowed_file_roots.clone())
+    .with_metrics({
+        let metrics = Arc::clone(&metrics);
+        Arc::new(move || metrics.encode())
+    })
+    .with_inspector(Arc::clone(&inspector))
     .with_readiness_check(
         "controller",
         Arc::new(move || {
@@ -166,6 +179,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         Arc::clone(&secrets),
         crate::tools::lxd_config(&config.lxd)?,
     )));
+    // A paused daemon never connects to LXD, so LXD's reachability says nothing about it.
+    let state = if config.paused {
+        state
+    } else {
+        let _probe = inspector.spawn_probe(shutdown.clone());
+        let inspector = Arc::clone(&inspector);
+        state.with_readiness_check("lxd", Arc::new(move || inspector.reachability()))
+    };
     let server = tokio::spawn(api::serve(Arc::new(state), listeners));
     tracing::info!(
         socket = %config.listen.socket.display(),
@@ -193,6 +214,7 @@ fn start_controller(
     config: &Config,
     store: &Arc<Store>,
     metrics: &Arc<crate::metrics::Metrics>,
+    inspector: &Arc<crate::inspect::Inspector>,
     shutdown: &CancellationToken,
     started: &Arc<AtomicBool>,
 ) -> Option<tokio::task::JoinHandle<()>> {
@@ -221,8 +243,10 @@ fn start_controller(
     let store = Arc::clone(store);
     let shutdown = shutdown.clone();
     let started = Arc::clone(started);
+    let inspector = Arc::clone(inspector);
     Some(tokio::spawn(async move {
         if let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &metrics, &shutdown).await {
+            inspector.set_runtime(Arc::clone(&runtime));
             let controller = crate::reconcile::spawn_controller(
                 store,
                 runtime,

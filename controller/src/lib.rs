@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod gitops;
+pub mod inspect;
 pub mod lxd;
 pub mod metrics;
 pub mod reconcile;

@@ -337,6 +337,41 @@ impl Metrics {
     }
 }
 
+/// The classic Prometheus text format (0.0.4) of an OpenMetrics exposition, for scrapers that
+/// do not ask for OpenMetrics (promtool, curl): counters are declared under their `_total`
+/// name, and the `# UNIT` and `# EOF` lines that format does not know are left out.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    // A family's HELP line waits for its TYPE line, which says whether the name changes.
+    let mut help: Option<(&str, &str)> = None;
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            help = Some(rest.split_once(' ').unwrap_or((rest, "")));
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let (name, kind) = match kind {
+                "counter" if !name.ends_with("_total") => (format!("{name}_total"), kind),
+                "info" => (format!("{name}_info"), "gauge"),
+                "stateset" | "gaugehistogram" | "unknown" => (name.to_string(), "untyped"),
+                _ => (name.to_string(), kind),
+            };
+            if let Some((_, text)) = help.take() {
+                out.push_str(&format!("# HELP {name} {text}\n"));
+            }
+            out.push_str(&format!("# TYPE {name} {kind}\n"));
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
 impl crate::lxd::RequestObserver for Metrics {
     fn observe(&self, method: &str, code: u16, seconds: f64) {
         self.observe_lxd_request(method, code, seconds);
@@ -409,6 +444,19 @@ mod tests {
         assert!(text.contains("berth_lxd_requests_total{method=\"GET\",code=\"200\"} 2"));
         assert!(text.contains("berth_lxd_requests_total{method=\"POST\",code=\"404\"} 1"));
         assert!(text.contains("berth_lxd_request_duration_seconds_count 3"));
+    }
+
+    #[test]
+    fn the_text_format_names_counters_by_their_samples() {
+        let text = to_prometheus_text(&Metrics::new().encode());
+        assert!(text.contains("# HELP berth_reconcile_total Reconciles finished"));
+        assert!(text.contains("# TYPE berth_reconcile_total counter"));
+        assert!(text.contains("# TYPE berth_reconcile_duration_seconds histogram"));
+        assert!(text.contains("# TYPE berth_build_info gauge"));
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
     }
 
     #[test]

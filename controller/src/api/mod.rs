@@ -86,6 +86,8 @@ pub struct ApiState {
     pub shutdown: CancellationToken,
     /// Runs the workspace tools; without it the tools endpoint answers 503.
     pub tools: Option<Arc<crate::tools::Tools>>,
+    /// LXD for runtime inspection and exec, and the activity people caused through berth.
+    pub inspector: Arc<crate::inspect::Inspector>,
 }
 
 impl ApiState {
@@ -104,12 +106,19 @@ impl ApiState {
             metrics: None,
             shutdown,
             tools: None,
+            inspector: Arc::new(crate::inspect::Inspector::new("LXD")),
         }
     }
 
     /// Serves the workspace tools endpoint.
     pub fn with_tools(mut self, tools: Arc<crate::tools::Tools>) -> Self {
         self.tools = Some(tools);
+        self
+    }
+
+    /// Inspects and execs through `inspector` (whose runtime arrives when the controller connects).
+    pub fn with_inspector(mut self, inspector: Arc<crate::inspect::Inspector>) -> Self {
+        self.inspector = inspector;
         self
     }
 

@@ -149,13 +149,28 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             let Some(render) = &state.metrics else {
                 return Err(ApiError::not_found("this daemon serves no metrics"));
             };
-            let mut response = text(StatusCode::OK, &render());
-            response.headers_mut().insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static(
+            // OpenMetrics for scrapers that ask for it (Prometheus does), the classic text
+            // format for everything else, as Prometheus's own client libraries do.
+            let openmetrics = req
+                .headers()
+                .get(hyper::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|accept| accept.contains("application/openmetrics-text"));
+            let (body, content_type) = if openmetrics {
+                (
+                    render(),
                     "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
-            );
+                )
+            } else {
+                (
+                    crate::metrics::to_prometheus_text(&render()),
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )
+            };
+            let mut response = text(StatusCode::OK, &body);
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
             return Ok(response);
         }
         _ => {}
@@ -211,8 +226,25 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             };
             let (parts, incoming) = req.into_parts();
             let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
+            let dispatched = method == Method::POST;
             let (code, value) = tools.route(&project, &method, rest, bytes).await?;
+            if dispatched {
+                // A tool call is activity: the workspace is in use, whatever the call's outcome.
+                state.inspector.activity.record(project.uid(), "tool");
+            }
             Ok(json_response(code, &value))
+        }
+        ["projects", name, "runtime"] => {
+            only(&method, &path, Method::GET)?;
+            let figures = crate::inspect::api::runtime_figures(state, caller, name).await?;
+            Ok(serialized(StatusCode::OK, &figures))
+        }
+        ["projects", name, "exec"] => {
+            only(&method, &path, Method::POST)?;
+            let (parts, incoming) = req.into_parts();
+            let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
+            let result = crate::inspect::api::exec(state, caller, name, &bytes).await?;
+            Ok(serialized(StatusCode::OK, &result))
         }
         ["projects", name, "members"] => members::route(state, caller, &method, name, None).await,
         ["projects", name, "members", user] => {

@@ -37,6 +37,18 @@ pub async fn run(context: &Context, args: DescribeArgs) -> anyhow::Result<ExitCo
         Err(err) => Err(err.to_string()),
     };
     print!("{}", describe(args.kind, &object, events, Utc::now()));
+    if args.kind == Resource::Project {
+        // Live figures only when the container runs; any failure just leaves the section out.
+        let path = format!(
+            "{}/runtime",
+            crate::client::Client::object_path(Resource::Project, Some(&args.name))
+        );
+        if let Ok(figures) = client.request_json(reqwest::Method::GET, &path, None).await
+            && let Some(section) = crate::inspect::render::runtime_section(&figures)
+        {
+            print!("{section}");
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -17,6 +17,7 @@ mod describe;
 mod diff;
 mod duration;
 mod events;
+mod exec;
 mod get;
 mod manifest;
 mod members;
@@ -89,6 +90,8 @@ enum Command {
     Wait(wait::WaitArgs),
     /// List recent events, for every object or for one.
     Events(events::EventsArgs),
+    /// Run a command in a project's container (members only).
+    Exec(exec::ExecArgs),
     /// Create an object from a few flags.
     Create(create::CreateArgs),
     /// Restart a project's container (or replace it with --recreate).
@@ -169,6 +172,7 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Diff(args) => diff::run(context, args).await,
             Command::Wait(args) => wait::run(context, args).await,
             Command::Events(args) => events::run(context, args).await,
+            Command::Exec(args) => exec::run(context, args).await,
             Command::Create(args) => create::run(context, args).await,
             Command::Restart(args) => power::restart(context, args).await,
             Command::Stop(args) => power::stop(context, args).await,

@@ -1,0 +1,135 @@
+//! The HTTP face of inspection: `GET .../projects/NAME/runtime` and `POST .../projects/NAME/exec`,
+//! members only. Both answer 503 while berth has no connection to LXD.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hyper::StatusCode;
+
+use super::exec::{ExecCall, ExecResult};
+use super::figures::{self, AgentProbe, InspectError, RuntimeFigures};
+use crate::api::access;
+use crate::api::error::{ApiError, Cause};
+use crate::api::{ApiState, Caller};
+use crate::runtime::{Runtime, RuntimeError};
+use crate::store::StoredObject;
+
+const AGENT_PROFILE: &str = "AgentProfile";
+
+/// The live figures of a member's project.
+pub async fn runtime_figures(
+    state: &ApiState,
+    caller: &Caller,
+    name: &str,
+) -> Result<RuntimeFigures, ApiError> {
+    let project = access::member_project(state, caller, name)?;
+    let runtime = connected(state)?;
+    let agents = agent_probes(state, &project);
+    let mut figures = figures::inspect(runtime.as_ref(), project.name(), &agents)
+        .await
+        .map_err(|e| match e {
+            InspectError::NoContainer(_) => {
+                ApiError::not_found(format!("Project {name:?} has no container"))
+                    .with_object("Project", name)
+            }
+            InspectError::Runtime(e) => runtime_error(name, &e),
+        })?;
+    figures.last_activity =
+        state
+            .inspector
+            .activity
+            .last(project.uid())
+            .map(|a| figures::LastActivity {
+                at: a.at,
+                source: a.source,
+            });
+    Ok(figures)
+}
+
+/// Runs a member's command in the project's container and records it as activity.
+pub async fn exec(
+    state: &ApiState,
+    caller: &Caller,
+    name: &str,
+    body: &[u8],
+) -> Result<ExecResult, ApiError> {
+    let project = access::member_project(state, caller, name)?;
+    let call: ExecCall = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("exec body: {e}")))?;
+    let project_env: BTreeMap<String, String> =
+        serde_json::from_value(project.spec["env"].clone()).unwrap_or_default();
+    let secrets = state
+        .secrets
+        .values(project.uid())
+        .map_err(|e| ApiError::internal(format!("reading the secrets of {name}: {e}")))?;
+    let request = call.to_request(&project_env, secrets).map_err(|e| {
+        ApiError::invalid(
+            Some("Exec"),
+            Some(name),
+            vec![Cause::new(e.field, e.message.clone())],
+        )
+    })?;
+    let runtime = connected(state)?;
+    // A person acted in the project, whatever the command's outcome.
+    state.inspector.activity.record(project.uid(), "exec");
+    tracing::info!(project = name, caller = %caller.identity, "exec");
+    runtime
+        .exec(project.name(), &request)
+        .await
+        .map(ExecResult::from)
+        .map_err(|e| runtime_error(name, &e))
+}
+
+fn connected(state: &ApiState) -> Result<Arc<dyn Runtime>, ApiError> {
+    state.inspector.runtime().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "berth is not connected to LXD",
+        )
+    })
+}
+
+/// The profiles the project uses: its agent first, then the others; missing ones are skipped.
+fn agent_probes(state: &ApiState, project: &StoredObject) -> Vec<AgentProbe> {
+    let mut names: Vec<String> = Vec::new();
+    if let Some(agent) = project.spec["agent"].as_str() {
+        names.push(agent.to_string());
+    }
+    for agent in project.spec["agents"].as_array().into_iter().flatten() {
+        if let Some(agent) = agent.as_str().filter(|a| !names.iter().any(|n| n == a)) {
+            names.push(agent.to_string());
+        }
+    }
+    names
+        .iter()
+        .filter_map(|name| {
+            let profile = state.store.get(AGENT_PROFILE, name)?;
+            Some(AgentProbe::from_spec(name, &profile.spec))
+        })
+        .collect()
+}
+
+fn runtime_error(name: &str, e: &RuntimeError) -> ApiError {
+    match e {
+        RuntimeError::Timeout { .. } => ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "Timeout",
+            format!("{name}: {e}"),
+        ),
+        // LXD answers 400 for an exec in a stopped or frozen container.
+        RuntimeError::Rejected { status: 400, .. } => ApiError::new(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!("{name}: the container is not running: {e}"),
+        ),
+        RuntimeError::NotFound { .. } => {
+            ApiError::not_found(format!("{name}: {e}")).with_object("Project", name)
+        }
+        _ => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            format!("{name}: {e}"),
+        ),
+    }
+}

@@ -1,0 +1,177 @@
+//! Running one command in a project's container for a member (`berth exec`): in /workspace,
+//! with the project's environment and secrets, counted as activity.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::runtime::{ExecOutput, ExecRequest};
+
+/// Where commands run unless the request says otherwise.
+pub const DEFAULT_CWD: &str = "/workspace";
+/// How long a command may run unless the request says otherwise, and at most.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The body of `POST .../projects/NAME/exec`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecCall {
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub environment: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+}
+
+/// The answer: the command ran (whatever its exit code).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecResult {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<ExecOutput> for ExecResult {
+    fn from(output: ExecOutput) -> Self {
+        ExecResult {
+            exit_code: output.exit_code,
+            stdout: output.stdout_str(),
+            stderr: output.stderr_str(),
+        }
+    }
+}
+
+/// A field of the call that cannot be run, with the field it names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidCall {
+    pub field: &'static str,
+    pub message: String,
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> InvalidCall {
+    InvalidCall {
+        field,
+        message: message.into(),
+    }
+}
+
+impl ExecCall {
+    /// The runtime request: the project's `spec.env`, then its secrets, then the call's own
+    /// environment (each later one wins), in /workspace unless told otherwise.
+    pub fn to_request(
+        &self,
+        project_env: &BTreeMap<String, String>,
+        secrets: BTreeMap<String, String>,
+    ) -> Result<ExecRequest, InvalidCall> {
+        if self.command.is_empty() || self.command[0].is_empty() {
+            return Err(invalid("command", "must name a program to run"));
+        }
+        for key in self.environment.keys() {
+            if !is_env_name(key) {
+                return Err(invalid(
+                    "environment",
+                    format!("{key:?} is not an environment variable name"),
+                ));
+            }
+        }
+        let cwd = self.cwd.clone().unwrap_or_else(|| DEFAULT_CWD.to_string());
+        if !cwd.starts_with('/') {
+            return Err(invalid("cwd", format!("{cwd:?} is not an absolute path")));
+        }
+        let timeout = match self.timeout_seconds {
+            None => DEFAULT_TIMEOUT,
+            Some(0) => return Err(invalid("timeoutSeconds", "must be at least 1")),
+            Some(secs) if Duration::from_secs(secs) > MAX_TIMEOUT => {
+                return Err(invalid(
+                    "timeoutSeconds",
+                    format!("{secs} is over the limit of {}", MAX_TIMEOUT.as_secs()),
+                ));
+            }
+            Some(secs) => Duration::from_secs(secs),
+        };
+        let mut request = ExecRequest::new(self.command.clone(), timeout);
+        request.cwd = Some(cwd);
+        request.env = project_env.clone();
+        request.env.extend(secrets);
+        request
+            .env
+            .extend(self.environment.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Ok(request)
+    }
+}
+
+fn is_env_name(key: &str) -> bool {
+    let mut chars = key.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(command: &[&str]) -> ExecCall {
+        ExecCall {
+            command: command.iter().map(|s| s.to_string()).collect(),
+            environment: BTreeMap::new(),
+            cwd: None,
+            timeout_seconds: None,
+        }
+    }
+
+    #[test]
+    fn environment_layers_project_then_secrets_then_call() {
+        let mut c = call(&["env"]);
+        c.environment.insert("A".into(), "call".into());
+        let project = BTreeMap::from([("A".into(), "project".into()), ("B".into(), "p".into())]);
+        let secrets = BTreeMap::from([("B".into(), "secret".into()), ("C".into(), "s".into())]);
+        let request = c.to_request(&project, secrets).unwrap();
+        assert_eq!(request.env["A"], "call");
+        assert_eq!(request.env["B"], "secret");
+        assert_eq!(request.env["C"], "s");
+        assert_eq!(request.cwd.as_deref(), Some("/workspace"));
+        assert_eq!(request.timeout, DEFAULT_TIMEOUT);
+    }
+
+    #[test]
+    fn bad_calls_name_their_field() {
+        let table: Vec<(ExecCall, &str)> = vec![
+            (call(&[]), "command"),
+            (
+                ExecCall {
+                    cwd: Some("workspace".into()),
+                    ..call(&["ls"])
+                },
+                "cwd",
+            ),
+            (
+                ExecCall {
+                    timeout_seconds: Some(0),
+                    ..call(&["ls"])
+                },
+                "timeoutSeconds",
+            ),
+            (
+                ExecCall {
+                    environment: BTreeMap::from([("1X".into(), "v".into())]),
+                    ..call(&["ls"])
+                },
+                "environment",
+            ),
+        ];
+        for (bad, field) in table {
+            let err = bad
+                .to_request(&BTreeMap::new(), BTreeMap::new())
+                .unwrap_err();
+            assert_eq!(err.field, field, "{bad:?}");
+        }
+    }
+}

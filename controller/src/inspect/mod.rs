@@ -1,0 +1,143 @@
+//! Looking into a project's container on behalf of a person: its live figures
+//! ([`figures`]), running a command in it ([`exec`]), and whether LXD answers at all, for
+//! `/readyz`.
+//!
+//! The API reaches LXD through an [`Inspector`]: the runtime arrives once the controller has
+//! connected, so until then (or in a paused daemon) inspection answers 503 instead of waiting.
+
+pub mod activity;
+pub mod api;
+pub mod exec;
+pub mod figures;
+pub mod render;
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+pub use activity::ActivityLog;
+
+use crate::runtime::Runtime;
+
+/// How often the LXD reachability probe runs, and how long one probe may take.
+const PROBE_INTERVAL: Duration = Duration::from_secs(5);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The probe reads one instance by name: a missing instance is the cheapest answer LXD gives,
+/// and an existing one of that name is only read.
+const PROBE_INSTANCE: &str = "berth-readiness-probe";
+
+/// The runtime the API inspects through, LXD's reachability as last probed, and the activity
+/// people caused through berth.
+pub struct Inspector {
+    endpoint: String,
+    runtime: RwLock<Option<Arc<dyn Runtime>>>,
+    reachability: Mutex<Result<(), String>>,
+    pub activity: Arc<ActivityLog>,
+}
+
+impl std::fmt::Debug for Inspector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inspector")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inspector {
+    /// An inspector for the LXD at `endpoint` (shown in readiness reasons), not connected yet.
+    pub fn new(endpoint: impl Into<String>) -> Inspector {
+        let endpoint = endpoint.into();
+        Inspector {
+            reachability: Mutex::new(Err(format!("not connected to {endpoint} yet"))),
+            endpoint,
+            runtime: RwLock::new(None),
+            activity: Arc::new(ActivityLog::default()),
+        }
+    }
+
+    /// Hands over the runtime once the controller has connected.
+    pub fn set_runtime(&self, runtime: Arc<dyn Runtime>) {
+        *self.runtime.write().unwrap_or_else(|e| e.into_inner()) = Some(runtime);
+        self.set_reachability(Ok(()));
+    }
+
+    /// The connected runtime, or `None` before the controller connected (or when paused).
+    pub fn runtime(&self) -> Option<Arc<dyn Runtime>> {
+        self.runtime
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether LXD answered the last probe, and why not: cheap, for `/readyz`.
+    pub fn reachability(&self) -> Result<(), String> {
+        self.reachability
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_reachability(&self, result: Result<(), String>) {
+        *self.reachability.lock().unwrap_or_else(|e| e.into_inner()) = result;
+    }
+
+    /// Probes LXD every few seconds until `shutdown`, so `/readyz` answers from the last result
+    /// without making a request of its own.
+    pub fn spawn_probe(
+        self: &Arc<Self>,
+        shutdown: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let inspector = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(PROBE_INTERVAL) => {}
+                }
+                if let Some(runtime) = inspector.runtime() {
+                    let result = inspector.probe(runtime.as_ref()).await;
+                    if let Err(reason) = &result {
+                        tracing::warn!(reason = %reason, "LXD did not answer the readiness probe");
+                    }
+                    inspector.set_reachability(result);
+                }
+            }
+        })
+    }
+
+    async fn probe(&self, runtime: &dyn Runtime) -> Result<(), String> {
+        match tokio::time::timeout(PROBE_TIMEOUT, runtime.get_instance(PROBE_INSTANCE)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("{} did not answer: {e}", self.endpoint)),
+            Err(_) => Err(format!(
+                "{} did not answer within {PROBE_TIMEOUT:?}",
+                self.endpoint
+            )),
+        }
+    }
+}
+
+/// `'...'` for `sh`: the one quoting that needs no escaping rules inside.
+pub(crate) fn shell_quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_single_quotes() {
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn unconnected_inspector_is_not_ready_and_says_where_it_looked() {
+        let inspector = Inspector::new("unix:///nowhere.socket");
+        let reason = inspector.reachability().unwrap_err();
+        assert!(reason.contains("unix:///nowhere.socket"), "{reason}");
+        assert!(inspector.runtime().is_none());
+    }
+}

@@ -197,3 +197,10 @@ pub(super) fn timestamp(row: &Row<'_>, index: usize) -> rusqlite::Result<DateTim
             )
         })
 }
+
+/// Deletes every event about an object: part of the transaction that removes it, so a project
+/// re-created under the same name starts with no history of the old one.
+pub(super) fn forget_object(tx: &rusqlite::Transaction<'_>, uid: &str) -> Result<(), StoreError> {
+    tx.execute("DELETE FROM events WHERE object_uid = ?1", [uid])?;
+    Ok(())
+}

@@ -1029,6 +1029,7 @@ impl Inner {
                     }
                     Write::Remove { kind, name, uid } => {
                         remove.execute(params![kind, name])?;
+                        events::forget_object(&tx, uid)?;
                         if kind == PROJECT_KIND {
                             access::forget_project(&tx, uid)?;
                         }

@@ -393,6 +393,26 @@ fn events_repeat_by_counting() {
 }
 
 #[test]
+fn removing_an_object_removes_its_events() {
+    let (_dir, store) = open();
+    let a = store.create(project("a", json!({})), false).unwrap();
+    let b = store.create(project("b", json!({})), false).unwrap();
+    for object in [&a, &b] {
+        store
+            .record_event(object, EventType::Normal, "Created", "container created")
+            .unwrap();
+    }
+    store
+        .delete("Project", "a", None, BTreeMap::new(), false)
+        .unwrap();
+    assert!(store.events_for("Project", "a").unwrap().is_empty());
+    assert_eq!(store.events_for("Project", "b").unwrap().len(), 1);
+    // A project re-created under the same name starts without the old one's history.
+    store.create(project("a", json!({})), false).unwrap();
+    assert!(store.events_for("Project", "a").unwrap().is_empty());
+}
+
+#[test]
 fn migrations_start_from_an_empty_file_and_back_up_an_older_schema() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("berth.db");

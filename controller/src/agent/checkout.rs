@@ -1,0 +1,229 @@
+//! CheckedOut: the project's repository cloned into /workspace, once.
+//!
+//! A `file://` URL names a path on the berth host: berth bundles it there with the git CLI
+//! (`git bundle create --all`), pushes the bundle through the file API (which works on a local
+//! and a remote LXD alike) and clones from it inside, then points `origin` at the URL given. The
+//! clone's remote-tracking refs stay, so "commits on no remote" can be told offline. Other URLs
+//! are cloned inside the container directly.
+//!
+//! The clone is built in a scratch directory and its `.git` renamed into /workspace last:
+//! `/workspace/.git` exists only for a finished checkout, which is what makes a later call keep
+//! it instead of cloning again.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::DirBuilderExt;
+use std::time::Duration;
+
+use berth_api::{Repo, file_url_path};
+
+use super::exec::{output_tail, run_script, write_file};
+use super::{AgentError, Result};
+use crate::runtime::Runtime;
+
+const REASON: &str = "CheckoutFailed";
+
+/// How long a clone (or the host-side bundle) may take.
+pub const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Where the bundle of a `file://` repository is pushed; removed after the clone.
+const BUNDLE_PATH: &str = "/tmp/berth-checkout.bundle";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckoutOutcome {
+    /// The repository was cloned now.
+    Cloned {
+        /// The checked-out branch (`None` on a detached HEAD).
+        branch: Option<String>,
+        /// The commit checked out.
+        head: String,
+    },
+    /// /workspace already held a checkout; it was left as it is.
+    Kept,
+}
+
+/// Clones `repo` into /workspace unless a checkout is there already.
+pub async fn checkout(rt: &dyn Runtime, instance: &str, repo: &Repo) -> Result<CheckoutOutcome> {
+    let url = repo.url.as_str();
+    let failed = |message: String| AgentError::CheckoutFailed {
+        url: redact_url(url),
+        message,
+    };
+
+    let source = if let Some(host_path) = file_url_path(url) {
+        // Bundling is host work; skip it when the workspace is checked out already.
+        let probe = run_script(
+            rt,
+            instance,
+            REASON,
+            "test -d /workspace/.git",
+            &[],
+            &BTreeMap::new(),
+            PROBE_TIMEOUT,
+        )
+        .await?;
+        if probe.success() {
+            return Ok(CheckoutOutcome::Kept);
+        }
+        let bundle = bundle_host_repository(host_path).await.map_err(failed)?;
+        write_file(rt, instance, REASON, BUNDLE_PATH, &bundle, 0o600).await?;
+        BUNDLE_PATH.to_string()
+    } else {
+        url.to_string()
+    };
+
+    const SCRIPT: &str = r#"
+set -eu
+src=$1 url=$2 branch=$3 bundle=$4
+if [ -d /workspace/.git ]; then
+    [ -z "$bundle" ] || rm -f "$bundle"
+    echo kept
+    exit 0
+fi
+command -v git >/dev/null 2>&1 || { echo "git is not installed in the container" >&2; exit 30; }
+# A clone from an earlier call may still be running (an exec outlives its deadline): wait for
+# it rather than pull its scratch directory from under it, then look again.
+if command -v flock >/dev/null 2>&1; then
+    mkdir -p /run/berth
+    exec 9>/run/berth/checkout.lock
+    flock -w 900 9 || { echo "an earlier checkout still holds the lock" >&2; exit 31; }
+    if [ -d /workspace/.git ]; then
+        [ -z "$bundle" ] || rm -f "$bundle"
+        echo kept
+        exit 0
+    fi
+fi
+# The workspace volume's root may not be owned by the user git runs as.
+git config --global --get-all safe.directory 2>/dev/null | grep -qx /workspace \
+    || git config --global --add safe.directory /workspace
+scratch=/workspace/.berth-checkout
+rm -rf "$scratch"
+if [ -n "$branch" ]; then
+    git clone -q --no-checkout -b "$branch" -- "$src" "$scratch"
+else
+    git clone -q --no-checkout -- "$src" "$scratch"
+fi
+git --git-dir="$scratch/.git" remote set-url origin "$url"
+git --git-dir="$scratch/.git" --work-tree=/workspace reset -q --hard HEAD
+mv "$scratch/.git" /workspace/.git
+rm -rf "$scratch"
+[ -z "$bundle" ] || rm -f "$bundle"
+echo "cloned $(git -C /workspace rev-parse HEAD) $(git -C /workspace symbolic-ref --short -q HEAD || true)"
+"#;
+    let branch = repo.branch.as_deref().unwrap_or("");
+    let bundle = if source == BUNDLE_PATH {
+        BUNDLE_PATH
+    } else {
+        ""
+    };
+    let out = run_script(
+        rt,
+        instance,
+        REASON,
+        SCRIPT,
+        &[&source, url, branch, bundle],
+        &BTreeMap::new(),
+        CHECKOUT_TIMEOUT,
+    )
+    .await?;
+    if !out.success() {
+        return Err(failed(format!(
+            "git clone in the container failed (exit {}): {}",
+            out.exit_code,
+            output_tail(&out, 5)
+        )));
+    }
+    let said = out.stdout_str();
+    let last = said.lines().last().unwrap_or("");
+    if last == "kept" {
+        return Ok(CheckoutOutcome::Kept);
+    }
+    let mut words = last.split_whitespace();
+    match (words.next(), words.next()) {
+        (Some("cloned"), Some(head)) => Ok(CheckoutOutcome::Cloned {
+            head: head.to_string(),
+            branch: words.next().map(str::to_string),
+        }),
+        _ => Err(failed(format!(
+            "unexpected output from the clone: {last:?}"
+        ))),
+    }
+}
+
+/// `git bundle create --all` of a host repository, read into memory.
+async fn bundle_host_repository(path: &str) -> Result<Vec<u8>, String> {
+    let dir = ScratchDir::create().map_err(|e| format!("temporary directory on the host: {e}"))?;
+    let bundle = dir.0.join("repo.bundle");
+    let mut command = tokio::process::Command::new("git");
+    command
+        // The repository may belong to another user on the host; berth only reads it.
+        .arg("-c")
+        .arg(format!("safe.directory={path}"))
+        .arg("-C")
+        .arg(path)
+        .args(["bundle", "create", "--quiet"])
+        .arg(&bundle)
+        .arg("--all")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(CHECKOUT_TIMEOUT, command.output())
+        .await
+        .map_err(|_| format!("git bundle on the host did not finish within {CHECKOUT_TIMEOUT:?}"))?
+        .map_err(|e| format!("cannot run git on the host: {e}"))?;
+    if !output.status.success() {
+        let err = String::from_utf8_lossy(&output.stderr);
+        let err: String = err
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect::<Vec<_>>()
+            .join(" | ");
+        return Err(format!("git bundle of {path} on the host failed: {err}"));
+    }
+    tokio::fs::read(&bundle)
+        .await
+        .map_err(|e| format!("reading the bundle of {path}: {e}"))
+}
+
+/// A private host directory removed when dropped (also when the bundle fails half-way).
+struct ScratchDir(std::path::PathBuf);
+
+impl ScratchDir {
+    fn create() -> std::io::Result<ScratchDir> {
+        let path =
+            std::env::temp_dir().join(format!("berth-bundle-{:016x}", rand::random::<u64>()));
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(ScratchDir(path))
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The URL without user information (a token in `https://user:token@host/...` stays out of
+/// conditions and events).
+fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if !parsed.username().is_empty() || parsed.password().is_some() => {
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_lose_their_credentials_in_messages() {
+        assert_eq!(
+            redact_url("https://bob:t0ken@git.example/x.git"),
+            "https://git.example/x.git"
+        );
+        assert_eq!(redact_url("file:///srv/repo"), "file:///srv/repo");
+    }
+}

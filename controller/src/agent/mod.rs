@@ -1,0 +1,117 @@
+//! Agent provisioning inside a project's container: the steps Bootstrapped, CheckedOut, Seeded,
+//! RunnerStarted and Briefed, and talking to the agent afterwards (its status file, answers,
+//! the runner log).
+//!
+//! Every function here works on a `&dyn Runtime` and an instance name. It knows AgentProfile and
+//! Project specs but not the store or the queue: the reconciler decides when a step runs and
+//! records that it ran. Each function is idempotent, so running one again after a crash is
+//! safe, and returns an [`AgentError`] whose [`AgentError::reason`] goes into a condition.
+//!
+//! Paths berth owns inside a container:
+//! - `/usr/local/lib/berth/`: the runner wrapper and the offline `shell` agent (bootstrap);
+//! - `<home>/.berth-credentials.env` (0600): the profile's credentials as `export KEY='value'`
+//!   lines, for a person or tool working in the container; the runner gets them in its
+//!   environment directly;
+//! - `/run/berth/` (tmpfs): `brief.md`, `brief.id`, `runner.pid`, `agent.json`, `answer`;
+//! - `/var/log/berth/runner.log`: the runner's output, capped at [`RUNNER_LOG_CAP`] bytes
+//!   (one older generation is kept as `runner.log.1`).
+
+mod bootstrap;
+mod checkout;
+mod exec;
+mod runner;
+mod seed;
+mod status;
+
+use crate::runtime::RuntimeError;
+
+pub use bootstrap::sync_credentials;
+pub use bootstrap::{BootstrapReport, InstallOutcome, ProfileBootstrap, bootstrap};
+pub use checkout::{CheckoutOutcome, checkout};
+pub use exec::sha256_hex;
+pub use runner::{LogChunk, RunnerOutcome, answer, runner_log, runner_log_from, start_runner};
+pub use seed::{SeedReport, WrittenFiles, env_file_with_block, seed, sync_env};
+pub use status::{AgentReport, parse_agent_status, read_agent_status, sanitize_untrusted};
+
+/// Where berth's support files live in every container.
+pub const SUPPORT_DIR: &str = "/usr/local/lib/berth";
+/// The offline agent, pushed at bootstrap.
+pub const SHELL_AGENT_PATH: &str = "/usr/local/lib/berth/shell-agent";
+/// Runs a profile's runner with its output appended to the capped runner log.
+pub const RUNNER_WRAPPER_PATH: &str = "/usr/local/lib/berth/runner";
+/// The tmpfs directory of the agent status contract.
+pub const RUN_DIR: &str = "/run/berth";
+pub const BRIEF_FILE: &str = "/run/berth/brief.md";
+pub const BRIEF_ID_FILE: &str = "/run/berth/brief.id";
+pub const STATUS_FILE: &str = "/run/berth/agent.json";
+pub const ANSWER_FILE: &str = "/run/berth/answer";
+pub const RUNNER_PID_FILE: &str = "/run/berth/runner.pid";
+pub const RUNNER_LOG: &str = "/var/log/berth/runner.log";
+/// The runner log is rotated once it grows past this many bytes.
+pub const RUNNER_LOG_CAP: u64 = 1024 * 1024;
+/// The file in a profile's home that holds its credentials.
+pub const CREDENTIALS_FILE_NAME: &str = ".berth-credentials.env";
+
+/// Why an agent step failed. Secret values never appear in these messages; secret keys may.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// A profile's CLI is missing and could not be installed.
+    #[error("agent profile {profile}: {message}")]
+    InstallFailed { profile: String, message: String },
+
+    /// A profile needs a project secret that is not set.
+    #[error("agent profile {profile} needs the project secret {key}, which is not set")]
+    CredentialMissing { profile: String, key: String },
+
+    /// A profile's spec cannot be applied as it is (a runtime asset outside its home, ...).
+    #[error("agent profile {profile}: {field}: {message}")]
+    InvalidProfile {
+        profile: String,
+        field: String,
+        message: String,
+    },
+
+    #[error("checkout of {url}: {message}")]
+    CheckoutFailed { url: String, message: String },
+
+    #[error("seed {path}: {message}")]
+    SeedFailed { path: String, message: String },
+
+    #[error("runner: {message}")]
+    RunnerFailed { message: String },
+
+    /// The container runtime failed a call; `reason` is the step's failure reason.
+    #[error("{what}: {source}")]
+    Runtime {
+        reason: &'static str,
+        what: String,
+        #[source]
+        source: RuntimeError,
+    },
+}
+
+impl AgentError {
+    /// The condition reason: `InstallFailed`, `CredentialMissing`, `InvalidProfile`,
+    /// `CheckoutFailed`, `SeedFailed` or `RunnerFailed`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AgentError::InstallFailed { .. } => "InstallFailed",
+            AgentError::CredentialMissing { .. } => "CredentialMissing",
+            AgentError::InvalidProfile { .. } => "InvalidProfile",
+            AgentError::CheckoutFailed { .. } => "CheckoutFailed",
+            AgentError::SeedFailed { .. } => "SeedFailed",
+            AgentError::RunnerFailed { .. } => "RunnerFailed",
+            AgentError::Runtime { reason, .. } => reason,
+        }
+    }
+
+    /// Worth retrying unchanged: the runtime was unreachable or a call timed out.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, AgentError::Runtime { source, .. } if source.is_transient())
+    }
+}
+
+pub type Result<T, E = AgentError> = std::result::Result<T, E>;
+
+/// A profile as the steps take it: its name and its spec.
+pub type NamedProfile<'a> = (&'a str, &'a berth_api::AgentProfileSpec);

@@ -1,0 +1,271 @@
+//! RunnerStarted: the brief handed over and the profile's runner started, once per boot; and
+//! talking to a running agent afterwards (answers, the runner log).
+//!
+//! The pid file under the tmpfs `/run/berth` is the guard: while it exists the runner was started
+//! in this boot, so a repeated call (after a controller crash, say) starts nothing, whether the
+//! runner is still running or has finished. A reboot clears `/run`, so the next boot starts it
+//! again. A lock serialises concurrent calls.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use berth_api::AgentProfileSpec;
+
+use super::exec::{output_tail, run_script};
+use super::{
+    ANSWER_FILE, AgentError, BRIEF_FILE, BRIEF_ID_FILE, RUN_DIR, RUNNER_LOG, RUNNER_PID_FILE,
+    RUNNER_WRAPPER_PATH, Result, STATUS_FILE,
+};
+use crate::runtime::Runtime;
+
+const REASON: &str = "RunnerFailed";
+const RUNNER_TIMEOUT: Duration = Duration::from_secs(60);
+/// Briefs travel as one command-line argument, which Linux caps at 128 KiB.
+pub const MAX_BRIEF_BYTES: usize = 100_000;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunnerOutcome {
+    /// Started now, with this brief.
+    Started { pid: u32 },
+    /// It had been started in this boot already; nothing was done. `brief_id` is the brief it
+    /// was handed then.
+    AlreadyStarted {
+        pid: u32,
+        running: bool,
+        brief_id: String,
+    },
+}
+
+/// Writes the brief (`/run/berth/brief.md`, its id in `/run/berth/brief.id`) and starts the
+/// profile's runner detached in its own session, `{briefFile}` in its command replaced by the
+/// brief's path. Its environment is `env` with `secrets` on top, plus `BERTH_BRIEF_ID`,
+/// `BERTH_BRIEF_FILE`, `BERTH_STATUS_FILE` and `BERTH_ANSWER_FILE`.
+pub async fn start_runner(
+    rt: &dyn Runtime,
+    instance: &str,
+    profile: &AgentProfileSpec,
+    brief_id: &str,
+    brief: &str,
+    env: &BTreeMap<String, String>,
+    secrets: &BTreeMap<String, String>,
+) -> Result<RunnerOutcome> {
+    if profile.runner.command.is_empty() {
+        return Err(AgentError::RunnerFailed {
+            message: "the profile has no runner.command".to_string(),
+        });
+    }
+    if brief_id.is_empty()
+        || brief_id.len() > 128
+        || !brief_id.chars().all(|c| c.is_ascii_graphic())
+    {
+        return Err(AgentError::RunnerFailed {
+            message: format!(
+                "brief id {brief_id:?} must be 1 to 128 printable characters without spaces"
+            ),
+        });
+    }
+    if brief.len() > MAX_BRIEF_BYTES {
+        return Err(AgentError::RunnerFailed {
+            message: format!(
+                "the brief is {} bytes, more than the {MAX_BRIEF_BYTES} berth can hand over",
+                brief.len()
+            ),
+        });
+    }
+    const SCRIPT: &str = r#"
+set -u
+id=$1 brief=$2
+shift 2
+mkdir -p "$RUN_DIR" /var/log/berth
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$RUN_DIR/runner.lock"
+    flock -w 30 9 || { echo "another start of the runner holds the lock" >&2; exit 41; }
+fi
+if [ -s "$PID_FILE" ]; then
+    pid=$(cat "$PID_FILE")
+    if kill -0 "$pid" 2>/dev/null; then state=running; else state=exited; fi
+    echo "already $pid $state $(cat "$BRIEF_ID_FILE" 2>/dev/null)"
+    exit 0
+fi
+printf '%s' "$brief" >"$BRIEF_FILE.tmp" && mv -f "$BRIEF_FILE.tmp" "$BRIEF_FILE" || exit 42
+printf '%s' "$id" >"$BRIEF_ID_FILE.tmp" && mv -f "$BRIEF_ID_FILE.tmp" "$BRIEF_ID_FILE" || exit 42
+export BERTH_BRIEF_ID="$id" BERTH_BRIEF_FILE="$BRIEF_FILE" BERTH_STATUS_FILE="$STATUS_FILE" BERTH_ANSWER_FILE="$ANSWER_FILE"
+pidfile=$PID_FILE
+unset RUN_DIR PID_FILE BRIEF_FILE BRIEF_ID_FILE STATUS_FILE ANSWER_FILE
+setsid "$WRAPPER" "$@" </dev/null >/dev/null 2>&1 9>&- &
+pid=$!
+echo "$pid" >"$pidfile"
+echo "started $pid"
+"#;
+    let command: Vec<String> = profile
+        .runner
+        .command
+        .iter()
+        .map(|arg| arg.replace("{briefFile}", BRIEF_FILE))
+        .collect();
+    let mut args = vec![brief_id, brief];
+    args.extend(command.iter().map(String::as_str));
+
+    let mut exec_env = env.clone();
+    exec_env.extend(secrets.iter().map(|(k, v)| (k.clone(), v.clone())));
+    for (key, value) in [
+        ("RUN_DIR", RUN_DIR),
+        ("BERTH_RUN_DIR", RUN_DIR),
+        ("PID_FILE", RUNNER_PID_FILE),
+        ("BRIEF_FILE", BRIEF_FILE),
+        ("BRIEF_ID_FILE", BRIEF_ID_FILE),
+        ("STATUS_FILE", STATUS_FILE),
+        ("ANSWER_FILE", ANSWER_FILE),
+        ("WRAPPER", RUNNER_WRAPPER_PATH),
+    ] {
+        exec_env.insert(key.to_string(), value.to_string());
+    }
+    let out = run_script(
+        rt,
+        instance,
+        REASON,
+        SCRIPT,
+        &args,
+        &exec_env,
+        RUNNER_TIMEOUT,
+    )
+    .await?;
+    if !out.success() {
+        return Err(AgentError::RunnerFailed {
+            message: format!("exit {}: {}", out.exit_code, output_tail(&out, 5)),
+        });
+    }
+    let said = out.stdout_str();
+    let last = said.lines().last().unwrap_or("");
+    let unexpected = || AgentError::RunnerFailed {
+        message: format!("unexpected answer from the start: {last:?}"),
+    };
+    let mut words = last.split_whitespace();
+    match words.next() {
+        Some("started") => {
+            let pid = words
+                .next()
+                .and_then(|p| p.parse().ok())
+                .ok_or_else(unexpected)?;
+            Ok(RunnerOutcome::Started { pid })
+        }
+        Some("already") => {
+            let pid = words
+                .next()
+                .and_then(|p| p.parse().ok())
+                .ok_or_else(unexpected)?;
+            let running = words.next() == Some("running");
+            let brief_id = words.next().unwrap_or("").to_string();
+            Ok(RunnerOutcome::AlreadyStarted {
+                pid,
+                running,
+                brief_id,
+            })
+        }
+        _ => Err(unexpected()),
+    }
+}
+
+/// Answers a blocked agent: writes `text` to `/run/berth/answer` atomically (a reader never sees
+/// half of it).
+pub async fn answer(rt: &dyn Runtime, instance: &str, text: &str) -> Result<()> {
+    const SCRIPT: &str = r#"
+mkdir -p "$(dirname "$2")" && printf '%s' "$1" >"$2.tmp" && mv -f "$2.tmp" "$2"
+"#;
+    let out = run_script(
+        rt,
+        instance,
+        REASON,
+        SCRIPT,
+        &[text, ANSWER_FILE],
+        &BTreeMap::new(),
+        RUNNER_TIMEOUT,
+    )
+    .await?;
+    if !out.success() {
+        return Err(AgentError::RunnerFailed {
+            message: format!("writing the answer failed: {}", output_tail(&out, 3)),
+        });
+    }
+    Ok(())
+}
+
+/// The last `tail_bytes` of the runner log (empty when the runner never wrote one).
+pub async fn runner_log(rt: &dyn Runtime, instance: &str, tail_bytes: u64) -> Result<String> {
+    const SCRIPT: &str = r#"[ -f "$2" ] || exit 0; tail -c "$1" "$2""#;
+    let bytes = tail_bytes.to_string();
+    let out = run_script(
+        rt,
+        instance,
+        REASON,
+        SCRIPT,
+        &[&bytes, RUNNER_LOG],
+        &BTreeMap::new(),
+        RUNNER_TIMEOUT,
+    )
+    .await?;
+    if !out.success() {
+        return Err(AgentError::RunnerFailed {
+            message: format!("reading {RUNNER_LOG} failed: {}", output_tail(&out, 3)),
+        });
+    }
+    Ok(out.stdout_str())
+}
+
+/// A piece of the runner log, for following it (`berth logs -f`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogChunk {
+    /// The log's bytes from the offset on (at most the bytes asked for), lossily as text.
+    pub text: String,
+    /// Where the next read continues.
+    pub next_offset: u64,
+}
+
+/// The runner log from byte `offset` on, at most `max_bytes` of it. When the log is shorter than
+/// `offset` it was rotated meanwhile, and reading starts over at its beginning.
+pub async fn runner_log_from(
+    rt: &dyn Runtime,
+    instance: &str,
+    offset: u64,
+    max_bytes: u64,
+) -> Result<LogChunk> {
+    const SCRIPT: &str = r#"
+log=$1 off=$2 max=$3
+if [ ! -f "$log" ]; then echo 0; exit 0; fi
+size=$(wc -c <"$log")
+[ "$off" -le "$size" ] || off=0
+echo "$off"
+tail -c +$((off + 1)) "$log" | head -c "$max"
+"#;
+    let (offset, max) = (offset.to_string(), max_bytes.to_string());
+    let out = run_script(
+        rt,
+        instance,
+        REASON,
+        SCRIPT,
+        &[RUNNER_LOG, &offset, &max],
+        &BTreeMap::new(),
+        RUNNER_TIMEOUT,
+    )
+    .await?;
+    let bad = |what: &str| AgentError::RunnerFailed {
+        message: format!("reading {RUNNER_LOG}: {what}"),
+    };
+    if !out.success() {
+        return Err(bad(&output_tail(&out, 3)));
+    }
+    let newline = out
+        .stdout
+        .iter()
+        .position(|b| *b == b'\n')
+        .ok_or_else(|| bad("no offset in the answer"))?;
+    let start: u64 = std::str::from_utf8(&out.stdout[..newline])
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| bad("no offset in the answer"))?;
+    let data = &out.stdout[newline + 1..];
+    Ok(LogChunk {
+        text: String::from_utf8_lossy(data).into_owned(),
+        next_offset: start + data.len() as u64,
+    })
+}

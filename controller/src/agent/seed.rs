@@ -1,0 +1,692 @@
+//! Seeded: the instructions files of every profile, the managed `/workspace/.env` and the
+//! project's seed files, written after the checkout.
+//!
+//! Seeds are written once: a file is (re)written only when it is missing or still holds exactly
+//! what berth wrote there before (`previous`), so a person's edits are never overwritten and a
+//! re-run with the same content changes nothing. `.env` is the exception, being merged: berth
+//! owns only the block between its marker lines, and lines outside it are kept.
+//!
+//! The result records the SHA-256 of every file berth wrote, so the reaper can tell berth's files
+//! from the user's unsaved work; in a git workspace those paths are also listed in
+//! `.git/info/exclude`, so they do not show up as untracked.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use berth_api::{FileMode, MergeMode, ProjectSpec};
+use serde::{Deserialize, Serialize};
+
+use super::exec::{output_tail, run_script, sha256_hex, write_file};
+use super::{AgentError, NamedProfile, Result};
+use crate::runtime::Runtime;
+
+const REASON: &str = "SeedFailed";
+const SEED_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The managed environment file.
+pub const ENV_FILE: &str = "/workspace/.env";
+/// The marker lines around berth's block in `.env`.
+pub const ENV_BLOCK_BEGIN: &str =
+    "# >>> berth managed: lines up to the end marker are rewritten by berth >>>";
+pub const ENV_BLOCK_END: &str = "# <<< berth managed <<<";
+
+/// Files berth wrote under /workspace: absolute path → lowercase hex SHA-256 of the content.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WrittenFiles {
+    pub files: BTreeMap<String, String>,
+}
+
+impl WrittenFiles {
+    /// Whether `path` holds exactly what berth wrote there (so it is not the user's work).
+    pub fn is_berths(&self, path: &str, content_sha256: &str) -> bool {
+        self.files.get(path).is_some_and(|h| h == content_sha256)
+    }
+
+    pub fn get(&self, path: &str) -> Option<&str> {
+        self.files.get(path).map(String::as_str)
+    }
+
+    fn record(&mut self, path: &str, hash: &str) {
+        self.files.insert(path.to_string(), hash.to_string());
+    }
+}
+
+/// What a seed did. `written` replaces the previous record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeedReport {
+    pub written: WrittenFiles,
+    /// Paths (re)written by this call.
+    pub changed: Vec<String>,
+    /// Files left alone because someone else's content is there, for warning events.
+    pub warnings: Vec<String>,
+}
+
+/// A file berth wants under /workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DesiredFile {
+    path: String,
+    content: String,
+    mode: u32,
+}
+
+/// What the container holds at a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Found {
+    Missing,
+    File(String),
+    /// A directory, symbolic link or device: berth never writes through it.
+    NotRegular,
+    /// Its directory resolves outside /workspace (a symbolic link in the checkout).
+    Escapes,
+}
+
+/// Converges the seeded files. `previous` is the record the last seed returned (empty the first
+/// time).
+pub async fn seed(
+    rt: &dyn Runtime,
+    instance: &str,
+    spec: &ProjectSpec,
+    profiles: &[NamedProfile<'_>],
+    secrets: &BTreeMap<String, String>,
+    previous: &WrittenFiles,
+) -> Result<SeedReport> {
+    let desired = desired_files(spec, profiles)?;
+    let env = env_entries(&spec.env, secrets);
+
+    let mut paths: Vec<&str> = desired.iter().map(|d| d.path.as_str()).collect();
+    paths.push(ENV_FILE);
+    for path in previous.files.keys() {
+        if !paths.contains(&path.as_str()) {
+            paths.push(path);
+        }
+    }
+    let (is_git, found) = probe(rt, instance, &paths).await?;
+    let found_at = |path: &str| found.get(path).cloned().unwrap_or(Found::Missing);
+    let refuse = |path: &str, what: &Found| {
+        AgentError::SeedFailed {
+        path: path.to_string(),
+        message: match what {
+            Found::Escapes => "its directory resolves outside /workspace".to_string(),
+            _ => "is not a regular file (a directory or symbolic link); berth does not write through it"
+                .to_string(),
+        },
+    }
+    };
+
+    let mut report = SeedReport::default();
+    for file in &desired {
+        let hash = sha256_hex(file.content.as_bytes());
+        let write = match found_at(&file.path) {
+            what @ (Found::NotRegular | Found::Escapes) => return Err(refuse(&file.path, &what)),
+            Found::Missing => true,
+            Found::File(current) if current == hash => false,
+            Found::File(current) if previous.get(&file.path) == Some(current.as_str()) => true,
+            Found::File(_) => {
+                report.warnings.push(format!(
+                    "kept {}: it holds content berth did not write",
+                    file.path
+                ));
+                continue;
+            }
+        };
+        if write {
+            write_file(
+                rt,
+                instance,
+                REASON,
+                &file.path,
+                file.content.as_bytes(),
+                file.mode,
+            )
+            .await?;
+            report.changed.push(file.path.clone());
+        }
+        report.written.record(&file.path, &hash);
+    }
+
+    let env_found = found_at(ENV_FILE);
+    if let what @ (Found::NotRegular | Found::Escapes) = &env_found {
+        return Err(refuse(ENV_FILE, what));
+    }
+    let (hash, changed) = converge_env(rt, instance, &env_found, &env).await?;
+    if changed {
+        report.changed.push(ENV_FILE.to_string());
+    }
+    if let Some(hash) = hash {
+        report.written.record(ENV_FILE, &hash);
+    }
+
+    // Files berth wrote for an earlier spec stay berth's while they hold what it wrote.
+    for (path, hash) in &previous.files {
+        if !report.written.files.contains_key(path)
+            && path != ENV_FILE
+            && found_at(path) == Found::File(hash.clone())
+        {
+            report.written.record(path, hash);
+        }
+    }
+
+    // The file API sets a mode only when it creates a file: set it on rewritten ones too.
+    let modes: Vec<(u32, &str)> = report
+        .changed
+        .iter()
+        .map(|path| {
+            let mode = desired
+                .iter()
+                .find(|d| &d.path == path)
+                .map_or(0o600, |d| d.mode);
+            (mode, path.as_str())
+        })
+        .collect();
+    if !modes.is_empty() || (is_git && !report.written.files.is_empty()) {
+        finish(rt, instance, &modes, &report.written).await?;
+    }
+    Ok(report)
+}
+
+/// Converges `.env` alone: for secrets propagation after the workspace was seeded (a new,
+/// changed or deleted secret), without touching any other seeded file. Returns the record with
+/// the new `.env` entry (or without one, when no values are left) and whether it was rewritten.
+pub async fn sync_env(
+    rt: &dyn Runtime,
+    instance: &str,
+    env: &BTreeMap<String, String>,
+    secrets: &BTreeMap<String, String>,
+    previous: &WrittenFiles,
+) -> Result<(WrittenFiles, bool)> {
+    let entries = env_entries(env, secrets);
+    let (_, found) = probe(rt, instance, &[ENV_FILE]).await?;
+    let found = found.get(ENV_FILE).cloned().unwrap_or(Found::Missing);
+    if matches!(found, Found::NotRegular | Found::Escapes) {
+        return Err(AgentError::SeedFailed {
+            path: ENV_FILE.to_string(),
+            message: "is not a regular file inside /workspace".to_string(),
+        });
+    }
+    let (hash, changed) = converge_env(rt, instance, &found, &entries).await?;
+    let mut written = previous.clone();
+    match hash {
+        Some(hash) => written.record(ENV_FILE, &hash),
+        None => {
+            written.files.remove(ENV_FILE);
+        }
+    }
+    if changed {
+        let out = run_script(
+            rt,
+            instance,
+            REASON,
+            r#"chmod 600 "$1""#,
+            &[ENV_FILE],
+            &BTreeMap::new(),
+            SEED_TIMEOUT,
+        )
+        .await?;
+        if !out.success() {
+            return Err(AgentError::SeedFailed {
+                path: ENV_FILE.to_string(),
+                message: format!("chmod failed: {}", output_tail(&out, 3)),
+            });
+        }
+    }
+    Ok((written, changed))
+}
+
+/// Rewrites berth's block of `.env` (a regular file or missing, as `found` says). Returns the
+/// hash to record (`None` when berth has no values there) and whether the file changed.
+async fn converge_env(
+    rt: &dyn Runtime,
+    instance: &str,
+    found: &Found,
+    entries: &BTreeMap<String, String>,
+) -> Result<(Option<String>, bool)> {
+    let existing = match found {
+        Found::File(_) => {
+            let bytes =
+                rt.file_read(instance, ENV_FILE)
+                    .await
+                    .map_err(|source| AgentError::Runtime {
+                        reason: REASON,
+                        what: format!("read {ENV_FILE} in {instance}"),
+                        source,
+                    })?;
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+        _ if entries.is_empty() => return Ok((None, false)),
+        _ => String::new(),
+    };
+    let content = env_file_with_block(&existing, entries);
+    let changed = content != existing || !matches!(found, Found::File(_));
+    if changed {
+        write_file(rt, instance, REASON, ENV_FILE, content.as_bytes(), 0o600).await?;
+    }
+    let hash = (!entries.is_empty()).then(|| sha256_hex(content.as_bytes()));
+    Ok((hash, changed))
+}
+
+/// The instructions of every profile, then the seed files on top, in the spec's order.
+fn desired_files(spec: &ProjectSpec, profiles: &[NamedProfile<'_>]) -> Result<Vec<DesiredFile>> {
+    let mut files: Vec<DesiredFile> = Vec::new();
+    for (name, profile) in profiles {
+        let Some(instructions) = &profile.instructions else {
+            continue;
+        };
+        let path = instructions
+            .target_path()
+            .ok_or_else(|| AgentError::InvalidProfile {
+                profile: name.to_string(),
+                field: "spec.instructions.target".to_string(),
+                message: format!("{:?} must lie under /workspace", instructions.target),
+            })?;
+        match files.iter_mut().find(|f| f.path == path) {
+            // Profiles sharing a target (AGENTS.md for every Codex-based agent) share the file.
+            Some(existing) if existing.content.contains(&instructions.content) => {}
+            Some(existing) => append(&mut existing.content, &instructions.content),
+            None => files.push(DesiredFile {
+                path,
+                content: instructions.content.clone(),
+                mode: 0o644,
+            }),
+        }
+    }
+    for (i, seed) in spec.seed_files.iter().enumerate() {
+        let path = seed.target().ok_or_else(|| AgentError::SeedFailed {
+            path: seed.path.clone(),
+            message: format!("spec.seedFiles[{i}].path must lie under /workspace"),
+        })?;
+        let mode = seed.mode.map(FileMode::bits);
+        let merge = seed.merge.unwrap_or_default();
+        match files.iter_mut().find(|f| f.path == path) {
+            Some(existing) => {
+                match merge {
+                    MergeMode::Append => append(&mut existing.content, &seed.content),
+                    MergeMode::Replace => existing.content = seed.content.clone(),
+                }
+                if let Some(mode) = mode {
+                    existing.mode = mode;
+                }
+            }
+            None => files.push(DesiredFile {
+                path,
+                content: seed.content.clone(),
+                mode: mode.unwrap_or(0o644),
+            }),
+        }
+    }
+    Ok(files)
+}
+
+fn append(content: &mut String, more: &str) {
+    if !content.is_empty() && !content.ends_with('\n') {
+        content.push('\n');
+    }
+    content.push_str(more);
+}
+
+/// The project's environment and its secrets; a secret wins over a plain value of the same key.
+fn env_entries(
+    env: &BTreeMap<String, String>,
+    secrets: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut out = env.clone();
+    out.extend(secrets.iter().map(|(k, v)| (k.clone(), v.clone())));
+    out
+}
+
+/// `existing` with berth's block replaced by one holding `entries` (in place, or appended when
+/// there was none; removed when `entries` is empty). Every line outside the block is kept.
+pub fn env_file_with_block(existing: &str, entries: &BTreeMap<String, String>) -> String {
+    let lines: Vec<&str> = existing.lines().collect();
+    let begin = lines.iter().position(|l| l.trim_end() == ENV_BLOCK_BEGIN);
+    let (before, after): (&[&str], &[&str]) = match begin {
+        Some(b) => {
+            let end = lines[b..]
+                .iter()
+                .position(|l| l.trim_end() == ENV_BLOCK_END)
+                .map_or(lines.len(), |e| b + e + 1);
+            (&lines[..b], &lines[end..])
+        }
+        None => (&lines[..], &[]),
+    };
+    let mut out: Vec<String> = before.iter().map(|l| l.to_string()).collect();
+    if !entries.is_empty() {
+        out.push(ENV_BLOCK_BEGIN.to_string());
+        out.extend(entries.iter().map(|(k, v)| format!("{k}={}", env_value(v))));
+        out.push(ENV_BLOCK_END.to_string());
+    }
+    out.extend(after.iter().map(|l| l.to_string()));
+    if out.is_empty() {
+        String::new()
+    } else {
+        out.join("\n") + "\n"
+    }
+}
+
+/// A value as dotenv readers take it: bare when plain, single-quoted (literal) when it has
+/// spaces or shell characters, double-quoted with escapes when it has a quote or a newline.
+fn env_value(value: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./:@%+,=-".contains(c);
+    if value.chars().all(plain) {
+        value.to_string()
+    } else if !value.contains('\'') && !value.contains('\n') && !value.contains('\r') {
+        format!("'{value}'")
+    } else {
+        let mut out = String::from("\"");
+        for c in value.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '"' => out.push_str("\\\""),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '$' => out.push_str("\\$"),
+                '`' => out.push_str("\\`"),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
+}
+
+/// One round trip: whether /workspace is a git repository, and what each path holds. The
+/// parent directories of paths inside /workspace are created, never through a symbolic link
+/// that leads out of it.
+async fn probe(
+    rt: &dyn Runtime,
+    instance: &str,
+    paths: &[&str],
+) -> Result<(bool, BTreeMap<String, Found>)> {
+    const SCRIPT: &str = r#"
+if [ -d /workspace/.git ]; then echo "git yes"; else echo "git no"; fi
+for p; do
+    d=$(dirname "$p")
+    e=$d
+    while [ ! -e "$e" ] && [ ! -L "$e" ]; do e=$(dirname "$e"); done
+    real=$(cd "$e" 2>/dev/null && pwd -P) || real=
+    case $real in
+    /workspace | /workspace/*) mkdir -p "$d" 2>/dev/null || { echo "other $p"; continue; } ;;
+    *) echo "escapes $p"; continue ;;
+    esac
+    if [ -L "$p" ]; then
+        echo "other $p"
+    elif [ -f "$p" ]; then
+        h=$(sha256sum <"$p") || exit 1
+        echo "${h%% *} $p"
+    elif [ -e "$p" ]; then
+        echo "other $p"
+    else
+        echo "- $p"
+    fi
+done
+"#;
+    let out = run_script(
+        rt,
+        instance,
+        REASON,
+        SCRIPT,
+        paths,
+        &BTreeMap::new(),
+        SEED_TIMEOUT,
+    )
+    .await?;
+    if !out.success() {
+        return Err(AgentError::SeedFailed {
+            path: "/workspace".to_string(),
+            message: format!(
+                "inspecting the workspace failed (exit {}): {}",
+                out.exit_code,
+                output_tail(&out, 5)
+            ),
+        });
+    }
+    Ok(parse_probe(&out.stdout_str()))
+}
+
+fn parse_probe(text: &str) -> (bool, BTreeMap<String, Found>) {
+    let mut is_git = false;
+    let mut found = BTreeMap::new();
+    for line in text.lines() {
+        let Some((what, path)) = line.split_once(' ') else {
+            continue;
+        };
+        let state = match what {
+            "git" => {
+                is_git = path == "yes";
+                continue;
+            }
+            "-" => Found::Missing,
+            "other" => Found::NotRegular,
+            "escapes" => Found::Escapes,
+            hash if hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                Found::File(hash.to_ascii_lowercase())
+            }
+            _ => continue,
+        };
+        found.insert(path.to_string(), state);
+    }
+    (is_git, found)
+}
+
+/// One round trip: the modes of rewritten files, and berth's files listed in
+/// `.git/info/exclude` (each once) so they are not untracked files.
+async fn finish(
+    rt: &dyn Runtime,
+    instance: &str,
+    modes: &[(u32, &str)],
+    written: &WrittenFiles,
+) -> Result<()> {
+    const SCRIPT: &str = r#"
+n=$1
+shift
+while [ "$n" -gt 0 ]; do
+    chmod "$1" "$2" || exit 1
+    shift 2
+    n=$((n - 1))
+done
+cd /workspace || exit 0
+[ -d .git ] || exit 0
+mkdir -p .git/info && touch .git/info/exclude || exit 1
+for pattern; do
+    grep -qxF -- "$pattern" .git/info/exclude || printf '%s\n' "$pattern" >>.git/info/exclude || exit 1
+done
+"#;
+    let mut args: Vec<String> = vec![modes.len().to_string()];
+    for (mode, path) in modes {
+        args.push(format!("{mode:o}"));
+        args.push(path.to_string());
+    }
+    args.extend(written.files.keys().filter_map(|p| exclude_pattern(p)));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_script(
+        rt,
+        instance,
+        REASON,
+        SCRIPT,
+        &args,
+        &BTreeMap::new(),
+        SEED_TIMEOUT,
+    )
+    .await?;
+    if !out.success() {
+        return Err(AgentError::SeedFailed {
+            path: "/workspace".to_string(),
+            message: format!(
+                "setting modes and .git/info/exclude failed (exit {}): {}",
+                out.exit_code,
+                output_tail(&out, 5)
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A gitignore pattern matching exactly one path under /workspace, anchored at the top.
+fn exclude_pattern(path: &str) -> Option<String> {
+    let rel = path.strip_prefix("/workspace/")?;
+    let mut out = String::from("/");
+    for c in rel.chars() {
+        if matches!(c, '*' | '?' | '[' | '\\' | '!' | '#') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    if out.ends_with(' ') {
+        out.pop();
+        out.push_str("\\ ");
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_api::{AgentInstructions, AgentProfileSpec, SeedFile};
+
+    fn entries(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn env_block_merge_keeps_user_lines() {
+        let block = format!("{ENV_BLOCK_BEGIN}\nA=1\n{ENV_BLOCK_END}\n");
+        // (existing file, entries, expected file)
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], String);
+        let cases: &[Case] = &[
+            ("", &[("A", "1")], block.clone()),
+            ("", &[], String::new()),
+            ("MINE=x\n", &[("A", "1")], format!("MINE=x\n{block}")),
+            (
+                &format!("MINE=x\n{ENV_BLOCK_BEGIN}\nOLD=2\n{ENV_BLOCK_END}\nTAIL=y\n"),
+                &[("A", "1")],
+                format!("MINE=x\n{block}TAIL=y\n"),
+            ),
+            (
+                &format!("MINE=x\n{ENV_BLOCK_BEGIN}\nOLD=2\n{ENV_BLOCK_END}\n"),
+                &[],
+                "MINE=x\n".to_string(),
+            ),
+            // A block whose end marker was deleted runs to the end of the file.
+            (
+                &format!("MINE=x\n{ENV_BLOCK_BEGIN}\nOLD=2\n"),
+                &[("A", "1")],
+                format!("MINE=x\n{block}"),
+            ),
+            (
+                "NO_NEWLINE=1",
+                &[("A", "1")],
+                format!("NO_NEWLINE=1\n{block}"),
+            ),
+        ];
+        for (existing, pairs, want) in cases {
+            let got = env_file_with_block(existing, &entries(pairs));
+            assert_eq!(&got, want, "from {existing:?}");
+            // Converging again changes nothing.
+            assert_eq!(env_file_with_block(&got, &entries(pairs)), got);
+        }
+    }
+
+    #[test]
+    fn env_values_are_quoted_when_needed() {
+        let cases = [
+            ("plain-1.2/x", "plain-1.2/x"),
+            ("", ""),
+            ("two words", "'two words'"),
+            ("$HOME", "'$HOME'"),
+            ("it's", r#""it's""#),
+            ("a\nb\"c", r#""a\nb\"c""#),
+        ];
+        for (value, want) in cases {
+            assert_eq!(env_value(value), want, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn instructions_of_every_profile_then_seeds_with_append_and_modes() {
+        let claude = AgentProfileSpec {
+            instructions: Some(AgentInstructions {
+                target: "CLAUDE.md".into(),
+                content: "claude rules\n".into(),
+            }),
+            ..AgentProfileSpec::default()
+        };
+        let codex = AgentProfileSpec {
+            instructions: Some(AgentInstructions {
+                target: "/workspace/AGENTS.md".into(),
+                content: "agents rules".into(),
+            }),
+            ..AgentProfileSpec::default()
+        };
+        let spec = ProjectSpec {
+            seed_files: vec![
+                SeedFile {
+                    path: "AGENTS.md".into(),
+                    content: "project rules\n".into(),
+                    mode: None,
+                    merge: Some(MergeMode::Append),
+                },
+                SeedFile {
+                    path: "bin/run.sh".into(),
+                    content: "#!/bin/sh\n".into(),
+                    mode: Some(FileMode::new(0o755).unwrap()),
+                    merge: None,
+                },
+            ],
+            ..ProjectSpec::default()
+        };
+        let profiles = [("claude", &claude), ("codex", &codex), ("kimi", &codex)];
+        let files = desired_files(&spec, &profiles).unwrap();
+        let want = vec![
+            DesiredFile {
+                path: "/workspace/CLAUDE.md".into(),
+                content: "claude rules\n".into(),
+                mode: 0o644,
+            },
+            DesiredFile {
+                path: "/workspace/AGENTS.md".into(),
+                content: "agents rules\nproject rules\n".into(),
+                mode: 0o644,
+            },
+            DesiredFile {
+                path: "/workspace/bin/run.sh".into(),
+                content: "#!/bin/sh\n".into(),
+                mode: 0o755,
+            },
+        ];
+        assert_eq!(files, want);
+    }
+
+    #[test]
+    fn probe_output_is_parsed_by_line() {
+        let hash = "a".repeat(64);
+        let text = format!(
+            "git yes\n{hash} /workspace/a b\n- /workspace/c\nother /workspace/d\nescapes /workspace/e\n"
+        );
+        let (git, found) = parse_probe(&text);
+        assert!(git);
+        assert_eq!(found["/workspace/a b"], Found::File(hash));
+        assert_eq!(found["/workspace/c"], Found::Missing);
+        assert_eq!(found["/workspace/d"], Found::NotRegular);
+        assert_eq!(found["/workspace/e"], Found::Escapes);
+    }
+
+    #[test]
+    fn exclude_patterns_match_one_path_literally() {
+        assert_eq!(exclude_pattern("/workspace/.env").unwrap(), "/.env");
+        assert_eq!(exclude_pattern("/workspace/a/#b*").unwrap(), "/a/\\#b\\*");
+        assert_eq!(exclude_pattern("/elsewhere"), None);
+    }
+
+    #[test]
+    fn written_files_records_round_trip_as_json() {
+        let mut w = WrittenFiles::default();
+        w.record("/workspace/.env", &"b".repeat(64));
+        let json = serde_json::to_string(&w).unwrap();
+        let back: WrittenFiles = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, w);
+        assert!(back.is_berths("/workspace/.env", &"b".repeat(64)));
+        assert!(!back.is_berths("/workspace/.env", &"c".repeat(64)));
+    }
+}

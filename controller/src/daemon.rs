@@ -141,7 +141,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let controller_started = Arc::new(AtomicBool::new(false));
     // One registry for the whole daemon: the controller feeds it, `/metrics` encodes it.
     let metrics = Arc::new(crate::metrics::Metrics::new());
-    let controller = start_controller(&config, &store, &metrics, &shutdown, &controller_started);
+    let controller = start_controller(
+        &config,
+        &store,
+        &secrets,
+        &metrics,
+        &shutdown,
+        &controller_started,
+    );
 
     let started = Arc::clone(&controller_started);
     let state = ApiState::new(
@@ -187,6 +194,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 fn start_controller(
     config: &Config,
     store: &Arc<Store>,
+    secrets: &Arc<Secrets>,
     metrics: &Arc<crate::metrics::Metrics>,
     shutdown: &CancellationToken,
     started: &Arc<AtomicBool>,
@@ -214,22 +222,36 @@ fn start_controller(
     };
     let lxd = config.lxd.clone();
     let store = Arc::clone(store);
+    let secrets = Arc::clone(secrets);
+    let agent_settings = crate::reconcile::AgentSettings {
+        mirror_secrets_to_lxd: config.secrets.mirror_to_lxd,
+        ..crate::reconcile::AgentSettings::default()
+    };
     let shutdown = shutdown.clone();
     let started = Arc::clone(started);
     Some(tokio::spawn(async move {
         if let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &metrics, &shutdown).await {
+            let agent_steps = Arc::new(crate::reconcile::AgentSteps::new(
+                Arc::clone(&store),
+                secrets,
+                Arc::clone(&runtime),
+                agent_settings,
+            ));
             let controller = crate::reconcile::spawn_controller(
                 store,
                 runtime,
                 metrics,
                 settings,
-                Arc::new(crate::reconcile::NoLaterSteps),
+                agent_steps.clone(),
                 shutdown.child_token(),
             );
+            let agent_watch =
+                agent_steps.spawn_watch(controller.queue.clone(), shutdown.child_token());
             started.store(true, Ordering::Relaxed);
             tracing::info!("controller started");
             shutdown.cancelled().await;
             controller.shutdown().await;
+            let _ = agent_watch.await;
         }
         if let Err(e) = gitops.await {
             tracing::error!(error = %e, "the GitSource controller ended abnormally");

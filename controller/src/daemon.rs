@@ -231,6 +231,7 @@ fn start_controller(
     let started = Arc::clone(started);
     Some(tokio::spawn(async move {
         if let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &metrics, &shutdown).await {
+            crate::reconcile::agent_steps::publish_runtime(Arc::clone(&runtime));
             let agent_steps = Arc::new(crate::reconcile::AgentSteps::new(
                 Arc::clone(&store),
                 secrets,

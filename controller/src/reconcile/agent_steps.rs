@@ -698,6 +698,20 @@ fn failed(e: AgentError) -> Result<StepOutcome, RuntimeError> {
     })
 }
 
+/// The running controller's runtime, for the API's `answer` and `logs` of a project: the API
+/// state is built before LXD answers, so the controller publishes its runtime here once
+/// connected. `None` while the controller is not running (paused, or LXD unreachable).
+static PUBLISHED_RUNTIME: OnceLock<Arc<dyn Runtime>> = OnceLock::new();
+
+/// Publishes the controller's runtime for [`published_runtime`]; the first one stays.
+pub fn publish_runtime(runtime: Arc<dyn Runtime>) {
+    let _ = PUBLISHED_RUNTIME.set(runtime);
+}
+
+pub fn published_runtime() -> Option<Arc<dyn Runtime>> {
+    PUBLISHED_RUNTIME.get().cloned()
+}
+
 /// A store or secrets failure inside a step, as the error the queue backs off on.
 fn internal(what: &str, e: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::Protocol {

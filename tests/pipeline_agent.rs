@@ -288,3 +288,20 @@ fn pipeline_blocked_agent_is_answered() {
     berth.delete_project(&name);
     delete_profile(&berth, &profile);
 }
+
+#[test]
+fn pipeline_example_is_a_valid_project_for_the_shell_profile() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    for file in ["examples/agent/project.yaml", "manifests/agents/shell.yaml"] {
+        let text = std::fs::read_to_string(format!("{dir}/{file}")).expect(file);
+        let object: berth_api::Object =
+            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        object
+            .validate()
+            .unwrap_or_else(|e| panic!("{file}: {e:?}"));
+        if let berth_api::Object::Project(project) = &object {
+            assert_eq!(project.spec.agent.as_deref(), Some("shell"));
+            assert!(project.spec.brief.contains("BLOCK:"), "{file}");
+        }
+    }
+}

@@ -24,21 +24,36 @@ async fn main() -> anyhow::Result<()> {
     let Endpoint::Unix(socket) = Endpoint::local() else {
         bail!("the benchmark runs against the local unix socket");
     };
-    let client = LxdClient::connect(LxdConfig::new(Endpoint::Unix(socket.clone())))
+    let mut config = LxdConfig::new(Endpoint::Unix(socket.clone()));
+    config.request_timeout = TIMEOUT;
+    let client = LxdClient::connect(config)
         .await
         .with_context(|| format!("LXD at {}; run scripts/setup-lxd", socket.display()))?;
     let raw = Curl { socket };
     let run_id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let result = measure(&client, &raw, &run_id, count).await;
+    // Whatever failed, leave no container of this run behind.
+    let prefix = format!("berth-b-{run_id}-");
+    for instance in client.list_instances(None, false).await.unwrap_or_default() {
+        if instance.name.starts_with(&prefix) {
+            let stop = StopOptions::clean_then_force(Duration::ZERO);
+            let _ = client.stop_instance(&instance.name, stop).await;
+            let _ = client.delete_instance(&instance.name, TIMEOUT).await;
+        }
+    }
+    result
+}
 
+async fn measure(client: &LxdClient, raw: &Curl, run_id: &str, count: usize) -> anyhow::Result<()> {
     // One untimed round of each warms caches (image unpack paths, connection pool).
-    run_client(&client, &format!("berth-b-{run_id}-cw")).await?;
-    run_raw(&raw, &format!("berth-b-{run_id}-rw")).await?;
+    run_client(client, &format!("berth-b-{run_id}-cw")).await?;
+    run_raw(raw, &format!("berth-b-{run_id}-rw")).await?;
 
     let mut client_totals = [Duration::ZERO; 5];
     let mut raw_totals = [Duration::ZERO; 5];
     for i in 0..count {
-        let c = run_client(&client, &format!("berth-b-{run_id}-c{i}")).await?;
-        let r = run_raw(&raw, &format!("berth-b-{run_id}-r{i}")).await?;
+        let c = run_client(client, &format!("berth-b-{run_id}-c{i}")).await?;
+        let r = run_raw(raw, &format!("berth-b-{run_id}-r{i}")).await?;
         for p in 0..5 {
             client_totals[p] += c[p];
             raw_totals[p] += r[p];

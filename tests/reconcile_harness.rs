@@ -298,6 +298,20 @@ pub fn lxc(args: &[&str]) -> Result<String, String> {
     }
 }
 
+/// Runs `lxc ARGS`, again while LXD says the instance is busy with another operation (berth
+/// may be acting on it at that moment, which is what a person meets too).
+pub fn lxc_when_idle(args: &[&str]) -> Result<String, String> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match lxc(args) {
+            Err(e) if e.contains("is busy") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Runs a shell command in the container.
 pub fn exec(name: &str, script: &str) -> Result<String, String> {
     lxc(&["exec", name, "--", "sh", "-c", script])

@@ -10,8 +10,8 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use harness::{
-    Berth, exec, instance_count, instance_state, instance_uid, lxc, ready_reason, uid_of,
-    unique_name, volumes_of,
+    Berth, exec, instance_count, instance_state, instance_uid, lxc, lxc_when_idle, ready_reason,
+    uid_of, unique_name, volumes_of,
 };
 use serde_json::json;
 
@@ -100,7 +100,7 @@ fn workspace_survives_stop_start_and_a_container_deleted_behind_berths_back() {
         "durable"
     );
 
-    lxc(&["delete", "--force", &name]).unwrap();
+    lxc_when_idle(&["delete", "--force", &name]).unwrap();
     let recreated = berth.wait_for(&name, "recreated and Ready", |p| {
         ready_reason(p).is_some_and(|(s, _)| s == "True")
             && p["status"]["container"]["createdAt"] != project["status"]["container"]["createdAt"]
@@ -209,7 +209,7 @@ fn a_paused_project_is_left_alone() {
     berth.wait_for(&name, "ReconcilePaused", |p| {
         ready_reason(p).is_some_and(|(_, r)| r == "ReconcilePaused")
     });
-    lxc(&["stop", "--force", &name]).unwrap();
+    lxc_when_idle(&["stop", "--force", &name]).unwrap();
     // Nothing starts it again while paused (events arrive well within this window).
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {

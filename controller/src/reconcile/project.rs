@@ -785,11 +785,7 @@ impl Project<'_> {
             return Ok(Action::Requeue(Duration::ZERO));
         }
 
-        let idled = draft
-            .status
-            .reap
-            .as_ref()
-            .is_some_and(|r| r.idled_at.is_some());
+        let idled = self.idled(&mut draft).await;
         let want_running = self.spec.state == PowerState::Running && !idled;
         if !want_running {
             if instance.status != InstanceStatus::Stopped {
@@ -876,6 +872,30 @@ impl Project<'_> {
             Step::Started => self.reach(draft).await,
             done => self.later_steps(draft, done).await,
         }
+    }
+
+    /// Whether the reaper idled the project and nothing woke it since. `berth start` (the
+    /// `berth.dev/wokenAt` annotation, later than the idling) or a new generation wakes it.
+    async fn idled(&self, draft: &mut Draft) -> bool {
+        let Some(idled_at) = draft.status.reap.as_ref().and_then(|r| r.idled_at) else {
+            return false;
+        };
+        let woken_at = self
+            .annotation(annotations::WOKEN_AT)
+            .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
+            .map(|t| t.with_timezone(&chrono::Utc));
+        let new_generation = draft.status.observed_generation < self.object.generation();
+        // Annotations carry whole seconds: a wake in the second of the idling counts.
+        let woken = woken_at.is_some_and(|w| w.timestamp() >= idled_at.timestamp());
+        if !(woken || new_generation) {
+            return true;
+        }
+        if let Some(reap) = draft.status.reap.as_mut() {
+            reap.idled_at = None;
+        }
+        let why = if woken { "berth start" } else { "a new spec" };
+        self.warn_normal("Woken", &format!("woken by {why}")).await;
+        false
     }
 
     /// The container booted: the next step is Reachable, then where it was.

@@ -20,6 +20,8 @@ struct Inner {
     instances: HashMap<String, Option<Instance>>,
     /// Image alias → fingerprint, resolved at most once per pass.
     images: HashMap<String, Option<String>>,
+    /// When an event last spoke of an instance: a list that started before it is stale for it.
+    events: HashMap<String, Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -32,19 +34,26 @@ impl Snapshot {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Replaces the snapshot with a fresh list: `projects` are the names to hold entries for.
-    pub fn replace<'a>(&self, projects: impl IntoIterator<Item = &'a str>, listed: Vec<Instance>) {
+    /// Replaces the snapshot with a list whose call started at `listed_at`: `projects` are the
+    /// names to hold entries for. A name an event spoke of since `listed_at` gets no entry.
+    pub fn replace<'a>(
+        &self,
+        projects: impl IntoIterator<Item = &'a str>,
+        listed: Vec<Instance>,
+        listed_at: Instant,
+    ) {
         let mut by_name: HashMap<String, Instance> =
             listed.into_iter().map(|i| (i.name.clone(), i)).collect();
+        let mut inner = self.lock();
+        inner.events.retain(|_, at| *at >= listed_at);
         let instances = projects
             .into_iter()
+            .filter(|name| !inner.events.contains_key(*name))
             .map(|name| (name.to_string(), by_name.remove(name)))
             .collect();
-        *self.lock() = Inner {
-            taken_at: Some(Instant::now()),
-            instances,
-            images: HashMap::new(),
-        };
+        inner.taken_at = Some(listed_at);
+        inner.instances = instances;
+        inner.images = HashMap::new();
     }
 
     /// Takes the entry for `name` if the snapshot is younger than `max_age`: `Some(observed)`
@@ -57,9 +66,12 @@ impl Snapshot {
         inner.instances.remove(name)
     }
 
-    /// Something happened to the instance: its entry is stale.
+    /// Something happened to the instance: its entry is stale, and so is the entry of a list
+    /// still in flight.
     pub fn forget(&self, name: &str) {
-        self.lock().instances.remove(name);
+        let mut inner = self.lock();
+        inner.instances.remove(name);
+        inner.events.insert(name.to_string(), Instant::now());
     }
 
     /// The fingerprint resolved for `alias` in this pass, if any was.
@@ -96,7 +108,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn entries_are_taken_once_and_expire() {
         let snapshot = Snapshot::default();
-        snapshot.replace(["a", "b", "c"], vec![instance("a"), instance("b")]);
+        snapshot.replace(
+            ["a", "b", "c"],
+            vec![instance("a"), instance("b")],
+            Instant::now(),
+        );
         let max_age = Duration::from_secs(30);
         assert_eq!(
             snapshot.take("a", max_age).map(|i| i.map(|i| i.name)),
@@ -107,8 +123,16 @@ mod tests {
         snapshot.forget("b");
         assert_eq!(snapshot.take("b", max_age), None);
 
-        snapshot.replace(["a"], vec![instance("a")]);
+        snapshot.replace(["a"], vec![instance("a")], Instant::now());
         tokio::time::advance(Duration::from_secs(31)).await;
         assert_eq!(snapshot.take("a", max_age), None, "expired");
+
+        // An event during the list call makes that instance's entry stale.
+        let listed_at = Instant::now();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        snapshot.forget("a");
+        snapshot.replace(["a", "b"], vec![instance("a"), instance("b")], listed_at);
+        assert_eq!(snapshot.take("a", max_age), None);
+        assert!(snapshot.take("b", max_age).is_some());
     }
 }

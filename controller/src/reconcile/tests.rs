@@ -572,3 +572,175 @@ async fn a_deleted_alias_falls_back_to_the_recorded_fingerprint() {
     assert_eq!(h.ready_reason("q").1, "ImageNotFound");
     assert!(h.fake.instance("q").is_none());
 }
+
+/// Waits (real time, generous) until `check` holds.
+async fn eventually(what: &str, check: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_controller_follows_the_store_and_lxd_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+    let fake = Arc::new(FakeRuntime::new());
+    let metrics = Arc::new(Metrics::new());
+    let settings = ControllerSettings {
+        // Only the triggers under test may cause reconciles.
+        resync_interval: Duration::from_secs(3600),
+        ..ControllerSettings::default()
+    };
+    let controller = super::spawn_controller(
+        store.clone(),
+        fake.clone(),
+        metrics.clone(),
+        settings,
+        Arc::new(NoLaterSteps),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    let ready = |name: &str| {
+        store.get(PROJECT_KIND, name).is_some_and(|o| {
+            serde_json::from_value::<ProjectStatus>(o.status.clone())
+                .is_ok_and(|s| s.phase == Phase::Ready)
+        })
+    };
+
+    // A spec written to the store is picked up from the change feed.
+    store
+        .apply(
+            Desired {
+                kind: PROJECT_KIND.into(),
+                name: "p".into(),
+                labels: BTreeMap::new(),
+                annotations: BTreeMap::new(),
+                finalizers: None,
+                spec: tiny(),
+            },
+            false,
+        )
+        .unwrap();
+    eventually("p Ready", || ready("p")).await;
+
+    // A container deleted behind berth's back is noticed from LXD's event stream.
+    fake.vanish("p");
+    eventually("p recreated", || {
+        if fake.instance("p").is_none() {
+            fake.emit(crate::runtime::RuntimeEvent {
+                kind: crate::runtime::EventKind::Lifecycle,
+                action: "instance-deleted".into(),
+                source: "/1.0/instances/p".into(),
+                instance: Some("p".into()),
+                location: "none".into(),
+                timestamp: None,
+            });
+        }
+        fake.instance("p").is_some() && ready("p")
+    })
+    .await;
+    assert_eq!(fake.instance_names(), ["p".to_string()]);
+
+    // Deletion runs the finalizer and the object goes.
+    store
+        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), false)
+        .unwrap();
+    eventually("p gone", || store.get(PROJECT_KIND, "p").is_none()).await;
+    assert!(fake.instance("p").is_none());
+
+    controller.shutdown().await;
+    let text = metrics.encode();
+    assert!(
+        !text.contains("berth_reconcile_total{result=\"success\"} 0"),
+        "{text}"
+    );
+    assert!(text.contains("berth_workqueue_adds_total"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_is_subscribed_again_after_it_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+    let fake = Arc::new(FakeRuntime::new());
+    // LXD is down for the first subscription.
+    fake.fault_method(
+        "events",
+        Fault::Fail(RuntimeError::Transport {
+            what: "events".into(),
+            message: "connection refused".into(),
+        }),
+    );
+    let controller = super::spawn_controller(
+        store.clone(),
+        fake.clone(),
+        Arc::new(Metrics::new()),
+        ControllerSettings {
+            resync_interval: Duration::from_secs(3600),
+            ..ControllerSettings::default()
+        },
+        Arc::new(NoLaterSteps),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    store
+        .apply(
+            Desired {
+                kind: PROJECT_KIND.into(),
+                name: "p".into(),
+                labels: BTreeMap::new(),
+                annotations: BTreeMap::new(),
+                finalizers: None,
+                spec: tiny(),
+            },
+            false,
+        )
+        .unwrap();
+    eventually("p created", || fake.instance("p").is_some()).await;
+    eventually("subscribed again", || fake.count("events") >= 2).await;
+    // Only an event can tell the controller now (no resync for an hour).
+    let created = fake.count("create_instance");
+    fake.vanish("p");
+    // Sent until it lands: the subscription counted above may not be listening yet.
+    eventually("p recreated", || {
+        fake.emit(crate::runtime::RuntimeEvent {
+            kind: crate::runtime::EventKind::Lifecycle,
+            action: "instance-deleted".into(),
+            source: "/1.0/instances/p".into(),
+            instance: Some("p".into()),
+            location: "none".into(),
+            timestamp: None,
+        });
+        fake.count("create_instance") > created
+    })
+    .await;
+    controller.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_idled_project_stays_stopped_until_woken() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    // The reaper idles it: status only, spec still says Running.
+    let object = h.store.get(PROJECT_KIND, "p").unwrap();
+    let mut status = object.status.clone();
+    let idled_at = chrono::Utc::now() - chrono::Duration::seconds(60);
+    status["reap"] = json!({"idledAt": idled_at});
+    h.store
+        .update_status(PROJECT_KIND, "p", None, status, false)
+        .unwrap();
+    h.converge("p").await;
+    assert_eq!(h.status("p").phase, Phase::Stopped);
+    assert_eq!(
+        h.fake.instance("p").unwrap().status,
+        InstanceStatus::Stopped
+    );
+    h.converge("p").await;
+    assert_eq!(h.status("p").phase, Phase::Stopped, "stays idle");
+
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    h.annotate("p", berth_api::annotations::WOKEN_AT, &now);
+    h.converge("p").await;
+    h.assert_ready("p");
+    assert!(h.status("p").reap.unwrap().idled_at.is_none());
+}

@@ -118,12 +118,13 @@ pub async fn resync(ctx: Arc<Context>, cancel: CancellationToken) {
 pub async fn resync_pass(ctx: &Context) {
     let started = tokio::time::Instant::now();
     ctx.fleet.invalidate().await;
+    let listed_at = tokio::time::Instant::now();
     match ctx.runtime.list_instances(Some(LABEL_PREFIX), true).await {
         Ok(listed) => {
             ctx.fleet.seed(&listed).await;
             let projects = ctx.store.list(PROJECT_KIND);
             ctx.snapshot
-                .replace(projects.iter().map(|p| p.name()), listed);
+                .replace(projects.iter().map(|p| p.name()), listed, listed_at);
         }
         Err(e) => tracing::warn!(error = %e, "resync: listing LXD instances failed"),
     }

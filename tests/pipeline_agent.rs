@@ -107,6 +107,35 @@ fn wait_in_container(name: &str, what: &str, script: &str) {
     }
 }
 
+/// Waits for LXD's `environment.KEY` of the container to be `value` ("" for unset).
+fn wait_lxd_env(name: &str, key: &str, value: &str) {
+    let deadline = Instant::now() + DEADLINE;
+    let config_key = format!("environment.{key}");
+    loop {
+        let now = harness::lxc(&["config", "get", name, &config_key]).unwrap_or_default();
+        if now.trim() == value {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: {config_key} is {now:?}, not {value:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn event_messages(berth: &Berth, name: &str) -> Vec<String> {
+    berth
+        .client()
+        .get(&format!("{PROJECTS}/{name}/events"))
+        .json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["message"].as_str().map(String::from))
+        .collect()
+}
+
 fn event_reasons(berth: &Berth, name: &str) -> Vec<String> {
     berth
         .client()
@@ -215,6 +244,7 @@ fn pipeline_reaches_briefed_through_crashes_between_steps() {
         "the secret in .env",
         "grep -q '^PIPELINE_TOKEN=.*tok-1' /workspace/.env && grep -q '^GREETING=.*hello' /workspace/.env",
     );
+    wait_lxd_env(&name, "PIPELINE_TOKEN", "tok-1");
     set_secret(&berth, &name, "PIPELINE_TOKEN", "tok-2");
     wait_in_container(
         &name,
@@ -227,6 +257,7 @@ fn pipeline_reaches_briefed_through_crashes_between_steps() {
         "the secret gone from .env",
         "! grep -q PIPELINE_TOKEN /workspace/.env",
     );
+    wait_lxd_env(&name, "PIPELINE_TOKEN", "");
     let synced = berth.wait_for(&name, "SecretsSynced", |p| {
         p["status"]["conditions"].as_array().is_some_and(|c| {
             c.iter()
@@ -284,6 +315,32 @@ fn pipeline_blocked_agent_is_answered() {
     assert!(out.status.success(), "berth logs: {out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("shell agent: answered"), "{text}");
+
+    // A boot after the brief is done does not hand it over again.
+    exec(&name, "touch /run/berth-before-boot").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--server")
+        .arg(&berth.socket)
+        .args(["restart", &name])
+        .output()
+        .expect("berth restart");
+    assert!(out.status.success(), "berth restart: {out:?}");
+    wait_in_container(&name, "a new boot", "! test -e /run/berth-before-boot");
+    berth.wait_for(&name, "Briefed again after the boot", |p| {
+        ready_reason(p).is_some_and(|(s, _)| s == "True")
+            && p["status"]["step"] == "Briefed"
+            && event_messages(&berth, &name)
+                .iter()
+                .filter(|m| m.as_str() == "step Reachable done")
+                .count()
+                >= 2
+    });
+    let starts = event_messages(&berth, &name)
+        .into_iter()
+        .filter(|m| m.starts_with("runner started"))
+        .count();
+    assert_eq!(starts, 1, "the done brief was handed over again");
+    assert!(exec(&name, "test -e /run/berth/shell.log").is_err());
 
     berth.delete_project(&name);
     delete_profile(&berth, &profile);

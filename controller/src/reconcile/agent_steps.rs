@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use berth_api::{
-    AgentProfileSpec, AgentStatus, ConditionStatus, ProjectSpec, ProjectStatus, Step,
+    AgentProfileSpec, AgentStatus, ConditionStatus, Phase, ProjectSpec, ProjectStatus, Step,
     condition_types,
 };
 use chrono::{DateTime, Utc};
@@ -157,7 +157,10 @@ impl AgentSteps {
         };
         let status = decode_status(&object);
         let step = status.step.unwrap_or(Step::Requested);
-        if object.is_deleting() || step < Step::Seeded {
+        // A stopped or failing container has nothing to sync into; the next tick after it is
+        // back finds the revision still stale.
+        let running = matches!(status.phase, Phase::Ready | Phase::Provisioning);
+        if object.is_deleting() || step < Step::Seeded || !running {
             return;
         }
         let Ok(spec) = serde_json::from_value::<ProjectSpec>(object.spec.clone()) else {

@@ -788,3 +788,131 @@ mod tests {
         assert_eq!(status.title.as_deref(), Some("first"));
     }
 }
+
+#[cfg(all(test, feature = "testing"))]
+mod fake_runtime_tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::runtime::fake::FakeRuntime;
+    use crate::store::Desired;
+
+    struct Setup {
+        _dir: tempfile::TempDir,
+        store: Arc<Store>,
+        steps: AgentSteps,
+    }
+
+    fn setup(spec: Value) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+        let secrets = Arc::new(Secrets::open(store.clone(), dir.path()).unwrap());
+        store
+            .apply(
+                Desired {
+                    kind: PROJECT_KIND.into(),
+                    name: "p".into(),
+                    labels: BTreeMap::new(),
+                    annotations: BTreeMap::new(),
+                    finalizers: None,
+                    spec,
+                },
+                false,
+            )
+            .unwrap();
+        let steps = AgentSteps::new(
+            store.clone(),
+            secrets,
+            Arc::new(FakeRuntime::new()),
+            AgentSettings::default(),
+        );
+        Setup {
+            _dir: dir,
+            store,
+            steps,
+        }
+    }
+
+    async fn run(setup: &Setup, step: Step) -> StepOutcome {
+        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        let spec: ProjectSpec = serde_json::from_value(object.spec.clone()).unwrap();
+        let context = StepContext {
+            name: "p",
+            uid: object.uid(),
+            spec: &spec,
+        };
+        setup.steps.run(&context, step).await.unwrap()
+    }
+
+    fn reason(outcome: &StepOutcome) -> &str {
+        match outcome {
+            StepOutcome::Waiting { reason, .. } => reason,
+            StepOutcome::Done => "Done",
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_profile_waits_with_profile_not_found() {
+        let setup = setup(json!({"agent": "nowhere"}));
+        let outcome = run(&setup, Step::Bootstrapped).await;
+        assert_eq!(reason(&outcome), PROFILE_NOT_FOUND);
+        assert_eq!(reason(&run(&setup, Step::Seeded).await), PROFILE_NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn a_silent_agent_is_brief_not_acknowledged_past_the_deadline() {
+        let setup = setup(json!({"agent": "shell", "brief": "hi"}));
+        let started = |minutes: i64| (Utc::now() - chrono::Duration::minutes(minutes)).to_rfc3339();
+        let write = |status: Value| {
+            setup
+                .store
+                .update_status(PROJECT_KIND, "p", None, status, false)
+                .unwrap();
+        };
+
+        write(json!({"step": "RunnerStarted", "briefId": "b-1",
+            "controller": {"stepStartedAt": started(1)}}));
+        assert_eq!(reason(&run(&setup, Step::Briefed).await), "RunnerStarted");
+
+        write(json!({"step": "RunnerStarted", "briefId": "b-1",
+            "controller": {"stepStartedAt": started(10)}}));
+        assert_eq!(
+            reason(&run(&setup, Step::Briefed).await),
+            BRIEF_NOT_ACKNOWLEDGED
+        );
+
+        // A brief the agent finished before a boot is not waited for again.
+        write(json!({"step": "RunnerStarted", "briefId": "b-1",
+            "agent": {"state": "done", "briefId": "b-1"},
+            "controller": {"stepStartedAt": started(10)}}));
+        assert_eq!(reason(&run(&setup, Step::Briefed).await), "Done");
+    }
+
+    #[tokio::test]
+    async fn the_brief_id_is_recorded_before_the_runner_starts() {
+        let setup = setup(json!({"agent": "shell", "brief": "hi"}));
+        setup
+            .store
+            .apply(
+                Desired {
+                    kind: PROFILE_KIND.into(),
+                    name: "shell".into(),
+                    labels: BTreeMap::new(),
+                    annotations: BTreeMap::new(),
+                    finalizers: None,
+                    spec: json!({"home": "/root/.shell", "install": {"check": "true"},
+                        "runner": {"command": ["true"]}}),
+                },
+                false,
+            )
+            .unwrap();
+        let outcome = run(&setup, Step::RunnerStarted).await;
+        assert!(
+            matches!(outcome, StepOutcome::Waiting { retry_after, .. } if retry_after.is_zero()),
+            "{outcome:?}"
+        );
+        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        let expected = brief_id(object.uid(), object.generation(), "hi");
+        assert_eq!(object.status["briefId"], expected.as_str());
+    }
+}

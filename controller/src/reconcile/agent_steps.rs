@@ -16,8 +16,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use berth_api::{
-    AgentProfileSpec, AgentStatus, ConditionStatus, Phase, ProjectSpec, ProjectStatus, Step,
-    condition_types,
+    AgentProfileSpec, ConditionStatus, Phase, ProjectSpec, ProjectStatus, Step, condition_types,
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -352,7 +351,11 @@ impl AgentSteps {
         }
         let blocked_now = report.status.state == berth_api::AgentState::Blocked
             && status.agent.as_ref().map(|a| a.state) != Some(berth_api::AgentState::Blocked);
-        let _ = self.record(name, |s| apply_report(s, &report));
+        if let Err(e) = self.record(name, |s| apply_report(s, &report)) {
+            // A write racing this one; the next look copies the report again.
+            tracing::debug!(project = name, error = %e, "agent report not recorded");
+            return Ok(());
+        }
         if blocked_now {
             self.event(
                 name,
@@ -496,7 +499,6 @@ impl AgentSteps {
         let named: Vec<agent::NamedProfile<'_>> =
             profiles.iter().map(|(n, p)| (n.as_str(), p)).collect();
         let values = self.secret_values(project.uid)?;
-        let revision = self.secrets.revision(project.uid).unwrap_or_default();
         let status = self.status(project.name);
         let previous = WrittenFiles {
             files: status.seeded_files.clone(),
@@ -517,10 +519,6 @@ impl AgentSteps {
         for warning in &report.warnings {
             self.event(project.name, EventType::Warning, "SeedSkipped", warning);
         }
-        self.synced
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(project.uid.to_string(), revision);
         if report.written != previous {
             if !report.changed.is_empty() {
                 self.event(
@@ -749,9 +747,7 @@ fn agent_changed(status: &ProjectStatus, report: &agent::AgentReport) -> bool {
 }
 
 fn apply_report(status: &mut ProjectStatus, report: &agent::AgentReport) {
-    status.agent = Some(AgentStatus {
-        ..report.status.clone()
-    });
+    status.agent = Some(report.status.clone());
     if status.title.is_none() {
         status.title = report.title.clone();
     }
@@ -774,13 +770,13 @@ mod tests {
     fn the_title_is_taken_once() {
         let mut status = ProjectStatus::default();
         let report = agent::AgentReport {
-            status: AgentStatus::default(),
+            status: berth_api::AgentStatus::default(),
             title: Some("first".into()),
         };
         assert!(agent_changed(&status, &report));
         apply_report(&mut status, &report);
         let later = agent::AgentReport {
-            status: AgentStatus::default(),
+            status: berth_api::AgentStatus::default(),
             title: Some("second".into()),
         };
         assert!(!agent_changed(&status, &later));

@@ -232,11 +232,13 @@ fn pipeline_reaches_briefed_through_crashes_between_steps() {
         2,
         "the step's event and the one start: {reasons:?}"
     );
-    assert_eq!(
-        reasons.iter().filter(|r| *r == "Cloned").count(),
-        1,
-        "{reasons:?}"
-    );
+    for once in ["Cloned", "SeedWritten"] {
+        assert_eq!(
+            reasons.iter().filter(|r| *r == once).count(),
+            1,
+            "{once}: {reasons:?}"
+        );
+    }
 
     // Secrets: in .env, changed, then gone.
     wait_in_container(
@@ -316,6 +318,20 @@ fn pipeline_blocked_agent_is_answered() {
     assert!(out.status.success(), "berth logs: {out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("shell agent: answered"), "{text}");
+    // Following reads on from where the last read ended.
+    let whole = berth
+        .client()
+        .get(&format!("{PROJECTS}/{name}/logs/0"))
+        .json();
+    assert!(whole["text"].as_str().unwrap().contains("answered"));
+    let end = whole["nextOffset"].as_u64().unwrap();
+    assert_eq!(end as usize, whole["text"].as_str().unwrap().len());
+    let rest = berth
+        .client()
+        .get(&format!("{PROJECTS}/{name}/logs?offset={end}"))
+        .json();
+    assert_eq!(rest["text"], "");
+    assert_eq!(rest["nextOffset"], end);
 
     // A boot after the brief is done does not hand it over again.
     exec(&name, "touch /run/berth-before-boot").unwrap();

@@ -18,6 +18,9 @@ use serde_json::{Value, json};
 
 const PROFILES: &str = "/apis/berth.dev/v1alpha1/agentprofiles";
 const DEADLINE: Duration = Duration::from_secs(300);
+/// Secret values that must show up in the workspace and nowhere berth reports.
+const CANARY_1: &str = "canary-one-5e1f";
+const CANARY_2: &str = "canary-two-9c3d";
 
 /// The `shell` profile of `manifests/agents/shell.yaml`, under a name of this test's own.
 fn shell_profile(name: &str) -> Value {
@@ -170,7 +173,7 @@ fn pipeline_reaches_briefed_through_crashes_between_steps() {
     berth.wait_for(&name, "waiting for its profile", |p| {
         ready_reason(p).is_some_and(|(s, r)| s == "False" && r == "ProfileNotFound")
     });
-    set_secret(&berth, &name, "PIPELINE_TOKEN", "tok-1");
+    set_secret(&berth, &name, "PIPELINE_TOKEN", CANARY_1);
     apply_profile(&berth, &profile);
 
     // Crash right after each later step is committed, then go on without a fault.
@@ -244,14 +247,14 @@ fn pipeline_reaches_briefed_through_crashes_between_steps() {
     wait_in_container(
         &name,
         "the secret in .env",
-        "grep -q '^PIPELINE_TOKEN=.*tok-1' /workspace/.env && grep -q '^GREETING=.*hello' /workspace/.env",
+        "grep -q '^PIPELINE_TOKEN=.*canary-one-5e1f' /workspace/.env && grep -q '^GREETING=.*hello' /workspace/.env",
     );
-    wait_lxd_env(&name, "PIPELINE_TOKEN", "tok-1");
-    set_secret(&berth, &name, "PIPELINE_TOKEN", "tok-2");
+    wait_lxd_env(&name, "PIPELINE_TOKEN", CANARY_1);
+    set_secret(&berth, &name, "PIPELINE_TOKEN", CANARY_2);
     wait_in_container(
         &name,
         "the new value in .env",
-        "grep -q '^PIPELINE_TOKEN=.*tok-2' /workspace/.env",
+        "grep -q '^PIPELINE_TOKEN=.*canary-two-9c3d' /workspace/.env",
     );
     delete_secret(&berth, &name, "PIPELINE_TOKEN");
     wait_in_container(
@@ -267,6 +270,21 @@ fn pipeline_reaches_briefed_through_crashes_between_steps() {
         })
     });
     assert_eq!(synced["status"]["briefId"], brief_id.as_str());
+
+    // The values went into the workspace, never into what berth tells about it.
+    let client = berth.client();
+    let told = [
+        berth.log_text(),
+        synced.to_string(),
+        client.get(&format!("{PROJECTS}/{name}/events")).text(),
+        client.get(&format!("{PROJECTS}/{name}/secrets")).text(),
+        client.get("/metrics").text(),
+    ];
+    for canary in [CANARY_1, CANARY_2] {
+        for text in &told {
+            assert!(!text.contains(canary), "{canary} leaked into {text}");
+        }
+    }
 
     berth.delete_project(&name);
     delete_profile(&berth, &profile);

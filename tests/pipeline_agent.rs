@@ -395,3 +395,28 @@ fn pipeline_example_is_a_valid_project_for_the_shell_profile() {
         }
     }
 }
+
+#[test]
+fn pipeline_secrets_reach_a_project_without_agent() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    berth.create_project(&name, json!({"image": "berth-base"}));
+    let project = berth.wait_ready(&name);
+    assert_eq!(project["status"]["step"], "Reachable");
+
+    set_secret(&berth, &name, "PLAIN_TOKEN", "plain-value");
+    wait_in_container(
+        &name,
+        "the secret in .env",
+        "grep -q '^PLAIN_TOKEN=.*plain-value' /workspace/.env && test \"$(stat -c %a /workspace/.env)\" = 600",
+    );
+    wait_lxd_env(&name, "PLAIN_TOKEN", "plain-value");
+    delete_secret(&berth, &name, "PLAIN_TOKEN");
+    wait_in_container(
+        &name,
+        "the secret gone from .env",
+        "! grep -q PLAIN_TOKEN /workspace/.env 2>/dev/null",
+    );
+    wait_lxd_env(&name, "PLAIN_TOKEN", "");
+    berth.delete_project(&name);
+}

@@ -159,13 +159,19 @@ impl AgentSteps {
         // A stopped or failing container has nothing to sync into; the next tick after it is
         // back finds the revision still stale.
         let running = matches!(status.phase, Phase::Ready | Phase::Provisioning);
-        if object.is_deleting() || step < Step::Seeded || !running {
+        if object.is_deleting() || !running {
+            return;
+        }
+        let revision = self.secrets.revision(object.uid()).unwrap_or_default();
+        // Seeded wrote the workspace's files with the secrets of then; a project that skips
+        // Seeded (no agent, no seed files) gets them once it is Ready and has any.
+        let provisioned = step >= Step::Seeded || (status.phase == Phase::Ready && revision > 0);
+        if !provisioned {
             return;
         }
         let Ok(spec) = serde_json::from_value::<ProjectSpec>(object.spec.clone()) else {
             return;
         };
-        let revision = self.secrets.revision(object.uid()).unwrap_or_default();
         let stale_secrets = self.synced_revision(object.uid()) != Some(revision);
         let briefed = step == Step::Briefed;
         if !stale_secrets && !briefed {

@@ -405,6 +405,10 @@ pub struct ProjectStatus {
     /// The id of the current brief, recorded before it is delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub brief_id: Option<String>,
+    /// Files berth wrote under /workspace (path to lowercase hex SHA-256 of the content), so a
+    /// file holding exactly that content is berth's, not the user's unsaved work.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub seeded_files: BTreeMap<String, String>,
     /// Inspection figures (CPU, memory, disk) as last read from LXD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<serde_json::Value>,

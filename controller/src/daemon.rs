@@ -145,6 +145,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let controller = start_controller(
         &config,
         &store,
+        &secrets,
         &metrics,
         &inspector,
         &shutdown,
@@ -213,6 +214,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 fn start_controller(
     config: &Config,
     store: &Arc<Store>,
+    secrets: &Arc<Secrets>,
     metrics: &Arc<crate::metrics::Metrics>,
     inspector: &Arc<crate::inspect::Inspector>,
     shutdown: &CancellationToken,
@@ -241,24 +243,38 @@ fn start_controller(
     };
     let lxd = config.lxd.clone();
     let store = Arc::clone(store);
+    let secrets = Arc::clone(secrets);
+    let agent_settings = crate::reconcile::AgentSettings {
+        mirror_secrets_to_lxd: config.secrets.mirror_to_lxd,
+        ..crate::reconcile::AgentSettings::default()
+    };
     let shutdown = shutdown.clone();
     let started = Arc::clone(started);
     let inspector = Arc::clone(inspector);
     Some(tokio::spawn(async move {
         if let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &metrics, &shutdown).await {
             inspector.set_runtime(Arc::clone(&runtime));
+            let agent_steps = Arc::new(crate::reconcile::AgentSteps::new(
+                Arc::clone(&store),
+                secrets,
+                Arc::clone(&runtime),
+                agent_settings,
+            ));
             let controller = crate::reconcile::spawn_controller(
                 store,
                 runtime,
                 metrics,
                 settings,
-                Arc::new(crate::reconcile::NoLaterSteps),
+                agent_steps.clone(),
                 shutdown.child_token(),
             );
+            let agent_watch =
+                agent_steps.spawn_watch(controller.queue.clone(), shutdown.child_token());
             started.store(true, Ordering::Relaxed);
             tracing::info!("controller started");
             shutdown.cancelled().await;
             controller.shutdown().await;
+            let _ = agent_watch.await;
         }
         if let Err(e) = gitops.await {
             tracing::error!(error = %e, "the GitSource controller ended abnormally");

@@ -246,6 +246,19 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             let result = crate::inspect::api::exec(state, caller, name, &bytes).await?;
             Ok(serialized(StatusCode::OK, &result))
         }
+        ["projects", name, "answer"] => {
+            only(&method, &path, Method::POST)?;
+            answer(state, caller, name, req).await
+        }
+        ["projects", name, "logs"] => {
+            only(&method, &path, Method::GET)?;
+            logs(state, caller, name, &query, None).await
+        }
+        // The same as `?offset=K`, for clients that cannot send a query string.
+        ["projects", name, "logs", offset] => {
+            only(&method, &path, Method::GET)?;
+            logs(state, caller, name, &query, Some(offset)).await
+        }
         ["projects", name, "members"] => members::route(state, caller, &method, name, None).await,
         ["projects", name, "members", user] => {
             members::route(state, caller, &method, name, Some(user)).await
@@ -325,6 +338,118 @@ fn watch_filter(state: &ApiState, caller: &Caller) -> Option<watch::Filter> {
     Some(Box::new(move |object: &StoredObject| {
         object.kind != PROJECT || store.is_member(object.uid(), &identity)
     }))
+}
+
+/// The most an answer may hold.
+const ANSWER_LIMIT: usize = 64 * 1024;
+/// The most one `logs` reply carries: the runner log is capped at about this size anyway.
+const LOG_CHUNK_LIMIT: u64 = crate::agent::RUNNER_LOG_CAP + 64 * 1024;
+
+/// The runtime of the running controller, for the routes that reach into a container.
+fn container_runtime(state: &ApiState) -> Result<Arc<dyn crate::runtime::Runtime>, ApiError> {
+    state.inspector.runtime().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "the controller is not running, so no container can be reached",
+        )
+    })
+}
+
+fn agent_failure(e: crate::agent::AgentError) -> ApiError {
+    ApiError::new(StatusCode::BAD_GATEWAY, "AgentUnreachable", e.to_string())
+}
+
+/// `POST .../projects/NAME/answer`: the body (text, or JSON `{"text": "..."}`) becomes the
+/// blocked agent's answer, `/run/berth/answer`. Members only.
+async fn answer(state: &ApiState, caller: &Caller, name: &str, req: Request<Incoming>) -> Outcome {
+    let project = access::member_project(state, caller, name)?;
+    let media = body::media_type(req.headers());
+    let (parts, incoming) = req.into_parts();
+    let bytes = body::read(incoming, &parts.headers, ANSWER_LIMIT).await?;
+    let text = match media.as_deref() {
+        Some(m) if m.ends_with("json") => {
+            let value: Value = serde_json::from_slice(&bytes).map_err(|_| {
+                ApiError::bad_request("the body is not JSON like {\"text\": \"...\"}")
+            })?;
+            match value.get("text") {
+                Some(Value::String(text)) => text.clone(),
+                _ => return Err(ApiError::bad_request("text: a string is required")),
+            }
+        }
+        _ => String::from_utf8(bytes.to_vec())
+            .map_err(|_| ApiError::bad_request("text: the answer is not UTF-8"))?,
+    };
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request("text: the answer is empty"));
+    }
+    let runtime = container_runtime(state)?;
+    crate::agent::answer(&*runtime, project.name(), &text)
+        .await
+        .map_err(agent_failure)?;
+    if let Err(e) = state.store.record_event(
+        &project,
+        crate::store::EventType::Normal,
+        "Answered",
+        &format!("{} answered the agent", caller.identity),
+    ) {
+        tracing::warn!(error = %e, "could not record an event");
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"apiVersion": berth_api::API_VERSION, "kind": "Answer", "project": name}),
+    ))
+}
+
+/// `GET .../projects/NAME/logs?tailBytes=N` (the last N bytes, 64 KiB by default) or
+/// `?offset=K` (or `.../logs/K`: from byte K on, for following): the runner log with the offset the next read
+/// continues at. Members only.
+async fn logs(
+    state: &ApiState,
+    caller: &Caller,
+    name: &str,
+    query: &Query,
+    offset_segment: Option<&str>,
+) -> Outcome {
+    let project = access::member_project(state, caller, name)?;
+    let parse = |key: &str, v: &str| {
+        v.parse::<u64>()
+            .map_err(|_| ApiError::bad_request(format!("{key}: {v:?} is not a number")))
+    };
+    let number = |key: &str| -> Result<Option<u64>, ApiError> {
+        query.get(key).map(|v| parse(key, v)).transpose()
+    };
+    let offset = match offset_segment {
+        Some(v) => Some(parse("offset", v)?),
+        None => number("offset")?,
+    };
+    let tail = number("tailBytes")?.unwrap_or(64 * 1024);
+    let runtime = container_runtime(state)?;
+    let chunk = crate::agent::runner_log_from(
+        &*runtime,
+        project.name(),
+        offset.unwrap_or(0),
+        LOG_CHUNK_LIMIT,
+    )
+    .await
+    .map_err(agent_failure)?;
+    let text = if offset.is_some() {
+        chunk.text
+    } else {
+        let bytes = chunk.text.as_bytes();
+        let from = bytes.len().saturating_sub(tail as usize);
+        String::from_utf8_lossy(&bytes[from..]).into_owned()
+    };
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "apiVersion": berth_api::API_VERSION,
+            "kind": "RunnerLog",
+            "project": name,
+            "text": text,
+            "nextOffset": chunk.next_offset,
+        }),
+    ))
 }
 
 fn only(method: &Method, path: &str, allowed: Method) -> Result<(), ApiError> {

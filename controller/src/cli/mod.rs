@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::client::{Client, ClientError, Server};
 
+mod answer;
 mod apply;
 mod completion;
 mod create;
@@ -19,6 +20,7 @@ mod duration;
 mod events;
 mod exec;
 mod get;
+mod logs;
 mod manifest;
 mod members;
 mod power;
@@ -110,6 +112,10 @@ enum Command {
     Members(members::MembersArgs),
     /// Add, list or remove users of the TCP listener (admins only).
     User(user::UserArgs),
+    /// Answer a project's blocked agent.
+    Answer(answer::AnswerArgs),
+    /// Print the output of a project's agent runner.
+    Logs(logs::LogsArgs),
     /// Print a shell completion script.
     Completion(completion::CompletionArgs),
 }
@@ -182,6 +188,8 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Tool(args) => tool::run(context, args).await,
             Command::Members(args) => members::run(context, args).await,
             Command::User(args) => user::run(context, args).await,
+            Command::Answer(args) => answer::run(context, args).await,
+            Command::Logs(args) => logs::run(context, args).await,
             Command::Serve(_) | Command::Completion(_) => {
                 unreachable!("dispatched before the runtime starts")
             }

@@ -9,6 +9,7 @@
 //! reconcile advances at most one durable step, and a step's side effect is recorded in the store
 //! before the next step starts; a container without the project's uid label is never touched.
 
+pub mod agent_steps;
 pub mod envelope;
 pub mod fault;
 pub mod fleet;
@@ -29,6 +30,7 @@ use berth_api::Resources;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use agent_steps::{AgentSettings, AgentSteps};
 pub use queue::{Action, Backoff, KeyLock, WorkQueue};
 pub use startup::{connect_runtime, settings_from_config};
 pub use steps::{LaterSteps, NoLaterSteps, StepOutcome};

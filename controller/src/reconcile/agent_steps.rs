@@ -1,0 +1,906 @@
+//! The later steps performed for real: [`AgentSteps`] runs Bootstrapped, CheckedOut, Seeded,
+//! RunnerStarted and Briefed through [`crate::agent`], and keeps a provisioned workspace in step
+//! with its secrets and its agent's own report afterwards.
+//!
+//! What a step must remember (the files berth seeded, the brief id, the agent's report) is
+//! written into the project's status before the step is called done. The reconciler commits the
+//! status it decoded when its pass began, so a step that records something writes it to the
+//! store and then answers `Waiting` with the `Ready` condition exactly as stored and no delay:
+//! the reconciler's commit then changes nothing, and the next pass, starting from the recorded
+//! status, finishes the step. Writes made outside a reconcile (secrets propagation, the agent's
+//! report on a Ready project) hold the project's queue slot, so no pass overwrites them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use berth_api::{
+    AgentProfileSpec, ConditionStatus, Phase, ProjectSpec, ProjectStatus, Step, condition_types,
+};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::steps::{LaterSteps, StepContext, StepOutcome, asked_for};
+use super::{PROFILE_KIND, PROJECT_KIND, WorkQueue};
+use crate::agent::{self, AgentError, WrittenFiles};
+use crate::runtime::{InstancePatch, Runtime, RuntimeError};
+use crate::secrets::Secrets;
+use crate::store::{EventType, Store, StoredObject};
+
+/// Condition type of secrets propagation.
+pub const SECRETS_SYNCED: &str = "SecretsSynced";
+/// Reason of a project naming an AgentProfile that is not in the store (yet).
+pub const PROFILE_NOT_FOUND: &str = "ProfileNotFound";
+/// Reason of an agent silent past the brief deadline.
+pub const BRIEF_NOT_ACKNOWLEDGED: &str = "BriefNotAcknowledged";
+/// Prefix of the LXD config keys that put a value into every process's environment.
+const LXD_ENV_PREFIX: &str = "environment.";
+
+/// How long a failed step waits before it is tried again.
+const RETRY: Duration = Duration::from_secs(15);
+/// How often an unacknowledged brief is looked at again.
+const BRIEF_POLL: Duration = Duration::from_secs(2);
+
+/// Settings of the agent steps.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    /// How long a started runner has to acknowledge its brief.
+    pub brief_deadline: Duration,
+    /// Whether single-line secret values also go into LXD `environment.KEY`.
+    pub mirror_secrets_to_lxd: bool,
+    /// How often a Ready project's agent report and secrets are looked at.
+    pub watch_interval: Duration,
+}
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        AgentSettings {
+            brief_deadline: Duration::from_secs(300),
+            mirror_secrets_to_lxd: true,
+            watch_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The agent steps, and the propagation that follows them.
+pub struct AgentSteps {
+    store: Arc<Store>,
+    secrets: Arc<Secrets>,
+    runtime: Arc<dyn Runtime>,
+    settings: AgentSettings,
+    /// The secrets revision last propagated, by project uid. Empty after a start, so a restarted
+    /// daemon propagates once to every provisioned project.
+    synced: Mutex<HashMap<String, u64>>,
+    /// The controller's queue, set once the controller runs: background writes take a project's
+    /// slot through it.
+    queue: OnceLock<WorkQueue>,
+}
+
+impl std::fmt::Debug for AgentSteps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentSteps")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentSteps {
+    pub fn new(
+        store: Arc<Store>,
+        secrets: Arc<Secrets>,
+        runtime: Arc<dyn Runtime>,
+        settings: AgentSettings,
+    ) -> Self {
+        AgentSteps {
+            store,
+            secrets,
+            runtime,
+            settings,
+            synced: Mutex::new(HashMap::new()),
+            queue: OnceLock::new(),
+        }
+    }
+
+    /// Starts the propagation that follows provisioning: on every secrets change and every
+    /// `watch_interval`, provisioned projects get their secrets re-synced when the revision
+    /// moved, and briefed ones their agent's report copied into status. Runs until `cancel`.
+    pub fn spawn_watch(
+        self: &Arc<Self>,
+        queue: WorkQueue,
+        cancel: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let _ = self.queue.set(queue);
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut changes = this.secrets.subscribe();
+            let mut tick = tokio::time::interval(this.settings.watch_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    change = changes.recv() => {
+                        if let Ok(change) = change {
+                            this.follow(&change.project).await;
+                        }
+                        // A lagged receiver missed some changes: the next tick compares
+                        // revisions for every project anyway.
+                    }
+                    _ = tick.tick() => {
+                        let names: Vec<String> = this
+                            .store
+                            .list(PROJECT_KIND)
+                            .iter()
+                            .map(|o| o.name().to_string())
+                            .collect();
+                        for name in names {
+                            if cancel.is_cancelled() {
+                                return;
+                            }
+                            this.follow(&name).await;
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// Secrets and agent report of one project, holding its queue slot.
+    async fn follow(&self, name: &str) {
+        let Some(queue) = self.queue.get() else {
+            return;
+        };
+        let Some(object) = self.store.get(PROJECT_KIND, name) else {
+            return;
+        };
+        let status = decode_status(&object);
+        let step = status.step.unwrap_or(Step::Requested);
+        // A stopped or failing container has nothing to sync into; the next tick after it is
+        // back finds the revision still stale.
+        let running = matches!(status.phase, Phase::Ready | Phase::Provisioning);
+        if object.is_deleting() || !running {
+            return;
+        }
+        let revision = self.secrets.revision(object.uid()).unwrap_or_default();
+        // Seeded wrote the workspace's files with the secrets of then; a project that skips
+        // Seeded (no agent, no seed files) gets them once it is Ready and has any.
+        let provisioned = step >= Step::Seeded || (status.phase == Phase::Ready && revision > 0);
+        if !provisioned {
+            return;
+        }
+        let Ok(spec) = serde_json::from_value::<ProjectSpec>(object.spec.clone()) else {
+            return;
+        };
+        let stale_secrets = self.synced_revision(object.uid()) != Some(revision);
+        let briefed = step == Step::Briefed;
+        if !stale_secrets && !briefed {
+            return;
+        }
+        let _slot = queue.lock(name).await;
+        if stale_secrets && let Err(e) = self.sync_secrets(name, &spec, revision).await {
+            tracing::warn!(project = name, error = %e, "secrets propagation failed");
+        }
+        if briefed && let Err(e) = self.copy_agent_report(name).await {
+            tracing::debug!(project = name, error = %e, "agent report not read");
+        }
+    }
+
+    fn synced_revision(&self, uid: &str) -> Option<u64> {
+        self.synced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .copied()
+    }
+
+    /// Propagates the project's secrets into the workspace: the `.env` block, every profile's
+    /// credentials, and (when configured) LXD `environment.KEY`. Sets `SecretsSynced`.
+    async fn sync_secrets(
+        &self,
+        name: &str,
+        spec: &ProjectSpec,
+        revision: u64,
+    ) -> Result<(), String> {
+        let Some(object) = self.store.get(PROJECT_KIND, name) else {
+            return Ok(());
+        };
+        let uid = object.uid().to_string();
+        let outcome = self.propagate(name, &object, spec).await;
+        let (status, reason, message) = match &outcome {
+            Ok(()) => (ConditionStatus::True, "Synced", String::new()),
+            Err(message) => (ConditionStatus::False, "SyncFailed", message.clone()),
+        };
+        let previous = decode_status(&object);
+        let was = berth_api::find_condition(&previous.conditions, SECRETS_SYNCED)
+            .map(|c| c.status == status && c.message == message)
+            .unwrap_or(false);
+        if !was {
+            let event = match outcome {
+                Ok(()) => (
+                    EventType::Normal,
+                    "SecretsSynced",
+                    "secrets propagated".to_string(),
+                ),
+                Err(ref m) => (EventType::Warning, "SecretsSyncFailed", m.clone()),
+            };
+            self.record(name, |s| {
+                berth_api::set_condition(
+                    &mut s.conditions,
+                    SECRETS_SYNCED,
+                    status,
+                    reason,
+                    &message,
+                    object.generation(),
+                    Utc::now(),
+                );
+            })
+            .map_err(|e| e.to_string())?;
+            self.event(name, event.0, event.1, &event.2);
+        }
+        if outcome.is_ok() {
+            self.synced
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(uid, revision);
+        }
+        outcome
+    }
+
+    async fn propagate(
+        &self,
+        name: &str,
+        object: &StoredObject,
+        spec: &ProjectSpec,
+    ) -> Result<(), String> {
+        let values = self
+            .secrets
+            .values(object.uid())
+            .map_err(|e| format!("reading the project's secrets: {e}"))?;
+        let status = decode_status(object);
+        let previous = WrittenFiles {
+            files: status.seeded_files.clone(),
+        };
+        let (written, _) = agent::sync_env(&*self.runtime, name, &spec.env, &values, &previous)
+            .await
+            .map_err(|e| e.to_string())?;
+        if written != previous {
+            self.record(name, |s| s.seeded_files = written.files.clone())
+                .map_err(|e| e.to_string())?;
+        }
+        let profiles = self.profiles(spec).map_err(|missing| {
+            format!("agent profile {missing} is not in the store; credentials not placed")
+        })?;
+        let named: Vec<agent::NamedProfile<'_>> =
+            profiles.iter().map(|(n, p)| (n.as_str(), p)).collect();
+        let missing = agent::sync_credentials(&*self.runtime, name, &named, &values)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !missing.is_empty() {
+            self.event(
+                name,
+                EventType::Warning,
+                "CredentialMissing",
+                &format!("secrets not set: {}", missing.join(", ")),
+            );
+        }
+        if self.settings.mirror_secrets_to_lxd {
+            self.mirror_to_lxd(name, &values)
+                .await
+                .map_err(|e| format!("LXD environment: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Sets `environment.KEY` for every single-line secret and clears the keys of secrets that
+    /// are gone (or became multi-line). Keys of `spec.env` are not berth's secrets and are left.
+    async fn mirror_to_lxd(
+        &self,
+        name: &str,
+        values: &BTreeMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        let instance = self.runtime.get_instance(name).await?;
+        let Some(instance) = instance else {
+            return Ok(());
+        };
+        let mirrored_key = format!("{LXD_ENV_PREFIX}BERTH_SECRET_KEYS");
+        let before: Vec<String> = instance
+            .config
+            .get(&mirrored_key)
+            .map(|v| {
+                v.split(',')
+                    .filter(|k| !k.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut patch = InstancePatch::default();
+        let mut now = Vec::new();
+        for (key, value) in values {
+            if value.contains('\n') || value.contains('\r') {
+                continue;
+            }
+            patch
+                .config
+                .insert(format!("{LXD_ENV_PREFIX}{key}"), value.clone());
+            now.push(key.clone());
+        }
+        for key in before {
+            if !now.contains(&key) {
+                patch
+                    .config
+                    .insert(format!("{LXD_ENV_PREFIX}{key}"), String::new());
+            }
+        }
+        patch.config.insert(mirrored_key, now.join(","));
+        let unchanged = patch
+            .config
+            .iter()
+            .all(|(k, v)| instance.config.get(k).map(String::as_str).unwrap_or("") == v);
+        if unchanged {
+            return Ok(());
+        }
+        self.runtime.patch_instance(name, &patch).await
+    }
+
+    /// Copies the agent's report into `status.agent` (and the title, once).
+    async fn copy_agent_report(&self, name: &str) -> Result<(), AgentError> {
+        let Some(report) = agent::read_agent_status(&*self.runtime, name).await? else {
+            return Ok(());
+        };
+        let Some(object) = self.store.get(PROJECT_KIND, name) else {
+            return Ok(());
+        };
+        let status = decode_status(&object);
+        if !agent_changed(&status, &report) {
+            return Ok(());
+        }
+        let blocked_now = report.status.state == berth_api::AgentState::Blocked
+            && status.agent.as_ref().map(|a| a.state) != Some(berth_api::AgentState::Blocked);
+        if let Err(e) = self.record(name, |s| apply_report(s, &report)) {
+            // A write racing this one; the next look copies the report again.
+            tracing::debug!(project = name, error = %e, "agent report not recorded");
+            return Ok(());
+        }
+        if blocked_now {
+            self.event(
+                name,
+                EventType::Normal,
+                "AgentBlocked",
+                "the agent asks a question; answer with `berth answer`",
+            );
+        }
+        Ok(())
+    }
+
+    /// Every profile the spec names, decoded from the store; `Err(name)` for the first missing.
+    fn profiles(&self, spec: &ProjectSpec) -> Result<Vec<(String, AgentProfileSpec)>, String> {
+        spec.profiles()
+            .into_iter()
+            .map(|name| {
+                let object = self.store.get(PROFILE_KIND, &name).ok_or(name.clone())?;
+                let profile = serde_json::from_value::<AgentProfileSpec>(object.spec.clone())
+                    .map_err(|_| name.clone())?;
+                Ok((name, profile))
+            })
+            .collect()
+    }
+
+    /// Rewrites the project's status through `change`, keeping the controller's own record.
+    fn record(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut ProjectStatus),
+    ) -> Result<(), crate::store::StoreError> {
+        let Some(object) = self.store.get(PROJECT_KIND, name) else {
+            return Ok(());
+        };
+        let mut status = decode_status(&object);
+        change(&mut status);
+        let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
+        if let (Value::Object(map), Some(controller)) =
+            (&mut value, object.status.get("controller"))
+        {
+            map.insert("controller".to_string(), controller.clone());
+        }
+        self.store.update_status(
+            PROJECT_KIND,
+            name,
+            Some(object.resource_version()),
+            value,
+            false,
+        )?;
+        Ok(())
+    }
+
+    fn event(&self, name: &str, type_: EventType, reason: &str, message: &str) {
+        if let Some(object) = self.store.get(PROJECT_KIND, name)
+            && let Err(e) = self.store.record_event(&object, type_, reason, message)
+        {
+            tracing::warn!(project = name, error = %e, "could not record an event");
+        }
+    }
+
+    /// The `Waiting` that leaves the stored `Ready` condition as it is, to be reconciled again at
+    /// once: after a step recorded something itself (see the module comment).
+    fn recorded(&self, name: &str) -> StepOutcome {
+        let (reason, message) = self
+            .store
+            .get(PROJECT_KIND, name)
+            .map(|object| {
+                let status = decode_status(&object);
+                berth_api::find_condition(&status.conditions, condition_types::READY)
+                    .map(|c| (c.reason.clone(), c.message.clone()))
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+        StepOutcome::Waiting {
+            reason,
+            message,
+            retry_after: Duration::ZERO,
+        }
+    }
+
+    async fn bootstrap(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
+        let profiles = match self.profiles(project.spec) {
+            Ok(profiles) => profiles,
+            Err(missing) => {
+                return Ok(StepOutcome::Waiting {
+                    reason: PROFILE_NOT_FOUND.to_string(),
+                    message: format!("agent profile {missing} does not exist"),
+                    retry_after: RETRY,
+                });
+            }
+        };
+        let named: Vec<agent::NamedProfile<'_>> =
+            profiles.iter().map(|(n, p)| (n.as_str(), p)).collect();
+        let values = self.secret_values(project.uid)?;
+        match agent::bootstrap(&*self.runtime, project.name, &named, &values).await {
+            Ok(report) => {
+                for warning in &report.warnings {
+                    self.event(
+                        project.name,
+                        EventType::Warning,
+                        "BootstrapWarning",
+                        warning,
+                    );
+                }
+                Ok(StepOutcome::Done)
+            }
+            Err(e) => failed(e),
+        }
+    }
+
+    async fn checkout(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
+        let Some(repo) = &project.spec.repo else {
+            return Ok(StepOutcome::Done);
+        };
+        // file:// URLs were confined to allowedFileRoots (or an admin) at admission.
+        match agent::checkout(&*self.runtime, project.name, repo).await {
+            Ok(agent::CheckoutOutcome::Cloned { head, .. }) => {
+                self.event(
+                    project.name,
+                    EventType::Normal,
+                    "Cloned",
+                    &format!("checked out {head}"),
+                );
+                Ok(StepOutcome::Done)
+            }
+            Ok(agent::CheckoutOutcome::Kept) => Ok(StepOutcome::Done),
+            Err(e) => failed(e),
+        }
+    }
+
+    async fn seed(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
+        let profiles = match self.profiles(project.spec) {
+            Ok(profiles) => profiles,
+            Err(missing) => {
+                return Ok(StepOutcome::Waiting {
+                    reason: PROFILE_NOT_FOUND.to_string(),
+                    message: format!("agent profile {missing} does not exist"),
+                    retry_after: RETRY,
+                });
+            }
+        };
+        let named: Vec<agent::NamedProfile<'_>> =
+            profiles.iter().map(|(n, p)| (n.as_str(), p)).collect();
+        let values = self.secret_values(project.uid)?;
+        let status = self.status(project.name);
+        let previous = WrittenFiles {
+            files: status.seeded_files.clone(),
+        };
+        let report = match agent::seed(
+            &*self.runtime,
+            project.name,
+            project.spec,
+            &named,
+            &values,
+            &previous,
+        )
+        .await
+        {
+            Ok(report) => report,
+            Err(e) => return failed(e),
+        };
+        for warning in &report.warnings {
+            self.event(project.name, EventType::Warning, "SeedSkipped", warning);
+        }
+        if report.written != previous {
+            if !report.changed.is_empty() {
+                self.event(
+                    project.name,
+                    EventType::Normal,
+                    "SeedWritten",
+                    &format!("wrote {}", report.changed.join(", ")),
+                );
+            }
+            self.record(project.name, |s| {
+                s.seeded_files = report.written.files.clone()
+            })
+            .map_err(|e| internal("recording the seeded files", e))?;
+            return Ok(self.recorded(project.name));
+        }
+        Ok(StepOutcome::Done)
+    }
+
+    async fn start_runner(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
+        let Some(agent_name) = &project.spec.agent else {
+            return Ok(StepOutcome::Done);
+        };
+        let profile = match self.profiles(&ProjectSpec {
+            agent: Some(agent_name.clone()),
+            ..ProjectSpec::default()
+        }) {
+            Ok(mut profiles) if !profiles.is_empty() => profiles.remove(0).1,
+            _ => {
+                return Ok(StepOutcome::Waiting {
+                    reason: PROFILE_NOT_FOUND.to_string(),
+                    message: format!("agent profile {agent_name} does not exist"),
+                    retry_after: RETRY,
+                });
+            }
+        };
+        let Some(object) = self.store.get(PROJECT_KIND, project.name) else {
+            return Ok(StepOutcome::Done);
+        };
+        let status = decode_status(&object);
+        let brief_id = brief_id(project.uid, object.generation(), &project.spec.brief);
+        if status.brief_id.as_deref() != Some(brief_id.as_str()) {
+            // Recorded before the runner gets it, so a crash between the two hands over the
+            // same id again.
+            self.record(project.name, |s| s.brief_id = Some(brief_id.clone()))
+                .map_err(|e| internal("recording the brief id", e))?;
+            return Ok(self.recorded(project.name));
+        }
+        // After a boot the brief is handed again only while the agent has not finished it.
+        let finished = status.agent.as_ref().is_some_and(|a| {
+            a.state == berth_api::AgentState::Done && a.brief_id.as_deref() == Some(&brief_id)
+        });
+        if finished {
+            return Ok(StepOutcome::Done);
+        }
+        let values = self.secret_values(project.uid)?;
+        match agent::start_runner(
+            &*self.runtime,
+            project.name,
+            &profile,
+            &brief_id,
+            &project.spec.brief,
+            &project.spec.env,
+            &values,
+        )
+        .await
+        {
+            Ok(agent::RunnerOutcome::Started { pid }) => {
+                self.event(
+                    project.name,
+                    EventType::Normal,
+                    "RunnerStarted",
+                    &format!("runner started as pid {pid} with brief {brief_id}"),
+                );
+                Ok(StepOutcome::Done)
+            }
+            Ok(agent::RunnerOutcome::AlreadyStarted { .. }) => Ok(StepOutcome::Done),
+            Err(e) => failed(e),
+        }
+    }
+
+    async fn briefed(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
+        let Some(object) = self.store.get(PROJECT_KIND, project.name) else {
+            return Ok(StepOutcome::Done);
+        };
+        let status = decode_status(&object);
+        let Some(current) = status.brief_id.clone() else {
+            return Ok(StepOutcome::Done);
+        };
+        let report = match agent::read_agent_status(&*self.runtime, project.name).await {
+            Ok(report) => report,
+            Err(e) => return failed(e),
+        };
+        if let Some(report) = &report
+            && report.status.brief_id.as_deref() == Some(current.as_str())
+        {
+            if agent_changed(&status, report) {
+                self.record(project.name, |s| apply_report(s, report))
+                    .map_err(|e| internal("recording the agent's report", e))?;
+                return Ok(self.recorded(project.name));
+            }
+            return Ok(StepOutcome::Done);
+        }
+        // A finished brief is not handed again after a boot; its report stays in status.
+        if status.agent.as_ref().is_some_and(|a| {
+            a.state == berth_api::AgentState::Done && a.brief_id.as_deref() == Some(&current)
+        }) {
+            return Ok(StepOutcome::Done);
+        }
+        let since = step_started_at(&object).unwrap_or_else(Utc::now);
+        let waited = (Utc::now() - since).to_std().unwrap_or_default();
+        if waited > self.settings.brief_deadline {
+            return Ok(StepOutcome::Waiting {
+                reason: BRIEF_NOT_ACKNOWLEDGED.to_string(),
+                message: format!(
+                    "the agent has not acknowledged brief {current} {}s after its runner started",
+                    waited.as_secs()
+                ),
+                retry_after: Duration::from_secs(10),
+            });
+        }
+        Ok(StepOutcome::Waiting {
+            reason: Step::RunnerStarted.as_str().to_string(),
+            message: format!("waiting for the agent to acknowledge brief {current}"),
+            retry_after: BRIEF_POLL,
+        })
+    }
+
+    fn secret_values(&self, uid: &str) -> Result<BTreeMap<String, String>, RuntimeError> {
+        self.secrets
+            .values(uid)
+            .map_err(|e| internal("reading the project's secrets", e))
+    }
+
+    fn status(&self, name: &str) -> ProjectStatus {
+        self.store
+            .get(PROJECT_KIND, name)
+            .map(|o| decode_status(&o))
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl LaterSteps for AgentSteps {
+    fn required(&self, spec: &ProjectSpec, step: Step) -> bool {
+        asked_for(spec, step)
+    }
+
+    async fn run(
+        &self,
+        project: &StepContext<'_>,
+        step: Step,
+    ) -> Result<StepOutcome, RuntimeError> {
+        match step {
+            Step::Bootstrapped => self.bootstrap(project).await,
+            Step::CheckedOut => self.checkout(project).await,
+            Step::Seeded => self.seed(project).await,
+            Step::RunnerStarted => self.start_runner(project).await,
+            Step::Briefed => self.briefed(project).await,
+            Step::Requested | Step::Created | Step::Started | Step::Reachable => {
+                Ok(StepOutcome::Done)
+            }
+        }
+    }
+}
+
+/// A step's failure: a transient runtime error goes back to the queue's backoff; any other sets
+/// `Ready=False` with the step's reason and is tried again later.
+fn failed(e: AgentError) -> Result<StepOutcome, RuntimeError> {
+    if e.is_transient()
+        && let AgentError::Runtime { source, .. } = e
+    {
+        return Err(source);
+    }
+    Ok(StepOutcome::Waiting {
+        reason: e.reason().to_string(),
+        message: e.to_string(),
+        retry_after: RETRY,
+    })
+}
+
+/// A store or secrets failure inside a step, as the error the queue backs off on.
+fn internal(what: &str, e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Protocol {
+        what: what.to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// The id of a brief: the same for the same project, generation and text, so recording it again
+/// after a crash names the same brief.
+pub fn brief_id(uid: &str, generation: i64, brief: &str) -> String {
+    let digest = agent::sha256_hex(format!("{uid}\0{generation}\0{brief}").as_bytes());
+    format!("b-{}", &digest[..16])
+}
+
+fn decode_status(object: &StoredObject) -> ProjectStatus {
+    serde_json::from_value(object.status.clone()).unwrap_or_default()
+}
+
+fn step_started_at(object: &StoredObject) -> Option<DateTime<Utc>> {
+    object
+        .status
+        .get("controller")?
+        .get("stepStartedAt")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+}
+
+fn agent_changed(status: &ProjectStatus, report: &agent::AgentReport) -> bool {
+    let agent = Some(&report.status) != status.agent.as_ref();
+    let title = status.title.is_none() && report.title.is_some();
+    agent || title
+}
+
+fn apply_report(status: &mut ProjectStatus, report: &agent::AgentReport) {
+    status.agent = Some(report.status.clone());
+    if status.title.is_none() {
+        status.title = report.title.clone();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_brief_id_names_uid_generation_and_text() {
+        let a = brief_id("u", 1, "do it");
+        assert_eq!(a, brief_id("u", 1, "do it"));
+        assert_ne!(a, brief_id("u", 2, "do it"));
+        assert_ne!(a, brief_id("u", 1, "do it again"));
+        assert!(a.len() <= 128 && a.chars().all(|c| c.is_ascii_graphic()));
+    }
+
+    #[test]
+    fn the_title_is_taken_once() {
+        let mut status = ProjectStatus::default();
+        let report = agent::AgentReport {
+            status: berth_api::AgentStatus::default(),
+            title: Some("first".into()),
+        };
+        assert!(agent_changed(&status, &report));
+        apply_report(&mut status, &report);
+        let later = agent::AgentReport {
+            status: berth_api::AgentStatus::default(),
+            title: Some("second".into()),
+        };
+        assert!(!agent_changed(&status, &later));
+        apply_report(&mut status, &later);
+        assert_eq!(status.title.as_deref(), Some("first"));
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod fake_runtime_tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::runtime::fake::FakeRuntime;
+    use crate::store::Desired;
+
+    struct Setup {
+        _dir: tempfile::TempDir,
+        store: Arc<Store>,
+        steps: AgentSteps,
+    }
+
+    fn setup(spec: Value) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+        let secrets = Arc::new(Secrets::open(store.clone(), dir.path()).unwrap());
+        store
+            .apply(
+                Desired {
+                    kind: PROJECT_KIND.into(),
+                    name: "p".into(),
+                    labels: BTreeMap::new(),
+                    annotations: BTreeMap::new(),
+                    finalizers: None,
+                    spec,
+                },
+                false,
+            )
+            .unwrap();
+        let steps = AgentSteps::new(
+            store.clone(),
+            secrets,
+            Arc::new(FakeRuntime::new()),
+            AgentSettings::default(),
+        );
+        Setup {
+            _dir: dir,
+            store,
+            steps,
+        }
+    }
+
+    async fn run(setup: &Setup, step: Step) -> StepOutcome {
+        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        let spec: ProjectSpec = serde_json::from_value(object.spec.clone()).unwrap();
+        let context = StepContext {
+            name: "p",
+            uid: object.uid(),
+            spec: &spec,
+        };
+        setup.steps.run(&context, step).await.unwrap()
+    }
+
+    fn reason(outcome: &StepOutcome) -> &str {
+        match outcome {
+            StepOutcome::Waiting { reason, .. } => reason,
+            StepOutcome::Done => "Done",
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_profile_waits_with_profile_not_found() {
+        let setup = setup(json!({"agent": "nowhere"}));
+        let outcome = run(&setup, Step::Bootstrapped).await;
+        assert_eq!(reason(&outcome), PROFILE_NOT_FOUND);
+        assert_eq!(reason(&run(&setup, Step::Seeded).await), PROFILE_NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn a_silent_agent_is_brief_not_acknowledged_past_the_deadline() {
+        let setup = setup(json!({"agent": "shell", "brief": "hi"}));
+        let started = |minutes: i64| (Utc::now() - chrono::Duration::minutes(minutes)).to_rfc3339();
+        let write = |status: Value| {
+            setup
+                .store
+                .update_status(PROJECT_KIND, "p", None, status, false)
+                .unwrap();
+        };
+
+        write(json!({"step": "RunnerStarted", "briefId": "b-1",
+            "controller": {"stepStartedAt": started(1)}}));
+        assert_eq!(reason(&run(&setup, Step::Briefed).await), "RunnerStarted");
+
+        write(json!({"step": "RunnerStarted", "briefId": "b-1",
+            "controller": {"stepStartedAt": started(10)}}));
+        assert_eq!(
+            reason(&run(&setup, Step::Briefed).await),
+            BRIEF_NOT_ACKNOWLEDGED
+        );
+
+        // A brief the agent finished before a boot is not waited for again.
+        write(json!({"step": "RunnerStarted", "briefId": "b-1",
+            "agent": {"state": "done", "briefId": "b-1"},
+            "controller": {"stepStartedAt": started(10)}}));
+        assert_eq!(reason(&run(&setup, Step::Briefed).await), "Done");
+    }
+
+    #[tokio::test]
+    async fn the_brief_id_is_recorded_before_the_runner_starts() {
+        let setup = setup(json!({"agent": "shell", "brief": "hi"}));
+        setup
+            .store
+            .apply(
+                Desired {
+                    kind: PROFILE_KIND.into(),
+                    name: "shell".into(),
+                    labels: BTreeMap::new(),
+                    annotations: BTreeMap::new(),
+                    finalizers: None,
+                    spec: json!({"home": "/root/.shell", "install": {"check": "true"},
+                        "runner": {"command": ["true"]}}),
+                },
+                false,
+            )
+            .unwrap();
+        let outcome = run(&setup, Step::RunnerStarted).await;
+        assert!(
+            matches!(outcome, StepOutcome::Waiting { retry_after, .. } if retry_after.is_zero()),
+            "{outcome:?}"
+        );
+        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        let expected = brief_id(object.uid(), object.generation(), "hi");
+        assert_eq!(object.status["briefId"], expected.as_str());
+    }
+}

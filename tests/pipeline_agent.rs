@@ -1,0 +1,422 @@
+//! The whole provisioning pipeline against a real LXD with the offline `shell` agent: a project
+//! waits for its AgentProfile, then goes Reachable → Bootstrapped → CheckedOut (a `file://` repo
+//! made with real git) → Seeded → RunnerStarted → Briefed and Ready; the daemon crashing right
+//! after each of those steps clones once, seeds once and starts one runner; secrets reach
+//! /workspace/.env and leave it; a blocked agent shows its question and goes on once answered.
+
+mod support;
+
+#[path = "reconcile_harness.rs"]
+mod harness;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use harness::{Berth, FAULT_EXIT_CODE, PROJECTS, exec, ready_reason, unique_name};
+use serde_json::{Value, json};
+
+const PROFILES: &str = "/apis/berth.dev/v1alpha1/agentprofiles";
+const DEADLINE: Duration = Duration::from_secs(300);
+/// Secret values that must show up in the workspace and nowhere berth reports.
+const CANARY_1: &str = "canary-one-5e1f";
+const CANARY_2: &str = "canary-two-9c3d";
+
+/// The `shell` profile of `manifests/agents/shell.yaml`, under a name of this test's own.
+fn shell_profile(name: &str) -> Value {
+    json!({
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "AgentProfile",
+        "metadata": {"name": name},
+        "spec": {
+            "home": format!("/root/.{name}"),
+            "install": {"check": "test -x /usr/local/lib/berth/shell-agent"},
+            "instructions": {"target": "AGENTS.md", "content": "# Working here\nCommit your work.\n"},
+            "runner": {"command": ["/usr/local/lib/berth/shell-agent", "{briefFile}"]},
+        },
+    })
+}
+
+fn apply_profile(berth: &Berth, name: &str) {
+    let reply = berth.client().post_json(PROFILES, &shell_profile(name));
+    assert_eq!(reply.status, 201, "create profile {name}: {}", reply.text());
+}
+
+fn delete_profile(berth: &Berth, name: &str) {
+    let _ = berth
+        .client()
+        .try_request("DELETE", &format!("{PROFILES}/{name}"), None, &[]);
+}
+
+/// A git repository with one commit, in `dir`.
+fn git_repo(dir: &Path) -> String {
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("README.md"), "pipeline repo\n").unwrap();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["add", "README.md"],
+        &[
+            "-c",
+            "user.name=berth test",
+            "-c",
+            "user.email=test@berth.invalid",
+            "commit",
+            "-q",
+            "-m",
+            "marker commit",
+        ],
+    ] {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+    format!("file://{}", repo.display())
+}
+
+fn set_secret(berth: &Berth, project: &str, key: &str, value: &str) {
+    let reply = berth.client().request(
+        "PUT",
+        &format!("{PROJECTS}/{project}/secrets/{key}"),
+        Some("application/octet-stream"),
+        value.as_bytes(),
+    );
+    assert_eq!(reply.status, 200, "set secret {key}: {}", reply.text());
+}
+
+fn delete_secret(berth: &Berth, project: &str, key: &str) {
+    let reply = berth
+        .client()
+        .delete(&format!("{PROJECTS}/{project}/secrets/{key}"));
+    assert!(
+        [200, 204].contains(&reply.status),
+        "delete secret {key}: {}",
+        reply.text()
+    );
+}
+
+/// Polls a shell check in the container until it succeeds.
+fn wait_in_container(name: &str, what: &str, script: &str) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if exec(name, script).is_ok() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name}: {what} never held");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Waits for LXD's `environment.KEY` of the container to be `value` ("" for unset).
+fn wait_lxd_env(name: &str, key: &str, value: &str) {
+    let deadline = Instant::now() + DEADLINE;
+    let config_key = format!("environment.{key}");
+    loop {
+        let now = harness::lxc(&["config", "get", name, &config_key]).unwrap_or_default();
+        if now.trim() == value {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: {config_key} is {now:?}, not {value:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn event_messages(berth: &Berth, name: &str) -> Vec<String> {
+    berth
+        .client()
+        .get(&format!("{PROJECTS}/{name}/events"))
+        .json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["message"].as_str().map(String::from))
+        .collect()
+}
+
+fn event_reasons(berth: &Berth, name: &str) -> Vec<String> {
+    berth
+        .client()
+        .get(&format!("{PROJECTS}/{name}/events"))
+        .json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["reason"].as_str().map(String::from))
+        .collect()
+}
+
+#[test]
+fn pipeline_reaches_briefed_through_crashes_between_steps() {
+    let mut berth = Berth::start(Some("after-step:Bootstrapped"));
+    let name = unique_name();
+    let profile = format!("shell-{}", &name[name.len() - 8..]);
+    let url = git_repo(berth.dir.path());
+    berth.create_project(
+        &name,
+        json!({
+            "image": "berth-base",
+            "agent": profile,
+            "repo": {"url": url},
+            "seedFiles": [{"path": "notes/seed.txt", "content": "seeded once\n"}],
+            "env": {"GREETING": "hello"},
+            "brief": "Pipeline brief\necho working\n",
+        }),
+    );
+
+    // The profile does not exist yet: the project says so and waits.
+    berth.wait_for(&name, "waiting for its profile", |p| {
+        ready_reason(p).is_some_and(|(s, r)| s == "False" && r == "ProfileNotFound")
+    });
+    set_secret(&berth, &name, "PIPELINE_TOKEN", CANARY_1);
+    apply_profile(&berth, &profile);
+
+    // Crash right after each later step is committed, then go on without a fault.
+    for (fault, next) in [
+        ("after-step:Bootstrapped", Some("after-step:CheckedOut")),
+        ("after-step:CheckedOut", Some("after-step:Seeded")),
+        ("after-step:Seeded", Some("after-step:RunnerStarted")),
+        ("after-step:RunnerStarted", None),
+    ] {
+        let status = berth.wait_exit(DEADLINE);
+        assert_eq!(
+            status.code(),
+            Some(FAULT_EXIT_CODE),
+            "{fault}: the daemon did not stop at its fault point:\n{}",
+            berth.log_text()
+        );
+        berth.restart(next);
+    }
+
+    let project = berth.wait_ready(&name);
+    let status = &project["status"];
+    assert_eq!(status["step"], "Briefed", "{status}");
+    let brief_id = status["briefId"].as_str().expect("briefId").to_string();
+    assert_eq!(status["agent"]["briefId"], brief_id.as_str());
+    assert_eq!(status["title"], "Pipeline brief");
+    let seeded = status["seededFiles"].as_object().expect("seededFiles");
+    assert!(
+        seeded.contains_key("/workspace/notes/seed.txt"),
+        "{seeded:?}"
+    );
+    assert!(seeded.contains_key("/workspace/AGENTS.md"), "{seeded:?}");
+
+    // One clone (its event below counts them): the repository's single commit.
+    assert_eq!(
+        exec(&name, "git -C /workspace rev-list --count HEAD")
+            .unwrap()
+            .trim(),
+        "1"
+    );
+    assert_eq!(
+        exec(&name, "cat /workspace/notes/seed.txt").unwrap(),
+        "seeded once\n"
+    );
+    // One runner: the brief was worked once.
+    wait_in_container(
+        &name,
+        "the agent done",
+        "grep -q '\"state\":\"done\"' /run/berth/agent.json",
+    );
+    assert_eq!(
+        exec(&name, "grep -c '^echo working$' /run/berth/shell.log")
+            .unwrap()
+            .trim(),
+        "1"
+    );
+    let reasons = event_reasons(&berth, &name);
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "RunnerStarted").count(),
+        2,
+        "the step's event and the one start: {reasons:?}"
+    );
+    for once in ["Cloned", "SeedWritten"] {
+        assert_eq!(
+            reasons.iter().filter(|r| *r == once).count(),
+            1,
+            "{once}: {reasons:?}"
+        );
+    }
+
+    // Secrets: in .env, changed, then gone.
+    wait_in_container(
+        &name,
+        "the secret in .env",
+        "grep -q '^PIPELINE_TOKEN=.*canary-one-5e1f' /workspace/.env && grep -q '^GREETING=.*hello' /workspace/.env",
+    );
+    wait_lxd_env(&name, "PIPELINE_TOKEN", CANARY_1);
+    set_secret(&berth, &name, "PIPELINE_TOKEN", CANARY_2);
+    wait_in_container(
+        &name,
+        "the new value in .env",
+        "grep -q '^PIPELINE_TOKEN=.*canary-two-9c3d' /workspace/.env",
+    );
+    delete_secret(&berth, &name, "PIPELINE_TOKEN");
+    wait_in_container(
+        &name,
+        "the secret gone from .env",
+        "! grep -q PIPELINE_TOKEN /workspace/.env",
+    );
+    wait_lxd_env(&name, "PIPELINE_TOKEN", "");
+    let synced = berth.wait_for(&name, "SecretsSynced", |p| {
+        p["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "SecretsSynced" && c["status"] == "True")
+        })
+    });
+    assert_eq!(synced["status"]["briefId"], brief_id.as_str());
+
+    // The values went into the workspace, never into what berth tells about it.
+    let client = berth.client();
+    let told = [
+        berth.log_text(),
+        synced.to_string(),
+        client.get(&format!("{PROJECTS}/{name}/events")).text(),
+        client.get(&format!("{PROJECTS}/{name}/secrets")).text(),
+        client.get("/metrics").text(),
+    ];
+    for canary in [CANARY_1, CANARY_2] {
+        for text in &told {
+            assert!(!text.contains(canary), "{canary} leaked into {text}");
+        }
+    }
+
+    berth.delete_project(&name);
+    delete_profile(&berth, &profile);
+}
+
+#[test]
+fn pipeline_blocked_agent_is_answered() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    let profile = format!("shell-{}", &name[name.len() - 8..]);
+    apply_profile(&berth, &profile);
+    berth.create_project(
+        &name,
+        json!({
+            "image": "berth-base",
+            "agent": profile,
+            "brief": "Ask then finish\nBLOCK: which colour?\necho finishing\n",
+        }),
+    );
+    // The report is recorded as the step finishes, so it may show a moment before Briefed.
+    let blocked = berth.wait_for(&name, "blocked and briefed", |p| {
+        p["status"]["agent"]["state"] == "blocked" && p["status"]["step"] == "Briefed"
+    });
+    assert_eq!(blocked["status"]["agent"]["message"], "which colour?");
+    assert_eq!(blocked["status"]["title"], "Ask then finish");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--server")
+        .arg(&berth.socket)
+        .args(["answer", &name, "blue"])
+        .output()
+        .expect("berth answer");
+    assert!(out.status.success(), "berth answer: {out:?}");
+
+    berth.wait_for(&name, "done", |p| p["status"]["agent"]["state"] == "done");
+    assert_eq!(
+        exec(&name, "grep -c '^answer: blue$' /run/berth/shell.log")
+            .unwrap()
+            .trim(),
+        "1"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--server")
+        .arg(&berth.socket)
+        .args(["logs", &name])
+        .output()
+        .expect("berth logs");
+    assert!(out.status.success(), "berth logs: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("shell agent: answered"), "{text}");
+    // Following reads on from where the last read ended.
+    let whole = berth
+        .client()
+        .get(&format!("{PROJECTS}/{name}/logs/0"))
+        .json();
+    assert!(whole["text"].as_str().unwrap().contains("answered"));
+    let end = whole["nextOffset"].as_u64().unwrap();
+    assert_eq!(end as usize, whole["text"].as_str().unwrap().len());
+    let rest = berth
+        .client()
+        .get(&format!("{PROJECTS}/{name}/logs?offset={end}"))
+        .json();
+    assert_eq!(rest["text"], "");
+    assert_eq!(rest["nextOffset"], end);
+
+    // A boot after the brief is done does not hand it over again.
+    exec(&name, "touch /run/berth-before-boot").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--server")
+        .arg(&berth.socket)
+        .args(["restart", &name])
+        .output()
+        .expect("berth restart");
+    assert!(out.status.success(), "berth restart: {out:?}");
+    wait_in_container(&name, "a new boot", "! test -e /run/berth-before-boot");
+    berth.wait_for(&name, "Briefed again after the boot", |p| {
+        ready_reason(p).is_some_and(|(s, _)| s == "True")
+            && p["status"]["step"] == "Briefed"
+            && event_messages(&berth, &name)
+                .iter()
+                .any(|m| m.starts_with("back to step Started"))
+    });
+    let starts = event_messages(&berth, &name)
+        .into_iter()
+        .filter(|m| m.starts_with("runner started"))
+        .count();
+    assert_eq!(starts, 1, "the done brief was handed over again");
+    assert!(exec(&name, "test -e /run/berth/shell.log").is_err());
+
+    berth.delete_project(&name);
+    delete_profile(&berth, &profile);
+}
+
+#[test]
+fn pipeline_example_is_a_valid_project_for_the_shell_profile() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    for file in ["examples/agent/project.yaml", "manifests/agents/shell.yaml"] {
+        let text = std::fs::read_to_string(format!("{dir}/{file}")).expect(file);
+        let object: berth_api::Object =
+            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        object
+            .validate()
+            .unwrap_or_else(|e| panic!("{file}: {e:?}"));
+        if let berth_api::Object::Project(project) = &object {
+            assert_eq!(project.spec.agent.as_deref(), Some("shell"));
+            assert!(project.spec.brief.contains("BLOCK:"), "{file}");
+        }
+    }
+}
+
+#[test]
+fn pipeline_secrets_reach_a_project_without_agent() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    berth.create_project(&name, json!({"image": "berth-base"}));
+    let project = berth.wait_ready(&name);
+    assert_eq!(project["status"]["step"], "Reachable");
+
+    set_secret(&berth, &name, "PLAIN_TOKEN", "plain-value");
+    wait_in_container(
+        &name,
+        "the secret in .env",
+        "grep -q '^PLAIN_TOKEN=.*plain-value' /workspace/.env && test \"$(stat -c %a /workspace/.env)\" = 600",
+    );
+    wait_lxd_env(&name, "PLAIN_TOKEN", "plain-value");
+    delete_secret(&berth, &name, "PLAIN_TOKEN");
+    wait_in_container(
+        &name,
+        "the secret gone from .env",
+        "! grep -q PLAIN_TOKEN /workspace/.env 2>/dev/null",
+    );
+    wait_lxd_env(&name, "PLAIN_TOKEN", "");
+    berth.delete_project(&name);
+}

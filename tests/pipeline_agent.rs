@@ -127,28 +127,60 @@ fn wait_lxd_env(name: &str, key: &str, value: &str) {
     }
 }
 
-fn event_messages(berth: &Berth, name: &str) -> Vec<String> {
-    berth
+/// `berth restart NAME`, then waits until the project is briefed again after its `boots`th boot.
+fn reboot(berth: &Berth, name: &str, boots: usize) {
+    exec(name, "touch /run/berth-before-boot").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--server")
+        .arg(&berth.socket)
+        .args(["restart", name])
+        .output()
+        .expect("berth restart");
+    assert!(out.status.success(), "berth restart: {out:?}");
+    wait_in_container(name, "a new boot", "! test -e /run/berth-before-boot");
+    berth.wait_for(name, "Briefed again after the boot", |p| {
+        ready_reason(p).is_some_and(|(s, _)| s == "True")
+            && p["status"]["step"] == "Briefed"
+            && event_messages(berth, name)
+                .iter()
+                .filter(|m| m.starts_with("back to step Started"))
+                .count()
+                >= boots
+    });
+}
+
+/// How many times berth started the project's runner.
+fn runner_starts(berth: &Berth, name: &str) -> usize {
+    event_messages(berth, name)
+        .into_iter()
+        .filter(|m| m.starts_with("runner started"))
+        .count()
+}
+
+/// The project's events as `(reason, message)`, an event repeated as often as it happened
+/// (the server folds repeats of one reason and message into one event with a count).
+fn events(berth: &Berth, name: &str) -> Vec<(String, String)> {
+    let list = berth
         .client()
         .get(&format!("{PROJECTS}/{name}/events"))
-        .json()["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["message"].as_str().map(String::from))
-        .collect()
+        .json();
+    let mut out = Vec::new();
+    for event in list["items"].as_array().unwrap() {
+        let reason = event["reason"].as_str().unwrap_or_default().to_string();
+        let message = event["message"].as_str().unwrap_or_default().to_string();
+        for _ in 0..event["count"].as_u64().unwrap_or(1) {
+            out.push((reason.clone(), message.clone()));
+        }
+    }
+    out
+}
+
+fn event_messages(berth: &Berth, name: &str) -> Vec<String> {
+    events(berth, name).into_iter().map(|(_, m)| m).collect()
 }
 
 fn event_reasons(berth: &Berth, name: &str) -> Vec<String> {
-    berth
-        .client()
-        .get(&format!("{PROJECTS}/{name}/events"))
-        .json()["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["reason"].as_str().map(String::from))
-        .collect()
+    events(berth, name).into_iter().map(|(r, _)| r).collect()
 }
 
 #[test]
@@ -311,6 +343,15 @@ fn pipeline_blocked_agent_is_answered() {
     assert_eq!(blocked["status"]["agent"]["message"], "which colour?");
     assert_eq!(blocked["status"]["title"], "Ask then finish");
 
+    // A boot before the brief is done hands it over again: the agent asks once more.
+    reboot(&berth, &name, 1);
+    assert_eq!(runner_starts(&berth, &name), 2);
+    wait_in_container(
+        &name,
+        "the agent blocked again",
+        "grep -q '\"state\":\"blocked\"' /run/berth/agent.json",
+    );
+
     let out = Command::new(env!("CARGO_BIN_EXE_berth"))
         .arg("--server")
         .arg(&berth.socket)
@@ -352,27 +393,12 @@ fn pipeline_blocked_agent_is_answered() {
     assert_eq!(rest["nextOffset"], end);
 
     // A boot after the brief is done does not hand it over again.
-    exec(&name, "touch /run/berth-before-boot").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(["restart", &name])
-        .output()
-        .expect("berth restart");
-    assert!(out.status.success(), "berth restart: {out:?}");
-    wait_in_container(&name, "a new boot", "! test -e /run/berth-before-boot");
-    berth.wait_for(&name, "Briefed again after the boot", |p| {
-        ready_reason(p).is_some_and(|(s, _)| s == "True")
-            && p["status"]["step"] == "Briefed"
-            && event_messages(&berth, &name)
-                .iter()
-                .any(|m| m.starts_with("back to step Started"))
-    });
-    let starts = event_messages(&berth, &name)
-        .into_iter()
-        .filter(|m| m.starts_with("runner started"))
-        .count();
-    assert_eq!(starts, 1, "the done brief was handed over again");
+    reboot(&berth, &name, 2);
+    assert_eq!(
+        runner_starts(&berth, &name),
+        2,
+        "the done brief was handed over again"
+    );
     assert!(exec(&name, "test -e /run/berth/shell.log").is_err());
 
     berth.delete_project(&name);

@@ -14,6 +14,9 @@ use crate::config::Config;
 use crate::secrets::Secrets;
 use crate::store::Store;
 
+/// How long the scheduler's activity pass waits for one workspace's inspection.
+const SCHEDULER_INSPECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What the command line may override in the configuration file.
 #[derive(Debug, Clone, Default)]
 pub struct DaemonOptions {
@@ -240,6 +243,11 @@ fn start_controller(
         }
     };
     let lxd = config.lxd.clone();
+    let pass_settings = crate::scheduler::passes::PassSettings {
+        workers: config.scheduler.workers.max(1) as usize,
+        inspect_timeout: SCHEDULER_INSPECT_TIMEOUT,
+        preview_domain: config.preview_domain.clone(),
+    };
     let store = Arc::clone(store);
     let shutdown = shutdown.clone();
     let started = Arc::clone(started);
@@ -247,17 +255,33 @@ fn start_controller(
     Some(tokio::spawn(async move {
         if let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &metrics, &shutdown).await {
             inspector.set_runtime(Arc::clone(&runtime));
+            let interval = settings.resync_interval;
             let controller = crate::reconcile::spawn_controller(
-                store,
-                runtime,
-                metrics,
+                Arc::clone(&store),
+                Arc::clone(&runtime),
+                Arc::clone(&metrics),
                 settings,
                 Arc::new(crate::reconcile::NoLaterSteps),
                 shutdown.child_token(),
             );
+            let passes = crate::scheduler::passes::DaemonPasses::new(
+                store,
+                runtime,
+                controller.queue.clone(),
+                metrics,
+                Arc::clone(&inspector.activity),
+                pass_settings,
+            );
+            let scheduler = tokio::spawn(crate::scheduler::run(
+                Arc::new(passes),
+                interval,
+                shutdown.child_token(),
+            ));
             started.store(true, Ordering::Relaxed);
             tracing::info!("controller started");
             shutdown.cancelled().await;
+            // The running pass finishes first: a reap half done is worse than a late exit.
+            let _ = scheduler.await;
             controller.shutdown().await;
         }
         if let Err(e) = gitops.await {

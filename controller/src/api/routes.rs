@@ -207,6 +207,18 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             events.retain(|e| visible.shows(&e.involved_object.kind, &e.involved_object.uid));
             Ok(event_list(events))
         }
+        ["reap"] => {
+            only(&method, &path, Method::GET)?;
+            let visible = Visibility::of(state, caller);
+            let projects = state.store.list(crate::reconcile::PROJECT_KIND);
+            let plan = crate::scheduler::passes::plan(
+                projects
+                    .iter()
+                    .filter(|o| visible.shows(&o.kind, o.uid()))
+                    .map(|o| o.as_ref()),
+            );
+            Ok(serialized(StatusCode::OK, &json!({"items": plan})))
+        }
         ["users"] => users::route(state, caller, &method, None, req).await,
         ["users", name] => users::route(state, caller, &method, Some(name), req).await,
         ["projects", name, "secrets"] => {

@@ -6,12 +6,13 @@
 //! deletes at once.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use berth_api::{
     AgentState, ConditionStatus, ProjectStatus, ProtectionReason, Step, condition_types,
 };
+use serde_json::Value;
 use tokio::time::Instant;
 
 use super::inspect::{self, KnownFiles};
@@ -19,16 +20,19 @@ use super::passes::reasons_text;
 use super::policy;
 use super::reap;
 use crate::api::FORCE_DELETE_ANNOTATION;
+use crate::reconcile::PROJECT_KIND;
 use crate::reconcile::layout::uid_label;
 use crate::reconcile::status::Draft;
 use crate::reconcile::{Context, ReconcileError};
-use crate::store::{EventType, StoredObject};
+use crate::store::{EventType, Store, StoreError, StoredObject};
 
 /// How often a held deletion's workspace is inspected again: booting a stopped container to
 /// look is not free, and saved work does not need to be noticed within seconds.
 pub const HELD_RECHECK: Duration = Duration::from_secs(180);
 /// One inspection's deadline (a stopped container also gets this long to boot).
 const INSPECT_TIMEOUT: Duration = Duration::from_secs(60);
+/// `DeletionBlocked=False` after a person forced the deletion.
+const FORCED: &str = "Forced";
 
 /// When each held deletion was last inspected, in this process. Forgetting (a restart) only
 /// means one inspection sooner.
@@ -52,6 +56,8 @@ pub async fn hold(
     draft: &mut Draft,
 ) -> Result<Option<Duration>, ReconcileError> {
     if forced(object) {
+        release(draft);
+        forget(object.uid());
         return Ok(None);
     }
     let status: &ProjectStatus = &draft.status;
@@ -139,6 +145,57 @@ pub async fn hold(
         }
     }
     Ok(Some(HELD_RECHECK))
+}
+
+/// A forced deletion no longer waits on what held it.
+fn release(draft: &mut Draft) {
+    if draft
+        .condition(condition_types::DELETION_BLOCKED)
+        .is_some_and(|c| c.status == ConditionStatus::True)
+    {
+        draft.set_condition(
+            condition_types::DELETION_BLOCKED,
+            ConditionStatus::False,
+            FORCED,
+            "deleted with --force: the workspace is discarded",
+        );
+    }
+}
+
+/// Clears a hold on `name` when its deletion was forced, in the stored status (keeping every
+/// other field), so a client waiting for the deletion does not read the old hold as the answer.
+/// Returns the updated object, or `None` when there was no hold to clear.
+pub fn release_forced(store: &Store, name: &str) -> Result<Option<Arc<StoredObject>>, StoreError> {
+    for _ in 0..5 {
+        let Some(object) = store.get(PROJECT_KIND, name) else {
+            return Ok(None);
+        };
+        let mut draft = Draft::from_object(&object);
+        release(&mut draft);
+        let Some(Value::Array(conditions)) = draft.to_value().get("conditions").cloned() else {
+            return Ok(None);
+        };
+        let mut status = object.status.clone();
+        let Some(map) = status.as_object_mut() else {
+            return Ok(None);
+        };
+        if map.get("conditions") == Some(&Value::Array(conditions.clone())) {
+            return Ok(None);
+        }
+        map.insert("conditions".to_string(), Value::Array(conditions));
+        match store.update_status(
+            PROJECT_KIND,
+            name,
+            Some(object.resource_version()),
+            status,
+            false,
+        ) {
+            Ok(updated) => return Ok(Some(updated)),
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
 }
 
 /// Drops the re-inspection time of a project whose deletion goes ahead.

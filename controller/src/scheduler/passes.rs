@@ -692,3 +692,292 @@ fn plan_reason(object: &StoredObject, status: &ProjectStatus) -> String {
         None => String::new(),
     }
 }
+
+/// What a scripted inspection reports (see [`script_inspection`]).
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, Default)]
+pub struct FakeWorkspace {
+    pub unsaved: berth_api::UnsavedWork,
+    /// The agent status file's JSON, if the agent wrote one.
+    pub agent_json: Option<String>,
+    pub ports: Vec<u16>,
+}
+
+/// Makes every inspection of `instance` in the fake runtime answer with `workspace`, as the
+/// inspection script would in a git workspace. Without it, the fake's empty exec output is an
+/// unreadable report, which protects the workspace like any failed inspection.
+#[cfg(feature = "testing")]
+pub fn script_inspection(
+    fake: &crate::runtime::fake::FakeRuntime,
+    instance: &str,
+    workspace: FakeWorkspace,
+) {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD as B64;
+    let b64 = |text: &str| B64.encode(text.as_bytes());
+    let mut porcelain = String::new();
+    for i in 0..workspace.unsaved.uncommitted {
+        porcelain.push_str(&format!(" M changed-{i}\0"));
+    }
+    for i in 0..workspace.unsaved.untracked {
+        porcelain.push_str(&format!("?? new-{i}\0"));
+    }
+    let mut tcp = String::from(
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n",
+    );
+    for (i, port) in workspace.ports.iter().enumerate() {
+        tcp.push_str(&format!(
+            "   {i}: 00000000:{port:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0\n"
+        ));
+    }
+    let report = format!(
+        "berth-inspect 1\nagent {}\ngit repo\nporcelain {}\nstashes {}\nunpushed {}\n\
+         tcp {}\ntcp6 \ncpu_ticks 0\nclk_tck 100\nnewest_mtime -\nend\n",
+        workspace.agent_json.as_deref().map_or("-".to_string(), b64),
+        b64(&porcelain),
+        workspace.unsaved.stashes,
+        workspace.unsaved.unpushed,
+        b64(&tcp),
+    );
+    let instance = instance.to_string();
+    fake.on_exec(move |name, request| {
+        let inspecting = name == instance
+            && request
+                .command
+                .iter()
+                .any(|arg| arg.contains("berth-inspect 1"));
+        inspecting.then(|| {
+            Ok(crate::runtime::ExecOutput {
+                exit_code: 0,
+                stdout: report.clone().into_bytes(),
+                stderr: Vec::new(),
+            })
+        })
+    });
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+    use crate::reconcile::Backoff;
+    use crate::reconcile::layout::UID_LABEL;
+    use crate::runtime::fake::FakeRuntime;
+    use crate::runtime::{Instance, InstanceStatus};
+    use crate::store::Desired;
+    use berth_api::UnsavedWork;
+    use serde_json::json;
+
+    struct Setup {
+        _dir: tempfile::TempDir,
+        store: Arc<Store>,
+        fake: Arc<FakeRuntime>,
+        metrics: Arc<Metrics>,
+        passes: DaemonPasses,
+    }
+
+    fn setup() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+        let fake = Arc::new(FakeRuntime::new());
+        let metrics = Arc::new(Metrics::new());
+        let queue = WorkQueue::new(1, Backoff::default(), metrics.clone());
+        let passes = DaemonPasses::new(
+            store.clone(),
+            fake.clone(),
+            queue,
+            metrics.clone(),
+            Arc::new(ActivityLog::default()),
+            PassSettings {
+                workers: 2,
+                inspect_timeout: Duration::from_secs(10),
+                preview_domain: "localhost".into(),
+            },
+        );
+        Setup {
+            _dir: dir,
+            store,
+            fake,
+            metrics,
+            passes,
+        }
+    }
+
+    impl Setup {
+        /// A project whose container runs and was reachable, idle after one second; its
+        /// status carries the reconciler's bookkeeping, which the passes must keep.
+        fn running_project(&self, name: &str, workspace: FakeWorkspace) {
+            self.store
+                .apply(
+                    Desired {
+                        kind: PROJECT_KIND.into(),
+                        name: name.into(),
+                        labels: BTreeMap::new(),
+                        annotations: BTreeMap::new(),
+                        finalizers: None,
+                        spec: json!({"image": "berth-base",
+                                     "reap": {"idleAfter": "1s", "idleAction": "Stop"}}),
+                    },
+                    false,
+                )
+                .unwrap();
+            let object = self.store.get(PROJECT_KIND, name).unwrap();
+            self.store
+                .update_status(
+                    PROJECT_KIND,
+                    name,
+                    None,
+                    json!({"phase": "Ready", "step": "Reachable",
+                           "container": {"name": name, "pid": 42},
+                           "controller": {"image": "berth-base"}}),
+                    false,
+                )
+                .unwrap();
+            self.fake.insert_instance(Instance {
+                name: name.into(),
+                status: InstanceStatus::Running,
+                status_code: 103,
+                location: "none".into(),
+                profiles: Vec::new(),
+                config: BTreeMap::from([(UID_LABEL.to_string(), object.uid().to_string())]),
+                devices: Default::default(),
+                expanded_devices: Default::default(),
+                created_at: None,
+                last_used_at: None,
+                state: None,
+            });
+            script_inspection(&self.fake, name, workspace);
+        }
+
+        fn status(&self, name: &str) -> Value {
+            self.store.get(PROJECT_KIND, name).unwrap().status.clone()
+        }
+
+        /// Rounds of activity and reap passes, once every project is past its idle window.
+        async fn rounds(&self, n: usize) {
+            let until = Utc::now() + chrono::Duration::milliseconds(1100);
+            while Utc::now() < until {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            for _ in 0..n {
+                self.passes.run(Pass::Activity).await;
+                self.passes.run(Pass::Reap).await;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_idle_clean_project_is_idled_after_two_agreeing_passes() {
+        let s = setup();
+        s.running_project("idle", FakeWorkspace::default());
+        s.rounds(1).await;
+        assert!(
+            s.status("idle")["reap"]["idledAt"].is_null(),
+            "one pass must not act: {}",
+            s.status("idle")
+        );
+        assert_eq!(s.status("idle")["reap"]["nextAction"], "Stop");
+        s.rounds(1).await;
+        let status = s.status("idle");
+        assert!(status["reap"]["idledAt"].is_string(), "{status}");
+        assert_eq!(status["controller"]["image"], "berth-base", "{status}");
+        assert_eq!(status["step"], "Reachable");
+        assert!(
+            s.metrics
+                .encode()
+                .contains("berth_reap_actions_total{action=\"stop\"} 1"),
+            "{}",
+            s.metrics.encode()
+        );
+    }
+
+    #[tokio::test]
+    async fn unsaved_work_a_blocked_agent_and_a_failed_inspection_each_protect() {
+        let s = setup();
+        s.running_project(
+            "dirty",
+            FakeWorkspace {
+                unsaved: UnsavedWork {
+                    unpushed: 2,
+                    ..UnsavedWork::default()
+                },
+                ports: vec![3000],
+                ..FakeWorkspace::default()
+            },
+        );
+        s.running_project(
+            "blocked",
+            FakeWorkspace {
+                agent_json: Some(r#"{"state":"blocked","title":"pick a database"}"#.into()),
+                ..FakeWorkspace::default()
+            },
+        );
+        s.running_project("unknown", FakeWorkspace::default());
+        // Its inspection answers nothing readable.
+        s.fake.on_exec(|name, _| {
+            (name == "unknown").then(|| Ok(crate::runtime::ExecOutput::default()))
+        });
+        s.rounds(3).await;
+        for (name, reason) in [
+            ("dirty", "UnsavedWork"),
+            ("blocked", "AgentBlocked"),
+            ("unknown", "InspectionFailed"),
+        ] {
+            let status = s.status(name);
+            assert!(status["reap"]["idledAt"].is_null(), "{name}: {status}");
+            assert_eq!(status["reap"]["protectedBy"], json!([reason]), "{name}");
+            let condition = status["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "ReapProtected").cloned())
+                .unwrap();
+            assert_eq!(condition["status"], "True", "{name}");
+            assert_eq!(condition["reason"], reason, "{name}");
+            assert_eq!(status["controller"]["image"], "berth-base");
+            let warnings = s
+                .store
+                .events_for(PROJECT_KIND, name)
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.reason == "ReapProtected")
+                .count();
+            assert_eq!(warnings, 1, "{name}: one event, not one per pass");
+        }
+        let dirty = s.status("dirty");
+        assert_eq!(dirty["unsavedWork"]["unpushed"], 2);
+        assert_eq!(dirty["ports"][0]["url"], "http://dirty--3000.localhost");
+        let blocked = s.status("blocked");
+        assert_eq!(blocked["title"], "pick a database");
+        assert_eq!(blocked["agent"]["state"], "blocked");
+        assert!(s.status("unknown")["unsavedWork"].is_null());
+        let text = s.metrics.encode();
+        assert!(
+            text.contains("berth_reap_refusals_total{reason=\"UnsavedWork\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("berth_reap_actions_total{action=\"stop\"} 0"),
+            "{text}"
+        );
+
+        let plan = plan(s.store.list(PROJECT_KIND).iter().map(|o| o.as_ref()));
+        let names: Vec<&str> = plan.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["blocked", "dirty", "unknown"]);
+        assert_eq!(plan[1].protected_by, vec![ProtectionReason::UnsavedWork]);
+        assert_eq!(plan[1].next_action, Some(ReapAction::Stop));
+        assert!(plan[1].reason.contains("UnsavedWork"), "{}", plan[1].reason);
+    }
+
+    #[test]
+    fn merging_keeps_every_field_the_scheduler_does_not_own() {
+        let stored =
+            json!({"phase": "Ready", "controller": {"x": 1}, "ports": [{"port": 1, "url": "u"}]});
+        let status = ProjectStatus {
+            title: Some("t".into()),
+            ..ProjectStatus::default()
+        };
+        let merged = merge_owned(&stored, &status);
+        assert_eq!(merged["phase"], "Ready");
+        assert_eq!(merged["controller"]["x"], 1);
+        assert_eq!(merged["title"], "t");
+        assert!(merged.get("ports").is_none(), "{merged}");
+    }
+}

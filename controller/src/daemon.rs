@@ -14,6 +14,9 @@ use crate::config::Config;
 use crate::secrets::Secrets;
 use crate::store::Store;
 
+/// How long the scheduler's activity pass waits for one workspace's inspection.
+const SCHEDULER_INSPECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What the command line may override in the configuration file.
 #[derive(Debug, Clone, Default)]
 pub struct DaemonOptions {
@@ -242,6 +245,11 @@ fn start_controller(
         }
     };
     let lxd = config.lxd.clone();
+    let pass_settings = crate::scheduler::passes::PassSettings {
+        workers: config.scheduler.workers.max(1) as usize,
+        inspect_timeout: SCHEDULER_INSPECT_TIMEOUT,
+        preview_domain: config.preview_domain.clone(),
+    };
     let store = Arc::clone(store);
     let secrets = Arc::clone(secrets);
     let agent_settings = crate::reconcile::AgentSettings {
@@ -260,19 +268,35 @@ fn start_controller(
                 Arc::clone(&runtime),
                 agent_settings,
             ));
+            let interval = settings.resync_interval;
             let controller = crate::reconcile::spawn_controller(
-                store,
-                runtime,
-                metrics,
+                Arc::clone(&store),
+                Arc::clone(&runtime),
+                Arc::clone(&metrics),
                 settings,
                 agent_steps.clone(),
                 shutdown.child_token(),
             );
             let agent_watch =
                 agent_steps.spawn_watch(controller.queue.clone(), shutdown.child_token());
+            let passes = crate::scheduler::passes::DaemonPasses::new(
+                store,
+                runtime,
+                controller.queue.clone(),
+                metrics,
+                Arc::clone(&inspector.activity),
+                pass_settings,
+            );
+            let scheduler = tokio::spawn(crate::scheduler::run(
+                Arc::new(passes),
+                interval,
+                shutdown.child_token(),
+            ));
             started.store(true, Ordering::Relaxed);
             tracing::info!("controller started");
             shutdown.cancelled().await;
+            // The running pass finishes first: a reap half done is worse than a late exit.
+            let _ = scheduler.await;
             controller.shutdown().await;
             let _ = agent_watch.await;
         }

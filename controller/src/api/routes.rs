@@ -207,6 +207,18 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             events.retain(|e| visible.shows(&e.involved_object.kind, &e.involved_object.uid));
             Ok(event_list(events))
         }
+        ["reap"] => {
+            only(&method, &path, Method::GET)?;
+            let visible = Visibility::of(state, caller);
+            let projects = state.store.list(crate::reconcile::PROJECT_KIND);
+            let plan = crate::scheduler::passes::plan(
+                projects
+                    .iter()
+                    .filter(|o| visible.shows(&o.kind, o.uid()))
+                    .map(|o| o.as_ref()),
+            );
+            Ok(serialized(StatusCode::OK, &json!({"items": plan})))
+        }
         ["users"] => users::route(state, caller, &method, None, req).await,
         ["users", name] => users::route(state, caller, &method, Some(name), req).await,
         ["projects", name, "secrets"] => {
@@ -741,7 +753,8 @@ fn merged_user_form(current: &StoredObject, patch: &Value) -> Result<Value, ApiE
 async fn delete(state: &Arc<ApiState>, kind: Kind, name: &str, query: &Query) -> Outcome {
     let dry_run = query.dry_run()?;
     let mut annotations = BTreeMap::new();
-    if query.flag("force")? {
+    let force = query.flag("force")?;
+    if force {
         annotations.insert(FORCE_DELETE_ANNOTATION.to_string(), "true".to_string());
     }
     let rv = match query.get("resourceVersion") {
@@ -765,6 +778,16 @@ async fn delete(state: &Arc<ApiState>, kind: Kind, name: &str, query: &Query) ->
         Deletion::Deleted(_) => StatusCode::OK,
         Deletion::Deleting(_) => StatusCode::ACCEPTED,
     };
+    // A forced deletion of a held project no longer waits on what held it; saying so at once
+    // keeps a waiting client from reading the old hold as the answer.
+    if force && !dry_run && code == StatusCode::ACCEPTED && kind.as_str() == "Project" {
+        let (store, name) = (Arc::clone(&state.store), name.to_string());
+        let released =
+            blocking(move || crate::scheduler::deletion::release_forced(&store, &name)).await??;
+        if let Some(object) = released {
+            return Ok(serialized(code, object.as_ref()));
+        }
+    }
     Ok(serialized(code, deletion.object().as_ref()))
 }
 

@@ -23,8 +23,10 @@ mod get;
 mod logs;
 mod manifest;
 mod members;
+mod ports;
 mod power;
 mod progress;
+mod reap;
 mod render;
 mod secret;
 mod serve;
@@ -102,6 +104,10 @@ enum Command {
     Stop(power::StopArgs),
     /// Start a stopped or idled project.
     Start(power::StartArgs),
+    /// List the ports a project listens on, with their preview URLs.
+    Ports(ports::PortsArgs),
+    /// Show what the reaper will do next to each project (`--dry-run`).
+    Reap(reap::ReapArgs),
     /// Print the client and server versions.
     Version(version::VersionArgs),
     /// Set, list or delete a project's secrets.
@@ -183,6 +189,8 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Restart(args) => power::restart(context, args).await,
             Command::Stop(args) => power::stop(context, args).await,
             Command::Start(args) => power::start(context, args).await,
+            Command::Ports(args) => ports::run(context, args).await,
+            Command::Reap(args) => reap::run(context, args).await,
             Command::Version(args) => version::run(context, args).await,
             Command::Secret(args) => secret::run(context, args).await,
             Command::Tool(args) => tool::run(context, args).await,

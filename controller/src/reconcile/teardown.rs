@@ -39,6 +39,12 @@ pub async fn finalize(
     );
     let object = commit(ctx, object, &draft).await?;
 
+    // Work that exists nowhere else holds a deletion no person forced.
+    if let Some(retry) = crate::scheduler::deletion::hold(ctx, &object, &mut draft).await? {
+        commit(ctx, &object, &draft).await?;
+        return Ok(Action::Requeue(retry));
+    }
+
     if let Some(instance) = runtime.get_instance(name).await? {
         if uid_label(&instance.config) == Some(uid) {
             runtime

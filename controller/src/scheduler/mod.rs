@@ -7,9 +7,11 @@
 //! pass to them and to the metrics.
 
 pub mod activity;
+pub mod deletion;
 pub mod housekeeping;
 pub mod inspect;
 pub mod memory;
+pub mod passes;
 pub mod policy;
 pub mod ports;
 pub mod reap;

@@ -1,0 +1,236 @@
+//! Held deletions: a deletion no person forced (a plain `berth delete`, a GitOps prune, the
+//! reaper) waits while the workspace holds work that exists nowhere else, or an agent waits for
+//! a person. The container and volumes stay as they are; status shows `DeletionBlocked=True`
+//! with the protection as reason, and the workspace is inspected again every few minutes until
+//! the work is saved. `berth delete --force` (annotation `berth.dev/forceDelete: "true"`)
+//! deletes at once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use berth_api::{
+    AgentState, ConditionStatus, ProjectStatus, ProtectionReason, Step, condition_types,
+};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::inspect::{self, KnownFiles};
+use super::passes::reasons_text;
+use super::policy;
+use super::reap;
+use crate::api::FORCE_DELETE_ANNOTATION;
+use crate::reconcile::PROJECT_KIND;
+use crate::reconcile::layout::uid_label;
+use crate::reconcile::status::Draft;
+use crate::reconcile::{Context, ReconcileError};
+use crate::store::{EventType, Store, StoreError, StoredObject};
+
+/// How often a held deletion's workspace is inspected again: booting a stopped container to
+/// look is not free, and saved work does not need to be noticed within seconds.
+pub const HELD_RECHECK: Duration = Duration::from_secs(180);
+/// One inspection's deadline (a stopped container also gets this long to boot).
+const INSPECT_TIMEOUT: Duration = Duration::from_secs(60);
+/// `DeletionBlocked=False` after a person forced the deletion.
+const FORCED: &str = "Forced";
+
+/// When each held deletion was last inspected, in this process. Forgetting (a restart) only
+/// means one inspection sooner.
+static HELD: LazyLock<Mutex<HashMap<String, Instant>>> = LazyLock::new(Mutex::default);
+
+/// Whether a deletion asked for the workspace to go whatever it holds.
+pub fn forced(object: &StoredObject) -> bool {
+    object
+        .metadata
+        .annotations
+        .get(FORCE_DELETE_ANNOTATION)
+        .is_some_and(|v| v == "true")
+}
+
+/// Decides whether the teardown of `object` may destroy its workspace now. When it may not,
+/// `draft` carries `DeletionBlocked=True` (reason: the first protection) and the returned
+/// duration is when to look again; the caller commits the draft and requeues.
+pub async fn hold(
+    ctx: &Context,
+    object: &StoredObject,
+    draft: &mut Draft,
+) -> Result<Option<Duration>, ReconcileError> {
+    if forced(object) {
+        release(draft);
+        forget(object.uid());
+        return Ok(None);
+    }
+    let status: &ProjectStatus = &draft.status;
+    // A project that never became Reachable has nothing to lose.
+    if status.step.is_none_or(|s| s < Step::Reachable) {
+        return Ok(None);
+    }
+    let name = object.name();
+    let uid = object.uid();
+    let Some(instance) = ctx.runtime.get_instance(name).await? else {
+        return Ok(None);
+    };
+    if uid_label(&instance.config) != Some(uid) {
+        // Not this project's container: the teardown leaves it alone anyway.
+        return Ok(None);
+    }
+    let blocked_now = draft
+        .condition(condition_types::DELETION_BLOCKED)
+        .is_some_and(|c| c.status == ConditionStatus::True);
+    let now = Instant::now();
+    {
+        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        if blocked_now
+            && let Some(at) = held.get(uid)
+            && now.duration_since(*at) < HELD_RECHECK
+        {
+            return Ok(Some(HELD_RECHECK - now.duration_since(*at)));
+        }
+        held.insert(uid.to_string(), now);
+    }
+
+    let known = KnownFiles::new();
+    let result = if instance.is_running() {
+        inspect::inspect(ctx.runtime.as_ref(), name, &known, INSPECT_TIMEOUT).await
+    } else {
+        reap::inspect_stopped(ctx.runtime.as_ref(), name, &known, INSPECT_TIMEOUT).await
+    };
+    let recorded_agent = status
+        .agent
+        .as_ref()
+        .map_or(AgentState::Unknown, |a| a.state);
+    let (evidence, agent) = reap::evidence_of(&result, recorded_agent);
+    if let Err(e) = &result {
+        tracing::warn!(error = %e, "inspecting the workspace before deleting it failed");
+    }
+    let reasons = policy::protections(agent, &evidence, true);
+    if let Ok(inspection) = &result {
+        draft.status.unsaved_work = Some(inspection.unsaved);
+    }
+
+    let Some(first) = reasons.first() else {
+        if blocked_now {
+            draft.set_condition(
+                condition_types::DELETION_BLOCKED,
+                ConditionStatus::False,
+                "WorkSaved",
+                "nothing left to lose: deleting",
+            );
+        }
+        forget(uid);
+        return Ok(None);
+    };
+    let message = blocked_message(&reasons, &evidence);
+    let already = draft
+        .condition(condition_types::DELETION_BLOCKED)
+        .is_some_and(|c| c.status == ConditionStatus::True && c.message == message);
+    draft.set_condition(
+        condition_types::DELETION_BLOCKED,
+        ConditionStatus::True,
+        first.as_str(),
+        &message,
+    );
+    draft.status.message = message.clone();
+    if !already {
+        tracing::warn!(reasons = %reasons_text(&reasons), "deletion held");
+        let store = ctx.store.clone();
+        let target = object.clone();
+        let recorded = tokio::task::spawn_blocking(move || {
+            store.record_event(&target, EventType::Warning, "DeletionBlocked", &message)
+        })
+        .await
+        .expect("a store call panicked");
+        if let Err(e) = recorded {
+            tracing::warn!(error = %e, "could not record an event");
+        }
+    }
+    Ok(Some(HELD_RECHECK))
+}
+
+/// A forced deletion no longer waits on what held it.
+fn release(draft: &mut Draft) {
+    if draft
+        .condition(condition_types::DELETION_BLOCKED)
+        .is_some_and(|c| c.status == ConditionStatus::True)
+    {
+        draft.set_condition(
+            condition_types::DELETION_BLOCKED,
+            ConditionStatus::False,
+            FORCED,
+            "deleted with --force: the workspace is discarded",
+        );
+    }
+}
+
+/// Clears a hold on `name` when its deletion was forced, in the stored status (keeping every
+/// other field), so a client waiting for the deletion does not read the old hold as the answer.
+/// Returns the updated object, or `None` when there was no hold to clear.
+pub fn release_forced(store: &Store, name: &str) -> Result<Option<Arc<StoredObject>>, StoreError> {
+    for _ in 0..5 {
+        let Some(object) = store.get(PROJECT_KIND, name) else {
+            return Ok(None);
+        };
+        let mut draft = Draft::from_object(&object);
+        release(&mut draft);
+        let Some(Value::Array(conditions)) = draft.to_value().get("conditions").cloned() else {
+            return Ok(None);
+        };
+        let mut status = object.status.clone();
+        let Some(map) = status.as_object_mut() else {
+            return Ok(None);
+        };
+        if map.get("conditions") == Some(&Value::Array(conditions.clone())) {
+            return Ok(None);
+        }
+        map.insert("conditions".to_string(), Value::Array(conditions));
+        match store.update_status(
+            PROJECT_KIND,
+            name,
+            Some(object.resource_version()),
+            status,
+            false,
+        ) {
+            Ok(updated) => return Ok(Some(updated)),
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+/// Drops the re-inspection time of a project whose deletion goes ahead.
+pub fn forget(uid: &str) {
+    HELD.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+}
+
+fn blocked_message(reasons: &[ProtectionReason], evidence: &policy::Evidence) -> String {
+    let detail = match evidence {
+        policy::Evidence::Inspected(u) if u.any() => format!(
+            " ({} uncommitted, {} untracked, {} stashes, {} unpushed commits)",
+            u.uncommitted, u.untracked, u.stashes, u.unpushed
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "deletion held by {}{detail}: save the work, or delete with --force to discard it",
+        reasons_text(reasons)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_api::UnsavedWork;
+
+    #[test]
+    fn the_message_names_the_protection_and_the_way_out() {
+        let evidence = policy::Evidence::Inspected(UnsavedWork {
+            unpushed: 2,
+            ..UnsavedWork::default()
+        });
+        let message = blocked_message(&[ProtectionReason::UnsavedWork], &evidence);
+        assert!(message.contains("UnsavedWork"), "{message}");
+        assert!(message.contains("2 unpushed"), "{message}");
+        assert!(message.contains("--force"), "{message}");
+    }
+}

@@ -251,6 +251,9 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             let figures = crate::inspect::api::runtime_figures(state, caller, name).await?;
             Ok(serialized(StatusCode::OK, &figures))
         }
+        ["projects", name, "exec"] if method == Method::GET => {
+            crate::inspect::attach::attach(state, caller, name, req).await
+        }
         ["projects", name, "exec"] => {
             only(&method, &path, Method::POST)?;
             let (parts, incoming) = req.into_parts();

@@ -250,7 +250,10 @@ where
             let caller = caller.clone();
             async move { Ok::<_, Infallible>(routes::handle(state, caller, req).await) }
         });
-        let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+        let conn = http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            // `berth exec -i` upgrades its connection to a websocket.
+            .with_upgrades();
         tokio::pin!(conn);
         let result = tokio::select! {
             result = conn.as_mut() => result,

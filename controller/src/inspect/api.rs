@@ -80,7 +80,7 @@ pub async fn exec(
         .map_err(|e| runtime_error(name, &e))
 }
 
-fn connected(state: &ApiState) -> Result<Arc<dyn Runtime>, ApiError> {
+pub(super) fn connected(state: &ApiState) -> Result<Arc<dyn Runtime>, ApiError> {
     state.inspector.runtime().ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -110,7 +110,7 @@ fn agent_probes(state: &ApiState, project: &StoredObject) -> Vec<AgentProbe> {
         .collect()
 }
 
-fn runtime_error(name: &str, e: &RuntimeError) -> ApiError {
+pub(super) fn runtime_error(name: &str, e: &RuntimeError) -> ApiError {
     match e {
         RuntimeError::Timeout { .. } => ApiError::new(
             StatusCode::GATEWAY_TIMEOUT,

@@ -7,6 +7,7 @@
 
 pub mod activity;
 pub mod api;
+pub mod attach;
 pub mod exec;
 pub mod figures;
 pub mod render;

@@ -12,14 +12,15 @@ use tokio::time::Instant;
 
 use crate::runtime::{
     CreateInstance, CreateVolume, Created, EventStream, ExecOutput, ExecRequest, FileWrite,
-    ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch, InstanceState, Mkdir,
-    Operation, OperationStatus, Result, Runtime, RuntimeError, ServerInfo, StopOptions, Volume,
+    ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch, InstanceState,
+    InteractiveExec, Mkdir, Operation, OperationStatus, Result, Runtime, RuntimeError, ServerInfo,
+    StopOptions, TerminalSize, Volume,
 };
 
 use super::endpoint::{Endpoint, LxdConfig};
 use super::transport::{Call, Reply, Transport, decode, parse_envelope};
 use super::wire::{InstanceJson, MemberJson, OperationJson, ServerJson, StateJson, VolumeJson};
-use super::{events, tls};
+use super::{events, exec_ws, tls};
 
 /// Characters escaped in a path segment (instance, volume, pool and alias names).
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.');
@@ -669,6 +670,27 @@ impl Runtime for LxdClient {
             stdout: stdout?,
             stderr: stderr?,
         })
+    }
+
+    async fn exec_interactive(
+        &self,
+        name: &str,
+        request: &ExecRequest,
+        terminal: Option<TerminalSize>,
+    ) -> Result<InteractiveExec> {
+        let websockets = exec_ws::Websockets {
+            endpoint: &self.config.endpoint,
+            tls: self.tls.clone(),
+            project: &self.config.project,
+        };
+        exec_ws::start(
+            Arc::clone(&self.transport),
+            websockets,
+            name,
+            request,
+            terminal,
+        )
+        .await
     }
 
     async fn file_write(&self, name: &str, file: &FileWrite) -> Result<()> {

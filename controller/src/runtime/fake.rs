@@ -21,8 +21,8 @@ use tokio::sync::broadcast;
 use super::{
     CreateInstance, CreateVolume, Created, EventKind, EventStream, ExecOutput, ExecRequest,
     FileWrite, ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch, InstanceState,
-    InstanceStatus, Mkdir, Operation, OperationStatus, Result, Runtime, RuntimeError, RuntimeEvent,
-    ServerInfo, StopOptions, Volume,
+    InstanceStatus, InteractiveExec, Mkdir, Operation, OperationStatus, Result, Runtime,
+    RuntimeError, RuntimeEvent, ServerInfo, StopOptions, TerminalSize, Volume,
 };
 
 /// What an injected fault does to a call.
@@ -719,6 +719,19 @@ impl Runtime for FakeRuntime {
             self.lifecycle("instance-updated", name);
         }
         Self::reply("update_instance", lose, result)
+    }
+
+    async fn exec_interactive(
+        &self,
+        name: &str,
+        _request: &ExecRequest,
+        _terminal: Option<TerminalSize>,
+    ) -> Result<InteractiveExec> {
+        Err(RuntimeError::Rejected {
+            what: format!("interactive exec in {name}"),
+            status: 501,
+            message: "interactive exec not supported by the fake".to_string(),
+        })
     }
 
     async fn exec(&self, name: &str, request: &ExecRequest) -> Result<ExecOutput> {

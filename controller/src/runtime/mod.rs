@@ -89,6 +89,16 @@ pub trait Runtime: Send + Sync {
     /// cancel an exec), so run long commands in their own process group.
     async fn exec(&self, name: &str, request: &ExecRequest) -> Result<ExecOutput>;
 
+    /// Starts a command whose stdin, stdout and stderr stay connected to the caller (one pseudo
+    /// terminal for all three when `terminal` is given). `request.timeout` bounds only the start;
+    /// the session lasts until the process exits.
+    async fn exec_interactive(
+        &self,
+        name: &str,
+        request: &ExecRequest,
+        terminal: Option<TerminalSize>,
+    ) -> Result<InteractiveExec>;
+
     /// Writes a whole file (also on a stopped instance), replacing any previous content.
     async fn file_write(&self, name: &str, file: &FileWrite) -> Result<()>;
 
@@ -127,4 +137,44 @@ pub trait Runtime: Send + Sync {
 
     /// Subscribes to lifecycle and operation events of every client.
     async fn events(&self) -> Result<EventStream>;
+}
+
+/// The size of a terminal, in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TerminalSize {
+    pub width: u16,
+    pub height: u16,
+}
+
+/// What the holder of an [`InteractiveExec`] sends to the process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecInput {
+    /// Bytes for the process's stdin (its terminal, with one).
+    Data(Vec<u8>),
+    /// Stdin has ended: the process reads end of file (without a terminal).
+    Eof,
+    /// The caller's terminal changed size.
+    Resize(TerminalSize),
+}
+
+/// Bytes the process wrote: `fd` 1 for stdout, 2 for stderr (a terminal is all 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecChunk {
+    pub fd: u8,
+    pub data: Vec<u8>,
+}
+
+/// A running interactive command. Dropping `input` is not end of file (send
+/// [`ExecInput::Eof`]); `output` ends when the process's streams close, and `exit` then carries
+/// its exit code.
+pub struct InteractiveExec {
+    pub input: tokio::sync::mpsc::Sender<ExecInput>,
+    pub output: tokio::sync::mpsc::Receiver<ExecChunk>,
+    pub exit: tokio::sync::oneshot::Receiver<Result<i32>>,
+}
+
+impl std::fmt::Debug for InteractiveExec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InteractiveExec").finish_non_exhaustive()
+    }
 }

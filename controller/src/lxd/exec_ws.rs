@@ -1,0 +1,325 @@
+//! Interactive exec: `POST /1.0/instances/NAME/exec` with `wait-for-websocket`, then the
+//! operation's websockets (`/1.0/operations/ID/websocket?secret=...`) carry the process's
+//! streams.
+//!
+//! With a terminal (`interactive: true`) LXD hands out fd `0`, which carries the pseudo terminal
+//! both ways, and `control`, which takes window resizes. Without one it hands out `0` (stdin),
+//! `1` and `2` (output) and `control`; closing `0` is end of file. LXD starts the process only
+//! once every websocket is connected, and the operation ends when the process has exited.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::runtime::{
+    ExecChunk, ExecInput, ExecRequest, InteractiveExec, RuntimeError, TerminalSize,
+};
+
+use super::endpoint::Endpoint;
+use super::transport::{Transport, error_chain, parse_envelope};
+
+/// How long to wait for the operation's result once the process's streams have closed.
+const RESULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Chunks buffered each way before the faster side waits.
+const CHANNEL_DEPTH: usize = 64;
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+type Socket = WebSocketStream<Box<dyn Io>>;
+
+/// Where the operation websockets are reached.
+pub(crate) struct Websockets<'a> {
+    pub endpoint: &'a Endpoint,
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub project: &'a str,
+}
+
+/// Starts the command and connects its websockets; the returned session pipes bytes until the
+/// process exits.
+pub(crate) async fn start(
+    transport: Arc<Transport>,
+    websockets: Websockets<'_>,
+    name: &str,
+    request: &ExecRequest,
+    terminal: Option<TerminalSize>,
+) -> Result<InteractiveExec, RuntimeError> {
+    let what = format!("interactive exec in {name}");
+    let mut body = json!({
+        "command": request.command,
+        "environment": request.env,
+        "wait-for-websocket": true,
+        "interactive": terminal.is_some(),
+        "record-output": false,
+    });
+    if let Some(size) = terminal {
+        body["width"] = json!(size.width);
+        body["height"] = json!(size.height);
+        // A terminal without TERM shows no colours and confuses full-screen programs.
+        if !request.env.contains_key("TERM") {
+            body["environment"]["TERM"] = json!("xterm-256color");
+        }
+    }
+    if let Some(cwd) = &request.cwd {
+        body["cwd"] = json!(cwd);
+    }
+    if let Some(uid) = request.uid {
+        body["user"] = json!(uid);
+    }
+    if let Some(gid) = request.gid {
+        body["group"] = json!(gid);
+    }
+    let path = format!(
+        "/1.0/instances/{}/exec",
+        percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC)
+    );
+    let raw = transport
+        .call(Method::POST, &path, what.clone())
+        .json(body)
+        .timeout(request.timeout.min(transport.request_timeout()))
+        .send_raw()
+        .await?;
+    // Errors come back typed; a success is an operation whose metadata has the secrets.
+    parse_envelope(&what, &raw)?;
+    let envelope: Value = serde_json::from_slice(&raw.body).map_err(|e| protocol(&what, e))?;
+    let operation = envelope["metadata"]["id"]
+        .as_str()
+        .ok_or_else(|| protocol(&what, "exec answered without an operation id"))?
+        .to_string();
+    let fds = &envelope["metadata"]["metadata"]["fds"];
+    let secret = |fd: &str| {
+        fds[fd]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| protocol(&what, format!("exec answered without a secret for fd {fd}")))
+    };
+    let names: &[&str] = if terminal.is_some() {
+        &["0", "control"]
+    } else {
+        &["0", "1", "2", "control"]
+    };
+    let mut sockets = Vec::new();
+    for fd in names {
+        let secret = secret(fd)?;
+        let url_path = format!(
+            "/1.0/operations/{operation}/websocket?secret={}&project={}",
+            encode(&secret),
+            encode(websockets.project)
+        );
+        let connect = connect(websockets.endpoint, websockets.tls.clone(), &url_path);
+        let socket = tokio::time::timeout(request.timeout, connect)
+            .await
+            .map_err(|_| RuntimeError::Timeout {
+                what: format!("{what}: connect fd {fd}"),
+                after: request.timeout,
+            })??;
+        sockets.push(socket);
+    }
+    let (input_tx, input_rx) = mpsc::channel(CHANNEL_DEPTH);
+    let (output_tx, output_rx) = mpsc::channel(CHANNEL_DEPTH);
+    let (exit_tx, exit_rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let piped = pipe(sockets, terminal.is_some(), input_rx, output_tx).await;
+        let result = match piped {
+            Ok(()) => exit_code(&transport, &operation, &what).await,
+            Err(e) => Err(e),
+        };
+        let _ = exit_tx.send(result);
+    });
+    Ok(InteractiveExec {
+        input: input_tx,
+        output: output_rx,
+        exit: exit_rx,
+    })
+}
+
+/// Moves bytes until every output stream of the process has closed.
+async fn pipe(
+    sockets: Vec<Socket>,
+    terminal: bool,
+    mut input: mpsc::Receiver<ExecInput>,
+    output: mpsc::Sender<ExecChunk>,
+) -> Result<(), RuntimeError> {
+    let mut sockets = sockets.into_iter();
+    let (stdin, control, outputs) = if terminal {
+        let (Some(fd0), Some(control)) = (sockets.next(), sockets.next()) else {
+            return Err(transport_error("interactive exec: missing websockets"));
+        };
+        // The terminal carries input and output over one websocket.
+        let (sink, stream) = fd0.split();
+        (sink, control, vec![(1u8, stream)])
+    } else {
+        let (Some(fd0), Some(fd1), Some(fd2), Some(control)) = (
+            sockets.next(),
+            sockets.next(),
+            sockets.next(),
+            sockets.next(),
+        ) else {
+            return Err(transport_error("exec: missing websockets"));
+        };
+        let (sink, _unused) = fd0.split();
+        (
+            sink,
+            control,
+            vec![(1u8, fd1.split().1), (2u8, fd2.split().1)],
+        )
+    };
+    let (mut control_sink, _control_stream) = control.split();
+    let mut stdin = Some(stdin);
+    let forward_input = async {
+        while let Some(message) = input.recv().await {
+            let sent = match message {
+                ExecInput::Data(bytes) => match stdin.as_mut() {
+                    Some(sink) => sink.send(Message::binary(bytes)).await,
+                    None => Ok(()),
+                },
+                ExecInput::Eof => match stdin.take() {
+                    // With a terminal, end of file is the terminal's business (^D); closing
+                    // its only websocket would end the session.
+                    Some(mut sink) if !terminal => sink.close().await,
+                    Some(sink) => {
+                        stdin = Some(sink);
+                        Ok(())
+                    }
+                    None => Ok(()),
+                },
+                ExecInput::Resize(size) => {
+                    let resize = json!({
+                        "command": "window-resize",
+                        "args": {"width": size.width.to_string(), "height": size.height.to_string()},
+                    });
+                    control_sink.send(Message::text(resize.to_string())).await
+                }
+            };
+            if sent.is_err() {
+                // The process is gone; its outputs will say so.
+                break;
+            }
+        }
+        // Input has nowhere to go any more: keep the outputs running.
+        std::future::pending::<()>().await;
+    };
+    let forward_outputs = futures::future::join_all(outputs.into_iter().map(|(fd, mut stream)| {
+        let output = output.clone();
+        async move {
+            while let Some(message) = stream.next().await {
+                let data = match message {
+                    Ok(Message::Binary(bytes)) => bytes.to_vec(),
+                    Ok(Message::Text(text)) => text.as_bytes().to_vec(),
+                    Ok(Message::Close(_)) => break,
+                    Ok(_) => continue,
+                    Err(e) => return Err(transport_error(&error_chain(&e))),
+                };
+                // LXD marks the end of a stream with an empty message.
+                if data.is_empty() {
+                    continue;
+                }
+                if output.send(ExecChunk { fd, data }).await.is_err() {
+                    break;
+                }
+            }
+            Ok(())
+        }
+    }));
+    tokio::select! {
+        results = forward_outputs => results.into_iter().collect::<Result<Vec<()>, _>>().map(|_| ()),
+        () = forward_input => Ok(()),
+    }
+}
+
+/// The exit code LXD recorded once the process ended.
+async fn exit_code(
+    transport: &Transport,
+    operation: &str,
+    what: &str,
+) -> Result<i32, RuntimeError> {
+    let reply = transport
+        .call(
+            Method::GET,
+            &format!("/1.0/operations/{operation}/wait"),
+            what.to_string(),
+        )
+        .query("timeout", RESULT_TIMEOUT.as_secs().to_string())
+        .timeout(RESULT_TIMEOUT + Duration::from_secs(5))
+        .send()
+        .await?
+        .into_metadata();
+    if let Some(error) = reply["err"].as_str().filter(|e| !e.is_empty()) {
+        return Err(RuntimeError::OperationFailed {
+            what: what.to_string(),
+            message: error.to_string(),
+        });
+    }
+    reply["metadata"]["return"]
+        .as_i64()
+        .map(|code| i32::try_from(code).unwrap_or(-1))
+        .ok_or_else(|| protocol(what, "exec finished without an exit code"))
+}
+
+async fn connect(
+    endpoint: &Endpoint,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    path: &str,
+) -> Result<Socket, RuntimeError> {
+    let (url, stream): (String, Box<dyn Io>) = match endpoint {
+        Endpoint::Unix(socket) => {
+            let stream = tokio::net::UnixStream::connect(socket)
+                .await
+                .map_err(|e| transport_error(&format!("{}: {e}", socket.display())))?;
+            (format!("ws://lxd{path}"), Box::new(stream))
+        }
+        Endpoint::Https(https) => {
+            let url = url::Url::parse(&https.url)
+                .map_err(|e| RuntimeError::Config(format!("lxd.endpoint: {e}")))?;
+            let host = url
+                .host_str()
+                .ok_or_else(|| RuntimeError::Config("lxd.endpoint has no host".into()))?
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            let port = url.port_or_known_default().unwrap_or(8443);
+            let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+                .await
+                .map_err(|e| transport_error(&format!("{host}:{port}: {e}")))?;
+            let config = tls.ok_or_else(|| {
+                RuntimeError::Config("https endpoint without a TLS configuration".into())
+            })?;
+            let server_name = rustls::pki_types::ServerName::try_from(host.clone())
+                .map_err(|e| RuntimeError::Config(format!("lxd.endpoint host: {e}")))?;
+            let stream = tokio_rustls::TlsConnector::from(config)
+                .connect(server_name, tcp)
+                .await
+                .map_err(|e| transport_error(&error_chain(&e)))?;
+            (format!("wss://{host}:{port}{path}"), Box::new(stream))
+        }
+    };
+    let (socket, _response) = tokio_tungstenite::client_async(url, stream)
+        .await
+        .map_err(|e| transport_error(&error_chain(&e)))?;
+    Ok(socket)
+}
+
+fn encode(value: &str) -> String {
+    percent_encoding::utf8_percent_encode(value, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+fn transport_error(message: &str) -> RuntimeError {
+    RuntimeError::Transport {
+        what: "interactive exec".to_string(),
+        message: message.to_string(),
+    }
+}
+
+fn protocol(what: &str, message: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Protocol {
+        what: what.to_string(),
+        message: message.to_string(),
+    }
+}

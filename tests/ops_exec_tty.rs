@@ -1,0 +1,196 @@
+//! `berth exec -i/-t` against a real running project on the Debian image: piped stdin reaches
+//! the command and its exit code comes back, `-t` gives it a pseudo terminal, and only members
+//! get a session (over the unix socket and over TCP with a token).
+
+mod support;
+
+#[path = "reconcile_harness.rs"]
+mod harness;
+
+use std::io::Write as _;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use harness::{Berth, PROJECTS};
+use serde_json::json;
+use support::daemon::Daemon;
+
+/// Generous: an exec on a busy 2-core machine answers in well under a second.
+const SESSION_DEADLINE: Duration = Duration::from_secs(120);
+
+fn berth_command(server: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+    command
+        .arg("--server")
+        .arg(server)
+        .env_remove("BERTH_TOKEN")
+        .env_remove("BERTH_SERVER");
+    command
+}
+
+/// Waits for the child to exit, killing it (and failing) past the deadline.
+fn finish(mut child: Child, what: &str) -> Output {
+    let until = Instant::now() + SESSION_DEADLINE;
+    while child.try_wait().expect("wait on child").is_none() {
+        if Instant::now() > until {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("child output");
+            panic!("{what}: no exit within {SESSION_DEADLINE:?}: {out:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("child output")
+}
+
+/// Polls the runtime figures until the container runs and answered from inside.
+fn wait_running(berth: &Berth, name: &str) {
+    let deadline = Instant::now() + harness::READY_DEADLINE;
+    loop {
+        let reply = berth.client().get(&format!("{PROJECTS}/{name}/runtime"));
+        if reply.status == 200 {
+            let figures = reply.json();
+            if figures["status"] == "Running" && figures["os"]["kernel"].is_string() {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: no running container within {:?}; last: {} {}\n{}",
+            harness::READY_DEADLINE,
+            reply.status,
+            reply.text(),
+            berth.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn piped_stdin_and_a_terminal_reach_the_command() {
+    let mut berth = Berth::start(None);
+    let name = harness::unique_name();
+    berth.create_project(&name, json!({"image": "berth-base"}));
+    wait_running(&berth, &name);
+    let socket = berth.socket.to_string_lossy().into_owned();
+
+    // -i: stdin without a terminal; the command reads it, and its exit code is berth's.
+    let mut child = berth_command(&socket)
+        .args(["exec", &name, "-i", "--", "sh", "-c"])
+        .arg("read x; echo got:$x; echo to-stderr >&2; exit 5")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn berth exec -i");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"hello\n")
+        .expect("write stdin");
+    let out = finish(child, "exec -i");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("got:hello"),
+        "{out:?}\n{}",
+        berth.log_text()
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("to-stderr"),
+        "{out:?}"
+    );
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+
+    // End of piped input is end of file for the command.
+    let mut child = berth_command(&socket)
+        .args(["exec", &name, "-i", "--", "wc", "-c"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn berth exec -i wc");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"12345")
+        .expect("write stdin");
+    let out = finish(child, "exec -i wc");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "5", "{out:?}");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    // -it under a pseudo terminal (script(1) provides one): the command gets a terminal too.
+    let berth_bin = env!("CARGO_BIN_EXE_berth");
+    let inner = format!("{berth_bin} --server {socket} exec {name} -it -- sh -c 'tty; exit 3'");
+    let mut child = Command::new("script")
+        .args(["-q", "-e", "-c", &inner, "/dev/null"])
+        .env_remove("BERTH_TOKEN")
+        .env_remove("BERTH_SERVER")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn script");
+    // Held open: the session ends with the command, not with our input.
+    let held_stdin = child.stdin.take();
+    let out = finish(child, "exec -it under script");
+    drop(held_stdin);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("/dev/pts/"),
+        "{out:?}\n{}",
+        berth.log_text()
+    );
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+
+    berth.delete_project(&name);
+}
+
+#[test]
+fn only_members_get_a_session_over_tcp() {
+    let daemon = Daemon::start_with(&["--listen", "127.0.0.1:0"]);
+    let name = format!("berth-t-tty-{:08x}", rand::random::<u32>());
+    let created = daemon.client().post_json(
+        PROJECTS,
+        &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
+                "metadata": {"name": name}, "spec": {"image": "berth-tiny"}}),
+    );
+    assert_eq!(created.status, 201, "{}", created.text());
+    let token = daemon.add_user("mallory", false);
+    let server = format!("http://{}", daemon.tcp_addr());
+    let session = |token: &str| {
+        let child = berth_command(&server)
+            .args(["--token", token, "exec", &name, "-i", "--", "true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn berth exec");
+        finish(child, "exec -i over tcp")
+    };
+
+    let out = session(&token);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr.contains("Forbidden"), "{stderr}");
+
+    let out = session("not-a-token");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Unauthorized"),
+        "{out:?}"
+    );
+
+    // A member passes the access check; a paused daemon has no LXD to run it through.
+    let member = daemon.client().request(
+        "PUT",
+        &format!("{PROJECTS}/{name}/members/mallory"),
+        None,
+        &[],
+    );
+    assert!([200, 201].contains(&member.status), "{}", member.text());
+    let out = session(&token);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr.contains("not connected to LXD"), "{stderr}");
+}

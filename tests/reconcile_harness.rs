@@ -207,9 +207,12 @@ impl Berth {
         })
     }
 
-    /// Deletes the project and waits until it is gone.
+    /// Deletes the project as `berth delete --force` does (the workspace may hold files the
+    /// test wrote, which would hold a plain delete) and waits until it is gone.
     pub fn delete_project(&self, name: &str) {
-        let reply = self.client().delete(&format!("{PROJECTS}/{name}"));
+        let reply = self
+            .client()
+            .delete(&format!("{PROJECTS}/{name}?force=true"));
         assert!(
             [200, 202, 404].contains(&reply.status),
             "delete {name}: {} {}",
@@ -234,9 +237,12 @@ impl Drop for Berth {
         // leave containers or volumes behind.
         if self.child.is_some() {
             for (name, _) in self.projects.clone() {
-                let _ =
-                    self.client()
-                        .try_request("DELETE", &format!("{PROJECTS}/{name}"), None, &[]);
+                let _ = self.client().try_request(
+                    "DELETE",
+                    &format!("{PROJECTS}/{name}?force=true"),
+                    None,
+                    &[],
+                );
             }
             let deadline = Instant::now() + Duration::from_secs(60);
             while Instant::now() < deadline

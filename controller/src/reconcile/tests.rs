@@ -367,8 +367,9 @@ async fn deletion_removes_container_and_volumes_then_the_object() {
     h.apply("p", tiny());
     h.converge("p").await;
     let uid = h.uid("p");
+    // Forced: the fake workspace cannot be inspected, which would hold a plain delete.
     h.store
-        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), false)
+        .delete(PROJECT_KIND, "p", None, forced(), false)
         .unwrap();
     // A lost reply on the delete: the teardown runs again and finishes.
     h.fake.fault_method("delete_instance", Fault::LoseReply);
@@ -380,6 +381,48 @@ async fn deletion_removes_container_and_volumes_then_the_object() {
             .volume("default", &DurableLayout::workspace_volume(&uid))
             .is_none()
     );
+}
+
+/// The annotations of `berth delete --force`.
+fn forced() -> BTreeMap<String, String> {
+    BTreeMap::from([(
+        crate::api::FORCE_DELETE_ANNOTATION.to_string(),
+        "true".to_string(),
+    )])
+}
+
+#[tokio::test]
+async fn a_plain_delete_of_a_workspace_that_cannot_be_inspected_is_held() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    let uid = h.uid("p");
+    // The fake answers no inspection: "could not tell" must hold the deletion, not finish it.
+    h.store
+        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), false)
+        .unwrap();
+    for _ in 0..5 {
+        let _ = project::reconcile(&h.ctx, "p").await;
+    }
+    let status = h.status("p");
+    assert_eq!(status.phase, Phase::Deleting);
+    let blocked = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "DeletionBlocked")
+        .expect("a DeletionBlocked condition");
+    assert_eq!(
+        (blocked.status, blocked.reason.as_str()),
+        (berth_api::ConditionStatus::True, "InspectionFailed")
+    );
+    assert!(h.fake.instance("p").is_some());
+    assert!(
+        h.fake
+            .volume("default", &DurableLayout::workspace_volume(&uid))
+            .is_some()
+    );
+    assert_eq!(h.fake.count("delete_instance"), 0);
+    assert_eq!(h.fake.count("delete_volume"), 0);
 }
 
 #[tokio::test]
@@ -644,7 +687,7 @@ async fn the_running_controller_follows_the_store_and_lxd_events() {
 
     // Deletion runs the finalizer and the object goes.
     store
-        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), false)
+        .delete(PROJECT_KIND, "p", None, forced(), false)
         .unwrap();
     eventually("p gone", || store.get(PROJECT_KIND, "p").is_none()).await;
     assert!(fake.instance("p").is_none());

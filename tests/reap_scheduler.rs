@@ -179,9 +179,16 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
     let dirty = unique_name();
     let unpushed = unique_name();
     let blocked = unique_name();
+    let doomed = unique_name();
     for name in [&idle, &dirty, &unpushed, &blocked] {
         reaper.create(name, spec.clone());
     }
+    reaper.create(
+        &doomed,
+        json!({"image": "berth-base", "reap": {"idleAfter": "5s", "idleAction": "Delete"}}),
+    );
+    let doomed_uid = reaper.projects.last().unwrap().1.clone();
+    // Not waited on: it may be reaped by the time the others are up.
     for name in [&idle, &dirty, &unpushed, &blocked] {
         reaper.wait_reachable(name);
     }
@@ -211,6 +218,30 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
         assert!(Instant::now() < until, "{idle} was not stopped");
         std::thread::sleep(Duration::from_millis(250));
     }
+
+    // The clean one whose idle action is Delete is deleted, container and volumes with it.
+    let until = Instant::now() + NOTICE_DEADLINE;
+    while reaper.get(&doomed).is_some() {
+        assert!(
+            Instant::now() < until,
+            "{doomed} was not reaped: {}\n{}",
+            reaper.get(&doomed).unwrap()["status"],
+            reaper.daemon.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let log = reaper.daemon.log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("reaped") && l.contains(&doomed) && l.contains("delete")),
+        "{doomed} went, but not by the reaper:\n{log}"
+    );
+    assert_eq!(instance_count(&doomed), 0);
+    assert!(
+        volumes_of(&doomed_uid).is_empty(),
+        "{:?}",
+        volumes_of(&doomed_uid)
+    );
 
     // The others are kept, each with its protection.
     for (name, reason) in [

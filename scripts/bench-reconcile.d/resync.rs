@@ -113,53 +113,27 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let rss_after = proc_status_kib("VmRSS:")?;
-    let peak_mib = proc_status_kib("VmHWM:")? / 1024;
+    let peak_kib = proc_status_kib("VmHWM:")?;
+    let mib = |kib: u64| format!("{} MiB", kib / 1024);
     println!("reconciler with the fake runtime, {count} projects");
-    println!(
-        "{:<38} {:>10} {:>10} {:>7}",
-        "step", "value", "target", "result"
-    );
-    println!(
-        "{:<38} {:>10} {:>10} {:>7}",
-        "seed the store",
-        ms(seeded),
-        "-",
-        "-"
-    );
-    println!(
-        "{:<38} {:>10} {:>10} {:>7}",
-        "converge to Ready",
-        ms(converged),
-        "-",
-        "-"
-    );
-    println!(
-        "{:<38} {:>10} {:>10} {:>7}",
-        "resync: list + request all",
-        ms(requested),
-        "-",
-        "-"
-    );
-    println!(
-        "{:<38} {:>10} {:>10} {:>7}",
+    row("step", "value", "target", "result");
+    row("seed the store", &ms(seeded), "-", "-");
+    row("converge to Ready", &ms(converged), "-", "-");
+    row("resync: list + request all", &ms(requested), "-", "-");
+    row(
         "resync pass, until the queue is idle",
-        ms(pass),
-        ms(PASS_TARGET),
-        verdict(pass <= PASS_TARGET)
+        &ms(pass),
+        &ms(PASS_TARGET),
+        verdict(pass <= PASS_TARGET),
     );
-    for (step, kib) in [
-        ("RSS after seeding the store", rss_seeded),
-        ("RSS once all are Ready", rss_converged),
-        ("RSS after the pass", rss_after),
-    ] {
-        println!("{:<38} {:>10}", step, format!("{} MiB", kib / 1024));
-    }
-    println!(
-        "{:<38} {:>10} {:>10} {:>7}",
+    row("RSS after seeding the store", &mib(rss_seeded), "-", "-");
+    row("RSS once all are Ready", &mib(rss_converged), "-", "-");
+    row("RSS after the pass", &mib(rss_after), "-", "-");
+    row(
         "peak RSS (VmHWM)",
-        format!("{peak_mib} MiB"),
-        format!("{RSS_TARGET_MIB} MiB"),
-        verdict(peak_mib <= RSS_TARGET_MIB)
+        &mib(peak_kib),
+        &mib(RSS_TARGET_MIB * 1024),
+        verdict(peak_kib <= RSS_TARGET_MIB * 1024),
     );
     Ok(())
 }
@@ -181,6 +155,10 @@ fn proc_status_kib(field: &str) -> anyhow::Result<u64> {
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .with_context(|| format!("no {field} line in /proc/self/status"))
+}
+
+fn row(step: &str, value: &str, target: &str, result: &str) {
+    println!("{step:<38} {value:>10} {target:>10} {result:>7}");
 }
 
 fn ms(d: Duration) -> String {

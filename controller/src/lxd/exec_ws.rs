@@ -25,8 +25,10 @@ use crate::runtime::{
 use super::endpoint::Endpoint;
 use super::transport::{Transport, error_chain, parse_envelope};
 
-/// How long to wait for the operation's result once the process's streams have closed.
+/// How long one wait for the operation's result may take (waits repeat while it runs).
 const RESULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long output may keep arriving after the process has exited.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// Chunks buffered each way before the faster side waits.
 const CHANNEL_DEPTH: usize = 64;
 
@@ -126,10 +128,21 @@ pub(crate) async fn start(
     let (output_tx, output_rx) = mpsc::channel(CHANNEL_DEPTH);
     let (exit_tx, exit_rx) = oneshot::channel();
     tokio::spawn(async move {
-        let piped = pipe(sockets, terminal.is_some(), input_rx, output_tx).await;
-        let result = match piped {
-            Ok(()) => exit_code(&transport, &operation, &what).await,
-            Err(e) => Err(e),
+        let piped = pipe(sockets, terminal.is_some(), input_rx, output_tx);
+        let exited = exit_code(&transport, &operation, &what);
+        tokio::pin!(piped, exited);
+        // LXD may keep a terminal's websocket open after the process has exited: whichever
+        // comes first, the streams' end or the operation's, ends the session.
+        let result = tokio::select! {
+            piped_result = &mut piped => match piped_result {
+                Ok(()) => exited.await,
+                Err(e) => Err(e),
+            },
+            result = &mut exited => {
+                // Output still in flight is delivered before the streams are dropped.
+                let _ = tokio::time::timeout(DRAIN_TIMEOUT, piped).await;
+                result
+            }
         };
         let _ = exit_tx.send(result);
     });
@@ -171,7 +184,12 @@ async fn pipe(
             vec![(1u8, fd1.split().1), (2u8, fd2.split().1)],
         )
     };
-    let (mut control_sink, _control_stream) = control.split();
+    let (mut control_sink, mut control_stream) = control.split();
+    // Read the control socket so that LXD's keepalive pings are answered.
+    let drain_control = async {
+        while let Some(Ok(_)) = control_stream.next().await {}
+        std::future::pending::<()>().await;
+    };
     let mut stdin = Some(stdin);
     let forward_input = async {
         while let Some(message) = input.recv().await {
@@ -213,54 +231,66 @@ async fn pipe(
                 let data = match message {
                     Ok(Message::Binary(bytes)) => bytes.to_vec(),
                     Ok(Message::Text(text)) => text.as_bytes().to_vec(),
-                    Ok(Message::Close(_)) => break,
+                    // Reading on after a close sends the reply LXD waits for.
                     Ok(_) => continue,
-                    Err(e) => return Err(transport_error(&error_chain(&e))),
+                    // LXD drops the connection without a closing handshake when the
+                    // process exits; the operation's result says how it ended.
+                    Err(e) => {
+                        tracing::debug!(fd, error = %error_chain(&e), "exec output stream ended");
+                        break;
+                    }
                 };
-                // LXD marks the end of a stream with an empty message.
+                // LXD marks the end of a stream with an empty message, and (with a terminal)
+                // finishes the operation only once the connection is closed in answer.
                 if data.is_empty() {
-                    continue;
+                    break;
                 }
                 if output.send(ExecChunk { fd, data }).await.is_err() {
                     break;
                 }
             }
-            Ok(())
         }
     }));
     tokio::select! {
-        results = forward_outputs => results.into_iter().collect::<Result<Vec<()>, _>>().map(|_| ()),
+        _ = forward_outputs => Ok(()),
         () = forward_input => Ok(()),
+        () = drain_control => Ok(()),
     }
 }
 
-/// The exit code LXD recorded once the process ended.
+/// The exit code LXD recorded once the process ended, waiting as long as it runs.
 async fn exit_code(
     transport: &Transport,
     operation: &str,
     what: &str,
 ) -> Result<i32, RuntimeError> {
-    let reply = transport
-        .call(
-            Method::GET,
-            &format!("/1.0/operations/{operation}/wait"),
-            what.to_string(),
-        )
-        .query("timeout", RESULT_TIMEOUT.as_secs().to_string())
-        .timeout(RESULT_TIMEOUT + Duration::from_secs(5))
-        .send()
-        .await?
-        .into_metadata();
-    if let Some(error) = reply["err"].as_str().filter(|e| !e.is_empty()) {
-        return Err(RuntimeError::OperationFailed {
-            what: what.to_string(),
-            message: error.to_string(),
-        });
+    loop {
+        let reply = transport
+            .call(
+                Method::GET,
+                &format!("/1.0/operations/{operation}/wait"),
+                what.to_string(),
+            )
+            .query("timeout", RESULT_TIMEOUT.as_secs().to_string())
+            .timeout(RESULT_TIMEOUT + Duration::from_secs(5))
+            .send()
+            .await?
+            .into_metadata();
+        if let Some(error) = reply["err"].as_str().filter(|e| !e.is_empty()) {
+            return Err(RuntimeError::OperationFailed {
+                what: what.to_string(),
+                message: error.to_string(),
+            });
+        }
+        // 103 is Running: the wait timed out while the process still runs.
+        if reply["status_code"].as_i64() == Some(103) {
+            continue;
+        }
+        return reply["metadata"]["return"]
+            .as_i64()
+            .map(|code| i32::try_from(code).unwrap_or(-1))
+            .ok_or_else(|| protocol(what, "exec finished without an exit code"));
     }
-    reply["metadata"]["return"]
-        .as_i64()
-        .map(|code| i32::try_from(code).unwrap_or(-1))
-        .ok_or_else(|| protocol(what, "exec finished without an exit code"))
 }
 
 async fn connect(

@@ -9,7 +9,7 @@ BERTH_SOCKET ?= /run/berth/berth.sock
 BERTH_DATA_DIR ?= /var/lib/berth
 BERTH_LOG_FILE ?= /var/log/berth/berth.log
 
-.PHONY: help run daemon stop test unit e2e bench lint images schemas build clean-daemon
+.PHONY: help run stop test unit bench lint images schemas build
 
 help:
 	@echo "make run     set up LXD and images, start the daemon, apply the quickstart project (Ready)"

@@ -218,11 +218,10 @@ async fn pipe(
             };
             if sent.is_err() {
                 // The process is gone; its outputs will say so.
-                break;
+                std::future::pending::<()>().await;
             }
         }
-        // Input has nowhere to go any more: keep the outputs running.
-        std::future::pending::<()>().await;
+        // The holder dropped the session: closing the websockets hangs up the terminal.
     };
     let forward_outputs = futures::future::join_all(outputs.into_iter().map(|(fd, mut stream)| {
         let output = output.clone();

@@ -148,6 +148,37 @@ fn piped_stdin_and_a_terminal_reach_the_command() {
     assert!(stdout.contains("33 101"), "{out:?}");
     assert_eq!(out.status.code(), Some(3), "{out:?}");
 
+    // A client that goes away hangs up its terminal: the command does not outlive it.
+    let mut abandoned = berth_command(&socket)
+        .args(["exec", &name, "-t", "--", "sleep", "4242"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn berth exec -t sleep");
+    let sleeping = |expected: bool| {
+        let deadline = Instant::now() + SESSION_DEADLINE;
+        loop {
+            let out = berth_command(&socket)
+                .args(["exec", &name, "--", "pgrep", "-f", "sleep 4242"])
+                .stdin(Stdio::null())
+                .output()
+                .expect("run pgrep");
+            if (out.status.code() == Some(0)) == expected {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sleep 4242 running: expected {expected}: {out:?}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    };
+    sleeping(true);
+    abandoned.kill().expect("kill berth exec");
+    let _ = abandoned.wait();
+    sleeping(false);
+
     berth.delete_project(&name);
 }
 

@@ -1,5 +1,6 @@
 //! `berth exec -i/-t` against a real running project on the Debian image: piped stdin reaches
-//! the command and its exit code comes back, `-t` gives it a pseudo terminal, and only members
+//! the command and its exit code comes back, `-t` gives it a pseudo terminal of the local
+//! terminal's size, and only members
 //! get a session (over the unix socket and over TCP with a token).
 
 mod support;
@@ -121,7 +122,10 @@ fn piped_stdin_and_a_terminal_reach_the_command() {
 
     // -it under a pseudo terminal (script(1) provides one): the command gets a terminal too.
     let berth_bin = env!("CARGO_BIN_EXE_berth");
-    let inner = format!("{berth_bin} --server {socket} exec {name} -it -- sh -c 'tty; exit 3'");
+    // The local terminal's size becomes the remote one's.
+    let inner = format!(
+        "stty cols 101 rows 33; {berth_bin} --server {socket} exec {name} -it -- sh -c 'tty; stty size; exit 3'"
+    );
     let mut child = Command::new("script")
         .args(["-q", "-e", "-c", &inner, "/dev/null"])
         .env_remove("BERTH_TOKEN")
@@ -141,7 +145,39 @@ fn piped_stdin_and_a_terminal_reach_the_command() {
         "{out:?}\n{}",
         berth.log_text()
     );
+    assert!(stdout.contains("33 101"), "{out:?}");
     assert_eq!(out.status.code(), Some(3), "{out:?}");
+
+    // A client that goes away hangs up its terminal: the command does not outlive it.
+    let mut abandoned = berth_command(&socket)
+        .args(["exec", &name, "-t", "--", "sleep", "4242"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn berth exec -t sleep");
+    let sleeping = |expected: bool| {
+        let deadline = Instant::now() + SESSION_DEADLINE;
+        loop {
+            let out = berth_command(&socket)
+                .args(["exec", &name, "--", "pgrep", "-f", "sleep 4242"])
+                .stdin(Stdio::null())
+                .output()
+                .expect("run pgrep");
+            if (out.status.code() == Some(0)) == expected {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sleep 4242 running: expected {expected}: {out:?}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    };
+    sleeping(true);
+    abandoned.kill().expect("kill berth exec");
+    let _ = abandoned.wait();
+    sleeping(false);
 
     berth.delete_project(&name);
 }

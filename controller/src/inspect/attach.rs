@@ -218,15 +218,15 @@ where
                         Ok(())
                     }
                 },
-                Message::Close(_) => break,
+                Message::Close(_) => return,
                 _ => Ok(()),
             };
             if forwarded.is_err() {
-                break;
+                // The process has ended; its last output and exit code are on their way.
+                std::future::pending::<()>().await;
             }
         }
-        // The client went away or stopped sending; the process keeps its outputs.
-        std::future::pending::<()>().await;
+        // The client went away: dropping the session ends it (a shell is hung up).
     };
     let to_client = async {
         while let Some(chunk) = output.recv().await {

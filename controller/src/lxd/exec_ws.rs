@@ -161,13 +161,13 @@ async fn pipe(
     output: mpsc::Sender<ExecChunk>,
 ) -> Result<(), RuntimeError> {
     let mut sockets = sockets.into_iter();
-    let (stdin, control, outputs) = if terminal {
+    let (stdin, stdin_stream, control, outputs) = if terminal {
         let (Some(fd0), Some(control)) = (sockets.next(), sockets.next()) else {
             return Err(transport_error("interactive exec: missing websockets"));
         };
         // The terminal carries input and output over one websocket.
         let (sink, stream) = fd0.split();
-        (sink, control, vec![(1u8, stream)])
+        (sink, None, control, vec![(1u8, stream)])
     } else {
         let (Some(fd0), Some(fd1), Some(fd2), Some(control)) = (
             sockets.next(),
@@ -177,17 +177,25 @@ async fn pipe(
         ) else {
             return Err(transport_error("exec: missing websockets"));
         };
-        let (sink, _unused) = fd0.split();
+        let (sink, stream) = fd0.split();
         (
             sink,
+            Some(stream),
             control,
             vec![(1u8, fd1.split().1), (2u8, fd2.split().1)],
         )
     };
     let (mut control_sink, mut control_stream) = control.split();
-    // Read the control socket so that LXD's keepalive pings are answered.
+    // Read the sockets that carry nothing for us (control, and stdin without a terminal) so
+    // that LXD's keepalive pings are answered.
     let drain_control = async {
-        while let Some(Ok(_)) = control_stream.next().await {}
+        let stdin_side = async {
+            if let Some(mut stream) = stdin_stream {
+                while let Some(Ok(_)) = stream.next().await {}
+            }
+        };
+        let control_side = async { while let Some(Ok(_)) = control_stream.next().await {} };
+        futures::join!(stdin_side, control_side);
         std::future::pending::<()>().await;
     };
     let mut stdin = Some(stdin);
@@ -218,11 +226,10 @@ async fn pipe(
             };
             if sent.is_err() {
                 // The process is gone; its outputs will say so.
-                break;
+                std::future::pending::<()>().await;
             }
         }
-        // Input has nowhere to go any more: keep the outputs running.
-        std::future::pending::<()>().await;
+        // The holder dropped the session: closing the websockets hangs up the terminal.
     };
     let forward_outputs = futures::future::join_all(outputs.into_iter().map(|(fd, mut stream)| {
         let output = output.clone();

@@ -234,3 +234,196 @@ mod tests {
         assert!(message.contains("--force"), "{message}");
     }
 }
+
+#[cfg(all(test, feature = "testing"))]
+mod held {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::reconcile::layout::UID_LABEL;
+    use crate::reconcile::{Backoff, ControllerSettings, NoLaterSteps, WorkQueue};
+    use crate::runtime::fake::FakeRuntime;
+    use crate::runtime::{Instance, InstanceStatus};
+    use crate::scheduler::passes::{FakeWorkspace, script_inspection};
+    use crate::store::{Desired, Store};
+    use berth_api::UnsavedWork;
+    use serde_json::json;
+
+    struct Setup {
+        _dir: tempfile::TempDir,
+        fake: Arc<FakeRuntime>,
+        ctx: Context,
+    }
+
+    fn setup() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+        let fake = Arc::new(FakeRuntime::new());
+        let metrics = Arc::new(Metrics::new());
+        let ctx = Context {
+            store,
+            runtime: fake.clone(),
+            metrics: metrics.clone(),
+            settings: ControllerSettings::default(),
+            later_steps: Arc::new(NoLaterSteps),
+            fleet: Default::default(),
+            snapshot: Default::default(),
+            queue: WorkQueue::new(1, Backoff::default(), metrics),
+        };
+        Setup {
+            _dir: dir,
+            fake,
+            ctx,
+        }
+    }
+
+    impl Setup {
+        /// A reachable project with a running container, asked to be deleted.
+        fn deleting(&self, name: &str, annotations: BTreeMap<String, String>) -> Arc<StoredObject> {
+            let store = &self.ctx.store;
+            store
+                .apply(
+                    Desired {
+                        kind: PROJECT_KIND.into(),
+                        name: name.into(),
+                        labels: BTreeMap::new(),
+                        annotations: BTreeMap::new(),
+                        finalizers: Some(vec!["berth.dev/teardown".into()]),
+                        spec: json!({"image": "berth-base"}),
+                    },
+                    false,
+                )
+                .unwrap();
+            store
+                .update_status(
+                    PROJECT_KIND,
+                    name,
+                    None,
+                    json!({"phase": "Ready", "step": "Reachable"}),
+                    false,
+                )
+                .unwrap();
+            let uid = store.get(PROJECT_KIND, name).unwrap().uid().to_string();
+            self.fake.insert_instance(Instance {
+                name: name.into(),
+                status: InstanceStatus::Running,
+                status_code: 103,
+                location: "none".into(),
+                profiles: Vec::new(),
+                config: BTreeMap::from([(UID_LABEL.to_string(), uid)]),
+                devices: Default::default(),
+                expanded_devices: Default::default(),
+                created_at: None,
+                last_used_at: None,
+                state: None,
+            });
+            store
+                .delete(PROJECT_KIND, name, None, annotations, false)
+                .unwrap();
+            store.get(PROJECT_KIND, name).unwrap()
+        }
+    }
+
+    fn condition(draft: &Draft) -> Option<(ConditionStatus, String)> {
+        draft
+            .condition(condition_types::DELETION_BLOCKED)
+            .map(|c| (c.status, c.reason.clone()))
+    }
+
+    #[tokio::test]
+    async fn unpushed_work_holds_a_plain_delete_and_is_looked_at_again_only_later() {
+        let s = setup();
+        let object = s.deleting("p", BTreeMap::new());
+        script_inspection(
+            &s.fake,
+            "p",
+            FakeWorkspace {
+                unsaved: UnsavedWork {
+                    unpushed: 1,
+                    ..UnsavedWork::default()
+                },
+                ..FakeWorkspace::default()
+            },
+        );
+        let mut draft = Draft::from_object(&object);
+        let retry = hold(&s.ctx, &object, &mut draft).await.unwrap();
+        assert_eq!(retry, Some(HELD_RECHECK));
+        assert_eq!(
+            condition(&draft),
+            Some((ConditionStatus::True, "UnsavedWork".into()))
+        );
+        let events = s.ctx.store.events_for(PROJECT_KIND, "p").unwrap();
+        assert!(events.iter().any(|e| e.reason == "DeletionBlocked"));
+
+        // Held: the next reconcile does not inspect again before the interval.
+        let execs = s.fake.count("exec");
+        let retry = hold(&s.ctx, &object, &mut draft).await.unwrap();
+        assert!(retry.is_some_and(|r| r <= HELD_RECHECK));
+        assert_eq!(s.fake.count("exec"), execs);
+    }
+
+    #[tokio::test]
+    async fn a_forced_delete_and_a_clean_workspace_go_ahead() {
+        let s = setup();
+        let forced = s.deleting(
+            "forced",
+            BTreeMap::from([(FORCE_DELETE_ANNOTATION.to_string(), "true".to_string())]),
+        );
+        let mut draft = Draft::from_object(&forced);
+        draft.set_condition(
+            condition_types::DELETION_BLOCKED,
+            ConditionStatus::True,
+            "UnsavedWork",
+            "held",
+        );
+        assert_eq!(hold(&s.ctx, &forced, &mut draft).await.unwrap(), None);
+        assert_eq!(
+            condition(&draft),
+            Some((ConditionStatus::False, FORCED.into()))
+        );
+        assert_eq!(s.fake.count("exec"), 0, "a forced delete inspects nothing");
+
+        let clean = s.deleting("clean", BTreeMap::new());
+        script_inspection(&s.fake, "clean", FakeWorkspace::default());
+        let mut draft = Draft::from_object(&clean);
+        assert_eq!(hold(&s.ctx, &clean, &mut draft).await.unwrap(), None);
+        assert_eq!(condition(&draft), None);
+
+        // An inspection that cannot be read holds the deletion.
+        let unknown = s.deleting("unknown", BTreeMap::new());
+        let mut draft = Draft::from_object(&unknown);
+        assert!(hold(&s.ctx, &unknown, &mut draft).await.unwrap().is_some());
+        assert_eq!(
+            condition(&draft),
+            Some((ConditionStatus::True, "InspectionFailed".into()))
+        );
+    }
+
+    #[tokio::test]
+    async fn releasing_a_forced_hold_keeps_the_rest_of_the_status() {
+        let s = setup();
+        let object = s.deleting("p", BTreeMap::new());
+        let mut draft = Draft::from_object(&object);
+        draft.set_condition(
+            condition_types::DELETION_BLOCKED,
+            ConditionStatus::True,
+            "UnsavedWork",
+            "held",
+        );
+        let mut status = draft.to_value();
+        status["controller"] = json!({"image": "berth-base"});
+        s.ctx
+            .store
+            .update_status(PROJECT_KIND, "p", None, status, false)
+            .unwrap();
+        let released = release_forced(&s.ctx.store, "p").unwrap().unwrap();
+        assert_eq!(released.status["controller"]["image"], "berth-base");
+        let draft = Draft::from_object(&released);
+        assert_eq!(
+            condition(&draft),
+            Some((ConditionStatus::False, FORCED.into()))
+        );
+        assert!(release_forced(&s.ctx.store, "p").unwrap().is_none());
+    }
+}

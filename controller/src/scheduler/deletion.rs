@@ -15,7 +15,7 @@ use berth_api::{
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::inspect::{self, KnownFiles};
+use super::inspect;
 use super::passes::reasons_text;
 use super::policy;
 use super::reap;
@@ -89,7 +89,7 @@ pub async fn hold(
         held.insert(uid.to_string(), now);
     }
 
-    let known = KnownFiles::new();
+    let known = inspect::known_files_of(&object.status);
     let result = if instance.is_running() {
         inspect::inspect(ctx.runtime.as_ref(), name, &known, INSPECT_TIMEOUT).await
     } else {

@@ -99,6 +99,22 @@ echo "end"
 /// A file berth wrote into the workspace and the sha256 (hex) of what it wrote.
 pub type KnownFiles = BTreeMap<String, String>;
 
+/// The files berth recorded writing into the workspace (`status.seededFiles`, absolute paths
+/// under /workspace), relative to /workspace as [`inspect`] takes them. A record it cannot read
+/// yields nothing, which is the safe side: more files count as unsaved.
+pub fn known_files_of(status: &serde_json::Value) -> KnownFiles {
+    let Some(files) = status.get("seededFiles").and_then(|f| f.as_object()) else {
+        return KnownFiles::new();
+    };
+    files
+        .iter()
+        .filter_map(|(path, hash)| {
+            let relative = path.strip_prefix("/workspace/")?;
+            Some((relative.to_string(), hash.as_str()?.to_string()))
+        })
+        .collect()
+}
+
 /// Why the workspace could not be inspected.
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {

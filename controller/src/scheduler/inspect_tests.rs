@@ -371,3 +371,24 @@ mod on_fake_runtime {
         assert_eq!(got.ports, vec![3000, 8000]);
     }
 }
+
+#[test]
+fn known_files_come_from_the_seeded_record_relative_to_the_workspace() {
+    let status = serde_json::json!({
+        "seededFiles": {
+            "/workspace/AGENTS.md": "aa",
+            "/workspace/.env": "bb",
+            "/root/.claude/settings.json": "cc",
+            "/workspace/bad": 7
+        }
+    });
+    let known = known_files_of(&status);
+    assert_eq!(
+        known.into_iter().collect::<Vec<_>>(),
+        [
+            (".env".to_string(), "bb".to_string()),
+            ("AGENTS.md".to_string(), "aa".to_string())
+        ]
+    );
+    assert!(known_files_of(&serde_json::json!({})).is_empty());
+}

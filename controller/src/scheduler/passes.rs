@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::activity::{self, ActivityInputs, Touches};
 use super::housekeeping;
-use super::inspect::{InspectError, Inspection, KnownFiles};
+use super::inspect::{InspectError, Inspection};
 use super::memory::Memory;
 use super::policy::{self, Evidence, ReapSubject, Verdict};
 use super::{InspectTarget, Pass, Passes, ports, reap};
@@ -128,7 +128,7 @@ impl DaemonPasses {
             .iter()
             .map(|o| InspectTarget {
                 instance: o.name().to_string(),
-                known: KnownFiles::new(),
+                known: super::inspect::known_files_of(&o.status),
             })
             .collect();
         let results = super::inspect_all(
@@ -319,7 +319,7 @@ impl DaemonPasses {
             let result = reap::inspect_stopped(
                 self.runtime.as_ref(),
                 name,
-                &KnownFiles::new(),
+                &super::inspect::known_files_of(&object.status),
                 self.inspect_timeout,
             )
             .await;
@@ -333,7 +333,7 @@ impl DaemonPasses {
             reap::recheck(
                 self.runtime.as_ref(),
                 name,
-                &KnownFiles::new(),
+                &super::inspect::known_files_of(&object.status),
                 self.inspect_timeout,
                 subject,
             )

@@ -56,14 +56,15 @@ fn a_running_project_shows_live_figures_and_runs_commands() {
     let mut berth = Berth::start(None);
     let name = harness::unique_name();
     // A profile whose install check prints a version, and whose instructions file berth's
-    // later steps would write: inspection reports both.
+    // later steps would write (named relative to /workspace, as profiles usually do):
+    // inspection reports both.
     let profile = format!("probe-{:08x}", rand::random::<u32>());
     let created = berth.client().post_json(
         "/apis/berth.dev/v1alpha1/agentprofiles",
         &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "AgentProfile",
                 "metadata": {"name": profile},
                 "spec": {"home": "/root/.probe", "install": {"check": "bash --version"},
-                         "instructions": {"target": "/workspace/PROBE.md", "content": "probe"},
+                         "instructions": {"target": "PROBE.md", "content": "probe"},
                          "runner": {"command": ["true"]}}}),
     );
     assert_eq!(created.status, 201, "{}", created.text());

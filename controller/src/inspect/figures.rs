@@ -39,10 +39,10 @@ impl AgentProbe {
                 .as_str()
                 .unwrap_or_default()
                 .to_string(),
+            // Targets may be relative to /workspace; the probe runs elsewhere, so resolve them.
             instructions: spec["instructions"]["target"]
                 .as_str()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string),
+                .and_then(|t| berth_api::workspace_file_path(t).ok()),
         }
     }
 }

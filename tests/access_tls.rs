@@ -63,6 +63,30 @@ fn https_serves_with_the_configured_certificate() {
         .expect("run berth");
     assert!(!untrusted.status.success());
 
+    // An interactive session upgrades over TLS too: with the CA it reaches the daemon's exec
+    // handler (a paused daemon has no LXD to run it through); without it, TLS refuses.
+    let session = |ca: Option<&std::path::Path>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_berth"));
+        command
+            .args(["exec", "over-https", "-i", "--", "true"])
+            .env("BERTH_SERVER", format!("https://{addr}"))
+            .env("BERTH_TOKEN", &token)
+            .env_remove("BERTH_CA_CERT")
+            .stdin(std::process::Stdio::null());
+        if let Some(ca) = ca {
+            command.env("BERTH_CA_CERT", ca);
+        }
+        command.output().expect("run berth exec")
+    };
+    let out = session(Some(&ca));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr.contains("not connected to LXD"), "{stderr}");
+    let out = session(None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(!stderr.contains("not connected to LXD"), "{stderr}");
+
     // TLS 1.2 and 1.3 are spoken; 1.1 is refused even to a client willing to use it.
     let handshake = |args: &[&str]| {
         let mut child = std::process::Command::new("openssl")

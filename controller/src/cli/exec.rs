@@ -114,7 +114,13 @@ async fn interactive(context: &Context, args: &ExecArgs) -> anyhow::Result<ExitC
         encode_segment(&args.name),
         query.finish()
     );
-    let socket = connect(client.server(), context.global.token.as_deref(), &path).await?;
+    let socket = connect(
+        client.server(),
+        context.global.token.as_deref(),
+        context.global.certificate_authority.as_deref(),
+        &path,
+    )
+    .await?;
     // Raw mode only when a person types: piped input stays as it is.
     let _raw = if args.tty && args.stdin {
         RawMode::enter()?
@@ -224,6 +230,7 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
 async fn connect(
     server: &Server,
     token: Option<&str>,
+    certificate_authority: Option<&std::path::Path>,
     path: &str,
 ) -> anyhow::Result<WebSocketStream<Box<dyn Io>>> {
     let (url, stream): (String, Box<dyn Io>) = match server {
@@ -245,9 +252,24 @@ async fn connect(
                 Box::new(stream),
             )
         }
-        Server::Http(_) => {
-            bail!(
-                "exec -i/-t: https servers are not supported for interactive sessions; use the unix socket or an http:// address"
+        Server::Http(base) => {
+            let host = base.host_str().context("--server has no host")?.to_string();
+            let port = base.port_or_known_default().unwrap_or(443);
+            let bare = host.trim_matches(['[', ']']).to_string();
+            let tcp = tokio::net::TcpStream::connect((bare.as_str(), port))
+                .await
+                .map_err(|e| unreachable(server, &e))?;
+            let name = rustls::pki_types::ServerName::try_from(bare)
+                .context("--server: not a valid TLS server name")?;
+            let stream = tls_connector(certificate_authority)?
+                .connect(name, tcp)
+                .await
+                .map_err(|e| unreachable(server, &e))?;
+            let prefix = base.path().trim_end_matches('/');
+            // The stream is TLS already: the websocket handshake itself is plain over it.
+            (
+                format!("ws://{host}:{port}{prefix}{path}"),
+                Box::new(stream),
             )
         }
     };
@@ -272,6 +294,45 @@ async fn connect(
         }
         Err(e) => Err(anyhow::anyhow!("exec: upgrading the connection: {e}")),
     }
+}
+
+/// TLS for an https server, trusting the `--certificate-authority` PEM file when given (as the
+/// API client does), the system's roots otherwise. TLS 1.2 or later, like the listener.
+fn tls_connector(
+    certificate_authority: Option<&std::path::Path>,
+) -> anyhow::Result<tokio_rustls::TlsConnector> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+
+    let mut roots = rustls::RootCertStore::empty();
+    match certificate_authority {
+        Some(path) => {
+            for cert in CertificateDer::pem_file_iter(path)
+                .with_context(|| format!("--certificate-authority {}", path.display()))?
+            {
+                let cert =
+                    cert.with_context(|| format!("--certificate-authority {}", path.display()))?;
+                roots
+                    .add(cert)
+                    .with_context(|| format!("--certificate-authority {}", path.display()))?;
+            }
+        }
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                // A system certificate rustls cannot use is skipped, as browsers do.
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+        config,
+    )))
 }
 
 fn unreachable(server: &Server, e: &std::io::Error) -> anyhow::Error {

@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::runtime::{EventStream, RuntimeError};
@@ -28,38 +27,8 @@ pub(crate) async fn subscribe(
         percent_encoding::utf8_percent_encode(project, percent_encoding::NON_ALPHANUMERIC)
     );
     let connect = async {
-        match endpoint {
-            Endpoint::Unix(path) => {
-                let stream = tokio::net::UnixStream::connect(path)
-                    .await
-                    .map_err(|e| transport(format!("{}: {e}", path.display())))?;
-                handshake(format!("ws://lxd{query}"), stream).await
-            }
-            Endpoint::Https(https) => {
-                let url = url::Url::parse(&https.url)
-                    .map_err(|e| RuntimeError::Config(format!("lxd.endpoint: {e}")))?;
-                let host = url
-                    .host_str()
-                    .ok_or_else(|| RuntimeError::Config("lxd.endpoint has no host".into()))?
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_string();
-                let port = url.port_or_known_default().unwrap_or(8443);
-                let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-                    .await
-                    .map_err(|e| transport(format!("{host}:{port}: {e}")))?;
-                let config = tls.ok_or_else(|| {
-                    RuntimeError::Config("https endpoint without a TLS configuration".into())
-                })?;
-                let server_name = rustls::pki_types::ServerName::try_from(host.clone())
-                    .map_err(|e| RuntimeError::Config(format!("lxd.endpoint host: {e}")))?;
-                let stream = tokio_rustls::TlsConnector::from(config)
-                    .connect(server_name, tcp)
-                    .await
-                    .map_err(|e| transport(error_chain(&e)))?;
-                handshake(format!("wss://{host}:{port}{query}"), stream).await
-            }
-        }
+        let ws = super::websocket::connect(endpoint, tls, &query, WHAT).await?;
+        Ok(stream_events(ws))
     };
     match tokio::time::timeout(timeout, connect).await {
         Ok(result) => result,
@@ -70,20 +39,8 @@ pub(crate) async fn subscribe(
     }
 }
 
-fn transport(message: String) -> RuntimeError {
-    RuntimeError::Transport {
-        what: WHAT.to_string(),
-        message,
-    }
-}
-
-async fn handshake<S>(url: String, stream: S) -> Result<EventStream, RuntimeError>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (ws, _response) = tokio_tungstenite::client_async(url, stream)
-        .await
-        .map_err(|e| transport(error_chain(&e)))?;
+/// The events an open websocket carries, until it closes.
+fn stream_events(ws: super::websocket::Socket) -> EventStream {
     let events = futures::stream::unfold(Some(ws), |state| async move {
         let mut ws = state?;
         loop {
@@ -105,5 +62,5 @@ where
             }
         }
     });
-    Ok(Box::pin(events))
+    Box::pin(events)
 }

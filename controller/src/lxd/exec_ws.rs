@@ -13,9 +13,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use reqwest::Method;
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
-use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::runtime::{
@@ -32,10 +30,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// Chunks buffered each way before the faster side waits.
 const CHANNEL_DEPTH: usize = 64;
 
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
-
-type Socket = WebSocketStream<Box<dyn Io>>;
+use super::websocket::Socket;
 
 /// Where the operation websockets are reached.
 pub(crate) struct Websockets<'a> {
@@ -115,7 +110,12 @@ pub(crate) async fn start(
             encode(&secret),
             encode(websockets.project)
         );
-        let connect = connect(websockets.endpoint, websockets.tls.clone(), &url_path);
+        let connect = super::websocket::connect(
+            websockets.endpoint,
+            websockets.tls.clone(),
+            &url_path,
+            "interactive exec",
+        );
         let socket = tokio::time::timeout(request.timeout, connect)
             .await
             .map_err(|_| RuntimeError::Timeout {
@@ -298,49 +298,6 @@ async fn exit_code(
             .map(|code| i32::try_from(code).unwrap_or(-1))
             .ok_or_else(|| protocol(what, "exec finished without an exit code"));
     }
-}
-
-async fn connect(
-    endpoint: &Endpoint,
-    tls: Option<Arc<rustls::ClientConfig>>,
-    path: &str,
-) -> Result<Socket, RuntimeError> {
-    let (url, stream): (String, Box<dyn Io>) = match endpoint {
-        Endpoint::Unix(socket) => {
-            let stream = tokio::net::UnixStream::connect(socket)
-                .await
-                .map_err(|e| transport_error(&format!("{}: {e}", socket.display())))?;
-            (format!("ws://lxd{path}"), Box::new(stream))
-        }
-        Endpoint::Https(https) => {
-            let url = url::Url::parse(&https.url)
-                .map_err(|e| RuntimeError::Config(format!("lxd.endpoint: {e}")))?;
-            let host = url
-                .host_str()
-                .ok_or_else(|| RuntimeError::Config("lxd.endpoint has no host".into()))?
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string();
-            let port = url.port_or_known_default().unwrap_or(8443);
-            let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-                .await
-                .map_err(|e| transport_error(&format!("{host}:{port}: {e}")))?;
-            let config = tls.ok_or_else(|| {
-                RuntimeError::Config("https endpoint without a TLS configuration".into())
-            })?;
-            let server_name = rustls::pki_types::ServerName::try_from(host.clone())
-                .map_err(|e| RuntimeError::Config(format!("lxd.endpoint host: {e}")))?;
-            let stream = tokio_rustls::TlsConnector::from(config)
-                .connect(server_name, tcp)
-                .await
-                .map_err(|e| transport_error(&error_chain(&e)))?;
-            (format!("wss://{host}:{port}{path}"), Box::new(stream))
-        }
-    };
-    let (socket, _response) = tokio_tungstenite::client_async(url, stream)
-        .await
-        .map_err(|e| transport_error(&error_chain(&e)))?;
-    Ok(socket)
 }
 
 fn encode(value: &str) -> String {

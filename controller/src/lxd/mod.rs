@@ -11,6 +11,7 @@ mod events;
 mod exec_ws;
 mod tls;
 mod transport;
+mod websocket;
 mod wire;
 
 pub use client::LxdClient;

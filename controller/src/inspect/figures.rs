@@ -426,7 +426,6 @@ mod tests {
             profiles: vec![],
             config: BTreeMap::new(),
             devices: BTreeMap::new(),
-            expanded_devices: BTreeMap::new(),
             created_at: None,
             last_used_at: None,
             state: None,

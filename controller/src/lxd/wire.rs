@@ -66,8 +66,6 @@ pub(crate) struct InstanceJson {
     #[serde(default)]
     pub devices: BTreeMap<String, Device>,
     #[serde(default)]
-    pub expanded_devices: BTreeMap<String, Device>,
-    #[serde(default)]
     pub created_at: Option<DateTime<Utc>>,
     #[serde(default)]
     pub last_used_at: Option<DateTime<Utc>>,
@@ -98,7 +96,6 @@ impl From<InstanceJson> for Instance {
             profiles: j.profiles,
             config: j.config,
             devices: j.devices,
-            expanded_devices: j.expanded_devices,
             created_at: real_time(j.created_at),
             last_used_at: real_time(j.last_used_at),
             state: j.state.map(InstanceState::from),

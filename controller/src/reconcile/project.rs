@@ -58,7 +58,7 @@ pub(super) async fn store_call<T: Send + 'static>(
 pub(super) async fn commit(
     ctx: &Context,
     object: &Arc<StoredObject>,
-    draft: &Draft,
+    draft: &mut Draft,
 ) -> Result<Arc<StoredObject>, ReconcileError> {
     let value = draft.to_value();
     if object.status == value {
@@ -67,10 +67,8 @@ pub(super) async fn commit(
     let before: ProjectStatus = serde_json::from_value(object.status.clone()).unwrap_or_default();
     let before_step_started = Draft::from_object(object).record.step_started_at;
     let name = object.name().to_string();
-    let updated = store_call(ctx, move |store| {
-        store.update_status(PROJECT_KIND, &name, None, value, false)
-    })
-    .await?;
+    let base = object.clone();
+    let updated = store_call(ctx, move |store| write_status(store, &name, &base, &value)).await?;
     let events = transitions(&before, &draft.status);
     if !events.is_empty() {
         let target = updated.clone();
@@ -95,7 +93,48 @@ pub(super) async fn commit(
         tracing::info!(step = step.as_str(), "step committed");
         fault::after_step(step);
     }
+    draft.rebase(&updated);
     Ok(updated)
+}
+
+/// How often a commit re-reads and merges when other status writers keep winning the race.
+const COMMIT_ATTEMPTS: usize = 8;
+
+/// Writes `ours`, the status this reconcile derived from `base`, with optimistic concurrency:
+/// when someone else wrote the status since `base` was read (the scheduler's activity, an agent
+/// step's record), only the fields this reconcile changed are laid onto theirs.
+fn write_status(
+    store: &Store,
+    name: &str,
+    base: &StoredObject,
+    ours: &serde_json::Value,
+) -> Result<Arc<StoredObject>, crate::store::StoreError> {
+    let mut attempt = 0;
+    loop {
+        let Some(latest) = store.get(PROJECT_KIND, name) else {
+            return Err(crate::store::StoreError::NotFound {
+                kind: PROJECT_KIND.to_string(),
+                name: name.to_string(),
+            });
+        };
+        let value = if latest.resource_version() == base.resource_version() {
+            ours.clone()
+        } else {
+            super::status::merge_changes(&base.status, ours, &latest.status)
+        };
+        match store.update_status(
+            PROJECT_KIND,
+            name,
+            Some(latest.resource_version()),
+            value,
+            false,
+        ) {
+            Err(crate::store::StoreError::Conflict { .. }) if attempt + 1 < COMMIT_ATTEMPTS => {
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
 }
 
 async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, ReconcileError> {
@@ -123,7 +162,7 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
             reasons::RECONCILE_PAUSED,
             "the berth.dev/reconcile annotation is \"paused\": berth leaves this project alone",
         );
-        commit(ctx, &object, &draft).await?;
+        commit(ctx, &object, &mut draft).await?;
         return Ok(Action::Done);
     }
 
@@ -131,7 +170,7 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
         Ok(spec) => spec,
         Err(e) => {
             draft.set_ready(Phase::Error, false, "InvalidSpec", &format!("spec: {e}"));
-            commit(ctx, &object, &draft).await?;
+            commit(ctx, &object, &mut draft).await?;
             return Ok(Action::Done);
         }
     };
@@ -159,7 +198,7 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
                 reasons::PROFILE_NOT_FOUND,
                 &format!("AgentProfile {profile:?} does not exist (yet)"),
             );
-            commit(ctx, &object, &draft).await?;
+            commit(ctx, &object, &mut draft).await?;
             // Creating the profile requests every project.
             return Ok(Action::Done);
         };
@@ -217,7 +256,7 @@ impl Project<'_> {
 
     /// Commits against the latest stored version, so each commit of one reconcile compares with
     /// (and reports transitions from) what the previous one wrote.
-    async fn commit(&self, draft: &Draft) -> Result<Arc<StoredObject>, ReconcileError> {
+    async fn commit(&self, draft: &mut Draft) -> Result<Arc<StoredObject>, ReconcileError> {
         let latest = self
             .latest
             .lock()
@@ -275,7 +314,7 @@ impl Project<'_> {
                                 waited.as_secs()
                             ),
                         );
-                        self.commit(&draft).await?;
+                        self.commit(&mut draft).await?;
                     }
                     return Ok(Action::Requeue(Duration::from_secs(1)));
                 }
@@ -313,7 +352,7 @@ impl Project<'_> {
                 super::layout::UID_LABEL
             ),
         );
-        self.commit(&draft).await?;
+        self.commit(&mut draft).await?;
         Ok(Action::Requeue(WAIT_FOR_PERSON))
     }
 
@@ -358,7 +397,7 @@ impl Project<'_> {
                                 self.name()
                             ),
                         );
-                        self.commit(&draft).await?;
+                        self.commit(&mut draft).await?;
                         return Ok(Action::Requeue(self.ctx.settings.resync_interval));
                     }
                     Verdict::Recreate => {}
@@ -375,7 +414,7 @@ impl Project<'_> {
                 reasons::MISSING,
                 "the container is gone; recreating it with the same volumes",
             );
-            self.commit(&draft).await?;
+            self.commit(&mut draft).await?;
             return Ok(Action::Requeue(Duration::ZERO));
         }
         if recreate_requested {
@@ -397,7 +436,7 @@ impl Project<'_> {
                 reasons::IMAGE_NOT_FOUND,
                 &format!("image {:?} not found in LXD", self.spec.image),
             );
-            self.commit(&draft).await?;
+            self.commit(&mut draft).await?;
             return Ok(Action::Requeue(WAIT_FOR_PERSON));
         };
         if draft.status.phase != Phase::Missing {
@@ -451,7 +490,7 @@ impl Project<'_> {
             step: Step::Created,
             submitted_at: draft.now(),
         });
-        self.commit(&draft).await?;
+        self.commit(&mut draft).await?;
 
         match runtime
             .wait_operation(&operation, settings.timeouts.create)
@@ -472,7 +511,7 @@ impl Project<'_> {
         match runtime.get_instance(self.name()).await? {
             Some(instance) => self.record_created(draft, &instance).await,
             None => {
-                self.commit(&draft).await?;
+                self.commit(&mut draft).await?;
                 Err(ReconcileError::Failed(
                     "the create operation succeeded but the container is not there".into(),
                 ))
@@ -498,7 +537,7 @@ impl Project<'_> {
         );
         draft.set_step(Step::Created);
         draft.set_ready(Phase::Provisioning, false, Step::Created.as_str(), "");
-        self.commit(&draft).await?;
+        self.commit(&mut draft).await?;
         Ok(Action::Requeue(Duration::ZERO))
     }
 
@@ -521,7 +560,7 @@ impl Project<'_> {
             reasons::PROVISIONING_FAILED,
             &format!("creating the container failed: {message}"),
         );
-        self.commit(&draft).await?;
+        self.commit(&mut draft).await?;
         Err(ReconcileError::Failed(format!(
             "creating the container failed: {message}"
         )))
@@ -655,7 +694,7 @@ impl Project<'_> {
                         member.name, member.status
                     ),
                 );
-                self.commit(&draft).await?;
+                self.commit(&mut draft).await?;
                 return Ok(Action::Requeue(WAIT_FOR_PERSON));
             }
         }
@@ -704,7 +743,7 @@ impl Project<'_> {
                 Step::Requested.as_str(),
                 &format!("replacing the container ({why}); the volumes stay"),
             );
-            self.commit(&draft).await?;
+            self.commit(&mut draft).await?;
             return Ok(Action::Requeue(Duration::ZERO));
         }
 
@@ -752,7 +791,7 @@ impl Project<'_> {
                 "Attached",
                 "",
             );
-            self.commit(&draft).await?;
+            self.commit(&mut draft).await?;
             return Ok(Action::Requeue(Duration::ZERO));
         }
         draft.set_condition(
@@ -781,7 +820,7 @@ impl Project<'_> {
                 self.warn_normal("Restarted", "stopped for a requested restart")
                     .await;
             }
-            self.commit(&draft).await?;
+            self.commit(&mut draft).await?;
             return Ok(Action::Requeue(Duration::ZERO));
         }
 
@@ -802,7 +841,7 @@ impl Project<'_> {
                 "spec.state is Stopped"
             };
             draft.set_ready(Phase::Stopped, false, reasons::STOPPED, message);
-            self.commit(&draft).await?;
+            self.commit(&mut draft).await?;
             return Ok(Action::Done);
         }
 
@@ -814,7 +853,7 @@ impl Project<'_> {
                     .await?;
                 self.booted(&mut draft);
                 draft.set_ready(Phase::Provisioning, false, Step::Started.as_str(), "");
-                self.commit(&draft).await?;
+                self.commit(&mut draft).await?;
                 return Ok(Action::Requeue(Duration::ZERO));
             }
             InstanceStatus::Frozen => {
@@ -824,7 +863,7 @@ impl Project<'_> {
                     "Frozen",
                     "the container is frozen; unfreeze it (lxc start) or restart it",
                 );
-                self.commit(&draft).await?;
+                self.commit(&mut draft).await?;
                 return Ok(Action::Requeue(WAIT_FOR_PERSON));
             }
             InstanceStatus::Error => {
@@ -866,7 +905,7 @@ impl Project<'_> {
             Step::Created => {
                 draft.set_step(Step::Started);
                 draft.set_ready(Phase::Provisioning, false, Step::Started.as_str(), "");
-                self.commit(&draft).await?;
+                self.commit(&mut draft).await?;
                 Ok(Action::Requeue(Duration::ZERO))
             }
             Step::Started => self.reach(draft).await,
@@ -921,7 +960,7 @@ impl Project<'_> {
             let target = draft.record.resume.take().unwrap_or(Step::Reachable);
             draft.set_step(target.max(Step::Reachable));
             draft.set_ready(Phase::Provisioning, false, draft.step().as_str(), "");
-            self.commit(&draft).await?;
+            self.commit(&mut draft).await?;
             return Ok(Action::Requeue(Duration::ZERO));
         }
         let waited = draft.time_in_step().to_std().unwrap_or_default();
@@ -942,7 +981,7 @@ impl Project<'_> {
                     console.trim_end()
                 ),
             );
-            self.commit(&draft).await?;
+            self.commit(&mut draft).await?;
             return Ok(Action::Requeue(Duration::from_secs(5)));
         }
         Ok(Action::Requeue(BOOT_POLL))
@@ -953,7 +992,7 @@ impl Project<'_> {
         let steps = &*self.ctx.later_steps;
         let Some(next) = next_required(steps, self.spec, done) else {
             draft.set_ready(Phase::Ready, true, done.as_str(), "");
-            self.commit(&draft).await?;
+            self.commit(&mut draft).await?;
             return Ok(Action::Done);
         };
         let context = StepContext {
@@ -965,7 +1004,7 @@ impl Project<'_> {
             StepOutcome::Done => {
                 draft.set_step(next);
                 draft.set_ready(Phase::Provisioning, false, next.as_str(), "");
-                self.commit(&draft).await?;
+                self.commit(&mut draft).await?;
                 Ok(Action::Requeue(Duration::ZERO))
             }
             StepOutcome::Waiting {
@@ -974,7 +1013,7 @@ impl Project<'_> {
                 retry_after,
             } => {
                 draft.set_ready(Phase::Provisioning, false, &reason, &message);
-                self.commit(&draft).await?;
+                self.commit(&mut draft).await?;
                 Ok(Action::Requeue(retry_after))
             }
         }

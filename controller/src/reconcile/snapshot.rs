@@ -4,6 +4,10 @@
 //! An entry is taken at most once: the reconcile that takes it acts on it, and any later
 //! reconcile (after a step, an event, an error) reads the container afresh. An LXD event about
 //! an instance drops its entry, and the whole snapshot expires after one resync interval.
+//!
+//! Entries wait as compact JSON rather than as decoded instances: a pass over a large fleet
+//! holds every container's config and devices until each reconcile takes its own, and decoded
+//! maps cost several times their text.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,8 +20,8 @@ use crate::runtime::Instance;
 #[derive(Debug, Default)]
 struct Inner {
     taken_at: Option<Instant>,
-    /// Per project name: the container the list showed, or `None` when it lacked one.
-    instances: HashMap<String, Option<Instance>>,
+    /// Per project name: the container the list showed (as JSON), or `None` when it lacked one.
+    instances: HashMap<String, Option<Box<[u8]>>>,
     /// Image alias → fingerprint, resolved at most once per pass.
     images: HashMap<String, Option<String>>,
     /// When an event last spoke of an instance: a list that started before it is stale for it.
@@ -42,15 +46,24 @@ impl Snapshot {
         listed: Vec<Instance>,
         listed_at: Instant,
     ) {
-        let mut by_name: HashMap<String, Instance> =
-            listed.into_iter().map(|i| (i.name.clone(), i)).collect();
         let mut inner = self.lock();
         inner.events.retain(|_, at| *at >= listed_at);
-        let instances = projects
+        let mut instances: HashMap<String, Option<Box<[u8]>>> = projects
             .into_iter()
             .filter(|name| !inner.events.contains_key(*name))
-            .map(|name| (name.to_string(), by_name.remove(name)))
+            .map(|name| (name.to_string(), None))
             .collect();
+        for instance in listed {
+            if !instances.contains_key(&instance.name) {
+                continue;
+            }
+            match serde_json::to_vec(&instance) {
+                Ok(json) => instances.insert(instance.name, Some(json.into_boxed_slice())),
+                // No entry rather than a wrong "absent": the reconcile reads it itself.
+                Err(_) => instances.remove(&instance.name),
+            };
+        }
+        instances.shrink_to_fit();
         inner.taken_at = Some(listed_at);
         inner.instances = instances;
         inner.images = HashMap::new();
@@ -63,7 +76,12 @@ impl Snapshot {
         if inner.taken_at.is_none_or(|at| at.elapsed() > max_age) {
             return None;
         }
-        inner.instances.remove(name)
+        let entry = inner.instances.remove(name)?;
+        drop(inner);
+        match entry {
+            None => Some(None),
+            Some(json) => serde_json::from_slice(&json).ok().map(Some),
+        }
     }
 
     /// Something happened to the instance: its entry is stale, and so is the entry of a list
@@ -98,7 +116,6 @@ mod tests {
             profiles: Vec::new(),
             config: Default::default(),
             devices: Default::default(),
-            expanded_devices: Default::default(),
             created_at: None,
             last_used_at: None,
             state: None,

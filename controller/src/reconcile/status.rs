@@ -83,6 +83,14 @@ impl Draft {
         }
     }
 
+    /// Takes up what was committed: after a commit that merged in fields someone else wrote,
+    /// the draft holds them too, so a later commit of this reconcile does not undo them.
+    pub fn rebase(&mut self, committed: &StoredObject) {
+        let again = Draft::from_object(committed);
+        self.status = again.status;
+        self.record = again.record;
+    }
+
     pub fn now(&self) -> DateTime<Utc> {
         self.now
     }
@@ -197,6 +205,83 @@ pub fn transitions(
     events
 }
 
+/// Lays what one reconcile changed onto a status someone else wrote meanwhile: a three-way
+/// merge of JSON statuses. `base` is what the reconcile read, `ours` what it wants, `theirs`
+/// what the store holds now. A top-level field (or a condition, by its `type`) that the
+/// reconcile changed takes its value; every other one keeps `theirs`, so the scheduler's
+/// activity or an agent step's record written during the reconcile survives its commit.
+pub fn merge_changes(base: &Value, ours: &Value, theirs: &Value) -> Value {
+    let empty = serde_json::Map::new();
+    let as_map = |v: &'_ Value| v.as_object().cloned().unwrap_or_default();
+    let base_map = base.as_object().unwrap_or(&empty);
+    let ours_map = ours.as_object().unwrap_or(&empty);
+    let mut merged = as_map(theirs);
+    let keys: std::collections::BTreeSet<&String> =
+        base_map.keys().chain(ours_map.keys()).collect();
+    for key in keys {
+        let (was, want) = (base_map.get(key), ours_map.get(key));
+        if key == "conditions" {
+            let conditions = merge_conditions(
+                was.unwrap_or(&Value::Null),
+                want.unwrap_or(&Value::Null),
+                merged.get(key).unwrap_or(&Value::Null),
+            );
+            if conditions.is_empty() {
+                merged.remove(key);
+            } else {
+                merged.insert(key.clone(), Value::Array(conditions));
+            }
+            continue;
+        }
+        if was == want {
+            continue;
+        }
+        match want {
+            Some(value) => merged.insert(key.clone(), value.clone()),
+            None => merged.remove(key),
+        };
+    }
+    Value::Object(merged)
+}
+
+/// The condition list of [`merge_changes`]: keyed by `type`, in `theirs`' order, with the
+/// conditions only `ours` added at the end.
+fn merge_conditions(base: &Value, ours: &Value, theirs: &Value) -> Vec<Value> {
+    fn by_type(list: &Value) -> Vec<(&str, &Value)> {
+        list.as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .map(|c| (c.get("type").and_then(Value::as_str).unwrap_or_default(), c))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    let (base, ours, theirs) = (by_type(base), by_type(ours), by_type(theirs));
+    let find = |list: &[(&str, &Value)], type_: &str| {
+        list.iter()
+            .find(|(t, _)| *t == type_)
+            .map(|(_, c)| (*c).clone())
+    };
+    let mut merged = Vec::new();
+    let mut types: Vec<&str> = theirs.iter().map(|(t, _)| *t).collect();
+    types.extend(
+        ours.iter()
+            .map(|(t, _)| *t)
+            .filter(|t| !theirs.iter().any(|(u, _)| u == t)),
+    );
+    for type_ in types {
+        let (was, want) = (find(&base, type_), find(&ours, type_));
+        let chosen = if was == want {
+            find(&theirs, type_)
+        } else {
+            want
+        };
+        merged.extend(chosen);
+    }
+    merged
+}
+
 /// Whether the stored status already says what `draft` says.
 pub fn unchanged(object: &Arc<StoredObject>, draft: &Draft) -> bool {
     object.status == draft.to_value()
@@ -237,6 +322,56 @@ mod tests {
         assert_eq!(again.step(), Step::Created);
         assert!(unchanged(&stored, &again));
         assert_eq!(stored.status["observedGeneration"], 3);
+    }
+
+    #[test]
+    fn a_commit_keeps_what_others_wrote_meanwhile_and_wins_where_it_changed() {
+        use serde_json::json;
+        let ready = |status: &str, reason: &str| json!({"type": "Ready", "status": status, "reason": reason});
+        let protected = json!({"type": "ReapProtected", "status": "True", "reason": "UnsavedWork"});
+        let base = json!({
+            "phase": "Provisioning", "step": "Created",
+            "conditions": [ready("False", "Created")],
+            "activity": {"lastActiveAt": "t0"},
+        });
+        // The reconcile advanced a step; the scheduler meanwhile recorded activity and a
+        // condition of its own, and rewrote the phase the reconcile also set.
+        let ours = json!({
+            "phase": "Ready", "step": "Started",
+            "conditions": [ready("True", "Started")],
+            "activity": {"lastActiveAt": "t0"},
+            "controller": {"stepStartedAt": "t1"},
+        });
+        let theirs = json!({
+            "phase": "Stopped", "step": "Created",
+            "conditions": [ready("False", "Created"), protected.clone()],
+            "activity": {"lastActiveAt": "t2"},
+            "title": "Fix the test",
+        });
+        let merged = merge_changes(&base, &ours, &theirs);
+        assert_eq!(
+            merged,
+            json!({
+                "phase": "Ready", "step": "Started",
+                "conditions": [ready("True", "Started"), protected],
+                "activity": {"lastActiveAt": "t2"},
+                "title": "Fix the test",
+                "controller": {"stepStartedAt": "t1"},
+            })
+        );
+
+        // A field or condition the reconcile removed goes; one it never had stays.
+        let base =
+            json!({"message": "boot timeout", "conditions": [ready("False", "BootTimeout")]});
+        let ours = json!({});
+        let theirs = json!({"message": "boot timeout", "conditions": [ready("False", "BootTimeout")], "ports": [3000]});
+        assert_eq!(
+            merge_changes(&base, &ours, &theirs),
+            json!({"ports": [3000]})
+        );
+        // Nothing written meanwhile: the merge is what the reconcile wants.
+        let ours = json!({"phase": "Ready", "conditions": [ready("True", "Reachable")]});
+        assert_eq!(merge_changes(&base, &ours, &base), ours);
     }
 
     #[test]

@@ -37,11 +37,11 @@ pub async fn finalize(
         reasons::DELETING,
         "removing the container and the volumes",
     );
-    let object = commit(ctx, object, &draft).await?;
+    let object = commit(ctx, object, &mut draft).await?;
 
     // Work that exists nowhere else holds a deletion no person forced.
     if let Some(retry) = crate::scheduler::deletion::hold(ctx, &object, &mut draft).await? {
-        commit(ctx, &object, &draft).await?;
+        commit(ctx, &object, &mut draft).await?;
         return Ok(Action::Requeue(retry));
     }
 

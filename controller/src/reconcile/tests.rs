@@ -188,6 +188,48 @@ async fn a_project_without_agent_is_ready_once_reachable() {
 }
 
 #[tokio::test]
+async fn status_another_writer_records_during_a_reconcile_survives_its_commits() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    // The scheduler records activity and a title while the Reachable step's exec is under
+    // way; the step's commits that follow must keep both.
+    let store = h.store.clone();
+    let written = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let once = written.clone();
+    h.fake.on_exec(move |name, _| {
+        if !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let object = store.get(PROJECT_KIND, name).unwrap();
+            let mut status = object.status.clone();
+            status["activity"] = json!({"lastActiveAt": "2026-01-01T00:00:00Z", "source": "exec"});
+            status["title"] = json!("Fix the flaky test");
+            store
+                .update_status(
+                    PROJECT_KIND,
+                    name,
+                    Some(object.resource_version()),
+                    status,
+                    false,
+                )
+                .unwrap();
+        }
+        None
+    });
+    assert!(h.converge("p").await.is_empty());
+    assert!(written.load(std::sync::atomic::Ordering::SeqCst));
+    h.assert_ready("p");
+    let status = h.status("p");
+    assert_eq!(status.step, Some(Step::Reachable));
+    assert_eq!(status.title.as_deref(), Some("Fix the flaky test"));
+    assert_eq!(
+        status
+            .activity
+            .and_then(|a| a.last_active_at)
+            .map(|t| t.to_rfc3339()),
+        Some("2026-01-01T00:00:00+00:00".to_string())
+    );
+}
+
+#[tokio::test]
 async fn the_create_request_carries_label_limits_and_mounts() {
     let h = Harness::new();
     h.apply(
@@ -328,7 +370,6 @@ async fn a_same_named_container_without_the_label_is_never_touched() {
         profiles: vec!["default".into()],
         config: BTreeMap::new(),
         devices: BTreeMap::new(),
-        expanded_devices: BTreeMap::new(),
         created_at: None,
         last_used_at: None,
         state: None,

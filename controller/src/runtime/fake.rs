@@ -72,11 +72,20 @@ struct State {
     volumes: BTreeMap<(String, String), Volume>,
     /// alias -> fingerprint
     images: BTreeMap<String, String>,
-    /// Finished operations and how they ended (error message when failed).
+    /// Finished operations and how they ended (error message when failed); like LXD, the fake
+    /// forgets the oldest ones (`OPERATIONS_KEPT`), which then answer as vanished.
     operations: BTreeMap<String, std::result::Result<(), String>>,
     next_pid: i64,
-    calls: Vec<String>,
+    /// The most recent calls (`CALLS_KEPT`), as `method subject` or `method`.
+    calls: VecDeque<String>,
+    /// Every call counted by method, however many there were.
+    counts: BTreeMap<String, usize>,
 }
+
+/// Finished operations the fake remembers; LXD forgets them within seconds.
+const OPERATIONS_KEPT: usize = 4096;
+/// Calls kept for `calls()`: enough for any unit test, bounded for scale simulations.
+const CALLS_KEPT: usize = 4096;
 
 /// An in-memory runtime for unit tests. Share it as `Arc<FakeRuntime>` and hand the reconciler
 /// `Arc<dyn Runtime>`.
@@ -156,7 +165,8 @@ impl FakeRuntime {
                 images,
                 operations: BTreeMap::new(),
                 next_pid: 1000,
-                calls: Vec::new(),
+                calls: VecDeque::new(),
+                counts: BTreeMap::new(),
             }),
             faults: Mutex::new(Faults::default()),
             call_count: AtomicU64::new(0),
@@ -277,18 +287,14 @@ impl FakeRuntime {
 
     // ---- inspection ----
 
-    /// Calls so far, as `method name` or `method` strings, in order.
+    /// The most recent calls (the last 4096), as `method name` or `method` strings, in order.
     pub fn calls(&self) -> Vec<String> {
-        lock(&self.state).calls.clone()
+        lock(&self.state).calls.iter().cloned().collect()
     }
 
     /// How many times `method` was called.
     pub fn count(&self, method: &str) -> usize {
-        lock(&self.state)
-            .calls
-            .iter()
-            .filter(|c| c.split(' ').next() == Some(method))
-            .count()
+        lock(&self.state).counts.get(method).copied().unwrap_or(0)
     }
 
     pub fn instance(&self, name: &str) -> Option<Instance> {
@@ -336,11 +342,18 @@ impl FakeRuntime {
     /// Counts and records the call, waits the latency, and returns the fault to apply.
     async fn enter(&self, method: &str, subject: &str) -> Result<bool> {
         let n = self.call_count.fetch_add(1, Ordering::SeqCst) + 1;
-        lock(&self.state).calls.push(if subject.is_empty() {
-            method.to_string()
-        } else {
-            format!("{method} {subject}")
-        });
+        {
+            let mut state = lock(&self.state);
+            if state.calls.len() == CALLS_KEPT {
+                state.calls.pop_front();
+            }
+            state.calls.push_back(if subject.is_empty() {
+                method.to_string()
+            } else {
+                format!("{method} {subject}")
+            });
+            *state.counts.entry(method.to_string()).or_default() += 1;
+        }
         let (latency, fault) = {
             let mut faults = lock(&self.faults);
             let fault = faults.nth.remove(&n).or_else(|| {
@@ -377,6 +390,10 @@ impl FakeRuntime {
             self.next_operation.fetch_add(1, Ordering::SeqCst)
         );
         state.operations.insert(id.clone(), outcome);
+        // Ids grow in order, so the first key is the oldest operation.
+        while state.operations.len() > OPERATIONS_KEPT {
+            state.operations.pop_first();
+        }
         id
     }
 
@@ -502,13 +519,6 @@ impl Runtime for FakeRuntime {
         };
         let mut config = request.config.clone();
         config.insert("volatile.base_image".into(), fingerprint);
-        let mut expanded_devices = request.devices.clone();
-        expanded_devices.entry("root".into()).or_insert_with(|| {
-            [("type", "disk"), ("path", "/"), ("pool", "default")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        });
         let mut instance = Instance {
             name: request.name.clone(),
             status: InstanceStatus::Stopped,
@@ -521,7 +531,6 @@ impl Runtime for FakeRuntime {
             },
             config,
             devices: request.devices.clone(),
-            expanded_devices,
             created_at: Some(Utc::now()),
             last_used_at: None,
             state: None,
@@ -676,7 +685,6 @@ impl Runtime for FakeRuntime {
                 }
                 for (k, d) in &patch.devices {
                     i.instance.devices.insert(k.clone(), d.clone());
-                    i.instance.expanded_devices.insert(k.clone(), d.clone());
                 }
                 Ok(())
             }
@@ -698,19 +706,8 @@ impl Runtime for FakeRuntime {
                     profiles: i.instance.profiles.clone(),
                 };
                 edit(&mut editable);
-                // Devices that came from profiles (root) stay expanded.
-                let from_profiles: BTreeMap<_, _> = i
-                    .instance
-                    .expanded_devices
-                    .iter()
-                    .filter(|(k, _)| !i.instance.devices.contains_key(*k))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                let mut expanded = from_profiles;
-                expanded.extend(editable.devices.clone());
                 i.instance.config = editable.config;
                 i.instance.devices = editable.devices;
-                i.instance.expanded_devices = expanded;
                 i.instance.profiles = editable.profiles;
                 Ok(())
             }
@@ -1203,8 +1200,7 @@ mod tests {
         .await
         .unwrap();
         let web = fake.instance("web").unwrap();
-        assert!(!web.expanded_devices.contains_key("workspace"));
-        assert!(web.expanded_devices.contains_key("root"));
+        assert!(!web.devices.contains_key("workspace"));
         fake.delete_volume("default", "berth-u1-workspace", None)
             .await
             .unwrap();

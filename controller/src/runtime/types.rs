@@ -111,10 +111,8 @@ pub struct Instance {
     pub profiles: Vec<String>,
     /// The instance's own config (labels are `user.*` keys here).
     pub config: BTreeMap<String, String>,
-    /// The instance's own devices.
+    /// The instance's own devices (not those its profiles add, such as the root disk).
     pub devices: BTreeMap<String, Device>,
-    /// Devices after profiles are applied (the root disk usually comes from a profile).
-    pub expanded_devices: BTreeMap<String, Device>,
     pub created_at: Option<DateTime<Utc>>,
     pub last_used_at: Option<DateTime<Utc>>,
     /// Present when state was asked for.

@@ -313,7 +313,6 @@ mod held {
                 profiles: Vec::new(),
                 config: BTreeMap::from([(UID_LABEL.to_string(), uid)]),
                 devices: Default::default(),
-                expanded_devices: Default::default(),
                 created_at: None,
                 last_used_at: None,
                 state: None,

@@ -55,7 +55,6 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             devices: Default::default(),
-            expanded_devices: Default::default(),
             created_at: None,
             last_used_at: None,
             state: None,

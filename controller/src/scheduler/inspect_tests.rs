@@ -302,7 +302,6 @@ mod on_fake_runtime {
             profiles: Vec::new(),
             config: Default::default(),
             devices: Default::default(),
-            expanded_devices: Default::default(),
             created_at: None,
             last_used_at: None,
             state: None,

@@ -215,7 +215,6 @@ async fn inspect_all_turns_a_hung_exec_into_inspection_failed() {
             profiles: Vec::new(),
             config: Default::default(),
             devices: Default::default(),
-            expanded_devices: Default::default(),
             created_at: None,
             last_used_at: None,
             state: None,

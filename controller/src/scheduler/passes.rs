@@ -840,7 +840,6 @@ mod tests {
                 profiles: Vec::new(),
                 config: BTreeMap::from([(UID_LABEL.to_string(), object.uid().to_string())]),
                 devices: Default::default(),
-                expanded_devices: Default::default(),
                 created_at: None,
                 last_used_at: None,
                 state: None,

@@ -47,6 +47,30 @@ async fn server_info_is_read_at_connect() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn storage_pools_report_their_driver() {
+    let lxd = client().await;
+    // The pool as the `lxc` client sees it, not berth.
+    let raw = std::process::Command::new("lxc")
+        .args(["query", &format!("/1.0/storage-pools/{POOL}")])
+        .output()
+        .expect("run lxc query");
+    let expected: serde_json::Value = serde_json::from_slice(&raw.stdout).expect("pool JSON");
+    let pool = lxd.storage_pool(POOL).await.unwrap();
+    assert_eq!(pool.name, POOL);
+    assert_eq!(pool.driver, expected["driver"].as_str().unwrap());
+    assert_eq!(
+        pool.enforces_sizes(),
+        pool.driver != "dir",
+        "{}",
+        pool.driver
+    );
+    match lxd.storage_pool("berth-no-such-pool").await {
+        Err(RuntimeError::NotFound { .. }) => {}
+        other => panic!("a missing pool: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn instance_lifecycle_from_create_to_delete() {
     let lxd = client().await;
     let name = unique_name();

@@ -122,6 +122,17 @@ fn metrics_pass_promtool_and_carry_no_project_name() {
         sample(&after, "berth_reconcile_total{result=\"success\"}").is_some_and(|v| v >= 1.0),
         "no successful reconcile counted:\n{after}"
     );
+    // Every step of the way is timed, the first one (from the project's creation) included.
+    for step in ["Created", "Started", "Reachable"] {
+        assert!(
+            sample(
+                &after,
+                &format!("berth_step_duration_seconds_count{{step=\"{step}\"}}")
+            )
+            .is_some_and(|v| v >= 1.0),
+            "step {step} was not timed:\n{after}"
+        );
+    }
     let values = label_values(&after);
     assert!(!values.is_empty(), "no labels parsed from:\n{after}");
     assert!(

@@ -40,11 +40,24 @@ pub struct Berth {
     pub log: PathBuf,
     /// Projects (name, uid) to delete with their containers and volumes when the test ends.
     projects: Vec<(String, String)>,
+    /// Extra environment and `serve` arguments, kept for restarts.
+    env: Vec<(String, String)>,
+    args: Vec<String>,
 }
 
 impl Berth {
     /// Starts a daemon whose controller acts, optionally with a fault point armed.
     pub fn start(fault: Option<&str>) -> Berth {
+        Self::spawned(fault, &[], &[])
+    }
+
+    /// Starts a daemon whose controller acts, with extra environment (overriding the default
+    /// `BERTH_LOG=info`) and extra `serve` arguments.
+    pub fn start_with(env: &[(&str, &str)], args: &[&str]) -> Berth {
+        Self::spawned(None, env, args)
+    }
+
+    fn spawned(fault: Option<&str>, env: &[(&str, &str)], args: &[&str]) -> Berth {
         let dir = tempfile::tempdir().expect("temp dir");
         let data_dir = dir.path().join("data");
         let socket = dir.path().join("berth.sock");
@@ -58,6 +71,11 @@ impl Berth {
             socket,
             log,
             projects: Vec::new(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            args: args.iter().map(|a| a.to_string()).collect(),
         };
         berth.spawn(fault);
         berth
@@ -76,7 +94,9 @@ impl Berth {
             .arg(&self.data_dir)
             .arg("--socket")
             .arg(&self.socket)
+            .args(&self.args)
             .env("BERTH_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env_remove("BERTH_FAULT")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -57,8 +57,19 @@ pub fn run(opts: DaemonOptions) -> anyhow::Result<()> {
 }
 
 fn init_logging(format: &str) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use tracing_subscriber::EnvFilter;
+    let (filter, refused) = match std::env::var("BERTH_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => match EnvFilter::try_new(&spec) {
+            Ok(filter) => (filter, None),
+            Err(e) => (
+                EnvFilter::new("info"),
+                Some(format!(
+                    "BERTH_LOG={spec:?} is not a log filter ({e}); logging at info"
+                )),
+            ),
+        },
+        _ => (EnvFilter::new("info"), None),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -70,6 +81,9 @@ fn init_logging(format: &str) -> anyhow::Result<()> {
     };
     // Already initialised (e.g. by an embedding test): keep that subscriber.
     let _ = result;
+    if let Some(message) = refused {
+        tracing::warn!("{message}");
+    }
     Ok(())
 }
 
@@ -262,6 +276,9 @@ fn start_controller(
     Some(tokio::spawn(async move {
         if let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &metrics, &shutdown).await {
             inspector.set_runtime(Arc::clone(&runtime));
+            let mut settings = settings;
+            settings.pool_enforces_quotas =
+                crate::reconcile::pool_enforces_sizes(&*runtime, &settings.storage_pool).await;
             let agent_steps = Arc::new(crate::reconcile::AgentSteps::new(
                 Arc::clone(&store),
                 secrets,

@@ -14,7 +14,7 @@ use crate::runtime::{
     CreateInstance, CreateVolume, Created, EventStream, ExecOutput, ExecRequest, FileWrite,
     ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch, InstanceState,
     InteractiveExec, Mkdir, Operation, OperationStatus, Result, Runtime, RuntimeError, ServerInfo,
-    StopOptions, TerminalSize, Volume,
+    StopOptions, StoragePool, TerminalSize, Volume,
 };
 
 use super::endpoint::{Endpoint, LxdConfig};
@@ -846,6 +846,28 @@ impl Runtime for LxdClient {
             .get_opt()
             .await?;
         Ok(volume.map(|v| v.into_volume(pool)))
+    }
+
+    async fn storage_pool(&self, pool: &str) -> Result<StoragePool> {
+        #[derive(serde::Deserialize)]
+        struct PoolJson {
+            name: String,
+            #[serde(default)]
+            driver: String,
+        }
+        let found: PoolJson = self
+            .transport
+            .call(
+                Method::GET,
+                &format!("/1.0/storage-pools/{}", seg(pool)),
+                format!("storage pool {pool}"),
+            )
+            .get()
+            .await?;
+        Ok(StoragePool {
+            name: found.name,
+            driver: found.driver,
+        })
     }
 
     async fn list_volumes(&self, pool: &str, config_prefix: Option<&str>) -> Result<Vec<Volume>> {

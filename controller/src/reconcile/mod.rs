@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use agent_steps::{AgentSettings, AgentSteps};
 pub use queue::{Action, Backoff, KeyLock, WorkQueue};
-pub use startup::{connect_runtime, settings_from_config};
+pub use startup::{connect_runtime, pool_enforces_sizes, settings_from_config};
 pub use steps::{LaterSteps, NoLaterSteps, StepOutcome};
 
 use crate::metrics::Metrics;

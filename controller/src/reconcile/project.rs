@@ -65,7 +65,17 @@ pub(super) async fn commit(
         return Ok(object.clone());
     }
     let before: ProjectStatus = serde_json::from_value(object.status.clone()).unwrap_or_default();
-    let before_step_started = Draft::from_object(object).record.step_started_at;
+    // The first step is timed from the project's creation: that is when it was asked for.
+    let before_step_started = Draft::from_object(object)
+        .record
+        .step_started_at
+        .or_else(|| {
+            before
+                .step
+                .is_none()
+                .then_some(object.metadata.creation_timestamp)
+                .flatten()
+        });
     let name = object.name().to_string();
     let base = object.clone();
     let updated = store_call(ctx, move |store| write_status(store, &name, &base, &value)).await?;
@@ -152,6 +162,7 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
     }
 
     let mut draft = Draft::from_object(&object);
+    tracing::Span::current().record("step", draft.step().as_str());
     let annotations = &object.metadata.annotations;
     if annotations.get(annotations::RECONCILE).map(String::as_str)
         == Some(annotations::RECONCILE_PAUSED)

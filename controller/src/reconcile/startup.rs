@@ -26,8 +26,7 @@ pub fn settings_from_config(config: &Config) -> Result<ControllerSettings, Strin
     let target = Some(config.lxd.target.trim().to_string()).filter(|t| !t.is_empty());
     Ok(ControllerSettings {
         storage_pool: config.lxd.storage_pool.clone(),
-        // The runtime does not report the pool's driver, so sizes are reported as not enforced
-        // (true of `dir`, the pool these hosts use) rather than promised.
+        // Known once LXD answers (`pool_enforces_sizes`); until then sizes are not promised.
         pool_enforces_quotas: false,
         target,
         fleet_resources,
@@ -35,6 +34,26 @@ pub fn settings_from_config(config: &Config) -> Result<ControllerSettings, Strin
         resync_interval: interval.as_std().max(Duration::from_secs(1)),
         ..ControllerSettings::default()
     })
+}
+
+/// Whether the storage pool of the durable volumes enforces sizes. An unreadable pool counts
+/// as not enforcing: a size is then reported as `QuotaNotEnforced`, never promised.
+pub async fn pool_enforces_sizes(runtime: &dyn Runtime, pool: &str) -> bool {
+    match runtime.storage_pool(pool).await {
+        Ok(found) => {
+            tracing::info!(
+                pool,
+                driver = found.driver.as_str(),
+                enforces_sizes = found.enforces_sizes(),
+                "storage pool for durable volumes"
+            );
+            found.enforces_sizes()
+        }
+        Err(e) => {
+            tracing::warn!(pool, error = %e, "cannot read the storage pool; sizes are not promised");
+            false
+        }
+    }
 }
 
 /// Connects to LXD, retrying with backoff until it answers or `shutdown` fires. Every request

@@ -570,6 +570,43 @@ async fn sizes_the_pool_cannot_enforce_are_reported_not_failed() {
 }
 
 #[tokio::test]
+async fn sizes_are_limits_on_a_pool_that_enforces_them() {
+    let mut h = Harness::new();
+    h.fake.set_pool_driver("default", "zfs");
+    h.ctx.settings.pool_enforces_quotas =
+        super::pool_enforces_sizes(&*h.fake, &h.ctx.settings.storage_pool).await;
+    assert!(h.ctx.settings.pool_enforces_quotas);
+    h.apply(
+        "p",
+        json!({"image": "berth-tiny", "resources": {"workspaceSize": "10GiB"}}),
+    );
+    h.converge("p").await;
+    h.assert_ready("p");
+    let status = h.status("p");
+    let applied = berth_api::find_condition(&status.conditions, "ResourcesApplied").unwrap();
+    assert_eq!(applied.reason, "Applied");
+    let volumes = h.fake.list_volumes("default", None).await.unwrap();
+    let workspace = volumes
+        .iter()
+        .find(|v| v.name.ends_with("-workspace"))
+        .expect("workspace volume");
+    assert_eq!(
+        workspace.config.get("size").map(String::as_str),
+        Some("10737418240")
+    );
+
+    // A pool that cannot be read promises nothing.
+    h.fake.fault_method(
+        "storage_pool",
+        Fault::Fail(RuntimeError::NotFound {
+            what: "storage pool default".into(),
+            message: String::new(),
+        }),
+    );
+    assert!(!super::pool_enforces_sizes(&*h.fake, "default").await);
+}
+
+#[tokio::test]
 async fn a_resync_pass_reads_the_fleet_in_one_list_call() {
     let h = Harness::new();
     let names: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();

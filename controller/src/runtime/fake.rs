@@ -22,7 +22,7 @@ use super::{
     CreateInstance, CreateVolume, Created, EventKind, EventStream, ExecOutput, ExecRequest,
     FileWrite, ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch, InstanceState,
     InstanceStatus, InteractiveExec, Mkdir, Operation, OperationStatus, Result, Runtime,
-    RuntimeError, RuntimeEvent, ServerInfo, StopOptions, TerminalSize, Volume,
+    RuntimeError, RuntimeEvent, ServerInfo, StopOptions, StoragePool, TerminalSize, Volume,
 };
 
 /// What an injected fault does to a call.
@@ -72,6 +72,8 @@ struct State {
     volumes: BTreeMap<(String, String), Volume>,
     /// alias -> fingerprint
     images: BTreeMap<String, String>,
+    /// pool name -> driver; a pool the fake was not told about is a `dir` pool.
+    pool_drivers: BTreeMap<String, String>,
     /// Finished operations and how they ended (error message when failed); like LXD, the fake
     /// forgets the oldest ones (`OPERATIONS_KEPT`), which then answer as vanished.
     operations: BTreeMap<String, std::result::Result<(), String>>,
@@ -163,6 +165,7 @@ impl FakeRuntime {
                 instances: BTreeMap::new(),
                 volumes: BTreeMap::new(),
                 images,
+                pool_drivers: BTreeMap::new(),
                 operations: BTreeMap::new(),
                 next_pid: 1000,
                 calls: VecDeque::new(),
@@ -176,6 +179,13 @@ impl FakeRuntime {
     }
 
     // ---- fault injection and scripting ----
+
+    /// Makes `pool` a pool of `driver` ("zfs", "btrfs", ...) instead of `dir`.
+    pub fn set_pool_driver(&self, pool: &str, driver: &str) {
+        lock(&self.state)
+            .pool_drivers
+            .insert(pool.to_string(), driver.to_string());
+    }
 
     /// Every call waits this long first (tokio time).
     pub fn set_latency(&self, latency: Duration) {
@@ -817,6 +827,23 @@ impl Runtime for FakeRuntime {
             }
         };
         Self::reply("file_delete", lose, result)
+    }
+
+    async fn storage_pool(&self, pool: &str) -> Result<StoragePool> {
+        let lose = self.enter("storage_pool", pool).await?;
+        let driver = lock(&self.state)
+            .pool_drivers
+            .get(pool)
+            .cloned()
+            .unwrap_or_else(|| "dir".to_string());
+        Self::reply(
+            "storage_pool",
+            lose,
+            Ok(StoragePool {
+                name: pool.to_string(),
+                driver,
+            }),
+        )
     }
 
     async fn create_volume(&self, request: &CreateVolume) -> Result<Volume> {

@@ -111,6 +111,9 @@ pub trait Runtime: Send + Sync {
     /// Deletes a file or an empty directory; a missing one succeeds.
     async fn file_delete(&self, name: &str, path: &str) -> Result<()>;
 
+    /// A storage pool's name and driver; [`RuntimeError::NotFound`] when there is none.
+    async fn storage_pool(&self, pool: &str) -> Result<StoragePool>;
+
     /// Creates a custom storage volume; an existing one of that name is returned unchanged.
     async fn create_volume(&self, request: &CreateVolume) -> Result<Volume>;
 

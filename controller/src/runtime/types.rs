@@ -321,6 +321,25 @@ pub struct CreateVolume {
     pub target: Option<String>,
 }
 
+/// A storage pool, as far as berth cares: whether sizes on it are limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoragePool {
+    pub name: String,
+    /// "dir", "zfs", "btrfs", "lvm", "ceph", ...
+    pub driver: String,
+}
+
+impl StoragePool {
+    /// Whether LXD enforces a custom volume's or root disk's `size` on this pool: block and
+    /// copy-on-write drivers do; `dir` accepts the key and ignores it.
+    pub fn enforces_sizes(&self) -> bool {
+        matches!(
+            self.driver.as_str(),
+            "zfs" | "btrfs" | "lvm" | "ceph" | "cephfs" | "powerflex"
+        )
+    }
+}
+
 /// A custom storage volume.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Volume {

@@ -130,9 +130,49 @@ fn a_running_project_shows_live_figures_and_runs_commands() {
     let described = berth_cli(&berth, &["describe", "project", &name]);
     assert!(described.status.success(), "{described:?}");
     let text = String::from_utf8_lossy(&described.stdout);
-    assert!(text.contains("Runtime:"), "{text}");
-    assert!(text.contains("Processes:"), "{text}");
-    assert!(text.contains("Debian"), "{text}");
+    let runtime = text
+        .split_once("Runtime:\n")
+        .map(|(_, section)| section)
+        .unwrap_or_else(|| panic!("no Runtime section:\n{text}"));
+    let field = |label: &str| -> String {
+        runtime
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix(&format!("{label}:")))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| panic!("no {label} line in:\n{runtime}"))
+    };
+    let container = field("Container");
+    assert!(container.starts_with("container image "), "{container}");
+    assert!(
+        container.contains(&format!("pid {}", at("/container/pid"))),
+        "{container}"
+    );
+    assert!(field("Processes").parse::<u32>().is_ok_and(|n| n > 0));
+    assert!(field("CPU Time").ends_with('s'));
+    let memory = field("Memory");
+    assert!(
+        memory.contains("(peak ") && memory.contains(", swap "),
+        "{memory}"
+    );
+    assert!(!field("Disk").is_empty());
+    assert!(field("Network").contains("lo "), "{runtime}");
+    let os = field("OS");
+    assert!(
+        os.contains("Debian") && os.contains("kernel ") && os.contains(&format!("hostname {name}")),
+        "{os}"
+    );
+    assert_eq!(
+        field("Agents"),
+        format!(
+            "{profile}: {}, /workspace/PROBE.md {}",
+            agent["version"].as_str().unwrap(),
+            if agent["instructionsPresent"] == true {
+                "present"
+            } else {
+                "missing"
+            }
+        )
+    );
 
     // exec over the API: /workspace, spec.env, secrets, exit code, both streams.
     let secret = berth.client().put_json(

@@ -216,7 +216,7 @@ impl Config {
             ));
         }
         if !self.listen.http.is_empty() {
-            let addr: SocketAddr = self.listen.http.parse().map_err(|_| {
+            let addr = parse_listen_addr(&self.listen.http).ok_or_else(|| {
                 invalid(
                     "listen.http",
                     &format!(
@@ -299,6 +299,16 @@ pub fn default_socket_path() -> PathBuf {
 
 fn non_empty_env(key: &str) -> Option<String> {
     std::env::var(key).ok().filter(|v| !v.is_empty())
+}
+
+/// A TCP listen address: `IP:PORT`, or `localhost:PORT` for the IPv4 loopback. Other host
+/// names are not resolved: what the daemon binds must be exactly what the operator wrote.
+pub fn parse_listen_addr(text: &str) -> Option<SocketAddr> {
+    if let Some(port) = text.strip_prefix("localhost:") {
+        let port: u16 = port.parse().ok()?;
+        return Some(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse().ok()
 }
 
 #[cfg(test)]
@@ -399,6 +409,24 @@ secrets: {mirrorToLxd: true}
         );
         let ok = "lxd: {endpoint: 'https://lxd.example:8443', serverFingerprint: abc}\nlisten: {http: '[::1]:7480'}";
         Config::parse(ok).unwrap().validate().unwrap();
+        Config::parse("listen: {http: 'localhost:7480'}")
+            .unwrap()
+            .validate()
+            .unwrap();
+        for (text, addr) in [
+            ("localhost:7480", Some("127.0.0.1:7480")),
+            ("127.0.0.2:1", Some("127.0.0.2:1")),
+            ("[::1]:7480", Some("[::1]:7480")),
+            ("localhost", None),
+            ("localhost:http", None),
+            ("example.com:7480", None),
+        ] {
+            assert_eq!(
+                parse_listen_addr(text).map(|a| a.to_string()).as_deref(),
+                addr,
+                "{text}"
+            );
+        }
         // With a certificate and key, any address may be served.
         let tls = "listen: {http: '0.0.0.0:7480', tls: {cert: /etc/berth/tls.crt, key: /etc/berth/tls.key}}";
         Config::parse(tls).unwrap().validate().unwrap();

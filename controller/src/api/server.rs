@@ -126,9 +126,8 @@ pub async fn bind_tcp(addr: &str, tls: bool) -> Result<TcpListener, ListenError>
         addr: addr.to_string(),
         source,
     };
-    let parsed: SocketAddr = addr
-        .parse()
-        .map_err(|_| tcp_err(std::io::Error::other("not an address like 127.0.0.1:7480")))?;
+    let parsed: SocketAddr = crate::config::parse_listen_addr(addr)
+        .ok_or_else(|| tcp_err(std::io::Error::other("not an address like 127.0.0.1:7480")))?;
     if !tls && !parsed.ip().is_loopback() {
         return Err(tcp_err(std::io::Error::other(
             "only loopback addresses are served without TLS (set listen.tls.cert and listen.tls.key)",

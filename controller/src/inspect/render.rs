@@ -18,14 +18,18 @@ pub fn runtime_section(figures: &Value) -> Option<String> {
     };
     let c = &figures["container"];
     let fingerprint: String = text(&c["imageFingerprint"]).chars().take(12).collect();
+    // A standalone LXD reports its location as "none": only a cluster member is worth naming.
+    let location = Some(text(&c["location"]))
+        .filter(|l| !l.is_empty() && l != "none")
+        .map(|l| format!(", on {l}"))
+        .unwrap_or_default();
     line(
         "Container",
         format!(
-            "{} image {fingerprint} ({}), pid {}, on {}",
+            "{} image {fingerprint} ({}), pid {}{location}",
             text(&c["type"]),
             text(&c["architecture"]),
             int(&c["pid"]),
-            text(&c["location"]),
         ),
     );
     line(
@@ -60,7 +64,12 @@ pub fn runtime_section(figures: &Value) -> Option<String> {
         .flatten()
         .map(|(device, used)| format!("{device} {}", bytes(used)))
         .collect();
-    line("Disk", disks.join(", "));
+    if disks.is_empty() {
+        // LXD has no usage figures for some pool drivers (dir among them).
+        line("Disk", "not reported by this storage pool".to_string());
+    } else {
+        line("Disk", disks.join(", "));
+    }
     let interfaces: Vec<String> = figures["network"]
         .as_object()
         .into_iter()
@@ -178,7 +187,7 @@ mod tests {
         let section = runtime_section(&figures).unwrap();
         for expected in [
             "Runtime:",
-            "container image bae8efb2e52c (x86_64), pid 4242, on none",
+            "container image bae8efb2e52c (x86_64), pid 4242\n",
             "Processes:        7",
             "CPU Time:         1.50s",
             "Memory:           10.0 MiB (peak 20.0 MiB, swap 0 B)",
@@ -193,5 +202,16 @@ mod tests {
             );
         }
         assert_eq!(runtime_section(&json!({"status": "Stopped"})), None);
+
+        // A cluster member is named; a pool without usage figures says so.
+        let mut clustered = figures.clone();
+        clustered["container"]["location"] = json!("m2");
+        clustered["disk"] = json!({});
+        let section = runtime_section(&clustered).unwrap();
+        assert!(section.contains("pid 4242, on m2\n"), "{section}");
+        assert!(
+            section.contains("Disk:             not reported by this storage pool"),
+            "{section}"
+        );
     }
 }

@@ -1,11 +1,16 @@
 //! GitSource end to end: a real `berth serve` (its controller running) polls a real bare git
 //! repository on this host through a `file://` URL.
 //!
-//! The repositories hold AgentProfiles and Projects annotated `berth.dev/reconcile: paused` and
+//! Most repositories hold AgentProfiles and Projects annotated `berth.dev/reconcile: paused` and
 //! `state: Stopped`: the daemon stores, updates and prunes them exactly as it would any other,
-//! while the project reconciler leaves them alone, so these tests exercise GitOps without LXD.
+//! while the project reconciler leaves them alone, so those tests exercise GitOps without LXD.
+//! One repository's projects come up in real LXD containers, change, and are pruned, one of
+//! them while its workspace holds work.
 
 mod support;
+
+#[path = "reconcile_harness.rs"]
+mod harness;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -574,4 +579,101 @@ fn without_prune_removed_objects_stay_and_a_missing_path_is_reported() {
         "{message}"
     );
     assert_eq!(source["status"]["lastAttemptedRevision"], second);
+}
+
+/// A Project manifest the reconciler acts on: a real berth-tiny container.
+fn live_project(name: &str, greeting: &str) -> String {
+    format!(
+        "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: {name}\nspec:\n  \
+         image: berth-tiny\n  env:\n    GREETING: {greeting:?}\n"
+    )
+}
+
+#[test]
+fn projects_from_a_repository_come_up_change_and_a_prune_keeps_unsaved_work() {
+    let repo = Repo::new();
+    let mut berth = harness::Berth::start(None);
+    let client = berth.client();
+    let (keep, drop) = (harness::unique_name(), harness::unique_name());
+    repo.write(&format!("fleet/{keep}.yaml"), &live_project(&keep, "hello"));
+    repo.write(&format!("fleet/{drop}.yaml"), &live_project(&drop, "hello"));
+    // The set keeps one object when both projects leave it.
+    let profile_name = format!("p{}", &keep[keep.len() - 8..]);
+    repo.write("fleet/profile.yaml", &profile(&profile_name, ""));
+    let first = repo.commit("two projects");
+    let mut source = gitsource("live", &repo.url(), "main", "fleet", "2s");
+    source["spec"]["prune"] = json!(true);
+    let reply = client.post_json(&format!("{API}/gitsources"), &source);
+    assert_eq!(reply.status, 201, "{}", reply.text());
+
+    // Both come up in real containers.
+    let wait_source = |berth: &harness::Berth, revision: &str| {
+        berth.wait_for_gitsource("live", |s| {
+            s["status"]["lastAppliedRevision"] == revision
+                && condition(s, "Ready").is_some_and(|c| c["status"] == "True")
+        })
+    };
+    wait_source(&berth, &first);
+    for name in [&keep, &drop] {
+        let project = berth.wait_ready(name);
+        berth.track(&project);
+        let reply = client.post_json(
+            &format!("{API}/projects/{name}/exec"),
+            &json!({"command": ["sh", "-c", "echo $GREETING"]}),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(
+            reply.json()["stdout"].as_str().map(str::trim),
+            Some("hello")
+        );
+    }
+
+    // A change to one changes only that one.
+    let untouched = rv(&must_get(&client, "projects", &drop));
+    repo.write(&format!("fleet/{keep}.yaml"), &live_project(&keep, "hi"));
+    let second = repo.commit("change one");
+    wait_source(&berth, &second);
+    let changed = berth.wait_for(&keep, "at generation 2", |p| generation(p) == 2);
+    assert_eq!(changed["spec"]["env"]["GREETING"], "hi");
+    assert_eq!(rv(&must_get(&client, "projects", &drop)), untouched);
+
+    // Work that exists nowhere else: a file in the workspace of the one about to be pruned...
+    harness::exec(&keep, "echo draft > /workspace/notes.txt").unwrap();
+    // ...and nothing in the other's.
+    repo.remove(&format!("fleet/{keep}.yaml"));
+    repo.remove(&format!("fleet/{drop}.yaml"));
+    let third = repo.commit("remove both");
+    wait_source(&berth, &third);
+
+    // The clean one is pruned, container and volumes with it.
+    let deadline = Instant::now() + harness::READY_DEADLINE;
+    while berth.get_project(&drop).is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "{drop} not pruned:\n{}",
+            berth.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(harness::instance_count(&drop), 0);
+    // The one holding work is held, its container and workspace as they were.
+    let held = berth.wait_for(&keep, "held by DeletionBlocked", |p| {
+        condition(p, "DeletionBlocked").is_some_and(|c| c["status"] == "True")
+    });
+    assert_eq!(held["status"]["phase"], "Deleting");
+    assert_eq!(
+        condition(&held, "DeletionBlocked").unwrap()["reason"],
+        "UnsavedWork"
+    );
+    assert_eq!(
+        harness::exec(&keep, "cat /workspace/notes.txt")
+            .unwrap()
+            .trim(),
+        "draft"
+    );
+    // A person decides: --force discards it.
+    berth.delete_project(&keep);
+    assert_eq!(harness::instance_count(&keep), 0);
+    let reply = client.delete(&format!("{API}/agentprofiles/{profile_name}"));
+    assert_eq!(reply.status, 200, "{}", reply.text());
 }

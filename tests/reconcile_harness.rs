@@ -178,6 +178,17 @@ impl Berth {
         created
     }
 
+    /// Remembers a project something else created (a GitSource, a CLI apply) for cleanup.
+    pub fn track(&mut self, project: &Value) {
+        let name = project["metadata"]["name"]
+            .as_str()
+            .expect("a name")
+            .to_string();
+        if !self.projects.iter().any(|(n, _)| *n == name) {
+            self.projects.push((name, uid_of(project)));
+        }
+    }
+
     /// A JSON merge patch on the project (spec or metadata).
     pub fn patch_project(&self, name: &str, patch: Value) -> Reply {
         let reply = self.client().request(
@@ -214,6 +225,29 @@ impl Berth {
         }
         panic!(
             "{name}: not {what} within {READY_DEADLINE:?}; last: {}\n{}",
+            serde_json::to_string_pretty(&last["status"]).unwrap_or_default(),
+            self.log_text()
+        );
+    }
+
+    /// Polls the GitSource until `check` holds for it, failing with its last status.
+    pub fn wait_for_gitsource(&self, name: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let path = format!("/apis/berth.dev/v1alpha1/gitsources/{name}");
+        let deadline = Instant::now() + READY_DEADLINE;
+        let mut last = Value::Null;
+        while Instant::now() < deadline {
+            let reply = self.client().get(&path);
+            if reply.status == 200 {
+                let source = reply.json();
+                if check(&source) {
+                    return source;
+                }
+                last = source;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "gitsource {name}: not as expected within {READY_DEADLINE:?}; last: {}\n{}",
             serde_json::to_string_pretty(&last["status"]).unwrap_or_default(),
             self.log_text()
         );

@@ -1,12 +1,17 @@
 //! The workspace tools endpoint against a real daemon and a real container: every tool's happy
 //! path on a Debian image and a busybox one, paths that escape the workspace, cancellation,
-//! timeouts, no replay, a daemon crash in the middle of a Bash call, and access.
+//! timeouts, no replay, a daemon crash in the middle of a Bash call, access, and a call that
+//! wakes an idled project and counts as activity.
 //!
-//! The daemon runs `--paused`, so nothing reconciles the Project; the tests create the
+//! Most tests run the daemon `--paused`, so nothing reconciles the Project; they create the
 //! project's container themselves (named after the project, with `/workspace`), which is all
-//! the endpoint needs: an instance of that name that runs.
+//! the endpoint needs: an instance of that name that runs. The wake test runs the controller
+//! and scheduler, which bring the project up and idle it.
 
 mod support;
+
+#[path = "reconcile_harness.rs"]
+mod harness;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -14,7 +19,7 @@ use std::time::{Duration, Instant};
 use berth::lxd::LxdClient;
 use berth::runtime::{ExecRequest, Runtime};
 use serde_json::{Value, json};
-use support::daemon::{Daemon, TcpClient};
+use support::daemon::{Client, Daemon, TcpClient};
 use support::lxd::{BASE, Cleanup, OP_TIMEOUT, TINY, client, create, request, unique_name};
 
 const P: &str = "/apis/berth.dev/v1alpha1";
@@ -992,4 +997,290 @@ fn busybox_workspaces_run_every_tool_but_bash_and_say_so() {
         ws.sh("ls /workspace/early.txt 2>/dev/null || echo none"),
         "none\n"
     );
+}
+
+/// The projects a running daemon made, deleted with `--force` when the test ends (then
+/// checked with lxc), whatever happened.
+struct Running {
+    daemon: Daemon,
+    _config: tempfile::TempDir,
+    projects: Vec<(String, String)>,
+}
+
+impl Running {
+    /// A daemon whose controller runs and whose scheduler passes every second.
+    fn start() -> Running {
+        let config = tempfile::tempdir().expect("temp dir");
+        let path = config.path().join("berth.yaml");
+        std::fs::write(&path, "scheduler: {interval: 1s, workers: 4}\n").expect("config");
+        let daemon = Daemon::start_running(&["--config", path.to_str().expect("utf-8 path")]);
+        Running {
+            daemon,
+            _config: config,
+            projects: Vec::new(),
+        }
+    }
+
+    fn client(&self) -> Client {
+        self.daemon.client()
+    }
+
+    fn create(&mut self, name: &str, spec: Value) {
+        let reply = self.client().post_json(
+            harness::PROJECTS,
+            &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
+                    "metadata": {"name": name}, "spec": spec}),
+        );
+        assert_eq!(reply.status, 201, "create {name}: {}", reply.text());
+        self.projects
+            .push((name.to_string(), harness::uid_of(&reply.json())));
+    }
+
+    fn get(&self, name: &str) -> Value {
+        let reply = self.client().get(&format!("{}/{name}", harness::PROJECTS));
+        assert_eq!(reply.status, 200, "get {name}: {}", reply.text());
+        reply.json()
+    }
+
+    fn patch(&self, name: &str, patch: Value) {
+        let reply = self.client().request(
+            "PATCH",
+            &format!("{}/{name}", harness::PROJECTS),
+            Some("application/merge-patch+json"),
+            patch.to_string().as_bytes(),
+        );
+        assert_eq!(reply.status, 200, "patch {name}: {}", reply.text());
+    }
+
+    /// Polls until `check` holds for the project and the container's state, failing with
+    /// both.
+    fn wait_for(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&Value, Option<&str>) -> bool,
+    ) -> Value {
+        let until = Instant::now() + harness::READY_DEADLINE;
+        loop {
+            let project = self.get(name);
+            let state = harness::instance_state(name);
+            if check(&project, state.as_deref()) {
+                return project;
+            }
+            assert!(
+                Instant::now() < until,
+                "{name}: {what} not reached; container {state:?}; status {}\n{}",
+                project["status"],
+                self.daemon.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Runs `berth tool NAME TOOL --args ARGS [EXTRA...]`.
+    fn cli(
+        &self,
+        name: &str,
+        tool_name: &str,
+        args: Value,
+        extra: &[&str],
+    ) -> std::process::Output {
+        std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["tool", name, tool_name, "--args", &args.to_string()])
+            .args(extra)
+            .env("BERTH_SERVER", &self.daemon.socket)
+            .env_remove("BERTH_TOKEN")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run berth")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for (name, _) in &self.projects {
+            let _ = self.client().try_request(
+                "DELETE",
+                &format!("{}/{name}?force=true", harness::PROJECTS),
+                None,
+                &[],
+            );
+        }
+        let until = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < until
+            && self.projects.iter().any(|(n, _)| {
+                self.client()
+                    .try_request("GET", &format!("{}/{n}", harness::PROJECTS), None, &[])
+                    .is_ok_and(|r| r.status == 200)
+            })
+        {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        for (name, uid) in &self.projects {
+            if harness::instance_uid(name).as_deref() == Some(uid.as_str()) {
+                let _ = harness::lxc(&["delete", "--force", name]);
+            }
+            for volume in harness::volumes_of(uid) {
+                let _ = harness::lxc(&["storage", "volume", "delete", "default", &volume]);
+            }
+        }
+    }
+}
+
+fn idled(project: &Value) -> Option<String> {
+    project["status"]["reap"]["idledAt"]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[test]
+fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
+    let mut berth = Running::start();
+    let name = unique_name();
+    berth.create(
+        &name,
+        json!({"image": BASE, "reap": {"idleAfter": "4s", "idleAction": "Stop"}}),
+    );
+    let project = berth.wait_for(&name, "idled and stopped", |p, state| {
+        idled(p).is_some() && state == Some("STOPPED")
+    });
+    let first_idling = idled(&project);
+
+    // The call wakes it, waits for it and runs, once. (Its trace stays out of /workspace,
+    // where a file would count as unsaved work and keep the reaper from idling it again.)
+    let command = json!({"command": "echo woke; echo ran >> /root/wake.log"});
+    for _ in 0..2 {
+        let out = berth.cli(
+            &name,
+            "Bash",
+            command.clone(),
+            &["--execution-id", "wake-1"],
+        );
+        assert_eq!(
+            (
+                String::from_utf8_lossy(&out.stdout).as_ref(),
+                out.status.code()
+            ),
+            ("woke\n", Some(0)),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            berth.daemon.log_text()
+        );
+    }
+    assert_eq!(
+        harness::exec(&name, "cat /root/wake.log").as_deref(),
+        Ok("ran\n")
+    );
+    let project = berth.get(&name);
+    assert!(
+        project["metadata"]["annotations"]["berth.dev/wokenAt"].is_string(),
+        "{}",
+        project["metadata"]
+    );
+    let events = berth
+        .client()
+        .get(&format!("{}/{name}/events", harness::PROJECTS))
+        .json();
+    assert!(
+        events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["reason"] == "WakeRequested"),
+        "{events}"
+    );
+
+    // A call that cannot wait for the start fails closed, and says it woke the project,
+    // which then comes up.
+    let project = berth.wait_for(&name, "idled again", |p, state| {
+        idled(p).is_some_and(|at| Some(&at) != first_idling.as_ref()) && state == Some("STOPPED")
+    });
+    let second_idling = idled(&project);
+    let (code, body) = tool_with(
+        &berth.daemon.socket,
+        &name,
+        "Glob",
+        json!({"executionId": "wake-2", "timeoutMs": 1, "arguments": {"pattern": "**/*"}}),
+    );
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (503, Some("Unreachable")),
+        "{body}"
+    );
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("woke") && message.contains("starting"),
+        "{message}"
+    );
+    berth.wait_for(&name, "woken by the call that timed out", |p, _| {
+        idled(p) != second_idling
+    });
+
+    // Kept up from here on; a new spec wakes it too.
+    berth.patch(&name, json!({"spec": {"reap": {"idleAfter": "1h"}}}));
+    let project = berth.wait_for(&name, "running with the new spec", |p, state| {
+        idled(p).is_none()
+            && state == Some("RUNNING")
+            && p["status"]["observedGeneration"] == p["metadata"]["generation"]
+            && p["status"]["activity"]["inspectedAt"].is_string()
+    });
+
+    // A tool call is activity: the scheduler's next pass records it as such. Two passes
+    // first, so the boot is behind the inspection that follows the call.
+    let mut seen = project["status"]["activity"]["inspectedAt"].clone();
+    for _ in 0..2 {
+        let project = berth.wait_for(&name, "another activity pass", |p, _| {
+            p["status"]["activity"]["inspectedAt"] != seen
+        });
+        seen = project["status"]["activity"]["inspectedAt"].clone();
+    }
+    let called_at = chrono::Utc::now() - chrono::Duration::seconds(1);
+    let out = ok(
+        &berth.daemon.socket,
+        &name,
+        "Glob",
+        "activity-1",
+        json!({"pattern": "**/*"}),
+    );
+    assert_eq!(out["output"], "");
+    berth.wait_for(&name, "activity from the tool call", |p, _| {
+        let activity = &p["status"]["activity"];
+        activity["source"] == "tool"
+            && activity["lastActiveAt"]
+                .as_str()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .is_some_and(|t| t >= called_at)
+    });
+
+    // A project stopped by its own spec is not started by a tool call.
+    berth.patch(&name, json!({"spec": {"state": "Stopped"}}));
+    let project = berth.wait_for(&name, "stopped by its spec", |p, state| {
+        p["status"]["phase"] == "Stopped" && state == Some("STOPPED")
+    });
+    let woken_at = project["metadata"]["annotations"]["berth.dev/wokenAt"].clone();
+    let (code, body) = tool(
+        &berth.daemon.socket,
+        &name,
+        "Bash",
+        "stopped-1",
+        json!({"command": "echo no"}),
+    );
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (503, Some("Unreachable")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("project is stopped (spec.state: Stopped)"),
+        "{body}"
+    );
+    let project = berth.get(&name);
+    assert_eq!(
+        project["metadata"]["annotations"]["berth.dev/wokenAt"],
+        woken_at
+    );
+    assert_eq!(harness::instance_state(&name).as_deref(), Some("STOPPED"));
 }

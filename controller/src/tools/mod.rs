@@ -10,6 +10,7 @@ mod call;
 mod pattern;
 mod run;
 mod script;
+mod wake;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -212,16 +213,26 @@ impl Tools {
         Ok(answer)
     }
 
-    /// Runs the call within its timeout: a cancel or the deadline kills what the call started.
+    /// Wakes the project if the reaper idled it, then runs the call within its timeout (the
+    /// wake counts against it): a cancel or the deadline kills what the call started.
     async fn dispatch(
         &self,
         project: &StoredObject,
-        call: ToolCall,
+        mut call: ToolCall,
         cancel: &CancellationToken,
         pidfile: &str,
     ) -> Result<Value, ApiError> {
         let total = call.timeout;
         let deadline = tokio::time::Instant::now() + total;
+        let woke =
+            wake::ensure_awake(&self.store, project, deadline, cancel, &call.execution_id).await?;
+        if woke {
+            tracing::info!(project = project.name(), execution = %call.execution_id, "a tool call woke the idled project");
+        }
+        call.timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if call.timeout.is_zero() {
+            return Err(timeout(call.tool, total));
+        }
         let runtime = self.runtime().await?;
         let instance = project.name();
         let env = if call.tool == Tool::Bash {
@@ -257,11 +268,20 @@ impl Tools {
         project: &StoredObject,
     ) -> Result<(), ApiError> {
         let name = project.name();
+        let idled = project
+            .status
+            .pointer("/reap/idledAt")
+            .is_some_and(|v| !v.is_null());
         match tokio::time::timeout(SIDE_CALL_TIMEOUT, runtime.get_instance(name)).await {
             Ok(Ok(Some(instance))) if instance.is_running() => Ok(()),
             Ok(Ok(Some(instance))) => Err(unreachable(format!(
-                "the container {name:?} is {}",
-                instance.status.as_str()
+                "the container {name:?} is {}{}",
+                instance.status.as_str(),
+                if idled {
+                    "; the project is idled and a tool call wakes it"
+                } else {
+                    ""
+                }
             ))),
             Ok(Ok(None)) => Err(unreachable(format!(
                 "the container {name:?} does not exist"
@@ -441,7 +461,7 @@ impl Tools {
                 "maxArgumentBytes": "Bash's command, patterns and paths",
                 "maxFileBytes": "Write's content, Edit's strings and the file an Edit changes",
                 "maxMatches": "Glob lists at most this many files and Grep this many lines, then says the results were capped",
-                "timeoutMs": "bounds the whole call",
+                "timeoutMs": "bounds the whole call, including waking an idled project",
             },
         })
     }

@@ -410,6 +410,26 @@ mod tests {
     }
 
     #[test]
+    fn content_may_be_larger_than_what_an_environment_carries() {
+        let big = "x".repeat(MAX_ARGUMENT_BYTES + 1);
+        let write = |content: &str| {
+            parse(
+                Tool::Write,
+                json!({"executionId": "a", "arguments": {"file_path": "f", "content": content}}),
+            )
+        };
+        assert!(write(&big).is_ok());
+        let err = write(&"x".repeat(MAX_FILE_BYTES + 1)).unwrap_err();
+        assert!(err.message.contains("at most 2 MiB"), "{}", err.message);
+        let err = parse(
+            Tool::Bash,
+            json!({"executionId": "a", "arguments": {"command": big}}),
+        )
+        .unwrap_err();
+        assert!(err.message.contains("at most 64 KiB"), "{}", err.message);
+    }
+
+    #[test]
     fn bash_timeout_is_the_smaller_of_both() {
         let call = parse(
             Tool::Bash,

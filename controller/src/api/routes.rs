@@ -237,7 +237,8 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
                 ));
             };
             let (parts, incoming) = req.into_parts();
-            let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
+            let bytes =
+                body::read(incoming, &parts.headers, crate::tools::MAX_REQUEST_BYTES).await?;
             let dispatched = method == Method::POST;
             let (code, value) = tools.route(&project, &method, rest, bytes).await?;
             if dispatched {

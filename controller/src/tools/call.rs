@@ -1,22 +1,25 @@
 //! A tool call as the caller sends it, checked before anything is recorded or run: the tool
 //! must be one berth offers and every argument one that tool knows.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use base64::Engine;
 use hyper::StatusCode;
 use serde_json::{Map, Value, json};
 
-use super::script;
 use crate::api::ApiError;
 
 pub const WORKSPACE: &str = "/workspace";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
-/// One string argument (a file's content, an edit's strings, a command): they travel in the
-/// exec's environment, where one entry is limited to 128 KiB after encoding.
+/// A string argument that travels in the exec's environment (a command, a pattern, a path):
+/// one entry there is limited to 128 KiB by the kernel.
 pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024;
+/// A file's content: Write's `content`, Edit's strings and the file an Edit changes. Content
+/// reaches the container through LXD's file API, so only the request body limits it; this
+/// leaves room in [`MAX_REQUEST_BYTES`] for JSON escaping.
+pub const MAX_FILE_BYTES: usize = 2 << 20;
+/// A tool call's request body (the API's limit for one object).
+pub const MAX_REQUEST_BYTES: usize = 3 << 20;
 /// A tool's output is cut after this many bytes.
 pub const MAX_OUTPUT_BYTES: usize = 256 * 1024;
 /// Glob and Grep list at most this many matches.
@@ -209,67 +212,41 @@ impl ToolCall {
         })
     }
 
-    fn string(&self, key: &str) -> String {
+    /// A string argument, empty when absent.
+    pub fn string(&self, key: &str) -> String {
         match self.arguments.get(key) {
             Some(Value::String(s)) => s.clone(),
             _ => String::new(),
         }
     }
 
-    /// The script and its `BERTH_*` environment.
-    pub fn script(&self) -> (&'static str, BTreeMap<String, String>) {
-        let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
-        let mut env = BTreeMap::new();
-        let mut set = |k: &str, v: String| {
-            env.insert(k.to_string(), v);
-        };
-        set("BERTH_WORKSPACE", self.workspace.clone());
-        set("BERTH_MAX_MATCHES", MAX_MATCHES.to_string());
-        let script = match self.tool {
-            Tool::Read => {
-                set("BERTH_PATH", self.string("file_path"));
-                let int = |key: &str, default: u64| {
-                    self.arguments
-                        .get(key)
-                        .and_then(Value::as_u64)
-                        .unwrap_or(default)
-                };
-                set("BERTH_OFFSET", int("offset", 1).max(1).to_string());
-                set("BERTH_LIMIT", int("limit", DEFAULT_READ_LINES).to_string());
-                set("BERTH_LINE_MAX", READ_LINE_MAX.to_string());
-                script::READ
-            }
-            Tool::Write => {
-                set("BERTH_PATH", self.string("file_path"));
-                set("BERTH_CONTENT", b64(self.string("content")));
-                script::WRITE
-            }
-            Tool::Edit => {
-                set("BERTH_PATH", self.string("file_path"));
-                set("BERTH_OLD", b64(self.string("old_string")));
-                set("BERTH_NEW", b64(self.string("new_string")));
-                let all = self.arguments.get("replace_all") == Some(&Value::Bool(true));
-                set("BERTH_REPLACE_ALL", all.to_string());
-                script::EDIT
-            }
-            Tool::Glob => {
-                set("BERTH_PATTERN", self.string("pattern"));
-                set("BERTH_PATH", self.string("path"));
-                script::GLOB
-            }
-            Tool::Grep => {
-                set("BERTH_PATTERN", self.string("pattern"));
-                set("BERTH_PATH", self.string("path"));
-                set("BERTH_GLOB", self.string("glob"));
-                set("BERTH_MODE", self.string("output_mode"));
-                script::GREP
-            }
-            Tool::Bash => {
-                set("BERTH_COMMAND", self.string("command"));
-                script::BASH
-            }
-        };
-        (script, env)
+    /// An integer argument, `default` when absent.
+    pub fn integer(&self, key: &str, default: u64) -> u64 {
+        self.arguments
+            .get(key)
+            .and_then(Value::as_u64)
+            .unwrap_or(default)
+    }
+
+    pub fn flag(&self, key: &str) -> bool {
+        self.arguments.get(key) == Some(&Value::Bool(true))
+    }
+}
+
+/// The most bytes the string argument `key` may hold.
+pub fn argument_limit(key: &str) -> usize {
+    match key {
+        "content" | "old_string" | "new_string" => MAX_FILE_BYTES,
+        _ => MAX_ARGUMENT_BYTES,
+    }
+}
+
+/// `2 MiB`, `64 KiB`.
+pub fn size(bytes: usize) -> String {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes / 1024)
     }
 }
 
@@ -290,7 +267,7 @@ fn check_arguments(tool: Tool, args: &Map<String, Value>) -> Result<(), ApiError
         let fits = match *type_ {
             "string" => value
                 .as_str()
-                .is_some_and(|s| s.len() <= MAX_ARGUMENT_BYTES),
+                .is_some_and(|s| s.len() <= argument_limit(key)),
             "integer" => value.as_u64().is_some(),
             "boolean" => value.is_boolean(),
             _ => false,
@@ -299,7 +276,7 @@ fn check_arguments(tool: Tool, args: &Map<String, Value>) -> Result<(), ApiError
             return Err(ApiError::bad_request(format!(
                 "arguments.{key}: must be a {type_}{}",
                 if *type_ == "string" {
-                    format!(" of at most {} KiB", MAX_ARGUMENT_BYTES / 1024)
+                    format!(" of at most {}", size(argument_limit(key)))
                 } else {
                     String::new()
                 }
@@ -430,6 +407,26 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.workspace, "/workspace/sub");
+    }
+
+    #[test]
+    fn content_may_be_larger_than_what_an_environment_carries() {
+        let big = "x".repeat(MAX_ARGUMENT_BYTES + 1);
+        let write = |content: &str| {
+            parse(
+                Tool::Write,
+                json!({"executionId": "a", "arguments": {"file_path": "f", "content": content}}),
+            )
+        };
+        assert!(write(&big).is_ok());
+        let err = write(&"x".repeat(MAX_FILE_BYTES + 1)).unwrap_err();
+        assert!(err.message.contains("at most 2 MiB"), "{}", err.message);
+        let err = parse(
+            Tool::Bash,
+            json!({"executionId": "a", "arguments": {"command": big}}),
+        )
+        .unwrap_err();
+        assert!(err.message.contains("at most 64 KiB"), "{}", err.message);
     }
 
     #[test]

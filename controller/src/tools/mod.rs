@@ -7,7 +7,10 @@
 //! whose outcome was lost (the daemon died mid-call) answers that the outcome is unknown.
 
 mod call;
+mod pattern;
+mod run;
 mod script;
+mod wake;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -21,13 +24,14 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
-pub use call::{MAX_OUTPUT_BYTES, Shell, Tool, ToolCall};
+pub use call::{MAX_OUTPUT_BYTES, MAX_REQUEST_BYTES, Shell, Tool, ToolCall};
 
 use crate::api::ApiError;
 use crate::lxd::{LxdClient, LxdConfig};
-use crate::runtime::{ExecOutput, ExecRequest, Runtime, RuntimeError};
+use crate::runtime::{ExecRequest, Runtime, RuntimeError};
 use crate::secrets::Secrets;
 use crate::store::{ExecutionState, Store, StoredObject};
+use run::{Run, SIDE_CALL_TIMEOUT, verdict_error};
 use script::Verdict;
 
 /// The protocol version `GET .../tools` announces.
@@ -36,10 +40,6 @@ pub const PROTOCOL_VERSION: &str = "berth.dev/tools/v1";
 pub const RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// How often expired records are deleted, at most.
 const EXPIRY_INTERVAL: Duration = Duration::from_secs(60);
-/// A short LXD call made around a tool (the instance's state, a kill).
-const SIDE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
-/// The exec's own deadline exceeds the tool's, so the tool's timeout is what fires.
-const EXEC_GRACE: Duration = Duration::from_secs(30);
 
 /// A success or failure answer: the status code and the JSON body.
 pub type Answer = (StatusCode, Value);
@@ -112,7 +112,7 @@ impl Tools {
         body: Bytes,
     ) -> Result<Answer, ApiError> {
         match (rest, method) {
-            ([], &Method::GET) => Ok((StatusCode::OK, capabilities())),
+            ([], &Method::GET) => Ok((StatusCode::OK, self.capabilities(project).await)),
             (["instructions"], &Method::GET) => self.instructions(project).await,
             (["executions", id], &Method::DELETE) => self.cancel(project, id),
             ([tool], &Method::POST) => {
@@ -193,7 +193,8 @@ impl Tools {
         let outcome = if cancel.is_cancelled() {
             Err(cancelled(&call.execution_id))
         } else {
-            self.dispatch(project, &call, &cancel, &pidfile).await
+            self.dispatch(project, call.clone(), &cancel, &pidfile)
+                .await
         };
         guard.armed = false;
         let answer = match outcome {
@@ -212,93 +213,75 @@ impl Tools {
         Ok(answer)
     }
 
+    /// Wakes the project if the reaper idled it, then runs the call within its timeout (the
+    /// wake counts against it): a cancel or the deadline kills what the call started.
     async fn dispatch(
         &self,
         project: &StoredObject,
-        call: &ToolCall,
+        mut call: ToolCall,
         cancel: &CancellationToken,
         pidfile: &str,
     ) -> Result<Value, ApiError> {
+        let total = call.timeout;
+        let deadline = tokio::time::Instant::now() + total;
+        let woke =
+            wake::ensure_awake(&self.store, project, deadline, cancel, &call.execution_id).await?;
+        if woke {
+            tracing::info!(project = project.name(), execution = %call.execution_id, "a tool call woke the idled project");
+        }
+        call.timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if call.timeout.is_zero() {
+            return Err(timeout(call.tool, total));
+        }
         let runtime = self.runtime().await?;
         let instance = project.name();
-        // No separate look at the instance first: the exec itself fails on a missing or
-        // stopped container, and one round trip fewer matters on a busy LXD.
-        if call.tool == Tool::Bash
-            && let Some(shell) = &call.shell
-        {
-            check_shell(&runtime, instance, shell).await?;
-        }
-        let (body, mut env) = call.script();
-        env.insert("BERTH_PIDFILE".into(), pidfile.to_string());
-        if call.tool == Tool::Bash {
-            for (key, value) in self.project_env(project)? {
-                env.entry(key).or_insert(value);
-            }
-        }
-        let request = ExecRequest {
-            command: vec![
-                "setsid".into(),
-                "--wait".into(),
-                "bash".into(),
-                "-c".into(),
-                format!("{}{}", script::PRELUDE, body),
-            ],
+        let env = if call.tool == Tool::Bash {
+            self.project_env(project)?
+        } else {
+            BTreeMap::new()
+        };
+        let run = Run {
+            runtime: &runtime,
+            instance,
+            call: &call,
+            pidfile,
             env,
-            cwd: None,
-            uid: None,
-            gid: None,
-            timeout: call.timeout + EXEC_GRACE,
         };
-        let exec = runtime.exec(instance, &request);
-        let output = tokio::select! {
-            // A cancel that is already there wins before the exec is even sent.
+        let outcome = tokio::select! {
+            // A cancel that is already there wins before anything is sent.
             biased;
-            () = cancel.cancelled() => {
-                kill(&runtime, instance, pidfile).await;
-                return Err(cancelled(&call.execution_id));
-            }
-            output = exec => output,
-            () = tokio::time::sleep(call.timeout) => {
-                kill(&runtime, instance, pidfile).await;
-                return Err(timeout(call));
-            }
+            () = cancel.cancelled() => Err(cancelled(&call.execution_id)),
+            outcome = run.tool() => outcome,
+            () = tokio::time::sleep_until(deadline) => Err(timeout(call.tool, total)),
         };
-        let output = match output {
-            Ok(output) => output,
-            Err(err @ RuntimeError::Timeout { .. }) => {
-                // LXD did not answer in time (the tool's own deadline had not passed).
-                kill(&runtime, instance, pidfile).await;
-                return Err(ApiError::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "Timeout",
-                    format!("{}: {err}; what it started was killed", call.tool.as_str()),
-                ));
-            }
-            Err(err) if err.is_not_found() => {
-                return Err(unreachable(format!(
-                    "the container {instance:?} does not exist"
-                )));
-            }
-            Err(err) => {
-                return Err(unreachable(format!(
-                    "running {} in the container {instance:?}: {err}",
-                    call.tool.as_str()
-                )));
-            }
-        };
-        answer(call, output)
+        if let Err(err) = &outcome
+            && matches!(err.reason, "Cancelled" | "Timeout")
+        {
+            kill(&runtime, instance, pidfile).await;
+        }
+        outcome
     }
 
     async fn require_running(
         &self,
         runtime: &Arc<dyn Runtime>,
-        name: &str,
+        project: &StoredObject,
     ) -> Result<(), ApiError> {
+        let name = project.name();
+        let idled = project
+            .status
+            .pointer("/reap/idledAt")
+            .is_some_and(|v| !v.is_null());
         match tokio::time::timeout(SIDE_CALL_TIMEOUT, runtime.get_instance(name)).await {
             Ok(Ok(Some(instance))) if instance.is_running() => Ok(()),
             Ok(Ok(Some(instance))) => Err(unreachable(format!(
-                "the container {name:?} is {}",
-                instance.status.as_str()
+                "the container {name:?} is {}{}",
+                instance.status.as_str(),
+                if idled {
+                    "; the project is idled and a tool call wakes it"
+                } else {
+                    ""
+                }
             ))),
             Ok(Ok(None)) => Err(unreachable(format!(
                 "the container {name:?} does not exist"
@@ -366,7 +349,7 @@ impl Tools {
     async fn instructions(&self, project: &StoredObject) -> Result<Answer, ApiError> {
         let runtime = self.runtime().await?;
         let name = project.name();
-        self.require_running(&runtime, name).await?;
+        self.require_running(&runtime, project).await?;
         let mut env = BTreeMap::new();
         env.insert("BERTH_WORKSPACE".to_string(), call::WORKSPACE.to_string());
         env.insert(
@@ -377,18 +360,14 @@ impl Tools {
         let request = ExecRequest {
             env,
             ..ExecRequest::new(
-                [
-                    "bash".to_string(),
-                    "-c".to_string(),
-                    format!("{}{}", script::PRELUDE, script::INSTRUCTIONS),
-                ],
+                run::session(&format!("{}{}", script::PRELUDE, script::INSTRUCTIONS)),
                 SIDE_CALL_TIMEOUT,
             )
         };
         let output = runtime
             .exec(name, &request)
             .await
-            .map_err(|err| unreachable(format!("reading instruction files: {err}")))?;
+            .map_err(|err| run::exec_error(name, "reading instruction files", &err))?;
         if !output.success() {
             return Err(verdict_error(Verdict::of(output.exit_code), &output));
         }
@@ -424,6 +403,67 @@ impl Tools {
             Ok(n) => tracing::info!(expired = n, "deleted expired tool execution records"),
             Err(err) => tracing::warn!(error = %err, "deleting expired tool executions failed"),
         }
+    }
+
+    /// The protocol, the tools and their limits, and what this workspace offers: a running
+    /// container is asked (one exec); a stopped one is only described.
+    async fn capabilities(&self, project: &StoredObject) -> Value {
+        let offer = match self.runtime().await {
+            Ok(runtime) => match self.require_running(&runtime, project).await {
+                Ok(()) => run::probe(&runtime, project.name()).await,
+                Err(err) => Err(err),
+            },
+            Err(err) => Err(err),
+        };
+        let tools: Vec<Value> = Tool::ALL
+            .iter()
+            .map(|t| {
+                let mut tool =
+                    json!({"name": t.as_str(), "mutates": t.mutates(), "arguments": t.schema()});
+                if let Ok(offer) = &offer {
+                    let lacks = offer.lacks(*t);
+                    tool["available"] = json!(lacks.is_none());
+                    if let Some(reason) = lacks {
+                        tool["unavailableReason"] = json!(reason);
+                    }
+                }
+                tool
+            })
+            .collect();
+        let workspace = match &offer {
+            Ok(offer) => {
+                let mut workspace = offer.to_value();
+                workspace["probed"] = json!(true);
+                workspace
+            }
+            Err(err) => json!({"probed": false, "message": err.message}),
+        };
+        let bash = offer.as_ref().ok().and_then(|o| o.bash.clone());
+        json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "tools": tools,
+            "workspacePath": call::WORKSPACE,
+            "workspace": workspace,
+            "shell": {"name": "bash", "version": bash},
+            "limits": {
+                "maxRequestBytes": MAX_REQUEST_BYTES,
+                "maxOutputBytes": MAX_OUTPUT_BYTES,
+                "maxArgumentBytes": call::MAX_ARGUMENT_BYTES,
+                "maxFileBytes": call::MAX_FILE_BYTES,
+                "maxMatches": call::MAX_MATCHES,
+                "readDefaultLines": call::DEFAULT_READ_LINES,
+                "readLineMaxChars": call::READ_LINE_MAX,
+                "defaultTimeoutMs": call::DEFAULT_TIMEOUT.as_millis() as u64,
+                "maxTimeoutMs": call::MAX_TIMEOUT.as_millis() as u64,
+                "retentionSeconds": RETENTION.as_secs(),
+            },
+            "notes": {
+                "maxArgumentBytes": "Bash's command, patterns and paths",
+                "maxFileBytes": "Write's content, Edit's strings and the file an Edit changes",
+                "maxMatches": "Glob lists at most this many files and Grep this many lines, then says the results were capped",
+                "timeoutMs": "bounds the whole call, including waking an idled project",
+            },
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Running>> {
@@ -463,7 +503,7 @@ impl Drop for Registered {
 }
 
 /// Runs a store write off the async threads: it waits for the disk.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f)
@@ -513,7 +553,7 @@ impl Drop for Abandoned {
 /// Kills the process group a call registered (a second exec: LXD cannot cancel one).
 async fn kill(runtime: &Arc<dyn Runtime>, instance: &str, pidfile: &str) {
     let request = ExecRequest::new(
-        ["bash", "-c", script::KILL, "kill", pidfile],
+        ["sh", "-c", script::KILL, "kill", pidfile],
         SIDE_CALL_TIMEOUT,
     );
     if let Err(err) = runtime.exec(instance, &request).await {
@@ -521,124 +561,8 @@ async fn kill(runtime: &Arc<dyn Runtime>, instance: &str, pidfile: &str) {
     }
 }
 
-async fn check_shell(
-    runtime: &Arc<dyn Runtime>,
-    instance: &str,
-    shell: &Shell,
-) -> Result<(), ApiError> {
-    let mismatch =
-        |message: String| ApiError::new(StatusCode::PRECONDITION_FAILED, "ShellMismatch", message);
-    if shell.name != "bash" {
-        return Err(mismatch(format!(
-            "shell.name: {:?} is not offered; Bash runs bash",
-            shell.name
-        )));
-    }
-    let request = ExecRequest::new(["bash", "-c", script::BASH_VERSION], SIDE_CALL_TIMEOUT);
-    let output = runtime
-        .exec(instance, &request)
-        .await
-        .map_err(|err| unreachable(format!("reading the container's bash version: {err}")))?;
-    let found = String::from_utf8_lossy(&output.stdout).to_string();
-    if version_matches(&shell.version, &found) {
-        Ok(())
-    } else {
-        Err(mismatch(format!(
-            "shell.version: {:?} was declared but the container has bash {found}",
-            shell.version
-        )))
-    }
-}
-
-/// "5", "5.2" and "5.2.15" all match "5.2.15(1)-release"; "5.1" and "5.21" do not.
-fn version_matches(declared: &str, found: &str) -> bool {
-    if declared.is_empty() {
-        return true;
-    }
-    let found_parts: Vec<&str> = found
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|s| !s.is_empty())
-        .collect();
-    let declared_parts: Vec<&str> = declared.split('.').collect();
-    declared_parts.len() <= found_parts.len()
-        && declared_parts.iter().zip(&found_parts).all(|(d, f)| d == f)
-}
-
-/// The answer to a finished exec.
-fn answer(call: &ToolCall, output: ExecOutput) -> Result<Value, ApiError> {
-    let mut body = json!({
-        "executionId": call.execution_id,
-        "tool": call.tool.as_str(),
-    });
-    if call.tool == Tool::Bash
-        && output.exit_code == 0
-        && let Some((stderr, code)) = split_exit(&output.stderr)
-    {
-        let mut text = capped(&output.stdout);
-        let stderr = capped(stderr);
-        if !stderr.is_empty() {
-            if !text.is_empty() && !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str(&stderr);
-        }
-        body["output"] = json!(text);
-        body["exitCode"] = json!(code);
-        return Ok(body);
-    }
-    match Verdict::of(output.exit_code) {
-        Verdict::Ok if call.tool != Tool::Bash => {
-            body["output"] = json!(capped(&output.stdout));
-            Ok(body)
-        }
-        Verdict::Cancelled => Err(cancelled(&call.execution_id)),
-        // Grep's own failure (a bad regular expression) is the caller's to fix.
-        Verdict::Other(2) if call.tool == Tool::Grep => {
-            Err(ApiError::bad_request(stderr_line(&output)))
-        }
-        verdict => Err(verdict_error(verdict, &output)),
-    }
-}
-
-fn verdict_error(verdict: Verdict, output: &ExecOutput) -> ApiError {
-    let message = stderr_line(output);
-    match verdict {
-        Verdict::Outside => ApiError::new(StatusCode::FORBIDDEN, "OutsideWorkspace", message),
-        Verdict::NotFound => ApiError::not_found(message),
-        Verdict::Refused => ApiError::bad_request(message),
-        Verdict::NoWorkspace => unreachable(message),
-        Verdict::Cancelled => ApiError::new(StatusCode::CONFLICT, "Cancelled", message),
-        Verdict::Ok | Verdict::Other(_) => ApiError::internal(format!(
-            "the tool failed (exit {}): {message}",
-            output.exit_code
-        )),
-    }
-}
-
-/// The Bash command's stderr and exit code, when the script got as far as running it.
-fn split_exit(stderr: &[u8]) -> Option<(&[u8], i32)> {
-    let marker = script::EXIT_MARKER.as_bytes();
-    let at = stderr.windows(marker.len()).rposition(|w| w == marker)?;
-    let code = std::str::from_utf8(&stderr[at + marker.len()..])
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some((&stderr[..at], code))
-}
-
-fn stderr_line(output: &ExecOutput) -> String {
-    let text = String::from_utf8_lossy(&output.stderr);
-    let text = text.trim();
-    if text.is_empty() {
-        format!("the tool failed with exit code {}", output.exit_code)
-    } else {
-        text.chars().take(2000).collect()
-    }
-}
-
 /// At most [`MAX_OUTPUT_BYTES`], cut at a character boundary, with a note when cut.
-fn capped(bytes: &[u8]) -> String {
+pub(crate) fn capped(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     if text.len() <= MAX_OUTPUT_BYTES {
         return text.into_owned();
@@ -686,29 +610,6 @@ fn recorded(outcome: Value) -> Answer {
     (code, outcome.get("body").cloned().unwrap_or(Value::Null))
 }
 
-fn capabilities() -> Value {
-    let tools: Vec<Value> = Tool::ALL
-        .iter()
-        .map(|t| json!({"name": t.as_str(), "mutates": t.mutates(), "arguments": t.schema()}))
-        .collect();
-    json!({
-        "protocolVersion": PROTOCOL_VERSION,
-        "tools": tools,
-        "workspacePath": call::WORKSPACE,
-        "shell": {"name": "bash"},
-        "limits": {
-            "maxOutputBytes": MAX_OUTPUT_BYTES,
-            "maxArgumentBytes": call::MAX_ARGUMENT_BYTES,
-            "maxMatches": call::MAX_MATCHES,
-            "readDefaultLines": call::DEFAULT_READ_LINES,
-            "readLineMaxChars": call::READ_LINE_MAX,
-            "defaultTimeoutMs": call::DEFAULT_TIMEOUT.as_millis() as u64,
-            "maxTimeoutMs": call::MAX_TIMEOUT.as_millis() as u64,
-            "retentionSeconds": RETENTION.as_secs(),
-        },
-    })
-}
-
 fn status_ok(message: String) -> Answer {
     (
         StatusCode::OK,
@@ -716,11 +617,11 @@ fn status_ok(message: String) -> Answer {
     )
 }
 
-fn unreachable(message: impl Into<String>) -> ApiError {
+pub(crate) fn unreachable(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Unreachable", message)
 }
 
-fn cancelled(id: &str) -> ApiError {
+pub(crate) fn cancelled(id: &str) -> ApiError {
     ApiError::new(
         StatusCode::CONFLICT,
         "Cancelled",
@@ -728,14 +629,14 @@ fn cancelled(id: &str) -> ApiError {
     )
 }
 
-fn timeout(call: &ToolCall) -> ApiError {
+fn timeout(tool: Tool, after: Duration) -> ApiError {
     ApiError::new(
         StatusCode::REQUEST_TIMEOUT,
         "Timeout",
         format!(
             "{} did not finish within {} ms; what it started was killed",
-            call.tool.as_str(),
-            call.timeout.as_millis()
+            tool.as_str(),
+            after.as_millis()
         ),
     )
 }
@@ -743,23 +644,6 @@ fn timeout(call: &ToolCall) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shell_versions_match_by_components() {
-        assert!(version_matches("5.2", "5.2.15(1)-release"));
-        assert!(version_matches("5", "5.2.15(1)-release"));
-        assert!(version_matches("", "5.2.15(1)-release"));
-        assert!(!version_matches("5.1", "5.2.15(1)-release"));
-        assert!(!version_matches("5.21", "5.2.15(1)-release"));
-    }
-
-    #[test]
-    fn the_exit_marker_is_split_from_stderr() {
-        let stderr = b"oops\n\n\x1eberth-exit 3\n";
-        let (rest, code) = split_exit(stderr).unwrap();
-        assert_eq!((rest, code), (&b"oops\n"[..], 3));
-        assert!(split_exit(b"no marker").is_none());
-    }
 
     #[test]
     fn secrets_are_redacted_everywhere() {

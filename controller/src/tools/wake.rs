@@ -1,0 +1,237 @@
+//! A tool call on a project the reaper idled wakes it the way `berth start` does (the
+//! `berth.dev/wokenAt` annotation, later than the idling; spec is never written) and waits,
+//! within the call's deadline, for the reconciler to bring it back to Reachable. A project
+//! stopped by its own `spec.state: Stopped` is never started by a tool call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_api::annotations::WOKEN_AT;
+use berth_api::{ProjectStatus, Step};
+use chrono::{SecondsFormat, Utc};
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{blocking, cancelled, unreachable};
+use crate::api::ApiError;
+use crate::reconcile::PROJECT_KIND;
+use crate::store::{Desired, EventType, Store, StoreError, StoredObject};
+
+/// How often the store is looked at while a woken project starts (it is in memory).
+const POLL: Duration = Duration::from_millis(200);
+/// Attempts at writing the annotation while other writers move the resourceVersion.
+const WRITE_ATTEMPTS: usize = 5;
+
+/// Where a project stands for a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Power {
+    /// Running and reachable as far as berth knows: the call goes ahead (the exec itself
+    /// tells if the container is gone).
+    Up,
+    /// The reaper idled it and nothing woke it yet.
+    Idled,
+    /// Woken, or booting again: the reconciler is bringing it to Reachable.
+    Starting,
+    /// `spec.state: Stopped`.
+    Stopped,
+    Deleting,
+}
+
+fn power(object: &StoredObject) -> Power {
+    if object.is_deleting() {
+        return Power::Deleting;
+    }
+    if object.spec.get("state").and_then(Value::as_str) == Some("Stopped") {
+        return Power::Stopped;
+    }
+    let status: ProjectStatus = serde_json::from_value(object.status.clone()).unwrap_or_default();
+    if let Some(idled_at) = status.reap.as_ref().and_then(|r| r.idled_at) {
+        // `berth start` (or an earlier call) woke it; the reconciler has not acted yet.
+        let woken = object
+            .metadata
+            .annotations
+            .get(WOKEN_AT)
+            .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
+            .is_some_and(|w| w.timestamp() >= idled_at.timestamp());
+        return if woken { Power::Starting } else { Power::Idled };
+    }
+    // Started: running again, the reconciler is probing for Reachable.
+    if status.step == Some(Step::Started) {
+        return Power::Starting;
+    }
+    Power::Up
+}
+
+/// Makes sure the project can take the call by `deadline`: wakes an idled one and waits for
+/// it; refuses a stopped one. Returns whether it woke the project.
+pub async fn ensure_awake(
+    store: &Arc<Store>,
+    project: &StoredObject,
+    deadline: Instant,
+    cancel: &CancellationToken,
+    execution_id: &str,
+) -> Result<bool, ApiError> {
+    let current = fresh(store, project)?;
+    let woke = match power(&current) {
+        Power::Up => return Ok(false),
+        Power::Stopped => return Err(stopped()),
+        Power::Deleting => return Err(deleting()),
+        Power::Starting => false,
+        Power::Idled => {
+            wake(store, project).await?;
+            true
+        }
+    };
+    loop {
+        let current = fresh(store, project)?;
+        match power(&current) {
+            Power::Up => return Ok(woke),
+            Power::Stopped => return Err(stopped()),
+            Power::Deleting => return Err(deleting()),
+            Power::Idled | Power::Starting => {}
+        }
+        if Instant::now() + POLL > deadline {
+            let how = if woke {
+                "this call woke it from idle"
+            } else {
+                "it was woken"
+            };
+            return Err(unreachable(format!(
+                "project {:?} is starting ({how}) and was not reachable within the call's timeout; call again with a new executionId",
+                project.name()
+            )));
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return Err(cancelled(execution_id)),
+            () = tokio::time::sleep(POLL) => {}
+        }
+    }
+}
+
+/// The stored project, if it is still the one the call was made on.
+fn fresh(store: &Store, project: &StoredObject) -> Result<Arc<StoredObject>, ApiError> {
+    store
+        .get(PROJECT_KIND, project.name())
+        .filter(|o| o.uid() == project.uid())
+        .ok_or_else(|| unreachable(format!("project {:?} was deleted", project.name())))
+}
+
+/// Sets `berth.dev/wokenAt` to now, as `berth start` does; the reconciler reads it.
+async fn wake(store: &Arc<Store>, project: &StoredObject) -> Result<(), ApiError> {
+    let store = Arc::clone(store);
+    let (name, uid) = (project.name().to_string(), project.uid().to_string());
+    blocking(move || {
+        let at = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+        for _ in 0..WRITE_ATTEMPTS {
+            let Some(current) = store.get(PROJECT_KIND, &name).filter(|o| o.uid() == uid) else {
+                return Err(unreachable(format!("project {name:?} was deleted")));
+            };
+            let mut annotations = current.metadata.annotations.clone();
+            annotations.insert(WOKEN_AT.to_string(), at.clone());
+            let desired = Desired {
+                kind: PROJECT_KIND.to_string(),
+                name: name.clone(),
+                labels: current.metadata.labels.clone(),
+                annotations,
+                finalizers: None,
+                spec: current.spec.clone(),
+            };
+            match store.replace(desired, Some(current.resource_version()), false) {
+                Ok((object, _)) => {
+                    if let Err(err) = store.record_event(
+                        &object,
+                        EventType::Normal,
+                        "WakeRequested",
+                        "a tool call woke the idled project",
+                    ) {
+                        tracing::warn!(project = %name, error = %err, "recording the wake failed");
+                    }
+                    return Ok(());
+                }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(err) => return Err(ApiError::from(err)),
+            }
+        }
+        Err(unreachable(format!(
+            "project {name:?} is idled and waking it kept conflicting with other writes"
+        )))
+    })
+    .await?
+}
+
+fn stopped() -> ApiError {
+    unreachable(
+        "project is stopped (spec.state: Stopped); a tool call does not start it, `berth start` does",
+    )
+}
+
+fn deleting() -> ApiError {
+    unreachable("project is being deleted")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(spec: Value, status: Value, annotations: &[(&str, &str)]) -> StoredObject {
+        let mut metadata: berth_api::ObjectMeta =
+            serde_json::from_value(json!({"name": "p", "uid": "u"})).unwrap();
+        metadata.annotations = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        StoredObject {
+            kind: PROJECT_KIND.to_string(),
+            metadata,
+            spec,
+            status,
+        }
+    }
+
+    #[test]
+    fn power_follows_spec_idling_and_steps() {
+        let up = json!({"step": "Briefed", "container": {"name": "p", "pid": 7}});
+        let idled = json!({"step": "Seeded", "reap": {"idledAt": "2026-01-01T10:00:00Z"}});
+        let cases = [
+            (json!({}), up.clone(), vec![], Power::Up),
+            (
+                json!({"state": "Stopped"}),
+                up.clone(),
+                vec![],
+                Power::Stopped,
+            ),
+            (
+                json!({"state": "Stopped"}),
+                idled.clone(),
+                vec![],
+                Power::Stopped,
+            ),
+            (json!({}), idled.clone(), vec![], Power::Idled),
+            (
+                json!({}),
+                idled.clone(),
+                vec![(WOKEN_AT, "2026-01-01T09:59:59Z")],
+                Power::Idled,
+            ),
+            (
+                json!({}),
+                idled.clone(),
+                vec![(WOKEN_AT, "2026-01-01T10:00:00Z")],
+                Power::Starting,
+            ),
+            (
+                json!({}),
+                json!({"step": "Started"}),
+                vec![],
+                Power::Starting,
+            ),
+            (json!({}), json!({"step": "Created"}), vec![], Power::Up),
+        ];
+        for (spec, status, annotations, want) in cases {
+            let o = object(spec.clone(), status.clone(), &annotations);
+            assert_eq!(power(&o), want, "{spec} {status} {annotations:?}");
+        }
+    }
+}

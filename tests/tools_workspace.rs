@@ -642,6 +642,27 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
     );
     assert_eq!(again["output"], "[REDACTED]\n");
 
+    // A command that prints far more than the cap runs to its end; each stream is cut
+    // inside the container and says so, and its exit code is the command's.
+    let out = ok(
+        &s,
+        &name,
+        "Bash",
+        "loud",
+        json!({"command": "head -c 50000000 /dev/zero | tr '\\0' a; echo done > /workspace/loud; echo warn >&2; exit 5"}),
+    );
+    assert_eq!(out["exitCode"], 5, "{}", &out["output"].to_string()[..200]);
+    let text = out["output"].as_str().unwrap();
+    assert!(text.starts_with("aaaa"), "{}", &text[..40]);
+    assert!(
+        text.contains("[output cut at 262144 bytes; the rest was discarded]"),
+        "{}",
+        &text[text.len().saturating_sub(300)..]
+    );
+    assert!(text.len() < 262144 + 200, "{} bytes", text.len());
+    assert!(text.ends_with("warn\n"), "{}", &text[text.len() - 100..]);
+    assert_eq!(ws.sh("cat /workspace/loud"), "done\n");
+
     // Cancel before dispatch: the later call answers Cancelled and does not run.
     let reply = c.delete(&format!("{P}/projects/{name}/tools/executions/early"));
     assert_eq!(reply.status, 200, "{}", reply.text());

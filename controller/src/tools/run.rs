@@ -249,13 +249,18 @@ impl Run<'_> {
         }
         let mut env = self.env.clone();
         env.insert("BERTH_COMMAND".into(), call.string("command"));
+        // One byte over the cap tells a stream that was cut from one that fit exactly.
+        env.insert(
+            "BERTH_MAX_BYTES".into(),
+            (crate::tools::MAX_OUTPUT_BYTES + 1).to_string(),
+        );
         let output = self.exec(script::BASH, env).await?;
         let Some((stderr, code)) = split_exit(&output.stderr).filter(|_| output.exit_code == 0)
         else {
             return Err(self.failure(&output));
         };
-        let mut text = capped(&output.stdout);
-        let stderr = capped(stderr);
+        let mut text = cut_stream(&output.stdout);
+        let stderr = cut_stream(stderr);
         if !stderr.is_empty() {
             if !text.is_empty() && !text.ends_with('\n') {
                 text.push('\n');
@@ -515,6 +520,19 @@ pub fn verdict_error(verdict: Verdict, output: &ExecOutput) -> ApiError {
             output.exit_code
         )),
     }
+}
+
+/// A Bash stream as the container cut it (at one byte over the cap, the rest dropped there): at
+/// most [`MAX_OUTPUT_BYTES`](crate::tools::MAX_OUTPUT_BYTES), with a note when it was cut.
+fn cut_stream(bytes: &[u8]) -> String {
+    let max = crate::tools::MAX_OUTPUT_BYTES;
+    if bytes.len() <= max {
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    let text = String::from_utf8_lossy(&bytes[..max]);
+    // A character split by the cut decodes as one replacement character at the end: drop it.
+    let text = text.strip_suffix('\u{fffd}').unwrap_or(&text);
+    format!("{text}\n[output cut at {max} bytes; the rest was discarded]")
 }
 
 /// The Bash command's stderr and exit code, when the script got as far as running it.

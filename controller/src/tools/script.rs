@@ -235,6 +235,11 @@ exit 0
 
 /// Bash `{command}`: `bash -c` in the workspace. Its exit code follows [`EXIT_MARKER`] on the
 /// last line of stderr, so it cannot be mistaken for one of the script's verdicts.
+///
+/// Each stream is cut to `BERTH_MAX_BYTES` inside the container, and the rest is read and
+/// dropped there, so the command runs to its end as it would unobserved: a command that prints
+/// gigabytes must not fill LXD's exec logs on the host, nor the daemon's memory. The readers
+/// run in the script's process group, so a cancel stops them with the command.
 pub const BASH: &str = r#"
 cd -P -- "$ws" || exit 92
 command -v bash > /dev/null 2>&1 || { echo "this workspace's image has no bash, which Bash runs; Read, Write, Edit, Glob and Grep work without it" >&2; exit 97; }
@@ -242,8 +247,16 @@ cmd=$BERTH_COMMAND
 unset BERTH_COMMAND BERTH_WORKSPACE
 # The command runs in the caller's locale, not the one the scripts use.
 if [ -n "${caller_lc_all+set}" ]; then LC_ALL=$caller_lc_all; else unset LC_ALL; fi
-( unset BERTH_PIDFILE; exec bash -c "$cmd" < /dev/null )
+max=$BERTH_MAX_BYTES
+d=$(mktemp -d "${TMPDIR:-/tmp}/berth-bash.XXXXXX" 2>/dev/null) && mkfifo "$d/o" "$d/e" 2>/dev/null || {
+  echo "cannot make the output pipes of a Bash call (mktemp, mkfifo)" >&2; exit 1;
+}
+{ head -c "$max"; cat > /dev/null; } < "$d/o" &
+{ head -c "$max" >&2; cat > /dev/null; } < "$d/e" &
+( unset BERTH_PIDFILE; exec bash -c "$cmd" < /dev/null > "$d/o" 2> "$d/e" )
 rc=$?
+wait
+rm -rf -- "$d"
 printf '\n\036berth-exit %d\n' "$rc" >&2
 exit 0
 "#;

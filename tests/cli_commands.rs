@@ -1132,3 +1132,146 @@ fn stop_and_start_wait_for_the_state_they_asked_for() {
         assert_eq!(run.stdout.lines().last(), Some(last_line), "{run:?}");
     }
 }
+
+/// A field at a dotted path of an object, as text (`""` when absent).
+fn text_at(object: &Value, path: &str) -> String {
+    path.split('.')
+        .try_fold(object, |v, key| v.get(key))
+        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+        .unwrap_or_default()
+}
+
+#[test]
+fn new_fleet_defaults_reach_new_projects_only() {
+    let config_dir = tempfile::tempdir().expect("config dir");
+    let config = config_dir.path().join("berth.yaml");
+    std::fs::write(&config, "").expect("write berth.yaml");
+    let mut daemon = Daemon::start_with(&["--config", config.to_str().unwrap()]);
+
+    // (name, manifest spec when created, manifest spec applied after the defaults changed,
+    //  action then, fields wanted after it)
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static [(&'static str, &'static str)],
+    );
+    let cases: &[Case] = &[
+        (
+            "gamma",
+            "",
+            "",
+            "unchanged",
+            &[
+                ("spec.image", "berth-base"),
+                ("spec.resources.cpu", "2"),
+                ("spec.resources.memory", "4GiB"),
+                ("spec.resources.disk", ""),
+                ("spec.reap.idleAction", "Stop"),
+                ("metadata.generation", "1"),
+            ],
+        ),
+        (
+            "own-image",
+            "spec:\n  image: custom\n",
+            "spec:\n  image: custom\n",
+            "unchanged",
+            &[("spec.image", "custom"), ("spec.resources.cpu", "2")],
+        ),
+        (
+            "more-cpu",
+            "spec:\n  resources: {cpu: \"8\"}\n",
+            "spec:\n  resources: {cpu: \"8\"}\n  brief: go on\n",
+            "configured",
+            &[
+                ("spec.resources.cpu", "8"),
+                ("spec.image", "berth-base"),
+                ("spec.reap.idleAction", "Stop"),
+                ("metadata.generation", "2"),
+            ],
+        ),
+        (
+            // An override the manifest no longer sets falls back to today's fleet default.
+            "cpu-taken-back",
+            "spec:\n  resources: {cpu: \"8\"}\n",
+            "",
+            "configured",
+            &[
+                ("spec.resources.cpu", "4"),
+                ("spec.image", "berth-base"),
+                ("spec.resources.disk", ""),
+                ("metadata.generation", "2"),
+                ("metadata.annotations", ""),
+            ],
+        ),
+        (
+            // Set to the value it already held: it stays defaulted, and stays put when left out.
+            "written-out",
+            "",
+            "spec:\n  image: berth-base\n  resources: {cpu: \"2\"}\n",
+            "unchanged",
+            &[("spec.image", "berth-base"), ("spec.resources.cpu", "2")],
+        ),
+    ];
+    let mut files = Vec::new();
+    for (name, created, _, _, _) in cases {
+        let file = daemon.file(&format!("{name}.yaml"), &project(name, created));
+        daemon.berth(&["apply", "-f", &file]).ok();
+        files.push(file);
+    }
+
+    std::fs::write(
+        &config,
+        "defaults:\n  image: other-image\n  resources: {cpu: \"4\", disk: 10GiB}\n  reap: {idleAction: Delete}\n",
+    )
+    .expect("write berth.yaml");
+    daemon.restart();
+
+    for ((name, _, reapplied, action, wanted), file) in cases.iter().zip(&files) {
+        std::fs::write(file, project(name, reapplied)).expect("rewrite manifest");
+        let rv = text_at(&daemon.object("project", name), "metadata.resourceVersion");
+        // Diff, dry run and apply agree.
+        let diff = daemon.berth(&["diff", "-f", file]);
+        assert_eq!(
+            diff.code,
+            i32::from(*action != "unchanged"),
+            "{name}: diff: {diff:?}"
+        );
+        let dry = daemon.berth(&["apply", "-f", file, "--dry-run"]).ok();
+        assert_eq!(
+            dry.stdout,
+            format!("project/{name} {action} (dry run)\n"),
+            "{name}"
+        );
+        let run = daemon.berth(&["apply", "-f", file]).ok();
+        assert_eq!(run.stdout, format!("project/{name} {action}\n"), "{name}");
+        let object = daemon.object("project", name);
+        for (path, value) in *wanted {
+            assert_eq!(text_at(&object, path), *value, "{name}: {path} in {object}");
+        }
+        if *action == "unchanged" {
+            assert_eq!(text_at(&object, "metadata.resourceVersion"), rv, "{name}");
+        }
+        // And again: the second apply of the same manifest changes nothing.
+        let again = daemon.berth(&["apply", "-f", file]).ok();
+        assert_eq!(
+            again.stdout,
+            format!("project/{name} unchanged\n"),
+            "{name}"
+        );
+    }
+
+    // A project created now takes the new defaults.
+    let file = daemon.file("fresh.yaml", &project("fresh", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    let fresh = daemon.object("project", "fresh");
+    for (path, value) in [
+        ("spec.image", "other-image"),
+        ("spec.resources.cpu", "4"),
+        ("spec.resources.disk", "10GiB"),
+        ("spec.reap.idleAction", "Delete"),
+    ] {
+        assert_eq!(text_at(&fresh, path), value, "fresh: {path}");
+    }
+}

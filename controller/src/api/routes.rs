@@ -585,7 +585,7 @@ fn admit_value(
         .to_string();
     let admitted = state
         .admission
-        .admit(value)
+        .admit(value, &state.store)
         .map_err(|causes| ApiError::invalid(Some(kind.as_str()), Some(&sent_name), causes))?;
     if admitted.desired.kind != kind.as_str() {
         return Err(ApiError::bad_request(format!(
@@ -915,7 +915,7 @@ async fn apply_list(
     let mut batch = Vec::with_capacity(items.len());
     let mut seen: HashMap<(String, String), usize> = HashMap::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
-        match state.admission.admit(item) {
+        match state.admission.admit(item, &state.store) {
             Ok(admitted) => {
                 let key = (admitted.desired.kind.clone(), admitted.desired.name.clone());
                 if let Some(first) = seen.insert(key, index) {

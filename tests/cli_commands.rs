@@ -338,6 +338,13 @@ fn a_bad_batch_persists_nothing_and_names_where_it_is_wrong() {
             "apiVersion: berth.dev/v1alpha1\nkind: Widget\nmetadata:\n  name: w\n",
             &["batch.yaml: document 3: kind: unknown kind \"Widget\""],
         ),
+        (
+            "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: num\n  labels: {x: 1}\n  annotations: {y: true}\n",
+            &[
+                "batch.yaml: document 3 (project/num): metadata.annotations.y: must be a string",
+                "batch.yaml: document 3 (project/num): metadata.labels.x: must be a string",
+            ],
+        ),
     ];
     let daemon = Daemon::start();
     for (bad, expected) in cases {

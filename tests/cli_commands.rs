@@ -1282,3 +1282,115 @@ fn new_fleet_defaults_reach_new_projects_only() {
         assert_eq!(text_at(&fresh, path), value, "fresh: {path}");
     }
 }
+
+#[test]
+fn get_selects_with_set_based_selectors_and_reports_each_missing_name() {
+    let daemon = Daemon::start();
+    let manifests: Vec<String> = [
+        ("pay", "team: payments"),
+        ("infra", "team: infra"),
+        ("web", "team: web"),
+        ("loose", "tier: \"1\""),
+    ]
+    .iter()
+    .map(|(name, labels)| {
+        format!("apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: {name}\n  labels: {{{labels}}}\n")
+    })
+    .collect();
+    let file = daemon.file("labelled.yaml", &manifests.join("---\n"));
+    daemon.berth(&["apply", "-f", &file]).ok();
+
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "team in (payments,infra)",
+            &["project/infra", "project/pay"],
+        ),
+        (
+            "team in (payments, infra), !tier",
+            &["project/infra", "project/pay"],
+        ),
+        (
+            "team notin (payments,infra)",
+            &["project/loose", "project/web"],
+        ),
+        ("!team", &["project/loose"]),
+        ("team", &["project/infra", "project/pay", "project/web"]),
+        ("team=web", &["project/web"]),
+        ("team!=web,tier", &["project/loose"]),
+        ("tier>0", &["project/loose"]),
+    ];
+    for (selector, wanted) in cases {
+        let run = daemon
+            .berth(&["get", "projects", "-l", selector, "-o", "name"])
+            .ok();
+        assert_eq!(names_in(&run), *wanted, "{selector}");
+    }
+    let bad = daemon
+        .berth(&["get", "projects", "-l", "team in (payments"])
+        .fails(1);
+    assert!(
+        bad.stderr
+            .contains("labelSelector: \"team in (payments\": expected ',' or ')'"),
+        "{}",
+        bad.stderr
+    );
+
+    // Found objects print; each missing one gets its own error line; the exit says some were.
+    let run = daemon
+        .berth(&["get", "projects", "pay", "nope", "web", "gone"])
+        .fails(1);
+    let rows: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(rows.len(), 3, "{}", run.stdout);
+    assert!(rows[0].starts_with("NAME"));
+    assert!(
+        rows[1].starts_with("pay ") && rows[2].starts_with("web "),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        run.stderr,
+        "Error from server (NotFound): Project \"nope\" not found\n\
+         Error from server (NotFound): Project \"gone\" not found\n"
+    );
+    let run = daemon
+        .berth(&["get", "projects", "nope", "pay", "-o", "name"])
+        .fails(1);
+    assert_eq!(run.stdout, "project/pay\n");
+    let run = daemon.berth(&["get", "projects", "nope", "gone"]).fails(1);
+    assert_eq!(run.stdout, "");
+    assert_eq!(run.stderr.lines().count(), 2, "{}", run.stderr);
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_any_output_quietly() {
+    let daemon = Daemon::start();
+    // Enough output to outgrow a pipe's buffer in every format.
+    let manifests: Vec<String> = (0..1000)
+        .map(|i| project(&format!("p{i:04}-{}", "x".repeat(55)), ""))
+        .collect();
+    let file = daemon.file("many.yaml", &manifests.join("---\n"));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    for args in [
+        &["get", "projects", "-o", "name"][..],
+        &["get", "projects"],
+        &["get", "projects", "-o", "wide"],
+        &["get", "projects", "-o", "yaml"],
+        &["get", "projects", "-o", "json"],
+        &["apply", "-f", &file],
+    ] {
+        let mut child = daemon
+            .command(args)
+            .env("RUST_BACKTRACE", "1")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("run berth");
+        // Read a little, as `head -1` does, then go away.
+        let mut stdout = child.stdout.take().expect("stdout pipe");
+        let mut first = [0u8; 1];
+        stdout.read_exact(&mut first).expect("some output");
+        drop(stdout);
+        let run = finish(child, args);
+        assert_eq!(run.code, 141, "{args:?}: {run:?}");
+        assert_eq!(run.stderr, "", "{args:?}");
+    }
+}

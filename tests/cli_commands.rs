@@ -1394,3 +1394,172 @@ fn a_reader_that_goes_away_ends_any_output_quietly() {
         assert_eq!(run.stderr, "", "{args:?}");
     }
 }
+
+#[test]
+fn diff_and_apply_report_a_bad_batch_alike() {
+    let daemon = Daemon::start();
+    let good = project("delta-one", "");
+    let cases = [
+        (
+            "typo.yaml",
+            project("delta", "spec:\n  displayNme: Delta\n"),
+        ),
+        ("bad-name.yaml", project("Delta_2", "")),
+        ("bad-label.yaml", project("delta", "  labels: {x: 1}\n")),
+        (
+            "big-object.yaml",
+            project(
+                "delta",
+                &format!("spec:\n  brief: {}\n", "b".repeat((3 << 20) + 8)),
+            ),
+        ),
+    ];
+    for (name, bad) in cases {
+        let file = daemon.file(name, &format!("{good}---\n{bad}"));
+        let apply = daemon.berth(&["apply", "-f", &file]).fails(1);
+        let diff = daemon.berth(&["diff", "-f", &file]).fails(2);
+        assert_eq!(diff.stderr, apply.stderr, "{name}");
+        assert!(
+            apply
+                .stderr
+                .contains(&format!("{file}: document 2 (project/")),
+            "{name}: {}",
+            apply.stderr
+        );
+    }
+
+    // Over the apply limit: the client says so itself, every time, naming file and limit.
+    let huge = daemon.file(
+        "huge.yaml",
+        &project(
+            "huge",
+            &format!("spec:\n  brief: {}\n", "h".repeat(33 << 20)),
+        ),
+    );
+    for command in ["apply", "diff"] {
+        let run = daemon.berth(&[command, "-f", &huge]);
+        assert_eq!(run.code, if command == "diff" { 2 } else { 1 }, "{run:?}");
+        assert_eq!(
+            run.stderr,
+            format!(
+                "error: {huge}: the apply request is 33.0 MiB, over the server's limit of 32 MiB for one apply; apply them in parts\n"
+            )
+        );
+    }
+    daemon.berth(&["get", "projects", "delta-one"]).fails(1);
+}
+
+#[test]
+fn a_held_prune_says_so_and_why() {
+    let daemon = Daemon::start();
+    for name in ["keep", "done", "held"] {
+        daemon.file(&format!("set/{name}.yaml"), &project(name, ""));
+    }
+    let dir = daemon.dir().join("set");
+    let dir = dir.to_str().unwrap();
+    let apply = [
+        "apply",
+        "-f",
+        dir,
+        "--prune",
+        "--applyset",
+        "set",
+        "--timeout=60s",
+    ];
+    daemon.berth(&apply).ok();
+    // Finalizers hold both deletions, as the controller's teardown does.
+    for name in ["done", "held"] {
+        let mut object = daemon.object("project", name);
+        object["metadata"]["finalizers"] = json!(["berth.dev/test-hold"]);
+        daemon.put(&format!("projects/{name}"), &object);
+        std::fs::remove_file(daemon.dir().join(format!("set/{name}.yaml"))).unwrap();
+    }
+
+    let child = daemon
+        .command(&apply)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("run berth apply");
+    let deleting =
+        |name: &str| !daemon.object("project", name)["metadata"]["deletionTimestamp"].is_null();
+    wait_until(|| deleting("done") && deleting("held"));
+    // One teardown finishes; the other finds unsaved work and holds the deletion.
+    let mut done = daemon.object("project", "done");
+    done["metadata"]["finalizers"] = json!([]);
+    daemon.put("projects/done", &done);
+    daemon.put_status(
+        "held",
+        json!({"phase": "Deleting", "conditions": [{
+            "type": "DeletionBlocked", "status": "True", "reason": "UnsavedWork",
+            "message": "2 uncommitted files", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+    );
+    let run = finish(child, &apply).ok();
+    assert_eq!(
+        names_in(&run),
+        [
+            "project/keep unchanged",
+            "project/done pruned",
+            "project/held pruned, deletion held: UnsavedWork: 2 uncommitted files (it stays \
+             Deleting until that is resolved; `berth delete project held --force` deletes it now)",
+        ]
+    );
+    daemon.berth(&["get", "project", "done"]).fails(1);
+    assert!(deleting("held"), "a held project stays, in Deleting");
+}
+
+#[test]
+fn reap_plan_and_wide_listing_say_where_a_project_stands() {
+    let daemon = Daemon::start();
+    let file = daemon.file(
+        "agents.yaml",
+        &[
+            project("fresh", "spec:\n  agent: shell\n"),
+            project("worked", "spec:\n  agent: shell\n"),
+        ]
+        .join("---\n"),
+    );
+    daemon.berth(&["apply", "-f", &file]).ok();
+    daemon.put_status(
+        "worked",
+        json!({"phase": "Ready", "agent": {"state": "done"},
+               "activity": {"inspectedAt": "2026-01-01T00:00:00Z"}}),
+    );
+
+    let plan = daemon.berth(&["reap", "--dry-run"]).ok();
+    let fresh = plan
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("fresh "))
+        .expect("fresh row");
+    assert!(
+        fresh.contains("<none>") && fresh.ends_with("not inspected yet"),
+        "{}",
+        plan.stdout
+    );
+    let worked = plan
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("worked "))
+        .expect("worked row");
+    assert!(!worked.contains("not inspected"), "{}", plan.stdout);
+
+    let wide = daemon.berth(&["get", "projects", "-o", "wide"]).ok();
+    let row = |name: &str| {
+        wide.stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} in {}", wide.stdout))
+            .to_string()
+    };
+    assert!(
+        row("worked").ends_with(" berth-base   shell (done)"),
+        "{}",
+        wide.stdout
+    );
+    // Nothing reported yet: the profile alone (the empty columns after it are trimmed).
+    assert!(
+        row("fresh").ends_with(" berth-base   shell"),
+        "{}",
+        wide.stdout
+    );
+}

@@ -16,7 +16,7 @@ pub struct GetArgs {
     kind: Resource,
     /// One or more objects; all of them when omitted.
     names: Vec<String>,
-    /// Label selector, e.g. `team=payments,tier!=dev`.
+    /// Label selector, e.g. `team=payments,tier!=dev` or `team in (payments,infra),!canary`.
     #[arg(short = 'l', long = "selector", value_name = "SELECTOR")]
     selector: Option<String>,
     /// Output format.

@@ -158,23 +158,240 @@ fn invalid_objects_get_422_naming_every_field() {
 }
 
 #[test]
-fn oversized_bodies_get_413() {
+fn oversized_bodies_get_413_naming_what_and_the_limit() {
     let daemon = Daemon::start();
     let api = daemon.client();
-    let filler = "x".repeat((3 << 20) + 16);
-    let object = project("big", json!({"brief": filler}));
-    let reply = api.post_json(PROJECTS, &object);
-    assert_eq!(reply.status, 413);
-    assert_eq!(reply.json()["reason"], "RequestEntityTooLarge");
-    assert_eq!(api.get(&format!("{PROJECTS}/big")).status, 404);
+    let big = project("big", json!({"brief": "x".repeat((3 << 20) + 16)}));
+    let list = |items: Vec<Value>| json!({"apiVersion": "v1", "kind": "List", "items": items});
+    let two_mib = |name: &str| project(name, json!({"brief": "y".repeat(2 << 20)}));
+    // (case, method, path, body, status, details wanted, message start)
+    let cases: Vec<(&str, &str, String, Value, u16, Value, &str)> = vec![
+        (
+            "one object over 3 MiB",
+            "POST",
+            PROJECTS.to_string(),
+            big.clone(),
+            413,
+            json!({"kind": "Project", "limitBytes": 3 << 20}),
+            "the request body exceeds the limit of 3 MiB",
+        ),
+        (
+            "a replace names the object",
+            "PUT",
+            format!("{PROJECTS}/big"),
+            big.clone(),
+            413,
+            json!({"kind": "Project", "name": "big", "limitBytes": 3 << 20}),
+            "the request body exceeds",
+        ),
+        (
+            "inside a batch, the object is still one object",
+            "POST",
+            APPLY.to_string(),
+            list(vec![project("small", json!({})), big.clone()]),
+            413,
+            json!({"kind": "Project", "name": "big", "limitBytes": 3 << 20}),
+            "items[1]: Project \"big\" is 3.0 MiB, over the limit of 3 MiB for one object",
+        ),
+        (
+            "a batch over 32 MiB",
+            "POST",
+            APPLY.to_string(),
+            list(vec![project(
+                "huge",
+                json!({"brief": "y".repeat(33 << 20)}),
+            )]),
+            413,
+            json!({"kind": "List", "limitBytes": 32 << 20}),
+            "the request body exceeds the limit of 32 MiB",
+        ),
+        (
+            "objects under the limit fill a batch",
+            "POST",
+            APPLY.to_string(),
+            list(vec![two_mib("two-a"), two_mib("two-b")]),
+            200,
+            Value::Null,
+            "",
+        ),
+    ];
+    for (case, method, path, body, status, details, message) in cases {
+        let bytes = serde_json::to_vec(&body).unwrap();
+        let reply = api.request(method, &path, Some("application/json"), &bytes);
+        assert_eq!(
+            reply.status,
+            status,
+            "{case}: {}",
+            &reply.text()[..200.min(reply.text().len())]
+        );
+        if status != 413 {
+            continue;
+        }
+        let reply = reply.json();
+        assert_eq!(reply["reason"], "RequestEntityTooLarge", "{case}");
+        assert_eq!(reply["details"], details, "{case}");
+        assert!(
+            reply["message"].as_str().unwrap().starts_with(message),
+            "{case}: {}",
+            reply["message"]
+        );
+    }
+    for (name, present) in [
+        ("big", false),
+        ("small", false),
+        ("huge", false),
+        ("two-a", true),
+    ] {
+        assert_eq!(
+            api.get(&format!("{PROJECTS}/{name}")).status == 200,
+            present,
+            "{name}"
+        );
+    }
+}
 
-    // The same object fits in an apply batch (32 MiB), but 33 MiB does not.
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": [object]});
-    assert_eq!(api.post_json(APPLY, &list).status, 200);
-    let huge = json!({"apiVersion": "v1", "kind": "List", "items": [project("huge", json!({"brief": "y".repeat(33 << 20)}))]});
-    let reply = api.post_json(APPLY, &huge);
-    assert_eq!(reply.status, 413);
-    assert_eq!(api.get(&format!("{PROJECTS}/huge")).status, 404);
+#[test]
+fn conflicts_name_the_object_in_their_details() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let created = api
+        .post_json(PROJECTS, &project("alpha", json!({"displayName": "Alpha"})))
+        .json();
+    api.post_json(PROJECTS, &project("beta", json!({"displayName": "Beta"})));
+    let mut stale = project("alpha", json!({"brief": "x"}));
+    stale["metadata"]["resourceVersion"] = json!("1");
+    let touched = api.put_json(
+        &format!("{PROJECTS}/alpha"),
+        &project("alpha", json!({"displayName": "Alpha", "brief": "y"})),
+    );
+    assert_eq!(touched.status, 200);
+    assert_ne!(rv(&touched.json()), rv(&created));
+    // (case, method, path, body, reason, details wanted)
+    let cases = [
+        (
+            "exists already",
+            "POST",
+            PROJECTS.to_string(),
+            project("alpha", json!({})),
+            "AlreadyExists",
+            json!({"kind": "Project", "name": "alpha"}),
+        ),
+        (
+            "stale resourceVersion",
+            "PUT",
+            format!("{PROJECTS}/alpha"),
+            stale,
+            "Conflict",
+            json!({"kind": "Project", "name": "alpha"}),
+        ),
+        (
+            "display name taken",
+            "POST",
+            PROJECTS.to_string(),
+            project("gamma", json!({"displayName": " beta"})),
+            "Conflict",
+            json!({"kind": "Project", "name": "gamma"}),
+        ),
+        (
+            "display name taken in a batch",
+            "POST",
+            APPLY.to_string(),
+            json!({"kind": "List", "apiVersion": "v1", "items": [
+                project("delta", json!({})), project("alpha", json!({"displayName": "BETA"}))]}),
+            "Conflict",
+            json!({"kind": "Project", "name": "alpha", "causes": [{"field": "items[1]",
+                "message": "spec.displayName: \"BETA\" is already the display name of project \"beta\""}]}),
+        ),
+    ];
+    for (case, method, path, body, reason, details) in cases {
+        let bytes = serde_json::to_vec(&body).unwrap();
+        let reply = api.request(method, &path, Some("application/json"), &bytes);
+        assert_eq!(reply.status, 409, "{case}: {}", reply.text());
+        let reply = reply.json();
+        assert_eq!(reply["reason"], reason, "{case}");
+        assert_eq!(reply["details"], details, "{case}");
+    }
+}
+
+#[test]
+fn a_batch_may_swap_display_names() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let named = |a: &str, b: &str| {
+        json!({"kind": "List", "apiVersion": "v1", "items": [
+            project("one", json!({"displayName": a})), project("two", json!({"displayName": b}))]})
+    };
+    assert_eq!(api.post_json(APPLY, &named("First", "Second")).status, 200);
+    let swapped = api.post_json(APPLY, &named("Second", "First"));
+    assert_eq!(swapped.status, 200, "{}", swapped.text());
+    assert_eq!(
+        api.get(&format!("{PROJECTS}/one")).json()["spec"]["displayName"],
+        "Second"
+    );
+    assert_eq!(
+        api.get(&format!("{PROJECTS}/two")).json()["spec"]["displayName"],
+        "First"
+    );
+    // Both taking one name is still a clash, and writes nothing.
+    let clash = api.post_json(APPLY, &named("Same", "same"));
+    assert_eq!(clash.status, 409, "{}", clash.text());
+    assert_eq!(
+        api.get(&format!("{PROJECTS}/one")).json()["spec"]["displayName"],
+        "Second"
+    );
+}
+
+#[test]
+fn an_object_sent_to_another_kind_s_endpoint_is_a_bad_request_whatever_it_holds() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let profile = |spec: Value| json!({"apiVersion": "berth.dev/v1alpha1", "kind": "AgentProfile", "metadata": {"name": "x"}, "spec": spec});
+    let valid = profile(
+        json!({"home": "/root/.x", "runner": {"command": ["x"]}, "install": {"check": "true"}}),
+    );
+    let invalid = profile(json!({"home": "relative"}));
+    for (case, method, path, body) in [
+        (
+            "valid, created",
+            "POST",
+            PROJECTS.to_string(),
+            valid.clone(),
+        ),
+        (
+            "invalid, created",
+            "POST",
+            PROJECTS.to_string(),
+            invalid.clone(),
+        ),
+        (
+            "invalid, replaced",
+            "PUT",
+            format!("{PROJECTS}/x"),
+            invalid.clone(),
+        ),
+        (
+            "unknown kind",
+            "POST",
+            PROJECTS.to_string(),
+            json!({"kind": "Widget", "metadata": {"name": "x"}}),
+        ),
+    ] {
+        let bytes = serde_json::to_vec(&body).unwrap();
+        let reply = api.request(method, &path, Some("application/json"), &bytes);
+        assert_eq!(reply.status, 400, "{case}: {}", reply.text());
+        let sent = body["kind"].as_str().unwrap();
+        assert_eq!(
+            reply.json()["message"],
+            format!("kind {sent:?} was sent to the projects endpoint"),
+            "{case}"
+        );
+    }
+    let mismatch = api.put_json(
+        &format!("{PROJECTS}/y"),
+        &project("x", json!({"displayName": " "})),
+    );
+    assert_eq!(mismatch.status, 400, "{}", mismatch.text());
+    assert_eq!(mismatch.json()["details"]["name"], "y");
 }
 
 #[test]

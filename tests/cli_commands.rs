@@ -338,6 +338,13 @@ fn a_bad_batch_persists_nothing_and_names_where_it_is_wrong() {
             "apiVersion: berth.dev/v1alpha1\nkind: Widget\nmetadata:\n  name: w\n",
             &["batch.yaml: document 3: kind: unknown kind \"Widget\""],
         ),
+        (
+            "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: num\n  labels: {x: 1}\n  annotations: {y: true}\n",
+            &[
+                "batch.yaml: document 3 (project/num): metadata.annotations.y: must be a string",
+                "batch.yaml: document 3 (project/num): metadata.labels.x: must be a string",
+            ],
+        ),
     ];
     let daemon = Daemon::start();
     for (bad, expected) in cases {
@@ -1131,4 +1138,428 @@ fn stop_and_start_wait_for_the_state_they_asked_for() {
         let run = finish(child, &[command]).ok();
         assert_eq!(run.stdout.lines().last(), Some(last_line), "{run:?}");
     }
+}
+
+/// A field at a dotted path of an object, as text (`""` when absent).
+fn text_at(object: &Value, path: &str) -> String {
+    path.split('.')
+        .try_fold(object, |v, key| v.get(key))
+        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+        .unwrap_or_default()
+}
+
+#[test]
+fn new_fleet_defaults_reach_new_projects_only() {
+    let config_dir = tempfile::tempdir().expect("config dir");
+    let config = config_dir.path().join("berth.yaml");
+    std::fs::write(&config, "").expect("write berth.yaml");
+    let mut daemon = Daemon::start_with(&["--config", config.to_str().unwrap()]);
+
+    // (name, manifest spec when created, manifest spec applied after the defaults changed,
+    //  action then, fields wanted after it)
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static [(&'static str, &'static str)],
+    );
+    let cases: &[Case] = &[
+        (
+            "gamma",
+            "",
+            "",
+            "unchanged",
+            &[
+                ("spec.image", "berth-base"),
+                ("spec.resources.cpu", "2"),
+                ("spec.resources.memory", "4GiB"),
+                ("spec.resources.disk", ""),
+                ("spec.reap.idleAction", "Stop"),
+                ("metadata.generation", "1"),
+            ],
+        ),
+        (
+            "own-image",
+            "spec:\n  image: custom\n",
+            "spec:\n  image: custom\n",
+            "unchanged",
+            &[("spec.image", "custom"), ("spec.resources.cpu", "2")],
+        ),
+        (
+            "more-cpu",
+            "spec:\n  resources: {cpu: \"8\"}\n",
+            "spec:\n  resources: {cpu: \"8\"}\n  brief: go on\n",
+            "configured",
+            &[
+                ("spec.resources.cpu", "8"),
+                ("spec.image", "berth-base"),
+                ("spec.reap.idleAction", "Stop"),
+                ("metadata.generation", "2"),
+            ],
+        ),
+        (
+            // An override the manifest no longer sets falls back to today's fleet default.
+            "cpu-taken-back",
+            "spec:\n  resources: {cpu: \"8\"}\n",
+            "",
+            "configured",
+            &[
+                ("spec.resources.cpu", "4"),
+                ("spec.image", "berth-base"),
+                ("spec.resources.disk", ""),
+                ("metadata.generation", "2"),
+                ("metadata.annotations", ""),
+            ],
+        ),
+        (
+            // Set to the value it already held: it stays defaulted, and stays put when left out.
+            "written-out",
+            "",
+            "spec:\n  image: berth-base\n  resources: {cpu: \"2\"}\n",
+            "unchanged",
+            &[("spec.image", "berth-base"), ("spec.resources.cpu", "2")],
+        ),
+    ];
+    let mut files = Vec::new();
+    for (name, created, _, _, _) in cases {
+        let file = daemon.file(&format!("{name}.yaml"), &project(name, created));
+        daemon.berth(&["apply", "-f", &file]).ok();
+        files.push(file);
+    }
+
+    std::fs::write(
+        &config,
+        "defaults:\n  image: other-image\n  resources: {cpu: \"4\", disk: 10GiB}\n  reap: {idleAction: Delete}\n",
+    )
+    .expect("write berth.yaml");
+    daemon.restart();
+
+    for ((name, _, reapplied, action, wanted), file) in cases.iter().zip(&files) {
+        std::fs::write(file, project(name, reapplied)).expect("rewrite manifest");
+        let rv = text_at(&daemon.object("project", name), "metadata.resourceVersion");
+        // Diff, dry run and apply agree.
+        let diff = daemon.berth(&["diff", "-f", file]);
+        assert_eq!(
+            diff.code,
+            i32::from(*action != "unchanged"),
+            "{name}: diff: {diff:?}"
+        );
+        let dry = daemon.berth(&["apply", "-f", file, "--dry-run"]).ok();
+        assert_eq!(
+            dry.stdout,
+            format!("project/{name} {action} (dry run)\n"),
+            "{name}"
+        );
+        let run = daemon.berth(&["apply", "-f", file]).ok();
+        assert_eq!(run.stdout, format!("project/{name} {action}\n"), "{name}");
+        let object = daemon.object("project", name);
+        for (path, value) in *wanted {
+            assert_eq!(text_at(&object, path), *value, "{name}: {path} in {object}");
+        }
+        if *action == "unchanged" {
+            assert_eq!(text_at(&object, "metadata.resourceVersion"), rv, "{name}");
+        }
+        // And again: the second apply of the same manifest changes nothing.
+        let again = daemon.berth(&["apply", "-f", file]).ok();
+        assert_eq!(
+            again.stdout,
+            format!("project/{name} unchanged\n"),
+            "{name}"
+        );
+    }
+
+    // A project created now takes the new defaults.
+    let file = daemon.file("fresh.yaml", &project("fresh", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    let fresh = daemon.object("project", "fresh");
+    for (path, value) in [
+        ("spec.image", "other-image"),
+        ("spec.resources.cpu", "4"),
+        ("spec.resources.disk", "10GiB"),
+        ("spec.reap.idleAction", "Delete"),
+    ] {
+        assert_eq!(text_at(&fresh, path), value, "fresh: {path}");
+    }
+}
+
+#[test]
+fn get_selects_with_set_based_selectors_and_reports_each_missing_name() {
+    let daemon = Daemon::start();
+    let manifests: Vec<String> = [
+        ("pay", "team: payments"),
+        ("infra", "team: infra"),
+        ("web", "team: web"),
+        ("loose", "tier: \"1\""),
+    ]
+    .iter()
+    .map(|(name, labels)| {
+        format!("apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: {name}\n  labels: {{{labels}}}\n")
+    })
+    .collect();
+    let file = daemon.file("labelled.yaml", &manifests.join("---\n"));
+    daemon.berth(&["apply", "-f", &file]).ok();
+
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "team in (payments,infra)",
+            &["project/infra", "project/pay"],
+        ),
+        (
+            "team in (payments, infra), !tier",
+            &["project/infra", "project/pay"],
+        ),
+        (
+            "team notin (payments,infra)",
+            &["project/loose", "project/web"],
+        ),
+        ("!team", &["project/loose"]),
+        ("team", &["project/infra", "project/pay", "project/web"]),
+        ("team=web", &["project/web"]),
+        ("team!=web,tier", &["project/loose"]),
+        ("tier>0", &["project/loose"]),
+    ];
+    for (selector, wanted) in cases {
+        let run = daemon
+            .berth(&["get", "projects", "-l", selector, "-o", "name"])
+            .ok();
+        assert_eq!(names_in(&run), *wanted, "{selector}");
+    }
+    let bad = daemon
+        .berth(&["get", "projects", "-l", "team in (payments"])
+        .fails(1);
+    assert!(
+        bad.stderr
+            .contains("labelSelector: \"team in (payments\": expected ',' or ')'"),
+        "{}",
+        bad.stderr
+    );
+
+    // Found objects print; each missing one gets its own error line; the exit says some were.
+    let run = daemon
+        .berth(&["get", "projects", "pay", "nope", "web", "gone"])
+        .fails(1);
+    let rows: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(rows.len(), 3, "{}", run.stdout);
+    assert!(rows[0].starts_with("NAME"));
+    assert!(
+        rows[1].starts_with("pay ") && rows[2].starts_with("web "),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        run.stderr,
+        "Error from server (NotFound): Project \"nope\" not found\n\
+         Error from server (NotFound): Project \"gone\" not found\n"
+    );
+    let run = daemon
+        .berth(&["get", "projects", "nope", "pay", "-o", "name"])
+        .fails(1);
+    assert_eq!(run.stdout, "project/pay\n");
+    let run = daemon.berth(&["get", "projects", "nope", "gone"]).fails(1);
+    assert_eq!(run.stdout, "");
+    assert_eq!(run.stderr.lines().count(), 2, "{}", run.stderr);
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_any_output_quietly() {
+    let daemon = Daemon::start();
+    // Enough output to outgrow a pipe's buffer in every format.
+    let manifests: Vec<String> = (0..1000)
+        .map(|i| project(&format!("p{i:04}-{}", "x".repeat(55)), ""))
+        .collect();
+    let file = daemon.file("many.yaml", &manifests.join("---\n"));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    for args in [
+        &["get", "projects", "-o", "name"][..],
+        &["get", "projects"],
+        &["get", "projects", "-o", "wide"],
+        &["get", "projects", "-o", "yaml"],
+        &["get", "projects", "-o", "json"],
+        &["apply", "-f", &file],
+    ] {
+        let mut child = daemon
+            .command(args)
+            .env("RUST_BACKTRACE", "1")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("run berth");
+        // Read a little, as `head -1` does, then go away.
+        let mut stdout = child.stdout.take().expect("stdout pipe");
+        let mut first = [0u8; 1];
+        stdout.read_exact(&mut first).expect("some output");
+        drop(stdout);
+        let run = finish(child, args);
+        assert_eq!(run.code, 141, "{args:?}: {run:?}");
+        assert_eq!(run.stderr, "", "{args:?}");
+    }
+}
+
+#[test]
+fn diff_and_apply_report_a_bad_batch_alike() {
+    let daemon = Daemon::start();
+    let good = project("delta-one", "");
+    let cases = [
+        (
+            "typo.yaml",
+            project("delta", "spec:\n  displayNme: Delta\n"),
+        ),
+        ("bad-name.yaml", project("Delta_2", "")),
+        ("bad-label.yaml", project("delta", "  labels: {x: 1}\n")),
+        (
+            "big-object.yaml",
+            project(
+                "delta",
+                &format!("spec:\n  brief: {}\n", "b".repeat((3 << 20) + 8)),
+            ),
+        ),
+    ];
+    for (name, bad) in cases {
+        let file = daemon.file(name, &format!("{good}---\n{bad}"));
+        let apply = daemon.berth(&["apply", "-f", &file]).fails(1);
+        let diff = daemon.berth(&["diff", "-f", &file]).fails(2);
+        assert_eq!(diff.stderr, apply.stderr, "{name}");
+        assert!(
+            apply
+                .stderr
+                .contains(&format!("{file}: document 2 (project/")),
+            "{name}: {}",
+            apply.stderr
+        );
+    }
+
+    // Over the apply limit: the client says so itself, every time, naming file and limit.
+    let huge = daemon.file(
+        "huge.yaml",
+        &project(
+            "huge",
+            &format!("spec:\n  brief: {}\n", "h".repeat(33 << 20)),
+        ),
+    );
+    for command in ["apply", "diff"] {
+        let run = daemon.berth(&[command, "-f", &huge]);
+        assert_eq!(run.code, if command == "diff" { 2 } else { 1 }, "{run:?}");
+        assert_eq!(
+            run.stderr,
+            format!(
+                "error: {huge}: the apply request is 33.0 MiB, over the server's limit of 32 MiB for one apply; apply them in parts\n"
+            )
+        );
+    }
+    daemon.berth(&["get", "projects", "delta-one"]).fails(1);
+}
+
+#[test]
+fn a_held_prune_says_so_and_why() {
+    let daemon = Daemon::start();
+    for name in ["keep", "done", "held"] {
+        daemon.file(&format!("set/{name}.yaml"), &project(name, ""));
+    }
+    let dir = daemon.dir().join("set");
+    let dir = dir.to_str().unwrap();
+    let apply = [
+        "apply",
+        "-f",
+        dir,
+        "--prune",
+        "--applyset",
+        "set",
+        "--timeout=60s",
+    ];
+    daemon.berth(&apply).ok();
+    // Finalizers hold both deletions, as the controller's teardown does.
+    for name in ["done", "held"] {
+        let mut object = daemon.object("project", name);
+        object["metadata"]["finalizers"] = json!(["berth.dev/test-hold"]);
+        daemon.put(&format!("projects/{name}"), &object);
+        std::fs::remove_file(daemon.dir().join(format!("set/{name}.yaml"))).unwrap();
+    }
+
+    let child = daemon
+        .command(&apply)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("run berth apply");
+    let deleting =
+        |name: &str| !daemon.object("project", name)["metadata"]["deletionTimestamp"].is_null();
+    wait_until(|| deleting("done") && deleting("held"));
+    // One teardown finishes; the other finds unsaved work and holds the deletion.
+    let mut done = daemon.object("project", "done");
+    done["metadata"]["finalizers"] = json!([]);
+    daemon.put("projects/done", &done);
+    daemon.put_status(
+        "held",
+        json!({"phase": "Deleting", "conditions": [{
+            "type": "DeletionBlocked", "status": "True", "reason": "UnsavedWork",
+            "message": "2 uncommitted files", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+    );
+    let run = finish(child, &apply).ok();
+    assert_eq!(
+        names_in(&run),
+        [
+            "project/keep unchanged",
+            "project/done pruned",
+            "project/held pruned, deletion held: UnsavedWork: 2 uncommitted files (it stays \
+             Deleting until that is resolved; `berth delete project held --force` deletes it now)",
+        ]
+    );
+    daemon.berth(&["get", "project", "done"]).fails(1);
+    assert!(deleting("held"), "a held project stays, in Deleting");
+}
+
+#[test]
+fn reap_plan_and_wide_listing_say_where_a_project_stands() {
+    let daemon = Daemon::start();
+    let file = daemon.file(
+        "agents.yaml",
+        &[
+            project("fresh", "spec:\n  agent: shell\n"),
+            project("worked", "spec:\n  agent: shell\n"),
+        ]
+        .join("---\n"),
+    );
+    daemon.berth(&["apply", "-f", &file]).ok();
+    daemon.put_status(
+        "worked",
+        json!({"phase": "Ready", "agent": {"state": "done"},
+               "activity": {"inspectedAt": "2026-01-01T00:00:00Z"}}),
+    );
+
+    let plan = daemon.berth(&["reap", "--dry-run"]).ok();
+    let fresh = plan
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("fresh "))
+        .expect("fresh row");
+    assert!(
+        fresh.contains("<none>") && fresh.ends_with("not inspected yet"),
+        "{}",
+        plan.stdout
+    );
+    let worked = plan
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("worked "))
+        .expect("worked row");
+    assert!(!worked.contains("not inspected"), "{}", plan.stdout);
+
+    let wide = daemon.berth(&["get", "projects", "-o", "wide"]).ok();
+    let row = |name: &str| {
+        wide.stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} in {}", wide.stdout))
+            .to_string()
+    };
+    assert!(
+        row("worked").ends_with(" berth-base   shell (done)"),
+        "{}",
+        wide.stdout
+    );
+    // Nothing reported yet: the profile alone (the empty columns after it are trimmed).
+    assert!(
+        row("fresh").ends_with(" berth-base   shell"),
+        "{}",
+        wide.stdout
+    );
 }

@@ -1,5 +1,5 @@
-//! Annotations berth acts on. Users (or the CLI on their behalf) set them; the controller reads
-//! them and never writes spec.
+//! Annotations berth acts on. Users (or the CLI on their behalf) set most of them; the controller
+//! reads them and never writes spec. The server keeps `applyset` and `overrides` itself.
 
 /// Changing its value restarts the project's container (host-driven, so it works on a wedged one).
 pub const RESTARTED_AT: &str = "berth.dev/restartedAt";
@@ -17,3 +17,8 @@ pub const PRUNE_DISABLED: &str = "disabled";
 pub const REQUESTED_AT: &str = "berth.dev/requestedAt";
 /// The applyset an object was last applied in (set by `apply --applyset`).
 pub const APPLYSET: &str = "berth.dev/applyset";
+/// On a Project: the fleet-defaulted spec fields (see [`crate::project::DEFAULTED_FIELDS`]) its
+/// manifests override, comma-separated (`image,resources.cpu`). Kept by the server; a manifest's
+/// own value is ignored. A defaulted field a manifest leaves out keeps its stored value unless
+/// it is listed here: an override the manifest no longer sets falls back to the fleet default.
+pub const OVERRIDES: &str = "berth.dev/overrides";

@@ -63,10 +63,10 @@ pub use profile::{
     AgentRunner, CredentialRef, RuntimeAsset,
 };
 pub use project::{
-    ActivitySource, ActivityStatus, AgentState, AgentStatus, ContainerStatus, Defaults, IdleAction,
-    Phase, PortStatus, PowerState, Project, ProjectSpec, ProjectStatus, ProtectionReason,
-    ReapAction, ReapPolicy, ReapStatus, Repo, ResolvedReapPolicy, Resources, SeedFile, Step,
-    UnsavedWork,
+    ActivitySource, ActivityStatus, AgentState, AgentStatus, ContainerStatus, DEFAULTED_FIELDS,
+    Defaults, IdleAction, Phase, PortStatus, PowerState, Project, ProjectSpec, ProjectStatus,
+    ProtectionReason, ReapAction, ReapPolicy, ReapStatus, Repo, ResolvedReapPolicy, Resources,
+    SeedFile, Step, UnsavedWork,
 };
 pub use quantity::{CpuQuantity, Quantity};
 pub use schema::schemas;

@@ -14,6 +14,20 @@ use crate::meta::{API_VERSION, Condition, ObjectMeta};
 use crate::naming::validate_env_key;
 use crate::quantity::{CpuQuantity, Quantity, scalar};
 
+/// The spec fields [`Project::apply_defaults`] fills from the fleet defaults, as dotted paths.
+/// Defaulting fills them when a project is created; an existing project keeps what it holds
+/// (admission carries them over), so a change of fleet defaults never reaches running projects.
+pub const DEFAULTED_FIELDS: [&str; 8] = [
+    "image",
+    "resources.cpu",
+    "resources.memory",
+    "resources.disk",
+    "resources.workspaceSize",
+    "reap.idleAfter",
+    "reap.idleAction",
+    "reap.maxAge",
+];
+
 /// A workspace for AI coding agents.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

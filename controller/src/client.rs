@@ -288,6 +288,14 @@ pub enum ClientError {
         #[source]
         source: serde_json::Error,
     },
+    /// Checked before sending: a server refusing a body mid-upload closes the connection, and
+    /// the client would see a broken pipe instead of the server's 413.
+    #[error(
+        "the apply request is {:.1} MiB, over the server's limit of {} MiB for one apply",
+        *.bytes as f64 / f64::from(1u32 << 20),
+        .limit >> 20
+    )]
+    ApplyTooLarge { bytes: usize, limit: usize },
     #[error("cannot build the HTTP client: {0}")]
     Build(#[source] reqwest::Error),
     #[error("--certificate-authority {}: {source}", path.display())]
@@ -612,13 +620,21 @@ impl Client {
             }
         }
         let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+        let body = to_json(&list);
+        drop(list);
+        if body.len() > crate::api::APPLY_LIMIT {
+            return Err(ClientError::ApplyTooLarge {
+                bytes: body.len(),
+                limit: crate::api::APPLY_LIMIT,
+            });
+        }
         let path = format!("{API_PREFIX}/apply");
         let answer = self
             .call(
                 Method::POST,
                 &path,
                 &query,
-                Some(("application/json", to_json(&list))),
+                Some(("application/json", body)),
             )
             .await?;
         let items = answer

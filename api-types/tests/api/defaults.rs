@@ -158,3 +158,45 @@ fn git_source_defaults_are_filled_at_decode() {
     let Object::GitSource(g) = obj else { panic!() };
     assert_eq!(g.spec.git_ref(), "HEAD");
 }
+
+/// A dotted path of a JSON object, `None` when absent.
+fn at<'a>(value: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    path.split('.').try_fold(value, |v, key| v.get(key))
+}
+
+#[test]
+fn defaulted_fields_are_exactly_what_defaulting_fills() {
+    let defaults: Defaults = serde_yaml::from_str(
+        "image: img\nresources: {cpu: '3', memory: 3GiB, disk: 3GiB, workspaceSize: 3GiB}\n",
+    )
+    .unwrap();
+    let mut p = project("metadata: {name: bare}\n");
+    let before = serde_json::to_value(&p.spec).unwrap();
+    p.apply_defaults(&defaults);
+    let after = serde_json::to_value(&p.spec).unwrap();
+    for path in berth_api::DEFAULTED_FIELDS {
+        assert!(
+            at(&before, path).is_none(),
+            "{path} is set before defaulting"
+        );
+        assert!(
+            at(&after, path).is_some(),
+            "{path} is not filled by defaulting"
+        );
+    }
+    // Nothing else changes, save the display name (the object name, which never changes).
+    let mut rest = after.clone();
+    for path in berth_api::DEFAULTED_FIELDS {
+        let (parent, leaf) = path.rsplit_once('.').unwrap_or(("", path));
+        let holder = if parent.is_empty() {
+            &mut rest
+        } else {
+            &mut rest[parent]
+        };
+        holder.as_object_mut().unwrap().remove(leaf);
+    }
+    assert_eq!(
+        rest,
+        json!({"displayName": "bare", "state": "Running", "resources": {}, "reap": {}})
+    );
+}

@@ -189,6 +189,16 @@ const BAD: &[(&str, &str, &[&str])] = &[
         ],
     ),
     (
+        "label and annotation values must be strings, as in Kubernetes",
+        "kind: Project\nmetadata:\n  name: p\n  labels: {tier: 1, canary: true, ok: 'yes'}\n  annotations: {ratio: 1.5, list: [a]}\n",
+        &[
+            "metadata.annotations.list: must be a string, not a list",
+            "metadata.annotations.ratio: must be a string (quote it: \"1.5\")",
+            "metadata.labels.canary: must be a string (quote it: \"true\")",
+            "metadata.labels.tier: must be a string (quote it: \"1\")",
+        ],
+    ),
+    (
         "unknown kind",
         "kind: Workspace\nmetadata: {name: p}\n",
         &["kind: \"Workspace\" is not a known kind (Project, AgentProfile or GitSource)"],
@@ -344,8 +354,8 @@ status: {phase: Ready, whatever: 1}
         Kind::Project,
     ),
     (
-        "label and annotation values written as bare numbers or booleans",
-        "kind: Project\nmetadata:\n  name: labelled\n  labels: {tier: 1, canary: true}\n  annotations: {berth.dev/restartedAt: 2026-01-01T00:00:00Z}\n",
+        "a timestamp-like annotation is text",
+        "kind: Project\nmetadata:\n  name: labelled\n  annotations: {berth.dev/restartedAt: 2026-01-01T00:00:00Z}\n",
         Kind::Project,
     ),
     (

@@ -176,7 +176,7 @@ fn default_resources(state: &ApiState) -> Value {
     });
     state
         .admission
-        .admit(&bare)
+        .admit_new(&bare)
         .ok()
         .and_then(|a| a.desired.spec.get("resources").cloned())
         .unwrap_or(Value::Null)

@@ -22,15 +22,24 @@ impl Cause {
     }
 }
 
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    pub kind: String,
+    pub name: Option<String>,
+}
+
 #[derive(Debug, Clone)]
 pub struct ApiError {
     pub code: StatusCode,
     /// NotFound, AlreadyExists, Conflict, Invalid, BadRequest, RequestEntityTooLarge, ...
     pub reason: &'static str,
     pub message: String,
-    pub kind: Option<String>,
-    pub name: Option<String>,
+    /// The kind, and object, the error is about (`details.kind`, `details.name`); boxed, as
+    /// errors travel in every `Result` of the API.
+    pub subject: Option<Box<Subject>>,
     pub causes: Vec<Cause>,
+    /// For 413: the most the request (or one object in it) may hold, in bytes.
+    pub limit_bytes: Option<u32>,
 }
 
 impl ApiError {
@@ -39,9 +48,9 @@ impl ApiError {
             code,
             reason,
             message: message.into(),
-            kind: None,
-            name: None,
+            subject: None,
             causes: Vec::new(),
+            limit_bytes: None,
         }
     }
 
@@ -70,11 +79,22 @@ impl ApiError {
     }
 
     pub fn too_large(limit: usize) -> Self {
-        Self::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "RequestEntityTooLarge",
+        Self::too_large_because(
+            limit,
             format!("the request body exceeds the limit of {} MiB", limit >> 20),
         )
+    }
+
+    /// 413 with its own message, e.g. for one object of a batch.
+    pub fn too_large_because(limit: usize, message: impl Into<String>) -> Self {
+        ApiError {
+            limit_bytes: u32::try_from(limit).ok(),
+            ..Self::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                message,
+            )
+        }
     }
 
     /// 422: the object is not acceptable; every cause names its field.
@@ -95,22 +115,36 @@ impl ApiError {
             (Some(kind), _) => format!("{kind} is invalid"),
             _ => "the request is invalid".to_string(),
         };
-        ApiError {
-            kind: kind.map(str::to_string),
-            name: name.filter(|n| !n.is_empty()).map(str::to_string),
+        let error = ApiError {
             causes,
             ..Self::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "Invalid",
                 format!("{subject}: {summary}"),
             )
+        };
+        match kind {
+            Some(kind) => error.with_object(kind, name.unwrap_or_default()),
+            None => error,
         }
     }
 
     pub fn with_object(mut self, kind: &str, name: &str) -> Self {
-        self.kind = Some(kind.to_string());
-        self.name = Some(name.to_string());
+        self.subject = (!kind.is_empty()).then(|| {
+            Box::new(Subject {
+                kind: kind.to_string(),
+                name: (!name.is_empty()).then(|| name.to_string()),
+            })
+        });
         self
+    }
+
+    /// Names the kind (and the object, when known) a request was about, unless already named.
+    pub fn about(self, kind: &str, name: Option<&str>) -> Self {
+        if self.subject.is_some() {
+            return self;
+        }
+        self.with_object(kind, name.unwrap_or_default())
     }
 
     /// Prefixes every cause's field (and the message) with `items[i].`, for batch requests.
@@ -133,14 +167,17 @@ impl ApiError {
 
     pub fn to_value(&self) -> Value {
         let mut details = serde_json::Map::new();
-        if let Some(name) = &self.name {
-            details.insert("name".into(), json!(name));
-        }
-        if let Some(kind) = &self.kind {
-            details.insert("kind".into(), json!(kind));
+        if let Some(subject) = &self.subject {
+            if let Some(name) = &subject.name {
+                details.insert("name".into(), json!(name));
+            }
+            details.insert("kind".into(), json!(subject.kind));
         }
         if !self.causes.is_empty() {
             details.insert("causes".into(), json!(self.causes));
+        }
+        if let Some(limit) = self.limit_bytes {
+            details.insert("limitBytes".into(), json!(limit));
         }
         json!({
             "kind": "Status",
@@ -165,7 +202,9 @@ impl From<StoreError> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "AlreadyExists", message)
                     .with_object(&kind, &name)
             }
-            StoreError::Conflict { .. } => ApiError::new(StatusCode::CONFLICT, "Conflict", message),
+            StoreError::Conflict { kind, name, .. } => {
+                ApiError::new(StatusCode::CONFLICT, "Conflict", message).with_object(&kind, &name)
+            }
             StoreError::Invalid { field, message } => {
                 ApiError::invalid(None, None, vec![Cause::new(field, message)])
             }

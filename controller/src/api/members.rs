@@ -66,7 +66,7 @@ pub(super) async fn route(
                 .await?
                 .map_err(|err| match err {
                     crate::store::StoreError::NotFound { .. } => not_member(&name, user),
-                    crate::store::StoreError::Conflict { message } => {
+                    crate::store::StoreError::Conflict { message, .. } => {
                         ApiError::forbidden(message).with_object("Project", &name)
                     }
                     other => other.into(),

@@ -23,6 +23,7 @@ use http_body_util::combinators::BoxBody;
 use tokio_util::sync::CancellationToken;
 
 pub use admission::Admission;
+pub use body::{APPLY_LIMIT, OBJECT_LIMIT};
 pub use error::{ApiError, Cause};
 pub use routes::FORCE_DELETE_ANNOTATION;
 pub use server::{ListenError, Listeners, bind_tcp, bind_unix, serve, tls_acceptor};

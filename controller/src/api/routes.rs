@@ -552,7 +552,9 @@ async fn admit_one(
 ) -> Result<Admitted, ApiError> {
     let media = body::media_type(req.headers());
     let (parts, incoming) = req.into_parts();
-    let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
+    let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT)
+        .await
+        .map_err(|err| err.about(kind.as_str(), name))?;
     let mut value = body::decode(&bytes, media.as_deref())?;
     fill_identity(&mut value, kind, name);
     admit_value(state, kind, name, &value)
@@ -579,31 +581,33 @@ fn admit_value(
     name: Option<&str>,
     value: &Value,
 ) -> Result<Admitted, ApiError> {
+    // Where the object goes is checked before what it holds: an object sent to the wrong
+    // endpoint is a wrong request, not an invalid object of this kind.
+    if let Some(sent_kind) = value.get("kind").and_then(Value::as_str)
+        && Kind::parse(sent_kind) != Some(kind)
+    {
+        return Err(ApiError::bad_request(format!(
+            "kind {sent_kind:?} was sent to the {} endpoint",
+            kind.plural()
+        )));
+    }
     let sent_name = value
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let admitted = state
-        .admission
-        .admit(value)
-        .map_err(|causes| ApiError::invalid(Some(kind.as_str()), Some(&sent_name), causes))?;
-    if admitted.desired.kind != kind.as_str() {
-        return Err(ApiError::bad_request(format!(
-            "kind {:?} was sent to the {} endpoint",
-            admitted.desired.kind,
-            kind.plural()
-        )));
-    }
     if let Some(name) = name
-        && admitted.desired.name != name
+        && sent_name != name
     {
         return Err(ApiError::bad_request(format!(
-            "metadata.name {:?} does not match the name in the URL, {name:?}",
-            admitted.desired.name
-        )));
+            "metadata.name {sent_name:?} does not match the name in the URL, {name:?}"
+        ))
+        .with_object(kind.as_str(), name));
     }
-    Ok(admitted)
+    state
+        .admission
+        .admit(value, &state.store)
+        .map_err(|causes| ApiError::invalid(Some(kind.as_str()), Some(&sent_name), causes))
 }
 
 /// Store writes hold a lock and wait on the disk; keep them off the async workers.
@@ -888,7 +892,9 @@ async fn apply_list(
     }
     let media = body::media_type(req.headers());
     let (parts, incoming) = req.into_parts();
-    let bytes = body::read(incoming, &parts.headers, APPLY_LIMIT).await?;
+    let bytes = body::read(incoming, &parts.headers, APPLY_LIMIT)
+        .await
+        .map_err(|err| err.about("List", None))?;
     let value = body::decode(&bytes, media.as_deref())?;
     drop(bytes);
     let items = match value {
@@ -912,11 +918,14 @@ async fn apply_list(
         }
     };
 
+    for (index, item) in items.iter().enumerate() {
+        check_object_size(index, item)?;
+    }
     let mut causes = Vec::new();
     let mut batch = Vec::with_capacity(items.len());
     let mut seen: HashMap<(String, String), usize> = HashMap::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
-        match state.admission.admit(item) {
+        match state.admission.admit(item, &state.store) {
             Ok(admitted) => {
                 let key = (admitted.desired.kind.clone(), admitted.desired.name.clone());
                 if let Some(first) = seen.insert(key, index) {
@@ -985,6 +994,45 @@ async fn apply_list(
         items: applied.chain(pruned).collect(),
     };
     Ok(serialized(StatusCode::OK, &body))
+}
+
+/// One object of a batch may hold no more than one object sent alone.
+fn check_object_size(index: usize, item: &Value) -> Result<(), ApiError> {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut size = Counter(0);
+    // Writing a Value to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut size, item);
+    if size.0 <= OBJECT_LIMIT {
+        return Ok(());
+    }
+    let kind = item.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let name = item
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let subject = match (kind.is_empty(), name.is_empty()) {
+        (false, false) => format!("{kind} {name:?}"),
+        (false, true) => kind.to_string(),
+        _ => "the object".to_string(),
+    };
+    Err(ApiError::too_large_because(
+        OBJECT_LIMIT,
+        format!(
+            "items[{index}]: {subject} is {:.1} MiB, over the limit of {} MiB for one object",
+            size.0 as f64 / f64::from(1u32 << 20),
+            OBJECT_LIMIT >> 20
+        ),
+    )
+    .with_object(kind, name))
 }
 
 #[derive(Serialize)]

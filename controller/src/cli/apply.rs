@@ -1,13 +1,16 @@
 //! `berth apply`: every document in one all-or-nothing call, printed like kubectl.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Args;
+use tokio::time::Instant;
 
-use super::manifest::{self, Manifest};
-use super::progress::{self, Goal};
+use super::manifest;
+use super::progress::{self, Goal, WaitError};
+use super::render::value_at;
 use super::{Context, duration};
-use crate::client::{ApiStatus, ApplyOptions, ClientError, Resource};
+use crate::client::{ApplyOptions, Client, ClientError, Resource};
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
@@ -34,7 +37,7 @@ pub struct ApplyArgs {
     /// Wait until every object is Ready (or Stopped) for its current generation.
     #[arg(long)]
     wait: bool,
-    /// How long --wait waits.
+    /// How long --wait waits (and how long a pruned object's teardown is followed).
     #[arg(long, default_value = "5m", value_parser = duration::parse)]
     timeout: std::time::Duration,
 }
@@ -50,25 +53,43 @@ pub async fn run(context: &Context, args: ApplyArgs) -> anyhow::Result<ExitCode>
     let outcomes = client
         .apply(items, &options)
         .await
-        .map_err(|err| locate_errors(err, &manifests))?;
+        .map_err(|err| manifest::locate_errors(err, &manifests, &args.files))?;
 
     let suffix = if args.dry_run { " (dry run)" } else { "" };
+    let deadline = Instant::now() + args.timeout;
     let mut targets = Vec::new();
+    let mut held_by_finalizers = Vec::new();
     for outcome in &outcomes {
         let resource = Resource::from_kind(&outcome.kind);
         let label =
             resource.map_or_else(|| outcome.kind.to_lowercase(), |r| r.singular().to_string());
+        let pruned = outcome.action == "pruned";
+        if let Some(resource) = resource
+            && pruned
+            && !args.dry_run
+            && value_at(&outcome.object, "metadata.deletionTimestamp").is_some()
+        {
+            held_by_finalizers.push((resource, outcome.name.clone()));
+            continue;
+        }
         println!("{label}/{} {}{suffix}", outcome.name, outcome.action);
         if let Some(resource) = resource
-            && outcome.action != "pruned"
+            && !pruned
             && outcome.action != "deleted"
         {
             targets.push((resource, outcome.name.clone()));
         }
     }
+    // A pruned project goes through its teardown, which holds a workspace with unsaved work (as
+    // a plain `berth delete` does): follow it, so a held one is seen, not taken for gone.
+    for target in &held_by_finalizers {
+        let left = deadline.saturating_duration_since(Instant::now());
+        println!("{}", prune_outcome(&client, target, left).await?);
+    }
 
     if args.wait && !args.dry_run && !targets.is_empty() {
-        progress::wait_for(&client, &targets, Goal::Ready, args.timeout, true).await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        progress::wait_for(&client, &targets, Goal::Ready, left, true).await?;
         for (resource, name) in &targets {
             println!("{resource}/{name} ready");
         }
@@ -76,91 +97,29 @@ pub async fn run(context: &Context, args: ApplyArgs) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-/// Points a server's `items[N]...` field paths back at the file and document they came from.
-fn locate_errors(err: ClientError, manifests: &[Manifest]) -> ClientError {
-    let ClientError::Api(status) = err else {
-        return err;
-    };
-    let mut message = status.headline().to_string();
-    if let Some(located) = locate_prefix(&message, manifests) {
-        message = located;
-    }
-    let causes = status
-        .causes
-        .iter()
-        .map(|cause| {
-            let mut cause = cause.clone();
-            if let Some(located) = manifest::locate_field(manifests, &cause.field) {
-                cause.field = located;
-            }
-            cause
-        })
-        .collect();
-    ClientError::Api(ApiStatus {
-        message,
-        causes,
-        ..status
-    })
-}
-
-/// A message that starts with `items[N]` gets the same treatment as a cause's field.
-fn locate_prefix(message: &str, manifests: &[Manifest]) -> Option<String> {
-    if !message.starts_with("items[") {
-        return None;
-    }
-    let end = message.find([':', ' ']).unwrap_or(message.len());
-    let located = manifest::locate_field(manifests, &message[..end])?;
-    Some(format!("{located}{}", &message[end..]))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::client::StatusCause;
-
-    #[test]
-    fn server_errors_name_the_document() {
-        let manifests = manifest::parse_documents(
-            "app.yaml",
-            "kind: Project\nmetadata: {name: a}\n---\nkind: Project\nmetadata: {name: b}\n",
-        )
-        .unwrap();
-        let err = ClientError::Api(ApiStatus {
-            code: 422,
-            reason: "Invalid".to_string(),
-            message: "items[1].spec.imagee: unknown field".to_string(),
-            causes: vec![StatusCause {
-                field: "items[1].spec.imagee".to_string(),
-                message: "unknown field".to_string(),
-            }],
-        });
-        let located = locate_errors(err, &manifests).to_string();
-        assert_eq!(
-            located,
-            "Error from server (Invalid): app.yaml: document 2 (project/b): spec.imagee: unknown field"
-        );
-
-        let err = ClientError::Api(ApiStatus {
-            code: 422,
-            reason: "Invalid".to_string(),
-            message: "List is invalid: items[0].specc: unknown field; items[1].kind: required"
-                .to_string(),
-            causes: vec![
-                StatusCause {
-                    field: "items[0].specc".to_string(),
-                    message: "unknown field".to_string(),
-                },
-                StatusCause {
-                    field: "items[1].kind".to_string(),
-                    message: "required".to_string(),
-                },
-            ],
-        });
-        assert_eq!(
-            locate_errors(err, &manifests).to_string(),
-            "Error from server (Invalid): List is invalid\n  \
-             app.yaml: document 1 (project/a): specc: unknown field\n  \
-             app.yaml: document 2 (project/b): kind: required"
-        );
+/// The line for a pruned object that its finalizers keep for now: pruned once gone; held, and
+/// why, when its deletion is blocked (not an error of the apply: the object stays Deleting
+/// until what holds it is resolved).
+async fn prune_outcome(
+    client: &Client,
+    (resource, name): &(Resource, String),
+    timeout: Duration,
+) -> Result<String, ClientError> {
+    let target = [(*resource, name.clone())];
+    match progress::wait_for(client, &target, Goal::Deleted, timeout, false).await {
+        Ok(()) => Ok(format!("{resource}/{name} pruned")),
+        Err(WaitError::Failed { message, .. }) => {
+            let why = message
+                .strip_prefix("deletion blocked: ")
+                .unwrap_or(&message);
+            Ok(format!(
+                "{resource}/{name} pruned, deletion held: {why} (it stays Deleting until that \
+                 is resolved; `berth delete {resource} {name} --force` deletes it now)"
+            ))
+        }
+        Err(WaitError::Timeout { after, .. }) => Ok(format!(
+            "{resource}/{name} pruned, still Deleting after {after}"
+        )),
+        Err(WaitError::Client(err)) => Err(err),
     }
 }

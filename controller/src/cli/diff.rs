@@ -54,7 +54,11 @@ async fn differences(context: &Context, args: &DiffArgs) -> anyhow::Result<bool>
         applyset: args.applyset.clone().map(|name| (name, args.prune)),
     };
     let items = manifests.iter().map(|m| m.object.clone()).collect();
-    let outcomes = client.apply(items, &options).await?;
+    // The same errors as apply's, naming file and document.
+    let outcomes = client
+        .apply(items, &options)
+        .await
+        .map_err(|err| manifest::locate_errors(err, &manifests, &args.files))?;
     let live_objects = LiveObjects::read(&client, &outcomes).await?;
     let mut differs = false;
     for outcome in outcomes {

@@ -16,7 +16,7 @@ pub struct GetArgs {
     kind: Resource,
     /// One or more objects; all of them when omitted.
     names: Vec<String>,
-    /// Label selector, e.g. `team=payments,tier!=dev`.
+    /// Label selector, e.g. `team=payments,tier!=dev` or `team in (payments,infra),!canary`.
     #[arg(short = 'l', long = "selector", value_name = "SELECTOR")]
     selector: Option<String>,
     /// Output format.
@@ -33,6 +33,9 @@ pub fn parse_resource(word: &str) -> Result<Resource, String> {
 
 pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
     let client = context.client()?;
+    // Like kubectl: with several names, those found are printed and each missing one gets an
+    // error line of its own.
+    let mut missing = Vec::new();
     let (objects, list) = match args.names.as_slice() {
         [name] => {
             let object = client.get(args.kind, name).await?;
@@ -41,7 +44,11 @@ pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
         [_, _, ..] => {
             let mut objects = Vec::with_capacity(args.names.len());
             for name in &args.names {
-                objects.push(client.get(args.kind, name).await?);
+                match client.get(args.kind, name).await {
+                    Ok(object) => objects.push(object),
+                    Err(err) if err.is_not_found() => missing.push(err),
+                    Err(err) => return Err(err.into()),
+                }
             }
             let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
             (objects, list)
@@ -66,7 +73,9 @@ pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
         }
         format @ (None | Some(OutputFormat::Wide)) => {
             if objects.is_empty() {
-                eprintln!("No resources found.");
+                if missing.is_empty() {
+                    eprintln!("No resources found.");
+                }
             } else {
                 let wide = format == Some(OutputFormat::Wide);
                 print!(
@@ -76,5 +85,12 @@ pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    for err in &missing {
+        eprintln!("{err}");
+    }
+    Ok(if missing.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::client::Resource;
+use crate::client::{ApiStatus, ClientError, Resource};
 
 /// Where one object came from, for error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -386,6 +386,49 @@ pub fn locate_field(manifests: &[Manifest], field: &str) -> Option<String> {
     }
 }
 
+/// What a failed apply (or diff) reports: a server's `items[N]...` field paths pointed back at
+/// the file and document they came from, and a request too large to send named by its files.
+pub fn locate_errors(err: ClientError, manifests: &[Manifest], files: &[String]) -> anyhow::Error {
+    let status = match err {
+        ClientError::Api(status) => status,
+        err @ ClientError::ApplyTooLarge { .. } => {
+            return anyhow::anyhow!("{}: {err}; apply them in parts", files.join(", "));
+        }
+        err => return err.into(),
+    };
+    let mut message = status.headline().to_string();
+    if let Some(located) = locate_prefix(&message, manifests) {
+        message = located;
+    }
+    let causes = status
+        .causes
+        .iter()
+        .map(|cause| {
+            let mut cause = cause.clone();
+            if let Some(located) = locate_field(manifests, &cause.field) {
+                cause.field = located;
+            }
+            cause
+        })
+        .collect();
+    ClientError::Api(ApiStatus {
+        message,
+        causes,
+        ..status
+    })
+    .into()
+}
+
+/// A message that starts with `items[N]` gets the same treatment as a cause's field.
+fn locate_prefix(message: &str, manifests: &[Manifest]) -> Option<String> {
+    if !message.starts_with("items[") {
+        return None;
+    }
+    let end = message.find([':', ' ']).unwrap_or(message.len());
+    let located = locate_field(manifests, &message[..end])?;
+    Some(format!("{located}{}", &message[end..]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -520,5 +563,62 @@ mod tests {
         );
         assert_eq!(locate_field(&manifests, "spec.colour"), None);
         assert_eq!(locate_field(&manifests, "items[9].spec"), None);
+    }
+
+    #[test]
+    fn server_errors_name_the_document() {
+        use crate::client::StatusCause;
+        let files = ["app.yaml".to_string()];
+        let manifests = parse_documents(
+            "app.yaml",
+            "kind: Project\nmetadata: {name: a}\n---\nkind: Project\nmetadata: {name: b}\n",
+        )
+        .unwrap();
+        let err = ClientError::Api(ApiStatus {
+            code: 422,
+            reason: "Invalid".to_string(),
+            message: "items[1].spec.imagee: unknown field".to_string(),
+            causes: vec![StatusCause {
+                field: "items[1].spec.imagee".to_string(),
+                message: "unknown field".to_string(),
+            }],
+        });
+        let located = locate_errors(err, &manifests, &files).to_string();
+        assert_eq!(
+            located,
+            "Error from server (Invalid): app.yaml: document 2 (project/b): spec.imagee: unknown field"
+        );
+
+        let err = ClientError::Api(ApiStatus {
+            code: 422,
+            reason: "Invalid".to_string(),
+            message: "List is invalid: items[0].specc: unknown field; items[1].kind: required"
+                .to_string(),
+            causes: vec![
+                StatusCause {
+                    field: "items[0].specc".to_string(),
+                    message: "unknown field".to_string(),
+                },
+                StatusCause {
+                    field: "items[1].kind".to_string(),
+                    message: "required".to_string(),
+                },
+            ],
+        });
+        assert_eq!(
+            locate_errors(err, &manifests, &files).to_string(),
+            "Error from server (Invalid): List is invalid\n  \
+             app.yaml: document 1 (project/a): specc: unknown field\n  \
+             app.yaml: document 2 (project/b): kind: required"
+        );
+
+        let err = ClientError::ApplyTooLarge {
+            bytes: 37 << 20,
+            limit: 32 << 20,
+        };
+        assert_eq!(
+            locate_errors(err, &manifests, &files).to_string(),
+            "app.yaml: the apply request is 37.0 MiB, over the server's limit of 32 MiB for one apply; apply them in parts"
+        );
     }
 }

@@ -155,6 +155,7 @@ impl Context {
 }
 
 pub fn main() -> ExitCode {
+    exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     let context = Context { global: cli.global };
     let result = match cli.command {
@@ -203,6 +204,31 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             }
         }
     })
+}
+
+/// The exit status of a process ended by SIGPIPE, as a shell reports it.
+const BROKEN_PIPE_EXIT: i32 = 128 + 13;
+
+/// A reader that went away (`berth get projects | head -1`) ends the command quietly, as it
+/// ends kubectl or coreutils. Rust ignores SIGPIPE, so printing to the closed pipe panics;
+/// the hook turns that one panic into the exit a SIGPIPE would have caused, for every command.
+fn exit_quietly_on_broken_pipe() {
+    let broken_pipe = std::io::Error::from_raw_os_error(nix::libc::EPIPE).to_string();
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        let printing = message.starts_with("failed printing to stdout")
+            || message.starts_with("failed printing to stderr");
+        if printing && message.ends_with(&broken_pipe) {
+            std::process::exit(BROKEN_PIPE_EXIT);
+        }
+        default(info);
+    }));
 }
 
 /// A server `Status` prints as kubectl prints it, however deep it was wrapped; everything else

@@ -108,6 +108,7 @@ mod tests {
             entry(json!({"name": "api", "nextAction": "Delete",
                          "nextActionAt": "2026-01-01T14:00:00Z", "reason": ""})),
             entry(json!({"name": "idle", "reason": "idled at 2026-01-01T10:00:00Z"})),
+            entry(json!({"name": "new", "reason": "not inspected yet"})),
         ];
         let text = plan_table(&rows, now);
         let lines: Vec<&str> = text.lines().collect();
@@ -123,5 +124,9 @@ mod tests {
             "{text}"
         );
         assert!(lines[3].contains("<none>"), "{text}");
+        assert!(
+            lines[4].contains("<none>") && lines[4].ends_with("not inspected yet"),
+            "{text}"
+        );
     }
 }

@@ -142,7 +142,7 @@ pub fn table(resource: Resource, objects: &[Value], wide: bool, now: DateTime<Ut
             match resource {
                 Resource::Project => row.extend([
                     str_at(object, "spec.image").to_string(),
-                    str_at(object, "spec.agent").to_string(),
+                    agent_cell(object),
                     str_at(object, "status.title").to_string(),
                     joined_at(object, "status.reap.protectedBy", None),
                     joined_at(object, "status.ports", Some("port")),
@@ -160,6 +160,17 @@ pub fn table(resource: Resource, objects: &[Value], wide: bool, now: DateTime<Ut
         table.row(row);
     }
     table
+}
+
+/// The agent profile with what the agent last reported: `shell (done)`.
+fn agent_cell(object: &Value) -> String {
+    let agent = str_at(object, "spec.agent");
+    let state = str_at(object, "status.agent.state");
+    match (agent.is_empty(), state.is_empty()) {
+        (true, _) => String::new(),
+        (false, true) => agent.to_string(),
+        (false, false) => format!("{agent} ({state})"),
+    }
 }
 
 fn or_default(value: &str, default: &str) -> String {
@@ -187,6 +198,7 @@ mod tests {
             json!({"metadata": {"name": "payments-api", "creationTimestamp": "2026-01-01T11:55:00Z"},
                    "spec": {"displayName": "Payments API", "image": "berth-base", "agent": "shell"},
                    "status": {"phase": "Ready", "step": "Briefed", "title": "Fix the test",
+                              "agent": {"state": "blocked"},
                               "reap": {"protectedBy": ["UnsavedWork", "AgentBlocked"]},
                               "ports": [{"port": 3000, "url": "http://x"}, {"port": 8080}]}}),
             json!({"metadata": {"name": "new", "creationTimestamp": "2026-01-01T11:59:30Z"},
@@ -205,17 +217,14 @@ new            new            Pending             30s
         let first = wide.lines().nth(1).unwrap();
         assert!(
             first.ends_with(
-                "berth-base   shell   Fix the test   UnsavedWork,AgentBlocked   3000,8080"
+                "berth-base   shell (blocked)   Fix the test   UnsavedWork,AgentBlocked   3000,8080"
             ),
             "{first:?}"
         );
         assert!(wide.starts_with("NAME "));
-        assert!(
-            wide.lines()
-                .next()
-                .unwrap()
-                .ends_with("IMAGE        AGENT   TITLE          PROTECTED                  PORTS")
-        );
+        assert!(wide.lines().next().unwrap().ends_with(
+            "IMAGE        AGENT             TITLE          PROTECTED                  PORTS"
+        ));
     }
 
     #[test]

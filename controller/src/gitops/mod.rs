@@ -428,24 +428,27 @@ impl GitOps {
     fn admit(&self, loaded: &[Manifest], set: &str) -> Result<Vec<Desired>, String> {
         let mut batch = Vec::with_capacity(loaded.len());
         for manifest in loaded {
-            let mut admitted = self.admission.admit(&manifest.object).map_err(|causes| {
-                let details: Vec<String> = causes
-                    .iter()
-                    .map(|c| {
-                        if c.field.is_empty() {
-                            c.message.clone()
-                        } else {
-                            format!("{}: {}", c.field, c.message)
-                        }
-                    })
-                    .collect();
-                format!(
-                    "{} ({}): {}",
-                    manifest.source,
-                    manifest.reference(),
-                    details.join("; ")
-                )
-            })?;
+            let mut admitted = self
+                .admission
+                .admit(&manifest.object, &self.store)
+                .map_err(|causes| {
+                    let details: Vec<String> = causes
+                        .iter()
+                        .map(|c| {
+                            if c.field.is_empty() {
+                                c.message.clone()
+                            } else {
+                                format!("{}: {}", c.field, c.message)
+                            }
+                        })
+                        .collect();
+                    format!(
+                        "{} ({}): {}",
+                        manifest.source,
+                        manifest.reference(),
+                        details.join("; ")
+                    )
+                })?;
             admitted
                 .desired
                 .annotations

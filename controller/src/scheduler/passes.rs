@@ -689,6 +689,13 @@ fn plan_reason(object: &StoredObject, status: &ProjectStatus) -> String {
             at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
         ),
         None if reap.next_action.is_some() => "no activity seen since creation".to_string(),
+        None if status
+            .activity
+            .as_ref()
+            .is_none_or(|a| a.inspected_at.is_none()) =>
+        {
+            "not inspected yet".to_string()
+        }
         None => String::new(),
     }
 }

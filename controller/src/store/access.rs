@@ -349,9 +349,13 @@ impl Store {
             return Err(StoreError::not_found("Member", user));
         }
         if keep_one && members.len() == 1 {
-            return Err(StoreError::conflict(format!(
-                "{user:?} is the last member of project {project:?}; only an admin may remove it"
-            )));
+            return Err(StoreError::conflict(
+                "Project",
+                &project,
+                format!(
+                    "{user:?} is the last member of project {project:?}; only an admin may remove it"
+                ),
+            ));
         }
         let result = inner
             .conn

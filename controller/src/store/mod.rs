@@ -42,8 +42,13 @@ pub enum StoreError {
     NotFound { kind: String, name: String },
     #[error("{kind} {name:?} already exists")]
     AlreadyExists { kind: String, name: String },
+    /// A stale resourceVersion, or a displayName another project holds.
     #[error("{message}")]
-    Conflict { message: String },
+    Conflict {
+        kind: String,
+        name: String,
+        message: String,
+    },
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
     #[error("the store database: {0}")]
@@ -65,8 +70,10 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    fn conflict(message: impl Into<String>) -> Self {
+    fn conflict(kind: &str, name: &str, message: impl Into<String>) -> Self {
         StoreError::Conflict {
+            kind: kind.to_string(),
+            name: name.to_string(),
             message: message.into(),
         }
     }
@@ -115,8 +122,9 @@ pub struct Store {
 struct Inner {
     conn: Connection,
     objects: HashMap<String, BTreeMap<String, Arc<StoredObject>>>,
-    /// Normalised `spec.displayName` of every Project → its name.
-    display_names: HashMap<String, String>,
+    /// Normalised `spec.displayName` of every Project → the projects holding it: one, except
+    /// inside a batch write, which must end with one again.
+    display_names: HashMap<String, BTreeSet<String>>,
     /// uid → (kind, name), for records that name objects by uid (LXD labels, events).
     uids: HashMap<String, (String, String)>,
     /// Applyset name → its inventory (`Kind/name`, sorted).
@@ -305,7 +313,7 @@ impl Store {
         self.lock()
             .display_names
             .get(&berth_api::display_name_key(display_name))
-            .cloned()
+            .and_then(|holders| holders.first().cloned())
     }
 
     pub fn create(&self, desired: Desired, dry_run: bool) -> Result<Arc<StoredObject>, StoreError> {
@@ -320,7 +328,9 @@ impl Store {
         dry_run: bool,
     ) -> Result<Arc<StoredObject>, StoreError> {
         self.write_as(creator, dry_run, |inner, pending| {
-            inner.upsert(pending, desired, Mode::Create).map(|(o, _)| o)
+            let (object, _) = inner.upsert(pending, desired, Mode::Create)?;
+            inner.check_display_name(&object)?;
+            Ok(object)
         })
     }
 
@@ -332,7 +342,9 @@ impl Store {
         dry_run: bool,
     ) -> Result<(Arc<StoredObject>, Action), StoreError> {
         self.write(dry_run, |inner, pending| {
-            inner.upsert(pending, desired, Mode::Replace(expected_rv))
+            let written = inner.upsert(pending, desired, Mode::Replace(expected_rv))?;
+            inner.check_display_name(&written.0)?;
+            Ok(written)
         })
     }
 
@@ -353,11 +365,14 @@ impl Store {
         dry_run: bool,
     ) -> Result<(Arc<StoredObject>, Action), StoreError> {
         self.write_as(creator, dry_run, |inner, pending| {
-            inner.upsert(pending, desired, Mode::Apply)
+            let written = inner.upsert(pending, desired, Mode::Apply)?;
+            inner.check_display_name(&written.0)?;
+            Ok(written)
         })
     }
 
-    /// Applies every object in one transaction: all of them are written, or none.
+    /// Applies every object in one transaction: all of them are written, or none. Display names
+    /// must be unique once the whole batch is written, so a batch may swap two.
     pub fn apply_batch(
         &self,
         batch: Vec<Desired>,
@@ -380,8 +395,11 @@ impl Store {
                 failed_at = Some(index);
                 results.push(inner.upsert(pending, desired, Mode::Apply)?);
             }
-            failed_at = None;
-            Ok(results)
+            failed_at = inner.check_display_names(&results).err();
+            match failed_at {
+                Some(index) => Err(inner.display_name_conflict(&results[index].0)),
+                None => Ok(results),
+            }
         })
         .map_err(|error| BatchFailure {
             index: failed_at,
@@ -445,7 +463,8 @@ impl Store {
                 finalizers: Some(finalizers),
                 spec: current.spec.clone(),
             };
-            inner.upsert(pending, desired, Mode::Replace(expected_rv))?;
+            let (written, _) = inner.upsert(pending, desired, Mode::Replace(expected_rv))?;
+            inner.check_display_name(&written)?;
             Ok(inner.get(kind, name))
         })
     }
@@ -505,7 +524,6 @@ impl Store {
                 inventory.push(format!("{}/{}", desired.kind, desired.name));
                 applied.push(inner.upsert(pending, desired, Mode::Apply)?);
             }
-            failed_at = None;
             inventory.sort();
             inventory.dedup();
             let mut pruned = Vec::new();
@@ -553,6 +571,11 @@ impl Store {
                 inventory.sort();
             }
             inner.record_inventory(pending, set, inventory);
+            // Checked on the end state: what the batch renamed or pruned no longer holds a name.
+            failed_at = inner.check_display_names(&applied).err();
+            if let Some(index) = failed_at {
+                return Err(inner.display_name_conflict(&applied[index].0));
+            }
             Ok(AppliedSet { applied, pruned })
         })
         .map_err(|error| BatchFailure {
@@ -761,7 +784,6 @@ impl Inner {
                 spec: desired.spec,
                 status: Value::Null,
             });
-            self.check_display_name(&object)?;
             self.put(pending, Arc::clone(&object));
             if object.kind == PROJECT_KIND
                 && let Some(creator) = pending.creator.clone()
@@ -797,7 +819,6 @@ impl Inner {
                 .push(Change::new(ChangeType::Deleted, &next, true));
             return Ok((next, Action::Configured));
         }
-        self.check_display_name(&next)?;
         self.put(pending, Arc::clone(&next));
         pending
             .changes
@@ -871,12 +892,59 @@ impl Inner {
         });
     }
 
+    /// Another project holding the display name of `object`, which was just written.
+    fn display_name_holder(&self, object: &StoredObject) -> Option<&str> {
+        let display = display_name_of(object)?;
+        // A write that removed the object holds nothing.
+        self.get(&object.kind, object.name())?;
+        self.display_names
+            .get(&display)?
+            .iter()
+            .find(|holder| *holder != object.name())
+            .map(String::as_str)
+    }
+
     fn check_display_name(&self, object: &StoredObject) -> Result<(), StoreError> {
-        let Some(display) = display_name_of(object) else {
-            return Ok(());
-        };
-        match self.display_names.get(&display) {
-            Some(holder) if holder != object.name() => Err(StoreError::conflict(format!(
+        match self.display_name_holder(object) {
+            Some(_) => Err(self.display_name_conflict(object)),
+            None => Ok(()),
+        }
+    }
+
+    /// The index of the first written object whose display name another project holds; of two
+    /// in the batch, the later one took it.
+    fn check_display_names(&self, written: &[(Arc<StoredObject>, Action)]) -> Result<(), usize> {
+        let position: HashMap<&str, usize> = written
+            .iter()
+            .enumerate()
+            .map(|(index, (object, _))| (object.name(), index))
+            .collect();
+        for (index, (object, action)) in written.iter().enumerate() {
+            let Some(display) = display_name_of(object) else {
+                continue;
+            };
+            if *action == Action::Unchanged || self.get(&object.kind, object.name()).is_none() {
+                continue;
+            }
+            let taken = self.display_names.get(&display).is_some_and(|holders| {
+                holders.iter().any(|holder| {
+                    holder != object.name()
+                        && position.get(holder.as_str()).is_none_or(|at| *at < index)
+                })
+            });
+            if taken {
+                return Err(index);
+            }
+        }
+        Ok(())
+    }
+
+    fn display_name_conflict(&self, object: &StoredObject) -> StoreError {
+        let holder = self.display_name_holder(object).unwrap_or_default();
+        StoreError::conflict(
+            &object.kind,
+            object.name(),
+            format!(
                 "spec.displayName: {:?} is already the display name of project {holder:?}",
                 object
                     .spec
@@ -884,9 +952,8 @@ impl Inner {
                     .and_then(Value::as_str)
                     .unwrap_or(object.name())
                     .trim()
-            ))),
-            _ => Ok(()),
-        }
+            ),
+        )
     }
 
     /// Puts `object` in memory, remembering what it replaced.
@@ -930,15 +997,18 @@ impl Inner {
             None => objects.remove(name),
         };
         if let Some(display) = previous.as_deref().and_then(display_name_of)
-            && self
-                .display_names
-                .get(&display)
-                .is_some_and(|holder| holder == name)
+            && let Some(holders) = self.display_names.get_mut(&display)
         {
-            self.display_names.remove(&display);
+            holders.remove(name);
+            if holders.is_empty() {
+                self.display_names.remove(&display);
+            }
         }
         if let Some(display) = object.as_deref().and_then(display_name_of) {
-            self.display_names.insert(display, name.to_string());
+            self.display_names
+                .entry(display)
+                .or_default()
+                .insert(name.to_string());
         }
         if let Some(previous) = &previous {
             self.uids.remove(previous.uid());
@@ -1068,15 +1138,17 @@ impl Inner {
 
 fn check_rv(current: &StoredObject, expected_rv: Option<u64>) -> Result<(), StoreError> {
     match expected_rv {
-        Some(expected) if expected != current.resource_version() => {
-            Err(StoreError::conflict(format!(
+        Some(expected) if expected != current.resource_version() => Err(StoreError::conflict(
+            &current.kind,
+            current.name(),
+            format!(
                 "{} {:?} was modified (resourceVersion {} is stale, now {}); read it again and retry",
                 current.kind,
                 current.name(),
                 expected,
                 current.resource_version()
-            )))
-        }
+            ),
+        )),
         _ => Ok(()),
     }
 }
@@ -1103,7 +1175,7 @@ fn json_column<T: serde::de::DeserializeOwned>(
 
 type Loaded = (
     HashMap<String, BTreeMap<String, Arc<StoredObject>>>,
-    HashMap<String, String>,
+    HashMap<String, BTreeSet<String>>,
     HashMap<String, (String, String)>,
 );
 
@@ -1140,7 +1212,7 @@ fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
         })
     })?;
     let mut objects: HashMap<String, BTreeMap<String, Arc<StoredObject>>> = HashMap::new();
-    let mut display_names = HashMap::new();
+    let mut display_names: HashMap<String, BTreeSet<String>> = HashMap::new();
     let mut uids = HashMap::new();
     for row in rows {
         let object = Arc::new(row?);
@@ -1149,7 +1221,10 @@ fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
             (object.kind.clone(), object.name().to_string()),
         );
         if let Some(display) = display_name_of(&object) {
-            display_names.insert(display, object.name().to_string());
+            display_names
+                .entry(display)
+                .or_default()
+                .insert(object.name().to_string());
         }
         objects
             .entry(object.kind.clone())

@@ -251,6 +251,57 @@ fn display_names_are_unique_case_insensitively_after_trimming() {
 }
 
 #[test]
+fn display_names_are_unique_in_a_batch_end_state() {
+    let (_dir, store) = open();
+    store
+        .apply_batch(
+            vec![
+                project("a", json!({"displayName": "Alpha"})),
+                project("b", json!({"displayName": "Beta"})),
+            ],
+            false,
+        )
+        .unwrap();
+    // (batch of (name, displayName), failing index wanted)
+    type Batch = &'static [(&'static str, &'static str)];
+    let cases: &[(Batch, Option<usize>)] = &[
+        (&[("a", "Beta"), ("b", "Alpha")], None),
+        (&[("a", "Alpha"), ("b", "Beta")], None),
+        (&[("c", "Gamma"), ("d", "gamma ")], Some(1)),
+        (&[("c", "Gamma"), ("a", "beta ")], Some(1)),
+        (&[("c", "BETA")], Some(0)),
+        (&[("a", "Beta")], Some(0)),
+    ];
+    for (batch, wanted) in cases {
+        let before = store.resource_version();
+        let desired = batch
+            .iter()
+            .map(|(name, display)| project(name, json!({"displayName": display})))
+            .collect();
+        let result = store.apply_batch(desired, false);
+        match wanted {
+            None => {
+                result.unwrap_or_else(|f| panic!("{batch:?}: {f}"));
+            }
+            Some(index) => {
+                let failure = result.expect_err("a clash");
+                assert_eq!(failure.index, Some(*index), "{batch:?}");
+                assert!(
+                    matches!(&failure.error, StoreError::Conflict { name, .. } if name == batch[*index].0),
+                    "{batch:?}: {failure}"
+                );
+                assert_eq!(store.resource_version(), before, "{batch:?} wrote");
+            }
+        }
+    }
+    assert_eq!(
+        store.project_with_display_name("alpha").as_deref(),
+        Some("a")
+    );
+    assert!(store.get("Project", "c").is_none());
+}
+
+#[test]
 fn a_failing_batch_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("berth.db");

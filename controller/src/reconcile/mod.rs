@@ -26,7 +26,6 @@ pub mod triggers;
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_api::Resources;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -81,8 +80,6 @@ pub struct ControllerSettings {
     pub pool_enforces_quotas: bool,
     /// Cluster member or group to place containers and volumes on.
     pub target: Option<String>,
-    /// The fleet envelope: a project limit equal to it is best effort.
-    pub fleet_resources: Resources,
     /// Reconciles that may run at once.
     pub workers: usize,
     /// How often every project is checked for drift the events missed.
@@ -97,7 +94,6 @@ impl Default for ControllerSettings {
             storage_pool: "default".to_string(),
             pool_enforces_quotas: false,
             target: None,
-            fleet_resources: Resources::default(),
             workers: 8,
             resync_interval: Duration::from_secs(30),
             backoff: Backoff::default(),

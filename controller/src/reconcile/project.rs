@@ -224,7 +224,14 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
         }
     }
 
-    let envelope = envelope_of(&spec.resources, &ctx.settings.fleet_resources);
+    let envelope = envelope_of(
+        &spec.resources,
+        object
+            .metadata
+            .annotations
+            .get(annotations::OVERRIDES)
+            .map(String::as_str),
+    );
     let layout = DurableLayout::new(
         object.uid(),
         envelope.workspace_bytes.map(|l| l.value),
@@ -1179,36 +1186,36 @@ fn expected_containers(store: &Store) -> HashSet<String> {
         .collect()
 }
 
-/// The project's envelope. A limit the spec leaves out comes from the fleet defaults; a limit
-/// equal to the fleet default also counts as the fleet's (admission may have copied it into the
-/// spec): both are best effort. Any other limit is the project's own and must apply.
-pub fn envelope_of(spec: &Resources, fleet: &Resources) -> Envelope {
-    fn limit<T: PartialEq>(
-        value: Option<&T>,
-        fleet: Option<&T>,
-        amount: impl Fn(&T) -> u64,
-    ) -> Option<Limit> {
-        match value {
-            Some(value) if Some(value) != fleet => Some(Limit {
-                value: amount(value),
-                origin: Origin::Project,
-            }),
-            _ => fleet.map(|f| Limit {
-                value: amount(f),
-                origin: Origin::FleetDefault,
-            }),
-        }
-    }
+/// The project's envelope, from the limits its stored spec holds. Admission fills the fields a
+/// manifest leaves out from the fleet defaults and lists the ones a manifest set itself in the
+/// `berth.dev/overrides` annotation: those are the project's own and must apply; the others
+/// came from the fleet and are best effort.
+pub fn envelope_of(spec: &Resources, overrides: Option<&str>) -> Envelope {
+    let own: HashSet<&str> = overrides
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .collect();
+    let limit = |field: &str, value: Option<u64>| {
+        value.map(|value| Limit {
+            value,
+            origin: if own.contains(field) {
+                Origin::Project
+            } else {
+                Origin::FleetDefault
+            },
+        })
+    };
     Envelope {
-        cpu_millis: limit(spec.cpu.as_ref(), fleet.cpu.as_ref(), |c| c.millis()),
-        memory_bytes: limit(spec.memory.as_ref(), fleet.memory.as_ref(), |q| {
-            q.as_bytes()
-        }),
-        disk_bytes: limit(spec.disk.as_ref(), fleet.disk.as_ref(), |q| q.as_bytes()),
+        cpu_millis: limit("resources.cpu", spec.cpu.as_ref().map(|c| c.millis())),
+        memory_bytes: limit(
+            "resources.memory",
+            spec.memory.as_ref().map(|q| q.as_bytes()),
+        ),
+        disk_bytes: limit("resources.disk", spec.disk.as_ref().map(|q| q.as_bytes())),
         workspace_bytes: limit(
-            spec.workspace_size.as_ref(),
-            fleet.workspace_size.as_ref(),
-            |q| q.as_bytes(),
+            "resources.workspaceSize",
+            spec.workspace_size.as_ref().map(|q| q.as_bytes()),
         ),
     }
 }
@@ -1219,18 +1226,16 @@ mod tests {
 
     #[test]
     fn envelope_tells_project_limits_from_fleet_defaults() {
-        let fleet = Resources {
-            cpu: Some("2".parse().unwrap()),
-            memory: Some("4GiB".parse().unwrap()),
-            ..Resources::default()
-        };
         let spec = Resources {
             cpu: Some("2".parse().unwrap()),
             memory: Some("1GiB".parse().unwrap()),
             workspace_size: Some("10GiB".parse().unwrap()),
             ..Resources::default()
         };
-        let envelope = envelope_of(&spec, &fleet);
+        let envelope = envelope_of(
+            &spec,
+            Some("image,resources.memory,resources.workspaceSize"),
+        );
         assert_eq!(
             envelope.cpu_millis,
             Some(Limit {
@@ -1250,13 +1255,18 @@ mod tests {
             envelope.workspace_bytes.map(|l| l.origin),
             Some(Origin::Project)
         );
-        let defaulted = envelope_of(&Resources::default(), &fleet);
+        // Without overrides every limit came from the fleet, whatever today's defaults are.
+        let defaulted = envelope_of(&spec, None);
         assert_eq!(
             defaulted.memory_bytes,
             Some(Limit {
-                value: 4 << 30,
+                value: 1 << 30,
                 origin: Origin::FleetDefault
             })
+        );
+        assert_eq!(
+            envelope_of(&Resources::default(), None),
+            Envelope::default()
         );
     }
 }

@@ -17,7 +17,6 @@ use crate::runtime::Runtime;
 /// The controller's settings from berth.yaml (validated when it was loaded); a value that
 /// does not parse names its key.
 pub fn settings_from_config(config: &Config) -> Result<ControllerSettings, String> {
-    let fleet_resources = config.defaults.resources.clone();
     let interval: BerthDuration = config
         .scheduler
         .interval
@@ -29,7 +28,6 @@ pub fn settings_from_config(config: &Config) -> Result<ControllerSettings, Strin
         // Known once LXD answers (`pool_enforces_sizes`); until then sizes are not promised.
         pool_enforces_quotas: false,
         target,
-        fleet_resources,
         workers: config.scheduler.workers.max(1) as usize,
         resync_interval: interval.as_std().max(Duration::from_secs(1)),
         ..ControllerSettings::default()

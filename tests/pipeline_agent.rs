@@ -98,6 +98,27 @@ fn delete_secret(berth: &Berth, project: &str, key: &str) {
     );
 }
 
+/// Runs the `berth` CLI against the test's daemon, with `stdin` as its input.
+fn berth_cli(berth: &Berth, args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--server")
+        .arg(&berth.socket)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run berth");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().expect("berth output")
+}
+
 /// Polls a shell check in the container until it succeeds.
 fn wait_in_container(name: &str, what: &str, script: &str) {
     let deadline = Instant::now() + DEADLINE;
@@ -237,7 +258,6 @@ fn pipeline_reaches_briefed_through_crashes_between_steps() {
         "{seeded:?}"
     );
     assert!(seeded.contains_key("/workspace/AGENTS.md"), "{seeded:?}");
-
     // One clone (its event below counts them): the repository's single commit.
     assert_eq!(
         exec(&name, "git -C /workspace rev-list --count HEAD")
@@ -444,5 +464,69 @@ fn pipeline_secrets_reach_a_project_without_agent() {
         "! grep -q PLAIN_TOKEN /workspace/.env 2>/dev/null",
     );
     wait_lxd_env(&name, "PLAIN_TOKEN", "");
+    berth.delete_project(&name);
+}
+
+#[test]
+fn pipeline_a_secret_set_after_provisioning_stays_out_of_git() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    let url = git_repo(berth.dir.path());
+    berth.create_project(&name, json!({"image": "berth-base", "repo": {"url": url}}));
+    let project = berth.wait_ready(&name);
+    assert_eq!(project["status"]["step"], "CheckedOut");
+    assert_eq!(
+        exec(&name, "git -C /workspace status --porcelain").unwrap(),
+        ""
+    );
+
+    let out = berth_cli(
+        &berth,
+        &["secret", "set", &name, "LATE_TOKEN"],
+        "late-value\n",
+    );
+    assert!(out.status.success(), "berth secret set: {out:?}");
+    wait_in_container(
+        &name,
+        "the secret in .env",
+        "grep -q '^LATE_TOKEN=late-value$' /workspace/.env",
+    );
+
+    // The secret is nothing git would add, commit or push, and not the user's unsaved work.
+    let hash = exec(&name, "sha256sum < /workspace/.env").unwrap();
+    let hash = hash.split_whitespace().next().unwrap().to_string();
+    berth.wait_for(&name, "the .env recorded as berth's", |p| {
+        p["status"]["seededFiles"]["/workspace/.env"] == hash.as_str()
+    });
+    assert_eq!(
+        exec(&name, "git -C /workspace status --porcelain").unwrap(),
+        ""
+    );
+    assert_eq!(
+        exec(&name, "git -C /workspace check-ignore .env").unwrap(),
+        ".env\n"
+    );
+    assert_eq!(
+        exec(
+            &name,
+            "git -C /workspace add -A && git -C /workspace diff --cached --name-only"
+        )
+        .unwrap(),
+        ""
+    );
+    // Converging again lists it once.
+    let out = berth_cli(&berth, &["secret", "set", &name, "OTHER_TOKEN"], "other\n");
+    assert!(out.status.success(), "berth secret set: {out:?}");
+    wait_in_container(
+        &name,
+        "the second secret in .env",
+        "grep -q '^OTHER_TOKEN=other$' /workspace/.env",
+    );
+    assert_eq!(
+        exec(&name, "grep -c '^/.env$' /workspace/.git/info/exclude")
+            .unwrap()
+            .trim(),
+        "1"
+    );
     berth.delete_project(&name);
 }

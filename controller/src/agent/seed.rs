@@ -149,7 +149,8 @@ pub async fn seed(
         return Err(refuse(ENV_FILE, what));
     }
     let (hash, changed) = converge_env(rt, instance, &env_found, &env).await?;
-    if changed {
+    // A `.env` that went away has no mode to set.
+    if changed && hash.is_some() {
         report.changed.push(ENV_FILE.to_string());
     }
     if let Some(hash) = hash {
@@ -187,6 +188,8 @@ pub async fn seed(
 /// Converges `.env` alone: for secrets propagation after the workspace was seeded (a new,
 /// changed or deleted secret), without touching any other seeded file. Returns the record with
 /// the new `.env` entry (or without one, when no values are left) and whether it was rewritten.
+/// In a git workspace berth's files are listed in `.git/info/exclude` as [`seed`] lists them: a
+/// secret must never show up as a file to commit, whenever `.env` first appears.
 pub async fn sync_env(
     rt: &dyn Runtime,
     instance: &str,
@@ -195,7 +198,7 @@ pub async fn sync_env(
     previous: &WrittenFiles,
 ) -> Result<(WrittenFiles, bool)> {
     let entries = env_entries(env, secrets);
-    let (_, found) = probe(rt, instance, &[ENV_FILE]).await?;
+    let (is_git, found) = probe(rt, instance, &[ENV_FILE]).await?;
     let found = found.get(ENV_FILE).cloned().unwrap_or(Found::Missing);
     if matches!(found, Found::NotRegular | Found::Escapes) {
         return Err(AgentError::SeedFailed {
@@ -205,29 +208,19 @@ pub async fn sync_env(
     }
     let (hash, changed) = converge_env(rt, instance, &found, &entries).await?;
     let mut written = previous.clone();
-    match hash {
-        Some(hash) => written.record(ENV_FILE, &hash),
+    match &hash {
+        Some(hash) => written.record(ENV_FILE, hash),
         None => {
             written.files.remove(ENV_FILE);
         }
     }
-    if changed {
-        let out = run_script(
-            rt,
-            instance,
-            REASON,
-            r#"chmod 600 "$1""#,
-            &[ENV_FILE],
-            &BTreeMap::new(),
-            SEED_TIMEOUT,
-        )
-        .await?;
-        if !out.success() {
-            return Err(AgentError::SeedFailed {
-                path: ENV_FILE.to_string(),
-                message: format!("chmod failed: {}", output_tail(&out, 3)),
-            });
-        }
+    let modes: &[(u32, &str)] = if changed && hash.is_some() {
+        &[(0o600, ENV_FILE)]
+    } else {
+        &[]
+    };
+    if !modes.is_empty() || (is_git && !written.files.is_empty()) {
+        finish(rt, instance, modes, &written).await?;
     }
     Ok((written, changed))
 }
@@ -256,6 +249,18 @@ async fn converge_env(
         _ => String::new(),
     };
     let content = env_file_with_block(&existing, entries);
+    if content.is_empty() && !existing.is_empty() {
+        // Nothing but berth's block was there: the file goes with it, rather than stay
+        // behind empty as a file nobody wrote.
+        rt.file_delete(instance, ENV_FILE)
+            .await
+            .map_err(|source| AgentError::Runtime {
+                reason: REASON,
+                what: format!("delete {ENV_FILE} in {instance}"),
+                source,
+            })?;
+        return Ok((None, true));
+    }
     let changed = content != existing || !matches!(found, Found::File(_));
     if changed {
         write_file(rt, instance, REASON, ENV_FILE, content.as_bytes(), 0o600).await?;

@@ -530,3 +530,106 @@ fn pipeline_a_secret_set_after_provisioning_stays_out_of_git() {
     );
     berth.delete_project(&name);
 }
+
+#[test]
+fn pipeline_a_new_brief_is_handed_to_the_running_agent() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    let profile = format!("shell-{}", &name[name.len() - 8..]);
+    apply_profile(&berth, &profile);
+    berth.create_project(
+        &name,
+        json!({"image": "berth-base", "agent": profile, "brief": "First brief\necho one\n"}),
+    );
+    let first = berth.wait_for(&name, "the first brief done", |p| {
+        p["status"]["agent"]["state"] == "done" && p["status"]["step"] == "Briefed"
+    });
+    let first_id = first["status"]["briefId"].as_str().unwrap().to_string();
+    assert_eq!(first["status"]["agent"]["briefId"], first_id.as_str());
+
+    // Waits for the brief of the project's current generation to be acknowledged, failing if
+    // status ever calls that generation Briefed for a brief the agent did not acknowledge.
+    let briefed_anew = |what: &str, old: &str| -> Value {
+        berth.wait_for(&name, what, |p| {
+            let status = &p["status"];
+            let current = status["observedGeneration"] == p["metadata"]["generation"];
+            let ready = ready_reason(p).is_some_and(|(s, _)| s == "True");
+            assert!(
+                !(current && ready && status["briefId"] == old),
+                "Ready for a brief the agent did not get: {status}"
+            );
+            if current && ready {
+                assert_eq!(status["agent"]["briefId"], status["briefId"], "{status}");
+            }
+            current && ready && status["step"] == "Briefed"
+        })
+    };
+
+    // The agent finished: the new brief gets a runner of its own.
+    berth.patch_project(
+        &name,
+        json!({"spec": {"brief": "Second brief\necho two\n"}}),
+    );
+    let second = briefed_anew("briefed with the second brief", &first_id);
+    let second_id = second["status"]["briefId"].as_str().unwrap().to_string();
+    assert_ne!(second_id, first_id);
+    wait_in_container(
+        &name,
+        "the second brief done",
+        "grep -q '\"state\":\"done\"' /run/berth/agent.json",
+    );
+    assert_eq!(
+        exec(&name, "cat /run/berth/shell.log").unwrap(),
+        "First brief\necho one\nSecond brief\necho two\n"
+    );
+    assert_eq!(
+        exec(&name, "cat /run/berth/brief.md").unwrap(),
+        "Second brief\necho two\n"
+    );
+    assert_eq!(runner_starts(&berth, &name), 2);
+
+    // The agent still works the third brief (it waits for an answer) when a fourth comes: no
+    // second runner, and status says what it waits for.
+    berth.patch_project(
+        &name,
+        json!({"spec": {"brief": "Third brief\nBLOCK: go on?\necho three\n"}}),
+    );
+    let third = briefed_anew("briefed with the third brief", &second_id);
+    let third_id = third["status"]["briefId"].as_str().unwrap().to_string();
+    berth.wait_for(&name, "blocked on the third brief", |p| {
+        p["status"]["agent"]["state"] == "blocked"
+    });
+    berth.patch_project(
+        &name,
+        json!({"spec": {"brief": "Fourth brief\necho four\n"}}),
+    );
+    let waiting = berth.wait_for(&name, "waiting for the busy runner", |p| {
+        p["status"]["observedGeneration"] == p["metadata"]["generation"]
+            && ready_reason(p).is_some_and(|(s, r)| s == "False" && r == "RunnerBusy")
+    });
+    let message = waiting["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&third_id) && message.contains("berth answer"),
+        "{message}"
+    );
+    assert_eq!(runner_starts(&berth, &name), 3);
+
+    let out = berth_cli(&berth, &["answer", &name, "yes"], "");
+    assert!(out.status.success(), "berth answer: {out:?}");
+    let fourth = briefed_anew("briefed with the fourth brief", &third_id);
+    assert_ne!(fourth["status"]["briefId"], third_id.as_str());
+    wait_in_container(
+        &name,
+        "the fourth brief done",
+        "grep -q '\"state\":\"done\"' /run/berth/agent.json && grep -q '^echo four$' /run/berth/shell.log",
+    );
+    let log = exec(&name, "cat /run/berth/shell.log").unwrap();
+    assert!(
+        log.ends_with("Third brief\nanswer: yes\necho three\nFourth brief\necho four\n"),
+        "{log}"
+    );
+    assert_eq!(runner_starts(&berth, &name), 4);
+
+    berth.delete_project(&name);
+    delete_profile(&berth, &profile);
+}

@@ -1,23 +1,18 @@
 //! The later steps performed for real: [`AgentSteps`] runs Bootstrapped, CheckedOut, Seeded,
 //! RunnerStarted and Briefed through [`crate::agent`], and keeps a provisioned workspace in step
-//! with its secrets and its agent's own report afterwards.
+//! with its secrets, its brief and its agent's own report afterwards.
 //!
 //! What a step must remember (the files berth seeded, the brief id, the agent's report) is
-//! written into the project's status before the step is called done. The reconciler commits the
-//! status it decoded when its pass began, so a step that records something writes it to the
-//! store and then answers `Waiting` with the `Ready` condition exactly as stored and no delay:
-//! the reconciler's commit then changes nothing, and the next pass, starting from the recorded
-//! status, finishes the step. Writes made outside a reconcile (secrets propagation, the agent's
-//! report on a Ready project) hold the project's queue slot, so no pass overwrites them.
+//! written into the project's status before the step goes on or is called done. The reconciler's commit lays only the fields it changed onto the stored status,
+//! so these records survive it. Writes made outside a reconcile (secrets propagation, the
+//! agent's report) hold the project's queue slot as well.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use berth_api::{
-    AgentProfileSpec, ConditionStatus, Phase, ProjectSpec, ProjectStatus, Step, condition_types,
-};
+use berth_api::{AgentProfileSpec, ConditionStatus, Phase, ProjectSpec, ProjectStatus, Step};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -35,6 +30,8 @@ pub const SECRETS_SYNCED: &str = "SecretsSynced";
 pub const PROFILE_NOT_FOUND: &str = "ProfileNotFound";
 /// Reason of an agent silent past the brief deadline.
 pub const BRIEF_NOT_ACKNOWLEDGED: &str = "BriefNotAcknowledged";
+/// Reason of a new brief waiting for the runner of the previous one to exit.
+pub const RUNNER_BUSY: &str = "RunnerBusy";
 /// Prefix of the LXD config keys that put a value into every process's environment.
 const LXD_ENV_PREFIX: &str = "environment.";
 
@@ -42,6 +39,8 @@ const LXD_ENV_PREFIX: &str = "environment.";
 const RETRY: Duration = Duration::from_secs(15);
 /// How often an unacknowledged brief is looked at again.
 const BRIEF_POLL: Duration = Duration::from_secs(2);
+/// How often a new brief looks whether the previous brief's runner has exited.
+const RUNNER_BUSY_POLL: Duration = Duration::from_secs(5);
 
 /// Settings of the agent steps.
 #[derive(Debug, Clone)]
@@ -173,7 +172,9 @@ impl AgentSteps {
             return;
         };
         let stale_secrets = self.synced_revision(object.uid()) != Some(revision);
-        let briefed = step == Step::Briefed;
+        // A runner was handed a brief in this boot: its reports are copied also while a new
+        // brief waits for it to exit, so a question it asks is seen (and can be answered).
+        let briefed = step >= Step::Seeded && status.brief_id.is_some();
         if !stale_secrets && !briefed {
             return;
         }
@@ -421,26 +422,6 @@ impl AgentSteps {
         }
     }
 
-    /// The `Waiting` that leaves the stored `Ready` condition as it is, to be reconciled again at
-    /// once: after a step recorded something itself (see the module comment).
-    fn recorded(&self, name: &str) -> StepOutcome {
-        let (reason, message) = self
-            .store
-            .get(PROJECT_KIND, name)
-            .map(|object| {
-                let status = decode_status(&object);
-                berth_api::find_condition(&status.conditions, condition_types::READY)
-                    .map(|c| (c.reason.clone(), c.message.clone()))
-                    .unwrap_or_default()
-            })
-            .unwrap_or_default();
-        StepOutcome::Waiting {
-            reason,
-            message,
-            retry_after: Duration::ZERO,
-        }
-    }
-
     async fn bootstrap(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
         let profiles = match self.profiles(project.spec) {
             Ok(profiles) => profiles,
@@ -538,7 +519,6 @@ impl AgentSteps {
                 s.seeded_files = report.written.files.clone()
             })
             .map_err(|e| internal("recording the seeded files", e))?;
-            return Ok(self.recorded(project.name));
         }
         Ok(StepOutcome::Done)
     }
@@ -560,17 +540,13 @@ impl AgentSteps {
                 });
             }
         };
-        let Some(object) = self.store.get(PROJECT_KIND, project.name) else {
-            return Ok(StepOutcome::Done);
-        };
-        let status = decode_status(&object);
-        let brief_id = brief_id(project.uid, object.generation(), &project.spec.brief);
+        let status = self.status(project.name);
+        let brief_id = brief_id(project.uid, &project.spec.brief);
         if status.brief_id.as_deref() != Some(brief_id.as_str()) {
             // Recorded before the runner gets it, so a crash between the two hands over the
             // same id again.
             self.record(project.name, |s| s.brief_id = Some(brief_id.clone()))
                 .map_err(|e| internal("recording the brief id", e))?;
-            return Ok(self.recorded(project.name));
         }
         // After a boot the brief is handed again only while the agent has not finished it.
         let finished = status.agent.as_ref().is_some_and(|a| {
@@ -601,6 +577,24 @@ impl AgentSteps {
                 Ok(StepOutcome::Done)
             }
             Ok(agent::RunnerOutcome::AlreadyStarted { .. }) => Ok(StepOutcome::Done),
+            Ok(agent::RunnerOutcome::Busy { pid, brief_id: old }) => {
+                let blocked = status.agent.as_ref().is_some_and(|a| {
+                    a.state == berth_api::AgentState::Blocked
+                        && a.brief_id.as_deref() == Some(old.as_str())
+                });
+                let hint = if blocked {
+                    "; it waits for an answer (berth answer), or berth restart hands over the new brief at once"
+                } else {
+                    ""
+                };
+                Ok(StepOutcome::Waiting {
+                    reason: RUNNER_BUSY.to_string(),
+                    message: format!(
+                        "the runner (pid {pid}) is still working brief {old}; brief {brief_id} is handed over once it exits{hint}"
+                    ),
+                    retry_after: RUNNER_BUSY_POLL,
+                })
+            }
             Err(e) => failed(e),
         }
     }
@@ -623,7 +617,6 @@ impl AgentSteps {
             if agent_changed(&status, report) {
                 self.record(project.name, |s| apply_report(s, report))
                     .map_err(|e| internal("recording the agent's report", e))?;
-                return Ok(self.recorded(project.name));
             }
             return Ok(StepOutcome::Done);
         }
@@ -672,6 +665,22 @@ impl LaterSteps for AgentSteps {
         asked_for(spec, step)
     }
 
+    /// A brief other than the one handed over makes RunnerStarted and Briefed due again: the
+    /// agent gets the new one, and until it acknowledges it the project is not Briefed.
+    fn outdated(&self, project: &StepContext<'_>, done: Step) -> Option<(Step, String)> {
+        if done < Step::RunnerStarted || project.spec.agent.is_none() {
+            return None;
+        }
+        let handed = self.status(project.name).brief_id?;
+        let current = brief_id(project.uid, &project.spec.brief);
+        (handed != current).then(|| {
+            (
+                Step::Seeded,
+                format!("spec.brief changed: brief {current} replaces brief {handed}"),
+            )
+        })
+    }
+
     async fn run(
         &self,
         project: &StepContext<'_>,
@@ -713,10 +722,11 @@ fn internal(what: &str, e: impl std::fmt::Display) -> RuntimeError {
     }
 }
 
-/// The id of a brief: the same for the same project, generation and text, so recording it again
-/// after a crash names the same brief.
-pub fn brief_id(uid: &str, generation: i64, brief: &str) -> String {
-    let digest = agent::sha256_hex(format!("{uid}\0{generation}\0{brief}").as_bytes());
+/// The id of a brief: the same for the same project and text, so recording it again after a
+/// crash names the same brief, and a spec change that leaves the brief alone (a new generation
+/// all the same) hands nothing over again.
+pub fn brief_id(uid: &str, brief: &str) -> String {
+    let digest = agent::sha256_hex(format!("{uid}\0{brief}").as_bytes());
     format!("b-{}", &digest[..16])
 }
 
@@ -750,11 +760,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_brief_id_names_uid_generation_and_text() {
-        let a = brief_id("u", 1, "do it");
-        assert_eq!(a, brief_id("u", 1, "do it"));
-        assert_ne!(a, brief_id("u", 2, "do it"));
-        assert_ne!(a, brief_id("u", 1, "do it again"));
+    fn a_brief_id_names_project_and_text() {
+        let a = brief_id("u", "do it");
+        assert_eq!(a, brief_id("u", "do it"));
+        assert_ne!(a, brief_id("v", "do it"));
+        assert_ne!(a, brief_id("u", "do it again"));
         assert!(a.len() <= 128 && a.chars().all(|c| c.is_ascii_graphic()));
     }
 
@@ -788,7 +798,19 @@ mod fake_runtime_tests {
     struct Setup {
         _dir: tempfile::TempDir,
         store: Arc<Store>,
+        fake: Arc<FakeRuntime>,
         steps: AgentSteps,
+    }
+
+    fn desired(kind: &str, name: &str, spec: Value) -> Desired {
+        Desired {
+            kind: kind.into(),
+            name: name.into(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            finalizers: None,
+            spec,
+        }
     }
 
     fn setup(spec: Value) -> Setup {
@@ -796,29 +818,55 @@ mod fake_runtime_tests {
         let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
         let secrets = Arc::new(Secrets::open(store.clone(), dir.path()).unwrap());
         store
+            .apply(desired(PROJECT_KIND, "p", spec), false)
+            .unwrap();
+        store
             .apply(
-                Desired {
-                    kind: PROJECT_KIND.into(),
-                    name: "p".into(),
-                    labels: BTreeMap::new(),
-                    annotations: BTreeMap::new(),
-                    finalizers: None,
-                    spec,
-                },
+                desired(
+                    PROFILE_KIND,
+                    "shell",
+                    json!({"home": "/root/.shell", "install": {"check": "true"},
+                        "runner": {"command": ["true"]}}),
+                ),
                 false,
             )
             .unwrap();
+        let fake = Arc::new(FakeRuntime::new());
         let steps = AgentSteps::new(
             store.clone(),
             secrets,
-            Arc::new(FakeRuntime::new()),
+            fake.clone(),
             AgentSettings::default(),
         );
         Setup {
             _dir: dir,
             store,
+            fake,
             steps,
         }
+    }
+
+    /// Puts the project's container in the fake, in `status`.
+    fn container(setup: &Setup, status: crate::runtime::InstanceStatus) {
+        setup.fake.insert_instance(crate::runtime::Instance {
+            name: "p".into(),
+            status,
+            status_code: 0,
+            location: "none".into(),
+            profiles: Vec::new(),
+            config: BTreeMap::new(),
+            devices: BTreeMap::new(),
+            created_at: None,
+            last_used_at: None,
+            state: None,
+        });
+    }
+
+    fn write_status(setup: &Setup, status: Value) {
+        setup
+            .store
+            .update_status(PROJECT_KIND, "p", None, status, false)
+            .unwrap();
     }
 
     async fn run(setup: &Setup, step: Step) -> StepOutcome {
@@ -851,12 +899,7 @@ mod fake_runtime_tests {
     async fn a_silent_agent_is_brief_not_acknowledged_past_the_deadline() {
         let setup = setup(json!({"agent": "shell", "brief": "hi"}));
         let started = |minutes: i64| (Utc::now() - chrono::Duration::minutes(minutes)).to_rfc3339();
-        let write = |status: Value| {
-            setup
-                .store
-                .update_status(PROJECT_KIND, "p", None, status, false)
-                .unwrap();
-        };
+        let write = |status: Value| write_status(&setup, status);
 
         write(json!({"step": "RunnerStarted", "briefId": "b-1",
             "controller": {"stepStartedAt": started(1)}}));
@@ -879,28 +922,86 @@ mod fake_runtime_tests {
     #[tokio::test]
     async fn the_brief_id_is_recorded_before_the_runner_starts() {
         let setup = setup(json!({"agent": "shell", "brief": "hi"}));
-        setup
-            .store
-            .apply(
-                Desired {
-                    kind: PROFILE_KIND.into(),
-                    name: "shell".into(),
-                    labels: BTreeMap::new(),
-                    annotations: BTreeMap::new(),
-                    finalizers: None,
-                    spec: json!({"home": "/root/.shell", "install": {"check": "true"},
-                        "runner": {"command": ["true"]}}),
-                },
-                false,
-            )
+        container(&setup, crate::runtime::InstanceStatus::Running);
+        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        let expected = brief_id(object.uid(), "hi");
+        // What the store holds at the moment the runner is started.
+        let store = setup.store.clone();
+        let seen = Arc::new(Mutex::new(None));
+        let seen_by_exec = seen.clone();
+        setup.fake.on_exec(move |_, request| {
+            let starts_runner = request.command.iter().any(|a| a.contains("PID_FILE"));
+            if starts_runner {
+                let status = store.get(PROJECT_KIND, "p").unwrap().status.clone();
+                *seen_by_exec.lock().unwrap() = status.get("briefId").cloned();
+            }
+            starts_runner.then(|| {
+                Ok(crate::runtime::ExecOutput {
+                    exit_code: 0,
+                    stdout: b"started 42\n".to_vec(),
+                    stderr: Vec::new(),
+                })
+            })
+        });
+        assert_eq!(run(&setup, Step::RunnerStarted).await, StepOutcome::Done);
+        assert_eq!(*seen.lock().unwrap(), Some(json!(expected)));
+    }
+
+    #[tokio::test]
+    async fn a_new_brief_is_due_again_and_waits_for_the_previous_runner() {
+        let setup = setup(json!({"agent": "shell", "brief": "second"}));
+        container(&setup, crate::runtime::InstanceStatus::Running);
+        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        let (uid, first) = (object.uid().to_string(), brief_id(object.uid(), "first"));
+        let spec: ProjectSpec = serde_json::from_value(object.spec.clone()).unwrap();
+        let context = StepContext {
+            name: "p",
+            uid: &uid,
+            spec: &spec,
+        };
+        write_status(
+            &setup,
+            json!({"step": "Briefed", "briefId": first,
+            "agent": {"state": "blocked", "briefId": first, "message": "which?"}}),
+        );
+
+        // Briefed for the old brief is not Briefed for the new one: back to before the runner.
+        let (back, why) = setup.steps.outdated(&context, Step::Briefed).unwrap();
+        assert_eq!(back, Step::Seeded);
+        assert!(why.contains(&first), "{why}");
+        assert_eq!(setup.steps.outdated(&context, Step::Seeded), None);
+
+        // The previous brief's runner still works: no second runner, and the status says why.
+        let busy = format!("busy 42 {first}\n");
+        setup.fake.on_exec(move |_, request| {
+            let starts_runner = request.command.iter().any(|a| a.contains("PID_FILE"));
+            starts_runner.then(|| {
+                Ok(crate::runtime::ExecOutput {
+                    exit_code: 0,
+                    stdout: busy.clone().into_bytes(),
+                    stderr: Vec::new(),
+                })
+            })
+        });
+        let outcome = setup
+            .steps
+            .run(&context, Step::RunnerStarted)
+            .await
             .unwrap();
-        let outcome = run(&setup, Step::RunnerStarted).await;
+        let StepOutcome::Waiting {
+            reason, message, ..
+        } = outcome
+        else {
+            panic!("{outcome:?}");
+        };
+        assert_eq!(reason, RUNNER_BUSY);
         assert!(
-            matches!(outcome, StepOutcome::Waiting { retry_after, .. } if retry_after.is_zero()),
-            "{outcome:?}"
+            message.contains(&first) && message.contains("berth answer"),
+            "{message}"
         );
         let object = setup.store.get(PROJECT_KIND, "p").unwrap();
-        let expected = brief_id(object.uid(), object.generation(), "hi");
-        assert_eq!(object.status["briefId"], expected.as_str());
+        let second = brief_id(object.uid(), "second");
+        assert_eq!(object.status["briefId"], second.as_str());
+        assert_eq!(setup.steps.outdated(&context, Step::Briefed), None);
     }
 }

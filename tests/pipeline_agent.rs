@@ -50,12 +50,20 @@ fn delete_profile(berth: &Berth, name: &str) {
 
 /// A git repository with one commit, in `dir`.
 fn git_repo(dir: &Path) -> String {
+    git_repo_with(dir, &[])
+}
+
+/// A git repository whose one commit holds README.md and `files` (path, content).
+fn git_repo_with(dir: &Path, files: &[(&str, &str)]) -> String {
     let repo = dir.join("repo");
     std::fs::create_dir_all(&repo).unwrap();
     std::fs::write(repo.join("README.md"), "pipeline repo\n").unwrap();
+    for (path, content) in files {
+        std::fs::write(repo.join(path), content).unwrap();
+    }
     for args in [
         &["init", "-q", "-b", "main"][..],
-        &["add", "README.md"],
+        &["add", "-A"],
         &[
             "-c",
             "user.name=berth test",
@@ -630,6 +638,55 @@ fn pipeline_a_new_brief_is_handed_to_the_running_agent() {
     );
     assert_eq!(runner_starts(&berth, &name), 4);
 
+    berth.delete_project(&name);
+    delete_profile(&berth, &profile);
+}
+
+#[test]
+fn pipeline_a_repository_agents_md_is_kept_and_the_seeds_not_applied_are_named() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    let profile = format!("shell-{}", &name[name.len() - 8..]);
+    apply_profile(&berth, &profile);
+    let theirs = "# The repository's own rules\n";
+    let url = git_repo_with(berth.dir.path(), &[("AGENTS.md", theirs)]);
+    berth.create_project(
+        &name,
+        json!({
+            "image": "berth-base",
+            "agent": profile,
+            "repo": {"url": url},
+            "seedFiles": [
+                {"path": "AGENTS.md", "content": "project rules\n", "merge": "append"},
+                {"path": "notes.txt", "content": "seeded\n"},
+            ],
+            "brief": "Keep brief\n",
+        }),
+    );
+    let project = berth.wait_ready(&name);
+
+    assert_eq!(exec(&name, "cat /workspace/AGENTS.md").unwrap(), theirs);
+    assert_eq!(exec(&name, "cat /workspace/notes.txt").unwrap(), "seeded\n");
+    assert_eq!(
+        exec(&name, "git -C /workspace status --porcelain").unwrap(),
+        ""
+    );
+    let seeded = project["status"]["seededFiles"].as_object().unwrap();
+    assert!(!seeded.contains_key("/workspace/AGENTS.md"), "{seeded:?}");
+    let skipped: Vec<String> = events(&berth, &name)
+        .into_iter()
+        .filter(|(r, _)| r == "SeedSkipped")
+        .map(|(_, m)| m)
+        .collect();
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    for named in [
+        "kept /workspace/AGENTS.md",
+        &format!("the instructions of profile {profile}"),
+        "spec.seedFiles[0] (merge: append)",
+        "merge: append adds only to instructions berth writes",
+    ] {
+        assert!(skipped[0].contains(named), "{named}: {}", skipped[0]);
+    }
     berth.delete_project(&name);
     delete_profile(&berth, &profile);
 }

@@ -67,6 +67,9 @@ struct DesiredFile {
     path: String,
     content: String,
     mode: u32,
+    /// What asked for it (`instructions of profile claude`, `spec.seedFiles[1]`), for the
+    /// warning when the file is kept as someone else wrote it.
+    sources: Vec<String>,
 }
 
 /// What the container holds at a path.
@@ -122,10 +125,7 @@ pub async fn seed(
             Found::File(current) if current == hash => false,
             Found::File(current) if previous.get(&file.path) == Some(current.as_str()) => true,
             Found::File(_) => {
-                report.warnings.push(format!(
-                    "kept {}: it holds content berth did not write",
-                    file.path
-                ));
+                report.warnings.push(kept_warning(file));
                 continue;
             }
         };
@@ -283,14 +283,21 @@ fn desired_files(spec: &ProjectSpec, profiles: &[NamedProfile<'_>]) -> Result<Ve
                 field: "spec.instructions.target".to_string(),
                 message: format!("{:?} must lie under /workspace", instructions.target),
             })?;
+        let source = format!("the instructions of profile {name}");
         match files.iter_mut().find(|f| f.path == path) {
             // Profiles sharing a target (AGENTS.md for every Codex-based agent) share the file.
-            Some(existing) if existing.content.contains(&instructions.content) => {}
-            Some(existing) => append(&mut existing.content, &instructions.content),
+            Some(existing) if existing.content.contains(&instructions.content) => {
+                existing.sources.push(source);
+            }
+            Some(existing) => {
+                append(&mut existing.content, &instructions.content);
+                existing.sources.push(source);
+            }
             None => files.push(DesiredFile {
                 path,
                 content: instructions.content.clone(),
                 mode: 0o644,
+                sources: vec![source],
             }),
         }
     }
@@ -301,6 +308,10 @@ fn desired_files(spec: &ProjectSpec, profiles: &[NamedProfile<'_>]) -> Result<Ve
         })?;
         let mode = seed.mode.map(FileMode::bits);
         let merge = seed.merge.unwrap_or_default();
+        let source = match merge {
+            MergeMode::Append => format!("spec.seedFiles[{i}] (merge: append)"),
+            MergeMode::Replace => format!("spec.seedFiles[{i}]"),
+        };
         match files.iter_mut().find(|f| f.path == path) {
             Some(existing) => {
                 match merge {
@@ -310,15 +321,35 @@ fn desired_files(spec: &ProjectSpec, profiles: &[NamedProfile<'_>]) -> Result<Ve
                 if let Some(mode) = mode {
                     existing.mode = mode;
                 }
+                existing.sources.push(source);
             }
             None => files.push(DesiredFile {
                 path,
                 content: seed.content.clone(),
                 mode: mode.unwrap_or(0o644),
+                sources: vec![source],
             }),
         }
     }
     Ok(files)
+}
+
+/// The warning for a file berth leaves as it found it, naming every seed that is therefore not
+/// applied. A `merge: append` seed appends to what berth writes; it never edits a file of the
+/// repository's or a person's (which would show up as their change, and be committed with it).
+fn kept_warning(file: &DesiredFile) -> String {
+    let appends = file.sources.iter().any(|s| s.ends_with("(merge: append)"));
+    let mut warning = format!(
+        "kept {}: it holds content berth did not write (from the repository or a person); not applied: {}",
+        file.path,
+        file.sources.join(", ")
+    );
+    if appends {
+        warning.push_str(
+            "; merge: append adds only to instructions berth writes, so add that text to the file in the repository or seed another path",
+        );
+    }
+    warning
 }
 
 fn append(content: &mut String, more: &str) {
@@ -648,19 +679,42 @@ mod tests {
                 path: "/workspace/CLAUDE.md".into(),
                 content: "claude rules\n".into(),
                 mode: 0o644,
+                sources: vec!["the instructions of profile claude".into()],
             },
             DesiredFile {
                 path: "/workspace/AGENTS.md".into(),
                 content: "agents rules\nproject rules\n".into(),
                 mode: 0o644,
+                sources: vec![
+                    "the instructions of profile codex".into(),
+                    "the instructions of profile kimi".into(),
+                    "spec.seedFiles[0] (merge: append)".into(),
+                ],
             },
             DesiredFile {
                 path: "/workspace/bin/run.sh".into(),
                 content: "#!/bin/sh\n".into(),
                 mode: 0o755,
+                sources: vec!["spec.seedFiles[1]".into()],
             },
         ];
         assert_eq!(files, want);
+
+        // A file kept as the repository has it names every seed not applied there.
+        let warning = kept_warning(&files[1]);
+        assert!(
+            warning.starts_with("kept /workspace/AGENTS.md: it holds content berth did not write"),
+            "{warning}"
+        );
+        for named in [
+            "profile codex",
+            "profile kimi",
+            "spec.seedFiles[0] (merge: append)",
+        ] {
+            assert!(warning.contains(named), "{named}: {warning}");
+        }
+        assert!(warning.contains("merge: append adds only to"), "{warning}");
+        assert!(!kept_warning(&files[2]).contains("merge: append"));
     }
 
     #[test]

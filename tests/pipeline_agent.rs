@@ -127,6 +127,18 @@ fn berth_cli(berth: &Berth, args: &[&str], stdin: &str) -> std::process::Output 
     child.wait_with_output().expect("berth output")
 }
 
+/// The condition of `type_` as (status, reason, message).
+fn condition(project: &Value, type_: &str) -> Option<(String, String, String)> {
+    project["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            (text("status"), text("reason"), text("message"))
+        })
+}
+
 /// Polls a shell check in the container until it succeeds.
 fn wait_in_container(name: &str, what: &str, script: &str) {
     let deadline = Instant::now() + DEADLINE;
@@ -689,4 +701,40 @@ fn pipeline_a_repository_agents_md_is_kept_and_the_seeds_not_applied_are_named()
     }
     berth.delete_project(&name);
     delete_profile(&berth, &profile);
+}
+
+#[test]
+fn pipeline_a_stop_right_after_ready_is_no_sync_failure() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    berth.create_project(&name, json!({"image": "berth-base"}));
+    berth.wait_ready(&name);
+    // A secret set while the stop is under way is propagated once the container runs again,
+    // not reported as a failure to reach it.
+    let out = berth_cli(&berth, &["stop", &name], "");
+    assert!(out.status.success(), "berth stop: {out:?}");
+    let out = berth_cli(
+        &berth,
+        &["secret", "set", &name, "STOP_TOKEN"],
+        "after-stop\n",
+    );
+    assert!(out.status.success(), "berth secret set: {out:?}");
+    berth.wait_for(&name, "stopped", |p| p["status"]["phase"] == "Stopped");
+    let out = berth_cli(&berth, &["start", &name], "");
+    assert!(out.status.success(), "berth start: {out:?}");
+    wait_in_container(
+        &name,
+        "the secret in .env",
+        "grep -q '^STOP_TOKEN=after-stop$' /workspace/.env",
+    );
+    let synced = berth.wait_for(&name, "Ready and synced", |p| {
+        ready_reason(p).is_some_and(|(s, _)| s == "True")
+            && condition(p, "SecretsSynced").is_some_and(|(s, _, _)| s == "True")
+    });
+    let failures: Vec<_> = events(&berth, &name)
+        .into_iter()
+        .filter(|(r, _)| r == "SecretsSyncFailed")
+        .collect();
+    assert!(failures.is_empty(), "{failures:?}\n{synced}");
+    berth.delete_project(&name);
 }

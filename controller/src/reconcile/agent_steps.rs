@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use berth_api::{AgentProfileSpec, ConditionStatus, Phase, ProjectSpec, ProjectStatus, Step};
+use berth_api::{
+    AgentProfileSpec, ConditionStatus, Phase, PowerState, ProjectSpec, ProjectStatus, Step,
+};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -61,6 +63,14 @@ impl Default for AgentSettings {
             watch_interval: Duration::from_secs(5),
         }
     }
+}
+
+/// What following a provisioned project calls for.
+struct FollowUp {
+    spec: ProjectSpec,
+    revision: u64,
+    stale_secrets: bool,
+    briefed: bool,
 }
 
 /// The agent steps, and the propagation that follows them.
@@ -150,41 +160,56 @@ impl AgentSteps {
         let Some(queue) = self.queue.get() else {
             return;
         };
-        let Some(object) = self.store.get(PROJECT_KIND, name) else {
+        if self.follow_up(name).is_none() {
+            return;
+        }
+        let _slot = queue.lock(name).await;
+        // Judged again in the slot: the reconcile that held it may have stopped the container.
+        let Some(due) = self.follow_up(name) else {
             return;
         };
+        if due.stale_secrets
+            && let Err(e) = self.sync_secrets(name, &due.spec, due.revision).await
+        {
+            tracing::warn!(project = name, error = %e, "secrets propagation failed");
+        }
+        if due.briefed
+            && let Err(e) = self.copy_agent_report(name).await
+        {
+            tracing::debug!(project = name, error = %e, "agent report not read");
+        }
+    }
+
+    /// What [`Self::follow`] has to do for the project as stored now, if anything.
+    fn follow_up(&self, name: &str) -> Option<FollowUp> {
+        let object = self.store.get(PROJECT_KIND, name)?;
         let status = decode_status(&object);
         let step = status.step.unwrap_or(Step::Requested);
-        // A stopped or failing container has nothing to sync into; the next tick after it is
-        // back finds the revision still stale.
-        let running = matches!(status.phase, Phase::Ready | Phase::Provisioning);
+        let spec = serde_json::from_value::<ProjectSpec>(object.spec.clone()).ok()?;
+        // A stopped or failing container (or one about to be stopped) has nothing to sync
+        // into; the next tick after it is back finds the revision still stale.
+        let running = matches!(status.phase, Phase::Ready | Phase::Provisioning)
+            && spec.state == PowerState::Running;
         if object.is_deleting() || !running {
-            return;
+            return None;
         }
         let revision = self.secrets.revision(object.uid()).unwrap_or_default();
         // Seeded wrote the workspace's files with the secrets of then; a project that skips
         // Seeded (no agent, no seed files) gets them once it is Ready and has any.
         let provisioned = step >= Step::Seeded || (status.phase == Phase::Ready && revision > 0);
         if !provisioned {
-            return;
+            return None;
         }
-        let Ok(spec) = serde_json::from_value::<ProjectSpec>(object.spec.clone()) else {
-            return;
-        };
         let stale_secrets = self.synced_revision(object.uid()) != Some(revision);
         // A runner was handed a brief in this boot: its reports are copied also while a new
         // brief waits for it to exit, so a question it asks is seen (and can be answered).
         let briefed = step >= Step::Seeded && status.brief_id.is_some();
-        if !stale_secrets && !briefed {
-            return;
-        }
-        let _slot = queue.lock(name).await;
-        if stale_secrets && let Err(e) = self.sync_secrets(name, &spec, revision).await {
-            tracing::warn!(project = name, error = %e, "secrets propagation failed");
-        }
-        if briefed && let Err(e) = self.copy_agent_report(name).await {
-            tracing::debug!(project = name, error = %e, "agent report not read");
-        }
+        (stale_secrets || briefed).then_some(FollowUp {
+            spec,
+            revision,
+            stale_secrets,
+            briefed,
+        })
     }
 
     fn synced_revision(&self, uid: &str) -> Option<u64> {
@@ -208,6 +233,14 @@ impl AgentSteps {
         };
         let uid = object.uid().to_string();
         let outcome = self.propagate(name, &object, spec).await;
+        if let Err(message) = &outcome
+            && !self.is_running(name).await
+        {
+            // Stopped meanwhile: nothing failed to reach it. The revision stays stale, so it
+            // is synced once the container runs again.
+            tracing::debug!(project = name, error = %message, "secrets not synced into a stopped container");
+            return Ok(());
+        }
         let (status, reason, message) = match &outcome {
             Ok(()) => (ConditionStatus::True, "Synced", String::new()),
             Err(message) => (ConditionStatus::False, "SyncFailed", message.clone()),
@@ -246,6 +279,15 @@ impl AgentSteps {
                 .insert(uid, revision);
         }
         outcome
+    }
+
+    /// Whether the container runs; an LXD that cannot tell counts as running, so a failure
+    /// while LXD is unreachable is still reported.
+    async fn is_running(&self, name: &str) -> bool {
+        match self.runtime.get_instance(name).await {
+            Ok(instance) => instance.is_some_and(|i| i.is_running()),
+            Err(_) => true,
+        }
     }
 
     async fn propagate(
@@ -869,6 +911,11 @@ mod fake_runtime_tests {
             .unwrap();
     }
 
+    fn condition(setup: &Setup, type_: &str) -> Option<berth_api::Condition> {
+        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        berth_api::find_condition(&decode_status(&object).conditions, type_).cloned()
+    }
+
     async fn run(setup: &Setup, step: Step) -> StepOutcome {
         let object = setup.store.get(PROJECT_KIND, "p").unwrap();
         let spec: ProjectSpec = serde_json::from_value(object.spec.clone()).unwrap();
@@ -1003,5 +1050,45 @@ mod fake_runtime_tests {
         let second = brief_id(object.uid(), "second");
         assert_eq!(object.status["briefId"], second.as_str());
         assert_eq!(setup.steps.outdated(&context, Step::Briefed), None);
+    }
+
+    #[tokio::test]
+    async fn secrets_not_reaching_a_stopped_container_are_no_sync_failure() {
+        let setup = setup(json!({}));
+        container(&setup, crate::runtime::InstanceStatus::Stopped);
+        // Ready as last recorded: the stop landed after the look at the phase.
+        write_status(&setup, json!({"phase": "Ready", "step": "Reachable"}));
+        let spec = ProjectSpec::default();
+        assert!(setup.steps.sync_secrets("p", &spec, 0).await.is_ok());
+        assert_eq!(condition(&setup, SECRETS_SYNCED), None);
+        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        assert!(
+            setup
+                .store
+                .events_for(PROJECT_KIND, "p")
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            setup.steps.synced_revision(object.uid()),
+            None,
+            "synced again once it runs"
+        );
+
+        // Running, the same failure is one.
+        setup
+            .fake
+            .set_status("p", crate::runtime::InstanceStatus::Running);
+        setup.fake.on_exec(|_, _| {
+            Some(Ok(crate::runtime::ExecOutput {
+                exit_code: 1,
+                stdout: Vec::new(),
+                stderr: b"disk full".to_vec(),
+            }))
+        });
+        assert!(setup.steps.sync_secrets("p", &spec, 0).await.is_err());
+        let synced = condition(&setup, SECRETS_SYNCED).unwrap();
+        assert_eq!(synced.status, ConditionStatus::False);
+        assert_eq!(synced.reason, "SyncFailed");
     }
 }

@@ -275,6 +275,13 @@ async fn bootstrap_verifies_installs_and_places_files_outside_the_workspace() {
         [InstallOutcome::Present, InstallOutcome::Installed]
     );
     assert_eq!(report.profiles[1].credentials, ["FAKE_TOKEN"]);
+    // What the checks printed, for the version found: the shell check prints nothing.
+    let reported: Vec<_> = report
+        .profiles
+        .iter()
+        .map(|p| p.reported.as_deref())
+        .collect();
+    assert_eq!(reported, [None, Some("fake 1.2.3")]);
     assert!(report.warnings.is_empty(), "{:?}", report.warnings);
     assert_eq!(ws.ok("fake-cli --version").await, "fake 1.2.3\n");
     assert_eq!(

@@ -278,6 +278,14 @@ fn pipeline_reaches_briefed_through_crashes_between_steps() {
         "{seeded:?}"
     );
     assert!(seeded.contains_key("/workspace/AGENTS.md"), "{seeded:?}");
+    // Bootstrap said what it found, for the profile it verified.
+    let (provisioned, reason, message) = condition(&project, "Provisioned").expect("Provisioned");
+    assert_eq!(
+        (provisioned.as_str(), reason.as_str()),
+        ("True", "Bootstrapped")
+    );
+    assert!(message.contains(&profile), "{message}");
+
     // One clone (its event below counts them): the repository's single commit.
     assert_eq!(
         exec(&name, "git -C /workspace rev-list --count HEAD")
@@ -737,4 +745,47 @@ fn pipeline_a_stop_right_after_ready_is_no_sync_failure() {
         .collect();
     assert!(failures.is_empty(), "{failures:?}\n{synced}");
     berth.delete_project(&name);
+}
+
+#[test]
+fn pipeline_provisioned_names_a_failing_cli_until_it_is_there() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    let profile = format!("shell-{}", &name[name.len() - 8..]);
+    let mut missing = shell_profile(&profile);
+    missing["spec"]["install"]["check"] = json!("berth-test-cli --version");
+    let reply = berth.client().post_json(PROFILES, &missing);
+    assert_eq!(reply.status, 201, "create profile: {}", reply.text());
+    berth.create_project(
+        &name,
+        json!({"image": "berth-base", "agent": profile, "brief": "Provision brief\n"}),
+    );
+    let failing = berth.wait_for(&name, "Provisioned=False", |p| {
+        condition(p, "Provisioned").is_some_and(|(s, _, _)| s == "False")
+    });
+    let (_, reason, message) = condition(&failing, "Provisioned").unwrap();
+    assert_eq!(reason, "InstallFailed");
+    assert!(message.contains(&profile), "{message}");
+    assert_ne!(ready_reason(&failing).unwrap().0, "True");
+
+    // The profile learns how to install its CLI: the next bootstrap does, and says so.
+    let install = "printf '#!/bin/sh\\necho test-cli 4.5.6\\n' >/usr/local/bin/berth-test-cli && chmod 755 /usr/local/bin/berth-test-cli";
+    let reply = berth.client().request(
+        "PATCH",
+        &format!("{PROFILES}/{profile}"),
+        Some("application/merge-patch+json"),
+        json!({"spec": {"install": {"command": install}}})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(reply.status, 200, "patch profile: {}", reply.text());
+    let ready = berth.wait_ready(&name);
+    let (status, reason, message) = condition(&ready, "Provisioned").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Bootstrapped"));
+    assert_eq!(
+        message,
+        format!("verified {profile}: test-cli 4.5.6, installed now")
+    );
+    berth.delete_project(&name);
+    delete_profile(&berth, &profile);
 }

@@ -2,8 +2,9 @@
 //! RunnerStarted and Briefed through [`crate::agent`], and keeps a provisioned workspace in step
 //! with its secrets, its brief and its agent's own report afterwards.
 //!
-//! What a step must remember (the files berth seeded, the brief id, the agent's report) is
-//! written into the project's status before the step goes on or is called done. The reconciler's commit lays only the fields it changed onto the stored status,
+//! What a step must remember (the files berth seeded, the brief id, the agent's report, the
+//! `Provisioned` condition) is written into the project's status before the step goes on or is
+//! called done. The reconciler's commit lays only the fields it changed onto the stored status,
 //! so these records survive it. Writes made outside a reconcile (secrets propagation, the
 //! agent's report) hold the project's queue slot as well.
 
@@ -14,6 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use berth_api::{
     AgentProfileSpec, ConditionStatus, Phase, PowerState, ProjectSpec, ProjectStatus, Step,
+    condition_types,
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -34,6 +36,8 @@ pub const PROFILE_NOT_FOUND: &str = "ProfileNotFound";
 pub const BRIEF_NOT_ACKNOWLEDGED: &str = "BriefNotAcknowledged";
 /// Reason of a new brief waiting for the runner of the previous one to exit.
 pub const RUNNER_BUSY: &str = "RunnerBusy";
+/// Reason of `Provisioned=True`: every profile's CLI verified and its files placed.
+pub const BOOTSTRAPPED: &str = "Bootstrapped";
 /// Prefix of the LXD config keys that put a value into every process's environment.
 const LXD_ENV_PREFIX: &str = "environment.";
 
@@ -464,13 +468,51 @@ impl AgentSteps {
         }
     }
 
+    /// Sets one condition of the project (not `Ready`, which the reconciler owns) when it
+    /// differs from the stored one.
+    fn record_condition(
+        &self,
+        name: &str,
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), RuntimeError> {
+        let Some(object) = self.store.get(PROJECT_KIND, name) else {
+            return Ok(());
+        };
+        let mut conditions = decode_status(&object).conditions;
+        let generation = object.generation();
+        if !berth_api::set_condition(
+            &mut conditions,
+            type_,
+            status,
+            reason,
+            message,
+            generation,
+            Utc::now(),
+        ) {
+            return Ok(());
+        }
+        self.record(name, |s| s.conditions = conditions)
+            .map_err(|e| internal("recording a condition", e))
+    }
+
     async fn bootstrap(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
         let profiles = match self.profiles(project.spec) {
             Ok(profiles) => profiles,
             Err(missing) => {
+                let message = format!("agent profile {missing} does not exist");
+                self.record_condition(
+                    project.name,
+                    condition_types::PROVISIONED,
+                    ConditionStatus::False,
+                    PROFILE_NOT_FOUND,
+                    &message,
+                )?;
                 return Ok(StepOutcome::Waiting {
                     reason: PROFILE_NOT_FOUND.to_string(),
-                    message: format!("agent profile {missing} does not exist"),
+                    message,
                     retry_after: RETRY,
                 });
             }
@@ -488,9 +530,27 @@ impl AgentSteps {
                         warning,
                     );
                 }
+                self.record_condition(
+                    project.name,
+                    condition_types::PROVISIONED,
+                    ConditionStatus::True,
+                    BOOTSTRAPPED,
+                    &provisioned_message(&report),
+                )?;
                 Ok(StepOutcome::Done)
             }
-            Err(e) => failed(e),
+            Err(e) => {
+                if !e.is_transient() {
+                    self.record_condition(
+                        project.name,
+                        condition_types::PROVISIONED,
+                        ConditionStatus::False,
+                        e.reason(),
+                        &e.to_string(),
+                    )?;
+                }
+                failed(e)
+            }
         }
     }
 
@@ -772,6 +832,27 @@ pub fn brief_id(uid: &str, brief: &str) -> String {
     format!("b-{}", &digest[..16])
 }
 
+/// `Provisioned`'s message: each profile with the version its check printed.
+fn provisioned_message(report: &agent::BootstrapReport) -> String {
+    let profiles: Vec<String> = report
+        .profiles
+        .iter()
+        .map(|p| {
+            let version = match (&p.reported, &p.version) {
+                (Some(reported), _) => reported.clone(),
+                (None, Some(declared)) => format!("{declared} (declared; the check printed none)"),
+                (None, None) => "check passed, no version printed".to_string(),
+            };
+            let installed = match p.install {
+                agent::InstallOutcome::Installed => ", installed now",
+                agent::InstallOutcome::Present => "",
+            };
+            format!("{}: {version}{installed}", p.profile)
+        })
+        .collect();
+    format!("verified {}", profiles.join("; "))
+}
+
 fn decode_status(object: &StoredObject) -> ProjectStatus {
     serde_json::from_value(object.status.clone()).unwrap_or_default()
 }
@@ -808,6 +889,39 @@ mod tests {
         assert_ne!(a, brief_id("v", "do it"));
         assert_ne!(a, brief_id("u", "do it again"));
         assert!(a.len() <= 128 && a.chars().all(|c| c.is_ascii_graphic()));
+    }
+
+    #[test]
+    fn provisioned_names_each_profile_with_its_version() {
+        let profile = |name: &str, reported: Option<&str>, version: Option<&str>, install| {
+            agent::ProfileBootstrap {
+                profile: name.into(),
+                install,
+                version: version.map(String::from),
+                reported: reported.map(String::from),
+                assets: Vec::new(),
+                credentials: Vec::new(),
+            }
+        };
+        let report = agent::BootstrapReport {
+            profiles: vec![
+                profile(
+                    "claude",
+                    Some("2.1.90 (Claude Code)"),
+                    Some("2.1.90"),
+                    agent::InstallOutcome::Installed,
+                ),
+                profile("codex", None, Some("0.1"), agent::InstallOutcome::Present),
+                profile("shell", None, None, agent::InstallOutcome::Present),
+            ],
+            warnings: Vec::new(),
+        };
+        assert_eq!(
+            provisioned_message(&report),
+            "verified claude: 2.1.90 (Claude Code), installed now; \
+             codex: 0.1 (declared; the check printed none); \
+             shell: check passed, no version printed"
+        );
     }
 
     #[test]
@@ -1090,5 +1204,42 @@ mod fake_runtime_tests {
         let synced = condition(&setup, SECRETS_SYNCED).unwrap();
         assert_eq!(synced.status, ConditionStatus::False);
         assert_eq!(synced.reason, "SyncFailed");
+    }
+
+    #[tokio::test]
+    async fn bootstrap_sets_provisioned_with_the_reason_of_a_failure() {
+        let setup = setup(json!({"agent": "shell"}));
+        container(&setup, crate::runtime::InstanceStatus::Running);
+        let check_passes = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let passes = check_passes.clone();
+        setup.fake.on_exec(move |_, request| {
+            let is_check = request.command.iter().any(|a| a.contains("passes()"));
+            is_check.then(|| {
+                let ok = passes.load(std::sync::atomic::Ordering::SeqCst);
+                Ok(crate::runtime::ExecOutput {
+                    exit_code: if ok { 0 } else { 20 },
+                    stdout: if ok {
+                        b"reported v9\npresent\n".to_vec()
+                    } else {
+                        Vec::new()
+                    },
+                    stderr: b"install.check failed".to_vec(),
+                })
+            })
+        });
+        assert_eq!(
+            reason(&run(&setup, Step::Bootstrapped).await),
+            "InstallFailed"
+        );
+        let provisioned = condition(&setup, condition_types::PROVISIONED).unwrap();
+        assert_eq!(provisioned.status, ConditionStatus::False);
+        assert_eq!(provisioned.reason, "InstallFailed");
+
+        check_passes.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(run(&setup, Step::Bootstrapped).await, StepOutcome::Done);
+        let provisioned = condition(&setup, condition_types::PROVISIONED).unwrap();
+        assert_eq!(provisioned.status, ConditionStatus::True);
+        assert_eq!(provisioned.reason, BOOTSTRAPPED);
+        assert_eq!(provisioned.message, "verified shell: v9");
     }
 }

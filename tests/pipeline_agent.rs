@@ -416,6 +416,28 @@ fn pipeline_blocked_agent_is_answered() {
         "1"
     );
 
+    // Nobody asks now: an answer is refused and leaves nothing for a later question to take.
+    let out = berth_cli(&berth, &["answer", &name, "green"], "");
+    assert!(
+        !out.status.success(),
+        "berth answer to a done agent: {out:?}"
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!(
+            "agent of project {name} is not waiting for an answer (state: done)"
+        )),
+        "{said}"
+    );
+    let reply = berth.client().request(
+        "POST",
+        &format!("{PROJECTS}/{name}/answer"),
+        Some("text/plain"),
+        b"green",
+    );
+    assert_eq!(reply.status, 409, "{}", reply.text());
+    assert!(exec(&name, "test -e /run/berth/answer").is_err());
+
     let out = Command::new(env!("CARGO_BIN_EXE_berth"))
         .arg("--server")
         .arg(&berth.socket)

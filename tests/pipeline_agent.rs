@@ -2,7 +2,9 @@
 //! waits for its AgentProfile, then goes Reachable → Bootstrapped → CheckedOut (a `file://` repo
 //! made with real git) → Seeded → RunnerStarted → Briefed and Ready; the daemon crashing right
 //! after each of those steps clones once, seeds once and starts one runner; secrets reach
-//! /workspace/.env and leave it; a blocked agent shows its question and goes on once answered.
+//! /workspace/.env (never a file git would commit) and leave it; a blocked agent shows its
+//! question and goes on once answered, and only a blocked agent takes an answer; a new brief
+//! reaches a running agent, one runner at a time; `Provisioned` says what bootstrap found.
 
 mod support;
 

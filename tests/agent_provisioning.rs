@@ -275,6 +275,13 @@ async fn bootstrap_verifies_installs_and_places_files_outside_the_workspace() {
         [InstallOutcome::Present, InstallOutcome::Installed]
     );
     assert_eq!(report.profiles[1].credentials, ["FAKE_TOKEN"]);
+    // What the checks printed, for the version found: the shell check prints nothing.
+    let reported: Vec<_> = report
+        .profiles
+        .iter()
+        .map(|p| p.reported.as_deref())
+        .collect();
+    assert_eq!(reported, [None, Some("fake 1.2.3")]);
     assert!(report.warnings.is_empty(), "{:?}", report.warnings);
     assert_eq!(ws.ok("fake-cli --version").await, "fake 1.2.3\n");
     assert_eq!(
@@ -665,21 +672,33 @@ async fn the_shell_agent_works_a_brief_through_a_block_and_an_answer() {
     let RunnerOutcome::Started { pid } = started else {
         panic!("first start: {started:?}");
     };
-    // A second start in the same boot does nothing, even with another brief.
-    match agent::start_runner(ws.rt(), &ws.name, &shell, "brief-2", "other", &env, &values)
+    // A second start in the same boot does nothing: for the same brief it was done, and
+    // another brief waits while this one's runner works.
+    match agent::start_runner(ws.rt(), &ws.name, &shell, "brief-1", brief, &env, &values)
         .await
         .unwrap()
     {
         RunnerOutcome::AlreadyStarted {
             pid: again,
-            brief_id,
             running,
         } => {
             assert_eq!(again, pid);
             assert!(running, "the runner is working its brief");
-            assert_eq!(brief_id, "brief-1");
         }
         other => panic!("second start: {other:?}"),
+    }
+    match agent::start_runner(ws.rt(), &ws.name, &shell, "brief-2", "other", &env, &values)
+        .await
+        .unwrap()
+    {
+        RunnerOutcome::Busy {
+            pid: again,
+            brief_id,
+        } => {
+            assert_eq!(again, pid);
+            assert_eq!(brief_id, "brief-1");
+        }
+        other => panic!("start of another brief: {other:?}"),
     }
     assert_eq!(ws.ok("cat /run/berth/brief.md").await, brief);
 
@@ -762,6 +781,39 @@ async fn the_shell_agent_works_a_brief_through_a_block_and_an_answer() {
             .unwrap(),
         RunnerOutcome::AlreadyStarted { running: false, .. }
     ));
+
+    // A new brief once the runner exited: a runner of its own, without the answer left over.
+    agent::answer(ws.rt(), &ws.name, "stale").await.unwrap();
+    let second = "Second brief\nsecond line\n";
+    let started = agent::start_runner(ws.rt(), &ws.name, &shell, "brief-2", second, &env, &values)
+        .await
+        .unwrap();
+    assert!(
+        matches!(started, RunnerOutcome::Started { pid: new } if new != pid),
+        "{started:?}"
+    );
+    assert_eq!(ws.ok("cat /run/berth/brief.md").await, second);
+    let second_done = || async {
+        agent::read_agent_status(ws.rt(), &ws.name)
+            .await
+            .unwrap()
+            .is_some_and(|r| {
+                r.status.state == AgentState::Done
+                    && r.status.brief_id.as_deref() == Some("brief-2")
+            })
+    };
+    eventually(
+        Duration::from_secs(60),
+        "the second brief done",
+        second_done,
+    )
+    .await;
+    assert!(
+        ws.ok("cat /run/berth/shell.log")
+            .await
+            .ends_with("second line\n")
+    );
+    assert_eq!(ws.sh("test -e /run/berth/answer").await.0, 1);
 
     // After a reboot /run is fresh: the runner starts again.
     ws.lxd

@@ -2,7 +2,9 @@
 //! waits for its AgentProfile, then goes Reachable → Bootstrapped → CheckedOut (a `file://` repo
 //! made with real git) → Seeded → RunnerStarted → Briefed and Ready; the daemon crashing right
 //! after each of those steps clones once, seeds once and starts one runner; secrets reach
-//! /workspace/.env and leave it; a blocked agent shows its question and goes on once answered.
+//! /workspace/.env (never a file git would commit) and leave it; a blocked agent shows its
+//! question and goes on once answered, and only a blocked agent takes an answer; a new brief
+//! reaches a running agent, one runner at a time; `Provisioned` says what bootstrap found.
 
 mod support;
 
@@ -50,12 +52,20 @@ fn delete_profile(berth: &Berth, name: &str) {
 
 /// A git repository with one commit, in `dir`.
 fn git_repo(dir: &Path) -> String {
+    git_repo_with(dir, &[])
+}
+
+/// A git repository whose one commit holds README.md and `files` (path, content).
+fn git_repo_with(dir: &Path, files: &[(&str, &str)]) -> String {
     let repo = dir.join("repo");
     std::fs::create_dir_all(&repo).unwrap();
     std::fs::write(repo.join("README.md"), "pipeline repo\n").unwrap();
+    for (path, content) in files {
+        std::fs::write(repo.join(path), content).unwrap();
+    }
     for args in [
         &["init", "-q", "-b", "main"][..],
-        &["add", "README.md"],
+        &["add", "-A"],
         &[
             "-c",
             "user.name=berth test",
@@ -96,6 +106,39 @@ fn delete_secret(berth: &Berth, project: &str, key: &str) {
         "delete secret {key}: {}",
         reply.text()
     );
+}
+
+/// Runs the `berth` CLI against the test's daemon, with `stdin` as its input.
+fn berth_cli(berth: &Berth, args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--server")
+        .arg(&berth.socket)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run berth");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().expect("berth output")
+}
+
+/// The condition of `type_` as (status, reason, message).
+fn condition(project: &Value, type_: &str) -> Option<(String, String, String)> {
+    project["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            (text("status"), text("reason"), text("message"))
+        })
 }
 
 /// Polls a shell check in the container until it succeeds.
@@ -237,6 +280,13 @@ fn pipeline_reaches_briefed_through_crashes_between_steps() {
         "{seeded:?}"
     );
     assert!(seeded.contains_key("/workspace/AGENTS.md"), "{seeded:?}");
+    // Bootstrap said what it found, for the profile it verified.
+    let (provisioned, reason, message) = condition(&project, "Provisioned").expect("Provisioned");
+    assert_eq!(
+        (provisioned.as_str(), reason.as_str()),
+        ("True", "Bootstrapped")
+    );
+    assert!(message.contains(&profile), "{message}");
 
     // One clone (its event below counts them): the repository's single commit.
     assert_eq!(
@@ -368,6 +418,28 @@ fn pipeline_blocked_agent_is_answered() {
         "1"
     );
 
+    // Nobody asks now: an answer is refused and leaves nothing for a later question to take.
+    let out = berth_cli(&berth, &["answer", &name, "green"], "");
+    assert!(
+        !out.status.success(),
+        "berth answer to a done agent: {out:?}"
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!(
+            "agent of project {name} is not waiting for an answer (state: done)"
+        )),
+        "{said}"
+    );
+    let reply = berth.client().request(
+        "POST",
+        &format!("{PROJECTS}/{name}/answer"),
+        Some("text/plain"),
+        b"green",
+    );
+    assert_eq!(reply.status, 409, "{}", reply.text());
+    assert!(exec(&name, "test -e /run/berth/answer").is_err());
+
     let out = Command::new(env!("CARGO_BIN_EXE_berth"))
         .arg("--server")
         .arg(&berth.socket)
@@ -445,4 +517,299 @@ fn pipeline_secrets_reach_a_project_without_agent() {
     );
     wait_lxd_env(&name, "PLAIN_TOKEN", "");
     berth.delete_project(&name);
+}
+
+#[test]
+fn pipeline_a_secret_set_after_provisioning_stays_out_of_git() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    let url = git_repo(berth.dir.path());
+    berth.create_project(&name, json!({"image": "berth-base", "repo": {"url": url}}));
+    let project = berth.wait_ready(&name);
+    assert_eq!(project["status"]["step"], "CheckedOut");
+    assert_eq!(
+        exec(&name, "git -C /workspace status --porcelain").unwrap(),
+        ""
+    );
+
+    let out = berth_cli(
+        &berth,
+        &["secret", "set", &name, "LATE_TOKEN"],
+        "late-value\n",
+    );
+    assert!(out.status.success(), "berth secret set: {out:?}");
+    wait_in_container(
+        &name,
+        "the secret in .env",
+        "grep -q '^LATE_TOKEN=late-value$' /workspace/.env",
+    );
+
+    // The secret is nothing git would add, commit or push, and not the user's unsaved work.
+    let hash = exec(&name, "sha256sum < /workspace/.env").unwrap();
+    let hash = hash.split_whitespace().next().unwrap().to_string();
+    berth.wait_for(&name, "the .env recorded as berth's", |p| {
+        p["status"]["seededFiles"]["/workspace/.env"] == hash.as_str()
+    });
+    assert_eq!(
+        exec(&name, "git -C /workspace status --porcelain").unwrap(),
+        ""
+    );
+    assert_eq!(
+        exec(&name, "git -C /workspace check-ignore .env").unwrap(),
+        ".env\n"
+    );
+    assert_eq!(
+        exec(
+            &name,
+            "git -C /workspace add -A && git -C /workspace diff --cached --name-only"
+        )
+        .unwrap(),
+        ""
+    );
+    // Converging again lists it once.
+    let out = berth_cli(&berth, &["secret", "set", &name, "OTHER_TOKEN"], "other\n");
+    assert!(out.status.success(), "berth secret set: {out:?}");
+    wait_in_container(
+        &name,
+        "the second secret in .env",
+        "grep -q '^OTHER_TOKEN=other$' /workspace/.env",
+    );
+    assert_eq!(
+        exec(&name, "grep -c '^/.env$' /workspace/.git/info/exclude")
+            .unwrap()
+            .trim(),
+        "1"
+    );
+    berth.delete_project(&name);
+}
+
+#[test]
+fn pipeline_a_new_brief_is_handed_to_the_running_agent() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    let profile = format!("shell-{}", &name[name.len() - 8..]);
+    apply_profile(&berth, &profile);
+    berth.create_project(
+        &name,
+        json!({"image": "berth-base", "agent": profile, "brief": "First brief\necho one\n"}),
+    );
+    let first = berth.wait_for(&name, "the first brief done", |p| {
+        p["status"]["agent"]["state"] == "done" && p["status"]["step"] == "Briefed"
+    });
+    let first_id = first["status"]["briefId"].as_str().unwrap().to_string();
+    assert_eq!(first["status"]["agent"]["briefId"], first_id.as_str());
+
+    // Waits for the brief of the project's current generation to be acknowledged, failing if
+    // status ever calls that generation Briefed for a brief the agent did not acknowledge.
+    let briefed_anew = |what: &str, old: &str| -> Value {
+        berth.wait_for(&name, what, |p| {
+            let status = &p["status"];
+            let current = status["observedGeneration"] == p["metadata"]["generation"];
+            let ready = ready_reason(p).is_some_and(|(s, _)| s == "True");
+            assert!(
+                !(current && ready && status["briefId"] == old),
+                "Ready for a brief the agent did not get: {status}"
+            );
+            if current && ready {
+                assert_eq!(status["agent"]["briefId"], status["briefId"], "{status}");
+            }
+            current && ready && status["step"] == "Briefed"
+        })
+    };
+
+    // The agent finished: the new brief gets a runner of its own.
+    berth.patch_project(
+        &name,
+        json!({"spec": {"brief": "Second brief\necho two\n"}}),
+    );
+    let second = briefed_anew("briefed with the second brief", &first_id);
+    let second_id = second["status"]["briefId"].as_str().unwrap().to_string();
+    assert_ne!(second_id, first_id);
+    wait_in_container(
+        &name,
+        "the second brief done",
+        "grep -q '\"state\":\"done\"' /run/berth/agent.json",
+    );
+    assert_eq!(
+        exec(&name, "cat /run/berth/shell.log").unwrap(),
+        "First brief\necho one\nSecond brief\necho two\n"
+    );
+    assert_eq!(
+        exec(&name, "cat /run/berth/brief.md").unwrap(),
+        "Second brief\necho two\n"
+    );
+    assert_eq!(runner_starts(&berth, &name), 2);
+
+    // The agent still works the third brief (it waits for an answer) when a fourth comes: no
+    // second runner, and status says what it waits for.
+    berth.patch_project(
+        &name,
+        json!({"spec": {"brief": "Third brief\nBLOCK: go on?\necho three\n"}}),
+    );
+    let third = briefed_anew("briefed with the third brief", &second_id);
+    let third_id = third["status"]["briefId"].as_str().unwrap().to_string();
+    berth.wait_for(&name, "blocked on the third brief", |p| {
+        p["status"]["agent"]["state"] == "blocked"
+    });
+    berth.patch_project(
+        &name,
+        json!({"spec": {"brief": "Fourth brief\necho four\n"}}),
+    );
+    let waiting = berth.wait_for(&name, "waiting for the busy runner", |p| {
+        p["status"]["observedGeneration"] == p["metadata"]["generation"]
+            && ready_reason(p).is_some_and(|(s, r)| s == "False" && r == "RunnerBusy")
+    });
+    let message = waiting["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&third_id) && message.contains("berth answer"),
+        "{message}"
+    );
+    assert_eq!(runner_starts(&berth, &name), 3);
+
+    let out = berth_cli(&berth, &["answer", &name, "yes"], "");
+    assert!(out.status.success(), "berth answer: {out:?}");
+    let fourth = briefed_anew("briefed with the fourth brief", &third_id);
+    assert_ne!(fourth["status"]["briefId"], third_id.as_str());
+    wait_in_container(
+        &name,
+        "the fourth brief done",
+        "grep -q '\"state\":\"done\"' /run/berth/agent.json && grep -q '^echo four$' /run/berth/shell.log",
+    );
+    let log = exec(&name, "cat /run/berth/shell.log").unwrap();
+    assert!(
+        log.ends_with("Third brief\nanswer: yes\necho three\nFourth brief\necho four\n"),
+        "{log}"
+    );
+    assert_eq!(runner_starts(&berth, &name), 4);
+
+    berth.delete_project(&name);
+    delete_profile(&berth, &profile);
+}
+
+#[test]
+fn pipeline_a_repository_agents_md_is_kept_and_the_seeds_not_applied_are_named() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    let profile = format!("shell-{}", &name[name.len() - 8..]);
+    apply_profile(&berth, &profile);
+    let theirs = "# The repository's own rules\n";
+    let url = git_repo_with(berth.dir.path(), &[("AGENTS.md", theirs)]);
+    berth.create_project(
+        &name,
+        json!({
+            "image": "berth-base",
+            "agent": profile,
+            "repo": {"url": url},
+            "seedFiles": [
+                {"path": "AGENTS.md", "content": "project rules\n", "merge": "append"},
+                {"path": "notes.txt", "content": "seeded\n"},
+            ],
+            "brief": "Keep brief\n",
+        }),
+    );
+    let project = berth.wait_ready(&name);
+
+    assert_eq!(exec(&name, "cat /workspace/AGENTS.md").unwrap(), theirs);
+    assert_eq!(exec(&name, "cat /workspace/notes.txt").unwrap(), "seeded\n");
+    assert_eq!(
+        exec(&name, "git -C /workspace status --porcelain").unwrap(),
+        ""
+    );
+    let seeded = project["status"]["seededFiles"].as_object().unwrap();
+    assert!(!seeded.contains_key("/workspace/AGENTS.md"), "{seeded:?}");
+    let skipped: Vec<String> = events(&berth, &name)
+        .into_iter()
+        .filter(|(r, _)| r == "SeedSkipped")
+        .map(|(_, m)| m)
+        .collect();
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    for named in [
+        "kept /workspace/AGENTS.md",
+        &format!("the instructions of profile {profile}"),
+        "spec.seedFiles[0] (merge: append)",
+        "merge: append adds only to instructions berth writes",
+    ] {
+        assert!(skipped[0].contains(named), "{named}: {}", skipped[0]);
+    }
+    berth.delete_project(&name);
+    delete_profile(&berth, &profile);
+}
+
+#[test]
+fn pipeline_a_stop_right_after_ready_is_no_sync_failure() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    berth.create_project(&name, json!({"image": "berth-base"}));
+    berth.wait_ready(&name);
+    // A secret set while the stop is under way is propagated once the container runs again,
+    // not reported as a failure to reach it.
+    let out = berth_cli(&berth, &["stop", &name], "");
+    assert!(out.status.success(), "berth stop: {out:?}");
+    let out = berth_cli(
+        &berth,
+        &["secret", "set", &name, "STOP_TOKEN"],
+        "after-stop\n",
+    );
+    assert!(out.status.success(), "berth secret set: {out:?}");
+    berth.wait_for(&name, "stopped", |p| p["status"]["phase"] == "Stopped");
+    let out = berth_cli(&berth, &["start", &name], "");
+    assert!(out.status.success(), "berth start: {out:?}");
+    wait_in_container(
+        &name,
+        "the secret in .env",
+        "grep -q '^STOP_TOKEN=after-stop$' /workspace/.env",
+    );
+    let synced = berth.wait_for(&name, "Ready and synced", |p| {
+        ready_reason(p).is_some_and(|(s, _)| s == "True")
+            && condition(p, "SecretsSynced").is_some_and(|(s, _, _)| s == "True")
+    });
+    let failures: Vec<_> = events(&berth, &name)
+        .into_iter()
+        .filter(|(r, _)| r == "SecretsSyncFailed")
+        .collect();
+    assert!(failures.is_empty(), "{failures:?}\n{synced}");
+    berth.delete_project(&name);
+}
+
+#[test]
+fn pipeline_provisioned_names_a_failing_cli_until_it_is_there() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    let profile = format!("shell-{}", &name[name.len() - 8..]);
+    let mut missing = shell_profile(&profile);
+    missing["spec"]["install"]["check"] = json!("berth-test-cli --version");
+    let reply = berth.client().post_json(PROFILES, &missing);
+    assert_eq!(reply.status, 201, "create profile: {}", reply.text());
+    berth.create_project(
+        &name,
+        json!({"image": "berth-base", "agent": profile, "brief": "Provision brief\n"}),
+    );
+    let failing = berth.wait_for(&name, "Provisioned=False", |p| {
+        condition(p, "Provisioned").is_some_and(|(s, _, _)| s == "False")
+    });
+    let (_, reason, message) = condition(&failing, "Provisioned").unwrap();
+    assert_eq!(reason, "InstallFailed");
+    assert!(message.contains(&profile), "{message}");
+    assert_ne!(ready_reason(&failing).unwrap().0, "True");
+
+    // The profile learns how to install its CLI: the next bootstrap does, and says so.
+    let install = "printf '#!/bin/sh\\necho test-cli 4.5.6\\n' >/usr/local/bin/berth-test-cli && chmod 755 /usr/local/bin/berth-test-cli";
+    let reply = berth.client().request(
+        "PATCH",
+        &format!("{PROFILES}/{profile}"),
+        Some("application/merge-patch+json"),
+        json!({"spec": {"install": {"command": install}}})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(reply.status, 200, "patch profile: {}", reply.text());
+    let ready = berth.wait_ready(&name);
+    let (status, reason, message) = condition(&ready, "Provisioned").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Bootstrapped"));
+    assert_eq!(
+        message,
+        format!("verified {profile}: test-cli 4.5.6, installed now")
+    );
+    berth.delete_project(&name);
+    delete_profile(&berth, &profile);
 }

@@ -41,6 +41,8 @@ pub struct ProfileBootstrap {
     pub install: InstallOutcome,
     /// The version the profile says its install command installs.
     pub version: Option<String>,
+    /// The first line `install.check` printed (`2.1.90 (Claude Code)`), as untrusted text.
+    pub reported: Option<String>,
     /// Runtime assets written (paths).
     pub assets: Vec<String>,
     /// Secret keys placed in the profile's credentials file (never the values).
@@ -74,7 +76,7 @@ pub async fn bootstrap(
     let mut report = BootstrapReport::default();
     let mut modes: Vec<(u32, String)> = Vec::new();
     for plan in &plans {
-        let install = install(rt, instance, plan).await?;
+        let (install, reported) = install(rt, instance, plan).await?;
         for asset in &plan.assets {
             write_file(
                 rt,
@@ -112,6 +114,7 @@ pub async fn bootstrap(
             profile: plan.name.clone(),
             install,
             version: plan.spec.install.version.clone(),
+            reported,
             assets: plan.assets.iter().map(|a| a.path.clone()).collect(),
             credentials: plan.credentials.keys().cloned().collect(),
         });
@@ -339,15 +342,19 @@ done
 
 /// One round trip per profile: the check, and when it fails the install command (under a lock,
 /// so an install still running from a timed-out attempt is waited for, not started twice)
-/// followed by the check again.
+/// followed by the check again. Returns what the passing check printed first, for a version.
 async fn install(
     rt: &dyn Runtime,
     instance: &str,
     plan: &ProfilePlan<'_>,
-) -> Result<InstallOutcome> {
+) -> Result<(InstallOutcome, Option<String>)> {
     const SCRIPT: &str = r#"
 check=$1 install=$2 lock=$3
-if sh -c "$check" >/dev/null 2>&1; then echo present; exit 0; fi
+passes() {
+    out=$(sh -c "$check" 2>/dev/null) || return 1
+    printf 'reported %s\n' "$(printf '%s\n' "$out" | head -n 1)"
+}
+if passes; then echo present; exit 0; fi
 if [ -z "$install" ]; then
     echo "install.check failed and the profile has no install.command:" >&2
     sh -c "$check" 1>&2
@@ -357,9 +364,13 @@ if command -v flock >/dev/null 2>&1; then
     exec 9>"$lock"
     flock -w 1800 9 || true
 fi
-if sh -c "$check" >/dev/null 2>&1; then echo present; exit 0; fi
+if passes; then echo present; exit 0; fi
 if ! sh -c "$install" 1>&2; then echo "install.command failed" >&2; exit 21; fi
-if ! sh -c "$check" 1>&2; then echo "install.check still fails after install.command" >&2; exit 22; fi
+if ! passes; then
+    sh -c "$check" 1>&2
+    echo "install.check still fails after install.command" >&2
+    exit 22
+fi
 echo installed
 "#;
     let install = plan.spec.install.command.as_deref().unwrap_or("");
@@ -376,9 +387,20 @@ echo installed
     )
     .await?;
     let said = out.stdout_str();
+    let reported = said
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("reported "))
+        .map(|v| {
+            super::sanitize_untrusted(v)
+                .chars()
+                .take(80)
+                .collect::<String>()
+        })
+        .filter(|v| !v.is_empty());
     match (out.exit_code, said.lines().last()) {
-        (0, Some("present")) => Ok(InstallOutcome::Present),
-        (0, Some("installed")) => Ok(InstallOutcome::Installed),
+        (0, Some("present")) => Ok((InstallOutcome::Present, reported)),
+        (0, Some("installed")) => Ok((InstallOutcome::Installed, reported)),
         (code, _) => Err(AgentError::InstallFailed {
             profile: plan.name.clone(),
             message: format!("exit {code}: {}", output_tail(&out, 5)),

@@ -1,10 +1,12 @@
-//! RunnerStarted: the brief handed over and the profile's runner started, once per boot; and
-//! talking to a running agent afterwards (answers, the runner log).
+//! RunnerStarted: the brief handed over and the profile's runner started, once per boot and
+//! brief; and talking to a running agent afterwards (answers, the runner log).
 //!
-//! The pid file under the tmpfs `/run/berth` is the guard: while it exists the runner was started
-//! in this boot, so a repeated call (after a controller crash, say) starts nothing, whether the
-//! runner is still running or has finished. A reboot clears `/run`, so the next boot starts it
-//! again. A lock serialises concurrent calls.
+//! The pid file under the tmpfs `/run/berth`, with the id of the brief it was started for, is the
+//! guard: while it names this brief the runner was started for it in this boot, so a repeated
+//! call (after a controller crash, say) starts nothing, whether the runner is still running or
+//! has finished. A new brief starts a runner only once the previous one has exited, so there
+//! are never two. A reboot clears `/run`, so the next boot starts it again. A lock serialises
+//! concurrent calls.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -27,19 +29,17 @@ pub const MAX_BRIEF_BYTES: usize = 100_000;
 pub enum RunnerOutcome {
     /// Started now, with this brief.
     Started { pid: u32 },
-    /// It had been started in this boot already; nothing was done. `brief_id` is the brief it
-    /// was handed then.
-    AlreadyStarted {
-        pid: u32,
-        running: bool,
-        brief_id: String,
-    },
+    /// It had been started in this boot for this brief already; nothing was done.
+    AlreadyStarted { pid: u32, running: bool },
+    /// The runner started in this boot for another brief is still running; nothing was done.
+    Busy { pid: u32, brief_id: String },
 }
 
 /// Writes the brief (`/run/berth/brief.md`, its id in `/run/berth/brief.id`) and starts the
 /// profile's runner detached in its own session, `{briefFile}` in its command replaced by the
 /// brief's path. Its environment is `env` with `secrets` on top, plus `BERTH_BRIEF_ID`,
-/// `BERTH_BRIEF_FILE`, `BERTH_STATUS_FILE` and `BERTH_ANSWER_FILE`.
+/// `BERTH_BRIEF_FILE`, `BERTH_STATUS_FILE` and `BERTH_ANSWER_FILE`. The status file and answer
+/// an earlier brief's runner left are removed first: neither belongs to this brief.
 pub async fn start_runner(
     rt: &dyn Runtime,
     instance: &str,
@@ -84,9 +84,11 @@ fi
 if [ -s "$PID_FILE" ]; then
     pid=$(cat "$PID_FILE")
     if kill -0 "$pid" 2>/dev/null; then state=running; else state=exited; fi
-    echo "already $pid $state $(cat "$BRIEF_ID_FILE" 2>/dev/null)"
-    exit 0
+    was=$(cat "$BRIEF_ID_FILE" 2>/dev/null || true)
+    if [ "$was" = "$id" ]; then echo "already $pid $state"; exit 0; fi
+    if [ "$state" = running ]; then echo "busy $pid $was"; exit 0; fi
 fi
+rm -f "$STATUS_FILE" "$ANSWER_FILE" || exit 42
 printf '%s' "$brief" >"$BRIEF_FILE.tmp" && mv -f "$BRIEF_FILE.tmp" "$BRIEF_FILE" || exit 42
 printf '%s' "$id" >"$BRIEF_ID_FILE.tmp" && mv -f "$BRIEF_ID_FILE.tmp" "$BRIEF_ID_FILE" || exit 42
 export BERTH_BRIEF_ID="$id" BERTH_BRIEF_FILE="$BRIEF_FILE" BERTH_STATUS_FILE="$STATUS_FILE" BERTH_ANSWER_FILE="$ANSWER_FILE"
@@ -155,12 +157,15 @@ echo "started $pid"
                 .and_then(|p| p.parse().ok())
                 .ok_or_else(unexpected)?;
             let running = words.next() == Some("running");
+            Ok(RunnerOutcome::AlreadyStarted { pid, running })
+        }
+        Some("busy") => {
+            let pid = words
+                .next()
+                .and_then(|p| p.parse().ok())
+                .ok_or_else(unexpected)?;
             let brief_id = words.next().unwrap_or("").to_string();
-            Ok(RunnerOutcome::AlreadyStarted {
-                pid,
-                running,
-                brief_id,
-            })
+            Ok(RunnerOutcome::Busy { pid, brief_id })
         }
         _ => Err(unexpected()),
     }

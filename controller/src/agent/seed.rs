@@ -67,6 +67,9 @@ struct DesiredFile {
     path: String,
     content: String,
     mode: u32,
+    /// What asked for it (`instructions of profile claude`, `spec.seedFiles[1]`), for the
+    /// warning when the file is kept as someone else wrote it.
+    sources: Vec<String>,
 }
 
 /// What the container holds at a path.
@@ -122,10 +125,7 @@ pub async fn seed(
             Found::File(current) if current == hash => false,
             Found::File(current) if previous.get(&file.path) == Some(current.as_str()) => true,
             Found::File(_) => {
-                report.warnings.push(format!(
-                    "kept {}: it holds content berth did not write",
-                    file.path
-                ));
+                report.warnings.push(kept_warning(file));
                 continue;
             }
         };
@@ -149,7 +149,8 @@ pub async fn seed(
         return Err(refuse(ENV_FILE, what));
     }
     let (hash, changed) = converge_env(rt, instance, &env_found, &env).await?;
-    if changed {
+    // A `.env` that went away has no mode to set.
+    if changed && hash.is_some() {
         report.changed.push(ENV_FILE.to_string());
     }
     if let Some(hash) = hash {
@@ -187,6 +188,8 @@ pub async fn seed(
 /// Converges `.env` alone: for secrets propagation after the workspace was seeded (a new,
 /// changed or deleted secret), without touching any other seeded file. Returns the record with
 /// the new `.env` entry (or without one, when no values are left) and whether it was rewritten.
+/// In a git workspace berth's files are listed in `.git/info/exclude` as [`seed`] lists them: a
+/// secret must never show up as a file to commit, whenever `.env` first appears.
 pub async fn sync_env(
     rt: &dyn Runtime,
     instance: &str,
@@ -195,7 +198,7 @@ pub async fn sync_env(
     previous: &WrittenFiles,
 ) -> Result<(WrittenFiles, bool)> {
     let entries = env_entries(env, secrets);
-    let (_, found) = probe(rt, instance, &[ENV_FILE]).await?;
+    let (is_git, found) = probe(rt, instance, &[ENV_FILE]).await?;
     let found = found.get(ENV_FILE).cloned().unwrap_or(Found::Missing);
     if matches!(found, Found::NotRegular | Found::Escapes) {
         return Err(AgentError::SeedFailed {
@@ -205,29 +208,19 @@ pub async fn sync_env(
     }
     let (hash, changed) = converge_env(rt, instance, &found, &entries).await?;
     let mut written = previous.clone();
-    match hash {
-        Some(hash) => written.record(ENV_FILE, &hash),
+    match &hash {
+        Some(hash) => written.record(ENV_FILE, hash),
         None => {
             written.files.remove(ENV_FILE);
         }
     }
-    if changed {
-        let out = run_script(
-            rt,
-            instance,
-            REASON,
-            r#"chmod 600 "$1""#,
-            &[ENV_FILE],
-            &BTreeMap::new(),
-            SEED_TIMEOUT,
-        )
-        .await?;
-        if !out.success() {
-            return Err(AgentError::SeedFailed {
-                path: ENV_FILE.to_string(),
-                message: format!("chmod failed: {}", output_tail(&out, 3)),
-            });
-        }
+    let modes: &[(u32, &str)] = if changed && hash.is_some() {
+        &[(0o600, ENV_FILE)]
+    } else {
+        &[]
+    };
+    if !modes.is_empty() || (is_git && !written.files.is_empty()) {
+        finish(rt, instance, modes, &written).await?;
     }
     Ok((written, changed))
 }
@@ -256,6 +249,18 @@ async fn converge_env(
         _ => String::new(),
     };
     let content = env_file_with_block(&existing, entries);
+    if content.is_empty() && !existing.is_empty() {
+        // Nothing but berth's block was there: the file goes with it, rather than stay
+        // behind empty as a file nobody wrote.
+        rt.file_delete(instance, ENV_FILE)
+            .await
+            .map_err(|source| AgentError::Runtime {
+                reason: REASON,
+                what: format!("delete {ENV_FILE} in {instance}"),
+                source,
+            })?;
+        return Ok((None, true));
+    }
     let changed = content != existing || !matches!(found, Found::File(_));
     if changed {
         write_file(rt, instance, REASON, ENV_FILE, content.as_bytes(), 0o600).await?;
@@ -278,14 +283,21 @@ fn desired_files(spec: &ProjectSpec, profiles: &[NamedProfile<'_>]) -> Result<Ve
                 field: "spec.instructions.target".to_string(),
                 message: format!("{:?} must lie under /workspace", instructions.target),
             })?;
+        let source = format!("the instructions of profile {name}");
         match files.iter_mut().find(|f| f.path == path) {
             // Profiles sharing a target (AGENTS.md for every Codex-based agent) share the file.
-            Some(existing) if existing.content.contains(&instructions.content) => {}
-            Some(existing) => append(&mut existing.content, &instructions.content),
+            Some(existing) if existing.content.contains(&instructions.content) => {
+                existing.sources.push(source);
+            }
+            Some(existing) => {
+                append(&mut existing.content, &instructions.content);
+                existing.sources.push(source);
+            }
             None => files.push(DesiredFile {
                 path,
                 content: instructions.content.clone(),
                 mode: 0o644,
+                sources: vec![source],
             }),
         }
     }
@@ -296,6 +308,10 @@ fn desired_files(spec: &ProjectSpec, profiles: &[NamedProfile<'_>]) -> Result<Ve
         })?;
         let mode = seed.mode.map(FileMode::bits);
         let merge = seed.merge.unwrap_or_default();
+        let source = match merge {
+            MergeMode::Append => format!("spec.seedFiles[{i}] (merge: append)"),
+            MergeMode::Replace => format!("spec.seedFiles[{i}]"),
+        };
         match files.iter_mut().find(|f| f.path == path) {
             Some(existing) => {
                 match merge {
@@ -305,15 +321,35 @@ fn desired_files(spec: &ProjectSpec, profiles: &[NamedProfile<'_>]) -> Result<Ve
                 if let Some(mode) = mode {
                     existing.mode = mode;
                 }
+                existing.sources.push(source);
             }
             None => files.push(DesiredFile {
                 path,
                 content: seed.content.clone(),
                 mode: mode.unwrap_or(0o644),
+                sources: vec![source],
             }),
         }
     }
     Ok(files)
+}
+
+/// The warning for a file berth leaves as it found it, naming every seed that is therefore not
+/// applied. A `merge: append` seed appends to what berth writes; it never edits a file of the
+/// repository's or a person's (which would show up as their change, and be committed with it).
+fn kept_warning(file: &DesiredFile) -> String {
+    let appends = file.sources.iter().any(|s| s.ends_with("(merge: append)"));
+    let mut warning = format!(
+        "kept {}: it holds content berth did not write (from the repository or a person); not applied: {}",
+        file.path,
+        file.sources.join(", ")
+    );
+    if appends {
+        warning.push_str(
+            "; merge: append adds only to instructions berth writes, so add that text to the file in the repository or seed another path",
+        );
+    }
+    warning
 }
 
 fn append(content: &mut String, more: &str) {
@@ -643,19 +679,42 @@ mod tests {
                 path: "/workspace/CLAUDE.md".into(),
                 content: "claude rules\n".into(),
                 mode: 0o644,
+                sources: vec!["the instructions of profile claude".into()],
             },
             DesiredFile {
                 path: "/workspace/AGENTS.md".into(),
                 content: "agents rules\nproject rules\n".into(),
                 mode: 0o644,
+                sources: vec![
+                    "the instructions of profile codex".into(),
+                    "the instructions of profile kimi".into(),
+                    "spec.seedFiles[0] (merge: append)".into(),
+                ],
             },
             DesiredFile {
                 path: "/workspace/bin/run.sh".into(),
                 content: "#!/bin/sh\n".into(),
                 mode: 0o755,
+                sources: vec!["spec.seedFiles[1]".into()],
             },
         ];
         assert_eq!(files, want);
+
+        // A file kept as the repository has it names every seed not applied there.
+        let warning = kept_warning(&files[1]);
+        assert!(
+            warning.starts_with("kept /workspace/AGENTS.md: it holds content berth did not write"),
+            "{warning}"
+        );
+        for named in [
+            "profile codex",
+            "profile kimi",
+            "spec.seedFiles[0] (merge: append)",
+        ] {
+            assert!(warning.contains(named), "{named}: {warning}");
+        }
+        assert!(warning.contains("merge: append adds only to"), "{warning}");
+        assert!(!kept_warning(&files[2]).contains("merge: append"));
     }
 
     #[test]

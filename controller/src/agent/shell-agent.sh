@@ -6,8 +6,9 @@
 #
 # It reports `working` with the brief's id in /run/berth/agent.json, echoes every line into
 # /run/berth/shell.log, and for a line `BLOCK: <question>` reports `blocked` with the question as
-# its message until /run/berth/answer appears (the answer is logged and consumed, so the next
-# BLOCK waits for a new one). At the end of the brief it reports `done`. Status writes are atomic
+# its message until /run/berth/answer appears (the answer is logged and consumed, and one left
+# from before the question is dropped, so every BLOCK waits for an answer of its own). At the
+# end of the brief it reports `done`. Status writes are atomic
 # (a temporary file renamed into place), so a reader never sees half a file.
 
 set -u
@@ -47,6 +48,8 @@ while IFS= read -r line || [ -n "$line" ]; do
     BLOCK:*)
         question=$(printf '%s' "${line#BLOCK:}" | sed -e 's/^[[:space:]]*//')
         echo "shell agent: blocked: $question"
+        # An answer written before the question was asked answers something else.
+        rm -f "$answer"
         report blocked "$question"
         while [ ! -e "$answer" ]; do
             sleep 1

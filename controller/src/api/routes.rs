@@ -400,6 +400,25 @@ async fn answer(state: &ApiState, caller: &Caller, name: &str, req: Request<Inco
         return Err(ApiError::bad_request("text: the answer is empty"));
     }
     let runtime = container_runtime(state)?;
+    // An answer nobody asked for would be taken by a later question. The agent's own file is
+    // the fresher word (status copies it every few seconds); the status when it is unreadable.
+    let agent_state = match crate::agent::read_agent_status(&*runtime, project.name()).await {
+        Ok(Some(report)) => report.status.state.as_str().to_string(),
+        _ => project
+            .status
+            .get("agent")
+            .and_then(|a| a.get("state"))
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_string(),
+    };
+    if agent_state != berth_api::AgentState::Blocked.as_str() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!("agent of project {name} is not waiting for an answer (state: {agent_state})"),
+        ));
+    }
     crate::agent::answer(&*runtime, project.name(), &text)
         .await
         .map_err(agent_failure)?;

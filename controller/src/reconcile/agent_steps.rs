@@ -1,14 +1,12 @@
 //! The later steps performed for real: [`AgentSteps`] runs Bootstrapped, CheckedOut, Seeded,
 //! RunnerStarted and Briefed through [`crate::agent`], and keeps a provisioned workspace in step
-//! with its secrets and its agent's own report afterwards.
+//! with its secrets, its brief and its agent's own report afterwards.
 //!
-//! What a step must remember (the files berth seeded, the brief id, the agent's report) is
-//! written into the project's status before the step is called done. The reconciler commits the
-//! status it decoded when its pass began, so a step that records something writes it to the
-//! store and then answers `Waiting` with the `Ready` condition exactly as stored and no delay:
-//! the reconciler's commit then changes nothing, and the next pass, starting from the recorded
-//! status, finishes the step. Writes made outside a reconcile (secrets propagation, the agent's
-//! report on a Ready project) hold the project's queue slot, so no pass overwrites them.
+//! What a step must remember (the files berth seeded, the brief id, the agent's report, the
+//! `Provisioned` condition) is written into the project's status before the step goes on or is
+//! called done. The reconciler's commit lays only the fields it changed onto the stored status,
+//! so these records survive it. Writes made outside a reconcile (secrets propagation, the
+//! agent's report) hold the project's queue slot as well.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -16,7 +14,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use berth_api::{
-    AgentProfileSpec, ConditionStatus, Phase, ProjectSpec, ProjectStatus, Step, condition_types,
+    AgentProfileSpec, ConditionStatus, Phase, PowerState, ProjectSpec, ProjectStatus, Step,
+    condition_types,
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -35,6 +34,10 @@ pub const SECRETS_SYNCED: &str = "SecretsSynced";
 pub const PROFILE_NOT_FOUND: &str = "ProfileNotFound";
 /// Reason of an agent silent past the brief deadline.
 pub const BRIEF_NOT_ACKNOWLEDGED: &str = "BriefNotAcknowledged";
+/// Reason of a new brief waiting for the runner of the previous one to exit.
+pub const RUNNER_BUSY: &str = "RunnerBusy";
+/// Reason of `Provisioned=True`: every profile's CLI verified and its files placed.
+pub const BOOTSTRAPPED: &str = "Bootstrapped";
 /// Prefix of the LXD config keys that put a value into every process's environment.
 const LXD_ENV_PREFIX: &str = "environment.";
 
@@ -42,6 +45,8 @@ const LXD_ENV_PREFIX: &str = "environment.";
 const RETRY: Duration = Duration::from_secs(15);
 /// How often an unacknowledged brief is looked at again.
 const BRIEF_POLL: Duration = Duration::from_secs(2);
+/// How often a new brief looks whether the previous brief's runner has exited.
+const RUNNER_BUSY_POLL: Duration = Duration::from_secs(5);
 
 /// Settings of the agent steps.
 #[derive(Debug, Clone)]
@@ -62,6 +67,14 @@ impl Default for AgentSettings {
             watch_interval: Duration::from_secs(5),
         }
     }
+}
+
+/// What following a provisioned project calls for.
+struct FollowUp {
+    spec: ProjectSpec,
+    revision: u64,
+    stale_secrets: bool,
+    briefed: bool,
 }
 
 /// The agent steps, and the propagation that follows them.
@@ -151,39 +164,56 @@ impl AgentSteps {
         let Some(queue) = self.queue.get() else {
             return;
         };
-        let Some(object) = self.store.get(PROJECT_KIND, name) else {
+        if self.follow_up(name).is_none() {
+            return;
+        }
+        let _slot = queue.lock(name).await;
+        // Judged again in the slot: the reconcile that held it may have stopped the container.
+        let Some(due) = self.follow_up(name) else {
             return;
         };
+        if due.stale_secrets
+            && let Err(e) = self.sync_secrets(name, &due.spec, due.revision).await
+        {
+            tracing::warn!(project = name, error = %e, "secrets propagation failed");
+        }
+        if due.briefed
+            && let Err(e) = self.copy_agent_report(name).await
+        {
+            tracing::debug!(project = name, error = %e, "agent report not read");
+        }
+    }
+
+    /// What [`Self::follow`] has to do for the project as stored now, if anything.
+    fn follow_up(&self, name: &str) -> Option<FollowUp> {
+        let object = self.store.get(PROJECT_KIND, name)?;
         let status = decode_status(&object);
         let step = status.step.unwrap_or(Step::Requested);
-        // A stopped or failing container has nothing to sync into; the next tick after it is
-        // back finds the revision still stale.
-        let running = matches!(status.phase, Phase::Ready | Phase::Provisioning);
+        let spec = serde_json::from_value::<ProjectSpec>(object.spec.clone()).ok()?;
+        // A stopped or failing container (or one about to be stopped) has nothing to sync
+        // into; the next tick after it is back finds the revision still stale.
+        let running = matches!(status.phase, Phase::Ready | Phase::Provisioning)
+            && spec.state == PowerState::Running;
         if object.is_deleting() || !running {
-            return;
+            return None;
         }
         let revision = self.secrets.revision(object.uid()).unwrap_or_default();
         // Seeded wrote the workspace's files with the secrets of then; a project that skips
         // Seeded (no agent, no seed files) gets them once it is Ready and has any.
         let provisioned = step >= Step::Seeded || (status.phase == Phase::Ready && revision > 0);
         if !provisioned {
-            return;
+            return None;
         }
-        let Ok(spec) = serde_json::from_value::<ProjectSpec>(object.spec.clone()) else {
-            return;
-        };
         let stale_secrets = self.synced_revision(object.uid()) != Some(revision);
-        let briefed = step == Step::Briefed;
-        if !stale_secrets && !briefed {
-            return;
-        }
-        let _slot = queue.lock(name).await;
-        if stale_secrets && let Err(e) = self.sync_secrets(name, &spec, revision).await {
-            tracing::warn!(project = name, error = %e, "secrets propagation failed");
-        }
-        if briefed && let Err(e) = self.copy_agent_report(name).await {
-            tracing::debug!(project = name, error = %e, "agent report not read");
-        }
+        // A runner was handed a brief in this boot: its reports are copied also while a new
+        // brief waits for it to exit, so a question it asks is seen (and can be answered).
+        let briefed = step >= Step::Seeded && status.brief_id.is_some();
+        (stale_secrets || briefed).then_some(FollowUp {
+            spec,
+            revision,
+            stale_secrets,
+            briefed,
+        })
     }
 
     fn synced_revision(&self, uid: &str) -> Option<u64> {
@@ -207,6 +237,14 @@ impl AgentSteps {
         };
         let uid = object.uid().to_string();
         let outcome = self.propagate(name, &object, spec).await;
+        if let Err(message) = &outcome
+            && !self.is_running(name).await
+        {
+            // Stopped meanwhile: nothing failed to reach it. The revision stays stale, so it
+            // is synced once the container runs again.
+            tracing::debug!(project = name, error = %message, "secrets not synced into a stopped container");
+            return Ok(());
+        }
         let (status, reason, message) = match &outcome {
             Ok(()) => (ConditionStatus::True, "Synced", String::new()),
             Err(message) => (ConditionStatus::False, "SyncFailed", message.clone()),
@@ -245,6 +283,15 @@ impl AgentSteps {
                 .insert(uid, revision);
         }
         outcome
+    }
+
+    /// Whether the container runs; an LXD that cannot tell counts as running, so a failure
+    /// while LXD is unreachable is still reported.
+    async fn is_running(&self, name: &str) -> bool {
+        match self.runtime.get_instance(name).await {
+            Ok(instance) => instance.is_some_and(|i| i.is_running()),
+            Err(_) => true,
+        }
     }
 
     async fn propagate(
@@ -421,33 +468,51 @@ impl AgentSteps {
         }
     }
 
-    /// The `Waiting` that leaves the stored `Ready` condition as it is, to be reconciled again at
-    /// once: after a step recorded something itself (see the module comment).
-    fn recorded(&self, name: &str) -> StepOutcome {
-        let (reason, message) = self
-            .store
-            .get(PROJECT_KIND, name)
-            .map(|object| {
-                let status = decode_status(&object);
-                berth_api::find_condition(&status.conditions, condition_types::READY)
-                    .map(|c| (c.reason.clone(), c.message.clone()))
-                    .unwrap_or_default()
-            })
-            .unwrap_or_default();
-        StepOutcome::Waiting {
+    /// Sets one condition of the project (not `Ready`, which the reconciler owns) when it
+    /// differs from the stored one.
+    fn record_condition(
+        &self,
+        name: &str,
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), RuntimeError> {
+        let Some(object) = self.store.get(PROJECT_KIND, name) else {
+            return Ok(());
+        };
+        let mut conditions = decode_status(&object).conditions;
+        let generation = object.generation();
+        if !berth_api::set_condition(
+            &mut conditions,
+            type_,
+            status,
             reason,
             message,
-            retry_after: Duration::ZERO,
+            generation,
+            Utc::now(),
+        ) {
+            return Ok(());
         }
+        self.record(name, |s| s.conditions = conditions)
+            .map_err(|e| internal("recording a condition", e))
     }
 
     async fn bootstrap(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
         let profiles = match self.profiles(project.spec) {
             Ok(profiles) => profiles,
             Err(missing) => {
+                let message = format!("agent profile {missing} does not exist");
+                self.record_condition(
+                    project.name,
+                    condition_types::PROVISIONED,
+                    ConditionStatus::False,
+                    PROFILE_NOT_FOUND,
+                    &message,
+                )?;
                 return Ok(StepOutcome::Waiting {
                     reason: PROFILE_NOT_FOUND.to_string(),
-                    message: format!("agent profile {missing} does not exist"),
+                    message,
                     retry_after: RETRY,
                 });
             }
@@ -465,9 +530,27 @@ impl AgentSteps {
                         warning,
                     );
                 }
+                self.record_condition(
+                    project.name,
+                    condition_types::PROVISIONED,
+                    ConditionStatus::True,
+                    BOOTSTRAPPED,
+                    &provisioned_message(&report),
+                )?;
                 Ok(StepOutcome::Done)
             }
-            Err(e) => failed(e),
+            Err(e) => {
+                if !e.is_transient() {
+                    self.record_condition(
+                        project.name,
+                        condition_types::PROVISIONED,
+                        ConditionStatus::False,
+                        e.reason(),
+                        &e.to_string(),
+                    )?;
+                }
+                failed(e)
+            }
         }
     }
 
@@ -538,7 +621,6 @@ impl AgentSteps {
                 s.seeded_files = report.written.files.clone()
             })
             .map_err(|e| internal("recording the seeded files", e))?;
-            return Ok(self.recorded(project.name));
         }
         Ok(StepOutcome::Done)
     }
@@ -560,17 +642,13 @@ impl AgentSteps {
                 });
             }
         };
-        let Some(object) = self.store.get(PROJECT_KIND, project.name) else {
-            return Ok(StepOutcome::Done);
-        };
-        let status = decode_status(&object);
-        let brief_id = brief_id(project.uid, object.generation(), &project.spec.brief);
+        let status = self.status(project.name);
+        let brief_id = brief_id(project.uid, &project.spec.brief);
         if status.brief_id.as_deref() != Some(brief_id.as_str()) {
             // Recorded before the runner gets it, so a crash between the two hands over the
             // same id again.
             self.record(project.name, |s| s.brief_id = Some(brief_id.clone()))
                 .map_err(|e| internal("recording the brief id", e))?;
-            return Ok(self.recorded(project.name));
         }
         // After a boot the brief is handed again only while the agent has not finished it.
         let finished = status.agent.as_ref().is_some_and(|a| {
@@ -601,6 +679,24 @@ impl AgentSteps {
                 Ok(StepOutcome::Done)
             }
             Ok(agent::RunnerOutcome::AlreadyStarted { .. }) => Ok(StepOutcome::Done),
+            Ok(agent::RunnerOutcome::Busy { pid, brief_id: old }) => {
+                let blocked = status.agent.as_ref().is_some_and(|a| {
+                    a.state == berth_api::AgentState::Blocked
+                        && a.brief_id.as_deref() == Some(old.as_str())
+                });
+                let hint = if blocked {
+                    "; it waits for an answer (berth answer), or berth restart hands over the new brief at once"
+                } else {
+                    ""
+                };
+                Ok(StepOutcome::Waiting {
+                    reason: RUNNER_BUSY.to_string(),
+                    message: format!(
+                        "the runner (pid {pid}) is still working brief {old}; brief {brief_id} is handed over once it exits{hint}"
+                    ),
+                    retry_after: RUNNER_BUSY_POLL,
+                })
+            }
             Err(e) => failed(e),
         }
     }
@@ -623,7 +719,6 @@ impl AgentSteps {
             if agent_changed(&status, report) {
                 self.record(project.name, |s| apply_report(s, report))
                     .map_err(|e| internal("recording the agent's report", e))?;
-                return Ok(self.recorded(project.name));
             }
             return Ok(StepOutcome::Done);
         }
@@ -672,6 +767,22 @@ impl LaterSteps for AgentSteps {
         asked_for(spec, step)
     }
 
+    /// A brief other than the one handed over makes RunnerStarted and Briefed due again: the
+    /// agent gets the new one, and until it acknowledges it the project is not Briefed.
+    fn outdated(&self, project: &StepContext<'_>, done: Step) -> Option<(Step, String)> {
+        if done < Step::RunnerStarted || project.spec.agent.is_none() {
+            return None;
+        }
+        let handed = self.status(project.name).brief_id?;
+        let current = brief_id(project.uid, &project.spec.brief);
+        (handed != current).then(|| {
+            (
+                Step::Seeded,
+                format!("spec.brief changed: brief {current} replaces brief {handed}"),
+            )
+        })
+    }
+
     async fn run(
         &self,
         project: &StepContext<'_>,
@@ -713,11 +824,33 @@ fn internal(what: &str, e: impl std::fmt::Display) -> RuntimeError {
     }
 }
 
-/// The id of a brief: the same for the same project, generation and text, so recording it again
-/// after a crash names the same brief.
-pub fn brief_id(uid: &str, generation: i64, brief: &str) -> String {
-    let digest = agent::sha256_hex(format!("{uid}\0{generation}\0{brief}").as_bytes());
+/// The id of a brief: the same for the same project and text, so recording it again after a
+/// crash names the same brief, and a spec change that leaves the brief alone (a new generation
+/// all the same) hands nothing over again.
+pub fn brief_id(uid: &str, brief: &str) -> String {
+    let digest = agent::sha256_hex(format!("{uid}\0{brief}").as_bytes());
     format!("b-{}", &digest[..16])
+}
+
+/// `Provisioned`'s message: each profile with the version its check printed.
+fn provisioned_message(report: &agent::BootstrapReport) -> String {
+    let profiles: Vec<String> = report
+        .profiles
+        .iter()
+        .map(|p| {
+            let version = match (&p.reported, &p.version) {
+                (Some(reported), _) => reported.clone(),
+                (None, Some(declared)) => format!("{declared} (declared; the check printed none)"),
+                (None, None) => "check passed, no version printed".to_string(),
+            };
+            let installed = match p.install {
+                agent::InstallOutcome::Installed => ", installed now",
+                agent::InstallOutcome::Present => "",
+            };
+            format!("{}: {version}{installed}", p.profile)
+        })
+        .collect();
+    format!("verified {}", profiles.join("; "))
 }
 
 fn decode_status(object: &StoredObject) -> ProjectStatus {
@@ -750,12 +883,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_brief_id_names_uid_generation_and_text() {
-        let a = brief_id("u", 1, "do it");
-        assert_eq!(a, brief_id("u", 1, "do it"));
-        assert_ne!(a, brief_id("u", 2, "do it"));
-        assert_ne!(a, brief_id("u", 1, "do it again"));
+    fn a_brief_id_names_project_and_text() {
+        let a = brief_id("u", "do it");
+        assert_eq!(a, brief_id("u", "do it"));
+        assert_ne!(a, brief_id("v", "do it"));
+        assert_ne!(a, brief_id("u", "do it again"));
         assert!(a.len() <= 128 && a.chars().all(|c| c.is_ascii_graphic()));
+    }
+
+    #[test]
+    fn provisioned_names_each_profile_with_its_version() {
+        let profile = |name: &str, reported: Option<&str>, version: Option<&str>, install| {
+            agent::ProfileBootstrap {
+                profile: name.into(),
+                install,
+                version: version.map(String::from),
+                reported: reported.map(String::from),
+                assets: Vec::new(),
+                credentials: Vec::new(),
+            }
+        };
+        let report = agent::BootstrapReport {
+            profiles: vec![
+                profile(
+                    "claude",
+                    Some("2.1.90 (Claude Code)"),
+                    Some("2.1.90"),
+                    agent::InstallOutcome::Installed,
+                ),
+                profile("codex", None, Some("0.1"), agent::InstallOutcome::Present),
+                profile("shell", None, None, agent::InstallOutcome::Present),
+            ],
+            warnings: Vec::new(),
+        };
+        assert_eq!(
+            provisioned_message(&report),
+            "verified claude: 2.1.90 (Claude Code), installed now; \
+             codex: 0.1 (declared; the check printed none); \
+             shell: check passed, no version printed"
+        );
     }
 
     #[test]
@@ -788,7 +954,19 @@ mod fake_runtime_tests {
     struct Setup {
         _dir: tempfile::TempDir,
         store: Arc<Store>,
+        fake: Arc<FakeRuntime>,
         steps: AgentSteps,
+    }
+
+    fn desired(kind: &str, name: &str, spec: Value) -> Desired {
+        Desired {
+            kind: kind.into(),
+            name: name.into(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            finalizers: None,
+            spec,
+        }
     }
 
     fn setup(spec: Value) -> Setup {
@@ -796,29 +974,60 @@ mod fake_runtime_tests {
         let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
         let secrets = Arc::new(Secrets::open(store.clone(), dir.path()).unwrap());
         store
+            .apply(desired(PROJECT_KIND, "p", spec), false)
+            .unwrap();
+        store
             .apply(
-                Desired {
-                    kind: PROJECT_KIND.into(),
-                    name: "p".into(),
-                    labels: BTreeMap::new(),
-                    annotations: BTreeMap::new(),
-                    finalizers: None,
-                    spec,
-                },
+                desired(
+                    PROFILE_KIND,
+                    "shell",
+                    json!({"home": "/root/.shell", "install": {"check": "true"},
+                        "runner": {"command": ["true"]}}),
+                ),
                 false,
             )
             .unwrap();
+        let fake = Arc::new(FakeRuntime::new());
         let steps = AgentSteps::new(
             store.clone(),
             secrets,
-            Arc::new(FakeRuntime::new()),
+            fake.clone(),
             AgentSettings::default(),
         );
         Setup {
             _dir: dir,
             store,
+            fake,
             steps,
         }
+    }
+
+    /// Puts the project's container in the fake, in `status`.
+    fn container(setup: &Setup, status: crate::runtime::InstanceStatus) {
+        setup.fake.insert_instance(crate::runtime::Instance {
+            name: "p".into(),
+            status,
+            status_code: 0,
+            location: "none".into(),
+            profiles: Vec::new(),
+            config: BTreeMap::new(),
+            devices: BTreeMap::new(),
+            created_at: None,
+            last_used_at: None,
+            state: None,
+        });
+    }
+
+    fn write_status(setup: &Setup, status: Value) {
+        setup
+            .store
+            .update_status(PROJECT_KIND, "p", None, status, false)
+            .unwrap();
+    }
+
+    fn condition(setup: &Setup, type_: &str) -> Option<berth_api::Condition> {
+        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        berth_api::find_condition(&decode_status(&object).conditions, type_).cloned()
     }
 
     async fn run(setup: &Setup, step: Step) -> StepOutcome {
@@ -851,12 +1060,7 @@ mod fake_runtime_tests {
     async fn a_silent_agent_is_brief_not_acknowledged_past_the_deadline() {
         let setup = setup(json!({"agent": "shell", "brief": "hi"}));
         let started = |minutes: i64| (Utc::now() - chrono::Duration::minutes(minutes)).to_rfc3339();
-        let write = |status: Value| {
-            setup
-                .store
-                .update_status(PROJECT_KIND, "p", None, status, false)
-                .unwrap();
-        };
+        let write = |status: Value| write_status(&setup, status);
 
         write(json!({"step": "RunnerStarted", "briefId": "b-1",
             "controller": {"stepStartedAt": started(1)}}));
@@ -879,28 +1083,163 @@ mod fake_runtime_tests {
     #[tokio::test]
     async fn the_brief_id_is_recorded_before_the_runner_starts() {
         let setup = setup(json!({"agent": "shell", "brief": "hi"}));
-        setup
-            .store
-            .apply(
-                Desired {
-                    kind: PROFILE_KIND.into(),
-                    name: "shell".into(),
-                    labels: BTreeMap::new(),
-                    annotations: BTreeMap::new(),
-                    finalizers: None,
-                    spec: json!({"home": "/root/.shell", "install": {"check": "true"},
-                        "runner": {"command": ["true"]}}),
-                },
-                false,
-            )
+        container(&setup, crate::runtime::InstanceStatus::Running);
+        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        let expected = brief_id(object.uid(), "hi");
+        // What the store holds at the moment the runner is started.
+        let store = setup.store.clone();
+        let seen = Arc::new(Mutex::new(None));
+        let seen_by_exec = seen.clone();
+        setup.fake.on_exec(move |_, request| {
+            let starts_runner = request.command.iter().any(|a| a.contains("PID_FILE"));
+            if starts_runner {
+                let status = store.get(PROJECT_KIND, "p").unwrap().status.clone();
+                *seen_by_exec.lock().unwrap() = status.get("briefId").cloned();
+            }
+            starts_runner.then(|| {
+                Ok(crate::runtime::ExecOutput {
+                    exit_code: 0,
+                    stdout: b"started 42\n".to_vec(),
+                    stderr: Vec::new(),
+                })
+            })
+        });
+        assert_eq!(run(&setup, Step::RunnerStarted).await, StepOutcome::Done);
+        assert_eq!(*seen.lock().unwrap(), Some(json!(expected)));
+    }
+
+    #[tokio::test]
+    async fn a_new_brief_is_due_again_and_waits_for_the_previous_runner() {
+        let setup = setup(json!({"agent": "shell", "brief": "second"}));
+        container(&setup, crate::runtime::InstanceStatus::Running);
+        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        let (uid, first) = (object.uid().to_string(), brief_id(object.uid(), "first"));
+        let spec: ProjectSpec = serde_json::from_value(object.spec.clone()).unwrap();
+        let context = StepContext {
+            name: "p",
+            uid: &uid,
+            spec: &spec,
+        };
+        write_status(
+            &setup,
+            json!({"step": "Briefed", "briefId": first,
+            "agent": {"state": "blocked", "briefId": first, "message": "which?"}}),
+        );
+
+        // Briefed for the old brief is not Briefed for the new one: back to before the runner.
+        let (back, why) = setup.steps.outdated(&context, Step::Briefed).unwrap();
+        assert_eq!(back, Step::Seeded);
+        assert!(why.contains(&first), "{why}");
+        assert_eq!(setup.steps.outdated(&context, Step::Seeded), None);
+
+        // The previous brief's runner still works: no second runner, and the status says why.
+        let busy = format!("busy 42 {first}\n");
+        setup.fake.on_exec(move |_, request| {
+            let starts_runner = request.command.iter().any(|a| a.contains("PID_FILE"));
+            starts_runner.then(|| {
+                Ok(crate::runtime::ExecOutput {
+                    exit_code: 0,
+                    stdout: busy.clone().into_bytes(),
+                    stderr: Vec::new(),
+                })
+            })
+        });
+        let outcome = setup
+            .steps
+            .run(&context, Step::RunnerStarted)
+            .await
             .unwrap();
-        let outcome = run(&setup, Step::RunnerStarted).await;
+        let StepOutcome::Waiting {
+            reason, message, ..
+        } = outcome
+        else {
+            panic!("{outcome:?}");
+        };
+        assert_eq!(reason, RUNNER_BUSY);
         assert!(
-            matches!(outcome, StepOutcome::Waiting { retry_after, .. } if retry_after.is_zero()),
-            "{outcome:?}"
+            message.contains(&first) && message.contains("berth answer"),
+            "{message}"
         );
         let object = setup.store.get(PROJECT_KIND, "p").unwrap();
-        let expected = brief_id(object.uid(), object.generation(), "hi");
-        assert_eq!(object.status["briefId"], expected.as_str());
+        let second = brief_id(object.uid(), "second");
+        assert_eq!(object.status["briefId"], second.as_str());
+        assert_eq!(setup.steps.outdated(&context, Step::Briefed), None);
+    }
+
+    #[tokio::test]
+    async fn secrets_not_reaching_a_stopped_container_are_no_sync_failure() {
+        let setup = setup(json!({}));
+        container(&setup, crate::runtime::InstanceStatus::Stopped);
+        // Ready as last recorded: the stop landed after the look at the phase.
+        write_status(&setup, json!({"phase": "Ready", "step": "Reachable"}));
+        let spec = ProjectSpec::default();
+        assert!(setup.steps.sync_secrets("p", &spec, 0).await.is_ok());
+        assert_eq!(condition(&setup, SECRETS_SYNCED), None);
+        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        assert!(
+            setup
+                .store
+                .events_for(PROJECT_KIND, "p")
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            setup.steps.synced_revision(object.uid()),
+            None,
+            "synced again once it runs"
+        );
+
+        // Running, the same failure is one.
+        setup
+            .fake
+            .set_status("p", crate::runtime::InstanceStatus::Running);
+        setup.fake.on_exec(|_, _| {
+            Some(Ok(crate::runtime::ExecOutput {
+                exit_code: 1,
+                stdout: Vec::new(),
+                stderr: b"disk full".to_vec(),
+            }))
+        });
+        assert!(setup.steps.sync_secrets("p", &spec, 0).await.is_err());
+        let synced = condition(&setup, SECRETS_SYNCED).unwrap();
+        assert_eq!(synced.status, ConditionStatus::False);
+        assert_eq!(synced.reason, "SyncFailed");
+    }
+
+    #[tokio::test]
+    async fn bootstrap_sets_provisioned_with_the_reason_of_a_failure() {
+        let setup = setup(json!({"agent": "shell"}));
+        container(&setup, crate::runtime::InstanceStatus::Running);
+        let check_passes = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let passes = check_passes.clone();
+        setup.fake.on_exec(move |_, request| {
+            let is_check = request.command.iter().any(|a| a.contains("passes()"));
+            is_check.then(|| {
+                let ok = passes.load(std::sync::atomic::Ordering::SeqCst);
+                Ok(crate::runtime::ExecOutput {
+                    exit_code: if ok { 0 } else { 20 },
+                    stdout: if ok {
+                        b"reported v9\npresent\n".to_vec()
+                    } else {
+                        Vec::new()
+                    },
+                    stderr: b"install.check failed".to_vec(),
+                })
+            })
+        });
+        assert_eq!(
+            reason(&run(&setup, Step::Bootstrapped).await),
+            "InstallFailed"
+        );
+        let provisioned = condition(&setup, condition_types::PROVISIONED).unwrap();
+        assert_eq!(provisioned.status, ConditionStatus::False);
+        assert_eq!(provisioned.reason, "InstallFailed");
+
+        check_passes.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(run(&setup, Step::Bootstrapped).await, StepOutcome::Done);
+        let provisioned = condition(&setup, condition_types::PROVISIONED).unwrap();
+        assert_eq!(provisioned.status, ConditionStatus::True);
+        assert_eq!(provisioned.reason, BOOTSTRAPPED);
+        assert_eq!(provisioned.message, "verified shell: v9");
     }
 }

@@ -1008,15 +1008,23 @@ impl Project<'_> {
     /// The steps after Reachable, through the pluggable [`super::LaterSteps`].
     async fn later_steps(&self, mut draft: Draft, done: Step) -> Result<Action, ReconcileError> {
         let steps = &*self.ctx.later_steps;
-        let Some(next) = next_required(steps, self.spec, done) else {
-            draft.set_ready(Phase::Ready, true, done.as_str(), "");
-            self.commit(&mut draft).await?;
-            return Ok(Action::Done);
-        };
         let context = StepContext {
             name: self.name(),
             uid: self.uid(),
             spec: self.spec,
+        };
+        if let Some((back, why)) = steps.outdated(&context, done)
+            && back < done
+        {
+            draft.set_step(back);
+            draft.set_ready(Phase::Provisioning, false, back.as_str(), &why);
+            self.commit(&mut draft).await?;
+            return Ok(Action::Requeue(Duration::ZERO));
+        }
+        let Some(next) = next_required(steps, self.spec, done) else {
+            draft.set_ready(Phase::Ready, true, done.as_str(), "");
+            self.commit(&mut draft).await?;
+            return Ok(Action::Done);
         };
         match steps.run(&context, next).await? {
             StepOutcome::Done => {

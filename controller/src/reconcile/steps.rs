@@ -36,6 +36,13 @@ pub trait LaterSteps: Send + Sync {
     /// Whether `step` has anything to do for this spec.
     fn required(&self, spec: &ProjectSpec, step: Step) -> bool;
 
+    /// Whether what the steps up to `done` delivered is out of date for this spec (a new brief
+    /// for a running agent): the last step that still holds, to go back to, and why. Asked on
+    /// every reconcile of a project past `Reachable`, so it reads the store, never the runtime.
+    fn outdated(&self, _project: &StepContext<'_>, _done: Step) -> Option<(Step, String)> {
+        None
+    }
+
     /// Performs `step`. Every call it makes must be idempotent: after a crash it runs again.
     async fn run(&self, project: &StepContext<'_>, step: Step)
     -> Result<StepOutcome, RuntimeError>;

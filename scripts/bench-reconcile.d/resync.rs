@@ -39,16 +39,26 @@ async fn main() -> anyhow::Result<()> {
 
     let t = Instant::now();
     let names: Vec<String> = (0..count).map(|i| format!("bench-{i:05}")).collect();
+    // What admission stores for `spec: {image: berth-tiny}`: the spec with the fleet defaults
+    // (resources, reap policy, state, display name) resolved into it.
+    let spec = |name: &str| {
+        let mut project = berth_api::Project::new(
+            name,
+            serde_json::from_value(json!({"image": "berth-tiny"})).expect("a valid spec"),
+        );
+        project.apply_defaults(&berth_api::Defaults::default());
+        serde_json::to_value(&project.spec).expect("a spec serializes")
+    };
     for chunk in names.chunks(BATCH) {
         let batch = chunk
             .iter()
             .map(|name| Desired {
                 kind: PROJECT_KIND.into(),
                 name: name.clone(),
-                labels: BTreeMap::new(),
+                labels: BTreeMap::from([("team".to_string(), "bench".to_string())]),
                 annotations: BTreeMap::new(),
                 finalizers: None,
-                spec: json!({"image": "berth-tiny"}),
+                spec: spec(name),
             })
             .collect();
         store

@@ -54,10 +54,20 @@ pub async fn run(context: &Context, args: ApplyArgs) -> anyhow::Result<ExitCode>
 
     let suffix = if args.dry_run { " (dry run)" } else { "" };
     let mut targets = Vec::new();
+    let mut pruned = Vec::new();
     for outcome in &outcomes {
         let resource = Resource::from_kind(&outcome.kind);
         let label =
             resource.map_or_else(|| outcome.kind.to_lowercase(), |r| r.singular().to_string());
+        // A prune is only asked for here: a project holding unsaved work is kept, so its line
+        // waits until the deletion ends or is held.
+        if outcome.action == "pruned"
+            && !args.dry_run
+            && let Some(resource) = resource
+        {
+            pruned.push((resource, outcome.name.clone()));
+            continue;
+        }
         println!("{label}/{} {}{suffix}", outcome.name, outcome.action);
         if let Some(resource) = resource
             && outcome.action != "pruned"
@@ -66,12 +76,40 @@ pub async fn run(context: &Context, args: ApplyArgs) -> anyhow::Result<ExitCode>
             targets.push((resource, outcome.name.clone()));
         }
     }
+    let mut held = 0;
+    for target in &pruned {
+        let (resource, name) = target;
+        match progress::wait_for(
+            &client,
+            std::slice::from_ref(target),
+            Goal::Deleted,
+            args.timeout,
+            false,
+        )
+        .await
+        {
+            Ok(()) => println!("{}/{name} pruned", resource.singular()),
+            Err(progress::WaitError::Failed { message, .. }) => {
+                held += 1;
+                println!(
+                    "{}/{name} prune held, not deleted: {message}",
+                    resource.singular()
+                );
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 
     if args.wait && !args.dry_run && !targets.is_empty() {
         progress::wait_for(&client, &targets, Goal::Ready, args.timeout, true).await?;
         for (resource, name) in &targets {
             println!("{resource}/{name} ready");
         }
+    }
+    if held > 0 {
+        anyhow::bail!(
+            "{held} pruned object(s) held: their deletion waits until the work is saved, or berth delete --force"
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -969,3 +969,7 @@ pub fn script_inspection(
 #[cfg(all(test, feature = "testing"))]
 #[path = "passes_tests.rs"]
 mod tests;
+
+#[cfg(all(test, feature = "testing"))]
+#[path = "sim_tests.rs"]
+mod sim;

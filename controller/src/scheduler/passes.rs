@@ -178,7 +178,7 @@ impl DaemonPasses {
             };
             self.memory().saw_running(object.uid());
             self.note_inspection(object, result);
-            self.record_findings(object, result, false).await;
+            let _ = self.record_findings(object, result, false).await;
             round.insert(
                 object.uid().to_string(),
                 result.as_ref().cloned().map_err(|e| e.to_string()),
@@ -211,7 +211,7 @@ impl DaemonPasses {
     /// (an inspection that failed, or unsaved work holding a due deletion). A blocked agent is
     /// not a reason: its state lives on a tmpfs, so a boot cannot tell anything new.
     fn wants_stopped_look(&self, object: &StoredObject) -> bool {
-        if object.is_deleting() || running(object) {
+        if object.is_deleting() || running(object) || paused(object) {
             return false;
         }
         let Some(facts) = Facts::of(object, None) else {
@@ -235,7 +235,7 @@ impl DaemonPasses {
     async fn look_while_stopped(&self, name: &str) -> Option<(String, Result<Inspection, String>)> {
         let _slot = self.queue.lock(name).await;
         let object = self.store.get(PROJECT_KIND, name)?;
-        if object.is_deleting() || running(&object) {
+        if object.is_deleting() || running(&object) || paused(&object) {
             return None;
         }
         let (result, booted) = reap::inspect_in_place(
@@ -255,7 +255,7 @@ impl DaemonPasses {
             "looked at a stopped project"
         );
         self.note_inspection(&object, &result);
-        self.record_findings(&object, &result, booted).await;
+        let _ = self.record_findings(&object, &result, booted).await;
         Some((object.uid().to_string(), result.map_err(|e| e.to_string())))
     }
 
@@ -298,13 +298,14 @@ impl DaemonPasses {
 
     /// Writes what an inspection found: activity, unsaved work, the agent's report, ports.
     /// `booted`: the container was booted for this inspection, so its CPU figures cannot be
-    /// compared with an earlier inspection's and nothing of its agent runs.
+    /// compared with an earlier inspection's and nothing of its agent runs. Returns the object
+    /// as written, `None` when it is gone or the write failed.
     async fn record_findings(
         &self,
         object: &StoredObject,
         result: &Result<Inspection, InspectError>,
         booted: bool,
-    ) {
+    ) -> Option<Arc<StoredObject>> {
         let uid = object.uid().to_string();
         let touches = self.touches(&uid);
         let previous = if booted {
@@ -341,8 +342,12 @@ impl DaemonPasses {
                 status.ports = ports::port_statuses(&project, &current.ports, &preview_domain);
             })
             .await;
-        if let Err(e) = write {
-            tracing::warn!(project = object.name(), error = %e, "recording activity failed");
+        match write {
+            Ok(written) => written,
+            Err(e) => {
+                tracing::warn!(project = object.name(), error = %e, "recording activity failed");
+                None
+            }
         }
     }
 
@@ -363,7 +368,7 @@ impl DaemonPasses {
             if let Err(e) = self.record_verdict(&object, &verdict).await {
                 tracing::warn!(project = object.name(), error = %e, "recording the reap verdict failed");
             }
-            if let Some(action) = verdict.act() {
+            if let Some(action) = verdict.act().filter(|_| !paused(&object)) {
                 self.act(object.name(), action).await;
                 self.memory().forget_due(object.uid());
             }
@@ -451,7 +456,7 @@ impl DaemonPasses {
         let Some(object) = self.store.get(PROJECT_KIND, name) else {
             return;
         };
-        if object.is_deleting() {
+        if object.is_deleting() || paused(&object) {
             return;
         }
         let Some(facts) = Facts::of(&object, None) else {
@@ -478,7 +483,8 @@ impl DaemonPasses {
             self.memory().looked_while_stopped(&uid, Instant::now());
         }
         self.note_inspection(&object, &checked.result);
-        self.record_findings(&object, &checked.result, checked.booted)
+        let recorded = self
+            .record_findings(&object, &checked.result, checked.booted)
             .await;
         if !checked.booted
             && let Ok(inspection) = &checked.result
@@ -500,9 +506,15 @@ impl DaemonPasses {
             }
             return;
         }
+        // The deletion names the version just written: a spec or annotation changed meanwhile
+        // makes it fail, and the next pass decides again.
+        let Some(current) = recorded.filter(|o| o.generation() == object.generation()) else {
+            tracing::info!(project = name, "changed while being re-checked; not reaped");
+            return;
+        };
         let done = match action {
             ReapAction::Stop => self.idle(name).await,
-            ReapAction::Delete => self.delete(&object).await,
+            ReapAction::Delete => self.delete(&current).await,
         };
         match done {
             Ok(()) => {
@@ -725,6 +737,17 @@ fn merge_owned(stored: &Value, status: &ProjectStatus) -> Value {
         };
     }
     Value::Object(merged)
+}
+
+/// Whether an operator asked the controller to leave the project alone
+/// (`berth.dev/reconcile: paused`): it is still inspected where it runs, but never booted,
+/// stopped or deleted by the scheduler.
+fn paused(object: &StoredObject) -> bool {
+    object
+        .metadata
+        .annotations
+        .get(berth_api::annotations::RECONCILE)
+        .is_some_and(|v| v == berth_api::annotations::RECONCILE_PAUSED)
 }
 
 /// Whether the project's container runs with its workspace mounted, so it can be inspected.

@@ -31,8 +31,14 @@ pub(super) fn setup_with(recheck_interval: Duration) -> Setup {
     let metrics = Arc::new(Metrics::new());
     let queue = WorkQueue::new(1, Backoff::default(), metrics.clone());
     let (base_utc, base) = (Utc::now(), Instant::now());
+    // Every reading is a microsecond later than the one before, as a real clock would be between
+    // two status writes of one pass.
+    let ticks = Arc::new(std::sync::atomic::AtomicI64::new(0));
     let clock: Clock = Arc::new(move || {
-        base_utc + chrono::Duration::from_std(Instant::now() - base).unwrap_or_default()
+        let tick = ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        base_utc
+            + chrono::Duration::from_std(Instant::now() - base).unwrap_or_default()
+            + chrono::Duration::microseconds(tick)
     });
     let passes = DaemonPasses::new(
         store.clone(),
@@ -640,4 +646,69 @@ async fn orphans_are_reported_once_per_episode_and_left_in_place() {
     s.passes.run(Pass::Housekeeping).await;
     assert_eq!(orphan_events()[0].count, 2);
     assert_eq!(s.metric("berth_orphan_containers"), 1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_project_is_neither_booted_nor_reaped() {
+    let s = setup();
+    for (name, running) in [("repair-stopped", false), ("repair-running", true)] {
+        s.project(
+            name,
+            json!({"idleAfter": "1s", "idleAction": "Delete"}),
+            running,
+        );
+        let object = s.store.get(PROJECT_KIND, name).unwrap();
+        s.store
+            .apply(
+                Desired {
+                    kind: PROJECT_KIND.into(),
+                    name: name.into(),
+                    labels: BTreeMap::new(),
+                    annotations: BTreeMap::from([(
+                        berth_api::annotations::RECONCILE.to_string(),
+                        berth_api::annotations::RECONCILE_PAUSED.to_string(),
+                    )]),
+                    finalizers: None,
+                    spec: object.spec.clone(),
+                },
+                false,
+            )
+            .unwrap();
+        script_inspection(&s.fake, name, FakeWorkspace::default());
+    }
+    s.rounds(5).await;
+    for name in ["repair-stopped", "repair-running"] {
+        let object = s.store.get(PROJECT_KIND, name).expect("not deleted");
+        assert!(!object.is_deleting(), "{name}");
+        assert_eq!(
+            object.status["reap"]["nextAction"], "Delete",
+            "{name}: still planned"
+        );
+    }
+    assert_eq!(
+        s.fake.count("start_instance"),
+        0,
+        "a paused project is not booted"
+    );
+    assert_eq!(s.metric("berth_reap_actions_total{action=\"delete\"}"), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_clean_project_set_to_delete_is_deleted_after_two_agreeing_passes() {
+    let s = setup();
+    s.project(
+        "doomed",
+        json!({"idleAfter": "1s", "idleAction": "Delete"}),
+        true,
+    );
+    script_inspection(&s.fake, "doomed", FakeWorkspace::default());
+    s.rounds(1).await;
+    assert!(
+        s.store.get(PROJECT_KIND, "doomed").is_some(),
+        "one pass must not act"
+    );
+    // The re-check writes what it found just before deleting: the deletion still goes ahead.
+    s.round().await;
+    assert!(s.store.get(PROJECT_KIND, "doomed").is_none());
+    assert_eq!(s.metric("berth_reap_actions_total{action=\"delete\"}"), 1.0);
 }

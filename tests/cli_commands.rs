@@ -1493,7 +1493,8 @@ fn a_held_prune_says_so_and_why() {
             "type": "DeletionBlocked", "status": "True", "reason": "UnsavedWork",
             "message": "2 uncommitted files", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
     );
-    let run = finish(child, &apply).ok();
+    // Held is not done: the apply exits 1 and says why, as `berth delete` does.
+    let run = finish(child, &apply).fails(1);
     assert_eq!(
         names_in(&run),
         [

@@ -1,31 +1,42 @@
-//! The scheduler in a real daemon against real LXD and real git: an idle project is stopped;
-//! projects with an uncommitted file, an unpushed commit or a blocked agent are kept, with the
-//! protection shown in `get -o wide` and `reap --dry-run`; a plain delete of unpushed work is
-//! held (DeletionBlocked) until `--force`; a listener on 0.0.0.0:3000 shows in `berth ports`.
+//! The scheduler in a real daemon against real LXD, real git and the real `shell` agent: an idle
+//! project is stopped and an idle one set to Delete is deleted; projects with an uncommitted
+//! file, an unpushed commit to a real remote, a blocked agent, or a workspace that cannot be
+//! inspected are kept, with the reason in `get -o wide`, `reap --dry-run`, the `ReapProtected`
+//! condition, an event and `berth_reap_refusals_total`; a plain delete of unpushed work is held
+//! (DeletionBlocked, volumes kept) and finishes by itself once the work is pushed, `--force`
+//! deletes at once; a stopped project due for deletion that holds work is kept without being
+//! booted every pass; a GitOps prune of a project with an untracked file is held and the CLI
+//! says so; a listener on 0.0.0.0:3000 shows in `berth ports`.
 
 mod support;
 
 #[path = "reconcile_harness.rs"]
 mod harness;
 
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::{PROJECTS, READY_DEADLINE, exec, instance_count, instance_state, lxc, volumes_of};
+use harness::{PROJECTS, READY_DEADLINE, instance_count, instance_state, lxc, volumes_of};
 use serde_json::{Value, json};
 use support::daemon::{Client, Daemon};
 
-/// How long the scheduler gets to notice something, many rounds of its 2s interval on a busy
+/// How long the scheduler gets to notice something, many rounds of its interval on a busy
 /// machine.
 const NOTICE_DEADLINE: Duration = Duration::from_secs(240);
+/// The offline agent as shipped.
+const SHELL_PROFILE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../manifests/agents/shell.yaml"
+);
 
 /// `berth-t-reap-<random>`: unique on this machine.
 fn unique_name() -> String {
     format!("berth-t-reap-{:08x}", rand::random::<u32>())
 }
 
-/// A daemon whose controller and scheduler run every 2 seconds, and the projects it made:
-/// deleted with `--force` (then checked with lxc) when the test ends, whatever happened.
+/// A daemon whose controller and scheduler run often, and the projects it made: deleted with
+/// `--force` (then checked with lxc) when the test ends, whatever happened.
 struct Reaper {
     daemon: Daemon,
     _config: tempfile::TempDir,
@@ -33,10 +44,10 @@ struct Reaper {
 }
 
 impl Reaper {
-    fn start() -> Reaper {
+    fn start(scheduler: &str) -> Reaper {
         let config = tempfile::tempdir().expect("temp dir");
         let path = config.path().join("berth.yaml");
-        std::fs::write(&path, "scheduler: {interval: 2s, workers: 4}\n").expect("config");
+        std::fs::write(&path, format!("scheduler: {scheduler}\n")).expect("config");
         let daemon = Daemon::start_running(&["--config", path.to_str().expect("utf-8 path")]);
         Reaper {
             daemon,
@@ -60,16 +71,39 @@ impl Reaper {
             "create {name}: {}",
             reply.text()
         );
-        let uid = reply.json()["metadata"]["uid"]
+        self.adopt(name);
+    }
+
+    /// Records a project made some other way (an apply) for the cleanup.
+    fn adopt(&mut self, name: &str) {
+        let uid = self.get(name).expect("project exists")["metadata"]["uid"]
             .as_str()
             .unwrap_or_default()
             .to_string();
         self.projects.push((name.to_string(), uid));
     }
 
+    fn uid(&self, name: &str) -> String {
+        self.projects
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, uid)| uid.clone())
+            .expect("a project of this test")
+    }
+
     fn get(&self, name: &str) -> Option<Value> {
         let reply = self.client().get(&format!("{PROJECTS}/{name}"));
         (reply.status == 200).then(|| reply.json())
+    }
+
+    fn merge_patch(&self, name: &str, patch: Value) {
+        let reply = self.client().request(
+            "PATCH",
+            &format!("{PROJECTS}/{name}"),
+            Some("application/merge-patch+json"),
+            patch.to_string().as_bytes(),
+        );
+        assert_eq!(reply.status, 200, "patch {name}: {}", reply.text());
     }
 
     fn wait_for(
@@ -98,10 +132,33 @@ impl Reaper {
         }
     }
 
+    fn wait_gone(&self, name: &str, what: &str) {
+        let until = Instant::now() + NOTICE_DEADLINE;
+        while let Some(project) = self.get(name) {
+            assert!(
+                Instant::now() < until,
+                "{name}: {what}: still there: {}\n{}",
+                project["status"],
+                self.daemon.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     /// Waits until the container answers with its workspace mounted.
     fn wait_reachable(&self, name: &str) {
         self.wait_for(name, "Reachable", READY_DEADLINE, |p| {
-            p["status"]["step"] == "Reachable" && p["status"]["container"]["pid"].is_number()
+            p["status"]["step"].as_str().is_some_and(|s| {
+                [
+                    "Reachable",
+                    "Bootstrapped",
+                    "CheckedOut",
+                    "Seeded",
+                    "RunnerStarted",
+                    "Briefed",
+                ]
+                .contains(&s)
+            }) && p["status"]["container"]["pid"].is_number()
         });
         let until = Instant::now() + READY_DEADLINE;
         while exec(name, "test -f /run/init.ready").is_err() {
@@ -119,6 +176,92 @@ impl Reaper {
             .stdin(Stdio::null())
             .output()
             .expect("run berth")
+    }
+
+    /// The value of one sample on /metrics, e.g. `berth_reap_refusals_total{reason="X"}`.
+    fn metric(&self, sample: &str) -> f64 {
+        let text = self.client().get("/metrics").text();
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(sample)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no {sample} on /metrics:\n{text}"))
+    }
+
+    fn refusals(&self, reason: &str) -> f64 {
+        self.metric(&format!("berth_reap_refusals_total{{reason=\"{reason}\"}}"))
+    }
+
+    fn reap_passes(&self) -> f64 {
+        self.metric("berth_scheduler_pass_duration_seconds_count{pass=\"reap\"}")
+    }
+
+    /// Waits until `n` more reap passes have run.
+    fn wait_passes(&self, n: u32) {
+        let target = self.reap_passes() + f64::from(n);
+        let until = Instant::now() + NOTICE_DEADLINE;
+        while self.reap_passes() < target {
+            assert!(Instant::now() < until, "the scheduler stalled");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// The reasons of the project's events.
+    fn event_reasons(&self, name: &str) -> Vec<String> {
+        self.client()
+            .get(&format!("{PROJECTS}/{name}/events"))
+            .json()["items"]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|e| e["reason"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Checks every place a protection shows: status, the condition, an event, `get -o wide`
+    /// and `reap --dry-run` (with the action it holds back).
+    fn assert_kept(&self, name: &str, reason: &str, action: &str) {
+        let project = self.wait_for(name, reason, NOTICE_DEADLINE, |p| {
+            protected_by(p).iter().any(|r| r == reason)
+                && p["status"]["reap"]["nextAction"] == action
+        });
+        let condition = condition(&project, "ReapProtected");
+        assert_eq!(condition["status"], "True", "{name}: {condition}");
+        assert!(
+            condition["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(reason),
+            "{name}: {condition}"
+        );
+        assert!(
+            self.event_reasons(name)
+                .iter()
+                .any(|r| r == "ReapProtected"),
+            "{name}: no ReapProtected event: {:?}",
+            self.event_reasons(name)
+        );
+        let wide = self.cli(&["get", "projects", "-o", "wide"]);
+        assert!(wide.status.success(), "{}", said(&wide));
+        let wide = stdout(&wide);
+        let line = line_of(&wide, name);
+        assert!(line.contains(reason), "{name}: {line}");
+        let plan = self.cli(&["reap", "--dry-run"]);
+        assert!(plan.status.success(), "{}", said(&plan));
+        let plan = stdout(&plan);
+        let header = plan.lines().next().unwrap_or_default();
+        for column in ["NAME", "NEXT ACTION", "AT", "PROTECTED BY", "REASON"] {
+            assert!(header.contains(column), "{header}");
+        }
+        let line = line_of(&plan, name);
+        assert!(line.contains(reason) && line.contains(action), "{line}");
     }
 }
 
@@ -147,13 +290,31 @@ impl Drop for Reaper {
     }
 }
 
+/// Runs a shell command in the container. The deadline is enforced with SIGKILL as well: lxc
+/// forwards SIGTERM into the container, so an exec LXD never finishes would outlive a plain
+/// `timeout` (seen on a loaded machine).
+fn exec(name: &str, script: &str) -> Result<String, String> {
+    let out = Command::new("timeout")
+        .args([
+            "-k", "5", "60", "lxc", "exec", name, "--", "sh", "-c", script,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run lxc");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 /// Runs a script in the workspace with a git identity.
-fn workspace(name: &str, script: &str) {
+fn workspace(name: &str, script: &str) -> String {
     let script = format!(
         "cd /workspace && export HOME=/root GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@example.invalid \
          GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@example.invalid && {script}"
     );
-    exec(name, &script).unwrap_or_else(|e| panic!("{name}: {script}: {e}"));
+    exec(name, &script).unwrap_or_else(|e| panic!("{name}: {script}: {e}"))
 }
 
 fn protected_by(project: &Value) -> Vec<String> {
@@ -167,47 +328,129 @@ fn protected_by(project: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+fn condition(project: &Value, type_: &str) -> Value {
+    project["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
+        .unwrap_or_default()
+}
+
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+fn said(out: &Output) -> String {
+    format!("{}{}", stdout(out), String::from_utf8_lossy(&out.stderr))
+}
+
+fn line_of<'a>(table: &'a str, name: &str) -> &'a str {
+    table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("{name} not listed:\n{table}"))
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=berth test",
+            "-c",
+            "user.email=test@berth.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+/// A bare repository on the host with one commit on `main`.
+fn bare_remote(dir: &Path) -> std::path::PathBuf {
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("README.md"), "remote\n").unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    git(&work, &["add", "README.md"]);
+    git(&work, &["commit", "-q", "-m", "first"]);
+    let bare = dir.join("remote.git");
+    git(
+        dir,
+        &["clone", "-q", "--bare", "work", bare.to_str().unwrap()],
+    );
+    bare
+}
+
 #[test]
 fn idle_projects_are_stopped_and_work_keeps_the_others() {
-    let mut reaper = Reaper::start();
-    let spec = json!({"image": "berth-base", "reap": {"idleAfter": "5s", "idleAction": "Stop"}});
-    let idle = unique_name();
-    let dirty = unique_name();
-    let unpushed = unique_name();
-    let blocked = unique_name();
-    let doomed = unique_name();
-    for name in [&idle, &dirty, &unpushed, &blocked] {
-        reaper.create(name, spec.clone());
-    }
+    let mut reaper = Reaper::start("{interval: 2s, workers: 4, recheckInterval: 4s}");
+    let profile = reaper.cli(&["apply", "-f", SHELL_PROFILE]);
+    assert!(profile.status.success(), "{}", said(&profile));
+    let remote_dir = tempfile::tempdir().expect("temp dir");
+    let remote = bare_remote(remote_dir.path());
+    let remote_url = format!("file://{}", remote.display());
+
+    // The projects to be kept start with a long idle window, so that none is idled before its
+    // workspace is set up; the window is shortened once it is.
+    let spec = |image: &str, idle_after: &str| json!({"image": image, "reap": {"idleAfter": idle_after, "idleAction": "Stop"}});
+    let (idle, doomed, dirty, unpushed, blocked, broken) = (
+        unique_name(),
+        unique_name(),
+        unique_name(),
+        unique_name(),
+        unique_name(),
+        unique_name(),
+    );
+    reaper.create(&idle, spec("berth-tiny", "5s"));
     reaper.create(
         &doomed,
-        json!({"image": "berth-base", "reap": {"idleAfter": "5s", "idleAction": "Delete"}}),
+        json!({"image": "berth-tiny", "reap": {"idleAfter": "5s", "idleAction": "Delete"}}),
     );
-    let doomed_uid = reaper.projects.last().unwrap().1.clone();
+    reaper.create(&dirty, spec("berth-base", "1h"));
+    let mut with_repo = spec("berth-base", "1h");
+    with_repo["repo"] = json!({"url": remote_url, "branch": "main"});
+    reaper.create(&unpushed, with_repo);
+    let mut agent = spec("berth-tiny", "1h");
+    agent["agent"] = json!("shell");
+    agent["brief"] = json!("BLOCK: which database should the service use?");
+    reaper.create(&blocked, agent);
+    reaper.create(&broken, spec("berth-base", "1h"));
+    let doomed_uid = reaper.uid(&doomed);
+
     // Not waited on: it may be reaped by the time the others are up.
-    for name in [&idle, &dirty, &unpushed, &blocked] {
+    for name in [&idle, &dirty, &unpushed, &blocked, &broken] {
         reaper.wait_reachable(name);
     }
-    workspace(&dirty, "git init -q && echo draft > notes.txt");
+    // Written once berth has written its own files (Ready), so nothing of berth's lands on top.
+    for name in [&dirty, &unpushed, &broken] {
+        reaper.wait_for(name, "Ready", READY_DEADLINE, |p| {
+            condition(p, "Ready")["status"] == "True"
+        });
+    }
+    workspace(
+        &dirty,
+        "git init -q && echo draft > notes.txt && git add notes.txt",
+    );
     workspace(
         &unpushed,
-        "git init -q && echo one > a && git add a && git commit -qm one",
+        "echo more >> README.md && git commit -qam 'local only'",
+    );
+    workspace(
+        &broken,
+        "git init -q && git commit -q --allow-empty -m one && echo garbage > .git/HEAD",
     );
     exec(
-        &blocked,
-        r#"mkdir -p /run/berth && printf '{"state":"blocked","title":"needs a decision","message":"which database?"}' > /run/berth/agent.json"#,
-    )
-    .unwrap();
-    exec(
-        &blocked,
+        &dirty,
         "(setsid git daemon --listen=0.0.0.0 --port=3000 --base-path=/tmp --detach \
            --pid-file=/tmp/gd.pid) </dev/null >/dev/null 2>&1",
     )
     .unwrap();
+    reaper.wait_for(&blocked, "the agent blocked", READY_DEADLINE, |p| {
+        p["status"]["agent"]["state"] == "blocked"
+    });
+    for name in [&dirty, &unpushed, &blocked, &broken] {
+        reaper.merge_patch(name, json!({"spec": {"reap": {"idleAfter": "5s"}}}));
+    }
 
     // The idle one is idled: idledAt set, container stopped and kept stopped.
     reaper.wait_for(&idle, "idledAt", NOTICE_DEADLINE, |p| {
@@ -220,16 +463,7 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
     }
 
     // The clean one whose idle action is Delete is deleted, container and volumes with it.
-    let until = Instant::now() + NOTICE_DEADLINE;
-    while reaper.get(&doomed).is_some() {
-        assert!(
-            Instant::now() < until,
-            "{doomed} was not reaped: {}\n{}",
-            reaper.get(&doomed).unwrap()["status"],
-            reaper.daemon.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    reaper.wait_gone(&doomed, "not reaped");
     let log = reaper.daemon.log_text();
     assert!(
         log.lines()
@@ -243,28 +477,28 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
         volumes_of(&doomed_uid)
     );
 
-    // The others are kept, each with its protection.
+    // The others are kept, each with its protection shown everywhere.
     for (name, reason) in [
         (&dirty, "UnsavedWork"),
         (&unpushed, "UnsavedWork"),
         (&blocked, "AgentBlocked"),
+        (&broken, "InspectionFailed"),
     ] {
-        let project = reaper.wait_for(name, reason, NOTICE_DEADLINE, |p| {
-            protected_by(p).iter().any(|r| r == reason)
-                && p["status"]["reap"]["nextAction"] == "Stop"
-        });
+        reaper.assert_kept(name, reason, "Stop");
+        let project = reaper.get(name).unwrap();
         assert!(
             project["status"]["reap"]["idledAt"].is_null(),
             "{name} was idled: {}",
             project["status"]
         );
         assert_eq!(instance_state(name).as_deref(), Some("RUNNING"), "{name}");
-        let condition = project["status"]["conditions"]
-            .as_array()
-            .and_then(|c| c.iter().find(|c| c["type"] == "ReapProtected").cloned())
-            .unwrap_or_default();
-        assert_eq!(condition["status"], "True", "{name}: {condition}");
     }
+    let dirty_status = reaper.get(&dirty).unwrap();
+    assert_eq!(
+        dirty_status["status"]["unsavedWork"]["uncommitted"], 1,
+        "{}",
+        dirty_status["status"]
+    );
     let unpushed_status = reaper.get(&unpushed).unwrap();
     assert_eq!(
         unpushed_status["status"]["unsavedWork"]["unpushed"], 1,
@@ -272,67 +506,40 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
         unpushed_status["status"]
     );
     let blocked_status = reaper.get(&blocked).unwrap();
-    assert_eq!(blocked_status["status"]["title"], "needs a decision");
     assert_eq!(blocked_status["status"]["agent"]["state"], "blocked");
-
-    let wide = reaper.cli(&["get", "projects", "-o", "wide"]);
-    assert!(
-        wide.status.success(),
-        "{}",
-        String::from_utf8_lossy(&wide.stderr)
+    assert_eq!(
+        blocked_status["status"]["agent"]["message"],
+        "which database should the service use?"
     );
-    let wide = stdout(&wide);
-    for (name, reason) in [
-        (&dirty, "UnsavedWork"),
-        (&unpushed, "UnsavedWork"),
-        (&blocked, "AgentBlocked"),
-    ] {
-        let line = wide
-            .lines()
-            .find(|l| l.starts_with(name.as_str()))
-            .unwrap_or_else(|| panic!("{name} not listed:\n{wide}"));
-        assert!(line.contains(reason), "{name}: {line}");
-    }
+    assert!(reaper.get(&broken).unwrap()["status"]["unsavedWork"].is_null());
 
-    let plan = reaper.cli(&["reap", "--dry-run"]);
+    // Each refusal is counted once, not in every pass that declines again.
+    let counted: Vec<f64> = ["UnsavedWork", "AgentBlocked", "InspectionFailed"]
+        .iter()
+        .map(|r| reaper.refusals(r))
+        .collect();
     assert!(
-        plan.status.success(),
-        "{}",
-        String::from_utf8_lossy(&plan.stderr)
+        counted[0] >= 2.0 && counted[1] >= 1.0 && counted[2] >= 1.0,
+        "{counted:?}"
     );
-    let plan = stdout(&plan);
-    let header = plan.lines().next().unwrap_or_default();
-    for column in ["NAME", "NEXT ACTION", "AT", "PROTECTED BY", "REASON"] {
-        assert!(header.contains(column), "{header}");
-    }
-    for (name, reason) in [
-        (&dirty, "UnsavedWork"),
-        (&unpushed, "UnsavedWork"),
-        (&blocked, "AgentBlocked"),
-    ] {
-        let line = plan
-            .lines()
-            .find(|l| l.starts_with(name.as_str()))
-            .unwrap_or_else(|| panic!("{name} not in the plan:\n{plan}"));
-        assert!(line.contains(reason) && line.contains("Stop"), "{line}");
-    }
-    let idle_line = plan
-        .lines()
-        .find(|l| l.starts_with(idle.as_str()))
-        .unwrap_or_else(|| panic!("{idle} not in the plan:\n{plan}"));
+    reaper.wait_passes(4);
+    let again: Vec<f64> = ["UnsavedWork", "AgentBlocked", "InspectionFailed"]
+        .iter()
+        .map(|r| reaper.refusals(r))
+        .collect();
+    assert_eq!(again, counted, "refusals counted again in later passes");
+
+    let plan = stdout(&reaper.cli(&["reap", "--dry-run"]));
+    let idle_line = line_of(&plan, &idle);
     assert!(idle_line.contains("idled at"), "{idle_line}");
 
-    // The listener on 0.0.0.0:3000 has its preview URL; the loopback-only ones do not count.
+    // The listener on 0.0.0.0:3000 has its preview URL.
     let until = Instant::now() + NOTICE_DEADLINE;
     loop {
-        let ports = reaper.cli(&["ports", &blocked]);
-        assert!(
-            ports.status.success(),
-            "{}",
-            String::from_utf8_lossy(&ports.stderr)
-        );
+        let ports = reaper.cli(&["ports", &dirty]);
+        assert!(ports.status.success(), "{}", said(&ports));
         let text = stdout(&ports);
-        if text.contains(&format!("http://{blocked}--3000.localhost")) {
+        if text.contains(&format!("http://{dirty}--3000.localhost")) {
             assert!(text.starts_with("PORT"), "{text}");
             break;
         }
@@ -340,44 +547,264 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
         std::thread::sleep(Duration::from_millis(500));
     }
 
-    // A plain delete of unpushed work is held; the container and volumes stay.
-    let uid = reaper.get(&unpushed).unwrap()["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    // A plain delete of unpushed work is held; the container and volumes stay, and Ready says
+    // why.
+    let uid = reaper.uid(&unpushed);
     let delete = reaper.cli(&["delete", "project", &unpushed]);
-    let said = format!(
-        "{}{}",
-        stdout(&delete),
-        String::from_utf8_lossy(&delete.stderr)
-    );
-    assert_eq!(delete.status.code(), Some(1), "{said}");
-    assert!(said.contains("UnsavedWork"), "{said}");
+    assert_eq!(delete.status.code(), Some(1), "{}", said(&delete));
+    assert!(said(&delete).contains("UnsavedWork"), "{}", said(&delete));
     let held = reaper.get(&unpushed).expect("held project still there");
     assert_eq!(held["status"]["phase"], "Deleting");
-    let blocked_condition = held["status"]["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == "DeletionBlocked").cloned())
-        .unwrap_or_default();
+    let blocked_condition = condition(&held, "DeletionBlocked");
     assert_eq!(blocked_condition["status"], "True", "{blocked_condition}");
     assert_eq!(blocked_condition["reason"], "UnsavedWork");
+    let ready = condition(&held, "Ready");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("deletion held by UnsavedWork"),
+        "{ready}"
+    );
+    assert!(
+        reaper
+            .event_reasons(&unpushed)
+            .iter()
+            .any(|r| r == "DeletionBlocked"),
+        "{:?}",
+        reaper.event_reasons(&unpushed)
+    );
+    assert!(
+        reaper.refusals("UnsavedWork") > again[0],
+        "the hold is a refusal too"
+    );
     assert_eq!(instance_count(&unpushed), 1);
     assert_eq!(volumes_of(&uid).len(), 1, "{:?}", volumes_of(&uid));
     assert_eq!(
-        exec(&unpushed, "cd /workspace && cat a").unwrap().trim(),
-        "one",
+        workspace(&unpushed, "git log -1 --format=%s").trim(),
+        "local only",
         "the held workspace was touched"
     );
 
-    // --force deletes at once.
-    let forced = reaper.cli(&["delete", "project", &unpushed, "--force"]);
-    assert!(
-        forced.status.success(),
-        "{}{}",
-        stdout(&forced),
-        String::from_utf8_lossy(&forced.stderr)
+    // Pushed, the deletion finishes by itself. The container has no network, so origin's
+    // file:// path is made to exist inside it: a real push to origin updates origin/main.
+    workspace(
+        &unpushed,
+        &format!(
+            "mkdir -p {dir} && git init -q --bare {path} && git push -q origin HEAD:main",
+            dir = remote.parent().unwrap().display(),
+            path = remote.display()
+        ),
     );
-    assert!(reaper.get(&unpushed).is_none());
+    reaper.wait_gone(
+        &unpushed,
+        "the held deletion did not finish once the work was pushed",
+    );
     assert_eq!(instance_count(&unpushed), 0);
+    assert!(volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
+
+    // --force deletes held work at once.
+    let uid = reaper.uid(&dirty);
+    let delete = reaper.cli(&["delete", "project", &dirty]);
+    assert_eq!(delete.status.code(), Some(1), "{}", said(&delete));
+    let forced = reaper.cli(&["delete", "project", &dirty, "--force"]);
+    assert!(forced.status.success(), "{}", said(&forced));
+    assert!(reaper.get(&dirty).is_none());
+    assert_eq!(instance_count(&dirty), 0);
+    assert!(volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
+}
+
+/// `lxc monitor` of lifecycle events, to count the starts of one container.
+struct StartCounter {
+    child: Child,
+    out: tempfile::NamedTempFile,
+    instance: String,
+}
+
+impl StartCounter {
+    fn new(instance: &str) -> StartCounter {
+        let out = tempfile::NamedTempFile::new().expect("temp file");
+        let child = Command::new("lxc")
+            .args(["monitor", "--type=lifecycle", "--format=json"])
+            .stdin(Stdio::null())
+            .stdout(out.reopen().expect("reopen"))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("lxc monitor");
+        StartCounter {
+            child,
+            out,
+            instance: instance.to_string(),
+        }
+    }
+
+    /// Waits until the container was started `n` times since the counting began.
+    fn wait_for(&self, n: usize) {
+        let until = Instant::now() + NOTICE_DEADLINE;
+        while self.starts() < n {
+            assert!(
+                Instant::now() < until,
+                "{} started {} times, not {n}",
+                self.instance,
+                self.starts()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn starts(&self) -> usize {
+        let text = std::fs::read_to_string(self.out.path()).unwrap_or_default();
+        let source = format!("/1.0/instances/{}", self.instance);
+        // One event per line; the monitor sees the whole LXD, so most lines are others'.
+        text.lines()
+            .filter(|line| line.contains(&self.instance))
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|e| {
+                e["metadata"]["action"] == "instance-started"
+                    && e["metadata"]["source"].as_str() == Some(source.as_str())
+            })
+            .count()
+    }
+}
+
+impl Drop for StartCounter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn stopped_work_due_for_delete_and_pruned_work_are_kept() {
+    let recheck = Duration::from_secs(30);
+    let mut reaper = Reaper::start("{interval: 1s, workers: 4, recheckInterval: 30s}");
+
+    // A stopped project with an untracked file, then due for deletion. Its starts are
+    // counted from its first boot on, which also shows the counting works.
+    let stopped = unique_name();
+    let counter = StartCounter::new(&stopped);
+    reaper.create(
+        &stopped,
+        json!({"image": "berth-tiny", "reap": {"idleAfter": "1h", "idleAction": "Stop"}}),
+    );
+    reaper.wait_reachable(&stopped);
+    counter.wait_for(1);
+    workspace(&stopped, "echo draft > notes.txt");
+    reaper.wait_for(&stopped, "the file seen", NOTICE_DEADLINE, |p| {
+        p["status"]["unsavedWork"]["untracked"] == 1
+    });
+    let stop = reaper.cli(&["stop", &stopped]);
+    assert!(stop.status.success(), "{}", said(&stop));
+    let until = Instant::now() + NOTICE_DEADLINE;
+    while instance_state(&stopped).as_deref() != Some("STOPPED") {
+        assert!(Instant::now() < until, "{stopped} was not stopped");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let booted = counter.starts();
+    reaper.merge_patch(
+        &stopped,
+        json!({"spec": {"reap": {"idleAfter": "2s", "idleAction": "Delete"}}}),
+    );
+    reaper.assert_kept(&stopped, "UnsavedWork", "Delete");
+    // What it held was last seen while it ran: it is booted once, without its agent, to look.
+    counter.wait_for(booted + 1);
+
+    // Kept through many passes, booted to be looked at now and then, not every pass.
+    let watched = Instant::now();
+    let passes = reaper.reap_passes();
+    reaper.wait_passes(10);
+    let (elapsed, passes) = (watched.elapsed(), reaper.reap_passes() - passes);
+    let starts = counter.starts() - booted - 1;
+    let allowed = (elapsed.as_secs() / recheck.as_secs()) as usize;
+    assert!(
+        starts <= allowed && (starts as f64) < passes / 2.0,
+        "{starts} more starts in {passes} passes over {elapsed:?}\n{}",
+        reaper.daemon.log_text()
+    );
+    let project = reaper.get(&stopped).expect("kept");
+    assert!(project["metadata"]["deletionTimestamp"].is_null());
+    assert_eq!(protected_by(&project), ["UnsavedWork"]);
+    assert_eq!(project["status"]["unsavedWork"]["untracked"], 1);
+    assert_eq!(instance_state(&stopped).as_deref(), Some("STOPPED"));
+    assert_eq!(
+        reaper.metric("berth_reap_actions_total{action=\"delete\"}"),
+        0.0
+    );
+
+    // A GitOps prune of a project with an untracked file is held, and apply says so.
+    let pruned = unique_name();
+    let set = format!("{pruned}-set");
+    let with = tempfile::tempdir().expect("temp dir");
+    let without = tempfile::tempdir().expect("temp dir");
+    let profile = std::fs::read_to_string(SHELL_PROFILE).expect("shell profile");
+    for dir in [with.path(), without.path()] {
+        std::fs::write(dir.join("profile.yaml"), &profile).unwrap();
+    }
+    std::fs::write(
+        with.path().join("project.yaml"),
+        format!(
+            "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata: {{name: {pruned}}}\n\
+             spec: {{image: berth-tiny, reap: {{idleAfter: 1h}}}}\n"
+        ),
+    )
+    .unwrap();
+    let dir_of = |d: &tempfile::TempDir| d.path().to_str().unwrap().to_string();
+    let apply = reaper.cli(&["apply", "-f", &dir_of(&with), "--prune", "--applyset", &set]);
+    assert!(apply.status.success(), "{}", said(&apply));
+    reaper.adopt(&pruned);
+    reaper.wait_reachable(&pruned);
+    let uid = reaper.uid(&pruned);
+    workspace(&pruned, "echo draft > notes.txt");
+    let refused = reaper.refusals("UnsavedWork");
+
+    let apply = reaper.cli(&[
+        "apply",
+        "-f",
+        &dir_of(&without),
+        "--prune",
+        "--applyset",
+        &set,
+    ]);
+    let out = said(&apply);
+    assert!(
+        !apply.status.success(),
+        "a held prune must not pass as done: {out}"
+    );
+    let printed = stdout(&apply);
+    let line = line_of(&printed, &format!("project/{pruned}"));
+    assert!(
+        line.contains("held") && line.contains("UnsavedWork"),
+        "{line}\n{out}"
+    );
+    assert!(
+        !stdout(&apply)
+            .lines()
+            .any(|l| l.trim() == format!("project/{pruned} pruned")),
+        "{out}"
+    );
+    let held = reaper.get(&pruned).expect("held, not destroyed");
+    assert_eq!(held["status"]["phase"], "Deleting");
+    let blocked = condition(&held, "DeletionBlocked");
+    assert_eq!(
+        (blocked["status"].as_str(), blocked["reason"].as_str()),
+        (Some("True"), Some("UnsavedWork")),
+        "{blocked}"
+    );
+    assert!(
+        condition(&held, "Ready")["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("deletion held"),
+        "{}",
+        held["status"]
+    );
+    assert_eq!(reaper.refusals("UnsavedWork"), refused + 1.0);
+    assert_eq!(instance_state(&pruned).as_deref(), Some("RUNNING"));
+    assert_eq!(volumes_of(&uid).len(), 1, "{:?}", volumes_of(&uid));
+    assert_eq!(workspace(&pruned, "cat notes.txt").trim(), "draft");
+
+    let forced = reaper.cli(&["delete", "project", &pruned, "--force"]);
+    assert!(forced.status.success(), "{}", said(&forced));
+    assert!(reaper.get(&pruned).is_none());
     assert!(volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
 }

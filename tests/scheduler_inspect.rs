@@ -11,7 +11,7 @@ use berth::lxd::LxdClient;
 use berth::runtime::{ExecRequest, Runtime, StopOptions};
 use berth::scheduler::inspect::{InspectError, Inspection, KnownFiles, WorkspaceKind, inspect};
 use berth::scheduler::policy::{Decision, Evidence, ReapSubject};
-use berth::scheduler::reap::{inspect_stopped, recheck};
+use berth::scheduler::reap::{Seen, inspect_in_place, inspect_stopped, recheck};
 use berth_api::{AgentState, ProtectionReason, ReapAction, UnsavedWork};
 use sha2::{Digest, Sha256};
 use support::lxd::{BASE, Cleanup, OP_TIMEOUT, client, create, eventually, request, unique_name};
@@ -379,14 +379,25 @@ async fn recheck_before_acting_on_real_workspaces() {
         let known = known.clone();
         let subject = subject();
         async move {
-            let (verdict, result) =
-                recheck(lxd.as_ref(), &name, &known, INSPECT_TIMEOUT, subject).await;
+            let checked = recheck(
+                lxd.as_ref(),
+                &name,
+                &known,
+                INSPECT_TIMEOUT,
+                subject,
+                Seen::default(),
+            )
+            .await;
+            assert!(
+                !checked.booted,
+                "{label}: a running container is not booted"
+            );
             eprintln!(
                 "{label}: {:?} from {:?}",
-                verdict.decision,
-                result.map(|i| i.unsaved)
+                checked.verdict.decision,
+                checked.result.map(|i| i.unsaved)
             );
-            verdict.decision
+            checked.verdict.decision
         }
     };
 
@@ -461,6 +472,13 @@ async fn a_stopped_workspace_is_inspected_and_stopped_again() {
         .await
         .expect("inspected");
     assert_eq!(got.unsaved, counts(0, 1, 0, 0));
+    let after = lxd.get_instance(&name).await.unwrap().expect("still there");
+    assert!(!after.is_running(), "left running after its inspection");
+
+    // Inspected where it is: a stopped container is booted for it and stopped again.
+    let (got, booted) = inspect_in_place(lxd.as_ref(), &name, &KnownFiles::new(), OP_TIMEOUT).await;
+    assert!(booted);
+    assert_eq!(got.expect("inspected").unsaved, counts(0, 1, 0, 0));
     let after = lxd.get_instance(&name).await.unwrap().expect("still there");
     assert!(!after.is_running(), "left running after its inspection");
 }

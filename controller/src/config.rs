@@ -127,6 +127,9 @@ impl Default for LxdConfig {
 pub struct SchedulerConfig {
     pub interval: String,
     pub workers: u32,
+    /// How often a held deletion, or a stopped project kept by what its last inspection found,
+    /// is inspected again (a stopped one is booted for it).
+    pub recheck_interval: String,
 }
 
 impl Default for SchedulerConfig {
@@ -134,7 +137,18 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             interval: "30s".to_string(),
             workers: 8,
+            recheck_interval: "3m".to_string(),
         }
+    }
+}
+
+impl SchedulerConfig {
+    /// `recheckInterval` as a duration (validated at load, so the default stands in otherwise).
+    pub fn recheck(&self) -> std::time::Duration {
+        self.recheck_interval
+            .parse::<berth_api::BerthDuration>()
+            .map(|d| d.as_std())
+            .unwrap_or(std::time::Duration::from_secs(180))
     }
 }
 
@@ -245,6 +259,20 @@ impl Config {
         }
         if self.scheduler.workers == 0 {
             return Err(invalid("scheduler.workers", "must be at least 1"));
+        }
+        match self
+            .scheduler
+            .recheck_interval
+            .parse::<berth_api::BerthDuration>()
+        {
+            Ok(d) if !d.is_zero() => {}
+            Ok(_) => {
+                return Err(invalid(
+                    "scheduler.recheckInterval",
+                    "must be longer than 0",
+                ));
+            }
+            Err(e) => return Err(invalid("scheduler.recheckInterval", &e.to_string())),
         }
         Ok(())
     }
@@ -369,6 +397,10 @@ secrets: {mirrorToLxd: true}
         assert_eq!(config.listen.socket, default_socket_path());
         assert_eq!(config.scheduler.workers, 2);
         assert_eq!(config.scheduler.interval, "30s");
+        assert_eq!(
+            config.scheduler.recheck(),
+            std::time::Duration::from_secs(180)
+        );
         assert_eq!(config.defaults, Defaults::default());
         config.validate().unwrap();
     }
@@ -395,6 +427,14 @@ secrets: {mirrorToLxd: true}
             ("listen: {http: 'nonsense'}", "listen.http"),
             ("lxd: {endpoint: 'tcp://x'}", "lxd.endpoint"),
             ("scheduler: {workers: 0}", "scheduler.workers"),
+            (
+                "scheduler: {recheckInterval: soon}",
+                "scheduler.recheckInterval",
+            ),
+            (
+                "scheduler: {recheckInterval: 0s}",
+                "scheduler.recheckInterval",
+            ),
             ("listen: {tls: {cert: /c.pem}}", "listen.tls.key"),
             ("listen: {tls: {key: /k.pem}}", "listen.tls.cert"),
         ];

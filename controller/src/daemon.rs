@@ -263,6 +263,7 @@ fn start_controller(
         workers: config.scheduler.workers.max(1) as usize,
         inspect_timeout: SCHEDULER_INSPECT_TIMEOUT,
         preview_domain: config.preview_domain.clone(),
+        recheck_interval: config.scheduler.recheck(),
     };
     let store = Arc::clone(store);
     let secrets = Arc::clone(secrets);

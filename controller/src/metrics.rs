@@ -103,6 +103,7 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     pub scheduler_overruns: Counter,
     pub containers_vanished: Counter,
+    pub orphan_containers: Gauge,
     pub workqueue_depth: Gauge,
     pub workqueue_adds: Counter,
     pub workqueue_retries: Counter,
@@ -139,6 +140,7 @@ impl Metrics {
             reconcile_duration: seconds_histogram(),
             scheduler_overruns: Counter::default(),
             containers_vanished: Counter::default(),
+            orphan_containers: Gauge::default(),
             workqueue_depth: Gauge::default(),
             workqueue_adds: Counter::default(),
             workqueue_retries: Counter::default(),
@@ -178,6 +180,11 @@ impl Metrics {
             "containers_vanished",
             "Times many containers vanished at once and berth recreated none of them",
             m.containers_vanished.clone(),
+        );
+        registry.register(
+            "orphan_containers",
+            "Containers labelled by berth whose project is gone, as housekeeping last counted them",
+            m.orphan_containers.clone(),
         );
         registry.register(
             "workqueue_depth",
@@ -389,6 +396,7 @@ mod tests {
         "berth_reconcile_duration_seconds",
         "berth_scheduler_overruns_total",
         "berth_containers_vanished_total",
+        "berth_orphan_containers",
         "berth_workqueue_depth",
         "berth_workqueue_adds_total",
         "berth_workqueue_retries_total",

@@ -82,9 +82,12 @@ pub async fn run(context: &Context, args: ApplyArgs) -> anyhow::Result<ExitCode>
     }
     // A pruned project goes through its teardown, which holds a workspace with unsaved work (as
     // a plain `berth delete` does): follow it, so a held one is seen, not taken for gone.
+    let mut held = 0;
     for target in &held_by_finalizers {
         let left = deadline.saturating_duration_since(Instant::now());
-        println!("{}", prune_outcome(&client, target, left).await?);
+        let (line, is_held) = prune_outcome(&client, target, left).await?;
+        held += usize::from(is_held);
+        println!("{line}");
     }
 
     if args.wait && !args.dry_run && !targets.is_empty() {
@@ -94,31 +97,40 @@ pub async fn run(context: &Context, args: ApplyArgs) -> anyhow::Result<ExitCode>
             println!("{resource}/{name} ready");
         }
     }
+    if held > 0 {
+        anyhow::bail!(
+            "{held} pruned object(s) held: their deletion waits until the work is saved, or berth delete --force"
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The line for a pruned object that its finalizers keep for now: pruned once gone; held, and
-/// why, when its deletion is blocked (not an error of the apply: the object stays Deleting
-/// until what holds it is resolved).
+/// The line for a pruned object that its finalizers keep for now, and whether its deletion is
+/// held: pruned once gone; held, and why, when its deletion is blocked (the object stays
+/// Deleting until what holds it is resolved, and the apply exits 1, as `berth delete` does).
 async fn prune_outcome(
     client: &Client,
     (resource, name): &(Resource, String),
     timeout: Duration,
-) -> Result<String, ClientError> {
+) -> Result<(String, bool), ClientError> {
     let target = [(*resource, name.clone())];
     match progress::wait_for(client, &target, Goal::Deleted, timeout, false).await {
-        Ok(()) => Ok(format!("{resource}/{name} pruned")),
+        Ok(()) => Ok((format!("{resource}/{name} pruned"), false)),
         Err(WaitError::Failed { message, .. }) => {
             let why = message
                 .strip_prefix("deletion blocked: ")
                 .unwrap_or(&message);
-            Ok(format!(
-                "{resource}/{name} pruned, deletion held: {why} (it stays Deleting until that \
-                 is resolved; `berth delete {resource} {name} --force` deletes it now)"
+            Ok((
+                format!(
+                    "{resource}/{name} pruned, deletion held: {why} (it stays Deleting until \
+                     that is resolved; `berth delete {resource} {name} --force` deletes it now)"
+                ),
+                true,
             ))
         }
-        Err(WaitError::Timeout { after, .. }) => Ok(format!(
-            "{resource}/{name} pruned, still Deleting after {after}"
+        Err(WaitError::Timeout { after, .. }) => Ok((
+            format!("{resource}/{name} pruned, still Deleting after {after}"),
+            false,
         )),
         Err(WaitError::Client(err)) => Err(err),
     }

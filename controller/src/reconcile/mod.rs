@@ -86,6 +86,8 @@ pub struct ControllerSettings {
     pub resync_interval: Duration,
     pub backoff: Backoff,
     pub timeouts: Timeouts,
+    /// How often a held deletion's workspace is inspected again (`scheduler.recheckInterval`).
+    pub held_recheck: Duration,
 }
 
 impl Default for ControllerSettings {
@@ -98,6 +100,7 @@ impl Default for ControllerSettings {
             resync_interval: Duration::from_secs(30),
             backoff: Backoff::default(),
             timeouts: Timeouts::default(),
+            held_recheck: crate::scheduler::deletion::HELD_RECHECK,
         }
     }
 }

@@ -30,6 +30,7 @@ pub fn settings_from_config(config: &Config) -> Result<ControllerSettings, Strin
         target,
         workers: config.scheduler.workers.max(1) as usize,
         resync_interval: interval.as_std().max(Duration::from_secs(1)),
+        held_recheck: config.scheduler.recheck(),
         ..ControllerSettings::default()
     })
 }

@@ -31,12 +31,8 @@ pub async fn finalize(
     let name = object.name();
     let uid = object.uid();
 
-    draft.set_ready(
-        Phase::Deleting,
-        false,
-        reasons::DELETING,
-        "removing the container and the volumes",
-    );
+    let message = crate::scheduler::deletion::ready_message(&draft);
+    draft.set_ready(Phase::Deleting, false, reasons::DELETING, &message);
     let object = commit(ctx, object, &mut draft).await?;
 
     // Work that exists nowhere else holds a deletion no person forced.

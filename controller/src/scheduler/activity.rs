@@ -56,14 +56,8 @@ pub fn update_activity(inputs: &ActivityInputs<'_>) -> ActivityStatus {
         {
             candidates.push((inputs.now, ActivitySource::Cpu));
         }
-        if let Some(newest) = current.newest_mtime {
-            let seen_before = match inputs.previous {
-                Some(previous) => previous.newest_mtime,
-                None => last,
-            };
-            if seen_before.is_none_or(|before| newest > before) {
-                candidates.push((newest, ActivitySource::Files));
-            }
+        if let Some(at) = files_activity(inputs.previous, current, last, inputs.now) {
+            candidates.push((at, ActivitySource::Files));
         }
     }
     candidates.extend(inputs.touches.exec.map(|t| (t, ActivitySource::Exec)));
@@ -88,6 +82,25 @@ pub fn update_activity(inputs: &ActivityInputs<'_>) -> ActivityStatus {
             previous_status.inspected_at
         },
     }
+}
+
+/// A file under /workspace changed after the activity recorded last: judged against status,
+/// not against the previous inspection, so that the activity pass and the re-check before
+/// acting (which has only status to go on) always agree. A time ahead of the host's clock
+/// counts as now, and only when it is new: otherwise one future-dated file would look like
+/// activity in every pass.
+pub fn files_activity(
+    previous: Option<&Inspection>,
+    current: &Inspection,
+    last: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    let newest = current.newest_mtime?;
+    if newest > now && previous.is_some_and(|p| p.newest_mtime == Some(newest)) {
+        return None;
+    }
+    let at = newest.min(now);
+    last.is_none_or(|last| at > last).then_some(at)
 }
 
 /// The agent counts as active when it updated its status file while working.

@@ -149,6 +149,45 @@ fn a_container_clock_ahead_does_not_push_activity_into_the_future() {
 }
 
 #[test]
+fn file_times_are_judged_against_what_status_recorded() {
+    // The previous inspection already saw these files, but status never recorded them (the
+    // write was lost, or status was older): they count, as the re-check before acting counts
+    // them.
+    let before = status(5, ActivitySource::Exec);
+    let a = inspection(5_000, 10, None);
+    let b = inspection(5_000, 10, None);
+    let got = update(60, Some(&before), Some(&a), Some(&b), Touches::default());
+    assert_eq!(
+        (got.last_active_at, got.source),
+        (Some(t(10)), Some(ActivitySource::Files))
+    );
+    let got = update(60, None, Some(&a), Some(&b), Touches::default());
+    assert_eq!(got.last_active_at, Some(t(10)));
+    // Once recorded, the same files are no news.
+    let again = update(90, Some(&got), Some(&b), Some(&b), Touches::default());
+    assert_eq!(again.last_active_at, Some(t(10)));
+}
+
+#[test]
+fn a_future_file_time_counts_once() {
+    let ahead = inspection(5_000, 10_000, None);
+    let first = update(60, None, None, Some(&ahead), Touches::default());
+    assert_eq!(first.last_active_at, Some(t(60)));
+    let second = update(
+        90,
+        Some(&first),
+        Some(&ahead),
+        Some(&ahead),
+        Touches::default(),
+    );
+    assert_eq!(
+        second.last_active_at,
+        Some(t(60)),
+        "the same file is not new"
+    );
+}
+
+#[test]
 fn a_failed_inspection_keeps_what_was_known() {
     let before = status(10, ActivitySource::Cpu);
     let got = update(60, Some(&before), None, None, Touches::default());

@@ -1,8 +1,8 @@
 //! Held deletions: a deletion no person forced (a plain `berth delete`, a GitOps prune, the
 //! reaper) waits while the workspace holds work that exists nowhere else, or an agent waits for
 //! a person. The container and volumes stay as they are; status shows `DeletionBlocked=True`
-//! with the protection as reason, and the workspace is inspected again every few minutes until
-//! the work is saved. `berth delete --force` (annotation `berth.dev/forceDelete: "true"`)
+//! with the protection as reason (Ready's message says why), and the workspace is inspected
+//! again every few minutes (`scheduler.recheckInterval`) until the work is saved. `berth delete --force` (annotation `berth.dev/forceDelete: "true"`)
 //! deletes at once.
 
 use std::collections::HashMap;
@@ -10,7 +10,8 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use berth_api::{
-    AgentState, ConditionStatus, ProjectStatus, ProtectionReason, Step, condition_types,
+    AgentState, ConditionStatus, Phase, ProjectStatus, ProtectionReason, Step, condition_types,
+    reasons,
 };
 use serde_json::Value;
 use tokio::time::Instant;
@@ -20,15 +21,19 @@ use super::passes::reasons_text;
 use super::policy;
 use super::reap;
 use crate::api::FORCE_DELETE_ANNOTATION;
+use crate::metrics::ReasonLabels;
 use crate::reconcile::PROJECT_KIND;
 use crate::reconcile::layout::uid_label;
 use crate::reconcile::status::Draft;
 use crate::reconcile::{Context, ReconcileError};
 use crate::store::{EventType, Store, StoreError, StoredObject};
 
-/// How often a held deletion's workspace is inspected again: booting a stopped container to
-/// look is not free, and saved work does not need to be noticed within seconds.
+/// How often a held deletion's workspace is inspected again unless `scheduler.recheckInterval`
+/// says otherwise: booting a stopped container to look is not free, and saved work does not
+/// need to be noticed within seconds.
 pub const HELD_RECHECK: Duration = Duration::from_secs(180);
+/// Ready's message while the teardown goes ahead.
+pub const REMOVING: &str = "removing the container and the volumes";
 /// One inspection's deadline (a stopped container also gets this long to boot).
 const INSPECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// `DeletionBlocked=False` after a person forced the deletion.
@@ -74,27 +79,27 @@ pub async fn hold(
         // Not this project's container: the teardown leaves it alone anyway.
         return Ok(None);
     }
-    let blocked_now = draft
+    let blocked = draft
         .condition(condition_types::DELETION_BLOCKED)
-        .is_some_and(|c| c.status == ConditionStatus::True);
+        .filter(|c| c.status == ConditionStatus::True)
+        .map(|c| c.reason.clone());
+    let blocked_now = blocked.is_some();
+    let every = ctx.settings.held_recheck;
     let now = Instant::now();
     {
         let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
         if blocked_now
             && let Some(at) = held.get(uid)
-            && now.duration_since(*at) < HELD_RECHECK
+            && now.duration_since(*at) < every
         {
-            return Ok(Some(HELD_RECHECK - now.duration_since(*at)));
+            return Ok(Some(every - now.duration_since(*at)));
         }
         held.insert(uid.to_string(), now);
     }
 
     let known = inspect::known_files_of(&object.status);
-    let result = if instance.is_running() {
-        inspect::inspect(ctx.runtime.as_ref(), name, &known, INSPECT_TIMEOUT).await
-    } else {
-        reap::inspect_stopped(ctx.runtime.as_ref(), name, &known, INSPECT_TIMEOUT).await
-    };
+    let (result, _booted) =
+        reap::inspect_in_place(ctx.runtime.as_ref(), name, &known, INSPECT_TIMEOUT).await;
     let recorded_agent = status
         .agent
         .as_ref()
@@ -116,6 +121,7 @@ pub async fn hold(
                 "WorkSaved",
                 "nothing left to lose: deleting",
             );
+            deleting(draft, REMOVING);
         }
         forget(uid);
         return Ok(None);
@@ -130,7 +136,24 @@ pub async fn hold(
         first.as_str(),
         &message,
     );
-    draft.status.message = message.clone();
+    deleting(draft, &message);
+    // A held deletion is a refusal too: counted when the hold begins or its reason changes,
+    // not at every re-inspection.
+    if blocked.as_deref() != Some(first.as_str()) {
+        let counted: &[ProtectionReason] = if blocked_now {
+            std::slice::from_ref(first)
+        } else {
+            &reasons
+        };
+        for reason in counted {
+            ctx.metrics
+                .reap_refusals
+                .get_or_create(&ReasonLabels {
+                    reason: reason.as_str().to_string(),
+                })
+                .inc();
+        }
+    }
     if !already {
         tracing::warn!(reasons = %reasons_text(&reasons), "deletion held");
         let store = ctx.store.clone();
@@ -144,7 +167,19 @@ pub async fn hold(
             tracing::warn!(error = %e, "could not record an event");
         }
     }
-    Ok(Some(HELD_RECHECK))
+    Ok(Some(every))
+}
+
+/// Ready's message for a project being deleted: why it is held, while it is.
+pub fn ready_message(draft: &Draft) -> String {
+    draft
+        .condition(condition_types::DELETION_BLOCKED)
+        .filter(|c| c.status == ConditionStatus::True)
+        .map_or_else(|| REMOVING.to_string(), |c| c.message.clone())
+}
+
+fn deleting(draft: &mut Draft, message: &str) {
+    draft.set_ready(Phase::Deleting, false, reasons::DELETING, message);
 }
 
 /// A forced deletion no longer waits on what held it.
@@ -159,6 +194,7 @@ fn release(draft: &mut Draft) {
             FORCED,
             "deleted with --force: the workspace is discarded",
         );
+        deleting(draft, REMOVING);
     }
 }
 
@@ -330,7 +366,23 @@ mod held {
             .map(|c| (c.status, c.reason.clone()))
     }
 
-    #[tokio::test]
+    fn refusals(s: &Setup, reason: &str) -> String {
+        let text = s.ctx.metrics.encode();
+        let key = format!("berth_reap_refusals_total{{reason=\"{reason}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn ready_message(draft: &Draft) -> String {
+        draft
+            .condition(condition_types::READY)
+            .map(|c| c.message.clone())
+            .unwrap_or_default()
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn unpushed_work_holds_a_plain_delete_and_is_looked_at_again_only_later() {
         let s = setup();
         let object = s.deleting("p", BTreeMap::new());
@@ -354,12 +406,64 @@ mod held {
         );
         let events = s.ctx.store.events_for(PROJECT_KIND, "p").unwrap();
         assert!(events.iter().any(|e| e.reason == "DeletionBlocked"));
+        let held = ready_message(&draft);
+        assert!(
+            held.contains("deletion held by UnsavedWork") && held.contains("1 unpushed"),
+            "{held}"
+        );
+        assert_eq!(super::ready_message(&draft), held, "the teardown keeps it");
+        assert_eq!(draft.status.phase, Phase::Deleting);
+        assert_eq!(refusals(&s, "UnsavedWork"), "1");
 
         // Held: the next reconcile does not inspect again before the interval.
         let execs = s.fake.count("exec");
         let retry = hold(&s.ctx, &object, &mut draft).await.unwrap();
         assert!(retry.is_some_and(|r| r <= HELD_RECHECK));
         assert_eq!(s.fake.count("exec"), execs);
+
+        // At the interval it looks again: still held, and the refusal is not counted again.
+        tokio::time::advance(HELD_RECHECK).await;
+        assert!(hold(&s.ctx, &object, &mut draft).await.unwrap().is_some());
+        assert!(s.fake.count("exec") > execs);
+        assert_eq!(refusals(&s, "UnsavedWork"), "1");
+
+        // Pushed: the next look lets the deletion go ahead, and Ready says so.
+        script_inspection(&s.fake, "p", FakeWorkspace::default());
+        tokio::time::advance(HELD_RECHECK).await;
+        assert_eq!(hold(&s.ctx, &object, &mut draft).await.unwrap(), None);
+        assert_eq!(
+            condition(&draft),
+            Some((ConditionStatus::False, "WorkSaved".into()))
+        );
+        assert_eq!(ready_message(&draft), REMOVING);
+        assert_eq!(super::ready_message(&draft), REMOVING);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_recheck_interval_is_the_configured_one() {
+        let mut s = setup();
+        s.ctx.settings.held_recheck = Duration::from_secs(5);
+        let object = s.deleting("p", BTreeMap::new());
+        script_inspection(
+            &s.fake,
+            "p",
+            FakeWorkspace {
+                unsaved: UnsavedWork {
+                    untracked: 1,
+                    ..UnsavedWork::default()
+                },
+                ..FakeWorkspace::default()
+            },
+        );
+        let mut draft = Draft::from_object(&object);
+        assert_eq!(
+            hold(&s.ctx, &object, &mut draft).await.unwrap(),
+            Some(Duration::from_secs(5))
+        );
+        let execs = s.fake.count("exec");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(hold(&s.ctx, &object, &mut draft).await.unwrap().is_some());
+        assert!(s.fake.count("exec") > execs, "looked again after 5s");
     }
 
     #[tokio::test]

@@ -1,14 +1,16 @@
 //! What the scheduler remembers between passes, per project, in this process only: the last
 //! inspection (activity compares two), the action the last pass found due (reaping needs two
-//! passes that agree), and when a held deletion was last re-inspected.
+//! passes that agree), when a stopped project was last booted to be inspected, and which
+//! episodes (a failing inspection, a refusal) were already reported.
 //!
 //! Forgetting is always safe: after a restart the first pass can only find a project due, never
-//! act on it, and activity falls back to the times recorded in status.
+//! act on it, activity falls back to the times recorded in status, a stopped project is looked
+//! at once more, and an ongoing episode is reported once more.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use berth_api::ReapAction;
+use berth_api::{ProtectionReason, ReapAction};
 use tokio::time::Instant;
 
 use super::inspect::Inspection;
@@ -18,7 +20,12 @@ use super::policy::Verdict;
 struct Entry {
     inspection: Option<Inspection>,
     previous_due: Option<ReapAction>,
-    held_inspected_at: Option<Instant>,
+    /// When the project was last inspected while stopped; cleared when it is seen running.
+    looked_while_stopped_at: Option<Instant>,
+    /// The last inspection failed (its warning was logged).
+    inspection_failing: bool,
+    /// The reasons of the refusal going on, already counted in `reap_refusals_total`.
+    refused: Vec<ProtectionReason>,
 }
 
 /// Per-project memory, keyed by project uid (a re-created project of the same name starts
@@ -63,17 +70,58 @@ impl Memory {
         }
     }
 
-    /// Whether a deletion held by a protection is due for its re-inspection (every `every`, not
-    /// every pass); when it is, the time is recorded.
-    pub fn held_recheck_due(&mut self, uid: &str, now: Instant, every: Duration) -> bool {
-        let entry = self.entries.entry(uid.to_string()).or_default();
-        let due = entry
-            .held_inspected_at
-            .is_none_or(|at| now.duration_since(at) >= every);
-        if due {
-            entry.held_inspected_at = Some(now);
+    /// The project was inspected while stopped, at `now`.
+    pub fn looked_while_stopped(&mut self, uid: &str, now: Instant) {
+        self.entries
+            .entry(uid.to_string())
+            .or_default()
+            .looked_while_stopped_at = Some(now);
+    }
+
+    /// The project runs: what a stopped inspection found may change from now on.
+    pub fn saw_running(&mut self, uid: &str) {
+        if let Some(entry) = self.entries.get_mut(uid) {
+            entry.looked_while_stopped_at = None;
         }
-        due
+    }
+
+    /// Whether a stopped project is due for another look: never looked at since it stopped, or
+    /// not for `every`. Nothing changes a stopped workspace, so looking more often only costs a
+    /// boot.
+    pub fn stopped_look_due(&self, uid: &str, now: Instant, every: Duration) -> bool {
+        self.entries
+            .get(uid)
+            .and_then(|e| e.looked_while_stopped_at)
+            .is_none_or(|at| now.duration_since(at) >= every)
+    }
+
+    /// Records whether this inspection failed; true when a failure follows a success (or is the
+    /// first inspection), so that one episode is reported once.
+    pub fn inspection_failed(&mut self, uid: &str, failed: bool) -> bool {
+        let entry = self.entries.entry(uid.to_string()).or_default();
+        let begins = failed && !entry.inspection_failing;
+        entry.inspection_failing = failed;
+        begins
+    }
+
+    /// A due action was declined for `reasons`: returns those not already declining it in this
+    /// episode, to be counted once each.
+    pub fn refused(&mut self, uid: &str, reasons: &[ProtectionReason]) -> Vec<ProtectionReason> {
+        let entry = self.entries.entry(uid.to_string()).or_default();
+        let new = reasons
+            .iter()
+            .filter(|r| !entry.refused.contains(r))
+            .copied()
+            .collect();
+        entry.refused = reasons.to_vec();
+        new
+    }
+
+    /// Nothing was declined this pass: the refusal episode, if any, is over.
+    pub fn not_refused(&mut self, uid: &str) {
+        if let Some(entry) = self.entries.get_mut(uid) {
+            entry.refused.clear();
+        }
     }
 
     /// Drops every project not in `live` (deleted since).
@@ -134,17 +182,52 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn held_deletions_are_rechecked_every_few_minutes() {
+    async fn stopped_projects_are_looked_at_every_few_minutes_and_afresh_after_running() {
         let mut memory = Memory::new();
         let every = Duration::from_secs(300);
         let start = Instant::now();
-        assert!(memory.held_recheck_due("u1", start, every));
-        assert!(!memory.held_recheck_due("u1", start + Duration::from_secs(30), every));
-        assert!(!memory.held_recheck_due("u1", start + Duration::from_secs(299), every));
-        assert!(memory.held_recheck_due("u1", start + Duration::from_secs(300), every));
-        assert!(memory.held_recheck_due("u2", start + Duration::from_secs(301), every));
-        memory.retain(&["u2".to_string()].into());
+        assert!(
+            memory.stopped_look_due("u1", start, every),
+            "never looked at"
+        );
+        memory.looked_while_stopped("u1", start);
+        assert!(!memory.stopped_look_due("u1", start + Duration::from_secs(30), every));
+        assert!(!memory.stopped_look_due("u1", start + Duration::from_secs(299), every));
+        assert!(memory.stopped_look_due("u1", start + Duration::from_secs(300), every));
+        assert!(memory.stopped_look_due("u2", start, every));
+        memory.saw_running("u1");
+        assert!(memory.stopped_look_due("u1", start + Duration::from_secs(1), every));
+        memory.looked_while_stopped("u2", start);
+        memory.retain(&["u1".to_string()].into());
         assert_eq!(memory.len(), 1);
-        assert!(memory.held_recheck_due("u1", start + Duration::from_secs(302), every));
+        assert!(memory.stopped_look_due("u2", start + Duration::from_secs(1), every));
+    }
+
+    #[test]
+    fn a_failing_inspection_is_reported_when_it_begins() {
+        let mut memory = Memory::new();
+        assert!(memory.inspection_failed("u1", true));
+        assert!(!memory.inspection_failed("u1", true));
+        assert!(!memory.inspection_failed("u1", false));
+        assert!(memory.inspection_failed("u1", true));
+    }
+
+    #[test]
+    fn a_refusal_counts_each_reason_once_per_episode() {
+        use ProtectionReason::*;
+        let mut memory = Memory::new();
+        assert_eq!(memory.refused("u1", &[UnsavedWork]), vec![UnsavedWork]);
+        assert_eq!(memory.refused("u1", &[UnsavedWork]), vec![]);
+        assert_eq!(
+            memory.refused("u1", &[AgentBlocked, UnsavedWork]),
+            vec![AgentBlocked]
+        );
+        assert_eq!(memory.refused("u1", &[AgentBlocked]), vec![]);
+        assert_eq!(
+            memory.refused("u1", &[AgentBlocked, UnsavedWork]),
+            vec![UnsavedWork]
+        );
+        memory.not_refused("u1");
+        assert_eq!(memory.refused("u1", &[AgentBlocked]), vec![AgentBlocked]);
     }
 }

@@ -3,8 +3,13 @@
 //!
 //! Status is shared with the reconciler, so every write here reads the stored status, changes
 //! only the scheduler's fields and writes with the resourceVersion it read, retrying on a
-//! conflict. Acting on a project (idling it, deleting it) happens only under the project's slot
-//! in the work queue, so no reconcile runs in between the last re-check and the action.
+//! conflict. Acting on a project (idling it, deleting it) and booting a stopped one to inspect
+//! it happen only under the project's slot in the work queue, so no reconcile runs in between.
+//!
+//! What every inspection finds is recorded, whichever pass made it: the activity pass, the
+//! look at a stopped project, or the re-check right before acting. So status, `reap --dry-run`
+//! and the next pass all decide on the latest findings, and a refusal shows the moment it
+//! happens.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -12,17 +17,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use berth_api::{
-    AgentState, ConditionStatus, ProjectSpec, ProjectStatus, ProtectionReason, ReapAction, Step,
-    condition_types, set_condition,
+    AgentState, ConditionStatus, ObjectMeta, ProjectSpec, ProjectStatus, ProtectionReason,
+    ReapAction, Step, condition_types, set_condition,
 };
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::activity::{self, ActivityInputs, Touches};
-use super::housekeeping;
+use super::housekeeping::{self, Orphan};
 use super::inspect::{InspectError, Inspection};
 use super::memory::Memory;
-use super::policy::{self, Evidence, ReapSubject, Verdict};
+use super::policy::{self, Decision, Evidence, ReapSubject, Verdict};
 use super::{InspectTarget, Pass, Passes, ports, reap};
 use crate::inspect::activity::ActivityLog;
 use crate::metrics::{ActionLabels, Metrics, ReasonLabels};
@@ -46,7 +53,13 @@ pub struct PassSettings {
     pub inspect_timeout: Duration,
     /// `previewDomain`: the domain of the preview URLs in `status.ports`.
     pub preview_domain: String,
+    /// `scheduler.recheckInterval`: how long what a stopped project's inspection found stands
+    /// before the project is booted to be inspected again.
+    pub recheck_interval: Duration,
 }
+
+/// Where the passes read the time: the wall clock, or a simulated one in tests.
+pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 
 /// What the passes need from the daemon.
 pub struct DaemonPasses {
@@ -59,11 +72,14 @@ pub struct DaemonPasses {
     workers: usize,
     inspect_timeout: Duration,
     preview_domain: String,
+    recheck_interval: Duration,
+    clock: Clock,
     memory: Mutex<Memory>,
     /// This round's inspections by project uid, for the reap pass that follows.
     round: Mutex<BTreeMap<String, Result<Inspection, String>>>,
-    /// Orphans already reported, so each is reported once per daemon.
-    reported_orphans: Mutex<BTreeSet<String>>,
+    /// The orphans (instance, uid) the last housekeeping pass saw, so each orphan episode is
+    /// reported once.
+    reported_orphans: Mutex<BTreeSet<(String, String)>>,
 }
 
 impl std::fmt::Debug for DaemonPasses {
@@ -92,10 +108,22 @@ impl DaemonPasses {
             workers: settings.workers.max(1),
             inspect_timeout: settings.inspect_timeout,
             preview_domain: settings.preview_domain,
+            recheck_interval: settings.recheck_interval,
+            clock: Arc::new(Utc::now),
             memory: Mutex::new(Memory::new()),
             round: Mutex::new(BTreeMap::new()),
             reported_orphans: Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// The same passes reading the time from `clock` (a simulation's days pass in moments).
+    #[cfg(feature = "testing")]
+    pub fn with_clock(self, clock: Clock) -> DaemonPasses {
+        DaemonPasses { clock, ..self }
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        (self.clock)()
     }
 
     fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
@@ -106,6 +134,13 @@ impl DaemonPasses {
         self.store.list(PROJECT_KIND)
     }
 
+    fn uids(&self) -> BTreeSet<String> {
+        self.projects()
+            .iter()
+            .map(|o| o.uid().to_string())
+            .collect()
+    }
+
     /// Asks the reconciler to re-check every project. Requests for a project already queued
     /// merge, so this costs nothing when the controller's own resync ran moments ago.
     async fn resync(&self) {
@@ -114,17 +149,15 @@ impl DaemonPasses {
         }
     }
 
-    /// Inspects every running project and records what it found in status.
+    /// Inspects every running project, and the stopped ones whose last findings stand between
+    /// them and an outcome, and records what it found in status.
     async fn activity(&self) {
-        let projects: Vec<Arc<StoredObject>> =
-            self.projects().into_iter().filter(|o| running(o)).collect();
-        let live: BTreeSet<String> = self
-            .projects()
-            .iter()
-            .map(|o| o.uid().to_string())
-            .collect();
+        let projects = self.projects();
+        let live = projects.iter().map(|o| o.uid().to_string()).collect();
         self.memory().retain(&live);
-        let targets = projects
+        let running: Vec<Arc<StoredObject>> =
+            projects.iter().filter(|o| running(o)).cloned().collect();
+        let targets = running
             .iter()
             .map(|o| InspectTarget {
                 instance: o.name().to_string(),
@@ -139,14 +172,13 @@ impl DaemonPasses {
         )
         .await;
         let mut round = BTreeMap::new();
-        for object in &projects {
+        for object in &running {
             let Some(result) = results.get(object.name()) else {
                 continue;
             };
-            if let Err(e) = result {
-                tracing::warn!(project = object.name(), error = %e, "inspection failed");
-            }
-            self.record_activity(object, result).await;
+            self.memory().saw_running(object.uid());
+            self.note_inspection(object, result);
+            let _ = self.record_findings(object, result, false).await;
             round.insert(
                 object.uid().to_string(),
                 result.as_ref().cloned().map_err(|e| e.to_string()),
@@ -156,41 +188,144 @@ impl DaemonPasses {
                     .record_inspection(object.uid(), inspection.clone());
             }
         }
+
+        let stopped: Vec<String> = projects
+            .iter()
+            .filter(|o| self.wants_stopped_look(o))
+            .map(|o| o.name().to_string())
+            .collect();
+        // No per-item deadline here: a boot cut short would leave the container running.
+        // `inspect_stopped` bounds every step of its own.
+        let looks: Vec<(String, Result<Inspection, String>)> = futures::stream::iter(stopped)
+            .map(|name| async move { self.look_while_stopped(&name).await })
+            .buffer_unordered(self.workers)
+            .filter_map(|found| async move { found })
+            .collect()
+            .await;
+        round.extend(looks);
         *self.round.lock().unwrap_or_else(|e| e.into_inner()) = round;
     }
 
-    async fn record_activity(
-        &self,
-        object: &Arc<StoredObject>,
-        result: &Result<Inspection, InspectError>,
-    ) {
-        let uid = object.uid().to_string();
+    /// Whether a stopped project is to be booted for a look this pass: it could hold work, it
+    /// was not looked at within the recheck interval, and what was last found is what keeps it
+    /// (an inspection that failed, or unsaved work holding a due deletion). A blocked agent is
+    /// not a reason: its state lives on a tmpfs, so a boot cannot tell anything new.
+    fn wants_stopped_look(&self, object: &StoredObject) -> bool {
+        if object.is_deleting() || running(object) || paused(object) {
+            return false;
+        }
+        let Some(facts) = Facts::of(object, None) else {
+            return false;
+        };
+        if !facts.ever_reachable
+            || !self
+                .memory()
+                .stopped_look_due(object.uid(), Instant::now(), self.recheck_interval)
+        {
+            return false;
+        }
+        let verdict = policy::decide(&facts.subject(self.now(), None));
+        let held_by_findings = matches!(&verdict.decision, Decision::Refuse { reasons, .. }
+            if reasons.iter().any(|r| *r != ProtectionReason::AgentBlocked));
+        facts.evidence == Evidence::Failed || held_by_findings
+    }
+
+    /// Inspects a stopped project under its slot without starting its agent, and records what
+    /// was found. `None` when it is no longer a stopped project by then.
+    async fn look_while_stopped(&self, name: &str) -> Option<(String, Result<Inspection, String>)> {
+        let _slot = self.queue.lock(name).await;
+        let object = self.store.get(PROJECT_KIND, name)?;
+        if object.is_deleting() || running(&object) || paused(&object) {
+            return None;
+        }
+        let (result, booted) = reap::inspect_in_place(
+            self.runtime.as_ref(),
+            name,
+            &super::inspect::known_files_of(&object.status),
+            self.inspect_timeout,
+        )
+        .await;
+        // Also after a failure: trying again every pass would boot it every pass.
+        self.memory()
+            .looked_while_stopped(object.uid(), Instant::now());
+        tracing::debug!(
+            project = name,
+            booted,
+            ok = result.is_ok(),
+            "looked at a stopped project"
+        );
+        self.note_inspection(&object, &result);
+        let _ = self.record_findings(&object, &result, booted).await;
+        Some((object.uid().to_string(), result.map_err(|e| e.to_string())))
+    }
+
+    /// Logs a failing inspection once when it begins, at debug level while it goes on.
+    fn note_inspection(&self, object: &StoredObject, result: &Result<Inspection, InspectError>) {
+        let begins = self
+            .memory()
+            .inspection_failed(object.uid(), result.is_err());
+        if let Err(e) = result {
+            if begins {
+                tracing::warn!(
+                    project = object.name(),
+                    error = %e,
+                    "inspection failed: reaping and unforced deletion hold (InspectionFailed) until one succeeds"
+                );
+            } else {
+                tracing::debug!(project = object.name(), error = %e, "inspection still fails");
+            }
+        }
+    }
+
+    /// Exec and tool calls made through berth, the latest of each.
+    fn touches(&self, uid: &str) -> Touches {
         let exec = self
             .activity_log
-            .last(&uid)
+            .last(uid)
             .filter(|a| a.source == "exec")
             .map(|a| a.at);
         let tool_logged = self
             .activity_log
-            .last(&uid)
+            .last(uid)
             .filter(|a| a.source == "tool")
             .map(|a| a.at);
-        let tool_stored = self.store.last_tool_call(&uid).ok().flatten();
-        let tool = tool_logged.max(tool_stored);
-        let previous = self.memory().previous_inspection(&uid).cloned();
+        let tool_stored = self.store.last_tool_call(uid).ok().flatten();
+        Touches {
+            exec,
+            tool: tool_logged.max(tool_stored),
+        }
+    }
+
+    /// Writes what an inspection found: activity, unsaved work, the agent's report, ports.
+    /// `booted`: the container was booted for this inspection, so its CPU figures cannot be
+    /// compared with an earlier inspection's and nothing of its agent runs. Returns the object
+    /// as written, `None` when it is gone or the write failed.
+    async fn record_findings(
+        &self,
+        object: &StoredObject,
+        result: &Result<Inspection, InspectError>,
+        booted: bool,
+    ) -> Option<Arc<StoredObject>> {
+        let uid = object.uid().to_string();
+        let touches = self.touches(&uid);
+        let previous = if booted {
+            None
+        } else {
+            self.memory().previous_inspection(&uid).cloned()
+        };
         let current = result.as_ref().ok().cloned();
         let unsaved_work = reap::unsaved_work_status(result);
         let project = object.name().to_string();
         let preview_domain = self.preview_domain.clone();
+        let now = self.now();
         let write = self
             .update_status(object.name(), move |status, _| {
-                let now = Utc::now();
                 status.activity = Some(activity::update_activity(&ActivityInputs {
                     now,
                     previous_status: status.activity.as_ref(),
                     previous: previous.as_ref(),
                     current: current.as_ref(),
-                    touches: Touches { exec, tool },
+                    touches,
                     cpu_threshold: activity::DEFAULT_CPU_THRESHOLD,
                 }));
                 status.unsaved_work = unsaved_work;
@@ -207,8 +342,12 @@ impl DaemonPasses {
                 status.ports = ports::port_statuses(&project, &current.ports, &preview_domain);
             })
             .await;
-        if let Err(e) = write {
-            tracing::warn!(project = object.name(), error = %e, "recording activity failed");
+        match write {
+            Ok(written) => written,
+            Err(e) => {
+                tracing::warn!(project = object.name(), error = %e, "recording activity failed");
+                None
+            }
         }
     }
 
@@ -219,30 +358,38 @@ impl DaemonPasses {
             if object.is_deleting() {
                 continue;
             }
-            let Some(subject) = Facts::of(&object, round.get(object.uid())) else {
+            let Some(facts) = Facts::of(&object, round.get(object.uid())) else {
                 continue;
             };
             let previous_due = self.memory().previous_due(object.uid());
-            let now = Utc::now();
-            let verdict = policy::decide(&subject.subject(now, previous_due));
+            let verdict = policy::decide(&facts.subject(self.now(), previous_due));
             self.memory().record_verdict(object.uid(), &verdict);
-            if let policy::Decision::Refuse { reasons, .. } = &verdict.decision {
-                for reason in reasons {
-                    self.metrics
-                        .reap_refusals
-                        .get_or_create(&ReasonLabels {
-                            reason: reason.as_str().to_string(),
-                        })
-                        .inc();
-                }
-            }
+            self.count_refusals(object.uid(), &verdict);
             if let Err(e) = self.record_verdict(&object, &verdict).await {
                 tracing::warn!(project = object.name(), error = %e, "recording the reap verdict failed");
             }
-            if let Some(action) = verdict.act() {
+            if let Some(action) = verdict.act().filter(|_| !paused(&object)) {
                 self.act(object.name(), action).await;
                 self.memory().forget_due(object.uid());
             }
+        }
+    }
+
+    /// `reap_refusals_total{reason}` counts a refusal once, when a due action is first declined
+    /// for a reason, not in every pass it stays declined.
+    fn count_refusals(&self, uid: &str, verdict: &Verdict) {
+        let Decision::Refuse { reasons, .. } = &verdict.decision else {
+            self.memory().not_refused(uid);
+            return;
+        };
+        let new = self.memory().refused(uid, reasons);
+        for reason in new {
+            self.metrics
+                .reap_refusals
+                .get_or_create(&ReasonLabels {
+                    reason: reason.as_str().to_string(),
+                })
+                .inc();
         }
     }
 
@@ -250,17 +397,17 @@ impl DaemonPasses {
     /// or changes reason.
     async fn record_verdict(
         &self,
-        object: &Arc<StoredObject>,
+        object: &StoredObject,
         verdict: &Verdict,
     ) -> Result<(), StoreError> {
         let verdict = verdict.clone();
         let changed = Arc::new(Mutex::new(None::<String>));
         let seen = changed.clone();
+        let now = self.now();
         let updated = self
             .update_status(object.name(), move |status, generation| {
                 let idled_at = status.reap.as_ref().and_then(|r| r.idled_at);
                 status.reap = Some(reap::reap_status(&verdict, idled_at));
-                let now = Utc::now();
                 let protected = !verdict.protected_by.is_empty();
                 let had =
                     berth_api::find_condition(&status.conditions, condition_types::REAP_PROTECTED)
@@ -301,56 +448,73 @@ impl DaemonPasses {
         Ok(())
     }
 
-    /// Carries out `action` on `name` under its slot, after a fresh re-check agrees.
+    /// Carries out `action` on `name` under its slot, after a fresh re-check agrees. When the
+    /// re-check holds the project, what it found is recorded like any pass's findings, so the
+    /// next pass decides on it instead of finding the project due again.
     async fn act(&self, name: &str, action: ReapAction) {
         let _slot = self.queue.lock(name).await;
         let Some(object) = self.store.get(PROJECT_KIND, name) else {
             return;
         };
-        if object.is_deleting() {
+        if object.is_deleting() || paused(&object) {
             return;
         }
         let Some(facts) = Facts::of(&object, None) else {
             return;
         };
-        let now = Utc::now();
-        let subject = facts.subject(now, Some(action));
-        let verdict = if facts.stopped {
-            let result = reap::inspect_stopped(
-                self.runtime.as_ref(),
-                name,
-                &super::inspect::known_files_of(&object.status),
-                self.inspect_timeout,
-            )
+        let uid = object.uid().to_string();
+        let status: ProjectStatus =
+            serde_json::from_value(object.status.clone()).unwrap_or_default();
+        let previous = self.memory().previous_inspection(&uid).cloned();
+        let checked = reap::recheck(
+            self.runtime.as_ref(),
+            name,
+            &super::inspect::known_files_of(&object.status),
+            self.inspect_timeout,
+            facts.subject(self.now(), Some(action)),
+            reap::Seen {
+                previous: previous.as_ref(),
+                activity: status.activity.as_ref(),
+                touches: self.touches(&uid),
+            },
+        )
+        .await;
+        if checked.booted {
+            self.memory().looked_while_stopped(&uid, Instant::now());
+        }
+        self.note_inspection(&object, &checked.result);
+        let recorded = self
+            .record_findings(&object, &checked.result, checked.booted)
             .await;
-            let (evidence, agent) = reap::evidence_of(&result, subject.agent);
-            policy::decide(&ReapSubject {
-                evidence,
-                agent,
-                ..subject
-            })
-        } else {
-            reap::recheck(
-                self.runtime.as_ref(),
-                name,
-                &super::inspect::known_files_of(&object.status),
-                self.inspect_timeout,
-                subject,
-            )
-            .await
-            .0
-        };
+        if !checked.booted
+            && let Ok(inspection) = &checked.result
+        {
+            self.memory().record_inspection(&uid, inspection.clone());
+        }
+        let verdict = checked.verdict;
         if verdict.act() != Some(action) {
             tracing::info!(
                 project = name,
                 action = action.metric_label(),
+                protected_by = %reasons_text(&verdict.protected_by),
+                booted = checked.booted,
                 "the re-check holds the project"
             );
+            self.count_refusals(&uid, &verdict);
+            if let Err(e) = self.record_verdict(&object, &verdict).await {
+                tracing::warn!(project = name, error = %e, "recording the re-check failed");
+            }
             return;
         }
+        // The deletion names the version just written: a spec or annotation changed meanwhile
+        // makes it fail, and the next pass decides again.
+        let Some(current) = recorded.filter(|o| o.generation() == object.generation()) else {
+            tracing::info!(project = name, "changed while being re-checked; not reaped");
+            return;
+        };
         let done = match action {
             ReapAction::Stop => self.idle(name).await,
-            ReapAction::Delete => self.delete(&object).await,
+            ReapAction::Delete => self.delete(&current).await,
         };
         match done {
             Ok(()) => {
@@ -377,9 +541,10 @@ impl DaemonPasses {
 
     /// Idles the project: the reconciler stops it and keeps it stopped until woken.
     async fn idle(&self, name: &str) -> Result<(), StoreError> {
-        self.update_status(name, |status, _| {
+        let now = self.now();
+        self.update_status(name, move |status, _| {
             let reap = status.reap.get_or_insert_with(Default::default);
-            reap.idled_at = Some(Utc::now());
+            reap.idled_at = Some(now);
         })
         .await
         .map(|_| ())
@@ -397,8 +562,12 @@ impl DaemonPasses {
         .map(|_| ())
     }
 
-    /// Reports containers berth labelled whose project is gone; never deletes them.
+    /// Reports containers berth labelled whose project is gone, once per orphan episode (an
+    /// event and the `orphan_containers` gauge); never deletes them.
     async fn housekeeping(&self) {
+        // Projects read on both sides of the list: one created or deleted meanwhile has its
+        // uid in one of them, so its container is not taken for an orphan.
+        let mut uids = self.uids();
         let instances = match self.runtime.list_instances(Some(LABEL_PREFIX), false).await {
             Ok(instances) => instances,
             Err(e) => {
@@ -406,25 +575,63 @@ impl DaemonPasses {
                 return;
             }
         };
-        let uids: BTreeSet<String> = self
-            .projects()
-            .iter()
-            .map(|o| o.uid().to_string())
-            .collect();
-        let mut reported = self
-            .reported_orphans
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        for orphan in housekeeping::orphans(&instances, UID_LABEL, &uids) {
-            if reported.insert(orphan.instance.clone()) {
-                tracing::warn!(
-                    instance = orphan.instance.as_str(),
-                    uid = orphan.uid.as_str(),
-                    location = orphan.location.as_str(),
-                    "orphaned container: labelled by berth, its project is gone; left in place"
-                );
-            }
+        uids.extend(self.uids());
+        let orphans = housekeeping::orphans(&instances, UID_LABEL, &uids);
+        self.metrics
+            .orphan_containers
+            .set(i64::try_from(orphans.len()).unwrap_or(i64::MAX));
+        let new: Vec<Orphan> = {
+            let mut reported = self
+                .reported_orphans
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let now: BTreeSet<(String, String)> = orphans
+                .iter()
+                .map(|o| (o.instance.clone(), o.uid.clone()))
+                .collect();
+            let new = orphans
+                .into_iter()
+                .filter(|o| !reported.contains(&(o.instance.clone(), o.uid.clone())))
+                .collect();
+            *reported = now;
+            new
+        };
+        for orphan in new {
+            tracing::warn!(
+                instance = orphan.instance.as_str(),
+                uid = orphan.uid.as_str(),
+                location = orphan.location.as_str(),
+                "orphaned container: labelled by berth, its project is gone; left in place"
+            );
+            self.orphan_event(&orphan).await;
         }
+    }
+
+    /// A Warning event about the project the orphan belonged to (by its name and the uid on its
+    /// label), so `berth events` shows it to administrators; a member of a later project of the
+    /// same name does not see it.
+    async fn orphan_event(&self, orphan: &Orphan) {
+        let gone = Arc::new(StoredObject {
+            kind: PROJECT_KIND.to_string(),
+            metadata: ObjectMeta {
+                name: orphan.instance.clone(),
+                uid: Some(orphan.uid.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: Value::Null,
+            status: Value::Null,
+        });
+        let place = match orphan.location.as_str() {
+            "" | "none" => String::new(),
+            member => format!(" on {member}"),
+        };
+        let message = format!(
+            "container {}{place} carries berth's label for project uid {}, which no project has: \
+             left in place with its volumes; remove it with lxc once nothing in it is needed",
+            orphan.instance, orphan.uid
+        );
+        self.event(&gone, EventType::Warning, "OrphanedContainer", &message)
+            .await;
     }
 
     async fn event(&self, object: &Arc<StoredObject>, type_: EventType, reason: &str, msg: &str) {
@@ -530,6 +737,17 @@ fn merge_owned(stored: &Value, status: &ProjectStatus) -> Value {
         };
     }
     Value::Object(merged)
+}
+
+/// Whether an operator asked the controller to leave the project alone
+/// (`berth.dev/reconcile: paused`): it is still inspected where it runs, but never booted,
+/// stopped or deleted by the scheduler.
+fn paused(object: &StoredObject) -> bool {
+    object
+        .metadata
+        .annotations
+        .get(berth_api::annotations::RECONCILE)
+        .is_some_and(|v| v == berth_api::annotations::RECONCILE_PAUSED)
 }
 
 /// Whether the project's container runs with its workspace mounted, so it can be inspected.
@@ -708,17 +926,13 @@ pub struct FakeWorkspace {
     /// The agent status file's JSON, if the agent wrote one.
     pub agent_json: Option<String>,
     pub ports: Vec<u16>,
+    /// The newest file modification time under /workspace, if any.
+    pub newest_mtime: Option<DateTime<Utc>>,
 }
 
-/// Makes every inspection of `instance` in the fake runtime answer with `workspace`, as the
-/// inspection script would in a git workspace. Without it, the fake's empty exec output is an
-/// unreadable report, which protects the workspace like any failed inspection.
+/// The report the inspection script prints for `workspace`, a git repository.
 #[cfg(feature = "testing")]
-pub fn script_inspection(
-    fake: &crate::runtime::fake::FakeRuntime,
-    instance: &str,
-    workspace: FakeWorkspace,
-) {
+pub fn inspection_report(workspace: &FakeWorkspace) -> String {
     use base64::Engine;
     use base64::engine::general_purpose::STANDARD as B64;
     let b64 = |text: &str| B64.encode(text.as_bytes());
@@ -737,23 +951,42 @@ pub fn script_inspection(
             "   {i}: 00000000:{port:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0\n"
         ));
     }
-    let report = format!(
+    let newest = workspace.newest_mtime.map_or("-".to_string(), |t| {
+        format!("{}.{:09}", t.timestamp(), t.timestamp_subsec_nanos())
+    });
+    format!(
         "berth-inspect 1\nagent {}\ngit repo\nporcelain {}\nstashes {}\nunpushed {}\n\
-         tcp {}\ntcp6 \ncpu_ticks 0\nclk_tck 100\nnewest_mtime -\nend\n",
+         tcp {}\ntcp6 \ncpu_ticks 0\nclk_tck 100\nnewest_mtime {newest}\nend\n",
         workspace.agent_json.as_deref().map_or("-".to_string(), b64),
         b64(&porcelain),
         workspace.unsaved.stashes,
         workspace.unsaved.unpushed,
         b64(&tcp),
-    );
+    )
+}
+
+/// Whether an exec request is the workspace inspection.
+#[cfg(feature = "testing")]
+pub fn is_inspection(request: &crate::runtime::ExecRequest) -> bool {
+    request
+        .command
+        .iter()
+        .any(|arg| arg.contains("berth-inspect 1"))
+}
+
+/// Makes every inspection of `instance` in the fake runtime answer with `workspace`, as the
+/// inspection script would in a git workspace. Without it, the fake's empty exec output is an
+/// unreadable report, which protects the workspace like any failed inspection.
+#[cfg(feature = "testing")]
+pub fn script_inspection(
+    fake: &crate::runtime::fake::FakeRuntime,
+    instance: &str,
+    workspace: FakeWorkspace,
+) {
+    let report = inspection_report(&workspace);
     let instance = instance.to_string();
     fake.on_exec(move |name, request| {
-        let inspecting = name == instance
-            && request
-                .command
-                .iter()
-                .any(|arg| arg.contains("berth-inspect 1"));
-        inspecting.then(|| {
+        (name == instance && is_inspection(request)).then(|| {
             Ok(crate::runtime::ExecOutput {
                 exit_code: 0,
                 stdout: report.clone().into_bytes(),
@@ -764,226 +997,9 @@ pub fn script_inspection(
 }
 
 #[cfg(all(test, feature = "testing"))]
-mod tests {
-    use super::*;
-    use crate::reconcile::Backoff;
-    use crate::reconcile::layout::UID_LABEL;
-    use crate::runtime::fake::FakeRuntime;
-    use crate::runtime::{Instance, InstanceStatus};
-    use crate::store::Desired;
-    use berth_api::UnsavedWork;
-    use serde_json::json;
+#[path = "passes_tests.rs"]
+mod tests;
 
-    struct Setup {
-        _dir: tempfile::TempDir,
-        store: Arc<Store>,
-        fake: Arc<FakeRuntime>,
-        metrics: Arc<Metrics>,
-        passes: DaemonPasses,
-    }
-
-    fn setup() -> Setup {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
-        let fake = Arc::new(FakeRuntime::new());
-        let metrics = Arc::new(Metrics::new());
-        let queue = WorkQueue::new(1, Backoff::default(), metrics.clone());
-        let passes = DaemonPasses::new(
-            store.clone(),
-            fake.clone(),
-            queue,
-            metrics.clone(),
-            Arc::new(ActivityLog::default()),
-            PassSettings {
-                workers: 2,
-                inspect_timeout: Duration::from_secs(10),
-                preview_domain: "localhost".into(),
-            },
-        );
-        Setup {
-            _dir: dir,
-            store,
-            fake,
-            metrics,
-            passes,
-        }
-    }
-
-    impl Setup {
-        /// A project whose container runs and was reachable, idle after one second; its
-        /// status carries the reconciler's bookkeeping, which the passes must keep.
-        fn running_project(&self, name: &str, workspace: FakeWorkspace) {
-            self.store
-                .apply(
-                    Desired {
-                        kind: PROJECT_KIND.into(),
-                        name: name.into(),
-                        labels: BTreeMap::new(),
-                        annotations: BTreeMap::new(),
-                        finalizers: None,
-                        spec: json!({"image": "berth-base",
-                                     "reap": {"idleAfter": "1s", "idleAction": "Stop"}}),
-                    },
-                    false,
-                )
-                .unwrap();
-            let object = self.store.get(PROJECT_KIND, name).unwrap();
-            self.store
-                .update_status(
-                    PROJECT_KIND,
-                    name,
-                    None,
-                    json!({"phase": "Ready", "step": "Reachable",
-                           "container": {"name": name, "pid": 42},
-                           "controller": {"image": "berth-base"}}),
-                    false,
-                )
-                .unwrap();
-            self.fake.insert_instance(Instance {
-                name: name.into(),
-                status: InstanceStatus::Running,
-                status_code: 103,
-                location: "none".into(),
-                profiles: Vec::new(),
-                config: BTreeMap::from([(UID_LABEL.to_string(), object.uid().to_string())]),
-                devices: Default::default(),
-                created_at: None,
-                last_used_at: None,
-                state: None,
-            });
-            script_inspection(&self.fake, name, workspace);
-        }
-
-        fn status(&self, name: &str) -> Value {
-            self.store.get(PROJECT_KIND, name).unwrap().status.clone()
-        }
-
-        /// Rounds of activity and reap passes, once every project is past its idle window.
-        async fn rounds(&self, n: usize) {
-            let until = Utc::now() + chrono::Duration::milliseconds(1100);
-            while Utc::now() < until {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            for _ in 0..n {
-                self.passes.run(Pass::Activity).await;
-                self.passes.run(Pass::Reap).await;
-            }
-        }
-    }
-
-    #[tokio::test]
-    async fn an_idle_clean_project_is_idled_after_two_agreeing_passes() {
-        let s = setup();
-        s.running_project("idle", FakeWorkspace::default());
-        s.rounds(1).await;
-        assert!(
-            s.status("idle")["reap"]["idledAt"].is_null(),
-            "one pass must not act: {}",
-            s.status("idle")
-        );
-        assert_eq!(s.status("idle")["reap"]["nextAction"], "Stop");
-        s.rounds(1).await;
-        let status = s.status("idle");
-        assert!(status["reap"]["idledAt"].is_string(), "{status}");
-        assert_eq!(status["controller"]["image"], "berth-base", "{status}");
-        assert_eq!(status["step"], "Reachable");
-        assert!(
-            s.metrics
-                .encode()
-                .contains("berth_reap_actions_total{action=\"stop\"} 1"),
-            "{}",
-            s.metrics.encode()
-        );
-    }
-
-    #[tokio::test]
-    async fn unsaved_work_a_blocked_agent_and_a_failed_inspection_each_protect() {
-        let s = setup();
-        s.running_project(
-            "dirty",
-            FakeWorkspace {
-                unsaved: UnsavedWork {
-                    unpushed: 2,
-                    ..UnsavedWork::default()
-                },
-                ports: vec![3000],
-                ..FakeWorkspace::default()
-            },
-        );
-        s.running_project(
-            "blocked",
-            FakeWorkspace {
-                agent_json: Some(r#"{"state":"blocked","title":"pick a database"}"#.into()),
-                ..FakeWorkspace::default()
-            },
-        );
-        s.running_project("unknown", FakeWorkspace::default());
-        // Its inspection answers nothing readable.
-        s.fake.on_exec(|name, _| {
-            (name == "unknown").then(|| Ok(crate::runtime::ExecOutput::default()))
-        });
-        s.rounds(3).await;
-        for (name, reason) in [
-            ("dirty", "UnsavedWork"),
-            ("blocked", "AgentBlocked"),
-            ("unknown", "InspectionFailed"),
-        ] {
-            let status = s.status(name);
-            assert!(status["reap"]["idledAt"].is_null(), "{name}: {status}");
-            assert_eq!(status["reap"]["protectedBy"], json!([reason]), "{name}");
-            let condition = status["conditions"]
-                .as_array()
-                .and_then(|c| c.iter().find(|c| c["type"] == "ReapProtected").cloned())
-                .unwrap();
-            assert_eq!(condition["status"], "True", "{name}");
-            assert_eq!(condition["reason"], reason, "{name}");
-            assert_eq!(status["controller"]["image"], "berth-base");
-            let warnings = s
-                .store
-                .events_for(PROJECT_KIND, name)
-                .unwrap()
-                .into_iter()
-                .filter(|e| e.reason == "ReapProtected")
-                .count();
-            assert_eq!(warnings, 1, "{name}: one event, not one per pass");
-        }
-        let dirty = s.status("dirty");
-        assert_eq!(dirty["unsavedWork"]["unpushed"], 2);
-        assert_eq!(dirty["ports"][0]["url"], "http://dirty--3000.localhost");
-        let blocked = s.status("blocked");
-        assert_eq!(blocked["title"], "pick a database");
-        assert_eq!(blocked["agent"]["state"], "blocked");
-        assert!(s.status("unknown")["unsavedWork"].is_null());
-        let text = s.metrics.encode();
-        assert!(
-            text.contains("berth_reap_refusals_total{reason=\"UnsavedWork\"}"),
-            "{text}"
-        );
-        assert!(
-            text.contains("berth_reap_actions_total{action=\"stop\"} 0"),
-            "{text}"
-        );
-
-        let plan = plan(s.store.list(PROJECT_KIND).iter().map(|o| o.as_ref()));
-        let names: Vec<&str> = plan.iter().map(|e| e.name.as_str()).collect();
-        assert_eq!(names, ["blocked", "dirty", "unknown"]);
-        assert_eq!(plan[1].protected_by, vec![ProtectionReason::UnsavedWork]);
-        assert_eq!(plan[1].next_action, Some(ReapAction::Stop));
-        assert!(plan[1].reason.contains("UnsavedWork"), "{}", plan[1].reason);
-    }
-
-    #[test]
-    fn merging_keeps_every_field_the_scheduler_does_not_own() {
-        let stored =
-            json!({"phase": "Ready", "controller": {"x": 1}, "ports": [{"port": 1, "url": "u"}]});
-        let status = ProjectStatus {
-            title: Some("t".into()),
-            ..ProjectStatus::default()
-        };
-        let merged = merge_owned(&stored, &status);
-        assert_eq!(merged["phase"], "Ready");
-        assert_eq!(merged["controller"]["x"], 1);
-        assert_eq!(merged["title"], "t");
-        assert!(merged.get("ports").is_none(), "{merged}");
-    }
-}
+#[cfg(all(test, feature = "testing"))]
+#[path = "sim_tests.rs"]
+mod sim;

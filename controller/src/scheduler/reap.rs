@@ -5,13 +5,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use berth_api::{AgentState, ReapStatus, UnsavedWork};
+use berth_api::{ActivityStatus, AgentState, ReapStatus, UnsavedWork};
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
+use super::activity::{self, ActivityInputs, Touches};
 use super::inspect::{self, InspectError, Inspection, KnownFiles};
 use super::policy::{self, Evidence, ReapSubject, Verdict};
-use crate::runtime::{ExecRequest, Runtime, StopOptions};
+use crate::runtime::{ExecRequest, InstanceStatus, Runtime, StopOptions};
 
 /// What the policy learns from an inspection: the evidence, and the agent's state. A workspace
 /// that could not be inspected is [`Evidence::Failed`]. The agent status file lives on a tmpfs,
@@ -47,33 +48,104 @@ pub fn reap_status(verdict: &Verdict, idled_at: Option<DateTime<Utc>>) -> ReapSt
     }
 }
 
-/// The last word before acting: inspects the workspace again and decides again with what it
-/// finds. Act only when the returned verdict's [`Verdict::act`] is the action planned; anything
-/// else (new work, a blocked agent, a failed inspection, fresh activity) holds the project.
+/// What the passes saw of a project before the re-check, for judging its activity by the same
+/// rules as the activity pass.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Seen<'a> {
+    /// The activity pass's last inspection of the running container.
+    pub previous: Option<&'a Inspection>,
+    /// `status.activity` as recorded.
+    pub activity: Option<&'a ActivityStatus>,
+    pub touches: Touches,
+}
+
+/// The re-check's outcome.
+#[derive(Debug)]
+pub struct Recheck {
+    pub verdict: Verdict,
+    pub result: Result<Inspection, InspectError>,
+    /// The container was stopped, so it was booted for the inspection and stopped again.
+    pub booted: bool,
+}
+
+/// The last word before acting: inspects the workspace again where it is (a stopped container
+/// is booted without its runner, then stopped again) and decides again with what it finds,
+/// activity included, judged as the activity pass judges it. Act only when the returned
+/// verdict's [`Verdict::act`] is the action planned; anything else (new work, a blocked agent,
+/// a failed inspection, fresh activity) holds the project.
 pub async fn recheck(
     runtime: &dyn Runtime,
     instance: &str,
     known: &KnownFiles,
     timeout: Duration,
     subject: ReapSubject<'_>,
-) -> (Verdict, Result<Inspection, InspectError>) {
-    let result = inspect::inspect(runtime, instance, known, timeout).await;
+    seen: Seen<'_>,
+) -> Recheck {
+    let (result, booted) = inspect_in_place(runtime, instance, known, timeout).await;
     let (evidence, agent) = evidence_of(&result, subject.agent);
-    // Files changed since the pass's inspection are activity too.
-    let last_active_at = match (&result, subject.last_active_at) {
-        (Ok(i), last) => match (i.newest_mtime.map(|t| t.min(subject.now)), last) {
-            (Some(newest), Some(last)) => Some(newest.max(last)),
-            (newest, last) => newest.or(last),
-        },
-        (Err(_), last) => last,
-    };
+    let activity = activity::update_activity(&ActivityInputs {
+        now: subject.now,
+        previous_status: seen.activity,
+        // A boot starts the CPU figures afresh: the last inspection cannot be compared.
+        previous: seen.previous.filter(|_| !booted),
+        current: result.as_ref().ok(),
+        touches: seen.touches,
+        cpu_threshold: activity::DEFAULT_CPU_THRESHOLD,
+    });
     let verdict = policy::decide(&ReapSubject {
         evidence,
         agent,
-        last_active_at,
+        last_active_at: activity.last_active_at.max(subject.last_active_at),
+        // What LXD says now, not what status said: a project woken meanwhile is not idle-stopped.
+        stopped: booted,
         ..subject
     });
-    (verdict, result)
+    Recheck {
+        verdict,
+        result,
+        booted,
+    }
+}
+
+/// Inspects `instance` as it is: by exec when it runs, by booting it (and stopping it again)
+/// when it is stopped. Any other state (frozen, starting, in error) is left alone and is an
+/// inspection failure. Returns whether it was booted.
+pub async fn inspect_in_place(
+    runtime: &dyn Runtime,
+    instance: &str,
+    known: &KnownFiles,
+    timeout: Duration,
+) -> (Result<Inspection, InspectError>, bool) {
+    let state = match runtime.get_instance(instance).await {
+        Ok(Some(found)) => found.status,
+        Ok(None) => {
+            return (
+                Err(InspectError::Exited {
+                    code: -1,
+                    detail: format!("{instance} does not exist"),
+                }),
+                false,
+            );
+        }
+        Err(e) => return (Err(InspectError::Exec(e)), false),
+    };
+    match state {
+        InstanceStatus::Running => (
+            inspect::inspect(runtime, instance, known, timeout).await,
+            false,
+        ),
+        InstanceStatus::Stopped => (
+            inspect_stopped(runtime, instance, known, timeout).await,
+            true,
+        ),
+        other => (
+            Err(InspectError::Exited {
+                code: -1,
+                detail: format!("{instance} is {other:?}, neither running nor stopped"),
+            }),
+            false,
+        ),
+    }
 }
 
 /// Why a stopped container could not be booted for its inspection.

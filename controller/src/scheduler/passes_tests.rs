@@ -1,0 +1,714 @@
+use super::*;
+use crate::reconcile::Backoff;
+use crate::reconcile::layout::UID_LABEL;
+use crate::runtime::fake::FakeRuntime;
+use crate::runtime::{Instance, InstanceStatus};
+use crate::store::Desired;
+use berth_api::UnsavedWork;
+use serde_json::json;
+
+/// The passes over a fake runtime and a real store, reading a clock that moves with tokio's
+/// (paused) time, so hours pass in moments.
+pub(super) struct Setup {
+    _dir: tempfile::TempDir,
+    pub store: Arc<Store>,
+    pub fake: Arc<FakeRuntime>,
+    pub metrics: Arc<Metrics>,
+    pub passes: DaemonPasses,
+}
+
+pub(super) const RECHECK: Duration = Duration::from_secs(180);
+
+pub(super) fn setup() -> Setup {
+    setup_with(RECHECK)
+}
+
+/// [`setup`] with another `scheduler.recheckInterval`.
+pub(super) fn setup_with(recheck_interval: Duration) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+    let fake = Arc::new(FakeRuntime::new());
+    let metrics = Arc::new(Metrics::new());
+    let queue = WorkQueue::new(1, Backoff::default(), metrics.clone());
+    let (base_utc, base) = (Utc::now(), Instant::now());
+    // Every reading is a microsecond later than the one before, as a real clock would be between
+    // two status writes of one pass.
+    let ticks = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let clock: Clock = Arc::new(move || {
+        let tick = ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        base_utc
+            + chrono::Duration::from_std(Instant::now() - base).unwrap_or_default()
+            + chrono::Duration::microseconds(tick)
+    });
+    let passes = DaemonPasses::new(
+        store.clone(),
+        fake.clone(),
+        queue,
+        metrics.clone(),
+        Arc::new(ActivityLog::default()),
+        PassSettings {
+            workers: 2,
+            inspect_timeout: Duration::from_secs(10),
+            preview_domain: "localhost".into(),
+            recheck_interval,
+        },
+    )
+    .with_clock(clock);
+    Setup {
+        _dir: dir,
+        store,
+        fake,
+        metrics,
+        passes,
+    }
+}
+
+impl Setup {
+    pub fn now(&self) -> DateTime<Utc> {
+        self.passes.now()
+    }
+
+    /// A project that became Reachable, with `reap` as its policy; its container runs (status
+    /// with a pid) or is stopped (no pid, as the reconciler records a stopped container). Its
+    /// status carries the reconciler's bookkeeping, which the passes must keep.
+    pub fn project(&self, name: &str, reap: Value, running: bool) -> String {
+        self.store
+            .apply(
+                Desired {
+                    kind: PROJECT_KIND.into(),
+                    name: name.into(),
+                    labels: BTreeMap::new(),
+                    annotations: BTreeMap::new(),
+                    finalizers: None,
+                    spec: json!({"image": "berth-base", "reap": reap}),
+                },
+                false,
+            )
+            .unwrap();
+        let object = self.store.get(PROJECT_KIND, name).unwrap();
+        let container = if running {
+            json!({"name": name, "pid": 42})
+        } else {
+            json!({"name": name})
+        };
+        self.store
+            .update_status(
+                PROJECT_KIND,
+                name,
+                None,
+                json!({"phase": if running { "Ready" } else { "Stopped" }, "step": "Reachable",
+                       "container": container,
+                       "controller": {"image": "berth-base"}}),
+                false,
+            )
+            .unwrap();
+        self.fake.insert_instance(Instance {
+            name: name.into(),
+            status: if running {
+                InstanceStatus::Running
+            } else {
+                InstanceStatus::Stopped
+            },
+            status_code: if running { 103 } else { 102 },
+            location: "none".into(),
+            profiles: Vec::new(),
+            config: BTreeMap::from([(UID_LABEL.to_string(), object.uid().to_string())]),
+            devices: Default::default(),
+            created_at: None,
+            last_used_at: None,
+            state: None,
+        });
+        object.uid().to_string()
+    }
+
+    /// A running project whose container runs and was reachable, idle after one second.
+    pub fn running_project(&self, name: &str, workspace: FakeWorkspace) {
+        self.project(name, json!({"idleAfter": "1s", "idleAction": "Stop"}), true);
+        script_inspection(&self.fake, name, workspace);
+    }
+
+    /// Merges `patch` into the stored status, as the reconciler would write it.
+    pub fn patch_status(&self, name: &str, patch: Value) {
+        let object = self.store.get(PROJECT_KIND, name).unwrap();
+        let mut status = object.status.clone();
+        for (key, value) in patch.as_object().unwrap() {
+            if value.is_null() {
+                status.as_object_mut().unwrap().remove(key);
+            } else {
+                status[key] = value.clone();
+            }
+        }
+        self.store
+            .update_status(PROJECT_KIND, name, None, status, false)
+            .unwrap();
+    }
+
+    pub fn status(&self, name: &str) -> Value {
+        self.store.get(PROJECT_KIND, name).unwrap().status.clone()
+    }
+
+    /// One round of the activity and reap passes.
+    pub async fn round(&self) {
+        self.passes.run(Pass::Activity).await;
+        self.passes.run(Pass::Reap).await;
+    }
+
+    /// Rounds of activity and reap passes, once every project is past its idle window.
+    async fn rounds(&self, n: usize) {
+        tokio::time::advance(Duration::from_millis(1100)).await;
+        for _ in 0..n {
+            self.round().await;
+        }
+    }
+
+    /// The value of one metric sample, e.g. `berth_reap_refusals_total{reason="UnsavedWork"}`.
+    pub fn metric(&self, sample: &str) -> f64 {
+        let text = self.metrics.encode();
+        text.lines()
+            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {sample} in\n{text}"))
+    }
+
+    fn refusals(&self, reason: &str) -> f64 {
+        self.metric(&format!("berth_reap_refusals_total{{reason=\"{reason}\"}}"))
+    }
+
+    fn events(&self, name: &str, reason: &str) -> usize {
+        self.store
+            .events_for(PROJECT_KIND, name)
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.reason == reason)
+            .map(|e| e.count as usize)
+            .sum()
+    }
+}
+
+fn condition(status: &Value, type_: &str) -> Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
+        .unwrap_or_default()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_clean_project_is_idled_after_two_agreeing_passes() {
+    let s = setup();
+    s.running_project("idle", FakeWorkspace::default());
+    s.rounds(1).await;
+    assert!(
+        s.status("idle")["reap"]["idledAt"].is_null(),
+        "one pass must not act: {}",
+        s.status("idle")
+    );
+    assert_eq!(s.status("idle")["reap"]["nextAction"], "Stop");
+    s.rounds(1).await;
+    let status = s.status("idle");
+    assert!(status["reap"]["idledAt"].is_string(), "{status}");
+    assert_eq!(status["controller"]["image"], "berth-base", "{status}");
+    assert_eq!(status["step"], "Reachable");
+    assert!(
+        s.metrics
+            .encode()
+            .contains("berth_reap_actions_total{action=\"stop\"} 1"),
+        "{}",
+        s.metrics.encode()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn unsaved_work_a_blocked_agent_and_a_failed_inspection_each_protect() {
+    let s = setup();
+    s.running_project(
+        "dirty",
+        FakeWorkspace {
+            unsaved: UnsavedWork {
+                unpushed: 2,
+                ..UnsavedWork::default()
+            },
+            ports: vec![3000],
+            ..FakeWorkspace::default()
+        },
+    );
+    s.running_project(
+        "blocked",
+        FakeWorkspace {
+            agent_json: Some(r#"{"state":"blocked","title":"pick a database"}"#.into()),
+            ..FakeWorkspace::default()
+        },
+    );
+    s.running_project("unknown", FakeWorkspace::default());
+    // Its inspection answers nothing readable.
+    s.fake
+        .on_exec(|name, _| (name == "unknown").then(|| Ok(crate::runtime::ExecOutput::default())));
+    s.rounds(3).await;
+    for (name, reason) in [
+        ("dirty", "UnsavedWork"),
+        ("blocked", "AgentBlocked"),
+        ("unknown", "InspectionFailed"),
+    ] {
+        let status = s.status(name);
+        assert!(status["reap"]["idledAt"].is_null(), "{name}: {status}");
+        assert_eq!(status["reap"]["protectedBy"], json!([reason]), "{name}");
+        let condition = status["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "ReapProtected").cloned())
+            .unwrap();
+        assert_eq!(condition["status"], "True", "{name}");
+        assert_eq!(condition["reason"], reason, "{name}");
+        assert_eq!(status["controller"]["image"], "berth-base");
+        let warnings = s
+            .store
+            .events_for(PROJECT_KIND, name)
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.reason == "ReapProtected")
+            .count();
+        assert_eq!(warnings, 1, "{name}: one event, not one per pass");
+    }
+    let dirty = s.status("dirty");
+    assert_eq!(dirty["unsavedWork"]["unpushed"], 2);
+    assert_eq!(dirty["ports"][0]["url"], "http://dirty--3000.localhost");
+    let blocked = s.status("blocked");
+    assert_eq!(blocked["title"], "pick a database");
+    assert_eq!(blocked["agent"]["state"], "blocked");
+    assert!(s.status("unknown")["unsavedWork"].is_null());
+    // Each refusal counted once, although three passes declined it.
+    for reason in ["UnsavedWork", "AgentBlocked", "InspectionFailed"] {
+        assert_eq!(s.refusals(reason), 1.0, "{reason}");
+    }
+    assert_eq!(s.metric("berth_reap_actions_total{action=\"stop\"}"), 0.0);
+    s.rounds(3).await;
+    assert_eq!(s.refusals("UnsavedWork"), 1.0, "still one episode");
+
+    let plan = plan(s.store.list(PROJECT_KIND).iter().map(|o| o.as_ref()));
+    let names: Vec<&str> = plan.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["blocked", "dirty", "unknown"]);
+    assert_eq!(plan[1].protected_by, vec![ProtectionReason::UnsavedWork]);
+    assert_eq!(plan[1].next_action, Some(ReapAction::Stop));
+    assert!(plan[1].reason.contains("UnsavedWork"), "{}", plan[1].reason);
+}
+
+#[test]
+fn merging_keeps_every_field_the_scheduler_does_not_own() {
+    let stored =
+        json!({"phase": "Ready", "controller": {"x": 1}, "ports": [{"port": 1, "url": "u"}]});
+    let status = ProjectStatus {
+        title: Some("t".into()),
+        ..ProjectStatus::default()
+    };
+    let merged = merge_owned(&stored, &status);
+    assert_eq!(merged["phase"], "Ready");
+    assert_eq!(merged["controller"]["x"], 1);
+    assert_eq!(merged["title"], "t");
+    assert!(merged.get("ports").is_none(), "{merged}");
+}
+
+fn protected_by(status: &Value) -> Vec<String> {
+    status["reap"]["protectedBy"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| r.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn time_at(status: &Value, pointer: &str) -> Option<DateTime<Utc>> {
+    status
+        .pointer(pointer)?
+        .as_str()?
+        .parse::<DateTime<Utc>>()
+        .ok()
+}
+
+fn dirty(untracked: u32) -> FakeWorkspace {
+    FakeWorkspace {
+        unsaved: UnsavedWork {
+            untracked,
+            ..UnsavedWork::default()
+        },
+        ..FakeWorkspace::default()
+    }
+}
+
+/// Records every command run in the fake other than the inspection.
+fn record_commands(fake: &FakeRuntime) -> Arc<Mutex<Vec<Vec<String>>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    fake.on_exec(move |_, request| {
+        if !is_inspection(request) {
+            log.lock().unwrap().push(request.command.clone());
+        }
+        None
+    });
+    seen
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stopped_project_due_for_delete_is_booted_once_and_kept_with_what_it_holds() {
+    let s = setup();
+    s.project(
+        "stopped",
+        json!({"idleAfter": "1s", "idleAction": "Delete"}),
+        false,
+    );
+    // The last inspection while it ran found nothing; a file was written before it stopped.
+    s.patch_status(
+        "stopped",
+        json!({"unsavedWork": {"uncommitted": 0, "untracked": 0, "stashes": 0, "unpushed": 0}}),
+    );
+    script_inspection(&s.fake, "stopped", dirty(1));
+    let commands = record_commands(&s.fake);
+
+    // Due, then the re-check boots it, finds the file and holds it: that shows at once.
+    s.rounds(2).await;
+    let status = s.status("stopped");
+    assert_eq!(protected_by(&status), ["UnsavedWork"], "{status}");
+    assert_eq!(status["reap"]["nextAction"], "Delete");
+    assert_eq!(status["unsavedWork"]["untracked"], 1, "{status}");
+    let protected = condition(&status, "ReapProtected");
+    assert_eq!(
+        (protected["status"].as_str(), protected["reason"].as_str()),
+        (Some("True"), Some("UnsavedWork"))
+    );
+    assert_eq!(s.events("stopped", "ReapProtected"), 1);
+    assert_eq!(s.refusals("UnsavedWork"), 1.0);
+    assert_eq!(s.fake.count("start_instance"), 1);
+    assert_eq!(
+        s.fake.instance("stopped").unwrap().status,
+        InstanceStatus::Stopped,
+        "stopped again after its inspection"
+    );
+    assert!(
+        commands
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|c| c.as_slice() == ["test", "-f", "/run/init.ready"]),
+        "only the readiness probe ran besides the inspection: {:?}",
+        commands.lock().unwrap()
+    );
+    let entry = plan(s.store.list(PROJECT_KIND).iter().map(|o| o.as_ref()));
+    assert_eq!(entry[0].protected_by, vec![ProtectionReason::UnsavedWork]);
+    assert!(
+        entry[0].reason.contains("UnsavedWork"),
+        "{}",
+        entry[0].reason
+    );
+
+    // Nothing changes a stopped workspace: passes within the recheck interval boot nothing.
+    for _ in 0..10 {
+        tokio::time::advance(Duration::from_secs(10)).await;
+        s.round().await;
+    }
+    assert_eq!(s.fake.count("start_instance"), 1, "booted again every pass");
+    assert_eq!(
+        s.refusals("UnsavedWork"),
+        1.0,
+        "one refusal, not one per pass"
+    );
+    assert_eq!(s.events("stopped", "ReapProtected"), 1);
+    assert_eq!(protected_by(&s.status("stopped")), ["UnsavedWork"]);
+
+    // Then it is looked at again, once, and still kept.
+    tokio::time::advance(RECHECK).await;
+    s.round().await;
+    s.round().await;
+    assert_eq!(s.fake.count("start_instance"), 2);
+    let object = s.store.get(PROJECT_KIND, "stopped").expect("kept");
+    assert!(!object.is_deleting());
+    assert_eq!(s.metric("berth_reap_actions_total{action=\"delete\"}"), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stopped_project_whose_inspection_failed_is_inspected_without_starting_its_agent() {
+    let s = setup();
+    // The activity pass raced a stop: status still says running, the container is stopped.
+    s.project(
+        "raced",
+        json!({"idleAfter": "1h", "idleAction": "Stop"}),
+        true,
+    );
+    s.fake.set_status("raced", InstanceStatus::Stopped);
+    script_inspection(&s.fake, "raced", FakeWorkspace::default());
+    s.round().await;
+    assert_eq!(protected_by(&s.status("raced")), ["InspectionFailed"]);
+    assert_eq!(s.fake.count("start_instance"), 0);
+
+    // The reconciler records the stop; the next pass looks, without the runner.
+    let commands = record_commands(&s.fake);
+    s.patch_status(
+        "raced",
+        json!({"phase": "Stopped", "container": {"name": "raced"}}),
+    );
+    s.round().await;
+    let status = s.status("raced");
+    assert!(protected_by(&status).is_empty(), "{status}");
+    assert_eq!(
+        status["unsavedWork"],
+        json!({"uncommitted": 0, "untracked": 0, "stashes": 0, "unpushed": 0})
+    );
+    assert_eq!(condition(&status, "ReapProtected")["status"], "False");
+    assert!(time_at(&status, "/activity/inspectedAt").is_some());
+    assert_eq!(s.fake.count("start_instance"), 1);
+    assert_eq!(
+        s.fake.instance("raced").unwrap().status,
+        InstanceStatus::Stopped
+    );
+    assert_eq!(
+        *commands.lock().unwrap(),
+        vec![vec![
+            "test".to_string(),
+            "-f".into(),
+            "/run/init.ready".into()
+        ]],
+        "nothing but the readiness probe and the inspection"
+    );
+
+    // What it found stands while it stays stopped.
+    for _ in 0..5 {
+        tokio::time::advance(RECHECK).await;
+        s.round().await;
+    }
+    assert_eq!(s.fake.count("start_instance"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stopped_project_that_cannot_be_inspected_is_tried_again_only_every_recheck_interval() {
+    let s = setup();
+    s.project(
+        "unreadable",
+        json!({"idleAfter": "1s", "idleAction": "Delete"}),
+        false,
+    );
+    // No scripted inspection: the fake's empty output is an unreadable report.
+    s.rounds(1).await;
+    assert_eq!(s.fake.count("start_instance"), 1);
+    assert_eq!(protected_by(&s.status("unreadable")), ["InspectionFailed"]);
+    for _ in 0..10 {
+        tokio::time::advance(Duration::from_secs(10)).await;
+        s.round().await;
+    }
+    assert_eq!(s.fake.count("start_instance"), 1);
+    assert_eq!(s.refusals("InspectionFailed"), 1.0);
+    tokio::time::advance(RECHECK).await;
+    s.round().await;
+    assert_eq!(s.fake.count("start_instance"), 2);
+    assert!(s.store.get(PROJECT_KIND, "unreadable").is_some());
+    assert_eq!(
+        s.fake.instance("unreadable").unwrap().status,
+        InstanceStatus::Stopped
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn status_and_the_recheck_count_file_changes_alike() {
+    let s = setup();
+    s.project(
+        "edited",
+        json!({"idleAfter": "1h", "idleAction": "Stop"}),
+        true,
+    );
+    tokio::time::advance(Duration::from_secs(50 * 60)).await;
+    let edited_at = s.now() - chrono::Duration::minutes(5);
+    script_inspection(
+        &s.fake,
+        "edited",
+        FakeWorkspace {
+            newest_mtime: Some(edited_at),
+            ..FakeWorkspace::default()
+        },
+    );
+    s.round().await;
+    let status = s.status("edited");
+    assert_eq!(time_at(&status, "/activity/lastActiveAt"), Some(edited_at));
+    assert_eq!(status["activity"]["source"], "files");
+
+    // An older status written over it loses the activity; the previous inspection saw the same
+    // files. The next pass records them again, as the re-check would count them.
+    s.patch_status("edited", json!({"activity": null}));
+    tokio::time::advance(Duration::from_secs(20 * 60)).await;
+    s.round().await;
+    let status = s.status("edited");
+    assert_eq!(time_at(&status, "/activity/lastActiveAt"), Some(edited_at));
+    assert_eq!(
+        time_at(&status, "/reap/nextActionAt"),
+        Some(edited_at + chrono::Duration::hours(1)),
+        "the plan counts the files: {status}"
+    );
+    let entry = plan(s.store.list(PROJECT_KIND).iter().map(|o| o.as_ref()));
+    assert!(
+        entry[0].reason.starts_with("last active"),
+        "{}",
+        entry[0].reason
+    );
+    s.round().await;
+    assert!(s.status("edited")["reap"]["idledAt"].is_null());
+
+    // Once the hour from the edit has passed, plan and re-check agree: it is idled.
+    tokio::time::advance(Duration::from_secs(60 * 60)).await;
+    s.round().await;
+    s.round().await;
+    assert!(s.status("edited")["reap"]["idledAt"].is_string());
+}
+
+#[tokio::test(start_paused = true)]
+async fn work_the_recheck_finds_shows_at_once() {
+    let s = setup();
+    s.running_project("late", FakeWorkspace::default());
+    s.rounds(1).await;
+    assert_eq!(s.status("late")["reap"]["nextAction"], "Stop");
+    // Work appears between this round's activity pass and its reap pass.
+    s.passes.run(Pass::Activity).await;
+    script_inspection(
+        &s.fake,
+        "late",
+        FakeWorkspace {
+            unsaved: UnsavedWork {
+                stashes: 1,
+                ..UnsavedWork::default()
+            },
+            ..FakeWorkspace::default()
+        },
+    );
+    s.passes.run(Pass::Reap).await;
+    let status = s.status("late");
+    assert!(status["reap"]["idledAt"].is_null(), "{status}");
+    assert_eq!(protected_by(&status), ["UnsavedWork"]);
+    assert_eq!(status["unsavedWork"]["stashes"], 1);
+    assert_eq!(condition(&status, "ReapProtected")["status"], "True");
+    assert_eq!(s.events("late", "ReapProtected"), 1);
+    assert_eq!(s.refusals("UnsavedWork"), 1.0);
+    s.rounds(3).await;
+    assert_eq!(s.refusals("UnsavedWork"), 1.0);
+    assert!(s.status("late")["reap"]["idledAt"].is_null());
+}
+
+fn labelled(name: &str, uid: Option<&str>) -> Instance {
+    Instance {
+        name: name.into(),
+        status: InstanceStatus::Stopped,
+        status_code: 102,
+        location: "none".into(),
+        profiles: Vec::new(),
+        config: uid
+            .map(|u| BTreeMap::from([(UID_LABEL.to_string(), u.to_string())]))
+            .unwrap_or_default(),
+        devices: Default::default(),
+        created_at: None,
+        last_used_at: None,
+        state: None,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn orphans_are_reported_once_per_episode_and_left_in_place() {
+    let s = setup();
+    s.project("kept", json!({"idleAfter": "1h"}), true);
+    s.fake
+        .insert_instance(labelled("leftover", Some("uid-gone")));
+    s.fake.insert_instance(labelled("stranger", None));
+    let orphan_events = || -> Vec<crate::store::Event> {
+        s.store
+            .recent_events(100)
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.reason == "OrphanedContainer")
+            .collect()
+    };
+    for _ in 0..3 {
+        s.passes.run(Pass::Housekeeping).await;
+    }
+    assert_eq!(s.metric("berth_orphan_containers"), 1.0);
+    let events = orphan_events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let event = &events[0];
+    assert_eq!(event.count, 1, "one event per episode, not per pass");
+    assert_eq!(event.type_, EventType::Warning);
+    assert_eq!(event.involved_object.kind, PROJECT_KIND);
+    assert_eq!(event.involved_object.name, "leftover");
+    assert_eq!(event.involved_object.uid, "uid-gone");
+    assert!(event.message.contains("left in place"), "{}", event.message);
+    assert!(s.fake.instance("leftover").is_some());
+    for call in ["delete_instance", "stop_instance", "delete_volume"] {
+        assert_eq!(s.fake.count(call), 0, "{call}");
+    }
+
+    // Gone, then back: a new episode, reported again.
+    s.fake.vanish("leftover");
+    s.passes.run(Pass::Housekeeping).await;
+    assert_eq!(s.metric("berth_orphan_containers"), 0.0);
+    s.fake
+        .insert_instance(labelled("leftover", Some("uid-gone")));
+    s.passes.run(Pass::Housekeeping).await;
+    s.passes.run(Pass::Housekeeping).await;
+    assert_eq!(orphan_events()[0].count, 2);
+    assert_eq!(s.metric("berth_orphan_containers"), 1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_project_is_neither_booted_nor_reaped() {
+    let s = setup();
+    for (name, running) in [("repair-stopped", false), ("repair-running", true)] {
+        s.project(
+            name,
+            json!({"idleAfter": "1s", "idleAction": "Delete"}),
+            running,
+        );
+        let object = s.store.get(PROJECT_KIND, name).unwrap();
+        s.store
+            .apply(
+                Desired {
+                    kind: PROJECT_KIND.into(),
+                    name: name.into(),
+                    labels: BTreeMap::new(),
+                    annotations: BTreeMap::from([(
+                        berth_api::annotations::RECONCILE.to_string(),
+                        berth_api::annotations::RECONCILE_PAUSED.to_string(),
+                    )]),
+                    finalizers: None,
+                    spec: object.spec.clone(),
+                },
+                false,
+            )
+            .unwrap();
+        script_inspection(&s.fake, name, FakeWorkspace::default());
+    }
+    s.rounds(5).await;
+    for name in ["repair-stopped", "repair-running"] {
+        let object = s.store.get(PROJECT_KIND, name).expect("not deleted");
+        assert!(!object.is_deleting(), "{name}");
+        assert_eq!(
+            object.status["reap"]["nextAction"], "Delete",
+            "{name}: still planned"
+        );
+    }
+    assert_eq!(
+        s.fake.count("start_instance"),
+        0,
+        "a paused project is not booted"
+    );
+    assert_eq!(s.metric("berth_reap_actions_total{action=\"delete\"}"), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_clean_project_set_to_delete_is_deleted_after_two_agreeing_passes() {
+    let s = setup();
+    s.project(
+        "doomed",
+        json!({"idleAfter": "1s", "idleAction": "Delete"}),
+        true,
+    );
+    script_inspection(&s.fake, "doomed", FakeWorkspace::default());
+    s.rounds(1).await;
+    assert!(
+        s.store.get(PROJECT_KIND, "doomed").is_some(),
+        "one pass must not act"
+    );
+    // The re-check writes what it found just before deleting: the deletion still goes ahead.
+    s.round().await;
+    assert!(s.store.get(PROJECT_KIND, "doomed").is_none());
+    assert_eq!(s.metric("berth_reap_actions_total{action=\"delete\"}"), 1.0);
+}

@@ -96,7 +96,8 @@ async fn main() -> anyhow::Result<()> {
             controller.shutdown().await;
             bail!("only {ready} of {count} projects Ready after {CONVERGE_DEADLINE:?}");
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Counting decodes every status: look twice a second, not more.
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let converged = t.elapsed();
     let rss_converged = proc_status_kib("VmRSS:")?;
@@ -152,7 +153,7 @@ fn ready_count(store: &Store) -> usize {
     store
         .list(PROJECT_KIND)
         .iter()
-        .filter(|p| p.status.get("phase").and_then(|v| v.as_str()) == Some("Ready"))
+        .filter(|p| p.status.get_str("phase").as_deref() == Some("Ready"))
         .count()
 }
 

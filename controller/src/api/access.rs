@@ -129,11 +129,7 @@ pub fn check_write(
     }
     let resources = desired.spec.get("resources").unwrap_or(&Value::Null);
     let allowed_resources = match current {
-        Some(current) => current
-            .spec
-            .get("resources")
-            .cloned()
-            .unwrap_or(Value::Null),
+        Some(current) => current.spec.get("resources").unwrap_or(Value::Null),
         None => default_resources(state),
     };
     if *resources != allowed_resources {
@@ -144,7 +140,8 @@ pub fn check_write(
         .with_object(PROJECT, &desired.name));
     }
     let url = repo_url(&desired.spec);
-    if url != current.map(|c| repo_url(&c.spec)).unwrap_or_default() {
+    let current_spec = current.map(|c| c.spec.value()).unwrap_or_default();
+    if url != repo_url(&current_spec) {
         check_file_url(state, caller, "spec.repo.url", url)?;
     }
     Ok(())

@@ -144,10 +144,11 @@ fn carry_defaulted(
             .collect();
     };
     let before = overrides_of(current);
+    let current_spec = current.spec.value();
     let mut overrides = Vec::new();
     for path in DEFAULTED_FIELDS {
         let was_override = before.contains(&path);
-        let stored = field(&current.spec, path).cloned();
+        let stored = field(&current_spec, path).cloned();
         if given.contains(&path) {
             if was_override || field(spec, path) != stored.as_ref() {
                 overrides.push(path);
@@ -312,8 +313,8 @@ mod tests {
         StoredObject {
             kind: "Project".into(),
             metadata,
-            spec,
-            status: Value::Null,
+            spec: spec.into(),
+            status: crate::store::Doc::null(),
         }
     }
 

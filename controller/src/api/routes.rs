@@ -406,11 +406,9 @@ async fn answer(state: &ApiState, caller: &Caller, name: &str, req: Request<Inco
         Ok(Some(report)) => report.status.state.as_str().to_string(),
         _ => project
             .status
-            .get("agent")
-            .and_then(|a| a.get("state"))
-            .and_then(Value::as_str)
-            .unwrap_or("unknown")
-            .to_string(),
+            .pointer("/agent/state")
+            .and_then(|s| s.as_str().map(str::to_string))
+            .unwrap_or_else(|| "unknown".to_string()),
     };
     if agent_state != berth_api::AgentState::Blocked.as_str() {
         return Err(ApiError::new(
@@ -853,7 +851,7 @@ async fn put_status(
     // The controller reads status back typed: refuse what it could not read.
     if let Some(current) = state.store.get(kind.as_str(), name) {
         let mut candidate = (*current).clone();
-        candidate.status = status.clone();
+        candidate.status = crate::store::Doc::new(&status);
         if let Err(errors) = berth_api::decode_stored(candidate.to_value()) {
             return Err(ApiError::invalid(
                 Some(kind.as_str()),

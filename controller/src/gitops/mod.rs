@@ -254,15 +254,14 @@ impl GitOps {
         if object.is_deleting() || object.uid() != uid {
             return None;
         }
-        let spec: GitSourceSpec = match serde_json::from_value(object.spec.clone()) {
+        let spec: GitSourceSpec = match object.spec.decode() {
             Ok(spec) => spec,
             Err(err) => {
                 tracing::error!(gitsource = name, %err, "a stored GitSource spec does not decode");
                 return None;
             }
         };
-        let mut before: GitSourceStatus =
-            serde_json::from_value(object.status.clone()).unwrap_or_default();
+        let mut before: GitSourceStatus = object.status.decode().unwrap_or_default();
         let generation = object.generation();
         let now = Utc::now();
 
@@ -574,7 +573,6 @@ mod tests {
     use std::collections::BTreeMap;
 
     use berth_api::ObjectMeta;
-    use serde_json::Value;
 
     use super::*;
     use crate::store::Deletion;
@@ -589,8 +587,8 @@ mod tests {
                 annotations: BTreeMap::new(),
                 ..ObjectMeta::default()
             },
-            spec: Value::Null,
-            status: Value::Null,
+            spec: crate::store::Doc::null(),
+            status: crate::store::Doc::null(),
         })
     }
 

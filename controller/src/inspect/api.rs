@@ -56,8 +56,11 @@ pub async fn exec(
     let project = access::member_project(state, caller, name)?;
     let call: ExecCall = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("exec body: {e}")))?;
-    let project_env: BTreeMap<String, String> =
-        serde_json::from_value(project.spec["env"].clone()).unwrap_or_default();
+    let project_env: BTreeMap<String, String> = project
+        .spec
+        .get("env")
+        .and_then(|env| serde_json::from_value(env).ok())
+        .unwrap_or_default();
     let secrets = state
         .secrets
         .values(project.uid())
@@ -92,11 +95,12 @@ pub(super) fn connected(state: &ApiState) -> Result<Arc<dyn Runtime>, ApiError> 
 
 /// The profiles the project uses: its agent first, then the others; missing ones are skipped.
 fn agent_probes(state: &ApiState, project: &StoredObject) -> Vec<AgentProbe> {
+    let spec = project.spec.value();
     let mut names: Vec<String> = Vec::new();
-    if let Some(agent) = project.spec["agent"].as_str() {
+    if let Some(agent) = spec["agent"].as_str() {
         names.push(agent.to_string());
     }
-    for agent in project.spec["agents"].as_array().into_iter().flatten() {
+    for agent in spec["agents"].as_array().into_iter().flatten() {
         if let Some(agent) = agent.as_str().filter(|a| !names.iter().any(|n| n == a)) {
             names.push(agent.to_string());
         }
@@ -105,7 +109,7 @@ fn agent_probes(state: &ApiState, project: &StoredObject) -> Vec<AgentProbe> {
         .iter()
         .filter_map(|name| {
             let profile = state.store.get(AGENT_PROFILE, name)?;
-            Some(AgentProbe::from_spec(name, &profile.spec))
+            Some(AgentProbe::from_spec(name, &profile.spec.value()))
         })
         .collect()
 }

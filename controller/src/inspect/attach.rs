@@ -133,8 +133,11 @@ pub async fn attach(
         ));
     };
     let attach = parse_query(req.uri().query())?;
-    let project_env: BTreeMap<String, String> =
-        serde_json::from_value(project.spec["env"].clone()).unwrap_or_default();
+    let project_env: BTreeMap<String, String> = project
+        .spec
+        .get("env")
+        .and_then(|env| serde_json::from_value(env).ok())
+        .unwrap_or_default();
     let secrets = state
         .secrets
         .values(project.uid())

@@ -189,7 +189,7 @@ impl AgentSteps {
         let object = self.store.get(PROJECT_KIND, name)?;
         let status = decode_status(&object);
         let step = status.step.unwrap_or(Step::Requested);
-        let spec = serde_json::from_value::<ProjectSpec>(object.spec.clone()).ok()?;
+        let spec = object.spec.decode::<ProjectSpec>().ok()?;
         // A stopped or failing container (or one about to be stopped) has nothing to sync
         // into; the next tick after it is back finds the revision still stale.
         let running = matches!(status.phase, Phase::Ready | Phase::Provisioning)
@@ -426,7 +426,9 @@ impl AgentSteps {
             .into_iter()
             .map(|name| {
                 let object = self.store.get(PROFILE_KIND, &name).ok_or(name.clone())?;
-                let profile = serde_json::from_value::<AgentProfileSpec>(object.spec.clone())
+                let profile = object
+                    .spec
+                    .decode::<AgentProfileSpec>()
                     .map_err(|_| name.clone())?;
                 Ok((name, profile))
             })
@@ -854,7 +856,7 @@ fn provisioned_message(report: &agent::BootstrapReport) -> String {
 }
 
 fn decode_status(object: &StoredObject) -> ProjectStatus {
-    serde_json::from_value(object.status.clone()).unwrap_or_default()
+    object.status.decode().unwrap_or_default()
 }
 
 fn step_started_at(object: &StoredObject) -> Option<DateTime<Utc>> {
@@ -1032,7 +1034,7 @@ mod fake_runtime_tests {
 
     async fn run(setup: &Setup, step: Step) -> StepOutcome {
         let object = setup.store.get(PROJECT_KIND, "p").unwrap();
-        let spec: ProjectSpec = serde_json::from_value(object.spec.clone()).unwrap();
+        let spec: ProjectSpec = object.spec.decode().unwrap();
         let context = StepContext {
             name: "p",
             uid: object.uid(),
@@ -1094,7 +1096,7 @@ mod fake_runtime_tests {
             let starts_runner = request.command.iter().any(|a| a.contains("PID_FILE"));
             if starts_runner {
                 let status = store.get(PROJECT_KIND, "p").unwrap().status.clone();
-                *seen_by_exec.lock().unwrap() = status.get("briefId").cloned();
+                *seen_by_exec.lock().unwrap() = status.get("briefId");
             }
             starts_runner.then(|| {
                 Ok(crate::runtime::ExecOutput {
@@ -1114,7 +1116,7 @@ mod fake_runtime_tests {
         container(&setup, crate::runtime::InstanceStatus::Running);
         let object = setup.store.get(PROJECT_KIND, "p").unwrap();
         let (uid, first) = (object.uid().to_string(), brief_id(object.uid(), "first"));
-        let spec: ProjectSpec = serde_json::from_value(object.spec.clone()).unwrap();
+        let spec: ProjectSpec = object.spec.decode().unwrap();
         let context = StepContext {
             name: "p",
             uid: &uid,
@@ -1162,7 +1164,7 @@ mod fake_runtime_tests {
         );
         let object = setup.store.get(PROJECT_KIND, "p").unwrap();
         let second = brief_id(object.uid(), "second");
-        assert_eq!(object.status["briefId"], second.as_str());
+        assert_eq!(object.status.value()["briefId"], second.as_str());
         assert_eq!(setup.steps.outdated(&context, Step::Briefed), None);
     }
 

@@ -64,7 +64,7 @@ pub(super) async fn commit(
     if object.status == value {
         return Ok(object.clone());
     }
-    let before: ProjectStatus = serde_json::from_value(object.status.clone()).unwrap_or_default();
+    let before: ProjectStatus = object.status.decode().unwrap_or_default();
     // The first step is timed from the project's creation: that is when it was asked for.
     let before_step_started = Draft::from_object(object)
         .record
@@ -130,7 +130,7 @@ fn write_status(
         let value = if latest.resource_version() == base.resource_version() {
             ours.clone()
         } else {
-            super::status::merge_changes(&base.status, ours, &latest.status)
+            super::status::merge_changes(&base.status.value(), ours, &latest.status.value())
         };
         match store.update_status(
             PROJECT_KIND,
@@ -177,7 +177,7 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
         return Ok(Action::Done);
     }
 
-    let spec: ProjectSpec = match serde_json::from_value(object.spec.clone()) {
+    let spec: ProjectSpec = match object.spec.decode() {
         Ok(spec) => spec,
         Err(e) => {
             draft.set_ready(Phase::Error, false, "InvalidSpec", &format!("spec: {e}"));
@@ -213,12 +213,7 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
             // Creating the profile requests every project.
             return Ok(Action::Done);
         };
-        let home = found
-            .spec
-            .get("home")
-            .and_then(|h| h.as_str())
-            .unwrap_or_default()
-            .to_string();
+        let home = found.spec.get_str("home").unwrap_or_default();
         if !home.is_empty() {
             homes.push((profile, home));
         }
@@ -1185,8 +1180,8 @@ fn expected_containers(store: &Store) -> HashSet<String> {
         .filter(|p| !p.is_deleting())
         .filter(|p| {
             p.status
-                .get("step")
-                .and_then(|s| s.as_str())
+                .get_str("step")
+                .as_deref()
                 .and_then(Step::parse)
                 .is_some_and(|s| s >= Step::Created)
         })

@@ -68,8 +68,7 @@ pub struct Draft {
 impl Draft {
     /// Decodes the stored status; an unreadable one starts afresh (the controller owns it).
     pub fn from_object(object: &StoredObject) -> Draft {
-        let status: ProjectStatus =
-            serde_json::from_value(object.status.clone()).unwrap_or_default();
+        let status: ProjectStatus = object.status.decode().unwrap_or_default();
         let record: ControllerRecord = object
             .status
             .get("controller")
@@ -301,8 +300,8 @@ mod tests {
                 generation: Some(3),
                 ..ObjectMeta::default()
             },
-            spec: Value::Null,
-            status,
+            spec: crate::store::Doc::null(),
+            status: status.into(),
         }
     }
 
@@ -321,7 +320,7 @@ mod tests {
         assert_eq!(again.record, draft.record);
         assert_eq!(again.step(), Step::Created);
         assert!(unchanged(&stored, &again));
-        assert_eq!(stored.status["observedGeneration"], 3);
+        assert_eq!(stored.status.value()["observedGeneration"], 3);
     }
 
     #[test]

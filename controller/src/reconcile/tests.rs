@@ -83,7 +83,7 @@ impl Harness {
         let object = self.store.get(PROJECT_KIND, name).unwrap();
         let mut annotations = object.metadata.annotations.clone();
         annotations.insert(key.into(), value.into());
-        self.apply_with(name, object.spec.clone(), annotations);
+        self.apply_with(name, object.spec.value(), annotations);
     }
 
     /// Runs reconciles the way the queue would (again at once after a requeue or an error)
@@ -106,7 +106,7 @@ impl Harness {
     fn status_value(&self, name: &str) -> Value {
         self.store
             .get(PROJECT_KIND, name)
-            .map(|o| o.status.clone())
+            .map(|o| o.status.value())
             .unwrap_or(Value::Null)
     }
 
@@ -199,7 +199,7 @@ async fn status_another_writer_records_during_a_reconcile_survives_its_commits()
     h.fake.on_exec(move |name, _| {
         if !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
             let object = store.get(PROJECT_KIND, name).unwrap();
-            let mut status = object.status.clone();
+            let mut status = object.status.value();
             status["activity"] = json!({"lastActiveAt": "2026-01-01T00:00:00Z", "source": "exec"});
             status["title"] = json!("Fix the flaky test");
             store
@@ -724,7 +724,8 @@ async fn the_running_controller_follows_the_store_and_lxd_events() {
     );
     let ready = |name: &str| {
         store.get(PROJECT_KIND, name).is_some_and(|o| {
-            serde_json::from_value::<ProjectStatus>(o.status.clone())
+            o.status
+                .decode::<ProjectStatus>()
                 .is_ok_and(|s| s.phase == Phase::Ready)
         })
     };
@@ -844,7 +845,7 @@ async fn an_idled_project_stays_stopped_until_woken() {
     h.converge("p").await;
     // The reaper idles it: status only, spec still says Running.
     let object = h.store.get(PROJECT_KIND, "p").unwrap();
-    let mut status = object.status.clone();
+    let mut status = object.status.value();
     let idled_at = chrono::Utc::now() - chrono::Duration::seconds(60);
     status["reap"] = json!({"idledAt": idled_at});
     h.store

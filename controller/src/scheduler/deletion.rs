@@ -97,7 +97,7 @@ pub async fn hold(
         held.insert(uid.to_string(), now);
     }
 
-    let known = inspect::known_files_of(&object.status);
+    let known = inspect::known_files_of(&object.status.value());
     let (result, _booted) =
         reap::inspect_in_place(ctx.runtime.as_ref(), name, &known, INSPECT_TIMEOUT).await;
     let recorded_agent = status
@@ -211,7 +211,7 @@ pub fn release_forced(store: &Store, name: &str) -> Result<Option<Arc<StoredObje
         let Some(Value::Array(conditions)) = draft.to_value().get("conditions").cloned() else {
             return Ok(None);
         };
-        let mut status = object.status.clone();
+        let mut status = object.status.value();
         let Some(map) = status.as_object_mut() else {
             return Ok(None);
         };
@@ -521,7 +521,7 @@ mod held {
             .update_status(PROJECT_KIND, "p", None, status, false)
             .unwrap();
         let released = release_forced(&s.ctx.store, "p").unwrap().unwrap();
-        assert_eq!(released.status["controller"]["image"], "berth-base");
+        assert_eq!(released.status.value()["controller"]["image"], "berth-base");
         let draft = Draft::from_object(&released);
         assert_eq!(
             condition(&draft),

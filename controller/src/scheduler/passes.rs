@@ -36,7 +36,7 @@ use crate::metrics::{ActionLabels, Metrics, ReasonLabels};
 use crate::reconcile::layout::{LABEL_PREFIX, UID_LABEL};
 use crate::reconcile::{PROJECT_KIND, WorkQueue};
 use crate::runtime::Runtime;
-use crate::store::{EventType, Store, StoreError, StoredObject};
+use crate::store::{Doc, EventType, Store, StoreError, StoredObject};
 
 /// The annotation a deletion the reaper asked for carries, so that events and audits tell it
 /// from a person's.
@@ -161,7 +161,7 @@ impl DaemonPasses {
             .iter()
             .map(|o| InspectTarget {
                 instance: o.name().to_string(),
-                known: super::inspect::known_files_of(&o.status),
+                known: super::inspect::known_files_of(&o.status.value()),
             })
             .collect();
         let results = super::inspect_all(
@@ -241,7 +241,7 @@ impl DaemonPasses {
         let (result, booted) = reap::inspect_in_place(
             self.runtime.as_ref(),
             name,
-            &super::inspect::known_files_of(&object.status),
+            &super::inspect::known_files_of(&object.status.value()),
             self.inspect_timeout,
         )
         .await;
@@ -463,13 +463,12 @@ impl DaemonPasses {
             return;
         };
         let uid = object.uid().to_string();
-        let status: ProjectStatus =
-            serde_json::from_value(object.status.clone()).unwrap_or_default();
+        let status: ProjectStatus = object.status.decode().unwrap_or_default();
         let previous = self.memory().previous_inspection(&uid).cloned();
         let checked = reap::recheck(
             self.runtime.as_ref(),
             name,
-            &super::inspect::known_files_of(&object.status),
+            &super::inspect::known_files_of(&object.status.value()),
             self.inspect_timeout,
             facts.subject(self.now(), Some(action)),
             reap::Seen {
@@ -618,8 +617,8 @@ impl DaemonPasses {
                 uid: Some(orphan.uid.clone()),
                 ..ObjectMeta::default()
             },
-            spec: Value::Null,
-            status: Value::Null,
+            spec: Doc::null(),
+            status: Doc::null(),
         });
         let place = match orphan.location.as_str() {
             "" | "none" => String::new(),
@@ -662,10 +661,9 @@ impl DaemonPasses {
                 let Some(object) = store.get(PROJECT_KIND, &name) else {
                     return Ok(None);
                 };
-                let mut status: ProjectStatus =
-                    serde_json::from_value(object.status.clone()).unwrap_or_default();
+                let mut status: ProjectStatus = object.status.decode().unwrap_or_default();
                 change(&mut status, object.generation());
-                let value = merge_owned(&object.status, &status);
+                let value = merge_owned(&object.status.value(), &status);
                 if value == object.status {
                     return Ok(Some(object));
                 }
@@ -755,7 +753,7 @@ fn running(object: &StoredObject) -> bool {
     if object.is_deleting() {
         return false;
     }
-    let status: ProjectStatus = serde_json::from_value(object.status.clone()).unwrap_or_default();
+    let status: ProjectStatus = object.status.decode().unwrap_or_default();
     let idled = status.reap.as_ref().is_some_and(|r| r.idled_at.is_some());
     let reachable = status.step.is_some_and(|s| s >= Step::Reachable);
     let pid = status.container.as_ref().is_some_and(|c| c.pid.is_some());
@@ -777,9 +775,8 @@ struct Facts {
 impl Facts {
     /// `None` for a project whose spec does not parse (the reconciler reports that).
     fn of(object: &StoredObject, inspected: Option<&Result<Inspection, String>>) -> Option<Facts> {
-        let spec: ProjectSpec = serde_json::from_value(object.spec.clone()).ok()?;
-        let status: ProjectStatus =
-            serde_json::from_value(object.status.clone()).unwrap_or_default();
+        let spec: ProjectSpec = object.spec.decode().ok()?;
+        let status: ProjectStatus = object.status.decode().unwrap_or_default();
         let recorded_agent = status
             .agent
             .as_ref()
@@ -865,8 +862,7 @@ pub fn plan<'a>(projects: impl IntoIterator<Item = &'a StoredObject>) -> Vec<Pla
     let mut entries: Vec<PlanEntry> = projects
         .into_iter()
         .map(|object| {
-            let status: ProjectStatus =
-                serde_json::from_value(object.status.clone()).unwrap_or_default();
+            let status: ProjectStatus = object.status.decode().unwrap_or_default();
             let reap = status.reap.clone().unwrap_or_default();
             let reason = plan_reason(object, &status);
             PlanEntry {

@@ -130,7 +130,7 @@ impl Setup {
     /// Merges `patch` into the stored status, as the reconciler would write it.
     pub fn patch_status(&self, name: &str, patch: Value) {
         let object = self.store.get(PROJECT_KIND, name).unwrap();
-        let mut status = object.status.clone();
+        let mut status = object.status.value();
         for (key, value) in patch.as_object().unwrap() {
             if value.is_null() {
                 status.as_object_mut().unwrap().remove(key);
@@ -144,7 +144,7 @@ impl Setup {
     }
 
     pub fn status(&self, name: &str) -> Value {
-        self.store.get(PROJECT_KIND, name).unwrap().status.clone()
+        self.store.get(PROJECT_KIND, name).unwrap().status.value()
     }
 
     /// One round of the activity and reap passes.
@@ -669,7 +669,7 @@ async fn a_paused_project_is_neither_booted_nor_reaped() {
                         berth_api::annotations::RECONCILE_PAUSED.to_string(),
                     )]),
                     finalizers: None,
-                    spec: object.spec.clone(),
+                    spec: object.spec.value(),
                 },
                 false,
             )
@@ -681,7 +681,8 @@ async fn a_paused_project_is_neither_booted_nor_reaped() {
         let object = s.store.get(PROJECT_KIND, name).expect("not deleted");
         assert!(!object.is_deleting(), "{name}");
         assert_eq!(
-            object.status["reap"]["nextAction"], "Delete",
+            object.status.value()["reap"]["nextAction"],
+            "Delete",
             "{name}: still planned"
         );
     }

@@ -182,7 +182,7 @@ async fn randomized_passes_never_idle_or_delete_protected_work() {
             let Some(object) = s.store.get(PROJECT_KIND, name) else {
                 continue;
             };
-            let running = object.status["container"]["pid"].is_number();
+            let running = object.status.value()["container"]["pid"].is_number();
             if running && rng.random_bool(0.02) {
                 s.fake.set_status(name, InstanceStatus::Stopped);
                 s.patch_status(
@@ -191,7 +191,7 @@ async fn randomized_passes_never_idle_or_delete_protected_work() {
                 );
             } else if !running && rng.random_bool(0.05) {
                 s.fake.set_status(name, InstanceStatus::Running);
-                let mut reap = object.status["reap"].clone();
+                let mut reap = object.status.value()["reap"].clone();
                 if let Some(reap) = reap.as_object_mut() {
                     reap.remove("idledAt");
                 }
@@ -228,7 +228,10 @@ async fn randomized_passes_never_idle_or_delete_protected_work() {
             .keys()
             .filter_map(|n| {
                 let object = s.store.get(PROJECT_KIND, n)?;
-                Some((n.clone(), object.status["reap"]["idledAt"].is_string()))
+                Some((
+                    n.clone(),
+                    object.status.value()["reap"]["idledAt"].is_string(),
+                ))
             })
             .collect();
         s.passes.run(Pass::Reap).await;
@@ -248,7 +251,7 @@ async fn randomized_passes_never_idle_or_delete_protected_work() {
                 worlds.remove(&name);
                 continue;
             };
-            let idled_now = object.status["reap"]["idledAt"].is_string();
+            let idled_now = object.status.value()["reap"]["idledAt"].is_string();
             if idled_now && !was_idled {
                 assert!(
                     !world.protected(),
@@ -265,7 +268,7 @@ async fn randomized_passes_never_idle_or_delete_protected_work() {
                     json!({"phase": "Stopped", "container": {"name": name}}),
                 );
             }
-            let stopped = !object.status["container"]["pid"].is_number() || idled_now;
+            let stopped = !object.status.value()["container"]["pid"].is_number() || idled_now;
             if stopped {
                 stopped_passes += 1;
                 if world.protected() {

@@ -26,7 +26,7 @@ use tokio::sync::broadcast;
 pub use access::{SecretEntry, SecretsChange, User};
 pub use events::{Event, EventObject, EventType};
 pub use executions::{Execution, ExecutionState};
-pub use object::{Action, Change, ChangeType, Deletion, Desired, StoredObject};
+pub use object::{Action, Change, ChangeType, Deletion, Desired, Doc, StoredObject};
 
 /// The kind whose `spec.displayName` must be unique.
 const PROJECT_KIND: &str = "Project";
@@ -175,11 +175,11 @@ fn display_name_of(object: &StoredObject) -> Option<String> {
     }
     let display = object
         .spec
-        .get("displayName")
-        .and_then(Value::as_str)
-        .filter(|d| !d.trim().is_empty())
-        .unwrap_or(object.name());
-    Some(berth_api::display_name_key(display))
+        .get_str("displayName")
+        .filter(|d| !d.trim().is_empty());
+    Some(berth_api::display_name_key(
+        display.as_deref().unwrap_or(object.name()),
+    ))
 }
 
 pub(crate) fn restrict_mode(path: &Path) -> Result<(), StoreError> {
@@ -461,7 +461,7 @@ impl Store {
                 labels: current.metadata.labels.clone(),
                 annotations: current.metadata.annotations.clone(),
                 finalizers: Some(finalizers),
-                spec: current.spec.clone(),
+                spec: current.spec.value(),
             };
             let (written, _) = inner.upsert(pending, desired, Mode::Replace(expected_rv))?;
             inner.check_display_name(&written)?;
@@ -781,8 +781,8 @@ impl Inner {
                     deletion_timestamp: None,
                     finalizers: desired.finalizers.unwrap_or_default(),
                 },
-                spec: desired.spec,
-                status: Value::Null,
+                spec: Doc::new(&desired.spec),
+                status: Doc::null(),
             });
             self.put(pending, Arc::clone(&object));
             if object.kind == PROJECT_KIND
@@ -803,7 +803,7 @@ impl Inner {
             next.metadata.finalizers = finalizers;
         }
         let spec_changed = next.spec != desired.spec;
-        next.spec = desired.spec;
+        next.spec = Doc::new(&desired.spec);
         if next == *current {
             return Ok((current, Action::Unchanged));
         }
@@ -836,7 +836,7 @@ impl Inner {
             return Ok(current);
         }
         let mut next = (*current).clone();
-        next.status = update.status;
+        next.status = Doc::new(&update.status);
         next.metadata.resource_version = Some(self.next_rv().to_string());
         let next = Arc::new(next);
         self.put(pending, Arc::clone(&next));
@@ -948,8 +948,8 @@ impl Inner {
                 "spec.displayName: {:?} is already the display name of project {holder:?}",
                 object
                     .spec
-                    .get("displayName")
-                    .and_then(Value::as_str)
+                    .get_str("displayName")
+                    .as_deref()
                     .unwrap_or(object.name())
                     .trim()
             ),
@@ -1204,10 +1204,10 @@ fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
                 creation_timestamp: Some(events::timestamp(row, 8)?),
                 deletion_timestamp,
             },
-            spec: json_column(row, 10)?,
+            spec: Doc::new(&json_column::<Value>(row, 10)?),
             status: match status {
-                Some(_) => json_column(row, 11)?,
-                None => Value::Null,
+                Some(_) => Doc::new(&json_column::<Value>(row, 11)?),
+                None => Doc::null(),
             },
         })
     })?;

@@ -4,17 +4,133 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use berth_api::{API_VERSION, ObjectMeta};
+use serde::de::DeserializeOwned;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// A JSON document (an object's spec or status) held as its compact text.
+///
+/// The store keeps every object in memory, and a decoded `Value` costs several times its text
+/// (a map node for every object in it, however small): 10,000 projects' specs and statuses take
+/// about 80 MB as values and 16 MB as text. Readers decode what they need, when they need it.
+/// The text is canonical (written from a `Value`, whose keys are sorted), so two documents are
+/// equal exactly when their texts are.
+#[derive(Clone)]
+pub struct Doc(Box<RawValue>);
+
+impl Doc {
+    pub fn new(value: &Value) -> Doc {
+        Doc(serde_json::value::to_raw_value(value).expect("a Value always serializes"))
+    }
+
+    pub fn null() -> Doc {
+        Doc::new(&Value::Null)
+    }
+
+    /// The document, decoded.
+    pub fn value(&self) -> Value {
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+
+    /// The document decoded as `T`.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// The value of one top-level field (decodes the whole document: for several fields, decode
+    /// once with [`Doc::value`] or [`Doc::decode`]).
+    pub fn get(&self, key: &str) -> Option<Value> {
+        match self.value() {
+            Value::Object(mut map) => map.remove(key),
+            _ => None,
+        }
+    }
+
+    /// The value at a JSON pointer (`/reap/idledAt`).
+    pub fn pointer(&self, pointer: &str) -> Option<Value> {
+        self.value().pointer_mut(pointer).map(Value::take)
+    }
+
+    /// A top-level string field.
+    pub fn get_str(&self, key: &str) -> Option<String> {
+        match self.get(key)? {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        self.0.get() == "null"
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl Default for Doc {
+    fn default() -> Self {
+        Doc::null()
+    }
+}
+
+impl From<Value> for Doc {
+    fn from(value: Value) -> Doc {
+        Doc::new(&value)
+    }
+}
+
+impl From<&Value> for Doc {
+    fn from(value: &Value) -> Doc {
+        Doc::new(value)
+    }
+}
+
+impl PartialEq for Doc {
+    fn eq(&self, other: &Doc) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl PartialEq<Value> for Doc {
+    fn eq(&self, other: &Value) -> bool {
+        serde_json::to_string(other).is_ok_and(|text| text == self.0.get())
+    }
+}
+
+impl PartialEq<Doc> for Value {
+    fn eq(&self, other: &Doc) -> bool {
+        other == self
+    }
+}
+
+impl std::fmt::Debug for Doc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.get())
+    }
+}
+
+impl std::fmt::Display for Doc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.get())
+    }
+}
+
+impl Serialize for Doc {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
 
 /// One object as the store holds it: server-set metadata filled in, spec as admitted (defaults
-/// resolved), status as the controller last wrote it (`Null` when it never did).
+/// resolved), status as the controller last wrote it (`null` when it never did).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredObject {
     pub kind: String,
     pub metadata: ObjectMeta,
-    pub spec: Value,
-    pub status: Value,
+    pub spec: Doc,
+    pub status: Doc,
 }
 
 impl StoredObject {

@@ -603,9 +603,12 @@ fn status_batches_commit_together_and_fail_per_update() {
     assert!(results[0].is_ok() && results[1].is_ok());
     assert!(matches!(results[2], Err(StoreError::NotFound { .. })));
     assert!(matches!(results[3], Err(StoreError::Conflict { .. })));
-    assert_eq!(store.get("Project", "a").unwrap().status["phase"], "Ready");
     assert_eq!(
-        store.get("Project", "b").unwrap().status["phase"],
+        store.get("Project", "a").unwrap().status.value()["phase"],
+        "Ready"
+    );
+    assert_eq!(
+        store.get("Project", "b").unwrap().status.value()["phase"],
         "Stopped"
     );
     let changes: Vec<_> = std::iter::from_fn(|| feed.try_recv().ok()).collect();

@@ -300,6 +300,7 @@ impl Tools {
         let mut env: BTreeMap<String, String> = project
             .spec
             .get("env")
+            .as_ref()
             .and_then(Value::as_object)
             .map(|env| {
                 env.iter()

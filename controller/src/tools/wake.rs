@@ -9,7 +9,6 @@ use std::time::Duration;
 use berth_api::annotations::WOKEN_AT;
 use berth_api::{ProjectStatus, Step};
 use chrono::{SecondsFormat, Utc};
-use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -42,10 +41,10 @@ fn power(object: &StoredObject) -> Power {
     if object.is_deleting() {
         return Power::Deleting;
     }
-    if object.spec.get("state").and_then(Value::as_str) == Some("Stopped") {
+    if object.spec.get_str("state").as_deref() == Some("Stopped") {
         return Power::Stopped;
     }
-    let status: ProjectStatus = serde_json::from_value(object.status.clone()).unwrap_or_default();
+    let status: ProjectStatus = object.status.decode().unwrap_or_default();
     if let Some(idled_at) = status.reap.as_ref().and_then(|r| r.idled_at) {
         // `berth start` (or an earlier call) woke it; the reconciler has not acted yet.
         let woken = object
@@ -135,7 +134,7 @@ async fn wake(store: &Arc<Store>, project: &StoredObject) -> Result<(), ApiError
                 labels: current.metadata.labels.clone(),
                 annotations,
                 finalizers: None,
-                spec: current.spec.clone(),
+                spec: current.spec.value(),
             };
             match store.replace(desired, Some(current.resource_version()), false) {
                 Ok((object, _)) => {
@@ -175,7 +174,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn object(spec: Value, status: Value, annotations: &[(&str, &str)]) -> StoredObject {
+    fn object(
+        spec: serde_json::Value,
+        status: serde_json::Value,
+        annotations: &[(&str, &str)],
+    ) -> StoredObject {
         let mut metadata: berth_api::ObjectMeta =
             serde_json::from_value(json!({"name": "p", "uid": "u"})).unwrap();
         metadata.annotations = annotations
@@ -185,8 +188,8 @@ mod tests {
         StoredObject {
             kind: PROJECT_KIND.to_string(),
             metadata,
-            spec,
-            status,
+            spec: spec.into(),
+            status: status.into(),
         }
     }
 

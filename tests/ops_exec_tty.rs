@@ -122,9 +122,11 @@ fn piped_stdin_and_a_terminal_reach_the_command() {
 
     // -it under a pseudo terminal (script(1) provides one): the command gets a terminal too.
     let berth_bin = env!("CARGO_BIN_EXE_berth");
-    // The local terminal's size becomes the remote one's.
+    // The local terminal's size becomes the remote one's. LXD 5.0 can drop a terminal's last
+    // output when the process exits right after writing it (`lxc exec -t` too), so the
+    // command lingers a moment before it exits.
     let inner = format!(
-        "stty cols 101 rows 33; {berth_bin} --server {socket} exec {name} -it -- sh -c 'tty; stty size; exit 3'"
+        "stty cols 101 rows 33; {berth_bin} --server {socket} exec {name} -it -- sh -c 'tty; stty size; sleep 1; exit 3'"
     );
     let mut child = Command::new("script")
         .args(["-q", "-e", "-c", &inner, "/dev/null"])

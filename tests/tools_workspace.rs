@@ -360,6 +360,14 @@ fn links_swapped_mid_call_never_reach_outside(s: &Path, name: &str, ws: &Workspa
                 read_inside += usize::from(!output.is_empty());
             }
             ("Read" | "Grep", 403 | 404) => refused += 1,
+            // Caught between the swap's two halves: neither the file nor the link.
+            ("Read" | "Grep", 400)
+                if body["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("not a regular file")) =>
+            {
+                refused += 1
+            }
             ("Write", 200 | 403 | 404) | ("Edit", 200 | 400 | 403 | 404 | 409) => {}
             _ => panic!("{tool_name} flip: {code} {body}"),
         }

@@ -28,14 +28,18 @@ fn berth_cli(berth: &Berth, args: &[&str]) -> std::process::Output {
         .expect("run berth")
 }
 
-/// Polls the runtime figures until the container runs and answered from inside.
+/// Polls the runtime figures until the container runs, answered from inside and has used some
+/// CPU time (the cgroup's counter reads 0 for the first moments of a container's life).
 fn wait_running(berth: &Berth, name: &str) -> Value {
     let deadline = Instant::now() + harness::READY_DEADLINE;
     loop {
         let reply = berth.client().get(&format!("{PROJECTS}/{name}/runtime"));
         if reply.status == 200 {
             let figures = reply.json();
-            if figures["status"] == "Running" && figures["os"]["kernel"].is_string() {
+            if figures["status"] == "Running"
+                && figures["os"]["kernel"].is_string()
+                && figures["cpu"]["usageSeconds"].as_f64() > Some(0.0)
+            {
                 return figures;
             }
         }

@@ -342,10 +342,11 @@ pub fn uid_of(project: &Value) -> String {
         .to_string()
 }
 
-/// Runs `lxc ARGS` with a deadline; returns stdout on success, stderr on failure.
+/// Runs `lxc ARGS` with a deadline; returns stdout on success, stderr on failure. A client that
+/// ignores the deadline's SIGTERM (an `lxc exec` under load can) is killed 5 s later.
 pub fn lxc(args: &[&str]) -> Result<String, String> {
     let out = Command::new("timeout")
-        .arg(LXC_TIMEOUT)
+        .args(["-k", "5", LXC_TIMEOUT])
         .arg("lxc")
         .args(args)
         .stdin(Stdio::null())

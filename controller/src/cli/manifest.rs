@@ -400,6 +400,15 @@ pub fn locate_errors(err: ClientError, manifests: &[Manifest], files: &[String])
     if let Some(located) = locate_prefix(&message, manifests) {
         message = located;
     }
+    // The batch is the server's word for what the user gave as files: say what happened.
+    if message == "List is invalid" && !status.causes.is_empty() {
+        let problems = status.causes.len();
+        message = format!(
+            "{}: {problems} problem{}, nothing was applied",
+            files.join(", "),
+            if problems == 1 { "" } else { "s" }
+        );
+    }
     let causes = status
         .causes
         .iter()
@@ -607,7 +616,7 @@ mod tests {
         });
         assert_eq!(
             locate_errors(err, &manifests, &files).to_string(),
-            "Error from server (Invalid): List is invalid\n  \
+            "Error from server (Invalid): app.yaml: 2 problems, nothing was applied\n  \
              app.yaml: document 1 (project/a): specc: unknown field\n  \
              app.yaml: document 2 (project/b): kind: required"
         );

@@ -39,19 +39,13 @@ fn unique_name() -> String {
 /// `--force` (then checked with lxc) when the test ends, whatever happened.
 struct Reaper {
     daemon: Daemon,
-    _config: tempfile::TempDir,
     projects: Vec<(String, String)>,
 }
 
 impl Reaper {
     fn start(scheduler: &str) -> Reaper {
-        let config = tempfile::tempdir().expect("temp dir");
-        let path = config.path().join("berth.yaml");
-        std::fs::write(&path, format!("scheduler: {scheduler}\n")).expect("config");
-        let daemon = Daemon::start_running(&["--config", path.to_str().expect("utf-8 path")]);
         Reaper {
-            daemon,
-            _config: config,
+            daemon: Daemon::start_running_with_config(&format!("scheduler: {scheduler}\n")),
             projects: Vec::new(),
         }
     }
@@ -294,9 +288,10 @@ impl Drop for Reaper {
 /// forwards SIGTERM into the container, so an exec LXD never finishes would outlive a plain
 /// `timeout` (seen on a loaded machine).
 fn exec(name: &str, script: &str) -> Result<String, String> {
+    // As generous as the other suites' lxc calls: on a loaded machine one exec can take a minute.
     let out = Command::new("timeout")
         .args([
-            "-k", "5", "60", "lxc", "exec", name, "--", "sh", "-c", script,
+            "-k", "5", "120", "lxc", "exec", name, "--", "sh", "-c", script,
         ])
         .stdin(Stdio::null())
         .output()
@@ -304,7 +299,14 @@ fn exec(name: &str, script: &str) -> Result<String, String> {
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        Err(format!(
+            "{} ({})",
+            String::from_utf8_lossy(&out.stderr).trim(),
+            match out.status.code() {
+                Some(124) | Some(137) => "lxc exec did not finish within 120s".to_string(),
+                code => format!("exit {code:?}"),
+            }
+        ))
     }
 }
 

@@ -14,7 +14,9 @@ use berth::scheduler::policy::{Decision, Evidence, ReapSubject};
 use berth::scheduler::reap::{Seen, inspect_in_place, inspect_stopped, recheck};
 use berth_api::{AgentState, ProtectionReason, ReapAction, UnsavedWork};
 use sha2::{Digest, Sha256};
-use support::lxd::{BASE, Cleanup, OP_TIMEOUT, client, create, eventually, request, unique_name};
+use support::lxd::{
+    BASE, Cleanup, OP_TIMEOUT, TINY, client, create, eventually, request, unique_name,
+};
 
 /// Generous: on a loaded machine one exec round trip can take a minute.
 const INSPECT_TIMEOUT: Duration = Duration::from_secs(180);
@@ -28,9 +30,13 @@ static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 /// Creates and starts a `berth-base` container and waits until its init has set up /run and
 /// /workspace (`/run/init.ready`), so nothing the test writes races the boot.
 async fn boot(lxd: &LxdClient, cleanup: &mut Cleanup) -> String {
+    boot_image(lxd, cleanup, BASE).await
+}
+
+async fn boot_image(lxd: &LxdClient, cleanup: &mut Cleanup, image: &str) -> String {
     let name = unique_name();
     cleanup.instance(&name);
-    create(lxd, &request(&name, BASE)).await;
+    create(lxd, &request(&name, image)).await;
     // A loaded machine may take longer than one start deadline; starting is idempotent.
     let until = tokio::time::Instant::now() + OP_TIMEOUT * 2;
     while let Err(e) = lxd.start_instance(&name, OP_TIMEOUT).await {
@@ -481,4 +487,26 @@ async fn a_stopped_workspace_is_inspected_and_stopped_again() {
     assert_eq!(got.expect("inspected").unsaved, counts(0, 1, 0, 0));
     let after = lxd.get_instance(&name).await.unwrap().expect("still there");
     assert!(!after.is_running(), "left running after its inspection");
+}
+
+/// busybox has no `find -printf`: on the busybox image too a file change moves the newest mtime,
+/// so file activity is seen there as well.
+#[tokio::test(flavor = "multi_thread")]
+async fn file_changes_are_seen_on_a_busybox_image() {
+    let _slot = SLOTS.acquire().await.unwrap();
+    let lxd = client().await;
+    let mut cleanup = Cleanup::new();
+    let name = boot_image(&lxd, &mut cleanup, TINY).await;
+    sh(&lxd, &name, "echo draft > notes.txt").await;
+    let before = look(&lxd, &name, &KnownFiles::new())
+        .await
+        .newest_mtime
+        .expect("a newest mtime on busybox");
+    sh(&lxd, &name, "sleep 1.1; echo more > notes.txt").await;
+    let after = look(&lxd, &name, &KnownFiles::new()).await;
+    assert!(
+        after.newest_mtime.is_some_and(|t| t > before),
+        "{:?} after {before}",
+        after.newest_mtime
+    );
 }

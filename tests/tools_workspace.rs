@@ -1032,20 +1032,14 @@ fn busybox_workspaces_run_every_tool_but_bash_and_say_so() {
 /// checked with lxc), whatever happened.
 struct Running {
     daemon: Daemon,
-    _config: tempfile::TempDir,
     projects: Vec<(String, String)>,
 }
 
 impl Running {
     /// A daemon whose controller runs and whose scheduler passes every second.
     fn start() -> Running {
-        let config = tempfile::tempdir().expect("temp dir");
-        let path = config.path().join("berth.yaml");
-        std::fs::write(&path, "scheduler: {interval: 1s, workers: 4}\n").expect("config");
-        let daemon = Daemon::start_running(&["--config", path.to_str().expect("utf-8 path")]);
         Running {
-            daemon,
-            _config: config,
+            daemon: Daemon::start_running_with_config("scheduler: {interval: 1s, workers: 4}\n"),
             projects: Vec::new(),
         }
     }

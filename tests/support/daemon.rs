@@ -43,8 +43,20 @@ impl Daemon {
         Self::start_args(extra)
     }
 
-    fn start_args(args: &[&str]) -> Daemon {
+    /// Starts a daemon whose controller runs, with `config` (YAML) as its berth.yaml.
+    pub fn start_running_with_config(config: &str) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("berth.yaml");
+        std::fs::write(&path, config).expect("write berth.yaml");
+        let path = path.to_str().expect("a utf-8 temp path").to_string();
+        Self::start_in(dir, &["--config", &path])
+    }
+
+    fn start_args(args: &[&str]) -> Daemon {
+        Self::start_in(tempfile::tempdir().expect("temp dir"), args)
+    }
+
+    fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Daemon {
         let data_dir = dir.path().join("data");
         let socket = dir.path().join("berth.sock");
         let log = dir.path().join("daemon.log");

@@ -91,7 +91,9 @@ ticks=$(cat /proc/[0-9]*/stat 2>/dev/null | awk -v me="$$" '
   }') || fail cpu
 echo "cpu_ticks $ticks"
 echo "clk_tck $(getconf CLK_TCK 2>/dev/null || echo 100)"
-newest=$(find . -path ./.git -prune -o -printf '%T@\n' 2>/dev/null | sort -rn | head -n 1)
+# GNU find prints times itself; busybox find has no -printf, and stat does it there.
+newest=$( { find . -path ./.git -prune -o -printf '%T@\n' 2>/dev/null ||
+  find . -path ./.git -prune -o -exec stat -c %Y {} + 2>/dev/null; } | sort -rn | head -n 1)
 echo "newest_mtime ${newest:--}"
 echo "end"
 "#;

@@ -4,7 +4,8 @@
 //! after each of those steps clones once, seeds once and starts one runner; secrets reach
 //! /workspace/.env (never a file git would commit) and leave it; a blocked agent shows its
 //! question and goes on once answered, and only a blocked agent takes an answer; a new brief
-//! reaches a running agent, one runner at a time; `Provisioned` says what bootstrap found.
+//! reaches a running agent, one runner at a time; `Provisioned` says what bootstrap found; a
+//! changed AgentProfile is provisioned again, its new instructions written, with no second runner.
 
 mod support;
 
@@ -810,6 +811,66 @@ fn pipeline_provisioned_names_a_failing_cli_until_it_is_there() {
         message,
         format!("verified {profile}: test-cli 4.5.6, installed now")
     );
+    berth.delete_project(&name);
+    delete_profile(&berth, &profile);
+}
+
+#[test]
+fn pipeline_a_changed_profile_is_provisioned_again_without_a_second_runner() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    let profile = format!("shell-{}", &name[name.len() - 8..]);
+    apply_profile(&berth, &profile);
+    berth.create_project(
+        &name,
+        json!({"image": "berth-base", "agent": profile, "brief": "Only brief\necho one\n"}),
+    );
+    let first = berth.wait_for(&name, "the brief done", |p| {
+        p["status"]["agent"]["state"] == "done" && p["status"]["step"] == "Briefed"
+    });
+    let revision = first["status"]["provisionedProfiles"][&profile].clone();
+    assert!(revision.is_string(), "{}", first["status"]);
+    assert_eq!(
+        exec(&name, "cat /workspace/AGENTS.md").unwrap(),
+        "# Working here\nCommit your work.\n"
+    );
+
+    // New instructions in the profile reach the workspace; the finished brief is not handed
+    // again and no second runner starts.
+    let reply = berth.client().request(
+        "PATCH",
+        &format!("{PROFILES}/{profile}"),
+        Some("application/merge-patch+json"),
+        json!({"spec": {"instructions": {"content": "# Working here\nPush your work.\n"}}})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(reply.status, 200, "patch profile: {}", reply.text());
+    let again = berth.wait_for(&name, "provisioned again and Ready", |p| {
+        let status = &p["status"];
+        status["provisionedProfiles"][&profile] != revision
+            && ready_reason(p).is_some_and(|(s, _)| s == "True")
+            && status["step"] == "Briefed"
+    });
+    assert_eq!(
+        exec(&name, "cat /workspace/AGENTS.md").unwrap(),
+        "# Working here\nPush your work.\n"
+    );
+    assert_eq!(again["status"]["agent"]["state"], "done");
+    assert_eq!(again["status"]["briefId"], first["status"]["briefId"]);
+    assert!(
+        event_messages(&berth, &name)
+            .iter()
+            .any(|m| m == "back to step Reachable (was Briefed)"),
+        "{:?}",
+        event_messages(&berth, &name)
+    );
+    assert_eq!(runner_starts(&berth, &name), 1);
+    assert_eq!(
+        exec(&name, "cat /run/berth/shell.log").unwrap(),
+        "Only brief\necho one\n"
+    );
+
     berth.delete_project(&name);
     delete_profile(&berth, &profile);
 }

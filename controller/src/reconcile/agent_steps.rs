@@ -422,6 +422,18 @@ impl AgentSteps {
 
     /// Every profile the spec names, decoded from the store; `Err(name)` for the first missing.
     fn profiles(&self, spec: &ProjectSpec) -> Result<Vec<(String, AgentProfileSpec)>, String> {
+        Ok(self
+            .revised_profiles(spec)?
+            .into_iter()
+            .map(|(name, profile, _)| (name, profile))
+            .collect())
+    }
+
+    /// [`Self::profiles`], each with the revision of its spec (see [`profile_revision`]).
+    fn revised_profiles(
+        &self,
+        spec: &ProjectSpec,
+    ) -> Result<Vec<(String, AgentProfileSpec, String)>, String> {
         spec.profiles()
             .into_iter()
             .map(|name| {
@@ -430,7 +442,20 @@ impl AgentSteps {
                     .spec
                     .decode::<AgentProfileSpec>()
                     .map_err(|_| name.clone())?;
-                Ok((name, profile))
+                let revision = profile_revision(object.spec.as_str());
+                Ok((name, profile, revision))
+            })
+            .collect()
+    }
+
+    /// The revision of every profile the spec names, by name; `None` while one is missing
+    /// (the steps report `ProfileNotFound`).
+    fn profile_revisions(&self, spec: &ProjectSpec) -> Option<BTreeMap<String, String>> {
+        spec.profiles()
+            .into_iter()
+            .map(|name| {
+                let object = self.store.get(PROFILE_KIND, &name)?;
+                Some((name, profile_revision(object.spec.as_str())))
             })
             .collect()
     }
@@ -501,7 +526,7 @@ impl AgentSteps {
     }
 
     async fn bootstrap(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
-        let profiles = match self.profiles(project.spec) {
+        let profiles = match self.revised_profiles(project.spec) {
             Ok(profiles) => profiles,
             Err(missing) => {
                 let message = format!("agent profile {missing} does not exist");
@@ -520,10 +545,20 @@ impl AgentSteps {
             }
         };
         let named: Vec<agent::NamedProfile<'_>> =
-            profiles.iter().map(|(n, p)| (n.as_str(), p)).collect();
+            profiles.iter().map(|(n, p, _)| (n.as_str(), p)).collect();
         let values = self.secret_values(project.uid)?;
         match agent::bootstrap(&*self.runtime, project.name, &named, &values).await {
             Ok(report) => {
+                // The revisions read with the specs just provisioned: a profile changed
+                // meanwhile is found changed on the next look.
+                let provisioned: BTreeMap<String, String> = profiles
+                    .iter()
+                    .map(|(name, _, revision)| (name.clone(), revision.clone()))
+                    .collect();
+                if self.status(project.name).provisioned_profiles != provisioned {
+                    self.record(project.name, |s| s.provisioned_profiles = provisioned)
+                        .map_err(|e| internal("recording the provisioned profiles", e))?;
+                }
                 for warning in &report.warnings {
                     self.event(
                         project.name,
@@ -769,9 +804,22 @@ impl LaterSteps for AgentSteps {
         asked_for(spec, step)
     }
 
+    /// An AgentProfile changed, added or dropped since Bootstrapped provisioned the profiles
+    /// makes Bootstrapped due again, and the steps after it converge what it changed
+    /// (instructions, the runner's brief); the checkout and the running runner are kept.
+    ///
     /// A brief other than the one handed over makes RunnerStarted and Briefed due again: the
     /// agent gets the new one, and until it acknowledges it the project is not Briefed.
     fn outdated(&self, project: &StepContext<'_>, done: Step) -> Option<(Step, String)> {
+        if done >= Step::Bootstrapped
+            && asked_for(project.spec, Step::Bootstrapped)
+            && let Some(current) = self.profile_revisions(project.spec)
+        {
+            let recorded = self.status(project.name).provisioned_profiles;
+            if recorded != current {
+                return Some((Step::Reachable, profiles_changed(&recorded, &current)));
+            }
+        }
         if done < Step::RunnerStarted || project.spec.agent.is_none() {
             return None;
         }
@@ -824,6 +872,36 @@ fn internal(what: &str, e: impl std::fmt::Display) -> RuntimeError {
         what: what.to_string(),
         message: e.to_string(),
     }
+}
+
+/// The revision of an AgentProfile: a digest of its stored spec (canonical JSON), so an
+/// unchanged profile applied again keeps it.
+fn profile_revision(spec_json: &str) -> String {
+    let digest = agent::sha256_hex(spec_json.as_bytes());
+    format!("sha256:{}", &digest[..16])
+}
+
+/// Why the provisioned profiles are out of date, for the `Ready` condition's message.
+fn profiles_changed(
+    recorded: &BTreeMap<String, String>,
+    current: &BTreeMap<String, String>,
+) -> String {
+    if recorded.is_empty() {
+        return "provisioning again: which AgentProfile revisions were provisioned is not on record"
+            .to_string();
+    }
+    let mut changes = Vec::new();
+    for (name, revision) in current {
+        match recorded.get(name) {
+            None => changes.push(format!("AgentProfile {name} added")),
+            Some(was) if was != revision => changes.push(format!("AgentProfile {name} changed")),
+            Some(_) => {}
+        }
+    }
+    for name in recorded.keys().filter(|n| !current.contains_key(*n)) {
+        changes.push(format!("AgentProfile {name} dropped"));
+    }
+    format!("provisioning again: {}", changes.join(", "))
 }
 
 /// The id of a brief: the same for the same project and text, so recording it again after a
@@ -1125,7 +1203,8 @@ mod fake_runtime_tests {
         write_status(
             &setup,
             json!({"step": "Briefed", "briefId": first,
-            "agent": {"state": "blocked", "briefId": first, "message": "which?"}}),
+            "agent": {"state": "blocked", "briefId": first, "message": "which?"},
+            "provisionedProfiles": setup.steps.profile_revisions(&spec)}),
         );
 
         // Briefed for the old brief is not Briefed for the new one: back to before the runner.
@@ -1166,6 +1245,99 @@ mod fake_runtime_tests {
         let second = brief_id(object.uid(), "second");
         assert_eq!(object.status.value()["briefId"], second.as_str());
         assert_eq!(setup.steps.outdated(&context, Step::Briefed), None);
+    }
+
+    #[tokio::test]
+    async fn a_changed_profile_is_provisioned_again() {
+        let setup = setup(json!({"agent": "shell"}));
+        container(&setup, crate::runtime::InstanceStatus::Running);
+        setup.fake.on_exec(|_, request| {
+            let is_check = request.command.iter().any(|a| a.contains("passes()"));
+            is_check.then(|| {
+                Ok(crate::runtime::ExecOutput {
+                    exit_code: 0,
+                    stdout: b"reported v1\npresent\n".to_vec(),
+                    stderr: Vec::new(),
+                })
+            })
+        });
+        let shell = |extra: Value| {
+            let mut spec = json!({"home": "/root/.shell", "install": {"check": "true"},
+                "runner": {"command": ["true"]}});
+            spec.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            setup
+                .store
+                .apply(desired(PROFILE_KIND, "shell", spec), false)
+                .unwrap();
+        };
+        let outdated = || {
+            let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+            let spec: ProjectSpec = object.spec.decode().unwrap();
+            let context = StepContext {
+                name: "p",
+                uid: object.uid(),
+                spec: &spec,
+            };
+            setup.steps.outdated(&context, Step::Briefed)
+        };
+
+        // A status from before the revisions were recorded provisions once more.
+        let (back, why) = outdated().unwrap();
+        assert_eq!(back, Step::Reachable);
+        assert!(why.contains("not on record"), "{why}");
+
+        assert_eq!(run(&setup, Step::Bootstrapped).await, StepOutcome::Done);
+        assert_eq!(outdated(), None);
+        // The same profile applied again is no change.
+        shell(json!({}));
+        assert_eq!(outdated(), None);
+
+        shell(json!({"instructions": {"target": "/workspace/AGENTS.md", "content": "new"}}));
+        assert_eq!(
+            outdated(),
+            Some((
+                Step::Reachable,
+                "provisioning again: AgentProfile shell changed".to_string()
+            ))
+        );
+        assert_eq!(run(&setup, Step::Bootstrapped).await, StepOutcome::Done);
+        assert_eq!(outdated(), None);
+
+        // A profile the project names besides its agent counts too, added and dropped.
+        setup
+            .store
+            .apply(
+                desired(
+                    PROFILE_KIND,
+                    "extra",
+                    json!({"home": "/root/.extra", "install": {"check": "true"},
+                        "runner": {"command": ["true"]}}),
+                ),
+                false,
+            )
+            .unwrap();
+        let project = |spec: Value| {
+            setup
+                .store
+                .apply(desired(PROJECT_KIND, "p", spec), false)
+                .unwrap();
+        };
+        project(json!({"agent": "shell", "agents": ["extra"]}));
+        assert_eq!(
+            outdated().map(|(_, why)| why).as_deref(),
+            Some("provisioning again: AgentProfile extra added")
+        );
+        assert_eq!(run(&setup, Step::Bootstrapped).await, StepOutcome::Done);
+        project(json!({"agent": "shell"}));
+        assert_eq!(
+            outdated().map(|(_, why)| why).as_deref(),
+            Some("provisioning again: AgentProfile extra dropped")
+        );
+        // A profile not there (yet) is the steps' ProfileNotFound, not a change.
+        project(json!({"agent": "shell", "agents": ["later"]}));
+        assert_eq!(outdated(), None);
     }
 
     #[tokio::test]

@@ -41,6 +41,21 @@ fn apply_ends_ready_with_limits_label_and_workspace_volume() {
     );
 
     assert_eq!(instance_uid(&name).as_deref(), Some(uid.as_str()));
+    // The container names the controller that made it, as its store knows itself.
+    let controller: String = rusqlite::Connection::open(berth.data_dir.join("berth.db"))
+        .unwrap()
+        .query_row(
+            "SELECT value FROM settings WHERE name = 'controllerId'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        lxc(&["config", "get", &name, "user.berth.controller"])
+            .unwrap()
+            .trim(),
+        controller
+    );
     assert_eq!(
         lxc(&["config", "get", &name, "limits.memory"])
             .unwrap()

@@ -124,6 +124,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(
         resource_version = store.resource_version(),
         database = %db_path.display(),
+        controller = store.controller_id(),
         "store open"
     );
 

@@ -10,6 +10,8 @@ use crate::runtime::Device;
 
 /// The config key that marks a container or volume as berth's, holding the project's uid.
 pub const UID_LABEL: &str = "user.berth.uid";
+/// The config key naming the controller (its store's id) that created a container or volume.
+pub const CONTROLLER_LABEL: &str = "user.berth.controller";
 /// The prefix of every label berth sets; listing by it finds berth's instances in one call.
 pub const LABEL_PREFIX: &str = "user.berth.";
 /// The finalizer that holds a project until its container and volumes are gone.
@@ -32,6 +34,8 @@ pub struct Mount {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DurableLayout {
     pub uid: String,
+    /// The id of the controller creating them ([`crate::store::Store::controller_id`]).
+    pub controller: String,
     pub mounts: Vec<Mount>,
 }
 
@@ -44,8 +48,14 @@ impl DurableLayout {
         format!("berth-{uid}-home-{profile}")
     }
 
-    /// The layout for a project with `homes` as (profile name, home path) pairs.
-    pub fn new(uid: &str, workspace_size: Option<u64>, homes: &[(String, String)]) -> Self {
+    /// The layout for a project with `homes` as (profile name, home path) pairs, created by
+    /// the controller `controller`.
+    pub fn new(
+        uid: &str,
+        controller: &str,
+        workspace_size: Option<u64>,
+        homes: &[(String, String)],
+    ) -> Self {
         let mut mounts = vec![Mount {
             device: "workspace".to_string(),
             volume: Self::workspace_volume(uid),
@@ -62,6 +72,7 @@ impl DurableLayout {
         }
         DurableLayout {
             uid: uid.to_string(),
+            controller: controller.to_string(),
             mounts,
         }
     }
@@ -96,7 +107,10 @@ impl DurableLayout {
 
     /// The labels every volume and container of this project carries.
     pub fn labels(&self) -> BTreeMap<String, String> {
-        BTreeMap::from([(UID_LABEL.to_string(), self.uid.clone())])
+        BTreeMap::from([
+            (UID_LABEL.to_string(), self.uid.clone()),
+            (CONTROLLER_LABEL.to_string(), self.controller.clone()),
+        ])
     }
 }
 
@@ -122,6 +136,7 @@ mod tests {
     fn volumes_are_keyed_by_uid() {
         let layout = DurableLayout::new(
             "u-1",
+            "c-1",
             Some(1 << 30),
             &[("claude".into(), "/root/.claude".into())],
         );
@@ -145,7 +160,7 @@ mod tests {
 
     #[test]
     fn missing_mounts_are_found_by_device_content() {
-        let layout = DurableLayout::new("u", None, &[("shell".into(), "/root".into())]);
+        let layout = DurableLayout::new("u", "c", None, &[("shell".into(), "/root".into())]);
         let mut devices = layout.devices("default");
         assert!(layout.missing_from("default", &devices).is_empty());
         devices.remove("home-shell");

@@ -229,6 +229,7 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
     );
     let layout = DurableLayout::new(
         object.uid(),
+        ctx.store.controller_id(),
         envelope.workspace_bytes.map(|l| l.value),
         &homes,
     );

@@ -8,7 +8,7 @@ use std::time::Duration;
 use berth_api::{Phase, ProjectStatus, Step};
 use serde_json::{Value, json};
 
-use super::layout::{DurableLayout, FINALIZER, UID_LABEL};
+use super::layout::{CONTROLLER_LABEL, DurableLayout, FINALIZER, UID_LABEL};
 use super::{
     Action, Context, ControllerSettings, NoLaterSteps, PROJECT_KIND, Timeouts, WorkQueue,
     fleet::FleetGuard, project,
@@ -139,12 +139,15 @@ impl Harness {
         let uid = self.uid(name);
         let instance = self.fake.instance(name).expect("container");
         assert_eq!(instance.config.get(UID_LABEL), Some(&uid));
+        let controller = self.store.controller_id().to_string();
+        assert_eq!(instance.config.get(CONTROLLER_LABEL), Some(&controller));
         assert_eq!(self.fake.instance_names(), [name.to_string()]);
         let volume = self
             .fake
             .volume("default", &DurableLayout::workspace_volume(&uid))
             .expect("workspace volume");
         assert_eq!(volume.config.get(UID_LABEL), Some(&uid));
+        assert_eq!(volume.config.get(CONTROLLER_LABEL), Some(&controller));
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::reconcile::layout::{CONTROLLER_LABEL, UID_LABEL};
 use crate::runtime::Instance;
 
 /// A container that carries berth's project label but whose project is not in the store.
@@ -15,19 +16,25 @@ pub struct Orphan {
     pub location: String,
 }
 
-/// The instances labelled `uid_key` (the config key where berth records the project's uid)
-/// whose uid is not among `known_uids`. Instances without the label are not berth's and are
-/// never reported. Sorted by instance name.
+/// The instances with berth's uid label whose uid is not among `known_uids`, of those the
+/// controller `controller` created. Instances without the label are not berth's, and those
+/// another controller's label names are that berth's (several may share one LXD): neither is
+/// ever reported. An instance labelled before controllers were named counts as this one's.
+/// Sorted by instance name.
 pub fn orphans(
     instances: &[Instance],
-    uid_key: &str,
     known_uids: &BTreeSet<String>,
+    controller: &str,
 ) -> Vec<Orphan> {
     let mut found: Vec<Orphan> = instances
         .iter()
         .filter_map(|instance| {
-            let uid = instance.config.get(uid_key)?;
-            (!uid.is_empty() && !known_uids.contains(uid)).then(|| Orphan {
+            let uid = instance.config.get(UID_LABEL)?;
+            let ours = instance
+                .config
+                .get(CONTROLLER_LABEL)
+                .is_none_or(|c| c == controller);
+            (ours && !uid.is_empty() && !known_uids.contains(uid)).then(|| Orphan {
                 instance: instance.name.clone(),
                 uid: uid.clone(),
                 location: instance.location.clone(),
@@ -63,16 +70,18 @@ mod tests {
 
     #[test]
     fn only_labelled_containers_without_an_object_are_reported() {
-        const KEY: &str = "user.berth.uid";
+        const KEY: &str = UID_LABEL;
+        const BY: &str = CONTROLLER_LABEL;
         let instances = vec![
-            instance("web", &[(KEY, "u1")]),
-            instance("gone-b", &[(KEY, "u9")]),
+            instance("web", &[(KEY, "u1"), (BY, "c1")]),
+            instance("gone-b", &[(KEY, "u9"), (BY, "c1")]),
             instance("gone-a", &[(KEY, "u8")]),
             instance("someone-elses", &[("user.other", "x")]),
             instance("blank", &[(KEY, "")]),
+            instance("another-berths", &[(KEY, "u7"), (BY, "c2")]),
         ];
         let known: BTreeSet<String> = ["u1".to_string()].into();
-        let got: Vec<(String, String)> = orphans(&instances, KEY, &known)
+        let got: Vec<(String, String)> = orphans(&instances, &known, "c1")
             .into_iter()
             .map(|o| (o.instance, o.uid))
             .collect();

@@ -33,7 +33,7 @@ use super::policy::{self, Decision, Evidence, ReapSubject, Verdict};
 use super::{InspectTarget, Pass, Passes, ports, reap};
 use crate::inspect::activity::ActivityLog;
 use crate::metrics::{ActionLabels, Metrics, ReasonLabels};
-use crate::reconcile::layout::{LABEL_PREFIX, UID_LABEL};
+use crate::reconcile::layout::LABEL_PREFIX;
 use crate::reconcile::{PROJECT_KIND, WorkQueue};
 use crate::runtime::Runtime;
 use crate::store::{Doc, EventType, Store, StoreError, StoredObject};
@@ -575,7 +575,7 @@ impl DaemonPasses {
             }
         };
         uids.extend(self.uids());
-        let orphans = housekeeping::orphans(&instances, UID_LABEL, &uids);
+        let orphans = housekeeping::orphans(&instances, &uids, self.store.controller_id());
         self.metrics
             .orphan_containers
             .set(i64::try_from(orphans.len()).unwrap_or(i64::MAX));

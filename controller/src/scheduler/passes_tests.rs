@@ -610,6 +610,13 @@ async fn orphans_are_reported_once_per_episode_and_left_in_place() {
     s.fake
         .insert_instance(labelled("leftover", Some("uid-gone")));
     s.fake.insert_instance(labelled("stranger", None));
+    // Another berth's on the same LXD: its project is in that berth's store, not this one.
+    let mut theirs = labelled("another-berths", Some("uid-theirs"));
+    theirs.config.insert(
+        crate::reconcile::layout::CONTROLLER_LABEL.to_string(),
+        "0123456789abcdef".to_string(),
+    );
+    s.fake.insert_instance(theirs);
     let orphan_events = || -> Vec<crate::store::Event> {
         s.store
             .recent_events(100)

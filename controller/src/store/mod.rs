@@ -114,6 +114,8 @@ pub struct BatchFailure {
 
 pub struct Store {
     path: PathBuf,
+    /// This store's controller id (see [`Store::controller_id`]).
+    controller_id: String,
     inner: Mutex<Inner>,
     changes: broadcast::Sender<Change>,
     secret_changes: broadcast::Sender<SecretsChange>,
@@ -239,10 +241,16 @@ impl Store {
             [],
             |row| row.get(0),
         )?;
+        let controller_id: String = conn.query_row(
+            "SELECT value FROM settings WHERE name = 'controllerId'",
+            [],
+            |row| row.get(0),
+        )?;
         let (changes, _) = broadcast::channel(CHANGE_FEED_CAPACITY);
         let (secret_changes, _) = broadcast::channel(CHANGE_FEED_CAPACITY);
         Ok(Store {
             path: path.to_path_buf(),
+            controller_id,
             inner: Mutex::new(Inner {
                 conn,
                 objects,
@@ -261,6 +269,13 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The id of the controller this store drives, random and made once with the database:
+    /// every container and volume it creates carries it, so containers of another berth on the
+    /// same LXD are not taken for its own.
+    pub fn controller_id(&self) -> &str {
+        &self.controller_id
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

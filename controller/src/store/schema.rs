@@ -92,6 +92,13 @@ const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (project_uid, id)
      );
      CREATE INDEX executions_by_started ON executions (project_uid, started);",
+    // v6: the store's own settings; `controllerId` names this store's controller on the
+    // LXD objects it creates, made once here so a copy of the database keeps it.
+    "CREATE TABLE settings (
+         name  TEXT PRIMARY KEY,
+         value TEXT NOT NULL
+     );
+     INSERT INTO settings (name, value) VALUES ('controllerId', lower(hex(randomblob(8))));",
 ];
 
 /// The schema version this binary writes.

@@ -499,6 +499,17 @@ fn migrations_start_from_an_empty_file_and_back_up_an_older_schema() {
 }
 
 #[test]
+fn the_controller_id_is_made_once_per_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.db"), dir.path().join("b.db"));
+    let first = Store::open(&a).unwrap().controller_id().to_string();
+    assert_eq!(first.len(), 16);
+    assert!(first.chars().all(|c| c.is_ascii_hexdigit()), "{first}");
+    assert_eq!(Store::open(&a).unwrap().controller_id(), first);
+    assert_ne!(Store::open(&b).unwrap().controller_id(), first);
+}
+
+#[test]
 fn a_newer_schema_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("berth.db");

@@ -140,6 +140,15 @@ fn metrics_pass_promtool_and_carry_no_project_name() {
         "a label carries the project name {name}:\n{after}"
     );
 
+    // A restarted daemon counts its projects from the start, not at 0 until its first resync.
+    berth.kill9();
+    berth.restart(None);
+    let text = berth.client().get("/metrics").text();
+    assert!(
+        sample(&text, "berth_projects{phase=\"Ready\"}").is_some_and(|v| v >= 1.0),
+        "berth_projects after a restart:\n{text}"
+    );
+
     berth.delete_project(&name);
 }
 

@@ -159,6 +159,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let controller_started = Arc::new(AtomicBool::new(false));
     // One registry for the whole daemon: the controller feeds it, `/metrics` encodes it.
     let metrics = Arc::new(crate::metrics::Metrics::new());
+    // Projects are counted by phase from the first scrape (also while paused), not only after
+    // the controller's first resync.
+    crate::reconcile::triggers::count_phases(&store, &metrics);
     let inspector = Arc::new(crate::inspect::Inspector::new(config.lxd.endpoint.clone()));
     let controller = start_controller(
         &config,

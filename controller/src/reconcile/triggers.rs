@@ -136,8 +136,13 @@ pub async fn resync_pass(ctx: &Context) {
 
 /// Counts projects by phase for `berth_projects{phase}`.
 pub fn update_phase_gauges(ctx: &Context) {
+    count_phases(&ctx.store, &ctx.metrics);
+}
+
+/// Sets `berth_projects{phase}` from the phases the store holds.
+pub fn count_phases(store: &crate::store::Store, metrics: &crate::metrics::Metrics) {
     let mut counts: std::collections::HashMap<&'static str, i64> = std::collections::HashMap::new();
-    for project in ctx.store.list(PROJECT_KIND) {
+    for project in store.list(PROJECT_KIND) {
         let phase = project
             .status
             .get("phase")
@@ -145,5 +150,5 @@ pub fn update_phase_gauges(ctx: &Context) {
             .unwrap_or_default();
         *counts.entry(phase.as_str()).or_default() += 1;
     }
-    ctx.metrics.set_project_phases(counts);
+    metrics.set_project_phases(counts);
 }

@@ -641,6 +641,61 @@ fn patches_apply_and_merge() {
 }
 
 #[test]
+fn a_merge_patch_without_resource_version_is_not_lost_to_status_writes() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    assert_eq!(
+        api.post_json(PROJECTS, &project("busy", json!({}))).status,
+        201
+    );
+    let path = format!("{PROJECTS}/busy");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        // A status writer like the controller's, moving the resourceVersion all along.
+        let writer = scope.spawn(|| {
+            let api = daemon.client();
+            let mut writes = 0u32;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let status = json!({"status": {"message": format!("write {writes}")}});
+                let reply = api.put_json(&format!("{path}/status"), &status);
+                assert_eq!(reply.status, 200, "{}", reply.text());
+                writes += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            writes
+        });
+        // Stops the writer however this thread leaves the scope, a failed assertion included.
+        struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let stop = StopOnDrop(&done);
+        for round in 0..100 {
+            let patch = json!({"metadata": {"labels": {"round": round.to_string()}}});
+            let reply = api.request(
+                "PATCH",
+                &path,
+                Some("application/merge-patch+json"),
+                patch.to_string().as_bytes(),
+            );
+            assert_eq!(reply.status, 200, "round {round}: {}", reply.text());
+        }
+        drop(stop);
+        assert!(writer.join().unwrap() > 0);
+    });
+    let object = api.get(&path).json();
+    assert_eq!(object["metadata"]["labels"]["round"], "99");
+    assert!(
+        object["status"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("write ")),
+        "{object}"
+    );
+}
+
+#[test]
 fn display_names_conflict_on_create_and_rename() {
     let daemon = Daemon::start();
     let api = daemon.client();

@@ -706,20 +706,43 @@ async fn patch(
             let (parts, incoming) = req.into_parts();
             let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
             let patch = body::decode(&bytes, Some(MERGE_PATCH))?;
-            let current = store
-                .get(kind.as_str(), name)
-                .ok_or_else(|| not_found(kind, name))?;
-            let merged = merged_user_form(&current, &patch)?;
-            let admitted = admit_value(state, kind, Some(name), &merged)?;
-            access::check_write(state, caller, &admitted.desired, Some(&current))?;
-            // Without a resourceVersion in the patch, the object read above is the precondition,
-            // so a write that slipped in between is not silently overwritten.
-            let rv = admitted
-                .resource_version
-                .or(Some(current.resource_version()));
-            let (object, _) =
-                blocking(move || store.replace(admitted.desired, rv, dry_run)).await??;
-            Ok(serialized(StatusCode::OK, object.as_ref()))
+            // Without a resourceVersion in the patch, the object read is the precondition, so a
+            // write that slipped in between is not silently overwritten: the patch is laid onto
+            // the object as it is now and written again (the controller writes status often).
+            // With one, a stale patch is the caller's 409.
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                let current = store
+                    .get(kind.as_str(), name)
+                    .ok_or_else(|| not_found(kind, name))?;
+                let merged = merged_user_form(&current, &patch)?;
+                let admitted = admit_value(state, kind, Some(name), &merged)?;
+                access::check_write(state, caller, &admitted.desired, Some(&current))?;
+                let pinned = admitted.resource_version.is_some();
+                let rv = admitted
+                    .resource_version
+                    .unwrap_or(current.resource_version());
+                let writer = Arc::clone(&store);
+                let written =
+                    blocking(move || writer.replace(admitted.desired, Some(rv), dry_run)).await?;
+                let moved = || {
+                    store
+                        .get(kind.as_str(), name)
+                        .is_some_and(|now| now.resource_version() != rv)
+                };
+                match written {
+                    Err(crate::store::StoreError::Conflict { .. })
+                        if !pinned && attempts < PATCH_ATTEMPTS && moved() =>
+                    {
+                        continue;
+                    }
+                    written => {
+                        let (object, _) = written?;
+                        return Ok(serialized(StatusCode::OK, object.as_ref()));
+                    }
+                }
+            }
         }
         other => Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -731,6 +754,10 @@ async fn patch(
         )),
     }
 }
+
+/// How often a merge patch without a resourceVersion is laid onto a fresh read when another
+/// write keeps slipping in between.
+const PATCH_ATTEMPTS: u32 = 5;
 
 /// Applies a merge patch to the user-written parts of an object: spec, labels, annotations.
 fn merged_user_form(current: &StoredObject, patch: &Value) -> Result<Value, ApiError> {

@@ -62,6 +62,20 @@ fn https_serves_with_the_configured_certificate() {
         .output()
         .expect("run berth");
     assert!(!untrusted.status.success());
+    let stderr = String::from_utf8_lossy(&untrusted.stderr);
+    assert!(stderr.contains("--certificate-authority"), "{stderr}");
+    // Plain HTTP to the TLS port: the command line says to use https.
+    let plain = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["get", "projects", "--server", &format!("http://{addr}")])
+        .args(["--token", &token])
+        .output()
+        .expect("run berth");
+    assert!(!plain.status.success());
+    let stderr = String::from_utf8_lossy(&plain.stderr);
+    assert!(
+        stderr.contains(&format!("use --server https://{addr}")),
+        "{stderr}"
+    );
 
     // An interactive session upgrades over TLS too: with the CA it reaches the daemon's exec
     // handler (a paused daemon has no LXD to run it through); without it, TLS refuses.

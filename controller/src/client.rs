@@ -471,7 +471,7 @@ impl Client {
     }
 
     fn transport(&self, method: &Method, path: &str, err: reqwest::Error) -> ClientError {
-        let reason = root_cause(&err);
+        let reason = with_hint(&self.server, root_cause(&err));
         if err.is_connect() {
             return ClientError::Unreachable {
                 server: self.server.to_string(),
@@ -781,6 +781,31 @@ fn check_socket(socket: &Path, server: &Server) -> Result<(), ClientError> {
         reason: "no such socket (is `berth serve` running? set --server or BERTH_SERVER)"
             .to_string(),
     })
+}
+
+/// A transport failure's reason, with what to do about it where the cause is a usual mistake:
+/// plain HTTP sent to the TLS listener, or a certificate the client will not trust.
+fn with_hint(server: &Server, reason: String) -> String {
+    let hint = match server {
+        Server::Http(url) if url.scheme() == "http" && reason.contains("invalid HTTP") => {
+            let mut https = url.clone();
+            let _ = https.set_scheme("https");
+            format!(
+                "the server does not answer in plain HTTP; if it serves TLS, use --server {}",
+                https.as_str().trim_end_matches('/')
+            )
+        }
+        Server::Http(_) if reason.contains("CaUsedAsEndEntity") => {
+            "the server's certificate is a CA certificate; serve a server certificate signed by a CA (README, Access)"
+                .to_string()
+        }
+        Server::Http(_) if reason.contains("UnknownIssuer") => {
+            "the server's certificate is not signed by a CA this client trusts; name its CA with --certificate-authority FILE (or BERTH_CA_CERT)"
+                .to_string()
+        }
+        _ => return reason,
+    };
+    format!("{reason} ({hint})")
 }
 
 /// The innermost error message, which is the one that says what went wrong.

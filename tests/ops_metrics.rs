@@ -96,7 +96,7 @@ fn metrics_pass_promtool_and_carry_no_project_name() {
     berth.create_project(&name, json!({"image": "berth-tiny"}));
     berth.wait_ready(&name);
 
-    // The phase gauges follow at the next resync pass (every 30 s by default).
+    // The phase gauges follow within a couple of seconds (the deadline is for a loaded machine).
     let deadline = Instant::now() + Duration::from_secs(120);
     let after = loop {
         let text = berth.client().get("/metrics").text();

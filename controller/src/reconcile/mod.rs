@@ -205,6 +205,10 @@ pub fn spawn_controller(
         context.clone(),
         cancel.clone(),
     )));
+    tasks.push(tokio::spawn(triggers::watch_phases(
+        context.clone(),
+        cancel.clone(),
+    )));
 
     ControllerHandle {
         queue,

@@ -134,6 +134,33 @@ pub async fn resync_pass(ctx: &Context) {
         .observe_pass("resync", started.elapsed().as_secs_f64());
 }
 
+/// How soon `berth_projects{phase}` follows a project's change of phase, at most.
+const PHASE_GAUGE_DELAY: Duration = Duration::from_secs(2);
+
+/// Keeps `berth_projects{phase}` current: recounted once any project changed, at most every
+/// [`PHASE_GAUGE_DELAY`], so a fleet busy converging costs one count per interval, not one per
+/// write.
+pub async fn watch_phases(ctx: Arc<Context>, cancel: CancellationToken) {
+    let mut changes = ctx.store.subscribe();
+    let mut ticker = tokio::time::interval(PHASE_GAUGE_DELAY);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut changed = true;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            change = changes.recv() => match change {
+                Ok(change) => changed |= change.kind == PROJECT_KIND,
+                Err(RecvError::Lagged(_)) => changed = true,
+                Err(RecvError::Closed) => return,
+            },
+            _ = ticker.tick(), if changed => {
+                update_phase_gauges(&ctx);
+                changed = false;
+            }
+        }
+    }
+}
+
 /// Counts projects by phase for `berth_projects{phase}`.
 pub fn update_phase_gauges(ctx: &Context) {
     count_phases(&ctx.store, &ctx.metrics);

@@ -146,6 +146,25 @@ fn ok(socket: &Path, project: &str, name: &str, id: &str, args: Value) -> Value 
     body
 }
 
+/// A call that must be refused with `code` and `reason`; its `Status` body.
+fn refused(
+    socket: &Path,
+    project: &str,
+    name: &str,
+    id: &str,
+    args: Value,
+    code: u16,
+    reason: &str,
+) -> Value {
+    let (got, body) = tool(socket, project, name, id, args.clone());
+    assert_eq!(
+        (got, body["reason"].as_str()),
+        (code, Some(reason)),
+        "{name} {args}: {body}"
+    );
+    body
+}
+
 fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
     let until = Instant::now() + Duration::from_secs(60);
     while !check() {
@@ -266,11 +285,14 @@ fn globs_and_greps(s: &Path, name: &str, ws: &Workspace) {
         json!({"pattern": "let", "path": "re/code.rs", "output_mode": "count"}),
     );
     assert_eq!(out["output"], "/workspace/re/code.rs:2\n");
-    let (code, body) = tool(s, name, "Grep", "grep-bad", json!({"pattern": "a("}));
-    assert_eq!(
-        (code, body["reason"].as_str()),
-        (400, Some("BadRequest")),
-        "{body}"
+    refused(
+        s,
+        name,
+        "Grep",
+        "grep-bad",
+        json!({"pattern": "a("}),
+        400,
+        "BadRequest",
     );
 
     // The caps: 1000 files or lines, then a note that says so.
@@ -448,17 +470,14 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
         "{out}"
     );
     assert_eq!(ws.sh("cat /workspace/src/a.txt"), "one\n2\nthree\n");
-    let (code, body) = tool(
+    refused(
         &s,
         &name,
         "Edit",
         "e2",
         json!({"file_path": "src/a.txt", "old_string": "e", "new_string": "E"}),
-    );
-    assert_eq!(
-        (code, body["reason"].as_str()),
-        (400, Some("BadRequest")),
-        "{body}"
+        400,
+        "BadRequest",
     );
     // Every occurrence with replace_all, counted.
     ws.sh("printf 'x = 1\\nx = 2\\ny = x\\n' > /workspace/multi.txt");
@@ -477,17 +496,14 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
         ws.sh("cat /workspace/multi.txt"),
         "zz = 1\nzz = 2\ny = zz\n"
     );
-    let (code, body) = tool(
+    refused(
         &s,
         &name,
         "Edit",
         "e4",
         json!({"file_path": "multi.txt", "old_string": "absent", "new_string": "b"}),
-    );
-    assert_eq!(
-        (code, body["reason"].as_str()),
-        (400, Some("BadRequest")),
-        "{body}"
+        400,
+        "BadRequest",
     );
     ws.sh("rm /workspace/multi.txt");
 
@@ -509,17 +525,14 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
         format!("1048576\n{}\n", &sha256_hex(big.as_bytes())[..16])
     );
     let too_big = "x".repeat((2 << 20) + 1);
-    let (code, body) = tool(
+    let body = refused(
         &s,
         &name,
         "Write",
         "w3",
         json!({"file_path": "big/two.txt", "content": too_big}),
-    );
-    assert_eq!(
-        (code, body["reason"].as_str()),
-        (400, Some("BadRequest")),
-        "{body}"
+        400,
+        "BadRequest",
     );
     assert!(
         body["message"].as_str().unwrap().contains("2 MiB"),
@@ -596,16 +609,16 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
     assert_eq!(out["output"], "");
 
     // Unsupported tools and arguments, a shell mismatch.
-    let (code, body) = tool(&s, &name, "WebFetch", "u1", json!({}));
-    assert_eq!((code, body["reason"].as_str()), (400, Some("Unsupported")));
-    let (code, body) = tool(
+    refused(&s, &name, "WebFetch", "u1", json!({}), 400, "Unsupported");
+    refused(
         &s,
         &name,
         "Read",
         "u2",
         json!({"file_path": "a", "encoding": "x"}),
+        400,
+        "Unsupported",
     );
-    assert_eq!((code, body["reason"].as_str()), (400, Some("Unsupported")));
     let (code, body) = tool_with(
         &s,
         &name,
@@ -674,14 +687,15 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
     // Cancel before dispatch: the later call answers Cancelled and does not run.
     let reply = c.delete(&format!("{P}/projects/{name}/tools/executions/early"));
     assert_eq!(reply.status, 200, "{}", reply.text());
-    let (code, body) = tool(
+    refused(
         &s,
         &name,
         "Bash",
         "early",
         json!({"command": "touch /workspace/early"}),
+        409,
+        "Cancelled",
     );
-    assert_eq!((code, body["reason"].as_str()), (409, Some("Cancelled")));
     assert_eq!(
         ws.sh("ls /workspace/early 2>/dev/null || echo none"),
         "none\n"
@@ -751,11 +765,14 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
         wait_for("the abandoned command to be killed", || {
             ws.sh("pgrep -f 'sleep 30[5]' || true").is_empty()
         });
-        let (code, body) = tool(&s, &name, "Bash", "gone", json!({"command": "sleep 305"}));
-        assert_eq!(
-            (code, body["reason"].as_str()),
-            (409, Some("Cancelled")),
-            "{body}"
+        refused(
+            &s,
+            &name,
+            "Bash",
+            "gone",
+            json!({"command": "sleep 305"}),
+            409,
+            "Cancelled",
         );
     }
 
@@ -785,11 +802,14 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
     // A project without a container is unreachable; nothing falls back.
     let other = unique_name();
     project(&daemon, &other, json!({}));
-    let (code, body) = tool(&s, &other, "Read", "n1", json!({"file_path": "a"}));
-    assert_eq!(
-        (code, body["reason"].as_str()),
-        (503, Some("Unreachable")),
-        "{body}"
+    refused(
+        &s,
+        &other,
+        "Read",
+        "n1",
+        json!({"file_path": "a"}),
+        503,
+        "Unreachable",
     );
 
     // Members only.
@@ -849,11 +869,14 @@ fn a_bash_call_lost_to_a_daemon_crash_answers_outcome_unknown() {
     ws.sh("pkill -f 'sleep 30[4]' || true");
     daemon.restart();
     let s = daemon.socket.clone();
-    let (code, body) = tool(&s, &name, "Bash", "lost", json!({"command": "sleep 304"}));
-    assert_eq!(
-        (code, body["reason"].as_str()),
-        (409, Some("REMOTE_MUTATION_OUTCOME_UNKNOWN")),
-        "{body}"
+    refused(
+        &s,
+        &name,
+        "Bash",
+        "lost",
+        json!({"command": "sleep 304"}),
+        409,
+        "REMOTE_MUTATION_OUTCOME_UNKNOWN",
     );
 }
 
@@ -967,17 +990,14 @@ fn busybox_workspaces_run_every_tool_but_bash_and_say_so() {
     }
 
     // Bash needs bash: an explicit refusal, and nothing ran.
-    let (code, body) = tool(
+    let body = refused(
         &s,
         &name,
         "Bash",
         "b1",
         json!({"command": "touch /workspace/ran"}),
-    );
-    assert_eq!(
-        (code, body["reason"].as_str()),
-        (400, Some("Unsupported")),
-        "{body}"
+        400,
+        "Unsupported",
     );
     assert!(
         body["message"].as_str().unwrap().contains("no bash"),
@@ -1014,14 +1034,15 @@ fn busybox_workspaces_run_every_tool_but_bash_and_say_so() {
     // A cancel before dispatch holds on busybox as well.
     let reply = c.delete(&format!("{P}/projects/{name}/tools/executions/early"));
     assert_eq!(reply.status, 200, "{}", reply.text());
-    let (code, body) = tool(
+    refused(
         &s,
         &name,
         "Write",
         "early",
         json!({"file_path": "early.txt", "content": "x"}),
+        409,
+        "Cancelled",
     );
-    assert_eq!((code, body["reason"].as_str()), (409, Some("Cancelled")));
     assert_eq!(
         ws.sh("ls /workspace/early.txt 2>/dev/null || echo none"),
         "none\n"
@@ -1281,17 +1302,14 @@ fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
         p["status"]["phase"] == "Stopped" && state == Some("STOPPED")
     });
     let woken_at = project["metadata"]["annotations"]["berth.dev/wokenAt"].clone();
-    let (code, body) = tool(
+    let body = refused(
         &berth.daemon.socket,
         &name,
         "Bash",
         "stopped-1",
         json!({"command": "echo no"}),
-    );
-    assert_eq!(
-        (code, body["reason"].as_str()),
-        (503, Some("Unreachable")),
-        "{body}"
+        503,
+        "Unreachable",
     );
     assert!(
         body["message"]

@@ -315,6 +315,15 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// One more `reap_refusals_total{reason}`: an action (or a deletion) declined for `reason`.
+    pub fn count_refusal(&self, reason: &str) {
+        self.reap_refusals
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
     /// Sets the `projects{phase}` gauges to a fresh count; phases absent from `counts` read 0.
     pub fn set_project_phases<'a>(&self, counts: impl IntoIterator<Item = (&'a str, i64)>) {
         let counts: Vec<(&str, i64)> = counts.into_iter().collect();

@@ -22,6 +22,17 @@ impl Cause {
     }
 }
 
+/// `field: message`, or the message alone for a cause about the whole object.
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.field.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subject {
     pub kind: String,
@@ -101,13 +112,7 @@ impl ApiError {
     pub fn invalid(kind: Option<&str>, name: Option<&str>, causes: Vec<Cause>) -> Self {
         let summary = causes
             .iter()
-            .map(|c| {
-                if c.field.is_empty() {
-                    c.message.clone()
-                } else {
-                    format!("{}: {}", c.field, c.message)
-                }
-            })
+            .map(Cause::to_string)
             .collect::<Vec<_>>()
             .join("; ");
         let subject = match (kind, name) {

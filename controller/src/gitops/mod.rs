@@ -431,16 +431,7 @@ impl GitOps {
                 .admission
                 .admit(&manifest.object, &self.store)
                 .map_err(|causes| {
-                    let details: Vec<String> = causes
-                        .iter()
-                        .map(|c| {
-                            if c.field.is_empty() {
-                                c.message.clone()
-                            } else {
-                                format!("{}: {}", c.field, c.message)
-                            }
-                        })
-                        .collect();
+                    let details: Vec<String> = causes.iter().map(|c| c.to_string()).collect();
                     format!(
                         "{} ({}): {}",
                         manifest.source,

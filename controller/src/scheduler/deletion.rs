@@ -21,7 +21,6 @@ use super::passes::reasons_text;
 use super::policy;
 use super::reap;
 use crate::api::FORCE_DELETE_ANNOTATION;
-use crate::metrics::ReasonLabels;
 use crate::reconcile::PROJECT_KIND;
 use crate::reconcile::layout::uid_label;
 use crate::reconcile::status::Draft;
@@ -146,12 +145,7 @@ pub async fn hold(
             &reasons
         };
         for reason in counted {
-            ctx.metrics
-                .reap_refusals
-                .get_or_create(&ReasonLabels {
-                    reason: reason.as_str().to_string(),
-                })
-                .inc();
+            ctx.metrics.count_refusal(reason.as_str());
         }
     }
     if !already {
@@ -389,13 +383,10 @@ mod held {
         script_inspection(
             &s.fake,
             "p",
-            FakeWorkspace {
-                unsaved: UnsavedWork {
-                    unpushed: 1,
-                    ..UnsavedWork::default()
-                },
-                ..FakeWorkspace::default()
-            },
+            FakeWorkspace::with_unsaved(UnsavedWork {
+                unpushed: 1,
+                ..UnsavedWork::default()
+            }),
         );
         let mut draft = Draft::from_object(&object);
         let retry = hold(&s.ctx, &object, &mut draft).await.unwrap();
@@ -447,13 +438,10 @@ mod held {
         script_inspection(
             &s.fake,
             "p",
-            FakeWorkspace {
-                unsaved: UnsavedWork {
-                    untracked: 1,
-                    ..UnsavedWork::default()
-                },
-                ..FakeWorkspace::default()
-            },
+            FakeWorkspace::with_unsaved(UnsavedWork {
+                untracked: 1,
+                ..UnsavedWork::default()
+            }),
         );
         let mut draft = Draft::from_object(&object);
         assert_eq!(

@@ -32,7 +32,7 @@ use super::memory::Memory;
 use super::policy::{self, Decision, Evidence, ReapSubject, Verdict};
 use super::{InspectTarget, Pass, Passes, ports, reap};
 use crate::inspect::activity::ActivityLog;
-use crate::metrics::{ActionLabels, Metrics, ReasonLabels};
+use crate::metrics::{ActionLabels, Metrics};
 use crate::reconcile::layout::LABEL_PREFIX;
 use crate::reconcile::{PROJECT_KIND, WorkQueue};
 use crate::runtime::Runtime;
@@ -384,12 +384,7 @@ impl DaemonPasses {
         };
         let new = self.memory().refused(uid, reasons);
         for reason in new {
-            self.metrics
-                .reap_refusals
-                .get_or_create(&ReasonLabels {
-                    reason: reason.as_str().to_string(),
-                })
-                .inc();
+            self.metrics.count_refusal(reason.as_str());
         }
     }
 
@@ -924,6 +919,17 @@ pub struct FakeWorkspace {
     pub ports: Vec<u16>,
     /// The newest file modification time under /workspace, if any.
     pub newest_mtime: Option<DateTime<Utc>>,
+}
+
+#[cfg(feature = "testing")]
+impl FakeWorkspace {
+    /// A workspace holding `unsaved` and nothing else of note.
+    pub fn with_unsaved(unsaved: berth_api::UnsavedWork) -> Self {
+        FakeWorkspace {
+            unsaved,
+            ..FakeWorkspace::default()
+        }
+    }
 }
 
 /// The report the inspection script prints for `workspace`, a git repository.

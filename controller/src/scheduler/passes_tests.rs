@@ -324,13 +324,10 @@ fn time_at(status: &Value, pointer: &str) -> Option<DateTime<Utc>> {
 }
 
 fn dirty(untracked: u32) -> FakeWorkspace {
-    FakeWorkspace {
-        unsaved: UnsavedWork {
-            untracked,
-            ..UnsavedWork::default()
-        },
-        ..FakeWorkspace::default()
-    }
+    FakeWorkspace::with_unsaved(UnsavedWork {
+        untracked,
+        ..UnsavedWork::default()
+    })
 }
 
 /// Records every command run in the fake other than the inspection.
@@ -565,13 +562,10 @@ async fn work_the_recheck_finds_shows_at_once() {
     script_inspection(
         &s.fake,
         "late",
-        FakeWorkspace {
-            unsaved: UnsavedWork {
-                stashes: 1,
-                ..UnsavedWork::default()
-            },
-            ..FakeWorkspace::default()
-        },
+        FakeWorkspace::with_unsaved(UnsavedWork {
+            stashes: 1,
+            ..UnsavedWork::default()
+        }),
     );
     s.passes.run(Pass::Reap).await;
     let status = s.status("late");

@@ -817,8 +817,9 @@ impl Inner {
         if let Some(finalizers) = desired.finalizers {
             next.metadata.finalizers = finalizers;
         }
-        let spec_changed = next.spec != desired.spec;
-        next.spec = Doc::new(&desired.spec);
+        let spec = Doc::new(&desired.spec);
+        let spec_changed = next.spec != spec;
+        next.spec = spec;
         if next == *current {
             return Ok((current, Action::Unchanged));
         }
@@ -847,11 +848,12 @@ impl Inner {
         update: StatusUpdate,
     ) -> Result<Arc<StoredObject>, StoreError> {
         let current = self.existing(&update.kind, &update.name, update.expected_rv)?;
-        if current.status == update.status {
+        let status = Doc::new(&update.status);
+        if current.status == status {
             return Ok(current);
         }
         let mut next = (*current).clone();
-        next.status = Doc::new(&update.status);
+        next.status = status;
         next.metadata.resource_version = Some(self.next_rv().to_string());
         let next = Arc::new(next);
         self.put(pending, Arc::clone(&next));
@@ -1011,19 +1013,23 @@ impl Inner {
             Some(object) => objects.insert(name.to_string(), Arc::clone(object)),
             None => objects.remove(name),
         };
-        if let Some(display) = previous.as_deref().and_then(display_name_of)
-            && let Some(holders) = self.display_names.get_mut(&display)
-        {
-            holders.remove(name);
-            if holders.is_empty() {
-                self.display_names.remove(&display);
+        // A write that keeps the spec (a status write, most often) keeps the display name.
+        let same_spec = matches!((&previous, &object), (Some(p), Some(o)) if p.spec == o.spec);
+        if !same_spec {
+            if let Some(display) = previous.as_deref().and_then(display_name_of)
+                && let Some(holders) = self.display_names.get_mut(&display)
+            {
+                holders.remove(name);
+                if holders.is_empty() {
+                    self.display_names.remove(&display);
+                }
             }
-        }
-        if let Some(display) = object.as_deref().and_then(display_name_of) {
-            self.display_names
-                .entry(display)
-                .or_default()
-                .insert(name.to_string());
+            if let Some(display) = object.as_deref().and_then(display_name_of) {
+                self.display_names
+                    .entry(display)
+                    .or_default()
+                    .insert(name.to_string());
+            }
         }
         if let Some(previous) = &previous {
             self.uids.remove(previous.uid());

@@ -38,18 +38,25 @@ impl Doc {
         serde_json::from_str(self.0.get())
     }
 
-    /// The value of one top-level field (decodes the whole document: for several fields, decode
-    /// once with [`Doc::value`] or [`Doc::decode`]).
+    /// The value of one top-level field. Only that field is decoded; the others are scanned
+    /// past as text. For several fields, decode once with [`Doc::value`] or [`Doc::decode`].
     pub fn get(&self, key: &str) -> Option<Value> {
-        match self.value() {
-            Value::Object(mut map) => map.remove(key),
-            _ => None,
-        }
+        let fields: BTreeMap<std::borrow::Cow<'_, str>, &RawValue> =
+            serde_json::from_str(self.0.get()).ok()?;
+        serde_json::from_str(fields.get(key)?.get()).ok()
     }
 
-    /// The value at a JSON pointer (`/reap/idledAt`).
+    /// The value at a JSON pointer (`/reap/idledAt`); only its top-level field is decoded.
     pub fn pointer(&self, pointer: &str) -> Option<Value> {
-        self.value().pointer_mut(pointer).map(Value::take)
+        let Some(path) = pointer.strip_prefix('/') else {
+            return self.value().pointer_mut(pointer).map(Value::take);
+        };
+        let (first, rest) = match path.find('/') {
+            Some(at) => (&path[..at], &path[at..]),
+            None => (path, ""),
+        };
+        let mut field = self.get(&first.replace("~1", "/").replace("~0", "~"))?;
+        field.pointer_mut(rest).map(Value::take)
     }
 
     /// A top-level string field.
@@ -275,5 +282,44 @@ impl Change {
             spec_or_metadata_changed: spec_or_metadata,
             object: Arc::clone(object),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::Doc;
+
+    #[test]
+    fn fields_and_pointers_read_what_the_whole_document_holds() {
+        let value = json!({"phase": "Ready", "reap": {"idledAt": "t", "a/b": {"~x": 1}},
+            "list": [1, {"k": "v"}], "n": null});
+        let doc = Doc::new(&value);
+        for key in ["phase", "reap", "list", "n", "absent"] {
+            assert_eq!(doc.get(key), value.get(key).cloned(), "{key}");
+        }
+        assert_eq!(doc.get_str("phase").as_deref(), Some("Ready"));
+        assert_eq!(doc.get_str("reap"), None);
+        for pointer in [
+            "",
+            "/reap",
+            "/reap/idledAt",
+            "/reap/a~1b/~0x",
+            "/list/1/k",
+            "/list/5",
+            "/absent/x",
+            "/n",
+        ] {
+            assert_eq!(
+                doc.pointer(pointer),
+                value.pointer(pointer).cloned(),
+                "{pointer}"
+            );
+        }
+        let scalar = Doc::new(&json!("text"));
+        assert_eq!(scalar.get("phase"), None);
+        assert_eq!(scalar.pointer("/phase"), None);
+        assert_eq!(Doc::null().get("phase"), None);
     }
 }

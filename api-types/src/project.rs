@@ -424,8 +424,8 @@ pub struct ProjectStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub seeded_files: BTreeMap<String, String>,
     /// The AgentProfiles Bootstrapped last provisioned: name to the revision of its spec then
-    /// (`sha256:` and 16 hex digits). A profile changed since, added or dropped makes
-    /// Bootstrapped and the steps after it run again.
+    /// (`UID/GENERATION`). A profile changed since, added or dropped makes Bootstrapped and the
+    /// steps after it run again.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub provisioned_profiles: BTreeMap<String, String>,
     /// Inspection figures (CPU, memory, disk) as last read from LXD.

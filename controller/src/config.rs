@@ -148,7 +148,7 @@ impl SchedulerConfig {
         self.recheck_interval
             .parse::<berth_api::BerthDuration>()
             .map(|d| d.as_std())
-            .unwrap_or(std::time::Duration::from_secs(180))
+            .unwrap_or(crate::scheduler::deletion::HELD_RECHECK)
     }
 }
 
@@ -347,6 +347,11 @@ mod tests {
     fn empty_file_is_the_default() {
         assert_eq!(Config::parse("").unwrap(), Config::default());
         assert_eq!(Config::parse("{}\n").unwrap(), Config::default());
+        // The settings built without a file (the controller's own defaults) say the same.
+        assert_eq!(
+            Config::default().scheduler.recheck(),
+            crate::scheduler::deletion::HELD_RECHECK
+        );
     }
 
     /// The example of DESIGN.md (Configuration), key for key: it parses, and it says what the

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use hyper::StatusCode;
 use hyper::header::{AUTHORIZATION, HeaderMap};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::error::ApiError;
 use super::{ApiState, Caller, Transport};
@@ -130,7 +130,7 @@ pub fn check_write(
     let resources = desired.spec.get("resources").unwrap_or(&Value::Null);
     let allowed_resources = match current {
         Some(current) => current.spec.get("resources").unwrap_or(Value::Null),
-        None => default_resources(state),
+        None => state.admission.default_resources(),
     };
     if *resources != allowed_resources {
         return Err(ApiError::forbidden(format!(
@@ -161,22 +161,6 @@ fn repo_url(spec: &Value) -> &str {
     spec.pointer("/repo/url")
         .and_then(Value::as_str)
         .unwrap_or_default()
-}
-
-/// The resources admission gives a project that names none: what a non-admin may create with.
-fn default_resources(state: &ApiState) -> Value {
-    let bare = json!({
-        "apiVersion": berth_api::API_VERSION,
-        "kind": PROJECT,
-        "metadata": {"name": "defaults"},
-        "spec": {},
-    });
-    state
-        .admission
-        .admit_new(&bare)
-        .ok()
-        .and_then(|a| a.desired.spec.get("resources").cloned())
-        .unwrap_or(Value::Null)
 }
 
 /// A `file://` URL reads the daemon's host: a non-admin may name only paths under the

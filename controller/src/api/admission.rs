@@ -44,6 +44,14 @@ impl Admission {
         }
     }
 
+    /// The resources a project naming none is given: what a non-admin may create with.
+    pub fn default_resources(&self) -> Value {
+        self.defaulted_spec
+            .get("resources")
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
     /// What `manifest` makes of the object `store` holds under its name (or of a new one).
     /// Fleet defaults fill a project's fields only when it is created; an existing project
     /// keeps the defaulted values it holds, so re-applying a manifest stays idempotent when the

@@ -187,14 +187,18 @@ impl AgentSteps {
     /// What [`Self::follow`] has to do for the project as stored now, if anything.
     fn follow_up(&self, name: &str) -> Option<FollowUp> {
         let object = self.store.get(PROJECT_KIND, name)?;
+        if object.is_deleting() {
+            return None;
+        }
         let status = decode_status(&object);
-        let step = status.step.unwrap_or(Step::Requested);
-        let spec = object.spec.decode::<ProjectSpec>().ok()?;
         // A stopped or failing container (or one about to be stopped) has nothing to sync
         // into; the next tick after it is back finds the revision still stale.
-        let running = matches!(status.phase, Phase::Ready | Phase::Provisioning)
-            && spec.state == PowerState::Running;
-        if object.is_deleting() || !running {
+        if !matches!(status.phase, Phase::Ready | Phase::Provisioning) {
+            return None;
+        }
+        let step = status.step.unwrap_or(Step::Requested);
+        let spec = object.spec.decode::<ProjectSpec>().ok()?;
+        if spec.state != PowerState::Running {
             return None;
         }
         let revision = self.secrets.revision(object.uid()).unwrap_or_default();
@@ -442,7 +446,7 @@ impl AgentSteps {
                     .spec
                     .decode::<AgentProfileSpec>()
                     .map_err(|_| name.clone())?;
-                let revision = profile_revision(object.spec.as_str());
+                let revision = profile_revision(&object);
                 Ok((name, profile, revision))
             })
             .collect()
@@ -455,7 +459,7 @@ impl AgentSteps {
             .into_iter()
             .map(|name| {
                 let object = self.store.get(PROFILE_KIND, &name)?;
-                Some((name, profile_revision(object.spec.as_str())))
+                Some((name, profile_revision(&object)))
             })
             .collect()
     }
@@ -505,24 +509,37 @@ impl AgentSteps {
         reason: &str,
         message: &str,
     ) -> Result<(), RuntimeError> {
+        self.record_with_condition(name, type_, status, reason, message, |_| {})
+    }
+
+    /// Sets a condition and makes `also`'s changes in one status write (none when neither
+    /// changes anything).
+    fn record_with_condition(
+        &self,
+        name: &str,
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: &str,
+        also: impl FnOnce(&mut ProjectStatus),
+    ) -> Result<(), RuntimeError> {
         let Some(object) = self.store.get(PROJECT_KIND, name) else {
             return Ok(());
         };
-        let mut conditions = decode_status(&object).conditions;
         let generation = object.generation();
-        if !berth_api::set_condition(
-            &mut conditions,
-            type_,
-            status,
-            reason,
-            message,
-            generation,
-            Utc::now(),
-        ) {
-            return Ok(());
-        }
-        self.record(name, |s| s.conditions = conditions)
-            .map_err(|e| internal("recording a condition", e))
+        self.record(name, |s| {
+            also(s);
+            berth_api::set_condition(
+                &mut s.conditions,
+                type_,
+                status,
+                reason,
+                message,
+                generation,
+                Utc::now(),
+            );
+        })
+        .map_err(|e| internal("recording a condition", e))
     }
 
     async fn bootstrap(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
@@ -555,10 +572,6 @@ impl AgentSteps {
                     .iter()
                     .map(|(name, _, revision)| (name.clone(), revision.clone()))
                     .collect();
-                if self.status(project.name).provisioned_profiles != provisioned {
-                    self.record(project.name, |s| s.provisioned_profiles = provisioned)
-                        .map_err(|e| internal("recording the provisioned profiles", e))?;
-                }
                 for warning in &report.warnings {
                     self.event(
                         project.name,
@@ -567,12 +580,13 @@ impl AgentSteps {
                         warning,
                     );
                 }
-                self.record_condition(
+                self.record_with_condition(
                     project.name,
                     condition_types::PROVISIONED,
                     ConditionStatus::True,
                     BOOTSTRAPPED,
                     &provisioned_message(&report),
+                    |s| s.provisioned_profiles = provisioned,
                 )?;
                 Ok(StepOutcome::Done)
             }
@@ -811,19 +825,22 @@ impl LaterSteps for AgentSteps {
     /// A brief other than the one handed over makes RunnerStarted and Briefed due again: the
     /// agent gets the new one, and until it acknowledges it the project is not Briefed.
     fn outdated(&self, project: &StepContext<'_>, done: Step) -> Option<(Step, String)> {
-        if done >= Step::Bootstrapped
-            && asked_for(project.spec, Step::Bootstrapped)
-            && let Some(current) = self.profile_revisions(project.spec)
-        {
-            let recorded = self.status(project.name).provisioned_profiles;
-            if recorded != current {
-                return Some((Step::Reachable, profiles_changed(&recorded, &current)));
-            }
-        }
-        if done < Step::RunnerStarted || project.spec.agent.is_none() {
+        if done < Step::Bootstrapped || !asked_for(project.spec, Step::Bootstrapped) {
             return None;
         }
-        let handed = self.status(project.name).brief_id?;
+        let status = self.status(project.name);
+        if let Some(current) = self.profile_revisions(project.spec)
+            && status.provisioned_profiles != current
+        {
+            return Some((
+                Step::Reachable,
+                profiles_changed(&status.provisioned_profiles, &current),
+            ));
+        }
+        if done < Step::RunnerStarted || !asked_for(project.spec, Step::RunnerStarted) {
+            return None;
+        }
+        let handed = status.brief_id?;
         let current = brief_id(project.uid, &project.spec.brief);
         (handed != current).then(|| {
             (
@@ -874,11 +891,11 @@ fn internal(what: &str, e: impl std::fmt::Display) -> RuntimeError {
     }
 }
 
-/// The revision of an AgentProfile: a digest of its stored spec (canonical JSON), so an
-/// unchanged profile applied again keeps it.
-fn profile_revision(spec_json: &str) -> String {
-    let digest = agent::sha256_hex(spec_json.as_bytes());
-    format!("sha256:{}", &digest[..16])
+/// The revision of an AgentProfile's spec: its uid and generation, which moves only when the
+/// spec changes (an unchanged profile applied again keeps it; one deleted and made again
+/// does not).
+fn profile_revision(profile: &StoredObject) -> String {
+    format!("{}/{}", profile.uid(), profile.generation())
 }
 
 /// Why the provisioned profiles are out of date, for the `Ready` condition's message.

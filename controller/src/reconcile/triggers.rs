@@ -129,7 +129,6 @@ pub async fn resync_pass(ctx: &Context) {
         Err(e) => tracing::warn!(error = %e, "resync: listing LXD instances failed"),
     }
     request_all(ctx);
-    update_phase_gauges(ctx);
     ctx.metrics
         .observe_pass("resync", started.elapsed().as_secs_f64());
 }
@@ -154,16 +153,11 @@ pub async fn watch_phases(ctx: Arc<Context>, cancel: CancellationToken) {
                 Err(RecvError::Closed) => return,
             },
             _ = ticker.tick(), if changed => {
-                update_phase_gauges(&ctx);
+                count_phases(&ctx.store, &ctx.metrics);
                 changed = false;
             }
         }
     }
-}
-
-/// Counts projects by phase for `berth_projects{phase}`.
-pub fn update_phase_gauges(ctx: &Context) {
-    count_phases(&ctx.store, &ctx.metrics);
 }
 
 /// Sets `berth_projects{phase}` from the phases the store holds.
@@ -173,7 +167,7 @@ pub fn count_phases(store: &crate::store::Store, metrics: &crate::metrics::Metri
         let phase = project
             .status
             .get("phase")
-            .and_then(|p| serde_json::from_value::<berth_api::Phase>(p.clone()).ok())
+            .and_then(|p| serde_json::from_value::<berth_api::Phase>(p).ok())
             .unwrap_or_default();
         *counts.entry(phase.as_str()).or_default() += 1;
     }

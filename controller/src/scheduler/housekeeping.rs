@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::reconcile::layout::{CONTROLLER_LABEL, UID_LABEL};
+use crate::reconcile::layout::{CONTROLLER_LABEL, uid_label};
 use crate::runtime::Instance;
 
 /// A container that carries berth's project label but whose project is not in the store.
@@ -29,14 +29,14 @@ pub fn orphans(
     let mut found: Vec<Orphan> = instances
         .iter()
         .filter_map(|instance| {
-            let uid = instance.config.get(UID_LABEL)?;
+            let uid = uid_label(&instance.config)?;
             let ours = instance
                 .config
                 .get(CONTROLLER_LABEL)
                 .is_none_or(|c| c == controller);
             (ours && !uid.is_empty() && !known_uids.contains(uid)).then(|| Orphan {
                 instance: instance.name.clone(),
-                uid: uid.clone(),
+                uid: uid.to_string(),
                 location: instance.location.clone(),
             })
         })
@@ -48,6 +48,7 @@ pub fn orphans(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reconcile::layout::UID_LABEL;
     use crate::runtime::InstanceStatus;
 
     fn instance(name: &str, labels: &[(&str, &str)]) -> Instance {

@@ -279,16 +279,9 @@ impl DaemonPasses {
 
     /// Exec and tool calls made through berth, the latest of each.
     fn touches(&self, uid: &str) -> Touches {
-        let exec = self
-            .activity_log
-            .last(uid)
-            .filter(|a| a.source == "exec")
-            .map(|a| a.at);
-        let tool_logged = self
-            .activity_log
-            .last(uid)
-            .filter(|a| a.source == "tool")
-            .map(|a| a.at);
+        let last = self.activity_log.last(uid);
+        let at = |source: &str| last.as_ref().filter(|a| a.source == source).map(|a| a.at);
+        let (exec, tool_logged) = (at("exec"), at("tool"));
         let tool_stored = self.store.last_tool_call(uid).ok().flatten();
         Touches {
             exec,

@@ -18,8 +18,8 @@ pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024;
 /// reaches the container through LXD's file API, so only the request body limits it; this
 /// leaves room in [`MAX_REQUEST_BYTES`] for JSON escaping.
 pub const MAX_FILE_BYTES: usize = 2 << 20;
-/// A tool call's request body (the API's limit for one object).
-pub const MAX_REQUEST_BYTES: usize = 3 << 20;
+/// A tool call's request body: the API's limit for one object.
+pub const MAX_REQUEST_BYTES: usize = crate::api::OBJECT_LIMIT;
 /// A tool's output is cut after this many bytes.
 pub const MAX_OUTPUT_BYTES: usize = 256 * 1024;
 /// Glob and Grep list at most this many matches.

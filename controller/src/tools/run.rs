@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use hyper::StatusCode;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::call::{self, DEFAULT_READ_LINES, MAX_FILE_BYTES, MAX_MATCHES, READ_LINE_MAX};
 use super::pattern::{self, EreError, GlobError};
@@ -200,7 +199,7 @@ impl Run<'_> {
                 call::size(MAX_FILE_BYTES)
             )));
         }
-        let expect = hex::encode(Sha256::digest(text));
+        let expect = crate::agent::sha256_hex(text);
         self.write(&path, edited, Some(expect)).await?;
         Ok(self.body(json!(format!(
             "replaced {count} occurrence(s) in {canonical}"

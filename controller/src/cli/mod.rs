@@ -155,9 +155,12 @@ impl Context {
 }
 
 pub fn main() -> ExitCode {
-    exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     let context = Context { global: cli.global };
+    // The daemon's output goes to a log, and a panic there must never pass for a closed pipe.
+    if !matches!(cli.command, Command::Serve(_)) {
+        exit_quietly_on_broken_pipe();
+    }
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Completion(args) => completion::run(args),
@@ -211,7 +214,8 @@ const BROKEN_PIPE_EXIT: i32 = 128 + 13;
 
 /// A reader that went away (`berth get projects | head -1`) ends the command quietly, as it
 /// ends kubectl or coreutils. Rust ignores SIGPIPE, so printing to the closed pipe panics;
-/// the hook turns that one panic into the exit a SIGPIPE would have caused, for every command.
+/// the hook turns that one panic into the exit a SIGPIPE would have caused, for every client
+/// command.
 fn exit_quietly_on_broken_pipe() {
     let broken_pipe = std::io::Error::from_raw_os_error(nix::libc::EPIPE).to_string();
     let default = std::panic::take_hook();

@@ -211,17 +211,20 @@ impl DaemonPasses {
     /// (an inspection that failed, or unsaved work holding a due deletion). A blocked agent is
     /// not a reason: its state lives on a tmpfs, so a boot cannot tell anything new.
     fn wants_stopped_look(&self, object: &StoredObject) -> bool {
-        if object.is_deleting() || running(object) || paused(object) {
+        // The cheap tests first: this runs for every project in every pass.
+        if object.is_deleting()
+            || paused(object)
+            || !self
+                .memory()
+                .stopped_look_due(object.uid(), Instant::now(), self.recheck_interval)
+            || running(object)
+        {
             return false;
         }
         let Some(facts) = Facts::of(object, None) else {
             return false;
         };
-        if !facts.ever_reachable
-            || !self
-                .memory()
-                .stopped_look_due(object.uid(), Instant::now(), self.recheck_interval)
-        {
+        if !facts.ever_reachable {
             return false;
         }
         let verdict = policy::decide(&facts.subject(self.now(), None));

@@ -1307,7 +1307,7 @@ fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
         &name,
         "Bash",
         "stopped-1",
-        json!({"command": "echo no"}),
+        json!({"command": "echo ran >> /root/refused.log"}),
         503,
         "Unreachable",
     );
@@ -1323,5 +1323,14 @@ fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
         project["metadata"]["annotations"]["berth.dev/wokenAt"],
         woken_at
     );
-    assert_eq!(harness::instance_state(&name).as_deref(), Some("STOPPED"));
+    // The command never ran. (The container itself may be booted briefly meanwhile: the
+    // scheduler looks into a stopped workspace whose last inspection failed, and stops it
+    // again.)
+    let pull = |path: &str| harness::lxc(&["file", "pull", &format!("{name}{path}"), "-"]);
+    assert!(pull("/root/wake.log").is_ok_and(|t| t.contains("ran")));
+    let trace = pull("/root/refused.log");
+    assert!(trace.is_err(), "the refused command ran: {trace:?}");
+    berth.wait_for(&name, "still stopped by its spec", |p, state| {
+        p["status"]["phase"] == "Stopped" && state == Some("STOPPED")
+    });
 }

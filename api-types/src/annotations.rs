@@ -22,3 +22,21 @@ pub const APPLYSET: &str = "berth.dev/applyset";
 /// own value is ignored. A defaulted field a manifest leaves out keeps its stored value unless
 /// it is listed here: an override the manifest no longer sets falls back to the fleet default.
 pub const OVERRIDES: &str = "berth.dev/overrides";
+
+/// How an object was asked to go. The server records these on the object from the delete request
+/// itself (or from the reaper, or a GitOps prune); a manifest, merge patch or GitSource carrying
+/// one is refused, so nothing but a person's delete request can force a deletion.
+///
+/// `"true"`: the deletion was forced (`DELETE ...?force=true`): the workspace goes whatever it
+/// holds (into the trash, unless purged).
+pub const FORCE_DELETE: &str = "berth.dev/forceDelete";
+/// `"true"`: the deletion skips the trash (`DELETE ...?force=true&purge=true`, admins only).
+pub const PURGE: &str = "berth.dev/purge";
+/// Who asked for the deletion (the caller's name, `unix:<user>` on the local socket).
+pub const DELETED_BY: &str = "berth.dev/deletedBy";
+/// Why the object is being deleted when no person asked: `reaper` (maxAge or idleAction Delete)
+/// or `prune` (an applyset or GitSource no longer holds it).
+pub const REAPED_BY: &str = "berth.dev/reapedBy";
+
+/// Annotations only the server writes (see [`FORCE_DELETE`]).
+pub const SERVER_OWNED: [&str; 4] = [FORCE_DELETE, PURGE, DELETED_BY, REAPED_BY];

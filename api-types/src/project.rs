@@ -397,6 +397,11 @@ pub struct ProjectStatus {
     /// The last durable step completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<Step>,
+    /// When the workspace first became reachable (an exec answered). From then on it may hold
+    /// work, whatever `step` says later (it moves back on a new image, a recreate or a boot):
+    /// recorded once and never cleared while the volumes exist, so every deletion inspects it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_reachable_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -25,7 +25,7 @@ use crate::store::{Action, AppliedSet, Deletion, StoredObject};
 
 const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
 /// Marks a deletion asked with `?force=true`, for the controller to read.
-pub const FORCE_DELETE_ANNOTATION: &str = "berth.dev/forceDelete";
+pub const FORCE_DELETE_ANNOTATION: &str = berth_api::annotations::FORCE_DELETE;
 /// How many events `GET .../events` returns without `?limit=`.
 const DEFAULT_EVENT_LIMIT: usize = 1000;
 

@@ -40,7 +40,7 @@ use crate::store::{Doc, EventType, Store, StoreError, StoredObject};
 
 /// The annotation a deletion the reaper asked for carries, so that events and audits tell it
 /// from a person's.
-pub const REAPED_ANNOTATION: &str = "berth.dev/reapedBy";
+pub const REAPED_ANNOTATION: &str = berth_api::annotations::REAPED_BY;
 /// How many times a status write is retried when the object changed under it.
 const STATUS_WRITE_ATTEMPTS: usize = 5;
 

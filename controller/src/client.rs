@@ -593,7 +593,22 @@ impl Client {
         name: &str,
         force: bool,
     ) -> Result<Value, ClientError> {
-        let query: &[(&str, &str)] = if force { &[("force", "true")] } else { &[] };
+        self.delete_with(resource, name, force, false).await
+    }
+
+    /// A deletion that may also skip the trash (`purge`, which the server takes only forced).
+    pub async fn delete_with(
+        &self,
+        resource: Resource,
+        name: &str,
+        force: bool,
+        purge: bool,
+    ) -> Result<Value, ClientError> {
+        let query: &[(&str, &str)] = match (force, purge) {
+            (_, true) => &[("force", "true"), ("purge", "true")],
+            (true, false) => &[("force", "true")],
+            (false, false) => &[],
+        };
         self.call(
             Method::DELETE,
             &Self::object_path(resource, Some(name)),

@@ -41,6 +41,8 @@ pub struct Config {
     /// Host paths that `file://` repositories may name.
     pub allowed_file_roots: Vec<PathBuf>,
     pub secrets: SecretsConfig,
+    /// How long a deleted project's volumes are kept before housekeeping purges them.
+    pub trash: TrashConfig,
     /// Serve the API and the store, but let the controller act on nothing.
     pub paused: bool,
 }
@@ -56,6 +58,7 @@ impl Default for Config {
             preview_domain: "localhost".to_string(),
             allowed_file_roots: Vec::new(),
             secrets: SecretsConfig::default(),
+            trash: TrashConfig::default(),
             paused: false,
         }
     }
@@ -162,6 +165,37 @@ impl Default for SecretsConfig {
     fn default() -> Self {
         SecretsConfig {
             mirror_to_lxd: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct TrashConfig {
+    /// `0s` disables the trash: a deletion deletes the volumes.
+    pub retention: String,
+}
+
+impl Default for TrashConfig {
+    fn default() -> Self {
+        TrashConfig {
+            retention: "7d".to_string(),
+        }
+    }
+}
+
+/// The longest duration a setting may hold.
+const MAX_DURATION_DAYS: u64 = 36_500;
+
+impl TrashConfig {
+    /// The trash's settings (validated at load, so the default stands in otherwise).
+    pub fn settings(&self) -> crate::trash::TrashSettings {
+        crate::trash::TrashSettings {
+            retention: self
+                .retention
+                .parse::<berth_api::BerthDuration>()
+                .map(|d| d.as_std())
+                .unwrap_or(crate::trash::DEFAULT_RETENTION),
         }
     }
 }
@@ -273,6 +307,19 @@ impl Config {
                 ));
             }
             Err(e) => return Err(invalid("scheduler.recheckInterval", &e.to_string())),
+        }
+        match self.trash.retention.parse::<berth_api::BerthDuration>() {
+            Ok(d) if d.as_std().as_secs() > MAX_DURATION_DAYS * 86_400 => {
+                return Err(invalid(
+                    "trash.retention",
+                    &format!(
+                        "{:?} is longer than {MAX_DURATION_DAYS}d",
+                        self.trash.retention
+                    ),
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(invalid("trash.retention", &e.to_string())),
         }
         Ok(())
     }
@@ -442,6 +489,8 @@ secrets: {mirrorToLxd: true}
             ),
             ("listen: {tls: {cert: /c.pem}}", "listen.tls.key"),
             ("listen: {tls: {key: /k.pem}}", "listen.tls.cert"),
+            ("trash: {retention: soon}", "trash.retention"),
+            ("trash: {retention: 36501d}", "trash.retention"),
         ];
         for (text, field) in table {
             let err = Config::parse(text).unwrap().validate().unwrap_err();
@@ -451,6 +500,22 @@ secrets: {mirrorToLxd: true}
         assert!(
             err.to_string().contains("defaults.resources.memory"),
             "{err}"
+        );
+        for (text, retention) in [
+            ("", crate::trash::DEFAULT_RETENTION),
+            ("trash: {retention: 0s}", std::time::Duration::ZERO),
+            (
+                "trash: {retention: 36500d}",
+                std::time::Duration::from_secs(36_500 * 86_400),
+            ),
+        ] {
+            let config = Config::parse(text).unwrap();
+            config.validate().unwrap();
+            assert_eq!(config.trash.settings().retention, retention, "{text}");
+        }
+        assert!(
+            Config::parse("trash: {keep: 1d}").is_err(),
+            "unknown keys are refused"
         );
         let ok = "lxd: {endpoint: 'https://lxd.example:8443', serverFingerprint: abc}\nlisten: {http: '[::1]:7480'}";
         Config::parse(ok).unwrap().validate().unwrap();

@@ -163,12 +163,21 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     // the controller's first resync.
     crate::reconcile::triggers::count_phases(&store, &metrics);
     let inspector = Arc::new(crate::inspect::Inspector::new(config.lxd.endpoint.clone()));
+    let trash = Arc::new(
+        crate::trash::Trash::new(
+            Arc::clone(&store),
+            config.lxd.storage_pool.clone(),
+            config.trash.settings(),
+        )
+        .with_metrics(Arc::clone(&metrics)),
+    );
     let controller = start_controller(
         &config,
         &store,
         &secrets,
         &metrics,
         &inspector,
+        &trash,
         &shutdown,
         &controller_started,
     );
@@ -186,6 +195,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         Arc::new(move || metrics.encode())
     })
     .with_inspector(Arc::clone(&inspector))
+    .with_trash(trash)
     .with_readiness_check(
         "controller",
         Arc::new(move || {
@@ -232,12 +242,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 
 /// Where the controller starts. With `paused` it does not: the API and the store are served,
 /// nothing in the fleet is touched. Marks `started` once the controller runs, for `/readyz`.
+#[allow(clippy::too_many_arguments)] // the daemon's shared parts, each handed on once
 fn start_controller(
     config: &Config,
     store: &Arc<Store>,
     secrets: &Arc<Secrets>,
     metrics: &Arc<crate::metrics::Metrics>,
     inspector: &Arc<crate::inspect::Inspector>,
+    trash: &Arc<crate::trash::Trash>,
     shutdown: &CancellationToken,
     started: &Arc<AtomicBool>,
 ) -> Option<tokio::task::JoinHandle<()>> {
@@ -278,6 +290,7 @@ fn start_controller(
     let shutdown = shutdown.clone();
     let started = Arc::clone(started);
     let inspector = Arc::clone(inspector);
+    let trash = Arc::clone(trash);
     Some(tokio::spawn(async move {
         if let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &metrics, &shutdown).await {
             inspector.set_runtime(Arc::clone(&runtime));
@@ -308,7 +321,8 @@ fn start_controller(
                 metrics,
                 Arc::clone(&inspector.activity),
                 pass_settings,
-            );
+            )
+            .with_trash(trash);
             let scheduler = tokio::spawn(crate::scheduler::run(
                 Arc::new(passes),
                 interval,

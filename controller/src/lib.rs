@@ -17,3 +17,4 @@ pub mod scheduler;
 pub mod secrets;
 pub mod store;
 pub mod tools;
+pub mod trash;

@@ -104,6 +104,9 @@ pub struct Metrics {
     pub scheduler_overruns: Counter,
     pub containers_vanished: Counter,
     pub orphan_containers: Gauge,
+    /// Volumes in the trash, and the bytes they use (0 for those the pool cannot size).
+    pub trash_volumes: Gauge,
+    pub trash_bytes: Gauge,
     pub workqueue_depth: Gauge,
     pub workqueue_adds: Counter,
     pub workqueue_retries: Counter,
@@ -141,6 +144,8 @@ impl Metrics {
             scheduler_overruns: Counter::default(),
             containers_vanished: Counter::default(),
             orphan_containers: Gauge::default(),
+            trash_volumes: Gauge::default(),
+            trash_bytes: Gauge::default(),
             workqueue_depth: Gauge::default(),
             workqueue_adds: Counter::default(),
             workqueue_retries: Counter::default(),
@@ -206,6 +211,16 @@ impl Metrics {
             "Time a project waited in the queue past its due time",
             Unit::Seconds,
             m.workqueue_queue_duration.clone(),
+        );
+        registry.register(
+            "trash_volumes",
+            "Volumes of deleted projects kept in the trash",
+            m.trash_volumes.clone(),
+        );
+        registry.register(
+            "trash_bytes",
+            "Bytes the trash's volumes use (0 for volumes the storage pool cannot size)",
+            m.trash_bytes.clone(),
         );
         registry.register("projects", "Projects by phase", m.projects.clone());
         registry.register_with_unit(
@@ -406,6 +421,8 @@ mod tests {
         "berth_scheduler_overruns_total",
         "berth_containers_vanished_total",
         "berth_orphan_containers",
+        "berth_trash_volumes",
+        "berth_trash_bytes",
         "berth_workqueue_depth",
         "berth_workqueue_adds_total",
         "berth_workqueue_retries_total",

@@ -11,6 +11,7 @@ mod routes;
 mod secrets;
 pub mod selector;
 mod server;
+mod trash;
 mod users;
 mod watch;
 
@@ -89,6 +90,8 @@ pub struct ApiState {
     pub tools: Option<Arc<crate::tools::Tools>>,
     /// LXD for runtime inspection and exec, and the activity people caused through berth.
     pub inspector: Arc<crate::inspect::Inspector>,
+    /// The trash of deleted projects; without it the trash routes answer 503.
+    pub trash: Option<Arc<crate::trash::Trash>>,
 }
 
 impl ApiState {
@@ -108,7 +111,14 @@ impl ApiState {
             shutdown,
             tools: None,
             inspector: Arc::new(crate::inspect::Inspector::new("LXD")),
+            trash: None,
         }
+    }
+
+    /// Serves the trash routes.
+    pub fn with_trash(mut self, trash: Arc<crate::trash::Trash>) -> Self {
+        self.trash = Some(trash);
+        self
     }
 
     /// Serves the workspace tools endpoint.

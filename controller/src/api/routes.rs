@@ -20,7 +20,7 @@ use super::error::{ApiError, Cause};
 use super::merge_patch;
 use super::selector::LabelSelector;
 use super::watch;
-use super::{ApiState, Body, Caller, Transport, members, secrets, users};
+use super::{ApiState, Body, Caller, Transport, members, secrets, trash, users};
 use crate::store::{Action, AppliedSet, Deletion, StoredObject};
 
 const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
@@ -219,6 +219,10 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             );
             Ok(serialized(StatusCode::OK, &json!({"items": plan})))
         }
+        ["trash"] => trash::route(state, caller, &method, &path, None, req).await,
+        ["trash", uid, "restore"] => {
+            trash::route(state, caller, &method, &path, Some(uid), req).await
+        }
         ["users"] => users::route(state, caller, &method, None, req).await,
         ["users", name] => users::route(state, caller, &method, Some(name), req).await,
         ["projects", name, "secrets"] => {
@@ -312,7 +316,7 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
                 ([name], &Method::PATCH) => patch(state, caller, kind, name, req, &query).await,
                 ([name], &Method::DELETE) => {
                     access::require_admin(caller, &format!("delete {} objects", kind.as_str()))?;
-                    delete(state, kind, name, &query).await
+                    delete(state, caller, kind, name, &query).await
                 }
                 ([_], _) => Err(ApiError::method_not_allowed(&method, &path)),
                 ([name, "status"], &Method::GET) => {
@@ -362,7 +366,9 @@ const ANSWER_LIMIT: usize = 64 * 1024;
 const LOG_CHUNK_LIMIT: u64 = crate::agent::RUNNER_LOG_CAP + 64 * 1024;
 
 /// The runtime of the running controller, for the routes that reach into a container.
-fn container_runtime(state: &ApiState) -> Result<Arc<dyn crate::runtime::Runtime>, ApiError> {
+pub(super) fn container_runtime(
+    state: &ApiState,
+) -> Result<Arc<dyn crate::runtime::Runtime>, ApiError> {
     state.inspector.runtime().ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -802,12 +808,34 @@ fn merged_user_form(current: &StoredObject, patch: &Value) -> Result<Value, ApiE
     Ok(form)
 }
 
-async fn delete(state: &Arc<ApiState>, kind: Kind, name: &str, query: &Query) -> Outcome {
+/// Deletes an object, recording on it how it was asked to go: forced, purged (skipping the
+/// trash; admins only, and only with force) and by whom.
+async fn delete(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    kind: Kind,
+    name: &str,
+    query: &Query,
+) -> Outcome {
+    use berth_api::annotations;
     let dry_run = query.dry_run()?;
-    let mut annotations = BTreeMap::new();
     let force = query.flag("force")?;
+    let purge = query.flag("purge")?;
+    if purge {
+        access::require_admin(caller, "purge a deletion (skip the trash)")?;
+        if !force {
+            return Err(ApiError::bad_request(
+                "purge: a purged deletion must be forced (force=true&purge=true)",
+            ));
+        }
+    }
+    let mut annotations =
+        BTreeMap::from([(annotations::DELETED_BY.to_string(), caller.identity.clone())]);
     if force {
         annotations.insert(FORCE_DELETE_ANNOTATION.to_string(), "true".to_string());
+    }
+    if purge {
+        annotations.insert(annotations::PURGE.to_string(), "true".to_string());
     }
     let rv = match query.get("resourceVersion") {
         Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
@@ -1107,7 +1135,7 @@ pub(super) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
     serialized(code, value)
 }
 
-fn serialized<T: Serialize + ?Sized>(code: StatusCode, value: &T) -> Response<Body> {
+pub(super) fn serialized<T: Serialize + ?Sized>(code: StatusCode, value: &T) -> Response<Body> {
     match serde_json::to_vec(value) {
         Ok(mut bytes) => {
             bytes.push(b'\n');

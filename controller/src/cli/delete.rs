@@ -27,6 +27,9 @@ pub struct DeleteArgs {
     /// Delete even what reaping protections would hold (unsaved work, a blocked agent).
     #[arg(long)]
     force: bool,
+    /// Skip the trash: delete the volumes at once (admins; implies --force).
+    #[arg(long)]
+    purge: bool,
     /// Wait until the objects are gone (`--wait=false` returns once deletion is requested).
     #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true", require_equals = true, value_name = "BOOL")]
@@ -51,7 +54,9 @@ pub async fn run(context: &Context, args: DeleteArgs) -> anyhow::Result<ExitCode
     };
     let client = context.client()?;
     for (resource, name) in &targets {
-        client.delete(*resource, name, args.force).await?;
+        client
+            .delete_with(*resource, name, args.force || args.purge, args.purge)
+            .await?;
         if !args.wait {
             println!("{resource}/{name} deletion requested");
         }

@@ -28,11 +28,13 @@ mod power;
 mod progress;
 mod reap;
 mod render;
+mod restore;
 mod secret;
 mod serve;
 mod table;
 mod textdiff;
 mod tool;
+mod trash;
 mod user;
 mod version;
 mod wait;
@@ -108,6 +110,10 @@ enum Command {
     Ports(ports::PortsArgs),
     /// Show what the reaper will do next to each project (`--dry-run`).
     Reap(reap::ReapArgs),
+    /// List what deletions put in the trash (`trash list`).
+    Trash(trash::TrashArgs),
+    /// Bring a deleted project back from the trash.
+    Restore(restore::RestoreArgs),
     /// Print the client and server versions.
     Version(version::VersionArgs),
     /// Set, list or delete a project's secrets.
@@ -195,6 +201,8 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Start(args) => power::start(context, args).await,
             Command::Ports(args) => ports::run(context, args).await,
             Command::Reap(args) => reap::run(context, args).await,
+            Command::Trash(args) => trash::run(context, args).await,
+            Command::Restore(args) => restore::run(context, args).await,
             Command::Version(args) => version::run(context, args).await,
             Command::Secret(args) => secret::run(context, args).await,
             Command::Tool(args) => tool::run(context, args).await,

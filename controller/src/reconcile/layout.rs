@@ -78,11 +78,13 @@ impl DurableLayout {
     }
 
     /// Whether a volume name belongs to the project with this uid.
+    /// A volume in the trash (`berth-trash-...`) is no project's, whatever uid it names.
     pub fn owns_volume(uid: &str, volume: &str) -> bool {
-        volume
-            .strip_prefix("berth-")
-            .and_then(|rest| rest.strip_prefix(uid))
-            .is_some_and(|rest| rest == "-workspace" || rest.starts_with("-home-"))
+        !crate::trash::is_trash_name(volume)
+            && volume
+                .strip_prefix("berth-")
+                .and_then(|rest| rest.strip_prefix(uid))
+                .is_some_and(|rest| rest == "-workspace" || rest.starts_with("-home-"))
     }
 
     /// The disk devices that attach every mount from `pool`.
@@ -156,6 +158,14 @@ mod tests {
         assert!(DurableLayout::owns_volume("u-1", "berth-u-1-home-claude"));
         assert!(!DurableLayout::owns_volume("u-1", "berth-u-12-workspace"));
         assert!(!DurableLayout::owns_volume("u-1", "other"));
+        assert!(!DurableLayout::owns_volume(
+            "u-1",
+            "berth-trash-u-1-workspace"
+        ));
+        assert!(!DurableLayout::owns_volume(
+            "trash",
+            "berth-trash-workspace"
+        ));
     }
 
     #[test]

@@ -88,6 +88,8 @@ pub struct ControllerSettings {
     pub timeouts: Timeouts,
     /// How often a held deletion's workspace is inspected again (`scheduler.recheckInterval`).
     pub held_recheck: Duration,
+    /// What a deletion does with the volumes (`trash.retention`).
+    pub trash: crate::trash::TrashSettings,
 }
 
 impl Default for ControllerSettings {
@@ -101,6 +103,7 @@ impl Default for ControllerSettings {
             backoff: Backoff::default(),
             timeouts: Timeouts::default(),
             held_recheck: crate::scheduler::deletion::HELD_RECHECK,
+            trash: crate::trash::TrashSettings::default(),
         }
     }
 }

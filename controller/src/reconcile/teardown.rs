@@ -55,19 +55,21 @@ pub async fn finalize(
         }
     }
 
+    // The volumes go to the trash (or, purged, are deleted): `crate::trash::dispose`.
     let volumes = runtime
         .list_volumes(&settings.storage_pool, Some(LABEL_PREFIX))
-        .await?;
-    for volume in volumes
-        .iter()
+        .await?
+        .into_iter()
         .filter(|v| uid_label(&v.config) == Some(uid) && DurableLayout::owns_volume(uid, &v.name))
-    {
-        let target = Some(volume.location.as_str()).filter(|l| !l.is_empty() && *l != "none");
-        runtime
-            .delete_volume(&settings.storage_pool, &volume.name, target)
-            .await?;
-        tracing::info!(volume = volume.name.as_str(), "volume deleted");
-    }
+        .collect();
+    crate::trash::dispose(
+        runtime,
+        &settings.storage_pool,
+        &settings.trash,
+        &object,
+        volumes,
+    )
+    .await?;
 
     let finalizers: Vec<String> = object
         .metadata

@@ -70,6 +70,8 @@ struct State {
     server: ServerInfo,
     instances: BTreeMap<String, FakeInstance>,
     volumes: BTreeMap<(String, String), Volume>,
+    /// Bytes used by a volume, where a test said; a volume without is one the pool cannot size.
+    usage: BTreeMap<(String, String), u64>,
     /// alias -> fingerprint
     images: BTreeMap<String, String>,
     /// pool name -> driver; a pool the fake was not told about is a `dir` pool.
@@ -164,6 +166,7 @@ impl FakeRuntime {
                 },
                 instances: BTreeMap::new(),
                 volumes: BTreeMap::new(),
+                usage: BTreeMap::new(),
                 images,
                 pool_drivers: BTreeMap::new(),
                 operations: BTreeMap::new(),
@@ -324,6 +327,23 @@ impl FakeRuntime {
             .volumes
             .get(&(pool.to_string(), name.to_string()))
             .map(|v| with_used_by(v, &state.instances))
+    }
+
+    /// Makes the pool report `bytes` used by a volume (by default it cannot tell, as `dir`).
+    pub fn set_volume_usage(&self, pool: &str, name: &str, bytes: u64) {
+        lock(&self.state)
+            .usage
+            .insert((pool.to_string(), name.to_string()), bytes);
+    }
+
+    /// Every volume of `pool`, by name.
+    pub fn volume_names(&self, pool: &str) -> Vec<String> {
+        lock(&self.state)
+            .volumes
+            .keys()
+            .filter(|(p, _)| p == pool)
+            .map(|(_, name)| name.clone())
+            .collect()
     }
 
     /// A file's content as last written.
@@ -916,6 +936,87 @@ impl Runtime for FakeRuntime {
             }
         };
         Self::reply("delete_volume", lose, result)
+    }
+
+    async fn rename_volume(
+        &self,
+        pool: &str,
+        name: &str,
+        new_name: &str,
+        _target: Option<&str>,
+    ) -> Result<()> {
+        let lose = self.enter("rename_volume", name).await?;
+        let what = format!("rename volume {pool}/{name} to {new_name}");
+        let result = match self.volume(pool, name) {
+            None => Err(not_found(what)),
+            Some(v) if !v.used_by.is_empty() => Err(rejected(what, "The volume is in use")),
+            Some(_) if self.volume(pool, new_name).is_some() => Err(RuntimeError::Conflict {
+                what,
+                message: "Volume by that name already exists".into(),
+            }),
+            Some(_) => {
+                let mut state = lock(&self.state);
+                let mut volume = state
+                    .volumes
+                    .remove(&(pool.to_string(), name.to_string()))
+                    .expect("checked above");
+                volume.name = new_name.to_string();
+                state
+                    .volumes
+                    .insert((pool.to_string(), new_name.to_string()), volume);
+                if let Some(used) = state.usage.remove(&(pool.to_string(), name.to_string())) {
+                    state
+                        .usage
+                        .insert((pool.to_string(), new_name.to_string()), used);
+                }
+                Ok(())
+            }
+        };
+        Self::reply("rename_volume", lose, result)
+    }
+
+    async fn patch_volume(
+        &self,
+        pool: &str,
+        name: &str,
+        config: &BTreeMap<String, String>,
+        _target: Option<&str>,
+    ) -> Result<()> {
+        let lose = self.enter("patch_volume", name).await?;
+        let mut state = lock(&self.state);
+        let result = match state.volumes.get_mut(&(pool.to_string(), name.to_string())) {
+            None => Err(not_found(format!("volume {pool}/{name}"))),
+            Some(volume) => {
+                for (key, value) in config {
+                    if value.is_empty() {
+                        volume.config.remove(key);
+                    } else {
+                        volume.config.insert(key.clone(), value.clone());
+                    }
+                }
+                Ok(())
+            }
+        };
+        drop(state);
+        Self::reply("patch_volume", lose, result)
+    }
+
+    async fn volume_usage(
+        &self,
+        pool: &str,
+        name: &str,
+        _target: Option<&str>,
+    ) -> Result<Option<u64>> {
+        let lose = self.enter("volume_usage", name).await?;
+        let state = lock(&self.state);
+        let key = (pool.to_string(), name.to_string());
+        let result = if state.volumes.contains_key(&key) {
+            Ok(state.usage.get(&key).copied())
+        } else {
+            Err(not_found(format!("volume {pool}/{name}")))
+        };
+        drop(state);
+        Self::reply("volume_usage", lose, result)
     }
 
     async fn resolve_image(&self, image: &ImageSource) -> Result<Option<String>> {

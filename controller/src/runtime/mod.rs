@@ -132,6 +132,34 @@ pub trait Runtime: Send + Sync {
     /// Deletes a custom volume; a missing one succeeds, one in use is [`RuntimeError::Rejected`].
     async fn delete_volume(&self, pool: &str, name: &str, target: Option<&str>) -> Result<()>;
 
+    /// Renames a custom volume. A missing one is [`RuntimeError::NotFound`], a taken new name
+    /// [`RuntimeError::Conflict`]; a volume in use cannot be renamed.
+    async fn rename_volume(
+        &self,
+        pool: &str,
+        name: &str,
+        new_name: &str,
+        target: Option<&str>,
+    ) -> Result<()>;
+
+    /// Merges config keys into a custom volume's config (a key set to "" is removed).
+    async fn patch_volume(
+        &self,
+        pool: &str,
+        name: &str,
+        config: &std::collections::BTreeMap<String, String>,
+        target: Option<&str>,
+    ) -> Result<()>;
+
+    /// The bytes a custom volume uses, or `None` where the pool cannot tell (LXD 5.0's `dir`
+    /// driver answers "Not supported").
+    async fn volume_usage(
+        &self,
+        pool: &str,
+        name: &str,
+        target: Option<&str>,
+    ) -> Result<Option<u64>>;
+
     /// The fingerprint an image alias or fingerprint (prefix) names, or `None` if no such image.
     async fn resolve_image(&self, image: &ImageSource) -> Result<Option<String>>;
 

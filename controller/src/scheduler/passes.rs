@@ -80,6 +80,8 @@ pub struct DaemonPasses {
     /// The orphans (instance, uid) the last housekeeping pass saw, so each orphan episode is
     /// reported once.
     reported_orphans: Mutex<BTreeSet<(String, String)>>,
+    /// The trash whose expired entries housekeeping purges.
+    trash: Option<Arc<crate::trash::Trash>>,
 }
 
 impl std::fmt::Debug for DaemonPasses {
@@ -113,6 +115,15 @@ impl DaemonPasses {
             memory: Mutex::new(Memory::new()),
             round: Mutex::new(BTreeMap::new()),
             reported_orphans: Mutex::new(BTreeSet::new()),
+            trash: None,
+        }
+    }
+
+    /// Housekeeping also purges what outlived the trash's retention.
+    pub fn with_trash(self, trash: Arc<crate::trash::Trash>) -> DaemonPasses {
+        DaemonPasses {
+            trash: Some(trash),
+            ..self
         }
     }
 
@@ -552,9 +563,19 @@ impl DaemonPasses {
         .map(|_| ())
     }
 
+    /// Purges the trash entries that outlived `trash.retention` (a `TrashPurged` event each)
+    /// and recounts the trash's metrics.
+    async fn purge_trash(&self) {
+        let Some(trash) = &self.trash else { return };
+        if let Err(e) = trash.purge_expired(&*self.runtime, self.now()).await {
+            tracing::warn!(error = %e, "housekeeping could not read the trash");
+        }
+    }
+
     /// Reports containers berth labelled whose project is gone, once per orphan episode (an
     /// event and the `orphan_containers` gauge); never deletes them.
     async fn housekeeping(&self) {
+        self.purge_trash().await;
         // Projects read on both sides of the list: one created or deleted meanwhile has its
         // uid in one of them, so its container is not taken for an orphan.
         let mut uids = self.uids();

@@ -349,6 +349,27 @@ impl Store {
         })
     }
 
+    /// Creates a Project again as the trash recorded it: under `uid` (its own, or a new one
+    /// when it comes back under another name), with `status` as its first status, and
+    /// `creator` as its first member. Fails when the name or the uid is taken.
+    pub fn create_restored(
+        &self,
+        creator: &str,
+        desired: Desired,
+        uid: &str,
+        status: Value,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        let mode = Mode::Restore {
+            uid: uid.to_string(),
+            status,
+        };
+        self.write_as(Some(creator), false, |inner, pending| {
+            let (object, _) = inner.upsert(pending, desired, mode)?;
+            inner.check_display_name(&object)?;
+            Ok(object)
+        })
+    }
+
     /// Replaces the user fields of an existing object; `expected_rv` guards against lost updates.
     pub fn replace(
         &self,
@@ -580,7 +601,7 @@ impl Store {
                         }
                         continue;
                     }
-                    pruned.push(inner.delete(pending, current, BTreeMap::new()));
+                    pruned.push(inner.delete(pending, current, prune_annotations(creator)));
                 }
                 inventory.extend(kept);
                 inventory.sort();
@@ -725,6 +746,11 @@ fn now() -> DateTime<Utc> {
 
 enum Mode {
     Create,
+    /// Create under this uid with this initial status: a project brought back from the trash.
+    Restore {
+        uid: String,
+        status: Value,
+    },
     Replace(Option<u64>),
     Apply,
 }
@@ -767,7 +793,7 @@ impl Inner {
     ) -> Result<(Arc<StoredObject>, Action), StoreError> {
         let current = self.get(&desired.kind, &desired.name);
         let current = match (current, &mode) {
-            (Some(_), Mode::Create) => {
+            (Some(_), Mode::Create | Mode::Restore { .. }) => {
                 return Err(StoreError::AlreadyExists {
                     kind: desired.kind,
                     name: desired.name,
@@ -783,11 +809,24 @@ impl Inner {
             (current, _) => current,
         };
         let Some(current) = current else {
+            let (uid, status) = match mode {
+                Mode::Restore { uid, status } => {
+                    if self.uids.contains_key(&uid) {
+                        return Err(StoreError::conflict(
+                            &desired.kind,
+                            &desired.name,
+                            format!("an object with uid {uid} exists"),
+                        ));
+                    }
+                    (uid, Doc::new(&status))
+                }
+                _ => (uuid::Uuid::new_v4().to_string(), Doc::null()),
+            };
             let object = Arc::new(StoredObject {
                 kind: desired.kind,
                 metadata: ObjectMeta {
                     name: desired.name,
-                    uid: Some(uuid::Uuid::new_v4().to_string()),
+                    uid: Some(uid),
                     generation: Some(1),
                     resource_version: Some(self.next_rv().to_string()),
                     labels: desired.labels,
@@ -797,7 +836,7 @@ impl Inner {
                     finalizers: desired.finalizers.unwrap_or_default(),
                 },
                 spec: Doc::new(&desired.spec),
-                status: Doc::null(),
+                status,
             });
             self.put(pending, Arc::clone(&object));
             if object.kind == PROJECT_KIND
@@ -1155,6 +1194,21 @@ impl Inner {
             Err(_) => {}
         }
     }
+}
+
+/// How a pruned object was asked to go: by a prune, on behalf of whoever applied the set.
+fn prune_annotations(creator: Option<&str>) -> BTreeMap<String, String> {
+    let mut annotations = BTreeMap::from([(
+        berth_api::annotations::REAPED_BY.to_string(),
+        "prune".to_string(),
+    )]);
+    if let Some(creator) = creator {
+        annotations.insert(
+            berth_api::annotations::DELETED_BY.to_string(),
+            creator.to_string(),
+        );
+    }
+    annotations
 }
 
 fn check_rv(current: &StoredObject, expected_rv: Option<u64>) -> Result<(), StoreError> {

@@ -1,0 +1,122 @@
+//! `/trash` and `/trash/UID/restore`: what deletions put in the trash, and bringing a project
+//! back. Both are admin rights, like deleting: a non-admin sees nothing of the trash (an entry
+//! names a project that may never have been theirs, and a restore creates a project).
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use serde_json::Value;
+
+use super::access;
+use super::body::{self, OBJECT_LIMIT};
+use super::error::{ApiError, Cause};
+use super::routes::{Outcome, container_runtime, serialized};
+use super::{ApiState, Caller};
+use crate::trash::{Restore, Trash, TrashError};
+
+pub(super) async fn route(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    method: &Method,
+    path: &str,
+    entry: Option<&str>,
+    req: Request<Incoming>,
+) -> Outcome {
+    match (entry, method) {
+        (None, &Method::GET) => {
+            access::require_admin(caller, "list the trash")?;
+            let trash = trash(state)?;
+            let runtime = container_runtime(state)?;
+            let list = trash
+                .list(&*runtime)
+                .await
+                .map_err(TrashError::from)
+                .map_err(failure)?;
+            Ok(serialized(StatusCode::OK, &list))
+        }
+        (Some(uid), &Method::POST) => {
+            access::require_admin(caller, "restore projects")?;
+            let (parts, incoming) = req.into_parts();
+            let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
+            let new_name = new_name(&bytes)?;
+            let trash = trash(state)?;
+            let runtime = container_runtime(state)?;
+            let object = trash
+                .restore(
+                    &*runtime,
+                    Restore {
+                        key: uid.to_string(),
+                        new_name,
+                        caller: caller.identity.clone(),
+                        finalizers: vec![crate::reconcile::layout::FINALIZER.to_string()],
+                    },
+                )
+                .await
+                .map_err(failure)?;
+            Ok(serialized(StatusCode::CREATED, object.as_ref()))
+        }
+        _ => Err(ApiError::method_not_allowed(method, path)),
+    }
+}
+
+fn trash(state: &ApiState) -> Result<&Arc<Trash>, ApiError> {
+    state.trash.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "this daemon keeps no trash (the controller is paused)",
+        )
+    })
+}
+
+/// The optional body `{"name": NEW}`.
+fn new_name(bytes: &[u8]) -> Result<Option<String>, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
+    let Value::Object(fields) = value else {
+        return Err(ApiError::bad_request(
+            "the body must be an object like {\"name\": NEW}",
+        ));
+    };
+    if let Some(unknown) = fields.keys().find(|k| *k != "name") {
+        return Err(ApiError::invalid(
+            None,
+            None,
+            vec![Cause::new(
+                unknown.clone(),
+                "unknown field; only name is accepted",
+            )],
+        ));
+    }
+    match fields.get("name") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(name)) => Ok(Some(name.clone())),
+        Some(_) => Err(ApiError::invalid(
+            None,
+            None,
+            vec![Cause::new("name", "must be a string")],
+        )),
+    }
+}
+
+fn failure(error: TrashError) -> ApiError {
+    match error {
+        TrashError::NotFound(message) => ApiError::not_found(message),
+        TrashError::Conflict(message) => {
+            ApiError::new(StatusCode::CONFLICT, "AlreadyExists", message)
+        }
+        TrashError::Invalid { field, message } => {
+            ApiError::invalid(Some("Project"), None, vec![Cause::new(field, message)])
+        }
+        TrashError::Runtime(e) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            format!("LXD: {e}"),
+        ),
+        TrashError::Store(e) => e.into(),
+    }
+}

@@ -1,0 +1,141 @@
+//! `berth trash list [-o json|yaml]`: the projects deletions put in the trash, newest last, with
+//! when they expire (`GET /apis/berth.dev/v1alpha1/trash`, admins).
+
+use std::process::ExitCode;
+
+use chrono::{DateTime, Utc};
+use clap::{Args, Subcommand};
+use reqwest::Method;
+
+use super::Context;
+use super::render::{self, OutputFormat};
+use super::table::Table;
+use crate::client::API_PREFIX;
+use crate::trash::TrashItem;
+
+#[derive(Debug, Args)]
+pub struct TrashArgs {
+    #[command(subcommand)]
+    command: TrashCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum TrashCommand {
+    /// List the trash: NAME, UID, DELETED, BY, REASON, EXPIRES, SIZE.
+    List {
+        /// Output format (yaml or json print the TrashList as the server returns it).
+        #[arg(short = 'o', long = "output", value_enum)]
+        output: Option<OutputFormat>,
+    },
+}
+
+pub async fn run(context: &Context, args: TrashArgs) -> anyhow::Result<ExitCode> {
+    let TrashCommand::List { output } = args.command;
+    let client = context.client()?;
+    let list = client
+        .request_json(Method::GET, &format!("{API_PREFIX}/trash"), None)
+        .await?;
+    match output {
+        Some(OutputFormat::Yaml) => print!("{}", render::to_yaml(&list)),
+        Some(OutputFormat::Json) => print!("{}", render::to_json(&list)),
+        _ => {
+            let items: Vec<TrashItem> = list
+                .get("items")
+                .cloned()
+                .map(serde_json::from_value)
+                .transpose()?
+                .unwrap_or_default();
+            if items.is_empty() {
+                eprintln!("The trash is empty.");
+                return Ok(ExitCode::SUCCESS);
+            }
+            print!("{}", trash_table(&items, Utc::now()));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn trash_table(items: &[TrashItem], now: DateTime<Utc>) -> String {
+    let mut table = Table::new(["name", "uid", "deleted", "by", "reason", "expires", "size"]);
+    for item in items {
+        let deleted = item.deleted_at.map_or("-".to_string(), |at| {
+            format!(
+                "{} ago",
+                super::duration::human_age((now - at).num_seconds().max(0))
+            )
+        });
+        let expires = item.expires_at.map_or("never".to_string(), |at| {
+            let secs = (at - now).num_seconds();
+            if secs <= 0 {
+                "due".to_string()
+            } else {
+                format!("in {}", super::duration::human_age(secs))
+            }
+        });
+        let size = if item.bytes == 0 {
+            "-".to_string()
+        } else {
+            bytes(item.bytes)
+        };
+        table.row(vec![
+            item.name.clone(),
+            item.uid.clone(),
+            deleted,
+            item.deleted_by.clone(),
+            item.reason.clone(),
+            expires,
+            size,
+        ]);
+    }
+    table.render()
+}
+
+/// Bytes in binary units, one decimal.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n}B")
+    } else {
+        format!("{value:.1}{}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_shows_age_expiry_and_size() {
+        let now: DateTime<Utc> = "2026-01-10T00:00:00Z".parse().unwrap();
+        let items = vec![TrashItem {
+            uid: "u-1".into(),
+            name: "pay".into(),
+            deleted_at: Some("2026-01-09T00:00:00Z".parse().unwrap()),
+            deleted_by: "unix:root".into(),
+            reason: "forced".into(),
+            expires_at: Some("2026-01-16T00:00:00Z".parse().unwrap()),
+            bytes: 3 << 20,
+        }];
+        let text = trash_table(&items, now);
+        let row = text.lines().nth(1).unwrap();
+        for cell in [
+            "pay",
+            "u-1",
+            "24h ago",
+            "unix:root",
+            "forced",
+            "in 6d",
+            "3.0MiB",
+        ] {
+            assert!(row.contains(cell), "{cell} in {row:?}");
+        }
+        assert_eq!(bytes(0), "0B");
+        assert_eq!(bytes(1536), "1.5KiB");
+    }
+}

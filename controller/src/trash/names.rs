@@ -1,0 +1,216 @@
+//! How a volume in the trash is named and labelled, and how an entry is read back from LXD.
+//!
+//! A trashed volume keeps its project labels (`user.berth.uid`, `user.berth.controller`) and
+//! gains `user.berth.trash.*` labels recording the project (uid, name, spec, labels) and how it
+//! went (when, by whom, why), then is renamed `berth-trash-<uid>-<rest>`. The labels come first:
+//! a volume is never under a trash name without them.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::runtime::Volume;
+use crate::store::StoredObject;
+
+/// The config key holding the project's uid on every berth volume (the reconciler's
+/// `layout::UID_LABEL`; the trash reads and rewrites it, a unit test keeps the two equal).
+pub const PROJECT_UID_LABEL: &str = "user.berth.uid";
+/// The config key naming the controller that created a volume (`layout::CONTROLLER_LABEL`).
+pub const CONTROLLER_LABEL: &str = "user.berth.controller";
+
+/// Every trash label starts with this; listing by it finds the trash in one call.
+pub const TRASH_LABEL_PREFIX: &str = "user.berth.trash.";
+/// The uid of the project the entry was (the entry's key; never rewritten while in the trash).
+pub const TRASH_UID: &str = "user.berth.trash.uid";
+/// The name the volume had in the project.
+pub const TRASH_FROM: &str = "user.berth.trash.from";
+pub const TRASH_NAME: &str = "user.berth.trash.name";
+/// The project's spec, as stored (JSON).
+pub const TRASH_SPEC: &str = "user.berth.trash.spec";
+/// The project's metadata labels (JSON).
+pub const TRASH_LABELS: &str = "user.berth.trash.labels";
+pub const TRASH_DELETED_AT: &str = "user.berth.trash.deletedAt";
+pub const TRASH_DELETED_BY: &str = "user.berth.trash.deletedBy";
+pub const TRASH_REASON: &str = "user.berth.trash.reason";
+/// The uid a restore under another name gives the project, pinned before the first rename so
+/// an interrupted restore resumes to the same uid.
+pub const TRASH_RESTORE_AS: &str = "user.berth.trash.restoreAs";
+
+/// Every trash label, for clearing them once a volume is back in a project.
+pub const TRASH_KEYS: [&str; 9] = [
+    TRASH_UID,
+    TRASH_FROM,
+    TRASH_NAME,
+    TRASH_SPEC,
+    TRASH_LABELS,
+    TRASH_DELETED_AT,
+    TRASH_DELETED_BY,
+    TRASH_REASON,
+    TRASH_RESTORE_AS,
+];
+
+const TRASH_NAME_PREFIX: &str = "berth-trash-";
+
+/// Whether a volume name is a trash name: no live project's volume is ever named so.
+pub fn is_trash_name(volume: &str) -> bool {
+    volume.starts_with(TRASH_NAME_PREFIX)
+}
+
+/// The trash name of a project volume: `berth-<uid>-workspace` → `berth-trash-<uid>-workspace`.
+pub fn trash_name(live: &str) -> String {
+    format!(
+        "{TRASH_NAME_PREFIX}{}",
+        live.strip_prefix("berth-").unwrap_or(live)
+    )
+}
+
+/// The name a volume recorded as `from` (the project `old_uid`'s) takes in the project
+/// `new_uid`: volumes are keyed by their project's uid, so the uid in the name changes.
+pub fn restored_name(from: &str, old_uid: &str, new_uid: &str) -> Option<String> {
+    from.contains(old_uid)
+        .then(|| from.replacen(old_uid, new_uid, 1))
+}
+
+/// Why a project went, from the annotations its deletion recorded.
+pub fn reason(object: &StoredObject) -> &'static str {
+    let annotations = &object.metadata.annotations;
+    let is = |key: &str, value: &str| annotations.get(key).map(String::as_str) == Some(value);
+    if is(berth_api::annotations::REAPED_BY, "reaper") {
+        "reaper"
+    } else if is(berth_api::annotations::REAPED_BY, "prune") {
+        "prune"
+    } else if is(berth_api::annotations::FORCE_DELETE, "true") {
+        "forced"
+    } else {
+        "deleted"
+    }
+}
+
+/// Who asked for the deletion: the caller recorded by the API, else what reaped it.
+pub fn deleted_by(object: &StoredObject) -> String {
+    let annotations = &object.metadata.annotations;
+    annotations
+        .get(berth_api::annotations::DELETED_BY)
+        .or_else(|| annotations.get(berth_api::annotations::REAPED_BY))
+        .filter(|v| !v.is_empty())
+        .cloned()
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// The labels a volume of `object` named `live` gets on its way into the trash. The same object
+/// gives the same labels every time (the deletion's timestamp, not the clock), so labelling
+/// again after a crash changes nothing.
+pub fn trash_labels(object: &StoredObject, live: &str) -> BTreeMap<String, String> {
+    let deleted_at = object
+        .metadata
+        .deletion_timestamp
+        .unwrap_or_else(Utc::now)
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let labels = serde_json::to_string(&object.metadata.labels).unwrap_or_default();
+    BTreeMap::from([
+        (TRASH_UID.to_string(), object.uid().to_string()),
+        (TRASH_FROM.to_string(), live.to_string()),
+        (TRASH_NAME.to_string(), object.name().to_string()),
+        (TRASH_SPEC.to_string(), object.spec.value().to_string()),
+        (TRASH_LABELS.to_string(), labels),
+        (TRASH_DELETED_AT.to_string(), deleted_at),
+        (TRASH_DELETED_BY.to_string(), deleted_by(object)),
+        (TRASH_REASON.to_string(), reason(object).to_string()),
+        // A label left by an earlier restore that was interrupted must not steer a later one.
+        (TRASH_RESTORE_AS.to_string(), String::new()),
+    ])
+}
+
+/// One project in the trash: its volumes and what they record.
+#[derive(Debug, Clone)]
+pub struct TrashEntry {
+    pub uid: String,
+    pub name: String,
+    /// `None` when the label does not parse: such an entry never expires by itself.
+    pub deleted_at: Option<DateTime<Utc>>,
+    pub deleted_by: String,
+    pub reason: String,
+    pub spec: Value,
+    pub labels: BTreeMap<String, String>,
+    /// The uid pinned by an interrupted restore under another name.
+    pub restore_as: Option<String>,
+    pub volumes: Vec<Volume>,
+    /// Bytes used, summed over the volumes (0 where the pool cannot tell).
+    pub bytes: u64,
+}
+
+impl TrashEntry {
+    /// Groups trashed volumes into entries by the uid they record, oldest deletion first.
+    /// Volumes without a readable record are left out (they are reported by their labels).
+    pub fn group(volumes: Vec<Volume>) -> Vec<TrashEntry> {
+        let mut by_uid: BTreeMap<String, TrashEntry> = BTreeMap::new();
+        for volume in volumes {
+            let config = &volume.config;
+            let Some(uid) = config.get(TRASH_UID).filter(|u| !u.is_empty()).cloned() else {
+                continue;
+            };
+            let entry = by_uid.entry(uid.clone()).or_insert_with(|| {
+                let text = |key: &str| config.get(key).cloned().unwrap_or_default();
+                TrashEntry {
+                    uid,
+                    name: text(TRASH_NAME),
+                    deleted_at: config
+                        .get(TRASH_DELETED_AT)
+                        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                        .map(|t| t.with_timezone(&Utc)),
+                    deleted_by: text(TRASH_DELETED_BY),
+                    reason: text(TRASH_REASON),
+                    spec: serde_json::from_str(&text(TRASH_SPEC)).unwrap_or(Value::Null),
+                    labels: serde_json::from_str(&text(TRASH_LABELS)).unwrap_or_default(),
+                    restore_as: config
+                        .get(TRASH_RESTORE_AS)
+                        .filter(|u| !u.is_empty())
+                        .cloned(),
+                    volumes: Vec::new(),
+                    bytes: 0,
+                }
+            });
+            if entry.restore_as.is_none() {
+                entry.restore_as = config
+                    .get(TRASH_RESTORE_AS)
+                    .filter(|u| !u.is_empty())
+                    .cloned();
+            }
+            entry.volumes.push(volume);
+        }
+        let mut entries: Vec<TrashEntry> = by_uid.into_values().collect();
+        entries.sort_by(|a, b| a.deleted_at.cmp(&b.deleted_at).then(a.uid.cmp(&b.uid)));
+        entries
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_match_the_layout() {
+        assert_eq!(PROJECT_UID_LABEL, crate::reconcile::layout::UID_LABEL);
+        assert_eq!(CONTROLLER_LABEL, crate::reconcile::layout::CONTROLLER_LABEL);
+        assert!(TRASH_LABEL_PREFIX.starts_with(crate::reconcile::layout::LABEL_PREFIX));
+    }
+
+    #[test]
+    fn names() {
+        let uid = "0b6f3c1e-7d9a-4c1b-9a53-2f1e8d7c6b5a";
+        let live = format!("berth-{uid}-workspace");
+        let trashed = trash_name(&live);
+        assert_eq!(trashed, format!("berth-trash-{uid}-workspace"));
+        assert!(is_trash_name(&trashed));
+        assert!(!is_trash_name(&live));
+        assert!(!crate::reconcile::layout::DurableLayout::owns_volume(
+            uid, &trashed
+        ));
+        assert_eq!(
+            restored_name(&format!("berth-{uid}-home-shell"), uid, "n-1").as_deref(),
+            Some("berth-n-1-home-shell")
+        );
+        assert_eq!(restored_name("berth-x-workspace", uid, "n-1"), None);
+    }
+}

@@ -1,0 +1,220 @@
+//! Bringing a project back from the trash.
+//!
+//! In order, each step idempotent and judged by where the volumes are: pin the new uid (a
+//! restore under another name), rename every volume to its name in the project, give it the
+//! project's uid label, create the object (the commit point: from here the volumes belong to a
+//! live project and leave the trash listing), then clear the trash labels. A restore
+//! interrupted before the object exists is found again in the trash and finishes on the next
+//! request; one interrupted after it leaves stale trash labels that nothing reads (the next
+//! deletion overwrites them).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::names::{self, TrashEntry};
+use super::{PROJECT_KIND, Trash, TrashError, cleared, target};
+use crate::runtime::Runtime;
+use crate::store::{Desired, StoredObject};
+
+/// A restore request.
+#[derive(Debug, Clone)]
+pub struct Restore {
+    /// The entry: a uid, or a project name (its newest entry).
+    pub key: String,
+    /// Restore under this name, with a new uid, alongside whatever holds the old name.
+    pub new_name: Option<String>,
+    /// Who asked; becomes the project's first member.
+    pub caller: String,
+    /// The finalizers a new project gets (the reconciler's teardown).
+    pub finalizers: Vec<String>,
+}
+
+impl Trash {
+    /// Restores the entry `request.key` names and returns the project created again. A name in
+    /// use is [`TrashError::Conflict`]; no such entry is [`TrashError::NotFound`].
+    pub async fn restore(
+        &self,
+        runtime: &dyn Runtime,
+        request: Restore,
+    ) -> Result<Arc<StoredObject>, TrashError> {
+        if let Some(name) = &request.new_name {
+            berth_api::validate_name(name).map_err(|message| TrashError::Invalid {
+                field: "name".into(),
+                message,
+            })?;
+        }
+        let _one_at_a_time = self.lock.lock().await;
+        let entries = self.entries(runtime).await?;
+        let entry = Trash::find(&entries, &request.key)
+            .ok_or_else(|| {
+                TrashError::NotFound(format!("nothing in the trash is {:?}", request.key))
+            })?
+            .clone();
+        let name = request
+            .new_name
+            .clone()
+            .unwrap_or_else(|| entry.name.clone());
+        if self.store.get(PROJECT_KIND, &name).is_some() {
+            return Err(TrashError::Conflict(format!(
+                "project {name:?} exists; restore under another name with --as NEW"
+            )));
+        }
+        let spec = restored_spec(&entry, &request, |display| {
+            self.store.project_with_display_name(display).is_some()
+        })?;
+        if let Some(holder) = spec
+            .get("displayName")
+            .and_then(Value::as_str)
+            .and_then(|d| self.store.project_with_display_name(d))
+        {
+            return Err(TrashError::Conflict(format!(
+                "project {holder:?} holds the display name {:?}; restore under another name with --as NEW",
+                spec["displayName"]
+            )));
+        }
+
+        let uid = match &request.new_name {
+            None => entry.uid.clone(),
+            Some(_) => self.pin_new_uid(runtime, &entry).await?,
+        };
+        if uid != entry.uid && self.store.get_by_uid(&uid).is_some() {
+            return Err(TrashError::Conflict(format!(
+                "an object with uid {uid} exists"
+            )));
+        }
+        self.move_back(runtime, &entry, &uid).await?;
+
+        let desired = Desired {
+            kind: PROJECT_KIND.to_string(),
+            name: name.clone(),
+            labels: entry.labels.clone(),
+            annotations: BTreeMap::new(),
+            finalizers: Some(request.finalizers.clone()),
+            spec,
+        };
+        // The workspace held work once: it is never taken for one that never did.
+        let status = json!({ "firstReachableAt": chrono::Utc::now() });
+        let store = Arc::clone(&self.store);
+        let (caller, created_uid) = (request.caller.clone(), uid.clone());
+        let object = tokio::task::spawn_blocking(move || {
+            store.create_restored(&caller, desired, &created_uid, status)
+        })
+        .await
+        .map_err(|e| TrashError::Conflict(format!("the restore did not finish: {e}")))??;
+
+        for volume in &entry.volumes {
+            let live = self.live_name(&entry, volume, &uid)?;
+            if let Err(e) = runtime
+                .patch_volume(&self.pool, &live, &cleared(), target(volume))
+                .await
+            {
+                tracing::warn!(volume = live.as_str(), error = %e, "trash labels left on a restored volume");
+            }
+        }
+        tracing::info!(
+            name = name.as_str(),
+            uid = uid.as_str(),
+            from = entry.uid.as_str(),
+            "project restored from the trash"
+        );
+        Ok(object)
+    }
+
+    /// The uid a restore under another name gives the project: the one an interrupted restore
+    /// pinned, else a new one, pinned on every volume before any is renamed.
+    async fn pin_new_uid(
+        &self,
+        runtime: &dyn Runtime,
+        entry: &TrashEntry,
+    ) -> Result<String, TrashError> {
+        if let Some(pinned) = &entry.restore_as {
+            return Ok(pinned.clone());
+        }
+        let uid = uuid::Uuid::new_v4().to_string();
+        let pin = BTreeMap::from([(names::TRASH_RESTORE_AS.to_string(), uid.clone())]);
+        for volume in &entry.volumes {
+            runtime
+                .patch_volume(&self.pool, &volume.name, &pin, target(volume))
+                .await?;
+        }
+        Ok(uid)
+    }
+
+    /// Renames every volume of `entry` to its name in the project `uid` and labels it as that
+    /// project's; what is already so is left alone.
+    async fn move_back(
+        &self,
+        runtime: &dyn Runtime,
+        entry: &TrashEntry,
+        uid: &str,
+    ) -> Result<(), TrashError> {
+        for volume in &entry.volumes {
+            let live = self.live_name(entry, volume, uid)?;
+            if volume.name != live {
+                runtime
+                    .rename_volume(&self.pool, &volume.name, &live, target(volume))
+                    .await?;
+            }
+            if volume
+                .config
+                .get(names::PROJECT_UID_LABEL)
+                .map(String::as_str)
+                != Some(uid)
+            {
+                let label =
+                    BTreeMap::from([(names::PROJECT_UID_LABEL.to_string(), uid.to_string())]);
+                runtime
+                    .patch_volume(&self.pool, &live, &label, target(volume))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn live_name(
+        &self,
+        entry: &TrashEntry,
+        volume: &crate::runtime::Volume,
+        uid: &str,
+    ) -> Result<String, TrashError> {
+        volume
+            .config
+            .get(names::TRASH_FROM)
+            .and_then(|from| names::restored_name(from, &entry.uid, uid))
+            .ok_or_else(|| {
+                TrashError::Conflict(format!(
+                    "volume {} does not record the name it had in project {}; restore it by hand",
+                    volume.name, entry.uid
+                ))
+            })
+    }
+}
+
+/// The spec the project comes back with: as recorded, with the display name of the new name
+/// when restored under another one whose recorded display name is taken.
+fn restored_spec(
+    entry: &TrashEntry,
+    request: &Restore,
+    display_name_taken: impl Fn(&str) -> bool,
+) -> Result<Value, TrashError> {
+    let mut spec = entry.spec.clone();
+    let Value::Object(fields) = &mut spec else {
+        return Err(TrashError::Conflict(format!(
+            "the trash entry {} records no readable spec; restore it by hand",
+            entry.uid
+        )));
+    };
+    if let Some(new_name) = &request.new_name {
+        let recorded = fields
+            .get("displayName")
+            .and_then(Value::as_str)
+            .unwrap_or(&entry.name)
+            .to_string();
+        if display_name_taken(&recorded) {
+            fields.insert("displayName".into(), json!(new_name));
+        }
+    }
+    Ok(spec)
+}

@@ -32,6 +32,8 @@ pub enum Fault {
     Fail(RuntimeError),
     /// The call does its work, then its reply is lost: the caller sees a transport error.
     LoseReply,
+    /// The call runs normally: queued before a fault, it makes that fault hit a later call.
+    Pass,
 }
 
 /// Decides the result of an exec in the fake; `None` passes to the next handler (or the
@@ -398,7 +400,7 @@ impl FakeRuntime {
             tokio::time::sleep(latency).await;
         }
         match fault {
-            None => Ok(false),
+            None | Some(Fault::Pass) => Ok(false),
             Some(Fault::LoseReply) => Ok(true),
             Some(Fault::Fail(e)) => Err(e),
         }

@@ -1,1 +1,537 @@
+//! The trash against the fake runtime, a real store and the real teardown: deletions move the
+//! volumes aside and never lose one under injected crashes; restores bring them back under the
+//! same or a new uid; housekeeping purges what expired.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_api::annotations;
+use serde_json::{Value, json};
+
+use super::{Restore, Trash, TrashError, TrashSettings, is_trash_name};
+use crate::metrics::Metrics;
+use crate::reconcile::layout::{DurableLayout, FINALIZER, UID_LABEL};
+use crate::reconcile::{
+    Action, Context, ControllerSettings, NoLaterSteps, PROJECT_KIND, WorkQueue, project,
+};
+use crate::runtime::fake::{FakeRuntime, Fault};
+use crate::runtime::{Runtime, RuntimeError};
+use crate::store::{Desired, Store};
+
+const POOL: &str = "default";
+const DAY: Duration = Duration::from_secs(86_400);
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    store: Arc<Store>,
+    fake: Arc<FakeRuntime>,
+    metrics: Arc<Metrics>,
+    ctx: Context,
+    trash: Trash,
+}
+
+fn setup(retention: Duration) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+    let fake = Arc::new(FakeRuntime::new());
+    let metrics = Arc::new(Metrics::new());
+    let settings = ControllerSettings {
+        trash: TrashSettings { retention },
+        ..ControllerSettings::default()
+    };
+    let trash =
+        Trash::new(store.clone(), POOL, settings.trash.clone()).with_metrics(metrics.clone());
+    let ctx = Context {
+        store: store.clone(),
+        runtime: fake.clone() as Arc<dyn Runtime>,
+        metrics: metrics.clone(),
+        queue: WorkQueue::new(1, settings.backoff, metrics.clone()),
+        settings,
+        later_steps: Arc::new(NoLaterSteps),
+        fleet: Default::default(),
+        snapshot: Default::default(),
+    };
+    Setup {
+        _dir: dir,
+        store,
+        fake,
+        metrics,
+        ctx,
+        trash,
+    }
+}
+
+impl Setup {
+    /// A project brought up on the fake (two volumes: the workspace and the shell home would
+    /// need a profile; labels and a display name stand in for what a restore must keep).
+    async fn project(&self, name: &str) -> String {
+        self.store
+            .apply(
+                Desired {
+                    kind: PROJECT_KIND.into(),
+                    name: name.into(),
+                    labels: BTreeMap::from([("team".into(), "pay".into())]),
+                    annotations: BTreeMap::new(),
+                    finalizers: None,
+                    spec: json!({"image": "berth-tiny", "displayName": format!("{name} display")}),
+                },
+                false,
+            )
+            .unwrap();
+        self.converge(name).await;
+        let uid = self.uid(name);
+        // A home volume as an agent profile would have, so entries hold more than one volume.
+        self.fake
+            .create_volume(&crate::runtime::CreateVolume {
+                pool: POOL.into(),
+                name: DurableLayout::home_volume(&uid, "shell"),
+                size: None,
+                config: BTreeMap::from([(UID_LABEL.to_string(), uid.clone())]),
+                target: None,
+            })
+            .await
+            .unwrap();
+        uid
+    }
+
+    fn uid(&self, name: &str) -> String {
+        self.store
+            .get(PROJECT_KIND, name)
+            .unwrap()
+            .uid()
+            .to_string()
+    }
+
+    async fn converge(&self, name: &str) -> Vec<String> {
+        let mut errors = Vec::new();
+        for _ in 0..40 {
+            match project::reconcile(&self.ctx, name).await {
+                Ok(Action::Done) => return errors,
+                Ok(Action::Requeue(_)) => {}
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        panic!("{name} did not converge; errors {errors:?}");
+    }
+
+    fn delete(&self, name: &str, extra: &[(&str, &str)]) {
+        let mut annotations = BTreeMap::from([
+            (annotations::FORCE_DELETE.to_string(), "true".to_string()),
+            (
+                annotations::DELETED_BY.to_string(),
+                "unix:alice".to_string(),
+            ),
+        ]);
+        for (k, v) in extra {
+            annotations.insert(k.to_string(), v.to_string());
+        }
+        self.store
+            .delete(PROJECT_KIND, name, None, annotations, false)
+            .unwrap();
+    }
+
+    fn volumes(&self) -> Vec<String> {
+        self.fake.volume_names(POOL)
+    }
+
+    fn restore(&self, key: &str, new_name: Option<&str>) -> Restore {
+        Restore {
+            key: key.to_string(),
+            new_name: new_name.map(str::to_string),
+            caller: "unix:bob".to_string(),
+            finalizers: vec![FINALIZER.to_string()],
+        }
+    }
+}
+
+fn live_names(uid: &str) -> Vec<String> {
+    let mut names = vec![
+        DurableLayout::home_volume(uid, "shell"),
+        DurableLayout::workspace_volume(uid),
+    ];
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_deletion_moves_the_volumes_to_the_trash_with_its_record() {
+    let s = setup(7 * DAY);
+    let uid = s.project("p").await;
+    s.delete("p", &[]);
+    s.converge("p").await;
+    assert!(s.store.get(PROJECT_KIND, "p").is_none());
+    assert_eq!(s.fake.count("delete_volume"), 0, "nothing is deleted");
+    let volumes = s.volumes();
+    assert_eq!(volumes.len(), 2, "{volumes:?}");
+    assert!(volumes.iter().all(|v| is_trash_name(v)), "{volumes:?}");
+
+    s.fake.set_volume_usage(POOL, &volumes[0], 1000);
+    let list = s.trash.list(&*s.fake).await.unwrap();
+    assert_eq!(list.kind, "TrashList");
+    let [item] = list.items.as_slice() else {
+        panic!("one entry: {list:?}")
+    };
+    assert_eq!(
+        (
+            item.uid.as_str(),
+            item.name.as_str(),
+            item.deleted_by.as_str(),
+            item.reason.as_str(),
+            item.bytes
+        ),
+        (uid.as_str(), "p", "unix:alice", "forced", 1000)
+    );
+    assert_eq!(
+        item.expires_at,
+        Some(item.deleted_at.unwrap() + chrono::Duration::days(7))
+    );
+    assert_eq!(s.metrics.trash_volumes.get(), 2);
+    assert_eq!(s.metrics.trash_bytes.get(), 1000);
+}
+
+#[tokio::test]
+async fn a_crash_between_labelling_and_renaming_loses_and_duplicates_nothing() {
+    let s = setup(7 * DAY);
+    let uid = s.project("p").await;
+    s.delete("p", &[]);
+    // The first rename fails after its volume was labelled (the daemon died in between); the
+    // second one's reply is lost after it happened.
+    s.fake.fault_method(
+        "rename_volume",
+        Fault::Fail(RuntimeError::Transport {
+            what: "rename".into(),
+            message: "killed".into(),
+        }),
+    );
+    s.fake.fault_method("rename_volume", Fault::Pass);
+    s.fake.fault_method("rename_volume", Fault::LoseReply);
+    let errors = s.converge("p").await;
+    assert!(!errors.is_empty(), "the injected faults surfaced");
+    assert!(s.store.get(PROJECT_KIND, "p").is_none());
+    let mut expected: Vec<String> = live_names(&uid)
+        .iter()
+        .map(|n| super::trash_name(n))
+        .collect();
+    expected.sort();
+    assert_eq!(s.volumes(), expected, "each volume once, in the trash");
+    let entries = s.trash.entries(&*s.fake).await.unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].volumes.len(), 2);
+    assert_eq!(entries[0].name, "p");
+}
+
+#[tokio::test]
+async fn a_volume_labelled_but_not_renamed_is_not_in_the_trash_while_its_project_lives() {
+    let s = setup(7 * DAY);
+    s.project("p").await;
+    s.delete("p", &[]);
+    s.fake.fault_method(
+        "rename_volume",
+        Fault::Fail(RuntimeError::Transport {
+            what: "rename".into(),
+            message: "killed".into(),
+        }),
+    );
+    for _ in 0..10 {
+        if s.fake.count("rename_volume") > 0 {
+            break;
+        }
+        let _ = project::reconcile(&s.ctx, "p").await;
+    }
+    assert_eq!(s.fake.count("rename_volume"), 1);
+    assert!(s.store.get(PROJECT_KIND, "p").is_some(), "still deleting");
+    assert!(
+        s.volumes().iter().any(|v| s
+            .fake
+            .volume(POOL, v)
+            .unwrap()
+            .config
+            .contains_key(super::names::TRASH_UID)),
+        "labelled before the rename"
+    );
+    assert!(s.trash.entries(&*s.fake).await.unwrap().is_empty());
+    // Nor can it be restored meanwhile.
+    let err = s
+        .trash
+        .restore(&*s.fake, s.restore("p", None))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TrashError::NotFound(_)), "{err}");
+}
+
+#[tokio::test]
+async fn a_restore_keeps_the_uid_and_the_project_comes_back_up_on_its_volumes() {
+    let s = setup(7 * DAY);
+    let uid = s.project("p").await;
+    s.delete("p", &[]);
+    s.converge("p").await;
+
+    let object = s
+        .trash
+        .restore(&*s.fake, s.restore("p", None))
+        .await
+        .unwrap();
+    assert_eq!(object.uid(), uid);
+    assert_eq!(object.name(), "p");
+    assert_eq!(object.metadata.labels["team"], "pay");
+    assert_eq!(object.spec.value()["displayName"], "p display");
+    assert_eq!(object.metadata.finalizers, [FINALIZER]);
+    let status: berth_api::ProjectStatus = serde_json::from_value(object.status.value()).unwrap();
+    assert!(
+        status.first_reachable_at.is_some(),
+        "never taken for one that held nothing"
+    );
+    assert!(s.store.is_member(&uid, "unix:bob"));
+    assert_eq!(s.volumes(), live_names(&uid));
+    for name in live_names(&uid) {
+        let config = s.fake.volume(POOL, &name).unwrap().config;
+        assert_eq!(config[UID_LABEL], uid);
+        assert!(
+            !config
+                .keys()
+                .any(|k| k.starts_with(super::names::TRASH_LABEL_PREFIX)),
+            "{config:?}"
+        );
+    }
+    assert!(s.trash.entries(&*s.fake).await.unwrap().is_empty());
+
+    // The reconciler brings it up on the restored volumes, creating none.
+    let created = s.fake.count("create_volume");
+    s.converge("p").await;
+    assert_eq!(
+        s.fake.count("create_volume") - created,
+        1,
+        "the existing workspace, taken as is"
+    );
+    assert_eq!(s.volumes(), live_names(&uid));
+    assert!(s.fake.instance("p").is_some());
+}
+
+#[tokio::test]
+async fn a_restore_as_a_new_name_takes_a_new_uid_and_renames_the_volumes() {
+    let s = setup(7 * DAY);
+    let old = s.project("p").await;
+    s.delete("p", &[]);
+    s.converge("p").await;
+    // A new project took the name meanwhile (the trash never blocks it).
+    let newer = s.project("p").await;
+    assert_ne!(newer, old);
+
+    let err = s
+        .trash
+        .restore(&*s.fake, s.restore(&old, None))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TrashError::Conflict(_)), "name in use: {err}");
+
+    // Interrupted on the second rename: the retry resumes to the same pinned uid.
+    s.fake.fault_method("rename_volume", Fault::Pass);
+    s.fake.fault_method(
+        "rename_volume",
+        Fault::Fail(RuntimeError::Transport {
+            what: "rename".into(),
+            message: "killed".into(),
+        }),
+    );
+    s.trash
+        .restore(&*s.fake, s.restore(&old, Some("p-restored")))
+        .await
+        .unwrap_err();
+    let object = s
+        .trash
+        .restore(&*s.fake, s.restore(&old, Some("p-restored")))
+        .await
+        .unwrap();
+    let uid = object.uid().to_string();
+    assert_ne!(uid, old);
+    assert_ne!(uid, newer);
+    assert_eq!(
+        object.spec.value()["displayName"],
+        "p-restored",
+        "the recorded display name is taken by the newer p"
+    );
+    let mut expected = live_names(&uid);
+    expected.extend(live_names(&newer));
+    expected.sort();
+    assert_eq!(s.volumes(), expected);
+    for name in live_names(&uid) {
+        assert_eq!(s.fake.volume(POOL, &name).unwrap().config[UID_LABEL], uid);
+    }
+    s.converge("p-restored").await;
+    assert!(s.fake.instance("p-restored").is_some());
+    assert_eq!(s.volumes(), expected, "no volume made or lost");
+}
+
+#[tokio::test]
+async fn a_name_takes_its_newest_entry_and_bad_names_are_refused() {
+    let s = setup(7 * DAY);
+    let first = s.project("p").await;
+    s.delete("p", &[]);
+    s.converge("p").await;
+    // Deleted a day before the second (both deletions fall within one second here).
+    let day_before = (chrono::Utc::now() - chrono::Duration::days(1))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    for volume in s.volumes() {
+        s.fake
+            .patch_volume(
+                POOL,
+                &volume,
+                &BTreeMap::from([(
+                    super::names::TRASH_DELETED_AT.to_string(),
+                    day_before.clone(),
+                )]),
+                None,
+            )
+            .await
+            .unwrap();
+    }
+    let second = s.project("p").await;
+    s.delete("p", &[]);
+    s.converge("p").await;
+    assert_eq!(s.trash.entries(&*s.fake).await.unwrap().len(), 2);
+    let object = s
+        .trash
+        .restore(&*s.fake, s.restore("p", None))
+        .await
+        .unwrap();
+    assert_eq!(object.uid(), second);
+    let err = s
+        .trash
+        .restore(&*s.fake, s.restore(&first, Some("Not A Name")))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().starts_with("name:"), "{err}");
+    let err = s
+        .trash
+        .restore(&*s.fake, s.restore("nothing", None))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TrashError::NotFound(_)), "{err}");
+}
+
+#[tokio::test]
+async fn purged_deletions_and_a_disabled_trash_delete_the_volumes() {
+    for (retention, extra) in [
+        (7 * DAY, vec![(annotations::PURGE, "true")]),
+        (Duration::ZERO, vec![]),
+    ] {
+        let s = setup(retention);
+        s.project("p").await;
+        s.delete("p", &extra);
+        s.converge("p").await;
+        assert!(s.store.get(PROJECT_KIND, "p").is_none());
+        assert!(
+            s.volumes().is_empty(),
+            "{retention:?} {extra:?}: {:?}",
+            s.volumes()
+        );
+        assert_eq!(s.fake.count("rename_volume"), 0);
+        assert!(s.trash.list(&*s.fake).await.unwrap().items.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn housekeeping_purges_what_expired_with_an_event() {
+    let s = setup(7 * DAY);
+    let old = s.project("old").await;
+    s.delete("old", &[(annotations::REAPED_BY, "reaper")]);
+    s.converge("old").await;
+    let fresh = s.project("fresh").await;
+    s.delete("fresh", &[]);
+    s.converge("fresh").await;
+    let entries = s.trash.entries(&*s.fake).await.unwrap();
+    assert_eq!(entries.len(), 2);
+    let deleted_at = entries[0].deleted_at.unwrap();
+
+    // Nothing expired yet.
+    let purged = s
+        .trash
+        .purge_expired(&*s.fake, deleted_at + chrono::Duration::days(6))
+        .await
+        .unwrap();
+    assert!(purged.is_empty());
+    assert_eq!(s.volumes().len(), 4);
+
+    // Re-date the first entry as deleted eight days ago.
+    let eight_days_ago =
+        (deleted_at - chrono::Duration::days(8)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    for volume in &entries.iter().find(|e| e.uid == old).unwrap().volumes {
+        s.fake
+            .patch_volume(
+                POOL,
+                &volume.name,
+                &BTreeMap::from([(
+                    super::names::TRASH_DELETED_AT.to_string(),
+                    eight_days_ago.clone(),
+                )]),
+                None,
+            )
+            .await
+            .unwrap();
+    }
+    let purged = s.trash.purge_expired(&*s.fake, deleted_at).await.unwrap();
+    assert_eq!(purged, std::slice::from_ref(&old));
+    let left = s.trash.entries(&*s.fake).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].uid, fresh);
+    assert_eq!(s.metrics.trash_volumes.get(), 2);
+    let events = s.store.events_for(PROJECT_KIND, "old").unwrap();
+    let event = events
+        .iter()
+        .find(|e| e.reason == "TrashPurged")
+        .expect("a TrashPurged event");
+    assert_eq!(event.involved_object.uid, old);
+    assert!(event.message.contains("old"), "{}", event.message);
+}
+
+#[test]
+fn the_reason_and_who_come_from_the_deletion_annotations() {
+    let object = |pairs: &[(&str, &str)]| crate::store::StoredObject {
+        kind: PROJECT_KIND.into(),
+        metadata: berth_api::ObjectMeta {
+            name: "p".into(),
+            uid: Some("u".into()),
+            annotations: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        },
+        spec: crate::store::Doc::new(&Value::Null),
+        status: crate::store::Doc::null(),
+    };
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+    let table: [Case; 5] = [
+        (&[], "deleted", "unknown"),
+        (&[(annotations::DELETED_BY, "unix:a")], "deleted", "unix:a"),
+        (
+            &[
+                (annotations::DELETED_BY, "bob"),
+                (annotations::FORCE_DELETE, "true"),
+            ],
+            "forced",
+            "bob",
+        ),
+        (&[(annotations::REAPED_BY, "reaper")], "reaper", "reaper"),
+        (
+            &[
+                (annotations::REAPED_BY, "prune"),
+                (annotations::DELETED_BY, "unix:ci"),
+            ],
+            "prune",
+            "unix:ci",
+        ),
+    ];
+    for (pairs, reason, by) in table {
+        let o = object(pairs);
+        assert_eq!(
+            (
+                super::names::reason(&o),
+                super::names::deleted_by(&o).as_str()
+            ),
+            (reason, by),
+            "{pairs:?}"
+        );
+    }
+}

@@ -1,0 +1,283 @@
+//! The trash end to end, with the real `berth` binary, real LXD and real git: a forced delete
+//! puts the workspace in the trash (`berth trash list`), `berth restore` brings /workspace back
+//! with every file, mode and `.git` identical and the project Ready again under its uid; a name
+//! in use is refused, `--as NEW` restores alongside under a new uid; `--purge` leaves nothing in
+//! the trash nor in LXD; the trash and purging are admin rights.
+
+mod support;
+
+#[path = "reconcile_harness.rs"]
+mod harness;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use harness::{Berth, PROJECTS, exec, lxc, uid_of, unique_name, volumes_of};
+use serde_json::{Value, json};
+use support::daemon::{Daemon, TcpClient};
+
+const TRASH: &str = "/apis/berth.dev/v1alpha1/trash";
+
+fn berth_cli(berth: &Berth, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--server")
+        .arg(&berth.socket)
+        .args(args)
+        .env_remove("BERTH_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run berth")
+}
+
+fn said(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn ok(berth: &Berth, args: &[&str]) -> String {
+    let out = berth_cli(berth, args);
+    assert!(out.status.success(), "berth {args:?}: {}", said(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `berth trash list -o json`, parsed.
+fn trash_list(berth: &Berth) -> Vec<Value> {
+    let list: Value = serde_json::from_str(&ok(berth, &["trash", "list", "-o", "json"]))
+        .expect("trash list -o json is JSON");
+    assert_eq!(list["kind"], "TrashList");
+    assert_eq!(list["apiVersion"], "berth.dev/v1alpha1");
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// A git repository with two commits, an executable script and a nested file.
+fn git_repo(dir: &Path) -> String {
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    std::fs::write(repo.join("README.md"), "trash repo\n").unwrap();
+    std::fs::write(repo.join("src/lib.rs"), "pub fn f() {}\n").unwrap();
+    let run = repo.join("run.sh");
+    std::fs::write(&run, "#!/bin/sh\necho run\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args([
+                "-c",
+                "user.name=berth test",
+                "-c",
+                "user.email=t@berth.invalid",
+            ])
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "first"]);
+    std::fs::write(repo.join("README.md"), "trash repo, second\n").unwrap();
+    git(&["commit", "-q", "-am", "second"]);
+    format!("file://{}", repo.display())
+}
+
+/// Every path under /workspace (`.git` included) with its type, mode, owner and size, and the
+/// sha256 of every file, sorted: equal listings mean an identical workspace.
+fn workspace_fingerprint(name: &str) -> String {
+    let listing = exec(
+        name,
+        "cd /workspace && find . -exec stat -c '%n %F %a %u:%g %s' {} + | LC_ALL=C sort \
+         && find . -type f -exec sha256sum {} + | LC_ALL=C sort",
+    )
+    .expect("fingerprint the workspace");
+    assert!(listing.contains("./.git/HEAD"), "{listing}");
+    listing
+}
+
+#[test]
+fn a_forced_delete_goes_to_the_trash_and_restore_brings_the_workspace_back() {
+    let mut berth = Berth::start(None);
+    let repos = tempfile::tempdir().unwrap();
+    let url = git_repo(repos.path());
+    let name = unique_name();
+    let created = berth.create_project(
+        &name,
+        json!({"image": "berth-base", "repo": {"url": url, "branch": "main"}}),
+    );
+    let uid = uid_of(&created);
+    berth.wait_ready(&name);
+    // Work that exists only here: a commit, an uncommitted change, an untracked private file,
+    // an empty directory.
+    exec(
+        &name,
+        "cd /workspace && git -c user.name=t -c user.email=t@t commit -q --allow-empty -m local \
+         && echo changed >> src/lib.rs && mkdir -p notes/empty && echo secret > notes/key \
+         && chmod 600 notes/key && chmod 711 notes",
+    )
+    .unwrap();
+    let before = workspace_fingerprint(&name);
+
+    ok(&berth, &["delete", "project", &name, "--force"]);
+    assert!(berth.get_project(&name).is_none());
+    assert_eq!(
+        volumes_of(&uid),
+        [format!("berth-trash-{uid}-workspace")],
+        "the workspace is in the trash, under its trash name only"
+    );
+
+    let table = ok(&berth, &["trash", "list"]);
+    assert!(table.contains(&name) && table.contains(&uid), "{table}");
+    let items = trash_list(&berth);
+    let item = items
+        .iter()
+        .find(|i| i["uid"] == uid.as_str())
+        .unwrap_or_else(|| panic!("{uid} not in the trash: {items:?}"));
+    assert_eq!(item["name"], name.as_str());
+    assert_eq!(item["reason"], "forced");
+    assert!(
+        item["deletedBy"].as_str().unwrap().starts_with("unix:"),
+        "{item}"
+    );
+    let deleted: chrono::DateTime<chrono::Utc> =
+        item["deletedAt"].as_str().unwrap().parse().unwrap();
+    let expires: chrono::DateTime<chrono::Utc> =
+        item["expiresAt"].as_str().unwrap().parse().unwrap();
+    assert_eq!(expires - deleted, chrono::Duration::days(7));
+    assert!(item["bytes"].is_u64(), "{item}");
+    let metrics = berth.client().get("/metrics").text();
+    assert!(
+        metrics.lines().any(|l| l == "berth_trash_volumes 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("berth_trash_bytes "), "{metrics}");
+
+    let restored = ok(&berth, &["restore", &name]);
+    assert!(restored.contains(&name), "{restored}");
+    let project = berth.wait_ready(&name);
+    assert_eq!(uid_of(&project), uid, "a restore keeps the uid");
+    assert!(
+        project["status"]["firstReachableAt"].is_string(),
+        "{}",
+        project["status"]
+    );
+    assert_eq!(volumes_of(&uid), [format!("berth-{uid}-workspace")]);
+    assert_eq!(
+        workspace_fingerprint(&name),
+        before,
+        "the workspace came back byte for byte"
+    );
+    assert!(trash_list(&berth).iter().all(|i| i["uid"] != uid.as_str()));
+    let members = berth
+        .client()
+        .get(&format!("{PROJECTS}/{name}/members"))
+        .json();
+    assert!(
+        members["items"].as_array().is_some_and(|m| m
+            .iter()
+            .any(|u| u["name"].as_str().is_some_and(|n| n.starts_with("unix:")))),
+        "the caller is a member: {members}"
+    );
+}
+
+#[test]
+fn a_restore_as_a_new_name_comes_back_alongside_and_purge_leaves_nothing() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    let first = uid_of(&berth.create_project(&name, json!({"image": "berth-tiny"})));
+    berth.wait_ready(&name);
+    exec(&name, "echo kept > /workspace/f && chmod 640 /workspace/f").unwrap();
+    ok(&berth, &["delete", "project", &name, "--force"]);
+
+    // The trash never blocks the name: a new project takes it at once.
+    let second = uid_of(&berth.create_project(&name, json!({"image": "berth-tiny"})));
+    berth.wait_ready(&name);
+    let refused = berth_cli(&berth, &["restore", &name]);
+    assert!(!refused.status.success(), "{}", said(&refused));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("exists") && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    let reply = berth
+        .client()
+        .post_json(&format!("{TRASH}/{first}/restore"), &json!({}));
+    assert_eq!(reply.status, 409, "{}", reply.text());
+
+    let alongside = format!("{name}-b");
+    ok(&berth, &["restore", &name, "--as", &alongside]);
+    let project = berth.wait_ready(&alongside);
+    berth.track(&project);
+    let third = uid_of(&project);
+    assert!(third != first && third != second, "--as gives a new uid");
+    assert_eq!(volumes_of(&third), [format!("berth-{third}-workspace")]);
+    assert!(volumes_of(&first).is_empty(), "{:?}", volumes_of(&first));
+    assert_eq!(
+        lxc(&[
+            "storage",
+            "volume",
+            "get",
+            "default",
+            &format!("berth-{third}-workspace"),
+            "user.berth.uid"
+        ])
+        .unwrap()
+        .trim(),
+        third,
+        "relabelled for its new project"
+    );
+    assert_eq!(
+        exec(&alongside, "stat -c %a /workspace/f && cat /workspace/f").unwrap(),
+        "640\nkept\n"
+    );
+    assert_eq!(berth.get_project(&name).map(|p| uid_of(&p)), Some(second));
+
+    // --purge skips the trash: nothing of it is left anywhere.
+    ok(&berth, &["delete", "project", &alongside, "--purge"]);
+    assert!(berth.get_project(&alongside).is_none());
+    assert!(volumes_of(&third).is_empty(), "{:?}", volumes_of(&third));
+    assert!(
+        trash_list(&berth)
+            .iter()
+            .all(|i| i["uid"] != third.as_str())
+    );
+}
+
+#[test]
+fn the_trash_and_purging_are_admin_rights() {
+    let daemon = Daemon::start_with(&["--listen", "127.0.0.1:0"]);
+    let admin = daemon.add_user("ada", true);
+    let user = daemon.add_user("uma", false);
+    let tcp = TcpClient::new(&daemon.tcp_addr(), Some(&user), None);
+    let reply = tcp.json(
+        "POST",
+        PROJECTS,
+        &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
+                "metadata": {"name": "kept"}, "spec": {"image": "berth-tiny"}}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+
+    for (method, path) in [
+        ("GET", TRASH.to_string()),
+        ("POST", format!("{TRASH}/kept/restore")),
+        ("DELETE", format!("{PROJECTS}/kept?force=true&purge=true")),
+    ] {
+        let reply = tcp.json(method, &path, &json!({}));
+        assert_eq!(reply.status, 403, "{method} {path}: {}", reply.text());
+    }
+    let admin = tcp.with_token(Some(&admin));
+    let reply = admin.json("DELETE", &format!("{PROJECTS}/kept?purge=true"), &json!({}));
+    assert_eq!(reply.status, 400, "purge needs force: {}", reply.text());
+    assert!(reply.text().contains("purge"), "{}", reply.text());
+    // The paused daemon never reached LXD: the trash says so rather than answering empty.
+    assert_eq!(admin.get(TRASH).status, 503);
+    assert_eq!(
+        daemon.client().get(&format!("{PROJECTS}/kept")).json()["metadata"]["annotations"]
+            .get("berth.dev/purge"),
+        None,
+        "a refused purge records nothing"
+    );
+}

@@ -18,7 +18,9 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::{PROJECTS, READY_DEADLINE, instance_count, instance_state, lxc, volumes_of};
+use harness::{
+    PROJECTS, READY_DEADLINE, instance_count, instance_state, live_volumes_of, lxc, volumes_of,
+};
 use serde_json::{Value, json};
 use support::daemon::{Client, Daemon};
 
@@ -496,10 +498,17 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
         "{doomed} went, but not by the reaper:\n{log}"
     );
     assert_eq!(instance_count(&doomed), 0);
+    assert_eq!(
+        volumes_of(&doomed_uid),
+        [format!("berth-trash-{doomed_uid}-workspace")],
+        "a reaped workspace goes to the trash"
+    );
+    let trash = reaper.client().get("/apis/berth.dev/v1alpha1/trash").json();
     assert!(
-        volumes_of(&doomed_uid).is_empty(),
-        "{:?}",
-        volumes_of(&doomed_uid)
+        trash["items"].as_array().is_some_and(|items| items
+            .iter()
+            .any(|i| i["uid"] == doomed_uid.as_str() && i["reason"] == "reaper")),
+        "{trash}"
     );
 
     // The others are kept, each with its protection shown everywhere.
@@ -630,7 +639,7 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
         "the held deletion did not finish once the work was pushed",
     );
     assert_eq!(instance_count(&unpushed), 0);
-    assert!(volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
+    assert!(live_volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
 
     // --force deletes held work at once.
     let uid = reaper.uid(&dirty);
@@ -640,7 +649,7 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
     assert!(forced.status.success(), "{}", said(&forced));
     assert!(reaper.get(&dirty).is_none());
     assert_eq!(instance_count(&dirty), 0);
-    assert!(volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
+    assert!(live_volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
 }
 
 /// `lxc monitor` of lifecycle events, to count the starts of one container.
@@ -838,5 +847,5 @@ fn stopped_work_due_for_delete_and_pruned_work_are_kept() {
     let forced = reaper.cli(&["delete", "project", &pruned, "--force"]);
     assert!(forced.status.success(), "{}", said(&forced));
     assert!(reaper.get(&pruned).is_none());
-    assert!(volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
+    assert!(live_volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
 }

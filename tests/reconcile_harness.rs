@@ -408,6 +408,14 @@ pub fn volumes_of(uid: &str) -> Vec<String> {
     .collect()
 }
 
+/// The volumes of `uid` under the project's own names (not those in the trash).
+pub fn live_volumes_of(uid: &str) -> Vec<String> {
+    volumes_of(uid)
+        .into_iter()
+        .filter(|v| !v.starts_with("berth-trash-"))
+        .collect()
+}
+
 /// The instance's status as `lxc list` shows it (RUNNING, STOPPED), if it exists.
 pub fn instance_state(name: &str) -> Option<String> {
     lxc(&["list", "--format", "csv", "-c", "ns"])

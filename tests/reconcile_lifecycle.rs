@@ -10,8 +10,8 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use harness::{
-    Berth, exec, instance_count, instance_state, instance_uid, lxc, lxc_when_idle, ready_reason,
-    uid_of, unique_name, volumes_of,
+    Berth, exec, instance_count, instance_state, instance_uid, live_volumes_of, lxc, lxc_when_idle,
+    ready_reason, uid_of, unique_name, volumes_of,
 };
 use serde_json::json;
 
@@ -208,7 +208,7 @@ fn a_container_berth_did_not_create_is_never_touched() {
     // Deleting the project leaves the stranger alone.
     berth.delete_project(&name);
     assert_eq!(instance_count(&name), 1);
-    assert!(volumes_of(&uid_of(&project)).is_empty());
+    assert!(live_volumes_of(&uid_of(&project)).is_empty());
 }
 
 #[test]
@@ -240,7 +240,7 @@ fn a_paused_project_is_left_alone() {
 }
 
 #[test]
-fn delete_removes_the_container_and_the_volumes() {
+fn delete_removes_the_container_and_trashes_the_volumes() {
     let mut berth = Berth::start(None);
     let name = unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
@@ -251,7 +251,8 @@ fn delete_removes_the_container_and_the_volumes() {
 
     berth.delete_project(&name);
     assert_eq!(instance_count(&name), 0);
-    assert!(volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
+    // The volumes leave the project's names for the trash.
+    assert_eq!(volumes_of(&uid), [format!("berth-trash-{uid}-workspace")]);
 
     // The same name again gets fresh volumes.
     berth.create_project(&name, json!({"image": "berth-tiny"}));

@@ -281,3 +281,82 @@ fn the_trash_and_purging_are_admin_rights() {
         "a refused purge records nothing"
     );
 }
+
+/// The LXD calls the trash is made of, against the real daemon: a custom volume is relabelled
+/// (a key set to "" removed), renamed (a taken name is a conflict, a missing volume not found),
+/// and its usage is unknown on this `dir` pool rather than an error.
+#[tokio::test]
+async fn lxd_renames_and_relabels_custom_volumes() {
+    use berth::runtime::{CreateVolume, Runtime, RuntimeError};
+    use std::collections::BTreeMap;
+    use support::lxd::{Cleanup, POOL};
+
+    let lxd = support::lxd::client().await;
+    let name = support::lxd::unique_name();
+    let (first, second, taken) = (
+        format!("{name}-a"),
+        format!("{name}-b"),
+        format!("{name}-c"),
+    );
+    let mut cleanup = Cleanup::new();
+    for volume in [&first, &second, &taken] {
+        cleanup.volume(POOL, volume);
+    }
+    for volume in [&first, &taken] {
+        lxd.create_volume(&CreateVolume {
+            pool: POOL.into(),
+            name: volume.clone(),
+            size: None,
+            config: BTreeMap::from([("user.berth.test".to_string(), "1".to_string())]),
+            target: None,
+        })
+        .await
+        .unwrap();
+    }
+
+    let labels = BTreeMap::from([
+        ("user.berth.trash.name".to_string(), "p".to_string()),
+        ("user.berth.test".to_string(), String::new()),
+    ]);
+    lxd.patch_volume(POOL, &first, &labels, None).await.unwrap();
+    let config = lxd
+        .get_volume(POOL, &first, None)
+        .await
+        .unwrap()
+        .unwrap()
+        .config;
+    assert_eq!(
+        config.get("user.berth.trash.name").map(String::as_str),
+        Some("p")
+    );
+    assert!(!config.contains_key("user.berth.test"), "{config:?}");
+
+    let err = lxd
+        .rename_volume(POOL, &first, &taken, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::Conflict { .. }), "{err}");
+    lxd.rename_volume(POOL, &first, &second, None)
+        .await
+        .unwrap();
+    assert!(lxd.get_volume(POOL, &first, None).await.unwrap().is_none());
+    let moved = lxd.get_volume(POOL, &second, None).await.unwrap().unwrap();
+    assert_eq!(
+        moved
+            .config
+            .get("user.berth.trash.name")
+            .map(String::as_str),
+        Some("p")
+    );
+    let err = lxd
+        .rename_volume(POOL, &first, &second, None)
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+
+    let driver = lxd.storage_pool(POOL).await.unwrap().driver;
+    let usage = lxd.volume_usage(POOL, &second, None).await.unwrap();
+    if driver == "dir" {
+        assert_eq!(usage, None, "LXD 5.0's dir driver cannot size a volume");
+    }
+}

@@ -564,6 +564,11 @@ fn applysets_prune_only_their_previous_inventory() {
         .apply_set("s", vec![project("a", json!({}))], true, false)
         .unwrap();
     assert!(matches!(applied.pruned.as_slice(), [Deletion::Deleting(o)] if o.name() == "b"));
+    assert_eq!(
+        store.get("Project", "b").unwrap().metadata.annotations[berth_api::annotations::REAPED_BY],
+        "prune",
+        "a prune says so, for the trash's reason"
+    );
     assert_eq!(store.applyset_inventory("s"), ["Project/a"]);
     assert!(store.get("Project", "outside").is_some());
 
@@ -674,4 +679,39 @@ fn an_execution_is_recorded_once_and_expires() {
     assert_eq!(store.expire_executions(later).unwrap(), 2);
     assert!(store.execution("p", "e1").unwrap().is_none());
     assert!(store.execution("p", "e2").unwrap().is_some());
+}
+
+#[test]
+fn a_restored_project_keeps_its_uid_and_first_status() {
+    let (_dir, store) = open();
+    let restored = store
+        .create_restored(
+            "unix:ana",
+            project("back", json!({"displayName": "Back"})),
+            "0b6f3c1e-uid",
+            json!({"firstReachableAt": "2026-01-01T00:00:00Z"}),
+        )
+        .unwrap();
+    assert_eq!(restored.uid(), "0b6f3c1e-uid");
+    assert_eq!(restored.generation(), 1);
+    assert_eq!(
+        restored.status.value()["firstReachableAt"],
+        "2026-01-01T00:00:00Z"
+    );
+    assert!(store.is_member("0b6f3c1e-uid", "unix:ana"));
+    assert_eq!(store.get_by_uid("0b6f3c1e-uid").unwrap().name(), "back");
+    // Neither the name nor the uid may be taken.
+    for (name, uid) in [("back", "other-uid"), ("elsewhere", "0b6f3c1e-uid")] {
+        let err = store
+            .create_restored("unix:ana", project(name, json!({})), uid, json!({}))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::AlreadyExists { .. } | StoreError::Conflict { .. }
+            ),
+            "{name} {uid}: {err}"
+        );
+    }
+    assert!(store.get("Project", "elsewhere").is_none());
 }

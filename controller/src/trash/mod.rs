@@ -21,6 +21,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -155,6 +156,8 @@ pub struct Trash {
     settings: TrashSettings,
     metrics: Option<Arc<Metrics>>,
     lock: tokio::sync::Mutex<()>,
+    /// The pool said once that it cannot size a volume (LXD 5.0's `dir`): not asked again.
+    sizes_unknown: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Trash {
@@ -174,6 +177,7 @@ impl Trash {
             settings,
             metrics: None,
             lock: tokio::sync::Mutex::new(()),
+            sizes_unknown: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -217,11 +221,15 @@ impl Trash {
         let mut entries = TrashEntry::group(volumes);
         for entry in &mut entries {
             for volume in &entry.volumes {
+                if self.sizes_unknown.load(Ordering::Relaxed) {
+                    break;
+                }
                 match runtime
                     .volume_usage(&self.pool, &volume.name, target(volume))
                     .await
                 {
-                    Ok(used) => entry.bytes += used.unwrap_or(0),
+                    Ok(Some(used)) => entry.bytes += used,
+                    Ok(None) => self.sizes_unknown.store(true, Ordering::Relaxed),
                     Err(e) => {
                         tracing::debug!(volume = volume.name.as_str(), error = %e, "volume usage unknown");
                     }

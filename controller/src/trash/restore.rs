@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::names::{self, TrashEntry};
 use super::{PROJECT_KIND, Trash, TrashError, cleared, target};
 use crate::runtime::Runtime;
-use crate::store::{Desired, StoredObject};
+use crate::store::{Desired, EventType, StoredObject};
 
 /// A restore request.
 #[derive(Debug, Clone)]
@@ -119,6 +119,26 @@ impl Trash {
             from = entry.uid.as_str(),
             "project restored from the trash"
         );
+        let message = format!(
+            "restored from the trash by {} (project {} uid {}, deleted {} by {}: {})",
+            request.caller,
+            entry.name,
+            entry.uid,
+            entry
+                .deleted_at
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                .unwrap_or_else(|| "at an unknown time".into()),
+            entry.deleted_by,
+            entry.reason
+        );
+        let (store, restored) = (Arc::clone(&self.store), Arc::clone(&object));
+        let recorded = tokio::task::spawn_blocking(move || {
+            store.record_event(&restored, EventType::Normal, "Restored", &message)
+        })
+        .await;
+        if let Ok(Err(e)) = recorded {
+            tracing::warn!(error = %e, "could not record the restore's event");
+        }
         Ok(object)
     }
 

@@ -167,6 +167,7 @@ async fn a_deletion_moves_the_volumes_to_the_trash_with_its_record() {
     assert!(volumes.iter().all(|v| is_trash_name(v)), "{volumes:?}");
 
     s.fake.set_volume_usage(POOL, &volumes[0], 1000);
+    s.fake.set_volume_usage(POOL, &volumes[1], 24);
     let list = s.trash.list(&*s.fake).await.unwrap();
     assert_eq!(list.kind, "TrashList");
     let [item] = list.items.as_slice() else {
@@ -180,14 +181,30 @@ async fn a_deletion_moves_the_volumes_to_the_trash_with_its_record() {
             item.reason.as_str(),
             item.bytes
         ),
-        (uid.as_str(), "p", "unix:alice", "forced", 1000)
+        (uid.as_str(), "p", "unix:alice", "forced", 1024)
     );
     assert_eq!(
         item.expires_at,
         Some(item.deleted_at.unwrap() + chrono::Duration::days(7))
     );
     assert_eq!(s.metrics.trash_volumes.get(), 2);
-    assert_eq!(s.metrics.trash_bytes.get(), 1000);
+    assert_eq!(s.metrics.trash_bytes.get(), 1024);
+}
+
+#[tokio::test]
+async fn a_pool_that_cannot_size_volumes_counts_zero_bytes_and_is_asked_once() {
+    let s = setup(7 * DAY);
+    s.project("p").await;
+    s.delete("p", &[]);
+    s.converge("p").await;
+    for _ in 0..3 {
+        let list = s.trash.list(&*s.fake).await.unwrap();
+        assert_eq!(list.items.len(), 1);
+        assert_eq!(list.items[0].bytes, 0);
+    }
+    assert_eq!(s.fake.count("volume_usage"), 1);
+    assert_eq!(s.metrics.trash_volumes.get(), 2);
+    assert_eq!(s.metrics.trash_bytes.get(), 0);
 }
 
 #[tokio::test]
@@ -295,6 +312,16 @@ async fn a_restore_keeps_the_uid_and_the_project_comes_back_up_on_its_volumes() 
         );
     }
     assert!(s.trash.entries(&*s.fake).await.unwrap().is_empty());
+    let events = s.store.events_for(PROJECT_KIND, "p").unwrap();
+    let restored = events
+        .iter()
+        .find(|e| e.reason == "Restored")
+        .expect("an event");
+    assert!(
+        restored.message.contains("unix:bob") && restored.message.contains("unix:alice"),
+        "who restored and who deleted: {}",
+        restored.message
+    );
 
     // The reconciler brings it up on the restored volumes, creating none.
     let created = s.fake.count("create_volume");

@@ -562,3 +562,41 @@ fn the_reason_and_who_come_from_the_deletion_annotations() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_interrupted_restore_stays_in_the_trash_and_finishes_when_asked_again() {
+    let s = setup(7 * DAY);
+    let uid = s.project("p").await;
+    s.delete("p", &[]);
+    s.converge("p").await;
+    s.fake.fault_method("rename_volume", Fault::Pass);
+    s.fake.fault_method(
+        "rename_volume",
+        Fault::Fail(RuntimeError::Transport {
+            what: "rename".into(),
+            message: "killed".into(),
+        }),
+    );
+    s.trash
+        .restore(&*s.fake, s.restore(&uid, None))
+        .await
+        .unwrap_err();
+    assert!(s.store.get(PROJECT_KIND, "p").is_none());
+    let volumes = s.volumes();
+    assert_eq!(
+        volumes.iter().filter(|v| is_trash_name(v)).count(),
+        1,
+        "half moved back: {volumes:?}"
+    );
+    let entries = s.trash.entries(&*s.fake).await.unwrap();
+    assert_eq!(entries.len(), 1, "still restorable");
+    assert_eq!(entries[0].volumes.len(), 2);
+
+    let object = s
+        .trash
+        .restore(&*s.fake, s.restore("p", None))
+        .await
+        .unwrap();
+    assert_eq!(object.uid(), uid);
+    assert_eq!(s.volumes(), live_names(&uid));
+}

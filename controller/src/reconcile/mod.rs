@@ -88,6 +88,9 @@ pub struct ControllerSettings {
     pub timeouts: Timeouts,
     /// How often a held deletion's workspace is inspected again (`scheduler.recheckInterval`).
     pub held_recheck: Duration,
+    /// `defaults.image`: what a workspace volume without a container is inspected from when
+    /// the project's own images are gone.
+    pub default_image: String,
 }
 
 impl Default for ControllerSettings {
@@ -101,6 +104,7 @@ impl Default for ControllerSettings {
             backoff: Backoff::default(),
             timeouts: Timeouts::default(),
             held_recheck: crate::scheduler::deletion::HELD_RECHECK,
+            default_image: "berth-base".to_string(),
         }
     }
 }

@@ -31,6 +31,7 @@ pub fn settings_from_config(config: &Config) -> Result<ControllerSettings, Strin
         workers: config.scheduler.workers.max(1) as usize,
         resync_interval: interval.as_std().max(Duration::from_secs(1)),
         held_recheck: config.scheduler.recheck(),
+        default_image: config.defaults.image.clone(),
         ..ControllerSettings::default()
     })
 }

@@ -12,6 +12,7 @@ use super::project::{commit, store_call};
 use super::status::Draft;
 use super::{Action, Context, PROJECT_KIND, ReconcileError};
 use crate::runtime::StopOptions;
+use crate::scheduler::inspection_instance;
 use crate::store::StoredObject;
 
 /// A container being deleted gets this long to stop cleanly before it is killed.
@@ -53,6 +54,13 @@ pub async fn finalize(
         } else {
             tracing::warn!("an instance of this name is not this project's; leaving it alone");
         }
+    }
+
+    // An inspection instance a crash left behind would keep the workspace volume in use.
+    if let Err(e) =
+        inspection_instance::remove_leftover(runtime, uid, settings.timeouts.delete).await
+    {
+        tracing::warn!(error = %e, "a leftover inspection instance could not be removed");
     }
 
     let volumes = runtime

@@ -663,3 +663,297 @@ async fn a_leftover_inspection_instance_does_not_strand_a_forced_deletion() {
     assert!(!s.workspace_kept(&uid));
     assert!(s.inspection_instances().is_empty());
 }
+
+/// One simulated workspace for [`randomized_deletions_never_destroy_protected_work`]: its true
+/// state, which the deletion only learns by looking.
+#[derive(Debug, Clone, Default)]
+struct World {
+    reached: bool,
+    unsaved: UnsavedWork,
+    /// A file berth seeded is in the workspace; `edited` when someone changed it since.
+    seeded: bool,
+    edited: bool,
+    blocked: bool,
+    /// A process in the container writes when the container is stopped.
+    writes_on_stop: bool,
+    /// Every inspection of it comes back unreadable.
+    failing: bool,
+}
+
+impl World {
+    /// Whether destroying it now could lose something (or nobody could tell).
+    fn protected(&self, container: Container) -> bool {
+        self.reached
+            && (self.unsaved.any()
+                || self.edited
+                || self.blocked
+                || self.failing
+                || (self.writes_on_stop && container == Container::Running))
+    }
+}
+
+const SEED_HASH: &str = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
+
+/// What the inspection script would print for `world`'s workspace, a git repository whose
+/// seeded file (tracked, berth appended to it) is listed as modified and carries its hash.
+fn report(world: &World, live_agent: bool) -> String {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD as B64;
+    let b64 = |text: &str| B64.encode(text.as_bytes());
+    let mut porcelain = String::new();
+    for i in 0..world.unsaved.uncommitted {
+        porcelain.push_str(&format!(" M changed-{i}\0"));
+    }
+    for i in 0..world.unsaved.untracked {
+        porcelain.push_str(&format!("?? new-{i}\0"));
+    }
+    let mut known = String::new();
+    if world.seeded {
+        porcelain.push_str(" M AGENTS.md\0");
+        let now = if world.edited {
+            "0ddba11".repeat(10)[..64].to_string()
+        } else {
+            SEED_HASH.to_string()
+        };
+        known = format!("known {} {now}\n", b64("AGENTS.md"));
+    }
+    let agent = if live_agent && world.blocked {
+        b64(r#"{"state":"blocked","message":"which database?"}"#)
+    } else {
+        "-".to_string()
+    };
+    format!(
+        "berth-inspect 1\nagent {agent}\ngit repo\nporcelain {}\nstashes {}\nunpushed {}\n{known}\
+         tcp {}\ntcp6 \ncpu_ticks 0\nclk_tck 100\nnewest_mtime -\nend\n",
+        b64(&porcelain),
+        world.unsaved.stashes,
+        world.unsaved.unpushed,
+        b64("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"),
+    )
+}
+
+/// The workspace volume attached to `instance` in the fake.
+fn attached_workspace(fake: &FakeRuntime, instance: &str) -> Option<String> {
+    fake.instance(instance)?
+        .devices
+        .values()
+        .find(|d| d.get("path").map(String::as_str) == Some("/workspace"))?
+        .get("source")
+        .cloned()
+}
+
+/// Hundreds of deletions of workspaces in every state a deletion can meet them in: steps gone
+/// back (a new image, a recreate, a boot) or never recorded, containers running, stopped,
+/// vanished or taken by someone else, unsaved work of every kind, seeded files edited or not,
+/// blocked agents, writes while the container stops, inspections that fail and LXD calls that
+/// fail. Whatever happens, a workspace that holds work (or cannot be told not to) is never
+/// destroyed, a foreign container is never touched, and everything else is deleted.
+#[tokio::test(start_paused = true)]
+async fn randomized_deletions_never_destroy_protected_work() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    let mut rng = StdRng::seed_from_u64(0x6265_7274_6800_0d31);
+    let steps = berth_api::Step::ALL;
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let s = setup();
+    for w in 0..300 {
+        let name = format!("p{w}");
+        let name = name.as_str();
+        let container = match rng.random_range(0..4) {
+            0 => Container::Running,
+            1 => Container::Stopped,
+            2 => Container::Missing,
+            _ => Container::Foreign,
+        };
+        let reached = rng.random_bool(0.8);
+        let mut world = World {
+            reached,
+            ..World::default()
+        };
+        if reached {
+            if rng.random_bool(0.4) {
+                match rng.random_range(0..4) {
+                    0 => world.unsaved.uncommitted = 1,
+                    1 => world.unsaved.untracked = 2,
+                    2 => world.unsaved.stashes = 1,
+                    _ => world.unsaved.unpushed = 3,
+                }
+            }
+            world.seeded = rng.random_bool(0.5);
+            world.edited = world.seeded && rng.random_bool(0.3);
+            world.blocked = rng.random_bool(0.1);
+            world.writes_on_stop = rng.random_bool(0.5);
+            world.failing = rng.random_bool(0.1);
+        }
+        // What status says: the record, or (stored before it existed) the step or traces.
+        let mut status = json!({"phase": "Ready"});
+        if reached {
+            match rng.random_range(0..3) {
+                0 => {
+                    status["firstReachableAt"] = json!("2026-01-01T00:00:00Z");
+                    status["step"] = json!(steps[rng.random_range(0..steps.len())]);
+                }
+                1 => status["step"] = json!(steps[rng.random_range(3..steps.len())]),
+                _ => {
+                    status["step"] = json!(steps[rng.random_range(0..3)]);
+                    // A finding recorded long ago: stale, never an answer for a fresh look.
+                    status["unsavedWork"] =
+                        json!({"uncommitted": 0, "untracked": 0, "stashes": 0, "unpushed": 0});
+                }
+            }
+            if world.seeded {
+                status["seededFiles"] = json!({"/workspace/AGENTS.md": SEED_HASH});
+            }
+            if world.blocked {
+                status["agent"] = json!({"state": "blocked"});
+            }
+            if rng.random_bool(0.5) {
+                status["container"] = json!({"name": name,
+                    "imageFingerprint": crate::runtime::fake::fake_fingerprint("berth-tiny")});
+            }
+        } else {
+            status["step"] = json!(steps[rng.random_range(0..3)]);
+        }
+        let object = s.deleting(name, status.clone(), container, FakeWorkspace::default());
+        let uid = object.uid().to_string();
+        let volume = DurableLayout::workspace_volume(&uid);
+        let shared = Arc::new(Mutex::new(world.clone()));
+        let weak = Arc::downgrade(&s.fake);
+        let live = shared.clone();
+        let (project, stopped) = (name.to_string(), format!("stop_instance {name}"));
+        let ours = volume.clone();
+        s.fake.on_exec(move |instance, request| {
+            if !is_inspection(request) {
+                return None;
+            }
+            let fake = weak.upgrade()?;
+            if attached_workspace(&fake, instance)? != ours {
+                return None;
+            }
+            let mut world = live.lock().unwrap();
+            // The writer, running in the project's own container, ran when it was stopped.
+            if world.writes_on_stop
+                && container == Container::Running
+                && fake.calls().contains(&stopped)
+            {
+                world.unsaved.uncommitted = world.unsaved.uncommitted.max(1);
+            }
+            if world.failing {
+                return Some(Ok(ExecOutput {
+                    exit_code: 0,
+                    stdout: b"berth-inspect 1\ngit repo\n".to_vec(),
+                    stderr: Vec::new(),
+                }));
+            }
+            let running = instance == project;
+            Some(Ok(report(&world, running))).map(|r| {
+                r.map(|stdout| ExecOutput {
+                    exit_code: 0,
+                    stdout: stdout.into_bytes(),
+                    stderr: Vec::new(),
+                })
+            })
+        });
+        // Now and then one LXD call on the way fails (no earlier world's fault is left over).
+        s.fake.clear_faults();
+        if rng.random_bool(0.2) {
+            let method = [
+                "create_instance",
+                "wait_operation",
+                "start_instance",
+                "stop_instance",
+                "delete_instance",
+                "list_volumes",
+                "get_instance",
+            ][rng.random_range(0..7)];
+            s.fake.fault_method(
+                method,
+                crate::runtime::fake::Fault::Fail(crate::runtime::RuntimeError::Transport {
+                    what: method.into(),
+                    message: "injected".into(),
+                }),
+            );
+        }
+        let protected = world.protected(container);
+        let foreign_before = s
+            .fake
+            .instance(name)
+            .filter(|_| container == Container::Foreign);
+
+        let mut done = false;
+        for _ in 0..4 {
+            let object = s.ctx.store.get(PROJECT_KIND, name).unwrap();
+            let draft = Draft::from_object(&object);
+            let result = crate::reconcile::teardown::finalize(&s.ctx, &object, draft).await;
+            forget(&uid);
+            // Safety, after every attempt: protected work is still there.
+            if protected {
+                assert!(
+                    s.fake.volume("default", &volume).is_some(),
+                    "world {w} destroyed while protected: {world:?}, {container:?}, status {status}"
+                );
+            }
+            if matches!(result, Ok(Action::Done)) {
+                done = true;
+                break;
+            }
+        }
+        // A foreign container is never touched.
+        if let Some(before) = foreign_before {
+            assert_eq!(s.fake.instance(name), Some(before), "world {w}");
+            let touched = [
+                format!("stop_instance {name}"),
+                format!("delete_instance {name}"),
+                format!("exec {name}"),
+            ];
+            assert!(
+                !s.fake.calls().iter().any(|c| touched.contains(c)),
+                "world {w} touched a foreign container"
+            );
+        }
+        assert!(s.inspection_instances().is_empty(), "world {w}");
+        if protected {
+            assert!(!done, "world {w}: {world:?}");
+            assert!(s.blocked(name).is_some(), "world {w}: held, and says so");
+            // A held deletion leaves the project's own container as it was.
+            if container == Container::Running {
+                assert_eq!(
+                    s.fake.instance(name).map(|i| i.status),
+                    Some(InstanceStatus::Running),
+                    "world {w}: {world:?}"
+                );
+            }
+            *counts.entry("held").or_default() += 1;
+        } else {
+            // Liveness: with nothing to protect, the deletion finishes within a few attempts
+            // even when one LXD call fails on the way.
+            assert!(
+                done,
+                "world {w} not deleted: {world:?}, {container:?}, status {status}, {:?}",
+                s.blocked(name)
+            );
+            assert!(s.fake.volume("default", &volume).is_none(), "world {w}");
+            *counts.entry("deleted").or_default() += 1;
+        }
+        if reached && container != Container::Running && container != Container::Stopped {
+            *counts.entry("volume inspected").or_default() += 1;
+        }
+        if world.writes_on_stop && container == Container::Running && !world.unsaved.any() {
+            *counts.entry("caught on stop").or_default() += 1;
+        }
+        if world.edited {
+            *counts.entry("seed edited").or_default() += 1;
+        }
+    }
+    // The simulation must exercise every path, or it proves nothing.
+    for (what, at_least) in [
+        ("held", 80),
+        ("deleted", 80),
+        ("volume inspected", 80),
+        ("caught on stop", 8),
+        ("seed edited", 15),
+    ] {
+        let n = counts.get(what).copied().unwrap_or(0);
+        assert!(n >= at_least, "too few {what}: {counts:?}");
+    }
+}

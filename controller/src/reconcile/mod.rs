@@ -90,6 +90,9 @@ pub struct ControllerSettings {
     pub held_recheck: Duration,
     /// What a deletion does with the volumes (`trash.retention`).
     pub trash: crate::trash::TrashSettings,
+    /// `defaults.image`: what a workspace volume without a container is inspected from when
+    /// the project's own images are gone.
+    pub default_image: String,
 }
 
 impl Default for ControllerSettings {
@@ -104,6 +107,7 @@ impl Default for ControllerSettings {
             timeouts: Timeouts::default(),
             held_recheck: crate::scheduler::deletion::HELD_RECHECK,
             trash: crate::trash::TrashSettings::default(),
+            default_image: "berth-base".to_string(),
         }
     }
 }

@@ -127,11 +127,13 @@ fn write_status(
                 name: name.to_string(),
             });
         };
+        let stored = latest.status.value();
         let value = if latest.resource_version() == base.resource_version() {
             ours.clone()
         } else {
-            super::status::merge_changes(&base.status.value(), ours, &latest.status.value())
+            super::status::merge_changes(&base.status.value(), ours, &stored)
         };
+        let value = super::status::keep_first_reachable(&stored, value);
         match store.update_status(
             PROJECT_KIND,
             name,
@@ -162,6 +164,7 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
     }
 
     let mut draft = Draft::from_object(&object);
+    draft.backfill_first_reachable();
     tracing::Span::current().record("step", draft.step().as_str());
     let annotations = &object.metadata.annotations;
     if annotations.get(annotations::RECONCILE).map(String::as_str)

@@ -32,6 +32,7 @@ pub fn settings_from_config(config: &Config) -> Result<ControllerSettings, Strin
         resync_interval: interval.as_std().max(Duration::from_secs(1)),
         held_recheck: config.scheduler.recheck(),
         trash: config.trash.settings(),
+        default_image: config.defaults.image.clone(),
         ..ControllerSettings::default()
     })
 }

@@ -98,11 +98,23 @@ impl Draft {
         self.status.step.unwrap_or(Step::Requested)
     }
 
-    /// Records that `step` is now the last completed one.
+    /// Records that `step` is now the last completed one. The first time the project reaches
+    /// Reachable is recorded for good (`status.firstReachableAt`): the step moves back later.
     pub fn set_step(&mut self, step: Step) {
         if self.status.step != Some(step) {
             self.status.step = Some(step);
             self.record.step_started_at = Some(self.now);
+        }
+        if step >= Step::Reachable {
+            self.status.first_reachable_at.get_or_insert(self.now);
+        }
+    }
+
+    /// Records `status.firstReachableAt` for a project that ran before that field existed
+    /// (see [`ever_reachable`]), at the time it is noticed.
+    pub fn backfill_first_reachable(&mut self) {
+        if self.status.first_reachable_at.is_none() && ever_reachable(&self.status) {
+            self.status.first_reachable_at = Some(self.now);
         }
     }
 
@@ -169,6 +181,34 @@ impl Draft {
     }
 }
 
+/// Whether the workspace may hold work because the project became Reachable once, whatever
+/// `status.step` says now (it moves back on a new image, a recreate, a vanished container and
+/// every boot). `status.firstReachableAt` says so from then on; a project stored before that
+/// field existed is judged by its step and by what only a reachable workspace leaves in status
+/// (an inspection's findings, activity, seeded files, an agent's report or title).
+pub fn ever_reachable(status: &ProjectStatus) -> bool {
+    status.first_reachable_at.is_some()
+        || status.step.is_some_and(|s| s >= Step::Reachable)
+        || status.unsaved_work.is_some()
+        || status.activity.is_some()
+        || !status.seeded_files.is_empty()
+        || status.agent.is_some()
+        || status.title.is_some()
+}
+
+/// The status field that, once written, no status write may drop (see [`ever_reachable`]).
+const FIRST_REACHABLE_AT: &str = "firstReachableAt";
+
+/// Keeps `firstReachableAt` of `stored` in a status about to replace it that lacks it (a draft
+/// decoded from an unreadable status starts afresh, and must not forget that much).
+pub fn keep_first_reachable(stored: &Value, mut next: Value) -> Value {
+    if let (Some(at), Value::Object(map)) = (stored.get(FIRST_REACHABLE_AT), &mut next) {
+        map.entry(FIRST_REACHABLE_AT.to_string())
+            .or_insert_with(|| at.clone());
+    }
+    next
+}
+
 /// What changed between two statuses that deserves an event.
 pub fn transitions(
     before: &ProjectStatus,
@@ -233,6 +273,10 @@ pub fn merge_changes(base: &Value, ours: &Value, theirs: &Value) -> Value {
             continue;
         }
         if was == want {
+            continue;
+        }
+        if key == FIRST_REACHABLE_AT && want.is_none() {
+            // Recorded once, never cleared.
             continue;
         }
         match want {
@@ -371,6 +415,51 @@ mod tests {
         // Nothing written meanwhile: the merge is what the reconcile wants.
         let ours = json!({"phase": "Ready", "conditions": [ready("True", "Reachable")]});
         assert_eq!(merge_changes(&base, &ours, &base), ours);
+    }
+
+    #[test]
+    fn first_reachable_at_is_recorded_once_and_never_dropped() {
+        use serde_json::json;
+        let mut draft = Draft::from_object(&object(Value::Null));
+        draft.set_step(Step::Started);
+        assert_eq!(draft.status.first_reachable_at, None);
+        draft.set_step(Step::Reachable);
+        let at = draft.status.first_reachable_at.expect("recorded");
+        // A new image, a recreate, a boot: the step goes back, the record stays.
+        draft.set_step(Step::Requested);
+        draft.set_step(Step::Reachable);
+        assert_eq!(draft.status.first_reachable_at, Some(at));
+        assert!(ever_reachable(&draft.status));
+
+        // Stored before the field existed: backfilled from the step, or from what only a
+        // reachable workspace leaves behind.
+        for stored in [
+            json!({"step": "Briefed"}),
+            json!({"step": "Requested", "unsavedWork": {"uncommitted": 0, "untracked": 0, "stashes": 0, "unpushed": 0}}),
+            json!({"step": "Requested", "seededFiles": {"/workspace/AGENTS.md": "00"}}),
+        ] {
+            let mut draft = Draft::from_object(&object(stored.clone()));
+            draft.backfill_first_reachable();
+            assert!(draft.status.first_reachable_at.is_some(), "{stored}");
+        }
+        let mut never = Draft::from_object(&object(json!({"step": "Created"})));
+        never.backfill_first_reachable();
+        assert_eq!(never.status.first_reachable_at, None);
+        assert!(!ever_reachable(&never.status));
+
+        // No status write drops it: not a merge with a draft that lacks it, nor a write of one.
+        let base = json!({"step": "Reachable", "firstReachableAt": "t0"});
+        let ours = json!({"step": "Requested"});
+        let theirs = json!({"step": "Reachable", "firstReachableAt": "t0", "title": "x"});
+        assert_eq!(
+            merge_changes(&base, &ours, &theirs)["firstReachableAt"],
+            "t0"
+        );
+        assert_eq!(keep_first_reachable(&base, ours)["firstReachableAt"], "t0");
+        assert_eq!(
+            keep_first_reachable(&base, json!({"firstReachableAt": "t1"}))["firstReachableAt"],
+            "t1"
+        );
     }
 
     #[test]

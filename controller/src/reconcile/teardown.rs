@@ -12,6 +12,7 @@ use super::project::{commit, store_call};
 use super::status::Draft;
 use super::{Action, Context, PROJECT_KIND, ReconcileError};
 use crate::runtime::StopOptions;
+use crate::scheduler::inspection_instance;
 use crate::store::StoredObject;
 
 /// A container being deleted gets this long to stop cleanly before it is killed.
@@ -56,6 +57,13 @@ pub async fn finalize(
     }
 
     // The volumes go to the trash (or, purged, are deleted): `crate::trash::dispose`.
+    // An inspection instance a crash left behind would keep the workspace volume in use.
+    if let Err(e) =
+        inspection_instance::remove_leftover(runtime, uid, settings.timeouts.delete).await
+    {
+        tracing::warn!(error = %e, "a leftover inspection instance could not be removed");
+    }
+
     let volumes = runtime
         .list_volumes(&settings.storage_pool, Some(LABEL_PREFIX))
         .await?

@@ -2,29 +2,36 @@
 //! reaper) waits while the workspace holds work that exists nowhere else, or an agent waits for
 //! a person. The container and volumes stay as they are; status shows `DeletionBlocked=True`
 //! with the protection as reason (Ready's message says why), and the workspace is inspected
-//! again every few minutes (`scheduler.recheckInterval`) until the work is saved. `berth delete --force` (annotation `berth.dev/forceDelete: "true"`)
-//! deletes at once.
+//! again every few minutes (`scheduler.recheckInterval`) until the work is saved. `berth delete
+//! --force` (annotation `berth.dev/forceDelete: "true"`) deletes at once.
+//!
+//! Every such deletion of a workspace that was ever reachable (`status.firstReachableAt`, not
+//! the current step) looks first, wherever the workspace is: in the project's container, where
+//! it is; then, when nothing protects it, once more after the container is stopped, so nothing
+//! written during the stop is lost; and from an inspection instance when the project has no
+//! container of its own (see [`super::inspection_instance`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use berth_api::{
-    AgentState, ConditionStatus, Phase, ProjectStatus, ProtectionReason, Step, condition_types,
-    reasons,
+    AgentState, ConditionStatus, Phase, ProjectStatus, ProtectionReason, condition_types, reasons,
 };
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::inspect;
+use super::inspect::{self, InspectError, Inspection};
+use super::inspection_instance::{self, VolumeInspection};
 use super::passes::reasons_text;
 use super::policy;
 use super::reap;
 use crate::api::FORCE_DELETE_ANNOTATION;
 use crate::reconcile::PROJECT_KIND;
-use crate::reconcile::layout::uid_label;
-use crate::reconcile::status::Draft;
+use crate::reconcile::layout::{DurableLayout, LABEL_PREFIX, uid_label};
+use crate::reconcile::status::{Draft, ever_reachable};
 use crate::reconcile::{Context, ReconcileError};
+use crate::runtime::{ImageSource, InstanceStatus, StopOptions};
 use crate::store::{EventType, Store, StoreError, StoredObject};
 
 /// How often a held deletion's workspace is inspected again unless `scheduler.recheckInterval`
@@ -35,6 +42,8 @@ pub const HELD_RECHECK: Duration = Duration::from_secs(180);
 pub const REMOVING: &str = "removing the container and the volumes";
 /// One inspection's deadline (a stopped container also gets this long to boot).
 const INSPECT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a running container gets to stop cleanly before its stopped workspace is inspected.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// `DeletionBlocked=False` after a person forced the deletion.
 const FORCED: &str = "Forced";
 
@@ -51,9 +60,11 @@ pub fn forced(object: &StoredObject) -> bool {
         .is_some_and(|v| v == "true")
 }
 
-/// Decides whether the teardown of `object` may destroy its workspace now. When it may not,
-/// `draft` carries `DeletionBlocked=True` (reason: the first protection) and the returned
-/// duration is when to look again; the caller commits the draft and requeues.
+/// Decides whether the teardown of `object` may destroy its workspace now. When it may, the
+/// project's container (if any) is stopped, and the caller deletes it. When it may not,
+/// `draft` carries `DeletionBlocked=True` (reason: the first protection), the container is as
+/// it was, and the returned duration is when to look again; the caller commits the draft and
+/// requeues.
 pub async fn hold(
     ctx: &Context,
     object: &StoredObject,
@@ -65,19 +76,11 @@ pub async fn hold(
         return Ok(None);
     }
     let status: &ProjectStatus = &draft.status;
-    // A project that never became Reachable has nothing to lose.
-    if status.step.is_none_or(|s| s < Step::Reachable) {
+    // A project that never became Reachable never ran: nothing was written there.
+    if !ever_reachable(status) {
         return Ok(None);
     }
-    let name = object.name();
     let uid = object.uid();
-    let Some(instance) = ctx.runtime.get_instance(name).await? else {
-        return Ok(None);
-    };
-    if uid_label(&instance.config) != Some(uid) {
-        // Not this project's container: the teardown leaves it alone anyway.
-        return Ok(None);
-    }
     let blocked = draft
         .condition(condition_types::DELETION_BLOCKED)
         .filter(|c| c.status == ConditionStatus::True)
@@ -96,14 +99,15 @@ pub async fn hold(
         held.insert(uid.to_string(), now);
     }
 
-    let known = inspect::known_files_of(&object.status.value());
-    let (result, _booted) =
-        reap::inspect_in_place(ctx.runtime.as_ref(), name, &known, INSPECT_TIMEOUT).await;
     let recorded_agent = status
         .agent
         .as_ref()
         .map_or(AgentState::Unknown, |a| a.state);
-    let (evidence, agent) = reap::evidence_of(&result, recorded_agent);
+    let Some(Look { result, agent }) = look(ctx, object, recorded_agent).await? else {
+        // No workspace volume is left: nothing to lose.
+        return Ok(go_ahead(draft, blocked_now, uid));
+    };
+    let (evidence, agent) = reap::evidence_of(&result, agent);
     if let Err(e) = &result {
         tracing::warn!(error = %e, "inspecting the workspace before deleting it failed");
     }
@@ -113,19 +117,10 @@ pub async fn hold(
     }
 
     let Some(first) = reasons.first() else {
-        if blocked_now {
-            draft.set_condition(
-                condition_types::DELETION_BLOCKED,
-                ConditionStatus::False,
-                "WorkSaved",
-                "nothing left to lose: deleting",
-            );
-            deleting(draft, REMOVING);
-        }
-        forget(uid);
-        return Ok(None);
+        return Ok(go_ahead(draft, blocked_now, uid));
     };
-    let message = blocked_message(&reasons, &evidence);
+    let failure = result.as_ref().err().map(ToString::to_string);
+    let message = blocked_message(&reasons, &evidence, failure.as_deref());
     let already = draft
         .condition(condition_types::DELETION_BLOCKED)
         .is_some_and(|c| c.status == ConditionStatus::True && c.message == message);
@@ -162,6 +157,146 @@ pub async fn hold(
         }
     }
     Ok(Some(every))
+}
+
+/// The deletion goes ahead: a hold it had is released.
+fn go_ahead(draft: &mut Draft, blocked_now: bool, uid: &str) -> Option<Duration> {
+    if blocked_now {
+        draft.set_condition(
+            condition_types::DELETION_BLOCKED,
+            ConditionStatus::False,
+            "WorkSaved",
+            "nothing left to lose: deleting",
+        );
+        deleting(draft, REMOVING);
+    }
+    forget(uid);
+    None
+}
+
+/// What the last look at the workspace found, and the agent's state to judge it by.
+struct Look {
+    result: Result<Inspection, InspectError>,
+    agent: AgentState,
+}
+
+/// Looks at the workspace as the deletion would leave it. The project's own container is
+/// inspected where it is (a stopped one booted without its runner and stopped again); when that
+/// finds nothing to protect and the container was running, it is stopped and the stopped
+/// workspace inspected again, so nothing written meanwhile is lost; when that second look finds
+/// work, the container is started again as it was. Without a container of the project's own (it
+/// vanished, was deleted by hand, or its name is someone else's), the workspace volume is
+/// inspected from an inspection instance. `None` when there is no workspace volume left.
+async fn look(
+    ctx: &Context,
+    object: &StoredObject,
+    recorded_agent: AgentState,
+) -> Result<Option<Look>, ReconcileError> {
+    let runtime = ctx.runtime.as_ref();
+    let name = object.name();
+    let known = inspect::known_files_of(&object.status.value());
+    let instance = ctx.runtime.get_instance(name).await?;
+    let Some(instance) = instance.filter(|i| uid_label(&i.config) == Some(object.uid())) else {
+        return look_at_volume(ctx, object, &known).await.map(|result| {
+            result.map(|result| Look {
+                result,
+                agent: recorded_agent,
+            })
+        });
+    };
+    let was_running = instance.status == InstanceStatus::Running;
+    let (first, booted) = reap::inspect_in_place(runtime, name, &known, INSPECT_TIMEOUT).await;
+    let (evidence, agent) = reap::evidence_of(&first, recorded_agent);
+    let first = Look {
+        result: first,
+        agent,
+    };
+    // Held, or already looked at stopped: the container stays as it was.
+    if booted || !policy::protections(agent, &evidence, true).is_empty() {
+        return Ok(Some(first));
+    }
+    if let Err(e) = runtime
+        .stop_instance(name, StopOptions::clean_then_force(STOP_TIMEOUT))
+        .await
+    {
+        tracing::warn!(error = %e, "stopping the container to inspect it stopped failed");
+        restore(runtime, name, was_running).await;
+        return Ok(Some(Look {
+            result: Err(InspectError::Exec(e)),
+            agent,
+        }));
+    }
+    let second = reap::inspect_stopped(runtime, name, &known, INSPECT_TIMEOUT).await;
+    let (evidence, _) = reap::evidence_of(&second, agent);
+    if !policy::protections(agent, &evidence, true).is_empty() {
+        restore(runtime, name, was_running).await;
+    }
+    Ok(Some(Look {
+        result: second,
+        agent,
+    }))
+}
+
+/// Puts a container the second look stopped back as it was: a held deletion keeps it running.
+async fn restore(runtime: &dyn crate::runtime::Runtime, name: &str, was_running: bool) {
+    if was_running && let Err(e) = runtime.start_instance(name, INSPECT_TIMEOUT).await {
+        tracing::warn!(error = %e, "starting the container again after inspecting it failed");
+    }
+}
+
+/// Inspects the workspace volume from an inspection instance, made from the image of the
+/// project's last container, else its `spec.image`, else the configured default, and placed on
+/// the volume's cluster member. `None` when there is no workspace volume of the project's.
+async fn look_at_volume(
+    ctx: &Context,
+    object: &StoredObject,
+    known: &inspect::KnownFiles,
+) -> Result<Option<Result<Inspection, InspectError>>, ReconcileError> {
+    let settings = &ctx.settings;
+    let uid = object.uid();
+    let volume_name = DurableLayout::workspace_volume(uid);
+    let volumes = ctx
+        .runtime
+        .list_volumes(&settings.storage_pool, Some(LABEL_PREFIX))
+        .await?;
+    let Some(volume) = volumes
+        .iter()
+        .find(|v| v.name == volume_name && uid_label(&v.config) == Some(uid))
+    else {
+        return Ok(None);
+    };
+    let status = object.status.value();
+    let mut images = Vec::new();
+    for recorded in [
+        status.pointer("/container/imageFingerprint"),
+        status.pointer("/controller/fingerprint"),
+    ] {
+        if let Some(fingerprint) = recorded.and_then(|v| v.as_str()).filter(|f| !f.is_empty()) {
+            images.push(ImageSource::Fingerprint(fingerprint.to_string()));
+        }
+    }
+    if let Some(image) = object.spec.get_str("image").filter(|i| !i.is_empty()) {
+        images.push(ImageSource::Alias(image.clone()));
+        images.push(ImageSource::Fingerprint(image));
+    }
+    images.push(ImageSource::Alias(settings.default_image.clone()));
+    let location = Some(volume.location.as_str()).filter(|l| !l.is_empty() && *l != "none");
+    let request = VolumeInspection {
+        uid,
+        controller: ctx.store.controller_id(),
+        pool: &settings.storage_pool,
+        volume: &volume.name,
+        location,
+        images,
+        timeout: INSPECT_TIMEOUT,
+    };
+    tracing::info!(
+        volume = volume.name.as_str(),
+        "no container of this project: inspecting its workspace volume"
+    );
+    Ok(Some(
+        inspection_instance::inspect_volume(ctx.runtime.as_ref(), &request, known).await,
+    ))
 }
 
 /// Ready's message for a project being deleted: why it is held, while it is.
@@ -233,12 +368,19 @@ pub fn forget(uid: &str) {
     HELD.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
 }
 
-fn blocked_message(reasons: &[ProtectionReason], evidence: &policy::Evidence) -> String {
-    let detail = match evidence {
-        policy::Evidence::Inspected(u) if u.any() => format!(
+fn blocked_message(
+    reasons: &[ProtectionReason],
+    evidence: &policy::Evidence,
+    failure: Option<&str>,
+) -> String {
+    let detail = match (evidence, failure) {
+        (policy::Evidence::Inspected(u), _) if u.any() => format!(
             " ({} uncommitted, {} untracked, {} stashes, {} unpushed commits)",
             u.uncommitted, u.untracked, u.stashes, u.unpushed
         ),
+        (policy::Evidence::Failed, Some(why)) => {
+            format!(" (the workspace could not be inspected: {why})")
+        }
         _ => String::new(),
     };
     format!(
@@ -258,12 +400,16 @@ mod tests {
             unpushed: 2,
             ..UnsavedWork::default()
         });
-        let message = blocked_message(&[ProtectionReason::UnsavedWork], &evidence);
+        let message = blocked_message(&[ProtectionReason::UnsavedWork], &evidence, None);
         assert!(message.contains("UnsavedWork"), "{message}");
         assert!(message.contains("2 unpushed"), "{message}");
         assert!(message.contains("--force"), "{message}");
     }
 }
+
+#[cfg(all(test, feature = "testing"))]
+#[path = "deletion_tests.rs"]
+mod looks;
 
 #[cfg(all(test, feature = "testing"))]
 mod held {

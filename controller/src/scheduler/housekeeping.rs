@@ -80,6 +80,14 @@ mod tests {
             instance("someone-elses", &[("user.other", "x")]),
             instance("blank", &[(KEY, "")]),
             instance("another-berths", &[(KEY, "u7"), (BY, "c2")]),
+            // An inspection instance looking at a workspace volume is no project's container.
+            instance(
+                "berth-inspect-u6",
+                &[
+                    (super::super::inspection_instance::INSPECTS_LABEL, "u6"),
+                    (BY, "c1"),
+                ],
+            ),
         ];
         let known: BTreeSet<String> = ["u1".to_string()].into();
         let got: Vec<(String, String)> = orphans(&instances, &known, "c1")

@@ -10,6 +10,7 @@ pub mod activity;
 pub mod deletion;
 pub mod housekeeping;
 pub mod inspect;
+pub mod inspection_instance;
 pub mod memory;
 pub mod passes;
 pub mod policy;

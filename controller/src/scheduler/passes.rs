@@ -815,7 +815,7 @@ impl Facts {
             last_active_at: status.activity.as_ref().and_then(|a| a.last_active_at),
             agent,
             evidence,
-            ever_reachable: status.step.is_some_and(|s| s >= Step::Reachable),
+            ever_reachable: crate::reconcile::status::ever_reachable(&status),
             stopped,
         })
     }

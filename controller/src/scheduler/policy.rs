@@ -6,7 +6,8 @@
 //!   was active within its `idleAfter` window; `maxAge: never` disables it;
 //! - a project is reaped only when two consecutive passes agree it is due;
 //! - a blocked agent, unsaved work and a failed inspection each refuse, for both actions;
-//! - a project that never became Reachable has nothing to lose, so nothing protects it.
+//! - a project that never became Reachable (no `status.firstReachableAt`, whatever its step says
+//!   now) has nothing to lose, so nothing protects it.
 
 use berth_api::{
     AgentState, IdleAction, ProtectionReason, ReapAction, ResolvedReapPolicy, UnsavedWork,
@@ -36,7 +37,8 @@ pub struct ReapSubject<'a> {
     pub agent: AgentState,
     pub evidence: Evidence,
     /// Whether the project ever reached the point where it could hold work (its container ran
-    /// and the workspace was mounted). Before that there is nothing to lose.
+    /// and the workspace was mounted): `status.firstReachableAt`, never the current step, which
+    /// moves back. Before that there is nothing to lose.
     pub ever_reachable: bool,
     /// The container is already stopped (idled by the reaper, or stopped by its spec), so an
     /// idle Stop is moot; only a Delete can still come.

@@ -414,6 +414,10 @@ struct World {
     unsaved: UnsavedWork,
     agent: AgentState,
     reachable: bool,
+    /// What status says of it: the step moves back (a new image, a recreate, a vanished
+    /// container, every boot), `firstReachableAt` never does. The policy learns "ever
+    /// reachable" only from this, as the passes do.
+    status: berth_api::ProjectStatus,
     stopped: bool,
     previous_due: Option<ReapAction>,
     /// Since when the project has been continuously unprotected, reachable-or-not, and idle.
@@ -453,6 +457,7 @@ fn randomized_simulation_never_reaps_protected_work() {
             unsaved: UnsavedWork::default(),
             agent: Unknown,
             reachable: false,
+            status: berth_api::ProjectStatus::default(),
             stopped: false,
             previous_due: None,
             reapable_since: None,
@@ -475,6 +480,18 @@ fn randomized_simulation_never_reaps_protected_work() {
             // The world changes between passes.
             if !world.reachable && rng.random_bool(0.5) {
                 world.reachable = true;
+                world.status.step = Some(berth_api::Step::Reachable);
+                world.status.first_reachable_at.get_or_insert(now);
+            }
+            // The step goes back now and then, and forward again once the container answers.
+            if world.reachable && rng.random_bool(0.05) {
+                world.status.step = Some(
+                    [
+                        berth_api::Step::Requested,
+                        berth_api::Step::Started,
+                        berth_api::Step::Seeded,
+                    ][rng.random_range(0..3)],
+                );
             }
             let woken = world.stopped && rng.random_bool(0.01);
             if woken {
@@ -519,7 +536,7 @@ fn randomized_simulation_never_reaps_protected_work() {
                     last_active_at: world.last_active_at,
                     agent: world.agent,
                     evidence,
-                    ever_reachable: world.reachable,
+                    ever_reachable: crate::reconcile::status::ever_reachable(&world.status),
                     stopped: world.stopped,
                     previous_due: world.previous_due,
                 }

@@ -187,7 +187,13 @@ pub async fn inspect_stopped(
     result
 }
 
-async fn boot(runtime: &dyn Runtime, instance: &str, timeout: Duration) -> Result<(), BootError> {
+/// Starts a stopped instance and waits until berth's init says it is ready (no runner: the
+/// reconciler starts that, not a boot).
+pub(super) async fn boot(
+    runtime: &dyn Runtime,
+    instance: &str,
+    timeout: Duration,
+) -> Result<(), BootError> {
     let until = Instant::now() + timeout;
     // LXD refuses a start while an earlier operation (a stop that just returned) still holds
     // the instance; that clears within moments.

@@ -783,6 +783,8 @@ impl Inner {
             (current, _) => current,
         };
         let Some(current) = current else {
+            let mut desired = desired;
+            keep_server_owned(&mut desired.annotations, &BTreeMap::new());
             let object = Arc::new(StoredObject {
                 kind: desired.kind,
                 metadata: ObjectMeta {
@@ -814,6 +816,10 @@ impl Inner {
         let mut next = (*current).clone();
         next.metadata.labels = desired.labels;
         next.metadata.annotations = desired.annotations;
+        keep_server_owned(
+            &mut next.metadata.annotations,
+            &current.metadata.annotations,
+        );
         if let Some(finalizers) = desired.finalizers {
             next.metadata.finalizers = finalizers;
         }
@@ -1154,6 +1160,21 @@ impl Inner {
             }
             Err(_) => {}
         }
+    }
+}
+
+/// A spec or metadata write keeps the annotations only the server writes as `current` holds
+/// them: a delete request records them ([`Store::delete`]), and no later write drops or adds
+/// one, so a re-applied manifest never loses a recorded force nor arms one.
+fn keep_server_owned(
+    annotations: &mut BTreeMap<String, String>,
+    current: &BTreeMap<String, String>,
+) {
+    for key in berth_api::annotations::SERVER_OWNED {
+        match current.get(key) {
+            Some(value) => annotations.insert(key.to_string(), value.clone()),
+            None => annotations.remove(key),
+        };
     }
 }
 

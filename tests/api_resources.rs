@@ -1051,3 +1051,42 @@ fn only_a_delete_request_forces_a_deletion() {
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.json()["metadata"]["annotations"][FORCE], "true");
 }
+
+#[test]
+fn durations_past_the_cap_are_refused_at_admission() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let reply = api.post_json(
+        PROJECTS,
+        &project(
+            "forever",
+            json!({"reap": {"idleAfter": "100000000d", "maxAge": "99999999999999999999d"}}),
+        ),
+    );
+    assert_eq!(reply.status, 422, "{}", reply.text());
+    let body = reply.json();
+    assert_eq!(causes(&body), ["spec.reap.idleAfter", "spec.reap.maxAge"]);
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.reap.idleAfter: \"100000000d\" is too long: at most 36500d"),
+        "{message}"
+    );
+    assert_eq!(api.get(&format!("{PROJECTS}/forever")).status, 404);
+
+    let source = json!({"apiVersion": "berth.dev/v1alpha1", "kind": "GitSource",
+        "metadata": {"name": "slow"},
+        "spec": {"url": "https://git.example/fleet.git", "interval": "36501d"}});
+    let reply = api.post_json("/apis/berth.dev/v1alpha1/gitsources", &source);
+    assert_eq!(reply.status, 422, "{}", reply.text());
+    assert_eq!(causes(&reply.json()), ["spec.interval"]);
+
+    // The cap itself is accepted.
+    let reply = api.post_json(
+        PROJECTS,
+        &project(
+            "century",
+            json!({"reap": {"idleAfter": "36500d", "maxAge": "36500d"}}),
+        ),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+}

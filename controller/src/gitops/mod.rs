@@ -353,7 +353,8 @@ impl GitOps {
             }
         }
         self.write_status(&object, &before, status);
-        Some(spec.interval.as_std())
+        // Capped: a source stored before intervals were must not overflow the next due time.
+        Some(spec.interval.capped())
     }
 
     async fn fetch_and_apply(

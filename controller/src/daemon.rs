@@ -156,7 +156,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
 
     let shutdown = CancellationToken::new();
-    let controller_started = Arc::new(AtomicBool::new(false));
+    let readiness = ControllerReadiness::default();
     // One registry for the whole daemon: the controller feeds it, `/metrics` encodes it.
     let metrics = Arc::new(crate::metrics::Metrics::new());
     // Projects are counted by phase from the first scrape (also while paused), not only after
@@ -164,16 +164,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     crate::reconcile::triggers::count_phases(&store, &metrics);
     let inspector = Arc::new(crate::inspect::Inspector::new(config.lxd.endpoint.clone()));
     let controller = start_controller(
-        &config,
-        &store,
-        &secrets,
-        &metrics,
-        &inspector,
-        &shutdown,
-        &controller_started,
+        &config, &store, &secrets, &metrics, &inspector, &shutdown, &readiness,
     );
 
-    let started = Arc::clone(&controller_started);
+    let started = Arc::clone(&readiness.started);
+    let scheduler_health = Arc::clone(&readiness.scheduler);
     let state = ApiState::new(
         Arc::clone(&store),
         Arc::clone(&secrets),
@@ -195,7 +190,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
                 Err("not started".to_string())
             }
         }),
-    );
+    )
+    .with_readiness_check("scheduler", Arc::new(move || scheduler_health.check()));
     let state = state.with_tools(Arc::new(crate::tools::Tools::lxd(
         Arc::clone(&store),
         Arc::clone(&secrets),
@@ -230,8 +226,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What `/readyz` reads of the controller: whether it started, and how its scheduler fares.
+#[derive(Default)]
+struct ControllerReadiness {
+    started: Arc<AtomicBool>,
+    scheduler: Arc<crate::scheduler::Health>,
+}
+
 /// Where the controller starts. With `paused` it does not: the API and the store are served,
-/// nothing in the fleet is touched. Marks `started` once the controller runs, for `/readyz`.
+/// nothing in the fleet is touched. Marks `readiness.started` once the controller runs.
 fn start_controller(
     config: &Config,
     store: &Arc<Store>,
@@ -239,12 +242,12 @@ fn start_controller(
     metrics: &Arc<crate::metrics::Metrics>,
     inspector: &Arc<crate::inspect::Inspector>,
     shutdown: &CancellationToken,
-    started: &Arc<AtomicBool>,
+    readiness: &ControllerReadiness,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if config.paused {
         tracing::info!("paused: the controller acts on nothing");
         // A paused daemon is ready by design: there is no controller to wait for.
-        started.store(true, Ordering::Relaxed);
+        readiness.started.store(true, Ordering::Relaxed);
         return None;
     }
     // GitSources are applied whether or not LXD answers: they only write desired state.
@@ -276,8 +279,9 @@ fn start_controller(
         ..crate::reconcile::AgentSettings::default()
     };
     let shutdown = shutdown.clone();
-    let started = Arc::clone(started);
+    let started = Arc::clone(&readiness.started);
     let inspector = Arc::clone(inspector);
+    let scheduler_health = Arc::clone(&readiness.scheduler);
     Some(tokio::spawn(async move {
         if let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &metrics, &shutdown).await {
             inspector.set_runtime(Arc::clone(&runtime));
@@ -313,6 +317,7 @@ fn start_controller(
                 Arc::new(passes),
                 interval,
                 shutdown.child_token(),
+                scheduler_health,
             ));
             started.store(true, Ordering::Relaxed);
             tracing::info!("controller started");

@@ -697,6 +697,10 @@ impl Passes for DaemonPasses {
         self.metrics.scheduler_overruns.inc();
         tracing::warn!(took = ?took, "a scheduler round outran its interval");
     }
+
+    fn pass_panicked(&self, pass: Pass, _message: &str) {
+        self.metrics.count_scheduler_panic(pass.label());
+    }
 }
 
 /// The status fields the scheduler writes; everything else is the reconciler's.

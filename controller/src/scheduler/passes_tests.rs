@@ -714,3 +714,26 @@ async fn an_idle_clean_project_set_to_delete_is_deleted_after_two_agreeing_passe
     assert!(s.store.get(PROJECT_KIND, "doomed").is_none());
     assert_eq!(s.metric("berth_reap_actions_total{action=\"delete\"}"), 1.0);
 }
+
+/// A project stored before durations were capped (admission refuses these now) is decided on
+/// like any other: nothing panics, and what status says of it reads back.
+#[tokio::test(start_paused = true)]
+async fn a_project_stored_with_a_huge_duration_never_panics_a_pass() {
+    let s = setup();
+    s.project(
+        "ancient",
+        json!({"idleAfter": "100000000d", "idleAction": "Delete", "maxAge": "99999999999w"}),
+        true,
+    );
+    script_inspection(&s.fake, "ancient", FakeWorkspace::default());
+    s.running_project("idle", FakeWorkspace::default());
+    s.rounds(3).await;
+    let status = s.status("ancient");
+    assert_eq!(status["reap"]["nextAction"], "Delete", "{status}");
+    let decoded: ProjectStatus = serde_json::from_value(status.clone()).unwrap();
+    let next = decoded.reap.and_then(|r| r.next_action_at).unwrap();
+    assert!(next > s.now() + chrono::Duration::days(36_000), "{next}");
+    assert!(s.status("ancient")["reap"]["idledAt"].is_null());
+    // The other project is reaped as usual in the same passes.
+    assert!(s.status("idle")["reap"]["idledAt"].is_string());
+}

@@ -280,11 +280,17 @@ impl DaemonPasses {
         }
     }
 
-    /// Exec and tool calls made through berth, the latest of each.
+    /// Exec and tool calls made through berth, the latest of each. An interactive exec still
+    /// open is activity now, whenever it started.
     fn touches(&self, uid: &str) -> Touches {
         let last = self.activity_log.last(uid);
         let at = |source: &str| last.as_ref().filter(|a| a.source == source).map(|a| a.at);
-        let (exec, tool_logged) = (at("exec"), at("tool"));
+        let exec = if self.activity_log.is_open(uid, "exec") {
+            Some(self.now())
+        } else {
+            at("exec")
+        };
+        let tool_logged = at("tool");
         let tool_stored = self.store.last_tool_call(uid).ok().flatten();
         Touches {
             exec,

@@ -14,6 +14,8 @@ pub(super) struct Setup {
     pub store: Arc<Store>,
     pub fake: Arc<FakeRuntime>,
     pub metrics: Arc<Metrics>,
+    /// Exec and tool calls made through berth, as the API records them.
+    pub activity_log: Arc<ActivityLog>,
     pub passes: DaemonPasses,
 }
 
@@ -40,12 +42,13 @@ pub(super) fn setup_with(recheck_interval: Duration) -> Setup {
             + chrono::Duration::from_std(Instant::now() - base).unwrap_or_default()
             + chrono::Duration::microseconds(tick)
     });
+    let activity_log = Arc::new(ActivityLog::default());
     let passes = DaemonPasses::new(
         store.clone(),
         fake.clone(),
         queue,
         metrics.clone(),
-        Arc::new(ActivityLog::default()),
+        activity_log.clone(),
         PassSettings {
             workers: 2,
             inspect_timeout: Duration::from_secs(10),
@@ -59,6 +62,7 @@ pub(super) fn setup_with(recheck_interval: Duration) -> Setup {
         store,
         fake,
         metrics,
+        activity_log,
         passes,
     }
 }
@@ -736,4 +740,40 @@ async fn a_project_stored_with_a_huge_duration_never_panics_a_pass() {
     assert!(s.status("ancient")["reap"]["idledAt"].is_null());
     // The other project is reaped as usual in the same passes.
     assert!(s.status("idle")["reap"]["idledAt"].is_string());
+}
+
+/// An interactive shell is activity for as long as it is open, not only when it starts: a
+/// project is never idled under a person's open `exec -it`, and idles as usual once it closes.
+#[tokio::test(start_paused = true)]
+async fn an_open_interactive_exec_keeps_the_project_active_until_it_closes() {
+    let s = setup();
+    s.running_project("shell", FakeWorkspace::default());
+    let uid = s
+        .store
+        .get(PROJECT_KIND, "shell")
+        .unwrap()
+        .uid()
+        .to_string();
+    let session = s.activity_log.open(&uid, "exec");
+    // Hours pass with the shell open and nothing else happening in the workspace.
+    for _ in 0..6 {
+        tokio::time::advance(Duration::from_secs(1800)).await;
+        s.round().await;
+        let status = s.status("shell");
+        assert!(
+            status["reap"]["idledAt"].is_null(),
+            "idled under an open shell: {status}"
+        );
+        assert_eq!(status["activity"]["source"], "exec", "{status}");
+        let last: DateTime<Utc> =
+            serde_json::from_value(status["activity"]["lastActiveAt"].clone()).unwrap();
+        assert!(s.now() - last < chrono::Duration::seconds(5), "{status}");
+    }
+    drop(session);
+    s.rounds(3).await;
+    let status = s.status("shell");
+    assert!(
+        status["reap"]["idledAt"].is_string(),
+        "idled once closed: {status}"
+    );
 }

@@ -777,3 +777,68 @@ async fn an_open_interactive_exec_keeps_the_project_active_until_it_closes() {
         "idled once closed: {status}"
     );
 }
+
+/// One of the daemon's passes panicking (here the activity pass, on an inspection that broke
+/// once) is counted by pass, and the passes after it, and the next round, still run.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_pass_is_counted_and_the_next_pass_runs() {
+    let s = setup();
+    s.running_project("p", FakeWorkspace::default());
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    s.fake.on_exec(move |_, _| {
+        if armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            panic!("the inspection broke");
+        }
+        None
+    });
+    let Setup {
+        _dir,
+        store,
+        metrics,
+        passes,
+        ..
+    } = s;
+    let health = Arc::new(super::super::Health::default());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let interval = Duration::from_secs(30);
+    let task = tokio::spawn(super::super::run(
+        Arc::new(passes),
+        interval,
+        shutdown.clone(),
+        health.clone(),
+    ));
+    tokio::time::sleep(interval + Duration::from_secs(1)).await;
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(3600), task)
+        .await
+        .expect("the loop stops on shutdown")
+        .expect("the loop itself never panics");
+    let text = metrics.encode();
+    let sample = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    assert_eq!(
+        sample("berth_scheduler_panics_total{pass=\"activity\"}"),
+        1.0
+    );
+    for pass in ["resync", "reap", "housekeeping"] {
+        assert_eq!(
+            sample(&format!("berth_scheduler_panics_total{{pass=\"{pass}\"}}")),
+            0.0
+        );
+    }
+    for pass in ["activity", "reap", "housekeeping"] {
+        assert_eq!(
+            sample(&format!(
+                "berth_scheduler_pass_duration_seconds_count{{pass=\"{pass}\"}}"
+            )),
+            2.0,
+            "{pass} ran in both rounds"
+        );
+    }
+    // The second round's inspection went through and was recorded.
+    let status = store.get(PROJECT_KIND, "p").unwrap().status.value();
+    assert!(status["unsavedWork"].is_object(), "{status}");
+}

@@ -842,3 +842,34 @@ async fn a_panicking_pass_is_counted_and_the_next_pass_runs() {
     let status = store.get(PROJECT_KIND, "p").unwrap().status.value();
     assert!(status["unsavedWork"].is_object(), "{status}");
 }
+
+/// One project whose reaping panics (here its re-check breaks) does not stop the reap pass:
+/// the projects after it are still reaped, and the panic is counted.
+#[tokio::test(start_paused = true)]
+async fn a_project_whose_reaping_panics_does_not_stop_the_others() {
+    let s = setup();
+    s.running_project("a-broken", FakeWorkspace::default());
+    s.running_project("b-fine", FakeWorkspace::default());
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trigger = armed.clone();
+    s.fake.on_exec(move |name, _| {
+        if name == "a-broken" && trigger.load(std::sync::atomic::Ordering::SeqCst) {
+            panic!("the re-check broke");
+        }
+        None
+    });
+    s.rounds(1).await;
+    assert_eq!(s.status("b-fine")["reap"]["nextAction"], "Stop");
+    // The second agreeing pass acts, re-checking each project right before.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    s.passes.run(Pass::Activity).await;
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    s.passes.run(Pass::Reap).await;
+    assert!(
+        s.status("b-fine")["reap"]["idledAt"].is_string(),
+        "{}",
+        s.status("b-fine")
+    );
+    assert!(s.status("a-broken")["reap"]["idledAt"].is_null());
+    assert_eq!(s.metric("berth_scheduler_panics_total{pass=\"reap\"}"), 1.0);
+}

@@ -943,3 +943,150 @@ fn apply_with_an_applyset_prunes_only_what_the_set_applied_before() {
         400
     );
 }
+
+#[test]
+fn only_a_delete_request_forces_a_deletion() {
+    const FORCE: &str = "berth.dev/forceDelete";
+    const FIELD: &str = "metadata.annotations[berth.dev/forceDelete]";
+    const MESSAGE: &str = "set only by a delete request (berth delete --force)";
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let armed = |name: &str| {
+        let mut manifest = project(name, json!({}));
+        manifest["metadata"]["annotations"] = json!({FORCE: "true"});
+        manifest
+    };
+    let refused = |reply: support::daemon::Reply, what: &str| {
+        assert_eq!(reply.status, 400, "{what}: {}", reply.text());
+        let body = reply.json();
+        assert_eq!(body["reason"], "BadRequest", "{what}");
+        assert!(
+            body["message"].as_str().unwrap().contains(MESSAGE),
+            "{what}: {body}"
+        );
+        causes(&body)
+    };
+    let apply_yaml = |name: &str, body: &Value| {
+        api.request(
+            "PATCH",
+            &format!("{PROJECTS}/{name}"),
+            Some("application/apply-patch+yaml"),
+            serde_json::to_string(body).unwrap().as_bytes(),
+        )
+    };
+
+    // Every write path refuses to arm a force: create, apply of one object, a batch.
+    assert_eq!(
+        refused(api.post_json(PROJECTS, &armed("pre")), "create"),
+        [FIELD]
+    );
+    assert_eq!(refused(apply_yaml("pre", &armed("pre")), "apply"), [FIELD]);
+    let list = json!({"apiVersion": "v1", "kind": "List",
+        "items": [project("calm", json!({})), armed("pre")]});
+    assert_eq!(
+        refused(api.post_json(APPLY, &list), "batch apply"),
+        [format!("items[1].{FIELD}")]
+    );
+    assert_eq!(
+        api.get(&format!("{PROJECTS}/calm")).status,
+        404,
+        "all or nothing"
+    );
+    assert_eq!(api.get(&format!("{PROJECTS}/pre")).status, 404);
+
+    // A project held by a finalizer, so its deletion stays visible.
+    let mut held = project("held", json!({}));
+    held["metadata"]["finalizers"] = json!(["berth.dev/test-hold"]);
+    assert_eq!(api.post_json(PROJECTS, &held).status, 201);
+    let path = format!("{PROJECTS}/held");
+    let current = api.get(&path).json();
+    let mut put = armed("held");
+    put["metadata"]["resourceVersion"] = json!(rv(&current));
+    put["metadata"]["finalizers"] = json!(["berth.dev/test-hold"]);
+    assert_eq!(refused(api.put_json(&path, &put), "replace"), [FIELD]);
+    let patch = json!({"metadata": {"annotations": {FORCE: "true"}}}).to_string();
+    let merge = |body: &str| {
+        api.request(
+            "PATCH",
+            &path,
+            Some("application/merge-patch+json"),
+            body.as_bytes(),
+        )
+    };
+    assert_eq!(refused(merge(&patch), "merge patch"), [FIELD]);
+
+    // A plain delete, then a re-apply that tries to force it: refused, and still unforced.
+    assert_eq!(api.delete(&path).status, 202);
+    assert_eq!(
+        refused(apply_yaml("held", &armed("held")), "re-apply"),
+        [FIELD]
+    );
+    assert_eq!(
+        refused(merge(&patch), "merge patch while deleting"),
+        [FIELD]
+    );
+    let deleting = api.get(&path).json();
+    assert!(deleting["metadata"]["deletionTimestamp"].is_string());
+    assert!(deleting["metadata"]["annotations"].get(FORCE).is_none());
+
+    // A forced delete records it; no later write drops it.
+    assert_eq!(api.delete(&format!("{path}?force=true")).status, 202);
+    assert_eq!(
+        api.get(&path).json()["metadata"]["annotations"][FORCE],
+        "true"
+    );
+    let reply = apply_yaml("held", &project("held", json!({})));
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["metadata"]["annotations"][FORCE], "true");
+    let shown = api.get(&path).json();
+    let reply = apply_yaml("held", &shown);
+    assert_eq!(
+        reply.status,
+        200,
+        "get output applies back: {}",
+        reply.text()
+    );
+    assert_eq!(rv(&reply.json()), rv(&shown), "and changes nothing");
+    let reply = merge(&json!({"metadata": {"annotations": {FORCE: null}}}).to_string());
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["metadata"]["annotations"][FORCE], "true");
+}
+
+#[test]
+fn durations_past_the_cap_are_refused_at_admission() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let reply = api.post_json(
+        PROJECTS,
+        &project(
+            "forever",
+            json!({"reap": {"idleAfter": "100000000d", "maxAge": "99999999999999999999d"}}),
+        ),
+    );
+    assert_eq!(reply.status, 422, "{}", reply.text());
+    let body = reply.json();
+    assert_eq!(causes(&body), ["spec.reap.idleAfter", "spec.reap.maxAge"]);
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.reap.idleAfter: \"100000000d\" is too long: at most 36500d"),
+        "{message}"
+    );
+    assert_eq!(api.get(&format!("{PROJECTS}/forever")).status, 404);
+
+    let source = json!({"apiVersion": "berth.dev/v1alpha1", "kind": "GitSource",
+        "metadata": {"name": "slow"},
+        "spec": {"url": "https://git.example/fleet.git", "interval": "36501d"}});
+    let reply = api.post_json("/apis/berth.dev/v1alpha1/gitsources", &source);
+    assert_eq!(reply.status, 422, "{}", reply.text());
+    assert_eq!(causes(&reply.json()), ["spec.interval"]);
+
+    // The cap itself is accepted.
+    let reply = api.post_json(
+        PROJECTS,
+        &project(
+            "century",
+            json!({"reap": {"idleAfter": "36500d", "maxAge": "36500d"}}),
+        ),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+}

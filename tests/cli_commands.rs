@@ -1564,3 +1564,50 @@ fn reap_plan_and_wide_listing_say_where_a_project_stands() {
         wide.stdout
     );
 }
+
+#[test]
+fn a_manifest_or_patch_carrying_a_force_is_refused_naming_it() {
+    const REFUSAL: &str = "metadata.annotations[berth.dev/forceDelete]: set only by a delete request (berth delete --force)";
+    let daemon = Daemon::start();
+    let armed = project(
+        "armed",
+        "  annotations: {berth.dev/forceDelete: \"true\"}\nspec: {displayName: Armed}\n",
+    );
+    let file = daemon.file("armed.yaml", &armed);
+    let run = daemon.berth(&["apply", "-f", &file]).fails(1);
+    assert!(run.stderr.contains(REFUSAL), "{:?}", run.stderr);
+    assert_eq!(run.stderr.trim().lines().count(), 1, "{:?}", run.stderr);
+    daemon.berth(&["get", "project", "armed"]).fails(1);
+
+    // With other manifests beside it, nothing of the batch is applied.
+    let dir = daemon.dir().join("fleet");
+    daemon.file(
+        "fleet/a.yaml",
+        &project("calm", "spec: {displayName: Calm}\n"),
+    );
+    daemon.file("fleet/b.yaml", &armed);
+    let run = daemon
+        .berth(&["apply", "-f", &dir.to_string_lossy()])
+        .fails(1);
+    assert!(run.stderr.contains(REFUSAL), "{:?}", run.stderr);
+    daemon.berth(&["get", "project", "calm"]).fails(1);
+
+    // An existing project cannot be armed by a patch either.
+    let file = daemon.file("calm.yaml", &project("calm", "spec: {displayName: Calm}\n"));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    let reply = daemon.serve.client().request(
+        "PATCH",
+        "/apis/berth.dev/v1alpha1/projects/calm",
+        Some("application/merge-patch+json"),
+        br#"{"metadata": {"annotations": {"berth.dev/forceDelete": "true"}}}"#,
+    );
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(reply.text().contains(REFUSAL), "{}", reply.text());
+    let stored = daemon.object("project", "calm");
+    assert!(
+        stored["metadata"]["annotations"]
+            .get("berth.dev/forceDelete")
+            .is_none(),
+        "{stored}"
+    );
+}

@@ -354,6 +354,42 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     );
     assert_eq!(source["status"]["lastAppliedRevision"], removed);
 
+    // A commit arming a force on an object (only a delete request may): nothing of it is
+    // applied, and Ready names the file and the annotation.
+    repo.write("deploy/profiles/gamma.yaml", &profile("gamma", ""));
+    repo.write(
+        "deploy/profiles/beta.yaml",
+        &profile(
+            "beta",
+            "  labels: {a: b}\n  annotations: {berth.dev/forceDelete: \"true\"}\n",
+        ),
+    );
+    let armed = repo.commit("arm a force");
+    let source = wait_for(&daemon, "Ready=False for the armed force", || {
+        let source = get(&client, "gitsources", "fleet")?;
+        (source["status"]["lastAttemptedRevision"] == armed
+            && condition(&source, "Ready")?["status"] == "False")
+            .then_some(source)
+    });
+    let message = condition(&source, "Ready").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("deploy/profiles/beta.yaml")
+            && message.contains(
+                "metadata.annotations[berth.dev/forceDelete]: set only by a delete request (berth delete --force)"
+            ),
+        "{message}"
+    );
+    assert_eq!(source["status"]["lastAppliedRevision"], removed);
+    assert!(get(&client, "agentprofiles", "gamma").is_none());
+    assert_eq!(rv(&must_get(&client, "agentprofiles", "beta")), rv(&beta));
+    repo.write(
+        "deploy/profiles/beta.yaml",
+        &profile("beta", "  labels: {a: b}\n"),
+    );
+
     // Fixed: applied again.
     repo.write("deploy/profiles/gamma.yaml", &profile("gamma", ""));
     let fixed = repo.commit("fix");

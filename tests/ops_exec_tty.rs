@@ -68,7 +68,11 @@ fn wait_running(berth: &Berth, name: &str) {
 
 #[test]
 fn piped_stdin_and_a_terminal_reach_the_command() {
-    let mut berth = Berth::start(None);
+    // Activity passes every 2s, so an open session is seen counting as activity in moments.
+    let config = tempfile::tempdir().expect("config dir");
+    let config_file = config.path().join("berth.yaml");
+    std::fs::write(&config_file, "scheduler: {interval: 2s}\n").expect("write berth.yaml");
+    let mut berth = Berth::start_with(&[], &["--config", &config_file.to_string_lossy()]);
     let name = harness::unique_name();
     berth.create_project(&name, json!({"image": "berth-base"}));
     wait_running(&berth, &name);
@@ -177,6 +181,27 @@ fn piped_stdin_and_a_terminal_reach_the_command() {
         }
     };
     sleeping(true);
+    // The open session is activity at every pass while it stays open, not only when it began
+    // (the last exec above ended at `quiet`).
+    let quiet = chrono::Utc::now();
+    let deadline = Instant::now() + SESSION_DEADLINE;
+    loop {
+        let project = berth.client().get(&format!("{PROJECTS}/{name}")).json();
+        let activity = &project["status"]["activity"];
+        let last = activity["lastActiveAt"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+        if activity["source"] == "exec"
+            && last.is_some_and(|t| t > quiet + chrono::Duration::seconds(5))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "an open exec -t did not count as activity after it began: {activity}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     abandoned.kill().expect("kill berth exec");
     let _ = abandoned.wait();
     sleeping(false);

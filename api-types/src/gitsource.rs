@@ -189,4 +189,7 @@ pub(crate) fn validate_gitsource(g: &GitSource, errs: &mut ValidationErrors) {
     if s.interval.is_zero() {
         errs.push("spec.interval", "must be more than 0");
     }
+    if let Err(e) = s.interval.check_cap() {
+        errs.push("spec.interval", e);
+    }
 }

@@ -51,7 +51,7 @@ pub mod wire;
 pub use conditions::{
     condition_types, find_condition, is_condition_true, reasons, remove_condition, set_condition,
 };
-pub use duration::{BerthDuration, MaxAge};
+pub use duration::{BerthDuration, MAX_DURATION, MAX_DURATION_TEXT, MaxAge};
 pub use error::{FieldError, ValidationErrors};
 pub use files::{FileMode, MergeMode, WORKSPACE_DIR, workspace_file_path};
 pub use gitsource::{GitSource, GitSourceSpec, GitSourceStatus, file_url_path, validate_git_url};

@@ -825,13 +825,19 @@ fn validate_reap(r: &ReapPolicy, prefix: &str, errs: &mut ValidationErrors) {
     if r.idle_after.as_ref().is_some_and(BerthDuration::is_zero) {
         errs.push(format!("{prefix}.idleAfter"), "must be more than 0");
     }
-    if let Some(MaxAge::After(d)) = &r.max_age
-        && d.is_zero()
-    {
-        errs.push(
-            format!("{prefix}.maxAge"),
-            "must be more than 0 (write \"never\" to disable)",
-        );
+    if let Some(Err(e)) = r.idle_after.as_ref().map(BerthDuration::check_cap) {
+        errs.push(format!("{prefix}.idleAfter"), e);
+    }
+    if let Some(MaxAge::After(d)) = &r.max_age {
+        if d.is_zero() {
+            errs.push(
+                format!("{prefix}.maxAge"),
+                "must be more than 0 (write \"never\" to disable)",
+            );
+        }
+        if let Err(e) = d.check_cap() {
+            errs.push(format!("{prefix}.maxAge"), e);
+        }
     }
 }
 

@@ -294,20 +294,11 @@ impl Config {
         if self.scheduler.workers == 0 {
             return Err(invalid("scheduler.workers", "must be at least 1"));
         }
-        match self
-            .scheduler
-            .recheck_interval
-            .parse::<berth_api::BerthDuration>()
-        {
-            Ok(d) if !d.is_zero() => {}
-            Ok(_) => {
-                return Err(invalid(
-                    "scheduler.recheckInterval",
-                    "must be longer than 0",
-                ));
-            }
-            Err(e) => return Err(invalid("scheduler.recheckInterval", &e.to_string())),
-        }
+        check_interval("scheduler.interval", &self.scheduler.interval)?;
+        check_interval(
+            "scheduler.recheckInterval",
+            &self.scheduler.recheck_interval,
+        )?;
         match self.trash.retention.parse::<berth_api::BerthDuration>() {
             Ok(d) if d.as_std().as_secs() > MAX_DURATION_DAYS * 86_400 => {
                 return Err(invalid(
@@ -332,6 +323,16 @@ impl Config {
     /// `<dataDir>/berth.lock`: held by the one daemon serving this data directory.
     pub fn lock_path(&self) -> PathBuf {
         self.data_dir.join("berth.lock")
+    }
+}
+
+/// A duration key: it parses, is longer than 0 and at most the cap every duration has (timers
+/// and times computed from a longer one would overflow).
+fn check_interval(field: &str, text: &str) -> Result<(), ConfigError> {
+    match text.parse::<berth_api::BerthDuration>() {
+        Ok(d) if d.is_zero() => Err(invalid(field, "must be longer than 0")),
+        Ok(d) => d.check_cap().map_err(|e| invalid(field, &e)),
+        Err(e) => Err(invalid(field, &e.to_string())),
     }
 }
 
@@ -486,6 +487,20 @@ secrets: {mirrorToLxd: true}
             (
                 "scheduler: {recheckInterval: 0s}",
                 "scheduler.recheckInterval",
+            ),
+            (
+                "scheduler: {recheckInterval: 100000000d}",
+                "scheduler.recheckInterval: \"100000000d\" is too long: at most 36500d",
+            ),
+            ("scheduler: {interval: soon}", "scheduler.interval"),
+            ("scheduler: {interval: 0s}", "scheduler.interval"),
+            (
+                "scheduler: {interval: 36501d}",
+                "scheduler.interval: \"36501d\" is too long: at most 36500d",
+            ),
+            (
+                "defaults: {reap: {idleAfter: 100000000d}}",
+                "defaults.reap.idleAfter: \"100000000d\" is too long: at most 36500d",
             ),
             ("listen: {tls: {cert: /c.pem}}", "listen.tls.key"),
             ("listen: {tls: {key: /k.pem}}", "listen.tls.cert"),

@@ -156,7 +156,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
 
     let shutdown = CancellationToken::new();
-    let controller_started = Arc::new(AtomicBool::new(false));
+    let readiness = ControllerReadiness::default();
     // One registry for the whole daemon: the controller feeds it, `/metrics` encodes it.
     let metrics = Arc::new(crate::metrics::Metrics::new());
     // Projects are counted by phase from the first scrape (also while paused), not only after
@@ -172,17 +172,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_metrics(Arc::clone(&metrics)),
     );
     let controller = start_controller(
-        &config,
-        &store,
-        &secrets,
-        &metrics,
-        &inspector,
-        &trash,
-        &shutdown,
-        &controller_started,
+        &config, &store, &secrets, &metrics, &inspector, &trash, &shutdown, &readiness,
     );
 
-    let started = Arc::clone(&controller_started);
+    let started = Arc::clone(&readiness.started);
+    let scheduler_health = Arc::clone(&readiness.scheduler);
     let state = ApiState::new(
         Arc::clone(&store),
         Arc::clone(&secrets),
@@ -205,7 +199,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
                 Err("not started".to_string())
             }
         }),
-    );
+    )
+    .with_readiness_check("scheduler", Arc::new(move || scheduler_health.check()));
     let state = state.with_tools(Arc::new(crate::tools::Tools::lxd(
         Arc::clone(&store),
         Arc::clone(&secrets),
@@ -240,8 +235,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What `/readyz` reads of the controller: whether it started, and how its scheduler fares.
+#[derive(Default)]
+struct ControllerReadiness {
+    started: Arc<AtomicBool>,
+    scheduler: Arc<crate::scheduler::Health>,
+}
+
 /// Where the controller starts. With `paused` it does not: the API and the store are served,
-/// nothing in the fleet is touched. Marks `started` once the controller runs, for `/readyz`.
+/// nothing in the fleet is touched. Marks `readiness.started` once the controller runs.
 #[allow(clippy::too_many_arguments)] // the daemon's shared parts, each handed on once
 fn start_controller(
     config: &Config,
@@ -251,12 +253,12 @@ fn start_controller(
     inspector: &Arc<crate::inspect::Inspector>,
     trash: &Arc<crate::trash::Trash>,
     shutdown: &CancellationToken,
-    started: &Arc<AtomicBool>,
+    readiness: &ControllerReadiness,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if config.paused {
         tracing::info!("paused: the controller acts on nothing");
         // A paused daemon is ready by design: there is no controller to wait for.
-        started.store(true, Ordering::Relaxed);
+        readiness.started.store(true, Ordering::Relaxed);
         return None;
     }
     // GitSources are applied whether or not LXD answers: they only write desired state.
@@ -288,9 +290,10 @@ fn start_controller(
         ..crate::reconcile::AgentSettings::default()
     };
     let shutdown = shutdown.clone();
-    let started = Arc::clone(started);
+    let started = Arc::clone(&readiness.started);
     let inspector = Arc::clone(inspector);
     let trash = Arc::clone(trash);
+    let scheduler_health = Arc::clone(&readiness.scheduler);
     Some(tokio::spawn(async move {
         if let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &metrics, &shutdown).await {
             inspector.set_runtime(Arc::clone(&runtime));
@@ -327,6 +330,7 @@ fn start_controller(
                 Arc::new(passes),
                 interval,
                 shutdown.child_token(),
+                scheduler_health,
             ));
             started.store(true, Ordering::Relaxed);
             tracing::info!("controller started");

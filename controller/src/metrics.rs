@@ -118,6 +118,7 @@ pub struct Metrics {
     pub lxd_requests: Family<LxdRequestLabels, Counter>,
     pub lxd_request_duration: Histogram,
     pub scheduler_pass_duration: Family<PassLabels, Histogram, fn() -> Histogram>,
+    pub scheduler_panics: Family<PassLabels, Counter>,
     pub build_info: Family<VersionLabels, Gauge>,
 }
 
@@ -157,6 +158,7 @@ impl Metrics {
             lxd_requests: Family::default(),
             lxd_request_duration: seconds_histogram(),
             scheduler_pass_duration: Family::new_with_constructor(seconds_histogram),
+            scheduler_panics: Family::default(),
             build_info: Family::default(),
         };
 
@@ -256,6 +258,11 @@ impl Metrics {
             Unit::Seconds,
             m.scheduler_pass_duration.clone(),
         );
+        registry.register(
+            "scheduler_panics",
+            "Scheduler passes that panicked, by pass (the loop goes on)",
+            m.scheduler_panics.clone(),
+        );
         // A gauge rather than an OpenMetrics info metric: the classic text parser (and promtool)
         // reads it too.
         registry.register(
@@ -287,6 +294,7 @@ impl Metrics {
             let _created = m
                 .scheduler_pass_duration
                 .get_or_create(&PassLabels { pass });
+            let _created = m.scheduler_panics.get_or_create(&PassLabels { pass });
         }
         m.build_info
             .get_or_create(&VersionLabels {
@@ -328,6 +336,13 @@ impl Metrics {
         self.scheduler_pass_duration
             .get_or_create(&PassLabels { pass })
             .observe(seconds);
+    }
+
+    /// One more `scheduler_panics_total{pass}`.
+    pub fn count_scheduler_panic(&self, pass: &'static str) {
+        self.scheduler_panics
+            .get_or_create(&PassLabels { pass })
+            .inc();
     }
 
     /// One more `reap_refusals_total{reason}`: an action (or a deletion) declined for `reason`.
@@ -434,6 +449,7 @@ mod tests {
         "berth_lxd_requests_total",
         "berth_lxd_request_duration_seconds",
         "berth_scheduler_pass_duration_seconds",
+        "berth_scheduler_panics_total",
         "berth_build_info",
     ];
 
@@ -456,6 +472,14 @@ mod tests {
     #[test]
     fn reconcile_results_start_at_zero_and_build_info_is_one() {
         let text = Metrics::new().encode();
+        for pass in PASSES {
+            assert!(
+                text.contains(&format!(
+                    "berth_scheduler_panics_total{{pass=\"{pass}\"}} 0"
+                )),
+                "{text}"
+            );
+        }
         for result in ["success", "error", "requeue"] {
             assert!(
                 text.contains(&format!("berth_reconcile_total{{result=\"{result}\"}} 0")),

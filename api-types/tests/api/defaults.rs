@@ -118,6 +118,11 @@ fn defaults_section_rejects_unknown_keys_and_bad_values() {
         d.validate("defaults").unwrap_err().to_string(),
         "defaults.reap.idleAfter: must be more than 0"
     );
+    let d: Defaults = serde_yaml::from_str("reap: {idleAfter: 36500d, maxAge: 36501d}\n").unwrap();
+    assert_eq!(
+        d.validate("defaults").unwrap_err().to_string(),
+        "defaults.reap.maxAge: \"36501d\" is too long: at most 36500d"
+    );
     assert_eq!(Defaults::default().validate("defaults"), Ok(()));
 }
 

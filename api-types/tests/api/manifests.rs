@@ -62,6 +62,27 @@ const BAD: &[(&str, &str, &[&str])] = &[
         ],
     ),
     (
+        "durations past the cap",
+        "kind: Project\nmetadata: {name: p}\nspec:\n  reap: {idleAfter: 100000000d, maxAge: 36501d}\n",
+        &[
+            "spec.reap.idleAfter: \"100000000d\" is too long: at most 36500d",
+            "spec.reap.maxAge: \"36501d\" is too long: at most 36500d",
+        ],
+    ),
+    (
+        "a duration too long to count",
+        "kind: Project\nmetadata: {name: p}\nspec:\n  reap: {idleAfter: 99999999999999999999d, maxAge: 30000000000000000w}\n",
+        &[
+            "spec.reap.idleAfter: \"99999999999999999999d\" is too long: at most 36500d",
+            "spec.reap.maxAge: \"30000000000000000w\" is too long: at most 36500d",
+        ],
+    ),
+    (
+        "a git source polled less than once a century",
+        "kind: GitSource\nmetadata: {name: fleet}\nspec: {url: 'https://h/r.git', interval: 5214w3d}\n",
+        &["spec.interval: \"5214w3d\" is too long: at most 36500d"],
+    ),
+    (
         "bad names",
         "kind: Project\nmetadata: {name: Payments_API}\nspec: {agent: Claude, agents: [codex, -x]}\n",
         &[

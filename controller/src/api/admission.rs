@@ -1,14 +1,19 @@
 //! Admission: a manifest from a request becomes what the store writes. Order: decode (unknown
 //! fields are errors; status and server-set metadata are ignored) → validate → fleet defaults
 //! (for a project that exists, its stored defaulted values) → name checks. Uniqueness of `displayName` is the store's to enforce, atomically with the write.
+//!
+//! Every write a user or a GitSource makes passes here, so this is where a manifest is kept from
+//! setting what only the server writes: how an object was asked to go (`berth.dev/forceDelete`
+//! and the others of [`SERVER_OWNED`]) comes from the delete request alone.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use berth_api::annotations::OVERRIDES;
+use berth_api::annotations::{self, OVERRIDES, SERVER_OWNED};
 use berth_api::{DEFAULTED_FIELDS, Defaults, Kind, Object};
 use serde_json::{Map, Value};
 
-use super::error::Cause;
+use super::error::{ApiError, Cause};
 use crate::store::{Desired, Store, StoredObject};
 
 /// The kind served under `/apis/berth.dev/v1alpha1/<plural>`.
@@ -25,6 +30,58 @@ pub struct Admitted {
     /// `metadata.finalizers` when the request named them: a replace sets them, apply keeps the
     /// stored ones.
     pub finalizers: Option<Vec<String>>,
+}
+
+/// Why admission refused a manifest.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// The object is not acceptable (422); every cause names its field.
+    Invalid(Vec<Cause>),
+    /// The manifest sets what only the server writes (400), each cause naming the annotation.
+    ServerOwned(Vec<Cause>),
+}
+
+impl Refusal {
+    pub fn causes(&self) -> &[Cause] {
+        match self {
+            Refusal::Invalid(causes) | Refusal::ServerOwned(causes) => causes,
+        }
+    }
+
+    /// The same refusal with each cause's field rewritten (e.g. under `items[3]`).
+    pub fn map_causes(self, f: impl Fn(Cause) -> Cause) -> Refusal {
+        match self {
+            Refusal::Invalid(causes) => Refusal::Invalid(causes.into_iter().map(f).collect()),
+            Refusal::ServerOwned(causes) => {
+                Refusal::ServerOwned(causes.into_iter().map(f).collect())
+            }
+        }
+    }
+
+    /// The API's answer: 400 for a server-owned annotation, 422 for an invalid object.
+    pub fn into_api_error(self, kind: Option<&str>, name: Option<&str>) -> ApiError {
+        match self {
+            Refusal::Invalid(causes) => ApiError::invalid(kind, name, causes),
+            Refusal::ServerOwned(causes) => {
+                let summary: Vec<String> = causes.iter().map(Cause::to_string).collect();
+                let error = ApiError {
+                    causes,
+                    ..ApiError::bad_request(summary.join("; "))
+                };
+                match kind {
+                    Some(kind) => error.with_object(kind, name.unwrap_or_default()),
+                    None => error,
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let details: Vec<String> = self.causes().iter().map(Cause::to_string).collect();
+        f.write_str(&details.join("; "))
+    }
 }
 
 pub struct Admission {
@@ -56,12 +113,12 @@ impl Admission {
     /// Fleet defaults fill a project's fields only when it is created; an existing project
     /// keeps the defaulted values it holds, so re-applying a manifest stays idempotent when the
     /// defaults change.
-    pub fn admit(&self, manifest: &Value, store: &Store) -> Result<Admitted, Vec<Cause>> {
+    pub fn admit(&self, manifest: &Value, store: &Store) -> Result<Admitted, Refusal> {
         self.admit_over(manifest, |kind, name| store.get(kind, name))
     }
 
     /// What `manifest` makes of an object that does not exist yet.
-    pub fn admit_new(&self, manifest: &Value) -> Result<Admitted, Vec<Cause>> {
+    pub fn admit_new(&self, manifest: &Value) -> Result<Admitted, Refusal> {
         self.admit_over(manifest, |_, _| None)
     }
 
@@ -69,23 +126,25 @@ impl Admission {
         &self,
         manifest: &Value,
         stored: impl FnOnce(&str, &str) -> Option<Arc<StoredObject>>,
-    ) -> Result<Admitted, Vec<Cause>> {
+    ) -> Result<Admitted, Refusal> {
         let empty = Map::new();
         let metadata = manifest
             .get("metadata")
             .and_then(Value::as_object)
             .unwrap_or(&empty);
-        let resource_version = sent_resource_version(metadata)?;
+        let resource_version = sent_resource_version(metadata).map_err(Refusal::Invalid)?;
         let finalizers = metadata
             .get("finalizers")
             .and_then(|f| serde_json::from_value::<Vec<String>>(f.clone()).ok());
 
         let mut object = berth_api::decode_manifest(manifest.clone()).map_err(|errors| {
-            errors
-                .causes
-                .into_iter()
-                .map(|c| Cause::new(c.field, c.message))
-                .collect::<Vec<_>>()
+            Refusal::Invalid(
+                errors
+                    .causes
+                    .into_iter()
+                    .map(|c| Cause::new(c.field, c.message))
+                    .collect(),
+            )
         })?;
         let given =
             matches!(object, Object::Project(_)).then(|| given_fields(&object.spec_value()));
@@ -97,8 +156,9 @@ impl Admission {
         let meta = object.metadata_mut();
         let name = std::mem::take(&mut meta.name);
         let mut annotations = std::mem::take(&mut meta.annotations);
+        let current = stored(kind.as_str(), &name);
+        check_server_owned(&annotations, current.as_deref()).map_err(Refusal::ServerOwned)?;
         if let Some(given) = given {
-            let current = stored(kind.as_str(), &name);
             let overrides =
                 carry_defaulted(&mut spec, &given, &self.defaulted_spec, current.as_deref());
             annotations.remove(OVERRIDES);
@@ -118,6 +178,45 @@ impl Admission {
             resource_version,
             finalizers,
         })
+    }
+}
+
+/// Refuses a manifest that sets an annotation only the server writes. A manifest may repeat
+/// what the server recorded on the stored object (`get -o yaml` applies back, a merge patch
+/// starts from the stored annotations), never add or change one: so nothing but a delete
+/// request can force a deletion, whatever a manifest, a patch or a GitSource carries.
+fn check_server_owned(
+    annotations: &BTreeMap<String, String>,
+    current: Option<&StoredObject>,
+) -> Result<(), Vec<Cause>> {
+    let causes: Vec<Cause> = SERVER_OWNED
+        .into_iter()
+        .filter(|key| {
+            annotations.get(*key).is_some_and(|value| {
+                current.and_then(|c| c.metadata.annotations.get(*key)) != Some(value)
+            })
+        })
+        .map(|key| {
+            Cause::new(
+                format!("metadata.annotations[{key}]"),
+                server_owned_message(key),
+            )
+        })
+        .collect();
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(causes)
+    }
+}
+
+/// Who writes a server-owned annotation, for the one-line refusal.
+fn server_owned_message(key: &str) -> &'static str {
+    match key {
+        annotations::FORCE_DELETE => "set only by a delete request (berth delete --force)",
+        annotations::PURGE => "set only by a delete request (berth delete --force --purge)",
+        annotations::DELETED_BY => "set only by a delete request, to its caller",
+        _ => "set only by the server, when it reaps or prunes",
     }
 }
 
@@ -257,7 +356,7 @@ mod tests {
 
     use super::*;
 
-    fn admit(manifest: Value) -> Result<Admitted, Vec<Cause>> {
+    fn admit(manifest: Value) -> Result<Admitted, Refusal> {
         Admission::new(Defaults::default()).admit_new(&manifest)
     }
 
@@ -302,8 +401,9 @@ mod tests {
             ),
         ];
         for (manifest, fields) in table {
-            let causes = admit(manifest.clone()).unwrap_err();
-            let got: Vec<_> = causes.iter().map(|c| c.field.as_str()).collect();
+            let refusal = admit(manifest.clone()).unwrap_err();
+            assert!(matches!(refusal, Refusal::Invalid(_)), "{manifest}");
+            let got: Vec<_> = refusal.causes().iter().map(|c| c.field.as_str()).collect();
             assert_eq!(got, fields, "{manifest}");
         }
     }
@@ -435,5 +535,107 @@ mod tests {
         )
         .unwrap();
         assert!(plain.desired.annotations.is_empty());
+    }
+
+    /// A stored project carrying `annotations`.
+    fn stored_with(annotations: &[(&str, &str)]) -> StoredObject {
+        let mut object = stored(json!({"displayName": "p"}), None);
+        object.metadata.annotations = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        object
+    }
+
+    #[test]
+    fn a_manifest_never_sets_what_only_the_server_writes() {
+        use berth_api::annotations::{DELETED_BY, FORCE_DELETE, PURGE, REAPED_BY};
+        let admission = Admission::new(Defaults::default());
+        const FORCED: &[(&str, &str)] = &[(FORCE_DELETE, "true"), (DELETED_BY, "unix:ann")];
+        // (case, manifest annotations, stored annotations (None: no stored object), refused fields)
+        type Case = (
+            &'static str,
+            Value,
+            Option<&'static [(&'static str, &'static str)]>,
+            Vec<&'static str>,
+        );
+        let table: Vec<Case> = vec![
+            (
+                "a new object pre-armed with a force",
+                json!({FORCE_DELETE: "true"}),
+                None,
+                vec!["metadata.annotations[berth.dev/forceDelete]"],
+            ),
+            (
+                "an existing object armed by a re-apply",
+                json!({FORCE_DELETE: "true"}),
+                Some(&[]),
+                vec!["metadata.annotations[berth.dev/forceDelete]"],
+            ),
+            (
+                "any value counts, and every server-owned annotation is named",
+                json!({FORCE_DELETE: "false", PURGE: "true", DELETED_BY: "me", REAPED_BY: "reaper"}),
+                None,
+                vec![
+                    "metadata.annotations[berth.dev/forceDelete]",
+                    "metadata.annotations[berth.dev/purge]",
+                    "metadata.annotations[berth.dev/deletedBy]",
+                    "metadata.annotations[berth.dev/reapedBy]",
+                ],
+            ),
+            (
+                "a recorded force repeated (get -o yaml applied back) adds nothing",
+                json!({FORCE_DELETE: "true", DELETED_BY: "unix:ann"}),
+                Some(FORCED),
+                vec![],
+            ),
+            (
+                "a recorded deletion's caller cannot be changed",
+                json!({DELETED_BY: "someone-else"}),
+                Some(FORCED),
+                vec!["metadata.annotations[berth.dev/deletedBy]"],
+            ),
+            (
+                "a purge cannot be added to a forced deletion",
+                json!({FORCE_DELETE: "true", PURGE: "true"}),
+                Some(FORCED),
+                vec!["metadata.annotations[berth.dev/purge]"],
+            ),
+            (
+                "other annotations pass",
+                json!({"berth.dev/prune": "disabled", "team": "x"}),
+                None,
+                vec![],
+            ),
+        ];
+        for (case, annotations, current, refused) in table {
+            let manifest = json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
+                "metadata": {"name": "p", "annotations": annotations}});
+            let current = current.map(|a| Arc::new(stored_with(a)));
+            let admitted = admission.admit_over(&manifest, |_, _| current);
+            match admitted {
+                Ok(_) => assert!(refused.is_empty(), "{case}: admitted"),
+                Err(Refusal::ServerOwned(causes)) => {
+                    let got: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+                    assert_eq!(got, refused, "{case}");
+                }
+                Err(other) => panic!("{case}: {other:?}"),
+            }
+        }
+
+        let refusal = admit(json!({"apiVersion": "berth.dev/v1alpha1", "kind": "AgentProfile",
+            "metadata": {"name": "a", "annotations": {FORCE_DELETE: "true"}},
+            "spec": {"home": "/root/.a", "install": {"check": "true"}, "runner": {"command": ["a"]}}}))
+        .unwrap_err();
+        assert_eq!(
+            refusal.to_string(),
+            "metadata.annotations[berth.dev/forceDelete]: set only by a delete request (berth delete --force)"
+        );
+        let error = refusal.into_api_error(Some("AgentProfile"), Some("a"));
+        assert_eq!(error.code, hyper::StatusCode::BAD_REQUEST);
+        assert_eq!(
+            error.causes[0].field,
+            "metadata.annotations[berth.dev/forceDelete]"
+        );
     }
 }

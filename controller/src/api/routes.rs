@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use berth_api::Kind;
 
 use super::access::{self, Visibility};
-use super::admission::{self, Admitted};
+use super::admission::{self, Admitted, Refusal};
 use super::body::{self, APPLY_LIMIT, APPLY_PATCH, MERGE_PATCH, OBJECT_LIMIT};
 use super::error::{ApiError, Cause};
 use super::merge_patch;
@@ -630,7 +630,7 @@ fn admit_value(
     state
         .admission
         .admit(value, &state.store)
-        .map_err(|causes| ApiError::invalid(Some(kind.as_str()), Some(&sent_name), causes))
+        .map_err(|refusal| refusal.into_api_error(Some(kind.as_str()), Some(&sent_name)))
 }
 
 /// Store writes hold a lock and wait on the disk; keep them off the async workers.
@@ -994,6 +994,8 @@ async fn apply_list(
         check_object_size(index, item)?;
     }
     let mut causes = Vec::new();
+    // A server-owned annotation anywhere makes the batch a bad request (400), not an invalid one.
+    let mut server_owned = Vec::new();
     let mut batch = Vec::with_capacity(items.len());
     let mut seen: HashMap<(String, String), usize> = HashMap::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
@@ -1008,17 +1010,26 @@ async fn apply_list(
                 }
                 batch.push(admitted.desired);
             }
-            Err(item_causes) => causes.extend(item_causes.into_iter().map(|c| {
-                let field = if c.field.is_empty() {
-                    format!("items[{index}]")
-                } else {
-                    format!("items[{index}].{}", c.field)
-                };
-                Cause::new(field, c.message)
-            })),
+            Err(refusal) => {
+                let refusal = refusal.map_causes(|c| {
+                    let field = if c.field.is_empty() {
+                        format!("items[{index}]")
+                    } else {
+                        format!("items[{index}].{}", c.field)
+                    };
+                    Cause::new(field, c.message)
+                });
+                match refusal {
+                    Refusal::Invalid(item_causes) => causes.extend(item_causes),
+                    Refusal::ServerOwned(item_causes) => server_owned.extend(item_causes),
+                }
+            }
         }
     }
     drop(items);
+    if !server_owned.is_empty() {
+        return Err(Refusal::ServerOwned(server_owned).into_api_error(Some("List"), None));
+    }
     if !causes.is_empty() {
         return Err(ApiError::invalid(Some("List"), None, causes));
     }

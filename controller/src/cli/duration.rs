@@ -2,15 +2,31 @@
 
 use std::time::Duration;
 
-/// Parses `90s`, `5m`, `1h30m`, `500ms`, `2d`, or a bare number of seconds.
+/// Parses `90s`, `5m`, `1h30m`, `500ms`, `2d`, or a bare number of seconds; at most `36500d`,
+/// as every duration berth takes (a deadline past it would overflow the clock).
 pub fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
+    let too_long = || {
+        format!(
+            "{text:?} is too long: at most {}",
+            berth_api::MAX_DURATION_TEXT
+        )
+    };
+    let total = parse_uncapped(text)?.ok_or_else(too_long)?;
+    if total > berth_api::MAX_DURATION {
+        return Err(too_long());
+    }
+    Ok(total)
+}
+
+/// [`parse`] without the cap; `None` when the sum does not even fit.
+fn parse_uncapped(text: &str) -> Result<Option<Duration>, String> {
     let invalid = || format!("{text:?} is not a duration (examples: 30s, 5m, 1h30m)");
     if text.is_empty() {
         return Err(invalid());
     }
-    if let Ok(seconds) = text.parse::<u64>() {
-        return Ok(Duration::from_secs(seconds));
+    if text.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(text.parse::<u64>().ok().map(Duration::from_secs));
     }
     let mut total = Duration::ZERO;
     let mut rest = text;
@@ -21,24 +37,28 @@ pub fn parse(text: &str) -> Result<Duration, String> {
         if digits == 0 {
             return Err(invalid());
         }
-        let number: u64 = rest[..digits].parse().map_err(|_| invalid())?;
+        let number: Option<u64> = rest[..digits].parse().ok();
         rest = &rest[digits..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit())
             .unwrap_or(rest.len());
         let unit = &rest[..unit_len];
         rest = &rest[unit_len..];
+        let seconds = |per: u64| number?.checked_mul(per).map(Duration::from_secs);
         let step = match unit {
-            "ms" => Duration::from_millis(number),
-            "s" => Duration::from_secs(number),
-            "m" => Duration::from_secs(number * 60),
-            "h" => Duration::from_secs(number * 3600),
-            "d" => Duration::from_secs(number * 86_400),
+            "ms" => number.map(Duration::from_millis),
+            "s" => seconds(1),
+            "m" => seconds(60),
+            "h" => seconds(3600),
+            "d" => seconds(86_400),
             _ => return Err(invalid()),
         };
-        total += step;
+        let Some(sum) = step.and_then(|step| total.checked_add(step)) else {
+            return Ok(None);
+        };
+        total = sum;
     }
-    Ok(total)
+    Ok(Some(total))
 }
 
 /// Prints a duration the way `--timeout` would accept it: `5m`, `1h30m`, `45s`.
@@ -135,6 +155,11 @@ mod tests {
             ("5 minutes", Err(())),
             ("m5", Err(())),
             ("5x", Err(())),
+            ("36500d", Ok(3_153_600_000_000)),
+            ("36501d", Err(())),
+            ("213503982334601d", Err(())),
+            ("99999999999999999999", Err(())),
+            ("200000000000000000000ms", Err(())),
         ];
         for (input, expected) in cases {
             let got = parse(input).map(|d| d.as_millis() as u64).map_err(|_| ());

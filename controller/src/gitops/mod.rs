@@ -353,7 +353,8 @@ impl GitOps {
             }
         }
         self.write_status(&object, &before, status);
-        Some(spec.interval.as_std())
+        // Capped: a source stored before intervals were must not overflow the next due time.
+        Some(spec.interval.capped())
     }
 
     async fn fetch_and_apply(
@@ -430,14 +431,8 @@ impl GitOps {
             let mut admitted = self
                 .admission
                 .admit(&manifest.object, &self.store)
-                .map_err(|causes| {
-                    let details: Vec<String> = causes.iter().map(|c| c.to_string()).collect();
-                    format!(
-                        "{} ({}): {}",
-                        manifest.source,
-                        manifest.reference(),
-                        details.join("; ")
-                    )
+                .map_err(|refusal| {
+                    format!("{} ({}): {refusal}", manifest.source, manifest.reference())
                 })?;
             admitted
                 .desired
@@ -634,5 +629,38 @@ mod tests {
 
         // The same value again is not a new request.
         assert!(!tracked.wants_sync(&asked));
+    }
+
+    #[test]
+    fn a_revision_carrying_a_force_applies_nothing_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+        let gitops = GitOps {
+            store,
+            admission: Arc::new(Admission::new(Defaults::default())),
+            checkouts: dir.path().join("checkouts"),
+        };
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        std::fs::write(
+            repo.join("a.yaml"),
+            "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata: {name: calm}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            repo.join("b.yaml"),
+            "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: armed\n  \
+             annotations: {berth.dev/forceDelete: \"true\"}\n",
+        )
+        .unwrap();
+        let loaded = manifests::load(&repo, ".").unwrap();
+        let message = gitops.admit(&loaded, "gitsource-fleet").unwrap_err();
+        assert!(
+            message.ends_with(
+                "(Project/armed): metadata.annotations[berth.dev/forceDelete]: \
+                 set only by a delete request (berth delete --force)"
+            ),
+            "{message}"
+        );
     }
 }

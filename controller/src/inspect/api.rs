@@ -73,8 +73,8 @@ pub async fn exec(
         )
     })?;
     let runtime = connected(state)?;
-    // A person acted in the project, whatever the command's outcome.
-    state.inspector.activity.record(project.uid(), "exec");
+    // A person acts in the project while the command runs, whatever its outcome.
+    let _running = state.inspector.activity.open(project.uid(), "exec");
     tracing::info!(project = name, caller = %caller.identity, "exec");
     runtime
         .exec(project.name(), &request)

@@ -150,8 +150,9 @@ pub async fn attach(
         )
     })?;
     let runtime: Arc<dyn Runtime> = super::api::connected(state)?;
-    // A person acted in the project, whatever the command's outcome.
-    state.inspector.activity.record(project.uid(), "exec");
+    // A person acts in the project for as long as the session is open, whatever the command's
+    // outcome: held until the relay ends (or the start fails), and its end recorded too.
+    let session_open = state.inspector.activity.open(project.uid(), "exec");
     tracing::info!(project = name, caller = %caller.identity, tty = attach.terminal.is_some(), "exec (interactive)");
     let session = runtime
         .exec_interactive(project.name(), &request, attach.terminal)
@@ -160,6 +161,7 @@ pub async fn attach(
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     let project_name = name.to_string();
     tokio::spawn(async move {
+        let _session_open = session_open;
         match hyper::upgrade::on(req).await {
             Ok(upgraded) => {
                 let socket =

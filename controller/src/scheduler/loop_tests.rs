@@ -12,6 +12,9 @@ struct Recorder {
     overruns: Mutex<Vec<Duration>>,
     running: AtomicUsize,
     max_running: AtomicUsize,
+    /// Per pass, the rounds (0-based) in which it panics.
+    panics_in: Mutex<BTreeMap<Pass, Vec<usize>>>,
+    panicked: Mutex<Vec<(Pass, String)>>,
 }
 
 #[async_trait]
@@ -39,6 +42,17 @@ impl Passes for Recorder {
         tokio::time::sleep(took).await;
         self.running.fetch_sub(1, Ordering::SeqCst);
         self.log.lock().unwrap().push((pass, start, Instant::now()));
+        let panics = self.panics_in.lock().unwrap().get(&pass).cloned();
+        if panics.is_some_and(|rounds| rounds.contains(&round)) {
+            panic!("{} broke in round {round}", pass.label());
+        }
+    }
+
+    fn pass_panicked(&self, pass: Pass, message: &str) {
+        self.panicked
+            .lock()
+            .unwrap()
+            .push((pass, message.to_string()));
     }
 
     fn pass_finished(&self, pass: Pass, took: Duration) {
@@ -61,7 +75,12 @@ const INTERVAL: Duration = Duration::from_secs(30);
 
 async fn run_for(recorder: Arc<Recorder>, rounds_time: Duration) {
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(run(recorder, INTERVAL, shutdown.clone()));
+    let task = tokio::spawn(run(
+        recorder,
+        INTERVAL,
+        shutdown.clone(),
+        Arc::new(Health::default()),
+    ));
     tokio::time::sleep(rounds_time).await;
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(3600), task)
@@ -157,6 +176,80 @@ async fn shutdown_lets_the_running_pass_finish() {
         .map(|(p, _, _)| *p)
         .collect();
     assert_eq!(order, vec![Pass::Resync, Pass::Activity, Pass::Reap]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pass_that_panics_is_counted_and_the_loop_goes_on() {
+    let recorder = Arc::new(Recorder::default());
+    // The reap pass panics in rounds 0-3 and recovers in round 4; housekeeping once, in round 1.
+    *recorder.panics_in.lock().unwrap() = BTreeMap::from([
+        (Pass::Reap, vec![0, 1, 2, 3]),
+        (Pass::Housekeeping, vec![1]),
+    ]);
+    let health = Arc::new(Health::default());
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(run(
+        recorder.clone(),
+        INTERVAL,
+        shutdown.clone(),
+        health.clone(),
+    ));
+    let rounds = |recorder: &Recorder| {
+        recorder
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _, _)| *p == Pass::Housekeeping)
+            .count()
+    };
+    // Two rounds in: panics counted, every pass after them ran, still ready.
+    tokio::time::sleep(INTERVAL + Duration::from_secs(1)).await;
+    assert_eq!(rounds(&recorder), 2);
+    assert_eq!(health.check(), Ok(()));
+    // Three rounds in a row: the reap pass cannot run, and readiness says so.
+    tokio::time::sleep(INTERVAL).await;
+    let unready = health.check().unwrap_err();
+    assert!(
+        unready.contains("reap") && unready.contains("3 times in a row"),
+        "{unready}"
+    );
+    assert!(unready.contains("reap broke in round 2"), "{unready}");
+    // It recovers in round 4: ready again.
+    tokio::time::sleep(INTERVAL * 2).await;
+    assert_eq!(rounds(&recorder), 5);
+    assert_eq!(health.check(), Ok(()));
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(3600), task)
+        .await
+        .expect("loop stops on shutdown")
+        .expect("the loop itself never panics");
+
+    let panicked = recorder.panicked.lock().unwrap().clone();
+    let passes: Vec<Pass> = panicked.iter().map(|(p, _)| *p).collect();
+    assert_eq!(
+        passes,
+        [
+            Pass::Reap,
+            Pass::Reap,
+            Pass::Housekeeping,
+            Pass::Reap,
+            Pass::Reap
+        ]
+    );
+    assert_eq!(panicked[0].1, "reap broke in round 0");
+    // Every pass of every round ran, in order, panics or not.
+    let order: Vec<Pass> = recorder
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(p, _, _)| *p)
+        .collect();
+    assert_eq!(order, [Pass::ALL; 5].concat());
+    assert_eq!(recorder.finished.lock().unwrap().len(), 20);
+    // A loop that ended is not ready.
+    assert!(health.check().unwrap_err().contains("stopped"));
 }
 
 #[tokio::test(start_paused = true)]

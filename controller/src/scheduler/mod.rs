@@ -19,11 +19,12 @@ pub mod reap;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -71,12 +72,101 @@ pub trait Passes: Send + Sync {
     /// A whole round took `took`, longer than the interval (for `scheduler_overruns_total`);
     /// the next round starts at once instead of piling up.
     fn overrun(&self, _took: Duration) {}
+
+    /// A pass panicked with `message` (for `scheduler_panics_total{pass}`); the loop goes on
+    /// with the next pass.
+    fn pass_panicked(&self, _pass: Pass, _message: &str) {}
+}
+
+/// Panics in a row after which a pass counts as unable to run, and `/readyz` says so.
+pub const PANICS_BEFORE_UNREADY: u32 = 3;
+
+/// How the scheduler loop fares, for `/readyz`: whether it still runs, and which passes keep
+/// panicking.
+#[derive(Debug, Default)]
+pub struct Health {
+    state: std::sync::Mutex<HealthState>,
+}
+
+#[derive(Debug, Default)]
+struct HealthState {
+    ended: bool,
+    /// Per pass: panics in a row, and the last one's message.
+    panics: BTreeMap<Pass, (u32, String)>,
+}
+
+impl Health {
+    fn state(&self) -> std::sync::MutexGuard<'_, HealthState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pass_ran(&self, pass: Pass) {
+        self.state().panics.remove(&pass);
+    }
+
+    fn pass_panicked(&self, pass: Pass, message: &str) {
+        let mut state = self.state();
+        let entry = state.panics.entry(pass).or_default();
+        entry.0 += 1;
+        entry.1 = message.to_string();
+    }
+
+    /// `Err` with the reason when the scheduler cannot do its work: its loop ended, or a pass
+    /// panicked [`PANICS_BEFORE_UNREADY`] times in a row.
+    pub fn check(&self) -> Result<(), String> {
+        let state = self.state();
+        if state.ended {
+            return Err("the scheduler loop stopped".to_string());
+        }
+        let failing: Vec<String> = state
+            .panics
+            .iter()
+            .filter(|(_, (count, _))| *count >= PANICS_BEFORE_UNREADY)
+            .map(|(pass, (count, message))| {
+                format!(
+                    "the {} pass panicked {count} times in a row (last: {message})",
+                    pass.label()
+                )
+            })
+            .collect();
+        if failing.is_empty() {
+            Ok(())
+        } else {
+            Err(failing.join("; "))
+        }
+    }
+}
+
+/// Marks the loop ended however it ends: returned, or dropped with its task.
+struct Running(Arc<Health>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.state().ended = true;
+    }
+}
+
+/// The text a panic carried.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
 /// Runs rounds of passes every `interval` until `shutdown` is cancelled. A round that outruns
 /// the interval is counted and the next starts when it ends; shutdown lets the running pass
-/// finish (a reap half done is worse than a late exit) and then returns.
-pub async fn run(passes: Arc<dyn Passes>, interval: Duration, shutdown: CancellationToken) {
+/// finish (a reap half done is worse than a late exit) and then returns. A pass that panics is
+/// counted, logged and recorded in `health`, and the loop goes on: one bad object must not
+/// stop the scheduler for the whole fleet.
+pub async fn run(
+    passes: Arc<dyn Passes>,
+    interval: Duration,
+    shutdown: CancellationToken,
+    health: Arc<Health>,
+) {
+    let _running = Running(Arc::clone(&health));
     loop {
         let started = Instant::now();
         for pass in Pass::ALL {
@@ -84,7 +174,15 @@ pub async fn run(passes: Arc<dyn Passes>, interval: Duration, shutdown: Cancella
                 return;
             }
             let pass_started = Instant::now();
-            passes.run(pass).await;
+            match AssertUnwindSafe(passes.run(pass)).catch_unwind().await {
+                Ok(()) => health.pass_ran(pass),
+                Err(payload) => {
+                    let message = panic_message(payload.as_ref());
+                    tracing::error!(pass = pass.label(), panic = %message, "a scheduler pass panicked; the loop goes on");
+                    health.pass_panicked(pass, &message);
+                    passes.pass_panicked(pass, &message);
+                }
+            }
             passes.pass_finished(pass, pass_started.elapsed());
         }
         let took = started.elapsed();

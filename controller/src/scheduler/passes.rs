@@ -12,6 +12,7 @@
 //! happens.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ use berth_api::{
     ReapAction, Step, condition_types, set_condition,
 };
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -291,11 +292,17 @@ impl DaemonPasses {
         }
     }
 
-    /// Exec and tool calls made through berth, the latest of each.
+    /// Exec and tool calls made through berth, the latest of each. An interactive exec still
+    /// open is activity now, whenever it started.
     fn touches(&self, uid: &str) -> Touches {
         let last = self.activity_log.last(uid);
         let at = |source: &str| last.as_ref().filter(|a| a.source == source).map(|a| a.at);
-        let (exec, tool_logged) = (at("exec"), at("tool"));
+        let exec = if self.activity_log.is_open(uid, "exec") {
+            Some(self.now())
+        } else {
+            at("exec")
+        };
+        let tool_logged = at("tool");
         let tool_stored = self.store.last_tool_call(uid).ok().flatten();
         Touches {
             exec,
@@ -362,23 +369,40 @@ impl DaemonPasses {
     async fn reap(&self) {
         let round = self.round.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for object in self.projects() {
-            if object.is_deleting() {
-                continue;
+            // One project whose reaping panics must not keep the others from being reaped.
+            let reaped = AssertUnwindSafe(self.reap_one(&object, &round))
+                .catch_unwind()
+                .await;
+            if let Err(payload) = reaped {
+                let message = super::panic_message(payload.as_ref());
+                tracing::error!(project = object.name(), panic = %message, "reaping one project panicked; the pass goes on");
+                self.metrics.count_scheduler_panic(Pass::Reap.label());
             }
-            let Some(facts) = Facts::of(&object, round.get(object.uid())) else {
-                continue;
-            };
-            let previous_due = self.memory().previous_due(object.uid());
-            let verdict = policy::decide(&facts.subject(self.now(), previous_due));
-            self.memory().record_verdict(object.uid(), &verdict);
-            self.count_refusals(object.uid(), &verdict);
-            if let Err(e) = self.record_verdict(&object, &verdict).await {
-                tracing::warn!(project = object.name(), error = %e, "recording the reap verdict failed");
-            }
-            if let Some(action) = verdict.act().filter(|_| !paused(&object)) {
-                self.act(object.name(), action).await;
-                self.memory().forget_due(object.uid());
-            }
+        }
+    }
+
+    /// Decides on one project and acts when two agreeing passes say so.
+    async fn reap_one(
+        &self,
+        object: &Arc<StoredObject>,
+        round: &BTreeMap<String, Result<Inspection, String>>,
+    ) {
+        if object.is_deleting() {
+            return;
+        }
+        let Some(facts) = Facts::of(object, round.get(object.uid())) else {
+            return;
+        };
+        let previous_due = self.memory().previous_due(object.uid());
+        let verdict = policy::decide(&facts.subject(self.now(), previous_due));
+        self.memory().record_verdict(object.uid(), &verdict);
+        self.count_refusals(object.uid(), &verdict);
+        if let Err(e) = self.record_verdict(object, &verdict).await {
+            tracing::warn!(project = object.name(), error = %e, "recording the reap verdict failed");
+        }
+        if let Some(action) = verdict.act().filter(|_| !paused(object)) {
+            self.act(object.name(), action).await;
+            self.memory().forget_due(object.uid());
         }
     }
 
@@ -717,6 +741,10 @@ impl Passes for DaemonPasses {
     fn overrun(&self, took: Duration) {
         self.metrics.scheduler_overruns.inc();
         tracing::warn!(took = ?took, "a scheduler round outran its interval");
+    }
+
+    fn pass_panicked(&self, pass: Pass, _message: &str) {
+        self.metrics.count_scheduler_panic(pass.label());
     }
 }
 

@@ -14,6 +14,8 @@ pub(super) struct Setup {
     pub store: Arc<Store>,
     pub fake: Arc<FakeRuntime>,
     pub metrics: Arc<Metrics>,
+    /// Exec and tool calls made through berth, as the API records them.
+    pub activity_log: Arc<ActivityLog>,
     pub passes: DaemonPasses,
 }
 
@@ -40,12 +42,13 @@ pub(super) fn setup_with(recheck_interval: Duration) -> Setup {
             + chrono::Duration::from_std(Instant::now() - base).unwrap_or_default()
             + chrono::Duration::microseconds(tick)
     });
+    let activity_log = Arc::new(ActivityLog::default());
     let passes = DaemonPasses::new(
         store.clone(),
         fake.clone(),
         queue,
         metrics.clone(),
-        Arc::new(ActivityLog::default()),
+        activity_log.clone(),
         PassSettings {
             workers: 2,
             inspect_timeout: Duration::from_secs(10),
@@ -59,6 +62,7 @@ pub(super) fn setup_with(recheck_interval: Duration) -> Setup {
         store,
         fake,
         metrics,
+        activity_log,
         passes,
     }
 }
@@ -713,4 +717,159 @@ async fn an_idle_clean_project_set_to_delete_is_deleted_after_two_agreeing_passe
     s.round().await;
     assert!(s.store.get(PROJECT_KIND, "doomed").is_none());
     assert_eq!(s.metric("berth_reap_actions_total{action=\"delete\"}"), 1.0);
+}
+
+/// A project stored before durations were capped (admission refuses these now) is decided on
+/// like any other: nothing panics, and what status says of it reads back.
+#[tokio::test(start_paused = true)]
+async fn a_project_stored_with_a_huge_duration_never_panics_a_pass() {
+    let s = setup();
+    s.project(
+        "ancient",
+        json!({"idleAfter": "100000000d", "idleAction": "Delete", "maxAge": "99999999999w"}),
+        true,
+    );
+    script_inspection(&s.fake, "ancient", FakeWorkspace::default());
+    s.running_project("idle", FakeWorkspace::default());
+    s.rounds(3).await;
+    let status = s.status("ancient");
+    assert_eq!(status["reap"]["nextAction"], "Delete", "{status}");
+    let decoded: ProjectStatus = serde_json::from_value(status.clone()).unwrap();
+    let next = decoded.reap.and_then(|r| r.next_action_at).unwrap();
+    assert!(next > s.now() + chrono::Duration::days(36_000), "{next}");
+    assert!(s.status("ancient")["reap"]["idledAt"].is_null());
+    // The other project is reaped as usual in the same passes.
+    assert!(s.status("idle")["reap"]["idledAt"].is_string());
+}
+
+/// An interactive shell is activity for as long as it is open, not only when it starts: a
+/// project is never idled under a person's open `exec -it`, and idles as usual once it closes.
+#[tokio::test(start_paused = true)]
+async fn an_open_interactive_exec_keeps_the_project_active_until_it_closes() {
+    let s = setup();
+    s.running_project("shell", FakeWorkspace::default());
+    let uid = s
+        .store
+        .get(PROJECT_KIND, "shell")
+        .unwrap()
+        .uid()
+        .to_string();
+    let session = s.activity_log.open(&uid, "exec");
+    // Hours pass with the shell open and nothing else happening in the workspace.
+    for _ in 0..6 {
+        tokio::time::advance(Duration::from_secs(1800)).await;
+        s.round().await;
+        let status = s.status("shell");
+        assert!(
+            status["reap"]["idledAt"].is_null(),
+            "idled under an open shell: {status}"
+        );
+        assert_eq!(status["activity"]["source"], "exec", "{status}");
+        let last: DateTime<Utc> =
+            serde_json::from_value(status["activity"]["lastActiveAt"].clone()).unwrap();
+        assert!(s.now() - last < chrono::Duration::seconds(5), "{status}");
+    }
+    drop(session);
+    s.rounds(3).await;
+    let status = s.status("shell");
+    assert!(
+        status["reap"]["idledAt"].is_string(),
+        "idled once closed: {status}"
+    );
+}
+
+/// One of the daemon's passes panicking (here the activity pass, on an inspection that broke
+/// once) is counted by pass, and the passes after it, and the next round, still run.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_pass_is_counted_and_the_next_pass_runs() {
+    let s = setup();
+    s.running_project("p", FakeWorkspace::default());
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    s.fake.on_exec(move |_, _| {
+        if armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            panic!("the inspection broke");
+        }
+        None
+    });
+    let Setup {
+        _dir,
+        store,
+        metrics,
+        passes,
+        ..
+    } = s;
+    let health = Arc::new(super::super::Health::default());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let interval = Duration::from_secs(30);
+    let task = tokio::spawn(super::super::run(
+        Arc::new(passes),
+        interval,
+        shutdown.clone(),
+        health.clone(),
+    ));
+    tokio::time::sleep(interval + Duration::from_secs(1)).await;
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(3600), task)
+        .await
+        .expect("the loop stops on shutdown")
+        .expect("the loop itself never panics");
+    let text = metrics.encode();
+    let sample = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    assert_eq!(
+        sample("berth_scheduler_panics_total{pass=\"activity\"}"),
+        1.0
+    );
+    for pass in ["resync", "reap", "housekeeping"] {
+        assert_eq!(
+            sample(&format!("berth_scheduler_panics_total{{pass=\"{pass}\"}}")),
+            0.0
+        );
+    }
+    for pass in ["activity", "reap", "housekeeping"] {
+        assert_eq!(
+            sample(&format!(
+                "berth_scheduler_pass_duration_seconds_count{{pass=\"{pass}\"}}"
+            )),
+            2.0,
+            "{pass} ran in both rounds"
+        );
+    }
+    // The second round's inspection went through and was recorded.
+    let status = store.get(PROJECT_KIND, "p").unwrap().status.value();
+    assert!(status["unsavedWork"].is_object(), "{status}");
+}
+
+/// One project whose reaping panics (here its re-check breaks) does not stop the reap pass:
+/// the projects after it are still reaped, and the panic is counted.
+#[tokio::test(start_paused = true)]
+async fn a_project_whose_reaping_panics_does_not_stop_the_others() {
+    let s = setup();
+    s.running_project("a-broken", FakeWorkspace::default());
+    s.running_project("b-fine", FakeWorkspace::default());
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trigger = armed.clone();
+    s.fake.on_exec(move |name, _| {
+        if name == "a-broken" && trigger.load(std::sync::atomic::Ordering::SeqCst) {
+            panic!("the re-check broke");
+        }
+        None
+    });
+    s.rounds(1).await;
+    assert_eq!(s.status("b-fine")["reap"]["nextAction"], "Stop");
+    // The second agreeing pass acts, re-checking each project right before.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    s.passes.run(Pass::Activity).await;
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    s.passes.run(Pass::Reap).await;
+    assert!(
+        s.status("b-fine")["reap"]["idledAt"].is_string(),
+        "{}",
+        s.status("b-fine")
+    );
+    assert!(s.status("a-broken")["reap"]["idledAt"].is_null());
+    assert_eq!(s.metric("berth_scheduler_panics_total{pass=\"reap\"}"), 1.0);
 }

@@ -150,12 +150,12 @@ fn schedule(subject: &ReapSubject<'_>) -> (Option<ReapAction>, Option<DateTime<U
     let last_active = subject
         .last_active_at
         .map_or(subject.created_at, |t| t.max(subject.created_at));
-    let idle_at = last_active + policy.idle_after.as_chrono();
+    let idle_at = policy.idle_after.after(last_active);
     // maxAge waits for the idle window too: an active project is never deleted for its age.
     let aged_at = policy
         .max_age
         .limit()
-        .map(|limit| (subject.created_at + limit.as_chrono()).max(idle_at));
+        .map(|limit| limit.after(subject.created_at).max(idle_at));
     let idle_action = match policy.idle_action {
         // Already stopped by the reaper: stopping again does nothing.
         IdleAction::Stop if subject.stopped => None,

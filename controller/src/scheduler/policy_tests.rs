@@ -644,3 +644,39 @@ fn randomized_simulation_reaps_unprotected_idle_projects_promptly() {
         assert_eq!(decide(&subject).act(), Some(action));
     }
 }
+
+/// Projects stored before durations were capped at admission may hold any length; deciding on
+/// them must not overflow the time arithmetic (a panic there would stop the reap pass).
+#[test]
+fn durations_stored_before_the_cap_decide_without_overflow() {
+    let huge = [
+        BerthDuration::from_secs(100_000_000 * 86_400),
+        BerthDuration::from_std(std::time::Duration::MAX),
+    ];
+    for idle_after in &huge {
+        for max_age in [MaxAge::Never, MaxAge::After(idle_after.clone())] {
+            for idle_action in [IdleAction::Stop, IdleAction::Delete] {
+                let policy = ResolvedReapPolicy {
+                    idle_after: idle_after.clone(),
+                    idle_action,
+                    max_age: max_age.clone(),
+                };
+                let now = t0();
+                let subject = ReapSubject {
+                    now,
+                    policy: &policy,
+                    created_at: now - Span::days(400),
+                    last_active_at: Some(now - Span::days(300)),
+                    agent: Idle,
+                    evidence: clean(),
+                    ever_reachable: true,
+                    stopped: false,
+                    previous_due: None,
+                };
+                let verdict = decide(&subject);
+                assert_eq!(verdict.decision, Decision::Keep, "{idle_after} {max_age}");
+                assert!(verdict.next_action_at.is_none_or(|at| at > now));
+            }
+        }
+    }
+}

@@ -809,6 +809,8 @@ impl Inner {
             (current, _) => current,
         };
         let Some(current) = current else {
+            let mut desired = desired;
+            keep_server_owned(&mut desired.annotations, &BTreeMap::new());
             let (uid, status) = match mode {
                 Mode::Restore { uid, status } => {
                     if self.uids.contains_key(&uid) {
@@ -853,6 +855,10 @@ impl Inner {
         let mut next = (*current).clone();
         next.metadata.labels = desired.labels;
         next.metadata.annotations = desired.annotations;
+        keep_server_owned(
+            &mut next.metadata.annotations,
+            &current.metadata.annotations,
+        );
         if let Some(finalizers) = desired.finalizers {
             next.metadata.finalizers = finalizers;
         }
@@ -1209,6 +1215,21 @@ fn prune_annotations(creator: Option<&str>) -> BTreeMap<String, String> {
         );
     }
     annotations
+}
+
+/// A spec or metadata write keeps the annotations only the server writes as `current` holds
+/// them: a delete request records them ([`Store::delete`]), and no later write drops or adds
+/// one, so a re-applied manifest never loses a recorded force nor arms one.
+fn keep_server_owned(
+    annotations: &mut BTreeMap<String, String>,
+    current: &BTreeMap<String, String>,
+) {
+    for key in berth_api::annotations::SERVER_OWNED {
+        match current.get(key) {
+            Some(value) => annotations.insert(key.to_string(), value.clone()),
+            None => annotations.remove(key),
+        };
+    }
 }
 
 fn check_rv(current: &StoredObject, expected_rv: Option<u64>) -> Result<(), StoreError> {

@@ -195,6 +195,53 @@ fn finalizers_hold_a_deletion_until_the_last_is_removed() {
 }
 
 #[test]
+fn writes_keep_what_the_delete_request_recorded_and_never_add_it() {
+    use berth_api::annotations::{DELETED_BY, FORCE_DELETE, REAPED_BY};
+    let (_dir, store) = open();
+    let with = |name: &str, pairs: &[(&str, &str)]| {
+        let mut desired = project(name, json!({}));
+        desired.annotations = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        desired
+    };
+    // Whatever reaches the store (admission refuses it first), a write never arms a force.
+    let (created, _) = store
+        .apply(with("a", &[(FORCE_DELETE, "true"), ("team", "x")]), false)
+        .unwrap();
+    assert_eq!(created.metadata.annotations.get(FORCE_DELETE), None);
+    assert_eq!(created.metadata.annotations["team"], "x");
+    let (armed, _) = store
+        .apply(with("a", &[(REAPED_BY, "reaper")]), false)
+        .unwrap();
+    assert_eq!(armed.metadata.annotations.get(REAPED_BY), None);
+
+    store
+        .set_finalizers("Project", "a", None, vec!["berth.dev/workspace".into()])
+        .unwrap();
+    let recorded = BTreeMap::from([
+        (FORCE_DELETE.to_string(), "true".to_string()),
+        (DELETED_BY.to_string(), "unix:ann".to_string()),
+    ]);
+    store.delete("Project", "a", None, recorded, false).unwrap();
+
+    // A re-apply of the manifest (without them, or changing them) neither drops nor moves them.
+    for pairs in [&[][..], &[(DELETED_BY, "mallory"), ("team", "y")][..]] {
+        let (after, _) = store.apply(with("a", pairs), false).unwrap();
+        assert_eq!(after.metadata.annotations[FORCE_DELETE], "true");
+        assert_eq!(after.metadata.annotations[DELETED_BY], "unix:ann");
+        assert!(after.is_deleting());
+    }
+    let current = store.get("Project", "a").unwrap();
+    let (replaced, _) = store
+        .replace(with("a", &[]), Some(current.resource_version()), false)
+        .unwrap();
+    assert_eq!(replaced.metadata.annotations[FORCE_DELETE], "true");
+    assert_eq!(replaced.metadata.annotations.get("team"), None);
+}
+
+#[test]
 fn display_names_are_unique_case_insensitively_after_trimming() {
     let (_dir, store) = open();
     store

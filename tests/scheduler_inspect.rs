@@ -8,14 +8,18 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use berth::lxd::LxdClient;
+use berth::reconcile::layout::disk_device;
+use berth::runtime::CreateVolume;
 use berth::runtime::{ExecRequest, Runtime, StopOptions};
-use berth::scheduler::inspect::{InspectError, Inspection, KnownFiles, WorkspaceKind, inspect};
+use berth::scheduler::inspect::{
+    Expected, InspectError, Inspection, KnownFiles, WorkspaceKind, inspect,
+};
 use berth::scheduler::policy::{Decision, Evidence, ReapSubject};
 use berth::scheduler::reap::{Seen, inspect_in_place, inspect_stopped, recheck};
 use berth_api::{AgentState, ProtectionReason, ReapAction, UnsavedWork};
 use sha2::{Digest, Sha256};
 use support::lxd::{
-    BASE, Cleanup, OP_TIMEOUT, TINY, client, create, eventually, request, unique_name,
+    BASE, Cleanup, OP_TIMEOUT, POOL, TINY, client, create, eventually, request, unique_name,
 };
 
 /// Generous: on a loaded machine one exec round trip can take a minute.
@@ -36,7 +40,22 @@ async fn boot(lxd: &LxdClient, cleanup: &mut Cleanup) -> String {
 async fn boot_image(lxd: &LxdClient, cleanup: &mut Cleanup, image: &str) -> String {
     let name = unique_name();
     cleanup.instance(&name);
-    create(lxd, &request(&name, image)).await;
+    cleanup.volume(POOL, &volume_of(&name));
+    lxd.create_volume(&CreateVolume {
+        pool: POOL.to_string(),
+        name: volume_of(&name),
+        size: None,
+        config: BTreeMap::new(),
+        target: None,
+    })
+    .await
+    .expect("create the workspace volume");
+    let mut create_request = request(&name, image);
+    create_request.devices.insert(
+        "workspace".into(),
+        disk_device(POOL, &volume_of(&name), "/workspace"),
+    );
+    create(lxd, &create_request).await;
     // A loaded machine may take longer than one start deadline; starting is idempotent.
     let until = tokio::time::Instant::now() + OP_TIMEOUT * 2;
     while let Err(e) = lxd.start_instance(&name, OP_TIMEOUT).await {
@@ -51,6 +70,20 @@ async fn boot_image(lxd: &LxdClient, cleanup: &mut Cleanup, image: &str) -> Stri
     })
     .await;
     name
+}
+
+/// The workspace volume of a test's container, mounted on /workspace as berth mounts it.
+fn volume_of(name: &str) -> String {
+    format!("{name}-workspace")
+}
+
+/// What the inspection of container `name` expects: its volume and `known`.
+fn expect(name: &str, known: &KnownFiles) -> Expected {
+    Expected {
+        known: known.clone(),
+        volume: volume_of(name),
+        protect_ignored: Vec::new(),
+    }
 }
 
 /// Runs a shell script in the container as root in /workspace and returns its stdout; panics
@@ -84,7 +117,7 @@ fn sha256(content: &str) -> String {
 }
 
 async fn look(lxd: &LxdClient, name: &str, known: &KnownFiles) -> Inspection {
-    match inspect(lxd, name, known, INSPECT_TIMEOUT).await {
+    match inspect(lxd, name, &expect(name, known), INSPECT_TIMEOUT).await {
         Ok(i) => i,
         Err(e) => panic!("inspection of {name} failed: {e}"),
     }
@@ -328,9 +361,14 @@ async fn inspection_reads_agent_ports_cpu_and_file_changes() {
 async fn a_stopped_or_missing_container_fails_the_inspection() {
     let lxd = client().await;
     let missing = unique_name();
-    let err = inspect(lxd.as_ref(), &missing, &KnownFiles::new(), INSPECT_TIMEOUT)
-        .await
-        .unwrap_err();
+    let err = inspect(
+        lxd.as_ref(),
+        &missing,
+        &expect(&missing, &KnownFiles::new()),
+        INSPECT_TIMEOUT,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, InspectError::Exec(_)), "{err:?}");
 
     // No /workspace at all: could not tell, never nothing to lose.
@@ -340,9 +378,14 @@ async fn a_stopped_or_missing_container_fails_the_inspection() {
     let mut rm = ExecRequest::new(["rm", "-rf", "/workspace"], Duration::from_secs(60));
     rm.cwd = Some("/".into());
     assert!(lxd.exec(&name, &rm).await.unwrap().success());
-    let err = inspect(lxd.as_ref(), &name, &KnownFiles::new(), INSPECT_TIMEOUT)
-        .await
-        .unwrap_err();
+    let err = inspect(
+        lxd.as_ref(),
+        &name,
+        &expect(&name, &KnownFiles::new()),
+        INSPECT_TIMEOUT,
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(&err, InspectError::Exited { detail, .. } if detail == "workspace"),
         "{err:?}"
@@ -358,7 +401,7 @@ async fn recheck_before_acting_on_real_workspaces() {
     let _slot = SLOTS.acquire().await.expect("container slot");
     let mut cleanup = Cleanup::new();
     let name = workspace(&lxd, &mut cleanup).await;
-    let known = KnownFiles::new();
+    let known = expect(&name, &KnownFiles::new());
     let policy = berth_api::ReapPolicy {
         idle_after: Some("2h".parse().unwrap()),
         idle_action: Some(berth_api::IdleAction::Stop),
@@ -474,15 +517,26 @@ async fn a_stopped_workspace_is_inspected_and_stopped_again() {
         .await
         .expect("stop");
 
-    let got = inspect_stopped(lxd.as_ref(), &name, &KnownFiles::new(), OP_TIMEOUT)
-        .await
-        .expect("inspected");
+    let got = inspect_stopped(
+        lxd.as_ref(),
+        &name,
+        &expect(&name, &KnownFiles::new()),
+        OP_TIMEOUT,
+    )
+    .await
+    .expect("inspected");
     assert_eq!(got.unsaved, counts(0, 1, 0, 0));
     let after = lxd.get_instance(&name).await.unwrap().expect("still there");
     assert!(!after.is_running(), "left running after its inspection");
 
     // Inspected where it is: a stopped container is booted for it and stopped again.
-    let (got, booted) = inspect_in_place(lxd.as_ref(), &name, &KnownFiles::new(), OP_TIMEOUT).await;
+    let (got, booted) = inspect_in_place(
+        lxd.as_ref(),
+        &name,
+        &expect(&name, &KnownFiles::new()),
+        OP_TIMEOUT,
+    )
+    .await;
     assert!(booted);
     assert_eq!(got.expect("inspected").unsaved, counts(0, 1, 0, 0));
     let after = lxd.get_instance(&name).await.unwrap().expect("still there");

@@ -96,9 +96,9 @@ pub async fn hold(
         held.insert(uid.to_string(), now);
     }
 
-    let known = inspect::known_files_of(&object.status.value());
+    let expected = inspect::expected_of(object);
     let (result, _booted) =
-        reap::inspect_in_place(ctx.runtime.as_ref(), name, &known, INSPECT_TIMEOUT).await;
+        reap::inspect_in_place(ctx.runtime.as_ref(), name, &expected, INSPECT_TIMEOUT).await;
     let recorded_agent = status
         .agent
         .as_ref()

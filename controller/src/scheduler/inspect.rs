@@ -14,7 +14,9 @@ use berth_api::{AgentState, UnsavedWork};
 use chrono::{DateTime, TimeZone, Utc};
 use serde::Deserialize;
 
+use crate::reconcile::layout::DurableLayout;
 use crate::runtime::{ExecRequest, Runtime, RuntimeError};
+use crate::store::StoredObject;
 
 /// Where the agent reports (DESIGN "Agent status contract").
 pub const AGENT_STATUS_FILE: &str = "/run/berth/agent.json";
@@ -117,6 +119,33 @@ pub fn known_files_of(status: &serde_json::Value) -> KnownFiles {
         .collect()
 }
 
+/// What berth expects of a workspace before inspecting it: the files it wrote there, the volume
+/// that must be mounted on /workspace, and the ignored files that count as work.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expected {
+    /// The files berth wrote, relative to /workspace, with their sha256.
+    pub known: KnownFiles,
+    /// The project's workspace volume (`berth-<uid>-workspace`).
+    pub volume: String,
+    /// `spec.reap.protectIgnored`: globs of ignored files that count as unsaved work.
+    pub protect_ignored: Vec<String>,
+}
+
+/// What to expect of a project's workspace: its uid's volume, `status.seededFiles` and
+/// `spec.reap.protectIgnored`.
+pub fn expected_of(object: &StoredObject) -> Expected {
+    let protect_ignored = object
+        .spec
+        .pointer("/reap/protectIgnored")
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default();
+    Expected {
+        known: known_files_of(&object.status.value()),
+        volume: DurableLayout::workspace_volume(object.uid()),
+        protect_ignored,
+    }
+}
+
 /// Why the workspace could not be inspected.
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
@@ -171,16 +200,17 @@ pub struct Inspection {
     pub newest_mtime: Option<DateTime<Utc>>,
 }
 
-/// Runs the inspection in instance `name`. `known` lists the files berth wrote, relative to
-/// /workspace, with their sha256; they do not count as unsaved while they still hold that.
+/// Runs the inspection in instance `name`, judging what it finds by `expected`.
 pub async fn inspect(
     runtime: &dyn Runtime,
     name: &str,
-    known: &KnownFiles,
+    expected: &Expected,
     timeout: Duration,
 ) -> Result<Inspection, InspectError> {
     let mut request = ExecRequest::new(["/bin/sh", "-c", SCRIPT], timeout);
-    request.env.insert("BERTH_KNOWN".into(), known_lines(known));
+    request
+        .env
+        .insert("BERTH_KNOWN".into(), known_lines(&expected.known));
     request.env.insert("LC_ALL".into(), "C".into());
     request.env.insert(
         "PATH".into(),
@@ -210,7 +240,7 @@ pub async fn inspect(
             detail,
         });
     }
-    parse_report(&output.stdout_str(), known)
+    parse_report(&output.stdout_str(), &expected.known)
 }
 
 /// `BERTH_KNOWN`: the `sha256sum` lines the files berth wrote would produce if unchanged.

@@ -93,6 +93,14 @@ fn known() -> KnownFiles {
     .into()
 }
 
+fn expected() -> Expected {
+    Expected {
+        known: known(),
+        volume: "berth-u1-workspace".into(),
+        protect_ignored: Vec::new(),
+    }
+}
+
 #[test]
 fn clean_repository() {
     let got = parse_report(&Report::default().render(), &known()).unwrap();
@@ -312,7 +320,7 @@ mod on_fake_runtime {
     async fn failures_of_the_exec_are_inspection_failures() {
         let fake = FakeRuntime::new();
         // No such instance.
-        let err = inspect(&fake, "nope", &known(), Duration::from_secs(10))
+        let err = inspect(&fake, "nope", &expected(), Duration::from_secs(10))
             .await
             .unwrap_err();
         assert!(matches!(err, InspectError::Exec(_)), "{err:?}");
@@ -329,7 +337,7 @@ mod on_fake_runtime {
                 stderr: b"fatal: not a git repository".to_vec(),
             }))
         });
-        let err = inspect(&fake, "web", &known(), Duration::from_secs(10))
+        let err = inspect(&fake, "web", &expected(), Duration::from_secs(10))
             .await
             .unwrap_err();
         match err {
@@ -344,7 +352,7 @@ mod on_fake_runtime {
         running(&fake, "web");
         fake.on_exec(|_, _| None);
         fake.set_latency(Duration::from_secs(3600));
-        let err = inspect(&fake, "web", &known(), Duration::from_secs(10))
+        let err = inspect(&fake, "web", &expected(), Duration::from_secs(10))
             .await
             .unwrap_err();
         assert!(matches!(err, InspectError::Timeout(_)), "{err:?}");
@@ -364,7 +372,7 @@ mod on_fake_runtime {
                 stderr: Vec::new(),
             }))
         });
-        let got = inspect(&fake, "web", &known(), Duration::from_secs(10))
+        let got = inspect(&fake, "web", &expected(), Duration::from_secs(10))
             .await
             .unwrap();
         assert_eq!(got.ports, vec![3000, 8000]);

@@ -161,7 +161,7 @@ impl DaemonPasses {
             .iter()
             .map(|o| InspectTarget {
                 instance: o.name().to_string(),
-                known: super::inspect::known_files_of(&o.status.value()),
+                expected: super::inspect::expected_of(o),
             })
             .collect();
         let results = super::inspect_all(
@@ -244,7 +244,7 @@ impl DaemonPasses {
         let (result, booted) = reap::inspect_in_place(
             self.runtime.as_ref(),
             name,
-            &super::inspect::known_files_of(&object.status.value()),
+            &super::inspect::expected_of(&object),
             self.inspect_timeout,
         )
         .await;
@@ -459,7 +459,7 @@ impl DaemonPasses {
         let checked = reap::recheck(
             self.runtime.as_ref(),
             name,
-            &super::inspect::known_files_of(&object.status.value()),
+            &super::inspect::expected_of(&object),
             self.inspect_timeout,
             facts.subject(self.now(), Some(action)),
             reap::Seen {

@@ -62,6 +62,18 @@ const BAD: &[(&str, &str, &[&str])] = &[
         ],
     ),
     (
+        "bad protectIgnored globs",
+        "kind: Project\nmetadata: {name: p}\nspec:\n  reap: {protectIgnored: ['*.db', '/etc/*', '../up/*.db', '', 'a/../../b', ':(top)x', \"a\\nb\"]}\n",
+        &[
+            "spec.reap.protectIgnored[1]: \"/etc/*\" must be relative to /workspace",
+            "spec.reap.protectIgnored[2]: \"../up/*.db\" must not contain \"..\"",
+            "spec.reap.protectIgnored[3]: must not be empty",
+            "spec.reap.protectIgnored[4]: \"a/../../b\" must not contain \"..\"",
+            "spec.reap.protectIgnored[5]: \":(top)x\" must not start with ':'",
+            "spec.reap.protectIgnored[6]: \"a\\nb\" must not contain control characters",
+        ],
+    ),
+    (
         "bad names",
         "kind: Project\nmetadata: {name: Payments_API}\nspec: {agent: Claude, agents: [codex, -x]}\n",
         &[

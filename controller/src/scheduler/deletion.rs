@@ -109,7 +109,7 @@ pub async fn hold(
     }
     let reasons = policy::protections(agent, &evidence, true);
     if let Ok(inspection) = &result {
-        draft.status.unsaved_work = Some(inspection.unsaved);
+        draft.status.unsaved_work = Some(inspection.unsaved.clone());
     }
 
     let Some(first) = reasons.first() else {

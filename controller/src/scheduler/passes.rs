@@ -324,7 +324,7 @@ impl DaemonPasses {
                     touches,
                     cpu_threshold: activity::DEFAULT_CPU_THRESHOLD,
                 }));
-                status.unsaved_work = unsaved_work;
+                status.unsaved_work = unsaved_work.clone();
                 let Some(current) = &current else {
                     return;
                 };
@@ -952,13 +952,44 @@ pub fn inspection_report(workspace: &FakeWorkspace) -> String {
     let newest = workspace.newest_mtime.map_or("-".to_string(), |t| {
         format!("{}.{:09}", t.timestamp(), t.timestamp_subsec_nanos())
     });
+    let list = |names: Vec<String>, separator: &str| {
+        if names.is_empty() {
+            "-".to_string()
+        } else {
+            b64(&names
+                .iter()
+                .map(|n| format!("{n}{separator}"))
+                .collect::<String>())
+        }
+    };
+    let unsaved = &workspace.unsaved;
+    let unpushed = (unsaved.unpushed > 0)
+        .then(|| format!("{} refs/heads/main", unsaved.unpushed))
+        .into_iter()
+        .collect();
+    let ignored = (0..unsaved.ignored)
+        .map(|i| format!("kept-{i}.db"))
+        .collect();
+    let mut repos = vec![format!(
+        "repo main {} {} {} {} - {}",
+        b64("."),
+        list(vec![porcelain], ""),
+        unsaved.stashes,
+        list(unpushed, "\n"),
+        list(ignored, "\0"),
+    )];
+    for i in 0..unsaved.worktrees {
+        repos.push(format!(
+            "repo outside {} - 0 - - -",
+            b64(&format!("/tmp/wt-{i}"))
+        ));
+    }
     format!(
-        "berth-inspect 1\nagent {}\ngit repo\nporcelain {}\nstashes {}\nunpushed {}\n\
+        "{}\nagent {}\nenv_mine 0\ngit repo\n{}\n\
          tcp {}\ntcp6 \ncpu_ticks 0\nclk_tck 100\nnewest_mtime {newest}\nend\n",
+        super::inspect::HEADER,
         workspace.agent_json.as_deref().map_or("-".to_string(), b64),
-        b64(&porcelain),
-        workspace.unsaved.stashes,
-        workspace.unsaved.unpushed,
+        repos.join("\n"),
         b64(&tcp),
     )
 }
@@ -969,7 +1000,7 @@ pub fn is_inspection(request: &crate::runtime::ExecRequest) -> bool {
     request
         .command
         .iter()
-        .any(|arg| arg.contains("berth-inspect 1"))
+        .any(|arg| arg.contains(super::inspect::HEADER))
 }
 
 /// Makes every inspection of `instance` in the fake runtime answer with `workspace`, as the

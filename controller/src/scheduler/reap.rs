@@ -23,7 +23,7 @@ pub fn evidence_of(
 ) -> (Evidence, AgentState) {
     match result {
         Ok(inspection) => (
-            Evidence::Inspected(inspection.unsaved),
+            Evidence::Inspected(inspection.unsaved.clone()),
             inspection
                 .agent
                 .as_ref()
@@ -35,7 +35,7 @@ pub fn evidence_of(
 
 /// `status.unsavedWork`: the counts, or `None` when the inspection failed (unknown, not zero).
 pub fn unsaved_work_status(result: &Result<Inspection, InspectError>) -> Option<UnsavedWork> {
-    result.as_ref().ok().map(|i| i.unsaved)
+    result.as_ref().ok().map(|i| i.unsaved.clone())
 }
 
 /// `status.reap` for a verdict; `idled_at` is carried over from the current status.
@@ -260,10 +260,10 @@ mod tests {
             unpushed: 1,
             ..UnsavedWork::default()
         };
-        let ok = Ok(inspection(dirty, Some(AgentState::Working)));
+        let ok = Ok(inspection(dirty.clone(), Some(AgentState::Working)));
         assert_eq!(
             evidence_of(&ok, AgentState::Blocked),
-            (Evidence::Inspected(dirty), AgentState::Working)
+            (Evidence::Inspected(dirty.clone()), AgentState::Working)
         );
         // After a reboot the status file is gone: a blocked agent stays blocked.
         let rebooted = Ok(inspection(UnsavedWork::default(), None));

@@ -704,6 +704,25 @@ impl UnsavedWork {
     /// How many files and refs `files` names at most.
     pub const MAX_FILES: usize = 20;
 
+    /// Each kind of work found, e.g. `1 untracked files, 2 commits on no remote`; empty when
+    /// nothing would be lost.
+    pub fn summary(&self) -> String {
+        [
+            (self.uncommitted, "uncommitted changes"),
+            (self.untracked, "untracked files"),
+            (self.stashes, "stashes"),
+            (self.unpushed, "commits on no remote"),
+            (self.ignored, "ignored files that protect"),
+            (self.modified_seeds, "files berth wrote, changed since"),
+            (self.worktrees, "worktrees outside /workspace"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, label)| format!("{n} {label}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+
     /// Whether anything would be lost.
     pub fn any(&self) -> bool {
         [

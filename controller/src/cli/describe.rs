@@ -216,28 +216,20 @@ pub fn describe(
 /// from the workspace, already sanitised and bounded by the controller; printed quoted when
 /// they hold anything unusual all the same).
 fn unsaved_work_section(unsaved: &Value) -> String {
-    const KINDS: [(&str, &str); 7] = [
-        ("uncommitted", "uncommitted changes"),
-        ("untracked", "untracked files"),
-        ("stashes", "stashes"),
-        ("unpushed", "commits on no remote"),
-        ("ignored", "ignored files that protect"),
-        ("modifiedSeeds", "files berth wrote, changed since"),
-        ("worktrees", "worktrees outside /workspace"),
-    ];
-    let found: Vec<String> = KINDS
-        .iter()
-        .filter_map(|(key, label)| {
-            let n = unsaved.get(key).and_then(Value::as_u64).unwrap_or(0);
-            (n > 0).then(|| format!("{n} {label}"))
-        })
-        .collect();
     let mut out = String::from("Unsaved Work:\n");
-    if found.is_empty() {
+    // A status this client cannot read is shown as it is, never as "none".
+    let Ok(counts) = serde_json::from_value::<berth_api::UnsavedWork>(unsaved.clone()) else {
+        out.push_str(&indent(&to_yaml(unsaved), 2));
+        return out;
+    };
+    if !counts.any() {
         out.push_str("  <none>\n");
         return out;
     }
-    let _ = writeln!(out, "  {}", found.join(", "));
+    let found = counts.summary();
+    if !found.is_empty() {
+        let _ = writeln!(out, "  {found}");
+    }
     if let Some(Value::Array(files)) = unsaved.get("files") {
         for name in files.iter().filter_map(Value::as_str) {
             let plain = name.chars().all(|c| !c.is_control() && c != '"');
@@ -405,6 +397,11 @@ Events:
     fn a_clean_workspace_says_so_and_odd_names_are_quoted() {
         let clean = json!({"uncommitted": 0, "untracked": 0, "stashes": 0, "unpushed": 0});
         assert_eq!(unsaved_work_section(&clean), "Unsaved Work:\n  <none>\n");
+        let unreadable = json!({"uncommitted": "many"});
+        assert_eq!(
+            unsaved_work_section(&unreadable),
+            "Unsaved Work:\n  uncommitted: many\n"
+        );
         let odd = json!({"modifiedSeeds": 1, "files": ["a\"b"]});
         assert_eq!(
             unsaved_work_section(&odd),

@@ -385,8 +385,14 @@ fn every_kind_of_work_makes_any_true_and_old_statuses_decode() {
         one(|u| u.files = vec!["a".into()]),
     ] {
         assert!(unsaved.any(), "{unsaved:?}");
+        // Every count has its words in the summary messages and describe show.
+        assert!(
+            !unsaved.summary().is_empty() || !unsaved.files.is_empty(),
+            "{unsaved:?}"
+        );
     }
     assert!(!UnsavedWork::default().any());
+    assert_eq!(UnsavedWork::default().summary(), "");
     // A status stored before these fields existed.
     let old: UnsavedWork = serde_json::from_value(serde_json::json!({
         "uncommitted": 1, "untracked": 0, "stashes": 0, "unpushed": 2

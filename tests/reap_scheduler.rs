@@ -625,11 +625,13 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
     );
 
     // Pushed, the deletion finishes by itself. The container has no network, so origin's
-    // file:// path is made to exist inside it: a real push to origin updates origin/main.
+    // file:// path is made to exist inside it for the push, which updates origin/main, and goes
+    // again: a remote that is a path inside the container saves nothing, the host's does.
     workspace(
         &unpushed,
         &format!(
-            "mkdir -p {dir} && git init -q --bare {path} && git push -q origin HEAD:main",
+            "mkdir -p {dir} && git init -q --bare {path} && git push -q origin HEAD:main \
+             && rm -rf {path}",
             dir = remote.parent().unwrap().display(),
             path = remote.display()
         ),

@@ -8,14 +8,18 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use berth::lxd::LxdClient;
+use berth::reconcile::layout::disk_device;
+use berth::runtime::CreateVolume;
 use berth::runtime::{ExecRequest, Runtime, StopOptions};
-use berth::scheduler::inspect::{InspectError, Inspection, KnownFiles, WorkspaceKind, inspect};
+use berth::scheduler::inspect::{
+    Expected, InspectError, Inspection, KnownFiles, WorkspaceKind, inspect,
+};
 use berth::scheduler::policy::{Decision, Evidence, ReapSubject};
 use berth::scheduler::reap::{Seen, inspect_in_place, inspect_stopped, recheck};
 use berth_api::{AgentState, ProtectionReason, ReapAction, UnsavedWork};
 use sha2::{Digest, Sha256};
 use support::lxd::{
-    BASE, Cleanup, OP_TIMEOUT, TINY, client, create, eventually, request, unique_name,
+    BASE, Cleanup, OP_TIMEOUT, POOL, TINY, client, create, eventually, request, unique_name,
 };
 
 /// Generous: on a loaded machine one exec round trip can take a minute.
@@ -36,7 +40,22 @@ async fn boot(lxd: &LxdClient, cleanup: &mut Cleanup) -> String {
 async fn boot_image(lxd: &LxdClient, cleanup: &mut Cleanup, image: &str) -> String {
     let name = unique_name();
     cleanup.instance(&name);
-    create(lxd, &request(&name, image)).await;
+    cleanup.volume(POOL, &volume_of(&name));
+    lxd.create_volume(&CreateVolume {
+        pool: POOL.to_string(),
+        name: volume_of(&name),
+        size: None,
+        config: BTreeMap::new(),
+        target: None,
+    })
+    .await
+    .expect("create the workspace volume");
+    let mut create_request = request(&name, image);
+    create_request.devices.insert(
+        "workspace".into(),
+        disk_device(POOL, &volume_of(&name), "/workspace"),
+    );
+    create(lxd, &create_request).await;
     // A loaded machine may take longer than one start deadline; starting is idempotent.
     let until = tokio::time::Instant::now() + OP_TIMEOUT * 2;
     while let Err(e) = lxd.start_instance(&name, OP_TIMEOUT).await {
@@ -51,6 +70,20 @@ async fn boot_image(lxd: &LxdClient, cleanup: &mut Cleanup, image: &str) -> Stri
     })
     .await;
     name
+}
+
+/// The workspace volume of a test's container, mounted on /workspace as berth mounts it.
+fn volume_of(name: &str) -> String {
+    format!("{name}-workspace")
+}
+
+/// What the inspection of container `name` expects: its volume and `known`.
+fn expect(name: &str, known: &KnownFiles) -> Expected {
+    Expected {
+        known: known.clone(),
+        volume: volume_of(name),
+        protect_ignored: Vec::new(),
+    }
 }
 
 /// Runs a shell script in the container as root in /workspace and returns its stdout; panics
@@ -84,36 +117,55 @@ fn sha256(content: &str) -> String {
 }
 
 async fn look(lxd: &LxdClient, name: &str, known: &KnownFiles) -> Inspection {
-    match inspect(lxd, name, known, INSPECT_TIMEOUT).await {
+    match inspect(lxd, name, &expect(name, known), INSPECT_TIMEOUT).await {
         Ok(i) => i,
         Err(e) => panic!("inspection of {name} failed: {e}"),
     }
 }
 
-fn counts(uncommitted: u32, untracked: u32, stashes: u32, unpushed: u32) -> UnsavedWork {
-    UnsavedWork {
-        uncommitted,
-        untracked,
-        stashes,
-        unpushed,
-    }
+fn counts(uncommitted: u32, untracked: u32, stashes: u32, unpushed: u32) -> [u32; 4] {
+    [uncommitted, untracked, stashes, unpushed]
+}
+
+/// The first four counts of `status.unsavedWork`; a test of the others says so.
+fn work(unsaved: &UnsavedWork) -> [u32; 4] {
+    assert_eq!(
+        [unsaved.ignored, unsaved.modified_seeds, unsaved.worktrees],
+        [0, 0, 0],
+        "{unsaved:?}"
+    );
+    [
+        unsaved.uncommitted,
+        unsaved.untracked,
+        unsaved.stashes,
+        unsaved.unpushed,
+    ]
 }
 
 /// A running `berth-base` container with /workspace cloned from a bare repository in /srv, so
-/// it has a remote, one pushed commit and a clean tree.
+/// it has a remote, one pushed commit and a clean tree. Its `origin` is then named by a path
+/// that does not exist in the container, as a berth checkout's `file://` origin on the host:
+/// a remote inside the container saves nothing, so its commits would count as unpushed.
 async fn workspace(lxd: &LxdClient, cleanup: &mut Cleanup) -> String {
     let name = boot(lxd, cleanup).await;
     sh(
         lxd,
         &name,
-        "git init -q --bare -b main /srv/origin.git \
-         && git clone -q /srv/origin.git /workspace 2>/dev/null \
-         && echo hello > README.md && git add README.md && git commit -qm first \
-         && git push -q origin main",
+        &format!(
+            "git init -q --bare -b main /srv/origin.git \
+             && git clone -q /srv/origin.git /workspace 2>/dev/null \
+             && echo hello > README.md && git add README.md && git commit -qm first \
+             && {PUSH} && git remote set-url origin file:///berth-host/origin.git"
+        ),
     )
     .await;
     name
 }
+
+/// `git push origin main` to the origin that `workspace` names on the host: the commits go to
+/// the bare repository in /srv, and the remote-tracking ref moves as a push would move it.
+const PUSH: &str =
+    "git push -q /srv/origin.git main && git update-ref refs/remotes/origin/main main";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn inspection_sees_every_kind_of_unsaved_work() {
@@ -126,7 +178,11 @@ async fn inspection_sees_every_kind_of_unsaved_work() {
 
     let clean = look(&lxd, &name, &known).await;
     assert_eq!(clean.kind, WorkspaceKind::Git);
-    assert_eq!(clean.unsaved, counts(0, 0, 0, 0), "a pushed, clean clone");
+    assert_eq!(
+        work(&clean.unsaved),
+        counts(0, 0, 0, 0),
+        "a pushed, clean clone"
+    );
     assert_eq!(clean.agent, None);
 
     // A file berth wrote, still as written, is not unsaved work; edited, it is.
@@ -136,9 +192,19 @@ async fn inspection_sees_every_kind_of_unsaved_work() {
         &format!("printf '{}' > AGENTS.md", agents_md.replace('\n', "\\n")),
     )
     .await;
-    assert_eq!(look(&lxd, &name, &known).await.unsaved, counts(0, 0, 0, 0));
+    assert_eq!(
+        work(&look(&lxd, &name, &known).await.unsaved),
+        counts(0, 0, 0, 0)
+    );
+    // Edited, it is both untracked (not excluded here) and a modified seed.
     sh(&lxd, &name, "echo 'my own note' >> AGENTS.md").await;
-    assert_eq!(look(&lxd, &name, &known).await.unsaved, counts(0, 1, 0, 0));
+    let edited = look(&lxd, &name, &known).await.unsaved;
+    assert_eq!(
+        (edited.untracked, edited.modified_seeds),
+        (1, 1),
+        "{edited:?}"
+    );
+    assert_eq!(edited.files, ["AGENTS.md"]);
     sh(&lxd, &name, "rm AGENTS.md").await;
 
     // Untracked, including one in a new directory, and an ignored file that does not count.
@@ -149,18 +215,30 @@ async fn inspection_sees_every_kind_of_unsaved_work() {
          && echo build > .git/info/exclude && mkdir -p build && echo o > build/out.o",
     )
     .await;
-    assert_eq!(look(&lxd, &name, &known).await.unsaved, counts(0, 2, 0, 0));
+    assert_eq!(
+        work(&look(&lxd, &name, &known).await.unsaved),
+        counts(0, 2, 0, 0)
+    );
     sh(&lxd, &name, "rm -r notes.txt src").await;
 
     // Uncommitted change to a tracked file.
     sh(&lxd, &name, "echo changed >> README.md").await;
-    assert_eq!(look(&lxd, &name, &known).await.unsaved, counts(1, 0, 0, 0));
+    assert_eq!(
+        work(&look(&lxd, &name, &known).await.unsaved),
+        counts(1, 0, 0, 0)
+    );
 
     // Stashed: no longer uncommitted, but a stash.
     sh(&lxd, &name, "git stash -q").await;
-    assert_eq!(look(&lxd, &name, &known).await.unsaved, counts(0, 0, 1, 0));
+    assert_eq!(
+        work(&look(&lxd, &name, &known).await.unsaved),
+        counts(0, 0, 1, 0)
+    );
     sh(&lxd, &name, "git stash drop -q").await;
-    assert_eq!(look(&lxd, &name, &known).await.unsaved, counts(0, 0, 0, 0));
+    assert_eq!(
+        work(&look(&lxd, &name, &known).await.unsaved),
+        counts(0, 0, 0, 0)
+    );
 
     // A commit on the tracked branch, not pushed.
     sh(
@@ -169,9 +247,15 @@ async fn inspection_sees_every_kind_of_unsaved_work() {
         "echo more >> README.md && git commit -qam second",
     )
     .await;
-    assert_eq!(look(&lxd, &name, &known).await.unsaved, counts(0, 0, 0, 1));
-    sh(&lxd, &name, "git push -q origin main").await;
-    assert_eq!(look(&lxd, &name, &known).await.unsaved, counts(0, 0, 0, 0));
+    assert_eq!(
+        work(&look(&lxd, &name, &known).await.unsaved),
+        counts(0, 0, 0, 1)
+    );
+    sh(&lxd, &name, PUSH).await;
+    assert_eq!(
+        work(&look(&lxd, &name, &known).await.unsaved),
+        counts(0, 0, 0, 0)
+    );
 
     // A branch with no upstream at all.
     sh(
@@ -181,7 +265,10 @@ async fn inspection_sees_every_kind_of_unsaved_work() {
          && git checkout -q main",
     )
     .await;
-    assert_eq!(look(&lxd, &name, &known).await.unsaved, counts(0, 0, 0, 1));
+    assert_eq!(
+        work(&look(&lxd, &name, &known).await.unsaved),
+        counts(0, 0, 0, 1)
+    );
     sh(&lxd, &name, "git branch -qD feature").await;
 
     // A commit on a detached HEAD, on no branch at all.
@@ -191,7 +278,10 @@ async fn inspection_sees_every_kind_of_unsaved_work() {
         "git checkout -q --detach && echo d > d.txt && git add d.txt && git commit -qm detached",
     )
     .await;
-    assert_eq!(look(&lxd, &name, &known).await.unsaved, counts(0, 0, 0, 1));
+    assert_eq!(
+        work(&look(&lxd, &name, &known).await.unsaved),
+        counts(0, 0, 0, 1)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -225,11 +315,15 @@ async fn plain_workspace_counts_files_berth_did_not_write() {
     let known: KnownFiles = [(".env.local".to_string(), sha256(env))].into();
     let got = look(&lxd, &name, &known).await;
     assert_eq!(got.kind, WorkspaceKind::Plain);
-    assert_eq!(got.unsaved, counts(0, 0, 0, 0), "only files berth wrote");
+    assert_eq!(
+        work(&got.unsaved),
+        counts(0, 0, 0, 0),
+        "only files berth wrote"
+    );
 
     // Nothing recorded: every file is the person's.
     assert_eq!(
-        look(&lxd, &name, &KnownFiles::new()).await.unsaved,
+        work(&look(&lxd, &name, &KnownFiles::new()).await.unsaved),
         counts(0, 1, 0, 0)
     );
 
@@ -239,9 +333,15 @@ async fn plain_workspace_counts_files_berth_did_not_write() {
         "mkdir -p 'a dir' && echo x > 'a dir/my file.txt'",
     )
     .await;
-    assert_eq!(look(&lxd, &name, &known).await.unsaved, counts(0, 1, 0, 0));
+    assert_eq!(
+        work(&look(&lxd, &name, &known).await.unsaved),
+        counts(0, 1, 0, 0)
+    );
+    // A file berth wrote, edited since, is judged by its hash: a modified seed.
     sh(&lxd, &name, "echo PORT=4000 > .env.local").await;
-    assert_eq!(look(&lxd, &name, &known).await.unsaved, counts(0, 2, 0, 0));
+    let got = look(&lxd, &name, &known).await.unsaved;
+    assert_eq!((got.untracked, got.modified_seeds), (1, 1), "{got:?}");
+    assert!(got.files.contains(&".env.local".to_string()), "{got:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -328,23 +428,37 @@ async fn inspection_reads_agent_ports_cpu_and_file_changes() {
 async fn a_stopped_or_missing_container_fails_the_inspection() {
     let lxd = client().await;
     let missing = unique_name();
-    let err = inspect(lxd.as_ref(), &missing, &KnownFiles::new(), INSPECT_TIMEOUT)
-        .await
-        .unwrap_err();
+    let err = inspect(
+        lxd.as_ref(),
+        &missing,
+        &expect(&missing, &KnownFiles::new()),
+        INSPECT_TIMEOUT,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, InspectError::Exec(_)), "{err:?}");
 
-    // No /workspace at all: could not tell, never nothing to lose.
+    // No /workspace at all (the volume unmounted, the directory gone): could not tell, never
+    // nothing to lose.
     let _slot = SLOTS.acquire().await.expect("container slot");
     let mut cleanup = Cleanup::new();
     let name = boot(&lxd, &mut cleanup).await;
-    let mut rm = ExecRequest::new(["rm", "-rf", "/workspace"], Duration::from_secs(60));
+    let mut rm = ExecRequest::new(
+        ["sh", "-c", "umount /workspace && rmdir /workspace"],
+        Duration::from_secs(60),
+    );
     rm.cwd = Some("/".into());
     assert!(lxd.exec(&name, &rm).await.unwrap().success());
-    let err = inspect(lxd.as_ref(), &name, &KnownFiles::new(), INSPECT_TIMEOUT)
-        .await
-        .unwrap_err();
+    let err = inspect(
+        lxd.as_ref(),
+        &name,
+        &expect(&name, &KnownFiles::new()),
+        INSPECT_TIMEOUT,
+    )
+    .await
+    .unwrap_err();
     assert!(
-        matches!(&err, InspectError::Exited { detail, .. } if detail == "workspace"),
+        matches!(&err, InspectError::Exited { detail, .. } if detail == "workspace-not-mounted"),
         "{err:?}"
     );
 }
@@ -358,11 +472,12 @@ async fn recheck_before_acting_on_real_workspaces() {
     let _slot = SLOTS.acquire().await.expect("container slot");
     let mut cleanup = Cleanup::new();
     let name = workspace(&lxd, &mut cleanup).await;
-    let known = KnownFiles::new();
+    let known = expect(&name, &KnownFiles::new());
     let policy = berth_api::ReapPolicy {
         idle_after: Some("2h".parse().unwrap()),
         idle_action: Some(berth_api::IdleAction::Stop),
         max_age: Some("never".parse().unwrap()),
+        protect_ignored: None,
     }
     .resolve();
     let now = chrono::Utc::now();
@@ -422,7 +537,7 @@ async fn recheck_before_acting_on_real_workspaces() {
             reasons: vec![ProtectionReason::UnsavedWork]
         }
     );
-    sh(&lxd, &name, "git push -q origin main").await;
+    sh(&lxd, &name, PUSH).await;
 
     sh(
         &lxd,
@@ -474,17 +589,28 @@ async fn a_stopped_workspace_is_inspected_and_stopped_again() {
         .await
         .expect("stop");
 
-    let got = inspect_stopped(lxd.as_ref(), &name, &KnownFiles::new(), OP_TIMEOUT)
-        .await
-        .expect("inspected");
-    assert_eq!(got.unsaved, counts(0, 1, 0, 0));
+    let got = inspect_stopped(
+        lxd.as_ref(),
+        &name,
+        &expect(&name, &KnownFiles::new()),
+        OP_TIMEOUT,
+    )
+    .await
+    .expect("inspected");
+    assert_eq!(work(&got.unsaved), counts(0, 1, 0, 0));
     let after = lxd.get_instance(&name).await.unwrap().expect("still there");
     assert!(!after.is_running(), "left running after its inspection");
 
     // Inspected where it is: a stopped container is booted for it and stopped again.
-    let (got, booted) = inspect_in_place(lxd.as_ref(), &name, &KnownFiles::new(), OP_TIMEOUT).await;
+    let (got, booted) = inspect_in_place(
+        lxd.as_ref(),
+        &name,
+        &expect(&name, &KnownFiles::new()),
+        OP_TIMEOUT,
+    )
+    .await;
     assert!(booted);
-    assert_eq!(got.expect("inspected").unsaved, counts(0, 1, 0, 0));
+    assert_eq!(work(&got.expect("inspected").unsaved), counts(0, 1, 0, 0));
     let after = lxd.get_instance(&name).await.unwrap().expect("still there");
     assert!(!after.is_running(), "left running after its inspection");
 }

@@ -17,7 +17,7 @@ use crate::quantity::{CpuQuantity, Quantity, scalar};
 /// The spec fields [`Project::apply_defaults`] fills from the fleet defaults, as dotted paths.
 /// Defaulting fills them when a project is created; an existing project keeps what it holds
 /// (admission carries them over), so a change of fleet defaults never reaches running projects.
-pub const DEFAULTED_FIELDS: [&str; 8] = [
+pub const DEFAULTED_FIELDS: [&str; 9] = [
     "image",
     "resources.cpu",
     "resources.memory",
@@ -26,6 +26,7 @@ pub const DEFAULTED_FIELDS: [&str; 8] = [
     "reap.idleAfter",
     "reap.idleAction",
     "reap.maxAge",
+    "reap.protectIgnored",
 ];
 
 /// A workspace for AI coding agents.
@@ -258,7 +259,15 @@ pub struct ReapPolicy {
     /// Projects older than this are deleted; `never` disables it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_age: Option<MaxAge>,
+    /// Ignored files (relative to /workspace) that count as unsaved work all the same, as
+    /// gitignore globs: one without `/` matches the base name at any depth. `[]` protects none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protect_ignored: Option<Vec<String>>,
 }
+
+/// At most this many `protectIgnored` globs, each at most [`MAX_PROTECT_GLOB`] bytes.
+pub const MAX_PROTECT_GLOBS: usize = 32;
+pub const MAX_PROTECT_GLOB: usize = 256;
 
 /// A reap policy with every field resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,17 +278,27 @@ pub struct ResolvedReapPolicy {
 }
 
 impl ReapPolicy {
-    /// The values DESIGN gives when the configuration says nothing: 8h, Stop, 30d.
+    /// The values DESIGN gives when the configuration says nothing: 8h, Stop, 30d, and the
+    /// ignored files that usually hold a person's data (`.env*`, `*.db`, `*.sqlite*`).
     pub fn design_defaults() -> Self {
         ReapPolicy {
             idle_after: Some(BerthDuration::from_secs(8 * 3600)),
             idle_action: Some(IdleAction::Stop),
             max_age: Some(MaxAge::After(BerthDuration::from_secs(30 * 86_400))),
+            protect_ignored: Some(Self::default_protect_ignored()),
         }
     }
 
+    /// `protectIgnored` when nothing says otherwise.
+    pub fn default_protect_ignored() -> Vec<String> {
+        [".env*", "*.db", "*.sqlite*"].map(String::from).into()
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.idle_after.is_none() && self.idle_action.is_none() && self.max_age.is_none()
+        self.idle_after.is_none()
+            && self.idle_action.is_none()
+            && self.max_age.is_none()
+            && self.protect_ignored.is_none()
     }
 
     /// Takes every field not set here from `other`.
@@ -292,6 +311,9 @@ impl ReapPolicy {
         }
         if self.max_age.is_none() {
             self.max_age = other.max_age.clone();
+        }
+        if self.protect_ignored.is_none() {
+            self.protect_ignored = other.protect_ignored.clone();
         }
     }
 
@@ -641,25 +663,80 @@ impl ActivitySource {
     }
 }
 
-/// Work in /workspace that exists nowhere else.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+/// Work in /workspace that exists nowhere else. The counts added later than the first four are
+/// left out when zero, so a status reads as it did before them.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UnsavedWork {
+    /// Changed tracked files, also inside submodules and nested repositories, and files git was
+    /// told not to look at (skip-worktree, assume-unchanged) whose content changed.
     #[serde(default)]
     pub uncommitted: u32,
     #[serde(default)]
     pub untracked: u32,
     #[serde(default)]
     pub stashes: u32,
-    /// Commits on no remote.
+    /// Commits on no remote: reachable from a branch, tag, detached HEAD or other local ref but
+    /// from no remote-tracking ref of a remote outside the container.
     #[serde(default)]
     pub unpushed: u32,
+    /// Ignored files matching `spec.reap.protectIgnored`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ignored: u32,
+    /// Files berth wrote whose content changed since, and a `.env` holding lines outside
+    /// berth's block.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub modified_seeds: u32,
+    /// Linked worktrees outside /workspace.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub worktrees: u32,
+    /// Some of the files and refs that hold the work (at most [`UnsavedWork::MAX_FILES`],
+    /// relative to /workspace, sanitised).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl UnsavedWork {
+    /// How many files and refs `files` names at most.
+    pub const MAX_FILES: usize = 20;
+
+    /// Each kind of work found, e.g. `1 untracked files, 2 commits on no remote`; empty when
+    /// nothing would be lost.
+    pub fn summary(&self) -> String {
+        [
+            (self.uncommitted, "uncommitted changes"),
+            (self.untracked, "untracked files"),
+            (self.stashes, "stashes"),
+            (self.unpushed, "commits on no remote"),
+            (self.ignored, "ignored files that protect"),
+            (self.modified_seeds, "files berth wrote, changed since"),
+            (self.worktrees, "worktrees outside /workspace"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, label)| format!("{n} {label}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+
     /// Whether anything would be lost.
     pub fn any(&self) -> bool {
-        self.uncommitted + self.untracked + self.stashes + self.unpushed > 0
+        [
+            self.uncommitted,
+            self.untracked,
+            self.stashes,
+            self.unpushed,
+            self.ignored,
+            self.modified_seeds,
+            self.worktrees,
+        ]
+        .iter()
+        .any(|&n| n > 0)
+            || !self.files.is_empty()
     }
 }
 
@@ -839,6 +916,42 @@ fn validate_reap(r: &ReapPolicy, prefix: &str, errs: &mut ValidationErrors) {
             errs.push(format!("{prefix}.maxAge"), e);
         }
     }
+    if let Some(globs) = &r.protect_ignored {
+        if globs.len() > MAX_PROTECT_GLOBS {
+            errs.push(
+                format!("{prefix}.protectIgnored"),
+                format!("at most {MAX_PROTECT_GLOBS} globs"),
+            );
+        }
+        for (i, glob) in globs.iter().enumerate() {
+            if let Err(message) = validate_protect_glob(glob) {
+                errs.push(format!("{prefix}.protectIgnored[{i}]"), message);
+            }
+        }
+    }
+}
+
+/// One `protectIgnored` glob: relative to /workspace, inside it, one line of printable text.
+fn validate_protect_glob(glob: &str) -> Result<(), String> {
+    if glob.trim().is_empty() {
+        return Err("must not be empty".into());
+    }
+    if glob.len() > MAX_PROTECT_GLOB {
+        return Err(format!("must be at most {MAX_PROTECT_GLOB} bytes"));
+    }
+    if glob.starts_with('/') {
+        return Err(format!("{glob:?} must be relative to /workspace"));
+    }
+    if glob.split('/').any(|part| part == "..") {
+        return Err(format!("{glob:?} must not contain \"..\""));
+    }
+    if glob.starts_with(':') {
+        return Err(format!("{glob:?} must not start with ':'"));
+    }
+    if glob.chars().any(char::is_control) {
+        return Err(format!("{glob:?} must not contain control characters"));
+    }
+    Ok(())
 }
 
 /// Checks a branch name against git's ref-name rules (the parts a user can get wrong).

@@ -459,6 +459,26 @@ secrets: {mirrorToLxd: true}
     }
 
     #[test]
+    fn protect_ignored_defaults_to_the_built_in_globs_or_what_the_file_says() {
+        let builtin = Config::default().defaults.reap.protect_ignored;
+        assert_eq!(
+            builtin,
+            Some(vec![".env*".into(), "*.db".into(), "*.sqlite*".into()])
+        );
+        let config = Config::parse("defaults: {reap: {protectIgnored: ['*.pem']}}").unwrap();
+        config.validate().unwrap();
+        assert_eq!(
+            config.defaults.reap.protect_ignored,
+            Some(vec!["*.pem".into()])
+        );
+        // Only that key given: the other reap defaults stay.
+        assert_eq!(
+            config.defaults.reap.idle_after,
+            Config::default().defaults.reap.idle_after
+        );
+    }
+
+    #[test]
     fn unknown_key_names_the_key_and_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("berth.yaml");
@@ -506,6 +526,10 @@ secrets: {mirrorToLxd: true}
             ("listen: {tls: {key: /k.pem}}", "listen.tls.cert"),
             ("trash: {retention: soon}", "trash.retention"),
             ("trash: {retention: 36501d}", "trash.retention"),
+            (
+                "defaults: {reap: {protectIgnored: ['*.db', '../x']}}",
+                "defaults.reap.protectIgnored[1]",
+            ),
         ];
         for (text, field) in table {
             let err = Config::parse(text).unwrap().validate().unwrap_err();

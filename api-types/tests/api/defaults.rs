@@ -13,6 +13,9 @@ fn project(body: &str) -> Project {
     }
 }
 
+/// `reap.protectIgnored` when neither the project nor the configuration says otherwise.
+const BUILT_IN: [&str; 3] = [".env*", "*.db", "*.sqlite*"];
+
 /// (case, manifest body, defaults section of berth.yaml or "" for none, expected spec).
 fn table() -> Vec<(&'static str, &'static str, &'static str, serde_json::Value)> {
     vec![
@@ -25,25 +28,25 @@ fn table() -> Vec<(&'static str, &'static str, &'static str, serde_json::Value)>
                 "state": "Running",
                 "image": "berth-base",
                 "resources": {"cpu": "2", "memory": "4GiB"},
-                "reap": {"idleAfter": "8h", "idleAction": "Stop", "maxAge": "30d"},
+                "reap": {"idleAfter": "8h", "idleAction": "Stop", "maxAge": "30d", "protectIgnored": BUILT_IN},
             }),
         ),
         (
             "the project's own values win, field by field",
-            "metadata: {name: own}\nspec:\n  displayName: Own Thing\n  state: Stopped\n  image: custom\n  resources: {memory: 8Gi, workspaceSize: 50GiB}\n  reap: {idleAfter: 2h, maxAge: never}\n",
+            "metadata: {name: own}\nspec:\n  displayName: Own Thing\n  state: Stopped\n  image: custom\n  resources: {memory: 8Gi, workspaceSize: 50GiB}\n  reap: {idleAfter: 2h, maxAge: never, protectIgnored: []}\n",
             "",
             json!({
                 "displayName": "Own Thing",
                 "state": "Stopped",
                 "image": "custom",
                 "resources": {"cpu": "2", "memory": "8Gi", "workspaceSize": "50GiB"},
-                "reap": {"idleAfter": "2h", "idleAction": "Stop", "maxAge": "never"},
+                "reap": {"idleAfter": "2h", "idleAction": "Stop", "maxAge": "never", "protectIgnored": []},
             }),
         ),
         (
             "a partial defaults section keeps the built-in values it leaves out",
             "metadata: {name: fleet}\nspec: {agent: shell, brief: hello}\n",
-            "image: other\nresources: {cpu: 500m, disk: 10GiB}\nreap: {idleAction: Delete}\n",
+            "image: other\nresources: {cpu: 500m, disk: 10GiB}\nreap: {idleAction: Delete, protectIgnored: ['*.pem']}\n",
             json!({
                 "displayName": "fleet",
                 "state": "Running",
@@ -51,7 +54,7 @@ fn table() -> Vec<(&'static str, &'static str, &'static str, serde_json::Value)>
                 "agent": "shell",
                 "brief": "hello",
                 "resources": {"cpu": "500m", "memory": "4GiB", "disk": "10GiB"},
-                "reap": {"idleAfter": "8h", "idleAction": "Delete", "maxAge": "30d"},
+                "reap": {"idleAfter": "8h", "idleAction": "Delete", "maxAge": "30d", "protectIgnored": ["*.pem"]},
             }),
         ),
         (
@@ -63,7 +66,7 @@ fn table() -> Vec<(&'static str, &'static str, &'static str, serde_json::Value)>
                 "state": "Running",
                 "image": "berth-base",
                 "resources": {"cpu": "2", "memory": "4GiB"},
-                "reap": {"idleAfter": "8h", "idleAction": "Stop", "maxAge": "30d"},
+                "reap": {"idleAfter": "8h", "idleAction": "Stop", "maxAge": "30d", "protectIgnored": BUILT_IN},
             }),
         ),
     ]

@@ -83,6 +83,23 @@ const BAD: &[(&str, &str, &[&str])] = &[
         &["spec.interval: \"5214w3d\" is too long: at most 36500d"],
     ),
     (
+        "bad protectIgnored globs",
+        "kind: Project\nmetadata: {name: p}\nspec:\n  reap: {protectIgnored: ['*.db', '/etc/*', '../up/*.db', '', 'a/../../b', ':(top)x', \"a\\nb\"]}\n",
+        &[
+            "spec.reap.protectIgnored[1]: \"/etc/*\" must be relative to /workspace",
+            "spec.reap.protectIgnored[2]: \"../up/*.db\" must not contain \"..\"",
+            "spec.reap.protectIgnored[3]: must not be empty",
+            "spec.reap.protectIgnored[4]: \"a/../../b\" must not contain \"..\"",
+            "spec.reap.protectIgnored[5]: \":(top)x\" must not start with ':'",
+            "spec.reap.protectIgnored[6]: \"a\\nb\" must not contain control characters",
+        ],
+    ),
+    (
+        "too many protectIgnored globs",
+        "kind: Project\nmetadata: {name: p}\nspec:\n  reap: {protectIgnored: [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, d0, d1, d2]}\n",
+        &["spec.reap.protectIgnored: at most 32 globs"],
+    ),
+    (
         "bad names",
         "kind: Project\nmetadata: {name: Payments_API}\nspec: {agent: Claude, agents: [codex, -x]}\n",
         &[

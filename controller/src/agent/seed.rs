@@ -373,15 +373,8 @@ fn env_entries(
 /// there was none; removed when `entries` is empty). Every line outside the block is kept.
 pub fn env_file_with_block(existing: &str, entries: &BTreeMap<String, String>) -> String {
     let lines: Vec<&str> = existing.lines().collect();
-    let begin = lines.iter().position(|l| l.trim_end() == ENV_BLOCK_BEGIN);
-    let (before, after): (&[&str], &[&str]) = match begin {
-        Some(b) => {
-            let end = lines[b..]
-                .iter()
-                .position(|l| l.trim_end() == ENV_BLOCK_END)
-                .map_or(lines.len(), |e| b + e + 1);
-            (&lines[..b], &lines[end..])
-        }
+    let (before, after): (&[&str], &[&str]) = match managed_block(&lines) {
+        Some((begin, end)) => (&lines[..begin], &lines[end..]),
         None => (&lines[..], &[]),
     };
     let mut out: Vec<String> = before.iter().map(|l| l.to_string()).collect();
@@ -396,6 +389,22 @@ pub fn env_file_with_block(existing: &str, entries: &BTreeMap<String, String>) -
     } else {
         out.join("\n") + "\n"
     }
+}
+
+/// Where berth's block lies in `.env`'s lines (from its begin marker to just past its end
+/// marker): the first end marker with a begin marker before it, from the nearest such begin
+/// marker. A begin marker without an end (a person cut the block) starts no block, so nothing
+/// after it is taken for berth's; the inspection reads the block by the same rule.
+fn managed_block(lines: &[&str]) -> Option<(usize, usize)> {
+    let mut begin = None;
+    for (i, line) in lines.iter().enumerate() {
+        match line.trim_end() {
+            ENV_BLOCK_BEGIN => begin = Some(i),
+            ENV_BLOCK_END if begin.is_some() => return begin.map(|b| (b, i + 1)),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// A value as dotenv readers take it: bare when plain, single-quoted (literal) when it has
@@ -604,11 +613,19 @@ mod tests {
                 &[],
                 "MINE=x\n".to_string(),
             ),
-            // A block whose end marker was deleted runs to the end of the file.
+            // A block whose end marker was deleted is no block: every line after its begin
+            // marker may be a person's, and is kept; berth's block is written anew.
             (
-                &format!("MINE=x\n{ENV_BLOCK_BEGIN}\nOLD=2\n"),
+                &format!("MINE=x\n{ENV_BLOCK_BEGIN}\nOLD=2\nLATER=3\n"),
                 &[("A", "1")],
-                format!("MINE=x\n{block}"),
+                format!("MINE=x\n{ENV_BLOCK_BEGIN}\nOLD=2\nLATER=3\n{block}"),
+            ),
+            // Such a stray begin marker before berth's block does not swallow the lines
+            // between them.
+            (
+                &format!("{ENV_BLOCK_BEGIN}\nKEEP=1\n{ENV_BLOCK_BEGIN}\nOLD=2\n{ENV_BLOCK_END}\n"),
+                &[("A", "1")],
+                format!("{ENV_BLOCK_BEGIN}\nKEEP=1\n{block}"),
             ),
             (
                 "NO_NEWLINE=1",

@@ -53,8 +53,9 @@ pub async fn run(context: &Context, args: DescribeArgs) -> anyhow::Result<ExitCo
 }
 
 /// Status fields with a section of their own, or shown in the header.
-const STATUS_SECTIONS: [&str; 6] = [
+const STATUS_SECTIONS: [&str; 7] = [
     "phase",
+    "unsavedWork",
     "step",
     "observedGeneration",
     "message",
@@ -183,6 +184,10 @@ pub fn describe(
         }
     }
 
+    if let Some(unsaved) = status.get("unsavedWork").filter(|u| u.is_object()) {
+        out.push_str(&unsaved_work_section(unsaved));
+    }
+
     if let Some(container) = status.get("container").filter(|c| !c.is_null()) {
         out.push_str("Container:\n");
         out.push_str(&indent(&to_yaml(container), 2));
@@ -202,6 +207,37 @@ pub fn describe(
                 table.row(vec![row.type_, row.reason, row.age, row.message]);
             }
             out.push_str(&indent(&table.render(), 2));
+        }
+    }
+    out
+}
+
+/// `status.unsavedWork`: each kind of work found, and the files and refs that hold it (names
+/// from the workspace, already sanitised and bounded by the controller; printed quoted when
+/// they hold anything unusual all the same).
+fn unsaved_work_section(unsaved: &Value) -> String {
+    let mut out = String::from("Unsaved Work:\n");
+    // A status this client cannot read is shown as it is, never as "none".
+    let Ok(counts) = serde_json::from_value::<berth_api::UnsavedWork>(unsaved.clone()) else {
+        out.push_str(&indent(&to_yaml(unsaved), 2));
+        return out;
+    };
+    if !counts.any() {
+        out.push_str("  <none>\n");
+        return out;
+    }
+    let found = counts.summary();
+    if !found.is_empty() {
+        let _ = writeln!(out, "  {found}");
+    }
+    if let Some(Value::Array(files)) = unsaved.get("files") {
+        for name in files.iter().filter_map(Value::as_str) {
+            let plain = name.chars().all(|c| !c.is_control() && c != '"');
+            if plain {
+                let _ = writeln!(out, "    {name}");
+            } else {
+                let _ = writeln!(out, "    {name:?}");
+            }
         }
     }
     out
@@ -311,6 +347,10 @@ mod tests {
                                  "count": 2, "firstTimestamp": "2026-01-01T11:50:00Z",
                                  "lastTimestamp": "2026-01-01T11:58:00Z"}),
         ];
+        object["status"]["unsavedWork"] = json!({
+            "uncommitted": 0, "untracked": 1, "stashes": 0, "unpushed": 2, "ignored": 1,
+            "files": ["notes.txt", "data/app.db", "refs/heads/wip"]
+        });
         let text = describe(Resource::Project, &object, Ok(events), now);
         let expected = "\
 Name:               payments-api
@@ -338,6 +378,11 @@ Conditions:
     no exec answer 120s after start; console tail:
     [ 1.0] init: ok
     [ 2.0] panic
+Unsaved Work:
+  1 untracked files, 2 commits on no remote, 1 ignored files that protect
+    notes.txt
+    data/app.db
+    refs/heads/wip
 Container:
   name: payments-api
   pid: 42
@@ -346,5 +391,21 @@ Events:
   Normal   Created   2m (x2 over 10m)   container created
 ";
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn a_clean_workspace_says_so_and_odd_names_are_quoted() {
+        let clean = json!({"uncommitted": 0, "untracked": 0, "stashes": 0, "unpushed": 0});
+        assert_eq!(unsaved_work_section(&clean), "Unsaved Work:\n  <none>\n");
+        let unreadable = json!({"uncommitted": "many"});
+        assert_eq!(
+            unsaved_work_section(&unreadable),
+            "Unsaved Work:\n  uncommitted: many\n"
+        );
+        let odd = json!({"modifiedSeeds": 1, "files": ["a\"b"]});
+        assert_eq!(
+            unsaved_work_section(&odd),
+            "Unsaved Work:\n  1 files berth wrote, changed since\n    \"a\\\"b\"\n"
+        );
     }
 }

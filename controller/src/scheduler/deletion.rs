@@ -113,7 +113,7 @@ pub async fn hold(
     }
     let reasons = policy::protections(agent, &evidence, true);
     if let Ok(inspection) = &result {
-        draft.status.unsaved_work = Some(inspection.unsaved);
+        draft.status.unsaved_work = Some(inspection.unsaved.clone());
     }
 
     let Some(first) = reasons.first() else {
@@ -194,7 +194,7 @@ async fn look(
 ) -> Result<Option<Look>, ReconcileError> {
     let runtime = ctx.runtime.as_ref();
     let name = object.name();
-    let known = inspect::known_files_of(&object.status.value());
+    let known = inspect::expected_of(object);
     let instance = ctx.runtime.get_instance(name).await?;
     let Some(instance) = instance.filter(|i| uid_label(&i.config) == Some(object.uid())) else {
         return look_at_volume(ctx, object, &known).await.map(|result| {
@@ -250,7 +250,7 @@ async fn restore(runtime: &dyn crate::runtime::Runtime, name: &str, was_running:
 async fn look_at_volume(
     ctx: &Context,
     object: &StoredObject,
-    known: &inspect::KnownFiles,
+    known: &inspect::Expected,
 ) -> Result<Option<Result<Inspection, InspectError>>, ReconcileError> {
     let settings = &ctx.settings;
     let uid = object.uid();
@@ -374,10 +374,9 @@ fn blocked_message(
     failure: Option<&str>,
 ) -> String {
     let detail = match (evidence, failure) {
-        (policy::Evidence::Inspected(u), _) if u.any() => format!(
-            " ({} uncommitted, {} untracked, {} stashes, {} unpushed commits)",
-            u.uncommitted, u.untracked, u.stashes, u.unpushed
-        ),
+        (policy::Evidence::Inspected(u), _) if u.any() => {
+            format!(" ({}{})", u.summary(), named_files(&u.files))
+        }
         (policy::Evidence::Failed, Some(why)) => {
             format!(" (the workspace could not be inspected: {why})")
         }
@@ -387,6 +386,20 @@ fn blocked_message(
         "deletion held by {}{detail}: save the work, or delete with --force to discard it",
         reasons_text(reasons)
     )
+}
+
+/// The first few files and refs that hold the work, for a one-line message (status lists up to
+/// 20; `berth describe` shows them all).
+fn named_files(files: &[String]) -> String {
+    const SHOWN: usize = 5;
+    if files.is_empty() {
+        return String::new();
+    }
+    let mut text = format!(": {}", files[..files.len().min(SHOWN)].join(", "));
+    if files.len() > SHOWN {
+        text.push_str(&format!(" and {} more", files.len() - SHOWN));
+    }
+    text
 }
 
 #[cfg(test)]
@@ -402,7 +415,7 @@ mod tests {
         });
         let message = blocked_message(&[ProtectionReason::UnsavedWork], &evidence, None);
         assert!(message.contains("UnsavedWork"), "{message}");
-        assert!(message.contains("2 unpushed"), "{message}");
+        assert!(message.contains("2 commits on no remote"), "{message}");
         assert!(message.contains("--force"), "{message}");
     }
 }
@@ -545,7 +558,8 @@ mod held {
         assert!(events.iter().any(|e| e.reason == "DeletionBlocked"));
         let held = ready_message(&draft);
         assert!(
-            held.contains("deletion held by UnsavedWork") && held.contains("1 unpushed"),
+            held.contains("deletion held by UnsavedWork")
+                && held.contains("1 commits on no remote"),
             "{held}"
         );
         assert_eq!(super::ready_message(&draft), held, "the teardown keeps it");

@@ -269,7 +269,7 @@ async fn a_missing_container_has_its_volume_inspected_from_an_inspection_instanc
     assert!(matches!(s.teardown("p").await, Action::Requeue(_)));
     let (reason, message) = s.blocked("p").expect("held");
     assert_eq!(reason, "UnsavedWork");
-    assert!(message.contains("1 unpushed"), "{message}");
+    assert!(message.contains("1 commits on no remote"), "{message}");
     assert!(s.workspace_kept(&uid));
     assert!(
         s.inspection_instances().is_empty(),
@@ -695,41 +695,27 @@ impl World {
 const SEED_HASH: &str = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
 
 /// What the inspection script would print for `world`'s workspace, a git repository whose
-/// seeded file (tracked, berth appended to it) is listed as modified and carries its hash.
+/// seeded file (excluded from git, so judged by its hash alone) carries its hash now.
 fn report(world: &World, live_agent: bool) -> String {
     use base64::Engine;
     use base64::engine::general_purpose::STANDARD as B64;
-    let b64 = |text: &str| B64.encode(text.as_bytes());
-    let mut porcelain = String::new();
-    for i in 0..world.unsaved.uncommitted {
-        porcelain.push_str(&format!(" M changed-{i}\0"));
-    }
-    for i in 0..world.unsaved.untracked {
-        porcelain.push_str(&format!("?? new-{i}\0"));
-    }
-    let mut known = String::new();
-    if world.seeded {
-        porcelain.push_str(" M AGENTS.md\0");
-        let now = if world.edited {
-            "0ddba11".repeat(10)[..64].to_string()
-        } else {
-            SEED_HASH.to_string()
-        };
-        known = format!("known {} {now}\n", b64("AGENTS.md"));
-    }
-    let agent = if live_agent && world.blocked {
-        b64(r#"{"state":"blocked","message":"which database?"}"#)
-    } else {
-        "-".to_string()
+    let workspace = FakeWorkspace {
+        unsaved: world.unsaved.clone(),
+        agent_json: (live_agent && world.blocked)
+            .then(|| r#"{"state":"blocked","message":"which database?"}"#.to_string()),
+        ..FakeWorkspace::default()
     };
-    format!(
-        "berth-inspect 1\nagent {agent}\ngit repo\nporcelain {}\nstashes {}\nunpushed {}\n{known}\
-         tcp {}\ntcp6 \ncpu_ticks 0\nclk_tck 100\nnewest_mtime -\nend\n",
-        b64(&porcelain),
-        world.unsaved.stashes,
-        world.unsaved.unpushed,
-        b64("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"),
-    )
+    let report = inspection_report(&workspace);
+    if !world.seeded {
+        return report;
+    }
+    let now = if world.edited {
+        "0ddba11".repeat(10)[..64].to_string()
+    } else {
+        SEED_HASH.to_string()
+    };
+    let (header, rest) = report.split_once('\n').expect("a report has a header line");
+    format!("{header}\nknown {} {now}\n{rest}", B64.encode("AGENTS.md"))
 }
 
 /// The workspace volume attached to `instance` in the fake.

@@ -10,11 +10,14 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use berth_api::{AgentState, UnsavedWork};
+use berth_api::{AgentState, ReapPolicy, UnsavedWork};
 use chrono::{DateTime, TimeZone, Utc};
 use serde::Deserialize;
 
+use crate::agent::{ENV_BLOCK_BEGIN, ENV_BLOCK_END};
+use crate::reconcile::layout::DurableLayout;
 use crate::runtime::{ExecRequest, Runtime, RuntimeError};
+use crate::store::StoredObject;
 
 /// Where the agent reports (DESIGN "Agent status contract").
 pub const AGENT_STATUS_FILE: &str = "/run/berth/agent.json";
@@ -22,81 +25,13 @@ pub const AGENT_STATUS_FILE: &str = "/run/berth/agent.json";
 pub const WORKSPACE: &str = "/workspace";
 
 /// The first line of a report; a new format gets a new version.
-const HEADER: &str = "berth-inspect 1";
+pub const HEADER: &str = "berth-inspect 2";
 
-/// The inspection, run by `sh -c`. `BERTH_KNOWN` holds the files berth wrote, one
-/// `<sha256>  ./<path>` line each (the `sha256sum` format), and is compared against.
+/// The inspection, run by `sh -c` (its environment is described at its top).
 ///
 /// Git runs with `--no-optional-locks` so that inspecting never refreshes the index, which would
 /// both touch .git and make the inspection look like activity.
-const SCRIPT: &str = r#"
-set -u
-fail() { echo "error $1"; exit 3; }
-b64() { base64 | tr -d '\n'; }
-g() { git -c 'safe.directory=*' -c core.quotePath=false --no-optional-locks "$@"; }
-t=$(mktemp -d) || fail mktemp
-trap 'rm -rf "$t"' EXIT
-echo "berth-inspect 1"
-if [ -f /run/berth/agent.json ]; then
-  printf 'agent %s\n' "$(b64 < /run/berth/agent.json)"
-else
-  echo "agent -"
-fi
-cd /workspace || fail workspace
-printf '%s\n' "$BERTH_KNOWN" | grep -v '^$' > "$t/known"
-if [ -e .git ]; then
-  echo "git repo"
-  g status --porcelain=v1 -z --untracked-files=all > "$t/status" || fail git-status
-  printf 'porcelain %s\n' "$(b64 < "$t/status")"
-  if g rev-parse -q --verify refs/stash > /dev/null; then
-    stashes=$(g rev-list --walk-reflogs --count refs/stash) || fail git-stash
-  else
-    stashes=0
-  fi
-  echo "stashes $stashes"
-  if g rev-parse -q --verify HEAD > /dev/null; then head=HEAD; else head=; fi
-  unpushed=$(g rev-list --count --branches $head --not --remotes) || fail git-rev-list
-  echo "unpushed $unpushed"
-  while read -r hash path; do
-    if [ -f "$path" ]; then
-      sum=$(sha256sum < "$path") || fail known-files
-      printf 'known %s %s\n' "$(printf '%s' "${path#./}" | b64)" "${sum%% *}"
-    fi
-  done < "$t/known"
-else
-  echo "git none"
-  find . -type f -exec sha256sum {} + > "$t/sums" || fail hash
-  # awk, not `grep -Fxv -f`: busybox grep matches every line against an empty pattern file,
-  # which would call a workspace of unsaved files clean.
-  unsaved=$(awk -v known="$t/known" 'FILENAME == known { k[$0] = 1; next } !($0 in k) { n++ }
-    END { print n + 0 }' "$t/known" "$t/sums") || fail compare
-  [ -n "$unsaved" ] || fail compare
-  echo "nongit_unsaved $unsaved"
-fi
-printf 'tcp %s\n' "$(b64 < /proc/net/tcp)"
-printf 'tcp6 %s\n' "$(cat /proc/net/tcp6 2>/dev/null | b64)"
-ticks=$(cat /proc/[0-9]*/stat 2>/dev/null | awk -v me="$$" '
-  { line = $0; sub(/^.*\) /, "", line); split(line, f, " ");
-    parent[$1] = f[2]; used[$1] = f[12] + f[13] + f[14] + f[15] }
-  END {
-    for (pid in used) {
-      p = pid; mine = 0
-      for (depth = 0; depth < 64 && p != "" && p != 0; depth++) {
-        if (p == me) { mine = 1; break }
-        p = parent[p]
-      }
-      if (!mine) total += used[pid]
-    }
-    printf "%.0f", total
-  }') || fail cpu
-echo "cpu_ticks $ticks"
-echo "clk_tck $(getconf CLK_TCK 2>/dev/null || echo 100)"
-# GNU find prints times itself; busybox find has no -printf, and stat does it there.
-newest=$( { find . -path ./.git -prune -o -printf '%T@\n' 2>/dev/null ||
-  find . -path ./.git -prune -o -exec stat -c %Y {} + 2>/dev/null; } | sort -rn | head -n 1)
-echo "newest_mtime ${newest:--}"
-echo "end"
-"#;
+const SCRIPT: &str = include_str!("inspect.sh");
 
 /// A file berth wrote into the workspace and the sha256 (hex) of what it wrote.
 pub type KnownFiles = BTreeMap<String, String>;
@@ -115,6 +50,34 @@ pub fn known_files_of(status: &serde_json::Value) -> KnownFiles {
             Some((relative.to_string(), hash.as_str()?.to_string()))
         })
         .collect()
+}
+
+/// What berth expects of a workspace before inspecting it: the files it wrote there, the volume
+/// that must be mounted on /workspace, and the ignored files that count as work.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expected {
+    /// The files berth wrote, relative to /workspace, with their sha256.
+    pub known: KnownFiles,
+    /// The project's workspace volume (`berth-<uid>-workspace`).
+    pub volume: String,
+    /// `spec.reap.protectIgnored`: globs of ignored files that count as unsaved work.
+    pub protect_ignored: Vec<String>,
+}
+
+/// What to expect of a project's workspace: its uid's volume, `status.seededFiles` and
+/// `spec.reap.protectIgnored`. A project stored before that field existed has none set, and
+/// gets the built-in globs: more files counted as work is the safe side.
+pub fn expected_of(object: &StoredObject) -> Expected {
+    let protect_ignored = object
+        .spec
+        .pointer("/reap/protectIgnored")
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_else(ReapPolicy::default_protect_ignored);
+    Expected {
+        known: known_files_of(&object.status.value()),
+        volume: DurableLayout::workspace_volume(object.uid()),
+        protect_ignored,
+    }
 }
 
 /// Why the workspace could not be inspected.
@@ -171,17 +134,25 @@ pub struct Inspection {
     pub newest_mtime: Option<DateTime<Utc>>,
 }
 
-/// Runs the inspection in instance `name`. `known` lists the files berth wrote, relative to
-/// /workspace, with their sha256; they do not count as unsaved while they still hold that.
+/// Runs the inspection in instance `name`, judging what it finds by `expected`.
 pub async fn inspect(
     runtime: &dyn Runtime,
     name: &str,
-    known: &KnownFiles,
+    expected: &Expected,
     timeout: Duration,
 ) -> Result<Inspection, InspectError> {
     let mut request = ExecRequest::new(["/bin/sh", "-c", SCRIPT], timeout);
-    request.env.insert("BERTH_KNOWN".into(), known_lines(known));
-    request.env.insert("LC_ALL".into(), "C".into());
+    let env = [
+        ("BERTH_KNOWN", known_lines(&expected.known)),
+        ("BERTH_VOLUME", expected.volume.clone()),
+        ("BERTH_PROTECT", pathspecs(&expected.protect_ignored)),
+        ("BERTH_ENV_BEGIN", ENV_BLOCK_BEGIN.to_string()),
+        ("BERTH_ENV_END", ENV_BLOCK_END.to_string()),
+        ("LC_ALL", "C".to_string()),
+    ];
+    request
+        .env
+        .extend(env.into_iter().map(|(k, v)| (k.to_string(), v)));
     request.env.insert(
         "PATH".into(),
         "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
@@ -210,7 +181,28 @@ pub async fn inspect(
             detail,
         });
     }
-    parse_report(&output.stdout_str(), known)
+    parse_report(&output.stdout_str(), &expected.known)
+}
+
+/// `BERTH_PROTECT`: `spec.reap.protectIgnored` as git pathspecs, one a line, so that git itself
+/// matches them as gitignore would: a glob without `/` matches the base name at any depth, one
+/// with `/` the path from the repository's top, one ending in `/` everything under it.
+pub fn pathspecs(globs: &[String]) -> String {
+    globs
+        .iter()
+        .filter(|g| !g.is_empty() && !g.contains('\n'))
+        .map(|glob| {
+            let (glob, dir) = match glob.strip_suffix('/') {
+                Some(dir) => (dir, true),
+                None => (glob.as_str(), false),
+            };
+            let glob = glob.trim_start_matches('/');
+            let anywhere = if glob.contains('/') { "" } else { "**/" };
+            let under = if dir { "/**" } else { "" };
+            format!(":(glob){anywhere}{glob}{under}")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `BERTH_KNOWN`: the `sha256sum` lines the files berth wrote would produce if unchanged.
@@ -233,7 +225,8 @@ fn parse_err(what: impl Into<String>) -> InspectError {
 }
 
 /// Parses the script's report. Every field the script always prints must be present exactly
-/// once, and the report must end with `end`.
+/// once (`known` and `repo` lines as often as there are files and repositories), and the report
+/// must end with `end`.
 pub fn parse_report(text: &str, known: &KnownFiles) -> Result<Inspection, InspectError> {
     let mut lines = text.lines();
     if lines.next() != Some(HEADER) {
@@ -241,6 +234,7 @@ pub fn parse_report(text: &str, known: &KnownFiles) -> Result<Inspection, Inspec
     }
     let mut fields: BTreeMap<&str, &str> = BTreeMap::new();
     let mut known_now: BTreeMap<String, String> = BTreeMap::new();
+    let mut repos: Vec<&str> = Vec::new();
     let mut ended = false;
     for line in lines {
         if ended {
@@ -251,15 +245,19 @@ pub fn parse_report(text: &str, known: &KnownFiles) -> Result<Inspection, Inspec
             continue;
         }
         let (key, value) = line.split_once(' ').unwrap_or((line, ""));
-        if key == "known" {
-            let (path, hash) = value
-                .split_once(' ')
-                .ok_or_else(|| parse_err("malformed known line"))?;
-            known_now.insert(decode_text(path, "known path")?, hash.to_string());
-            continue;
-        }
-        if fields.insert(key, value).is_some() {
-            return Err(parse_err(format!("{key} reported twice")));
+        match key {
+            "known" => {
+                let (path, hash) = value
+                    .split_once(' ')
+                    .ok_or_else(|| parse_err("malformed known line"))?;
+                known_now.insert(decode_text(path, "known path")?, hash.to_string());
+            }
+            "repo" => repos.push(value),
+            _ => {
+                if fields.insert(key, value).is_some() {
+                    return Err(parse_err(format!("{key} reported twice")));
+                }
+            }
         }
     }
     if !ended {
@@ -286,27 +284,41 @@ pub fn parse_report(text: &str, known: &KnownFiles) -> Result<Inspection, Inspec
         },
     };
 
-    let (kind, unsaved) = match field("git")? {
-        "repo" => {
-            let porcelain = decode(field("porcelain")?, "porcelain")?;
-            let (uncommitted, untracked) = count_changes(&porcelain, known, &known_now)?;
-            (
-                WorkspaceKind::Git,
-                UnsavedWork {
-                    uncommitted,
-                    untracked,
-                    stashes: count("stashes")?,
-                    unpushed: count("unpushed")?,
-                },
-            )
+    let mut work = Work::default();
+    // Files berth wrote are judged by their hash wherever they are; `.env` by the lines outside
+    // berth's block, since its recorded hash also covers a person's lines.
+    for (path, now) in &known_now {
+        let Some(then) = known.get(path) else {
+            continue;
+        };
+        if path != ENV_PATH && !then.eq_ignore_ascii_case(now) {
+            work.unsaved.modified_seeds += 1;
+            work.note(path);
         }
-        "none" => (
-            WorkspaceKind::Plain,
-            UnsavedWork {
-                untracked: count("nongit_unsaved")?,
-                ..UnsavedWork::default()
-            },
-        ),
+    }
+    let env_mine = count("env_mine")?;
+    if known.contains_key(ENV_PATH) && env_mine > 0 {
+        work.unsaved.modified_seeds += 1;
+        work.note(ENV_PATH);
+    }
+
+    let kind = match field("git")? {
+        "repo" => {
+            if !repos.iter().any(|r| r.starts_with("main ")) {
+                return Err(parse_err("missing the workspace's repository"));
+            }
+            for repo in repos {
+                work.add_repo(repo, known, &known_now)?;
+            }
+            WorkspaceKind::Git
+        }
+        "none" => {
+            work.unsaved.untracked += count("nongit_unsaved")?;
+            for path in decode_list(field("nongit_files")?, b'\n', "nongit_files")? {
+                work.note(path.strip_prefix("./").unwrap_or(&path));
+            }
+            WorkspaceKind::Plain
+        }
         other => return Err(parse_err(format!("unknown git state {other:?}"))),
     };
 
@@ -336,11 +348,138 @@ pub fn parse_report(text: &str, known: &KnownFiles) -> Result<Inspection, Inspec
         agent,
         agent_unreadable,
         kind,
-        unsaved,
+        unsaved: work.unsaved,
         ports: ports.into_iter().collect(),
         cpu,
         newest_mtime,
     })
+}
+
+/// The managed environment file, relative to /workspace.
+const ENV_PATH: &str = ".env";
+/// How long a name in `files` may be.
+const MAX_NAME: usize = 200;
+
+/// The unsaved work found so far, and the names of what holds it.
+#[derive(Default)]
+struct Work {
+    unsaved: UnsavedWork,
+}
+
+impl Work {
+    /// Names `name` in `files` (untrusted: control characters replaced, length bounded), up
+    /// to [`UnsavedWork::MAX_FILES`] distinct names.
+    fn note(&mut self, name: &str) {
+        let files = &mut self.unsaved.files;
+        if files.len() >= UnsavedWork::MAX_FILES {
+            return;
+        }
+        let mut clean: String = name
+            .chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .take(MAX_NAME)
+            .collect();
+        if name.chars().count() > MAX_NAME {
+            clean.push('…');
+        }
+        if !files.contains(&clean) {
+            files.push(clean);
+        }
+    }
+
+    /// One `repo` line: `KIND DIR PORCELAIN STASHES UNPUSHED FLAGGED IGNORED`, `-` for empty.
+    fn add_repo(
+        &mut self,
+        line: &str,
+        known: &KnownFiles,
+        known_now: &BTreeMap<String, String>,
+    ) -> Result<(), InspectError> {
+        let cols: Vec<&str> = line.split(' ').collect();
+        let [kind, dir, porcelain, stashes, unpushed, flagged, ignored] = cols[..] else {
+            return Err(parse_err("malformed repo line"));
+        };
+        let dir = decode_text(dir, "repo directory")?;
+        let main = match kind {
+            "main" => true,
+            "nested" => false,
+            "outside" => {
+                self.unsaved.worktrees += 1;
+                self.note(&dir);
+                false
+            }
+            other => return Err(parse_err(format!("unknown repository kind {other:?}"))),
+        };
+        // Paths as seen from /workspace; a worktree outside it by its absolute path.
+        let prefix = match dir.strip_prefix("./") {
+            _ if main => String::new(),
+            Some(rel) => format!("{rel}/"),
+            None => format!("{}/", dir.trim_end_matches('/')),
+        };
+        let within = |what: &str| {
+            if main {
+                what.to_string()
+            } else {
+                format!("{what} in {}", prefix.trim_end_matches('/'))
+            }
+        };
+
+        let porcelain = decode_or_empty(porcelain, "porcelain")?;
+        let excused = |path: &str| main && berth_wrote(path, known, known_now);
+        for (code, path) in porcelain_entries(&porcelain)? {
+            if excused(&path) {
+                continue;
+            }
+            match code {
+                Change::Untracked => self.unsaved.untracked += 1,
+                Change::Ignored => continue,
+                Change::Changed => self.unsaved.uncommitted += 1,
+            }
+            self.note(&format!("{prefix}{path}"));
+        }
+
+        let stashes: u32 = stashes
+            .parse()
+            .map_err(|_| parse_err("stashes is not a count"))?;
+        if stashes > 0 {
+            self.unsaved.stashes += stashes;
+            self.note(&within("refs/stash"));
+        }
+
+        for entry in decode_list(unpushed, b'\n', "unpushed")? {
+            let (n, reference) = entry
+                .trim_start()
+                .split_once(' ')
+                .ok_or_else(|| parse_err("malformed unpushed line"))?;
+            let n: u32 = n
+                .parse()
+                .map_err(|_| parse_err("unpushed is not a count"))?;
+            self.unsaved.unpushed = self.unsaved.unpushed.saturating_add(n);
+            self.note(&within(reference));
+        }
+
+        for path in decode_list(flagged, b'\n', "flagged")? {
+            self.unsaved.uncommitted += 1;
+            self.note(&format!("{prefix}{path}"));
+        }
+
+        // Berth's own files are judged by their hash alone.
+        for path in decode_list(ignored, 0, "ignored")? {
+            if main && known.contains_key(&path) {
+                continue;
+            }
+            self.unsaved.ignored += 1;
+            self.note(&format!("{prefix}{path}"));
+        }
+        Ok(())
+    }
+}
+
+/// Whether the workspace's `path` still holds what berth wrote there.
+fn berth_wrote(path: &str, known: &KnownFiles, known_now: &BTreeMap<String, String>) -> bool {
+    known
+        .get(path)
+        .zip(known_now.get(path))
+        .is_some_and(|(then, now)| then.eq_ignore_ascii_case(now))
 }
 
 fn decode(encoded: &str, what: &str) -> Result<Vec<u8>, InspectError> {
@@ -352,42 +491,54 @@ fn decode_text(encoded: &str, what: &str) -> Result<String, InspectError> {
     String::from_utf8(decode(encoded, what)?).map_err(|_| parse_err(format!("{what} is not UTF-8")))
 }
 
-/// `git status --porcelain=v1 -z` → (uncommitted, untracked). Files berth wrote that still hold
-/// what berth wrote do not count.
-fn count_changes(
-    porcelain: &[u8],
-    known: &KnownFiles,
-    known_now: &BTreeMap<String, String>,
-) -> Result<(u32, u32), InspectError> {
-    let berth_wrote = |path: &str| {
-        known
-            .get(path)
-            .zip(known_now.get(path))
-            .is_some_and(|(then, now)| then.eq_ignore_ascii_case(now))
-    };
-    let mut uncommitted = 0;
-    let mut untracked = 0;
+/// A field the script prints as `-` when what it encodes is empty.
+fn decode_or_empty(encoded: &str, what: &str) -> Result<Vec<u8>, InspectError> {
+    match encoded {
+        "-" => Ok(Vec::new()),
+        _ => decode(encoded, what),
+    }
+}
+
+/// A list of names separated by `separator`, empty entries dropped (names may be any bytes:
+/// read lossily, they are only counted and shown).
+fn decode_list(encoded: &str, separator: u8, what: &str) -> Result<Vec<String>, InspectError> {
+    Ok(decode_or_empty(encoded, what)?
+        .split(|&b| b == separator)
+        .filter(|e| !e.is_empty())
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .collect())
+}
+
+/// What `git status` says of one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Changed,
+    Untracked,
+    Ignored,
+}
+
+/// `git status --porcelain=v1 -z` → its entries (a rename's or copy's source path skipped).
+fn porcelain_entries(porcelain: &[u8]) -> Result<Vec<(Change, String)>, InspectError> {
+    let mut out = Vec::new();
     let mut entries = porcelain.split(|&b| b == 0).filter(|e| !e.is_empty());
     while let Some(entry) = entries.next() {
         if entry.len() < 4 || entry[2] != b' ' {
             return Err(parse_err("malformed porcelain entry"));
         }
         let code = &entry[..2];
-        let path = String::from_utf8_lossy(&entry[3..]);
+        let path = String::from_utf8_lossy(&entry[3..]).into_owned();
         // A rename or copy is followed by its source path.
         if code.contains(&b'R') || code.contains(&b'C') {
             entries.next();
         }
-        if berth_wrote(&path) {
-            continue;
-        }
-        match code {
-            b"??" => untracked += 1,
-            b"!!" => {}
-            _ => uncommitted += 1,
-        }
+        let change = match code {
+            b"??" => Change::Untracked,
+            b"!!" => Change::Ignored,
+            _ => Change::Changed,
+        };
+        out.push((change, path));
     }
-    Ok((uncommitted, untracked))
+    Ok(out)
 }
 
 /// Ports in LISTEN state (0A) on a non-loopback address, 1024-65535, from /proc/net/tcp{,6}.

@@ -22,14 +22,62 @@ const TCP6: &str = "  sl  local_address                         remote_address  
    3: 0000000000000000FFFF00000100007F:2329 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2237 1 0000000000000000 100 0 0 10 0
 ";
 
-struct Report {
-    agent: Option<Vec<u8>>,
-    git: &'static str,
+/// One `repo` line of a report.
+#[derive(Clone)]
+struct Repo {
+    kind: &'static str,
+    dir: &'static str,
     porcelain: Vec<u8>,
     stashes: &'static str,
     unpushed: &'static str,
+    flagged: &'static str,
+    ignored: Vec<u8>,
+}
+
+impl Default for Repo {
+    fn default() -> Self {
+        Repo {
+            kind: "main",
+            dir: ".",
+            porcelain: Vec::new(),
+            stashes: "0",
+            unpushed: "",
+            flagged: "",
+            ignored: Vec::new(),
+        }
+    }
+}
+
+impl Repo {
+    fn render(&self) -> String {
+        let enc = |b: &[u8]| {
+            if b.is_empty() {
+                "-".to_string()
+            } else {
+                b64(b)
+            }
+        };
+        format!(
+            "repo {} {} {} {} {} {} {}",
+            self.kind,
+            b64(self.dir.as_bytes()),
+            enc(&self.porcelain),
+            self.stashes,
+            enc(self.unpushed.as_bytes()),
+            enc(self.flagged.as_bytes()),
+            enc(&self.ignored)
+        )
+    }
+}
+
+struct Report {
+    agent: Option<Vec<u8>>,
+    git: &'static str,
+    repos: Vec<Repo>,
     known: Vec<(&'static str, &'static str)>,
+    env_mine: &'static str,
     nongit_unsaved: &'static str,
+    nongit_files: &'static str,
     cpu_ticks: &'static str,
     newest: &'static str,
     end: bool,
@@ -40,11 +88,11 @@ impl Default for Report {
         Report {
             agent: None,
             git: "repo",
-            porcelain: Vec::new(),
-            stashes: "0",
-            unpushed: "0",
+            repos: vec![Repo::default()],
             known: Vec::new(),
+            env_mine: "0",
             nongit_unsaved: "0",
+            nongit_files: "",
             cpu_ticks: "1234",
             newest: "1767225600.5000000000",
             end: true,
@@ -53,22 +101,37 @@ impl Default for Report {
 }
 
 impl Report {
+    /// A report of the workspace's repository alone, as `main`.
+    fn main(repo: Repo) -> Report {
+        Report {
+            repos: vec![repo],
+            ..Report::default()
+        }
+    }
+
     fn render(&self) -> String {
         let mut out = vec![HEADER.to_string()];
         out.push(match &self.agent {
             Some(json) => format!("agent {}", b64(json)),
             None => "agent -".into(),
         });
+        for (path, hash) in &self.known {
+            out.push(format!("known {} {hash}", b64(path.as_bytes())));
+        }
+        out.push(format!("env_mine {}", self.env_mine));
         out.push(format!("git {}", self.git));
         if self.git == "repo" {
-            out.push(format!("porcelain {}", b64(&self.porcelain)));
-            out.push(format!("stashes {}", self.stashes));
-            out.push(format!("unpushed {}", self.unpushed));
-            for (path, hash) in &self.known {
-                out.push(format!("known {} {hash}", b64(path.as_bytes())));
-            }
+            out.extend(self.repos.iter().map(Repo::render));
         } else {
             out.push(format!("nongit_unsaved {}", self.nongit_unsaved));
+            out.push(format!(
+                "nongit_files {}",
+                if self.nongit_files.is_empty() {
+                    "-".to_string()
+                } else {
+                    b64(self.nongit_files.as_bytes())
+                }
+            ));
         }
         out.push(format!("tcp {}", b64(TCP.as_bytes())));
         out.push(format!("tcp6 {}", b64(TCP6.as_bytes())));
@@ -82,6 +145,19 @@ impl Report {
     }
 }
 
+/// Counts as `status.unsavedWork` shows them, `files` aside.
+fn counts(got: &UnsavedWork) -> [u32; 7] {
+    [
+        got.uncommitted,
+        got.untracked,
+        got.stashes,
+        got.unpushed,
+        got.ignored,
+        got.modified_seeds,
+        got.worktrees,
+    ]
+}
+
 const HASH_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const HASH_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
@@ -91,6 +167,14 @@ fn known() -> KnownFiles {
         (".env.local".to_string(), HASH_A.to_string()),
     ]
     .into()
+}
+
+fn expected() -> Expected {
+    Expected {
+        known: known(),
+        volume: "berth-u1-workspace".into(),
+        protect_ignored: Vec::new(),
+    }
 }
 
 #[test]
@@ -115,21 +199,27 @@ fn git_states_are_counted() {
     let porcelain =
         b" M src/main.rs\0M  lib.rs\0 D old.rs\0R  new.rs\0was.rs\0?? notes.txt\0?? a\nunpushed 0\0"
             .to_vec();
-    let report = Report {
+    let report = Report::main(Repo {
         porcelain,
         stashes: "2",
-        unpushed: "3",
-        ..Report::default()
-    };
+        unpushed: "2 refs/heads/main\n1 refs/tags/v1\n",
+        ..Repo::default()
+    });
     let got = parse_report(&report.render(), &known()).unwrap();
+    assert_eq!(counts(&got.unsaved), [4, 2, 2, 3, 0, 0, 0]);
     assert_eq!(
-        got.unsaved,
-        UnsavedWork {
-            uncommitted: 4,
-            untracked: 2,
-            stashes: 2,
-            unpushed: 3
-        }
+        got.unsaved.files,
+        [
+            "src/main.rs",
+            "lib.rs",
+            "old.rs",
+            "new.rs",
+            "notes.txt",
+            "a?unpushed 0",
+            "refs/stash",
+            "refs/heads/main",
+            "refs/tags/v1"
+        ]
     );
 }
 
@@ -138,20 +228,127 @@ fn files_berth_wrote_count_only_once_changed() {
     let porcelain = b"?? AGENTS.md\0 M .env.local\0?? mine.txt\0".to_vec();
     // AGENTS.md still holds what berth wrote; .env.local was edited since.
     let report = Report {
-        porcelain,
         known: vec![("AGENTS.md", HASH_A), (".env.local", HASH_B)],
-        ..Report::default()
+        ..Report::main(Repo {
+            porcelain,
+            ..Repo::default()
+        })
     };
     let got = parse_report(&report.render(), &known()).unwrap();
-    assert_eq!((got.unsaved.uncommitted, got.unsaved.untracked), (1, 1));
+    assert_eq!(counts(&got.unsaved), [1, 1, 0, 0, 0, 1, 0]);
+    assert_eq!(got.unsaved.files, [".env.local", "mine.txt"]);
 
     // A known file the script could not hash (gone, or unreadable) is not excused.
-    let report = Report {
+    let report = Report::main(Repo {
         porcelain: b"?? AGENTS.md\0".to_vec(),
+        ..Repo::default()
+    });
+    let got = parse_report(&report.render(), &known()).unwrap();
+    assert_eq!(got.unsaved.untracked, 1);
+}
+
+/// Every file berth writes is in `.git/info/exclude`, so git never shows an edit of one: the
+/// recorded hash tells.
+#[test]
+fn an_edited_seed_git_does_not_show_is_unsaved_work() {
+    let report = Report {
+        known: vec![("AGENTS.md", HASH_B), (".env.local", HASH_A)],
         ..Report::default()
     };
     let got = parse_report(&report.render(), &known()).unwrap();
-    assert_eq!(got.unsaved.untracked, 1);
+    assert_eq!(counts(&got.unsaved), [0, 0, 0, 0, 0, 1, 0]);
+    assert_eq!(got.unsaved.files, ["AGENTS.md"]);
+    assert!(got.unsaved.any());
+}
+
+/// `.env` is judged by the lines outside berth's block: its recorded hash covers the whole
+/// file, so it would take a person's lines for berth's after the next secret change.
+#[test]
+fn a_persons_lines_in_env_are_unsaved_work() {
+    let with_env: KnownFiles = [(".env".to_string(), HASH_A.to_string())].into();
+    let report = |hash: &'static str, mine: &'static str| Report {
+        known: vec![(".env", hash)],
+        env_mine: mine,
+        ..Report::default()
+    };
+    // The hash matches, but a person's line is there.
+    let got = parse_report(&report(HASH_A, "1").render(), &with_env).unwrap();
+    assert_eq!(counts(&got.unsaved), [0, 0, 0, 0, 0, 1, 0]);
+    assert_eq!(got.unsaved.files, [".env"]);
+    // Only berth's block, whatever the hash says.
+    let got = parse_report(&report(HASH_B, "0").render(), &with_env).unwrap();
+    assert!(!got.unsaved.any(), "{:?}", got.unsaved);
+    // A `.env` berth did not write is judged as any other file (by git, or protectIgnored).
+    let got = parse_report(&report(HASH_A, "3").render(), &known()).unwrap();
+    assert!(!got.unsaved.any(), "{:?}", got.unsaved);
+}
+
+/// Submodules, nested repositories, worktrees, flags that hide changes and ignored files that
+/// protect: each counts, under its path from /workspace.
+#[test]
+fn work_git_hides_is_counted_where_it_is() {
+    let report = Report {
+        repos: vec![
+            Repo {
+                porcelain: b" M sub\0".to_vec(),
+                unpushed: "1 HEAD\n",
+                flagged: "config/local.yml\n",
+                // .env.local is berth's: judged by its hash alone.
+                ignored: b"data/app.db\0.env.local\0".to_vec(),
+                ..Repo::default()
+            },
+            Repo {
+                kind: "nested",
+                dir: "./sub",
+                porcelain: b"?? scratch.txt\0".to_vec(),
+                stashes: "1",
+                unpushed: "2 refs/heads/main\n",
+                ..Repo::default()
+            },
+            Repo {
+                kind: "outside",
+                dir: "/tmp/wt",
+                porcelain: b" M a\0".to_vec(),
+                ..Repo::default()
+            },
+        ],
+        known: vec![(".env.local", HASH_A)],
+        ..Report::default()
+    };
+    let got = parse_report(&report.render(), &known()).unwrap();
+    assert_eq!(counts(&got.unsaved), [3, 1, 1, 3, 1, 0, 1]);
+    assert_eq!(
+        got.unsaved.files,
+        [
+            "sub",
+            "HEAD",
+            "config/local.yml",
+            "data/app.db",
+            "sub/scratch.txt",
+            "refs/stash in sub",
+            "refs/heads/main in sub",
+            "/tmp/wt",
+            "/tmp/wt/a"
+        ]
+    );
+}
+
+#[test]
+fn the_files_list_is_bounded_and_sanitised() {
+    let porcelain: Vec<u8> = (0..30)
+        .flat_map(|i| format!("?? f{i}\x1b[31m{}\0", "x".repeat(300)).into_bytes())
+        .collect();
+    let report = Report::main(Repo {
+        porcelain,
+        ..Repo::default()
+    });
+    let got = parse_report(&report.render(), &known()).unwrap();
+    assert_eq!(got.unsaved.untracked, 30);
+    assert_eq!(got.unsaved.files.len(), UnsavedWork::MAX_FILES);
+    for name in &got.unsaved.files {
+        assert!(!name.chars().any(char::is_control), "{name:?}");
+        assert!(name.chars().count() <= 201, "{name:?}");
+    }
 }
 
 #[test]
@@ -159,12 +356,60 @@ fn plain_workspace_counts_files_berth_did_not_write() {
     let report = Report {
         git: "none",
         nongit_unsaved: "5",
+        nongit_files: "./notes.txt\n./src/a.rs\n",
+        known: vec![("AGENTS.md", HASH_B)],
         ..Report::default()
     };
     let got = parse_report(&report.render(), &known()).unwrap();
     assert_eq!(got.kind, WorkspaceKind::Plain);
-    assert_eq!(got.unsaved.untracked, 5);
+    assert_eq!(counts(&got.unsaved), [0, 5, 0, 0, 0, 1, 0]);
+    assert_eq!(got.unsaved.files, ["AGENTS.md", "notes.txt", "src/a.rs"]);
     assert!(got.unsaved.any());
+}
+
+#[test]
+fn every_kind_of_work_makes_any_true_and_old_statuses_decode() {
+    let one = |set: fn(&mut UnsavedWork)| {
+        let mut u = UnsavedWork::default();
+        set(&mut u);
+        u
+    };
+    for unsaved in [
+        one(|u| u.uncommitted = 1),
+        one(|u| u.untracked = 1),
+        one(|u| u.stashes = 1),
+        one(|u| u.unpushed = 1),
+        one(|u| u.ignored = 1),
+        one(|u| u.modified_seeds = 1),
+        one(|u| u.worktrees = 1),
+        one(|u| u.files = vec!["a".into()]),
+    ] {
+        assert!(unsaved.any(), "{unsaved:?}");
+        // Every count has its words in the summary messages and describe show.
+        assert!(
+            !unsaved.summary().is_empty() || !unsaved.files.is_empty(),
+            "{unsaved:?}"
+        );
+    }
+    assert!(!UnsavedWork::default().any());
+    assert_eq!(UnsavedWork::default().summary(), "");
+    // A status stored before these fields existed.
+    let old: UnsavedWork = serde_json::from_value(serde_json::json!({
+        "uncommitted": 1, "untracked": 0, "stashes": 0, "unpushed": 2
+    }))
+    .unwrap();
+    assert_eq!(counts(&old), [1, 0, 0, 2, 0, 0, 0]);
+}
+
+#[test]
+fn protect_ignored_globs_become_git_pathspecs() {
+    let globs: Vec<String> = [".env*", "*.db", "data/*.sqlite", "/top.db", "cache/"]
+        .map(String::from)
+        .into();
+    assert_eq!(
+        pathspecs(&globs),
+        ":(glob)**/.env*\n:(glob)**/*.db\n:(glob)data/*.sqlite\n:(glob)**/top.db\n:(glob)**/cache/**"
+    );
 }
 
 #[test]
@@ -213,26 +458,43 @@ fn incomplete_or_malformed_reports_fail() {
             "truncated mid-way",
             base.lines().take(4).collect::<Vec<_>>().join("\n"),
         ),
-        ("missing unpushed", base.replace("unpushed 0\n", "")),
+        ("missing env_mine", base.replace("env_mine 0\n", "")),
         (
-            "forged duplicate",
-            base.replace("end\n", "unpushed 0\nend\n"),
-        ),
-        ("output after end", base.clone() + "unpushed 0\n"),
-        (
-            "bad count",
+            "missing the workspace's repository",
             Report {
-                unpushed: "lots",
+                repos: Vec::new(),
                 ..Report::default()
             }
             .render(),
         ),
+        ("short repo line", base.replacen(" 0 - - -", " 0 - -", 1)),
+        (
+            "unknown repo kind",
+            Report::main(Repo {
+                kind: "elsewhere",
+                ..Repo::default()
+            })
+            .render(),
+        ),
+        (
+            "forged duplicate",
+            base.replace("end\n", "env_mine 0\nend\n"),
+        ),
+        ("output after end", base.clone() + "unpushed 0\n"),
+        (
+            "bad count",
+            Report::main(Repo {
+                unpushed: "lots refs/heads/main\n",
+                ..Repo::default()
+            })
+            .render(),
+        ),
         (
             "empty count",
-            Report {
+            Report::main(Repo {
                 stashes: "",
-                ..Report::default()
-            }
+                ..Repo::default()
+            })
             .render(),
         ),
         (
@@ -253,14 +515,14 @@ fn incomplete_or_malformed_reports_fail() {
         ),
         (
             "bad base64",
-            base.replacen("porcelain ", "porcelain %%%", 1),
+            base.replacen("repo main Lg==", "repo main %%%", 1),
         ),
         (
             "malformed porcelain",
-            Report {
+            Report::main(Repo {
                 porcelain: b"X\0".to_vec(),
-                ..Report::default()
-            }
+                ..Repo::default()
+            })
             .render(),
         ),
     ];
@@ -312,7 +574,7 @@ mod on_fake_runtime {
     async fn failures_of_the_exec_are_inspection_failures() {
         let fake = FakeRuntime::new();
         // No such instance.
-        let err = inspect(&fake, "nope", &known(), Duration::from_secs(10))
+        let err = inspect(&fake, "nope", &expected(), Duration::from_secs(10))
             .await
             .unwrap_err();
         assert!(matches!(err, InspectError::Exec(_)), "{err:?}");
@@ -329,7 +591,7 @@ mod on_fake_runtime {
                 stderr: b"fatal: not a git repository".to_vec(),
             }))
         });
-        let err = inspect(&fake, "web", &known(), Duration::from_secs(10))
+        let err = inspect(&fake, "web", &expected(), Duration::from_secs(10))
             .await
             .unwrap_err();
         match err {
@@ -344,7 +606,7 @@ mod on_fake_runtime {
         running(&fake, "web");
         fake.on_exec(|_, _| None);
         fake.set_latency(Duration::from_secs(3600));
-        let err = inspect(&fake, "web", &known(), Duration::from_secs(10))
+        let err = inspect(&fake, "web", &expected(), Duration::from_secs(10))
             .await
             .unwrap_err();
         assert!(matches!(err, InspectError::Timeout(_)), "{err:?}");
@@ -364,7 +626,7 @@ mod on_fake_runtime {
                 stderr: Vec::new(),
             }))
         });
-        let got = inspect(&fake, "web", &known(), Duration::from_secs(10))
+        let got = inspect(&fake, "web", &expected(), Duration::from_secs(10))
             .await
             .unwrap();
         assert_eq!(got.ports, vec![3000, 8000]);

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
-use super::inspect::{self, InspectError, Inspection, KnownFiles};
+use super::inspect::{self, InspectError, Inspection};
 use super::reap;
 use crate::reconcile::layout::CONTROLLER_LABEL;
 use crate::runtime::{
@@ -92,7 +92,7 @@ impl From<InstanceError> for InspectError {
 pub async fn inspect_volume(
     runtime: &dyn Runtime,
     request: &VolumeInspection<'_>,
-    known: &KnownFiles,
+    known: &inspect::Expected,
 ) -> Result<Inspection, InspectError> {
     let name = instance_name(request.uid);
     remove_leftover(runtime, request.uid, request.timeout).await?;
@@ -112,7 +112,7 @@ async fn look(
     runtime: &dyn Runtime,
     name: &str,
     request: &VolumeInspection<'_>,
-    known: &KnownFiles,
+    known: &inspect::Expected,
 ) -> Result<Inspection, InspectError> {
     reap::boot(runtime, name, request.timeout)
         .await

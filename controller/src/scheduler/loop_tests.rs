@@ -326,11 +326,11 @@ async fn inspect_all_turns_a_hung_exec_into_inspection_failed() {
     let targets = vec![
         InspectTarget {
             instance: "fast".into(),
-            known: KnownFiles::new(),
+            expected: Expected::default(),
         },
         InspectTarget {
             instance: "missing".into(),
-            known: KnownFiles::new(),
+            expected: Expected::default(),
         },
     ];
     let results = inspect_all(runtime.clone(), targets.clone(), 2, Duration::from_secs(10)).await;

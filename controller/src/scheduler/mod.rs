@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::runtime::Runtime;
-use inspect::{InspectError, Inspection, KnownFiles};
+use inspect::{Expected, InspectError, Inspection};
 
 /// The passes of one scheduler round, in the order they run (the `pass` metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -220,11 +220,11 @@ where
         .await
 }
 
-/// One project for the activity pass to inspect: its instance and the files berth wrote there.
+/// One project for the activity pass to inspect: its instance and what to expect there.
 #[derive(Debug, Clone)]
 pub struct InspectTarget {
     pub instance: String,
-    pub known: KnownFiles,
+    pub expected: Expected,
 }
 
 /// Inspects every target, at most `workers` at once, each within `timeout` (a timeout is an
@@ -235,13 +235,15 @@ pub async fn inspect_all(
     workers: usize,
     timeout: Duration,
 ) -> BTreeMap<String, Result<Inspection, InspectError>> {
-    let known: BTreeMap<String, KnownFiles> =
-        targets.into_iter().map(|t| (t.instance, t.known)).collect();
-    let names: Vec<String> = known.keys().cloned().collect();
-    let known = &known;
+    let expected: BTreeMap<String, Expected> = targets
+        .into_iter()
+        .map(|t| (t.instance, t.expected))
+        .collect();
+    let names: Vec<String> = expected.keys().cloned().collect();
+    let expected = &expected;
     let results = bounded(names, workers, timeout, |name| {
         let runtime = runtime.clone();
-        async move { inspect::inspect(runtime.as_ref(), &name, &known[&name], timeout).await }
+        async move { inspect::inspect(runtime.as_ref(), &name, &expected[&name], timeout).await }
     })
     .await;
     results

@@ -173,7 +173,7 @@ impl DaemonPasses {
             .iter()
             .map(|o| InspectTarget {
                 instance: o.name().to_string(),
-                known: super::inspect::known_files_of(&o.status.value()),
+                expected: super::inspect::expected_of(o),
             })
             .collect();
         let results = super::inspect_all(
@@ -256,7 +256,7 @@ impl DaemonPasses {
         let (result, booted) = reap::inspect_in_place(
             self.runtime.as_ref(),
             name,
-            &super::inspect::known_files_of(&object.status.value()),
+            &super::inspect::expected_of(&object),
             self.inspect_timeout,
         )
         .await;
@@ -342,7 +342,7 @@ impl DaemonPasses {
                     touches,
                     cpu_threshold: activity::DEFAULT_CPU_THRESHOLD,
                 }));
-                status.unsaved_work = unsaved_work;
+                status.unsaved_work = unsaved_work.clone();
                 let Some(current) = &current else {
                     return;
                 };
@@ -494,7 +494,7 @@ impl DaemonPasses {
         let checked = reap::recheck(
             self.runtime.as_ref(),
             name,
-            &super::inspect::known_files_of(&object.status.value()),
+            &super::inspect::expected_of(&object),
             self.inspect_timeout,
             facts.subject(self.now(), Some(action)),
             reap::Seen {
@@ -832,6 +832,7 @@ impl Facts {
             None if stopped => (
                 status
                     .unsaved_work
+                    .clone()
                     .map_or(Evidence::Failed, Evidence::Inspected),
                 recorded_agent,
             ),
@@ -1001,13 +1002,44 @@ pub fn inspection_report(workspace: &FakeWorkspace) -> String {
     let newest = workspace.newest_mtime.map_or("-".to_string(), |t| {
         format!("{}.{:09}", t.timestamp(), t.timestamp_subsec_nanos())
     });
+    let list = |names: Vec<String>, separator: &str| {
+        if names.is_empty() {
+            "-".to_string()
+        } else {
+            b64(&names
+                .iter()
+                .map(|n| format!("{n}{separator}"))
+                .collect::<String>())
+        }
+    };
+    let unsaved = &workspace.unsaved;
+    let unpushed = (unsaved.unpushed > 0)
+        .then(|| format!("{} refs/heads/main", unsaved.unpushed))
+        .into_iter()
+        .collect();
+    let ignored = (0..unsaved.ignored)
+        .map(|i| format!("kept-{i}.db"))
+        .collect();
+    let mut repos = vec![format!(
+        "repo main {} {} {} {} - {}",
+        b64("."),
+        list(vec![porcelain], ""),
+        unsaved.stashes,
+        list(unpushed, "\n"),
+        list(ignored, "\0"),
+    )];
+    for i in 0..unsaved.worktrees {
+        repos.push(format!(
+            "repo outside {} - 0 - - -",
+            b64(&format!("/tmp/wt-{i}"))
+        ));
+    }
     format!(
-        "berth-inspect 1\nagent {}\ngit repo\nporcelain {}\nstashes {}\nunpushed {}\n\
+        "{}\nagent {}\nenv_mine 0\ngit repo\n{}\n\
          tcp {}\ntcp6 \ncpu_ticks 0\nclk_tck 100\nnewest_mtime {newest}\nend\n",
+        super::inspect::HEADER,
         workspace.agent_json.as_deref().map_or("-".to_string(), b64),
-        b64(&porcelain),
-        workspace.unsaved.stashes,
-        workspace.unsaved.unpushed,
+        repos.join("\n"),
         b64(&tcp),
     )
 }
@@ -1018,7 +1050,7 @@ pub fn is_inspection(request: &crate::runtime::ExecRequest) -> bool {
     request
         .command
         .iter()
-        .any(|arg| arg.contains("berth-inspect 1"))
+        .any(|arg| arg.contains(super::inspect::HEADER))
 }
 
 /// Makes every inspection of `instance` in the fake runtime answer with `workspace`, as the

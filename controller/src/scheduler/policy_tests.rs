@@ -33,6 +33,7 @@ fn unsaved(uncommitted: u32, untracked: u32, stashes: u32, unpushed: u32) -> Evi
         untracked,
         stashes,
         unpushed,
+        ..UnsavedWork::default()
     })
 }
 
@@ -524,7 +525,7 @@ fn randomized_simulation_never_reaps_protected_work() {
                 if rng.random_bool(p_fail) {
                     Evidence::Failed
                 } else {
-                    Evidence::Inspected(world.unsaved)
+                    Evidence::Inspected(world.unsaved.clone())
                 }
             };
             let evidence = inspect(&world, &mut rng);

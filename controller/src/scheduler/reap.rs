@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::activity::{self, ActivityInputs, Touches};
-use super::inspect::{self, InspectError, Inspection, KnownFiles};
+use super::inspect::{self, Expected, InspectError, Inspection};
 use super::policy::{self, Evidence, ReapSubject, Verdict};
 use crate::runtime::{ExecRequest, InstanceStatus, Runtime, StopOptions};
 
@@ -23,7 +23,7 @@ pub fn evidence_of(
 ) -> (Evidence, AgentState) {
     match result {
         Ok(inspection) => (
-            Evidence::Inspected(inspection.unsaved),
+            Evidence::Inspected(inspection.unsaved.clone()),
             inspection
                 .agent
                 .as_ref()
@@ -35,7 +35,7 @@ pub fn evidence_of(
 
 /// `status.unsavedWork`: the counts, or `None` when the inspection failed (unknown, not zero).
 pub fn unsaved_work_status(result: &Result<Inspection, InspectError>) -> Option<UnsavedWork> {
-    result.as_ref().ok().map(|i| i.unsaved)
+    result.as_ref().ok().map(|i| i.unsaved.clone())
 }
 
 /// `status.reap` for a verdict; `idled_at` is carried over from the current status.
@@ -76,12 +76,12 @@ pub struct Recheck {
 pub async fn recheck(
     runtime: &dyn Runtime,
     instance: &str,
-    known: &KnownFiles,
+    expected: &Expected,
     timeout: Duration,
     subject: ReapSubject<'_>,
     seen: Seen<'_>,
 ) -> Recheck {
-    let (result, booted) = inspect_in_place(runtime, instance, known, timeout).await;
+    let (result, booted) = inspect_in_place(runtime, instance, expected, timeout).await;
     let (evidence, agent) = evidence_of(&result, subject.agent);
     let activity = activity::update_activity(&ActivityInputs {
         now: subject.now,
@@ -113,7 +113,7 @@ pub async fn recheck(
 pub async fn inspect_in_place(
     runtime: &dyn Runtime,
     instance: &str,
-    known: &KnownFiles,
+    expected: &Expected,
     timeout: Duration,
 ) -> (Result<Inspection, InspectError>, bool) {
     let state = match runtime.get_instance(instance).await {
@@ -131,11 +131,11 @@ pub async fn inspect_in_place(
     };
     match state {
         InstanceStatus::Running => (
-            inspect::inspect(runtime, instance, known, timeout).await,
+            inspect::inspect(runtime, instance, expected, timeout).await,
             false,
         ),
         InstanceStatus::Stopped => (
-            inspect_stopped(runtime, instance, known, timeout).await,
+            inspect_stopped(runtime, instance, expected, timeout).await,
             true,
         ),
         other => (
@@ -167,12 +167,12 @@ pub enum BootError {
 pub async fn inspect_stopped(
     runtime: &dyn Runtime,
     instance: &str,
-    known: &KnownFiles,
+    expected: &Expected,
     timeout: Duration,
 ) -> Result<Inspection, InspectError> {
     let booted = boot(runtime, instance, timeout).await;
     let result = match booted {
-        Ok(()) => inspect::inspect(runtime, instance, known, timeout).await,
+        Ok(()) => inspect::inspect(runtime, instance, expected, timeout).await,
         Err(e) => Err(InspectError::Exited {
             code: -1,
             detail: e.to_string(),
@@ -266,10 +266,10 @@ mod tests {
             unpushed: 1,
             ..UnsavedWork::default()
         };
-        let ok = Ok(inspection(dirty, Some(AgentState::Working)));
+        let ok = Ok(inspection(dirty.clone(), Some(AgentState::Working)));
         assert_eq!(
             evidence_of(&ok, AgentState::Blocked),
-            (Evidence::Inspected(dirty), AgentState::Working)
+            (Evidence::Inspected(dirty.clone()), AgentState::Working)
         );
         // After a reboot the status file is gone: a blocked agent stays blocked.
         let rebooted = Ok(inspection(UnsavedWork::default(), None));

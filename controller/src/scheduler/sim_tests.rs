@@ -39,7 +39,7 @@ impl World {
 
     fn workspace(&self) -> FakeWorkspace {
         FakeWorkspace {
-            unsaved: self.unsaved,
+            unsaved: self.unsaved.clone(),
             agent_json: Some(
                 if self.blocked {
                     r#"{"state":"blocked","message":"which database?"}"#
@@ -67,7 +67,7 @@ fn script_worlds(s: &Setup, worlds: &Worlds) {
         Some(Ok(if world.failing {
             ExecOutput {
                 exit_code: 0,
-                stdout: b"berth-inspect 1\nagent -\n".to_vec(),
+                stdout: format!("{}\nagent -\n", crate::scheduler::inspect::HEADER).into_bytes(),
                 stderr: Vec::new(),
             }
         } else {

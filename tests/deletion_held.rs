@@ -17,7 +17,10 @@ mod harness;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::{PROJECTS, READY_DEADLINE, exec, instance_count, instance_state, lxc, volumes_of};
+use harness::{
+    PROJECTS, READY_DEADLINE, exec, instance_count, instance_state, live_volumes_of, lxc,
+    volumes_of,
+};
 use serde_json::{Value, json};
 use support::daemon::{Client, Daemon, spawn_serve_args, wait_with_deadline};
 
@@ -380,7 +383,15 @@ fn a_deleted_container_has_its_volume_inspected() {
         &name,
         "the held deletion did not finish once the work was gone",
     );
-    assert!(volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
+    // Gone from the project's names, kept in the trash.
+    assert!(live_volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
+    assert!(
+        volumes_of(&uid)
+            .iter()
+            .all(|v| v.starts_with("berth-trash-")),
+        "{:?}",
+        volumes_of(&uid)
+    );
     assert_eq!(instance_count(&inspection_instance(&uid)), 0);
 }
 
@@ -423,6 +434,14 @@ fn a_write_during_the_stop_is_not_lost() {
         &name,
         "the held deletion did not finish once the file was gone",
     );
-    assert!(volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
+    // Gone from the project's names, kept in the trash.
+    assert!(live_volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
+    assert!(
+        volumes_of(&uid)
+            .iter()
+            .all(|v| v.starts_with("berth-trash-")),
+        "{:?}",
+        volumes_of(&uid)
+    );
     assert_eq!(instance_count(&name), 0);
 }

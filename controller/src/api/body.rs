@@ -72,9 +72,19 @@ fn decode_json(bytes: &[u8]) -> Result<Value, ApiError> {
         .map_err(|err| ApiError::bad_request(format!("the request body is not valid JSON: {err}")))
 }
 
+/// Aliases are bounded before anything is built (`berth_api::yaml`): a few kilobytes of them
+/// would otherwise expand to gigabytes here.
 fn decode_yaml(bytes: &[u8]) -> Result<Value, ApiError> {
-    serde_yaml::from_slice(bytes)
-        .map_err(|err| ApiError::bad_request(format!("the request body is not valid YAML: {err}")))
+    use berth_api::yaml::{self, YamlError};
+    yaml::from_slice(bytes).map_err(|err| match err {
+        YamlError::Syntax(err) => {
+            ApiError::bad_request(format!("the request body is not valid YAML: {err}"))
+        }
+        err @ YamlError::TooLarge { limit, .. } => {
+            ApiError::too_large_because(limit, err.to_string())
+        }
+        err @ YamlError::TooDeep { .. } => ApiError::bad_request(err.to_string()),
+    })
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::daemon::{Client, Daemon};
+use support::daemon::{Client, Daemon, TcpClient};
 
 const API: &str = "/apis/berth.dev/v1alpha1";
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -201,4 +201,135 @@ fn a_gitsource_revision_with_an_alias_bomb_applies_nothing_and_names_the_file() 
     assert!(get(&client, "projects", "harmless").is_none());
     let peak = peak_rss_bytes(&daemon);
     assert!(peak < 256 << 20, "the daemon peaked at {} MiB", peak >> 20);
+}
+
+/// `berth_NAME{listener="LISTENER"}` from the daemon's `/metrics`, over the unix socket.
+fn listener_metric(client: &Client, name: &str, listener: &str) -> Option<f64> {
+    let text = client.get("/metrics").text();
+    let prefix = format!("berth_{name}{{listener=\"{listener}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// What a socket says without waiting: `Some(bytes)` once the server wrote or closed (an empty
+/// vector for a bare close), `None` while it is still open and silent.
+fn said(stream: &mut std::net::TcpStream) -> Option<Vec<u8>> {
+    use std::io::{ErrorKind, Read};
+    let mut out = Vec::new();
+    let mut buf = [0u8; 512];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return Some(out),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(err) if err.kind() == ErrorKind::WouldBlock => {
+                return (!out.is_empty()).then_some(out);
+            }
+            Err(err) if err.kind() == ErrorKind::ConnectionReset => return Some(out),
+            Err(err) => panic!("reading an idle socket: {err}"),
+        }
+    }
+}
+
+#[test]
+fn a_thousand_idle_sockets_neither_exhaust_the_daemon_nor_outlive_the_header_deadline() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    const IDLE: usize = 1000;
+    const CAP: usize = 512;
+    // This process holds all thousand sockets itself.
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    if soft < 4096 && hard > soft {
+        setrlimit(Resource::RLIMIT_NOFILE, hard.min(65536), hard).unwrap();
+    }
+    let daemon = Daemon::start_with(&["--listen", "127.0.0.1:0"]);
+    let admin = daemon.add_user("root", true);
+    let addr = daemon.tcp_addr();
+    let local = daemon.client();
+    let tcp = TcpClient::new(&addr, Some(&admin), None);
+    assert_eq!(tcp.get(&format!("{API}/projects")).status, 200);
+
+    let opened = Instant::now();
+    let mut idle: Vec<std::net::TcpStream> = (0..IDLE)
+        .map(|_| {
+            let stream = std::net::TcpStream::connect(&addr).expect("connect to the daemon");
+            stream.set_nonblocking(true).unwrap();
+            stream
+        })
+        .collect();
+
+    // The daemon holds the cap and closes the rest at once, counting them.
+    wait_for(&daemon, "the connection cap to fill", || {
+        let open = listener_metric(&local, "api_connections", "tcp")?;
+        let refused = listener_metric(&local, "api_connections_refused_total", "tcp")?;
+        (open == CAP as f64 && refused >= (IDLE - CAP) as f64).then_some(())
+    });
+    // Meanwhile the unix socket answers, promptly, reads and writes alike.
+    for i in 0..5 {
+        let asked = Instant::now();
+        assert_eq!(local.get("/healthz").status, 200);
+        let reply = local.post_json(
+            &format!("{API}/projects"),
+            &json!({
+                "apiVersion": "berth.dev/v1alpha1",
+                "kind": "Project",
+                "metadata": {"name": format!("during-{i}")},
+                "spec": {"state": "Stopped"},
+            }),
+        );
+        assert_eq!(reply.status, 201, "{}", reply.text());
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            asked.elapsed()
+        );
+    }
+    // A new TCP client is turned away while the cap is full, not queued behind the idle ones.
+    match tcp.try_request("GET", &format!("{API}/projects"), None, &[]) {
+        Ok(reply) => assert_eq!(reply.status, 503, "{}", reply.text()),
+        Err(err) => assert!(!err.is_timeout(), "{err:?}"),
+    }
+
+    let refused: Vec<Vec<u8>> = idle.iter_mut().filter_map(said).collect();
+    // (The slot of the request made before the flood may have still been held as it began.)
+    assert!(
+        (IDLE - CAP..=IDLE - CAP + 1).contains(&refused.len()),
+        "{} sockets closed before the deadline",
+        refused.len()
+    );
+    let told = refused
+        .iter()
+        .filter(|bytes| bytes.starts_with(b"HTTP/1.1 503"))
+        .count();
+    assert!(told > 0, "no refused client was told why");
+    assert!(
+        opened.elapsed() < Duration::from_secs(9),
+        "the flood took too long to judge the deadline: {:?}",
+        opened.elapsed()
+    );
+
+    // The held ones are closed by the header deadline (10 s), not sooner.
+    let mut open: Vec<&mut std::net::TcpStream> = idle.iter_mut().collect();
+    let deadline = Instant::now() + DEADLINE;
+    while !open.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{} idle sockets still open after {:?}",
+            open.len(),
+            opened.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        open.retain_mut(|stream| said(stream).is_none());
+    }
+    let closed_after = opened.elapsed();
+    assert!(
+        closed_after >= Duration::from_secs(9),
+        "closed after {closed_after:?}, before the header deadline"
+    );
+    drop(idle);
+
+    // And TCP serves again, with its slots given back.
+    wait_for(&daemon, "the TCP slots to be given back", || {
+        (listener_metric(&local, "api_connections", "tcp")? <= 1.0).then_some(())
+    });
+    assert_eq!(tcp.get(&format!("{API}/projects")).status, 200);
 }

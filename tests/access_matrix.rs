@@ -622,3 +622,95 @@ impl RawWatch {
         }
     }
 }
+
+/// A git repository with one commit at `dir`.
+fn git_repository(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .expect("run git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(dir.join("README"), "hi\n").unwrap();
+    git(&["add", "."]);
+    git(&["commit", "-qm", "one"]);
+}
+
+#[test]
+fn a_file_repository_leading_outside_allowed_file_roots_is_refused_at_admission() {
+    let host = tempfile::tempdir().unwrap();
+    let allowed = host.path().join("allowed");
+    let outside = host.path().join("outside");
+    git_repository(&allowed.join("app"));
+    git_repository(&outside);
+    let link = allowed.join("link");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    let gitfile = allowed.join("gitfile");
+    std::fs::create_dir_all(&gitfile).unwrap();
+    std::fs::write(
+        gitfile.join(".git"),
+        format!("gitdir: {}\n", outside.join(".git").display()),
+    )
+    .unwrap();
+    let borrower = allowed.join("borrower");
+    git_repository(&borrower);
+    std::fs::write(
+        borrower.join(".git/objects/info/alternates"),
+        format!("{}\n", outside.join(".git/objects").display()),
+    )
+    .unwrap();
+
+    let config = host.path().join("berth.yaml");
+    std::fs::write(
+        &config,
+        format!("allowedFileRoots: [{}]\n", allowed.display()),
+    )
+    .unwrap();
+    let daemon = Daemon::start_with(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let tcp = TcpClient::new(&daemon.tcp_addr(), None, None);
+    let user = tcp.with_token(Some(&daemon.add_user("uma", false)));
+    let admin = tcp.with_token(Some(&daemon.add_user("ada", true)));
+    let create = |client: &TcpClient, name: &str, path: &std::path::Path| {
+        client.json(
+            "POST",
+            &format!("{P}/projects"),
+            &project(
+                name,
+                json!({"repo": {"url": format!("file://{}", path.display())}}),
+            ),
+        )
+    };
+
+    for (name, escape) in [
+        ("link", &link),
+        ("gitfile", &gitfile),
+        ("borrower", &borrower),
+    ] {
+        let reply = create(&user, name, escape);
+        assert_eq!(reply.status, 403, "{name}: {}", reply.text());
+        let message = reply.json()["message"].as_str().unwrap().to_string();
+        assert!(
+            message.starts_with("spec.repo.url: ")
+                && message.contains("leads outside allowedFileRoots")
+                && message.contains(&outside.display().to_string()),
+            "{name}: {message}"
+        );
+        // An admin may name any host path, as before.
+        let reply = create(&admin, &format!("{name}-admin"), escape);
+        assert_eq!(reply.status, 201, "{name}: {}", reply.text());
+    }
+    // A repository that stays under the root, and one not there yet (judged at checkout).
+    assert_eq!(create(&user, "app", &allowed.join("app")).status, 201);
+    assert_eq!(create(&user, "later", &allowed.join("later")).status, 201);
+}

@@ -4,7 +4,7 @@
 //! users are for admins; `file://` repositories outside `allowedFileRoots` too.
 
 use std::collections::BTreeSet;
-use std::path::{Component, Path};
+use std::path::Path;
 use std::sync::Arc;
 
 use hyper::StatusCode;
@@ -178,18 +178,19 @@ pub fn check_file_url(
         return Ok(());
     }
     let path = Path::new(path);
-    let climbs = path.components().any(|c| c == Component::ParentDir);
-    let allowed = !climbs
-        && state
-            .allowed_file_roots
-            .iter()
-            .any(|root| root.is_absolute() && path.starts_with(root));
-    if allowed {
-        Ok(())
-    } else {
-        Err(ApiError::forbidden(format!(
+    let roots = crate::file_roots::FileRoots::new(state.allowed_file_roots.clone());
+    if !roots.names(path) {
+        return Err(ApiError::forbidden(format!(
             "{field}: {url:?} is not under allowedFileRoots; only an admin may name this host path"
-        )))
+        )));
+    }
+    // Where git would read, links, `gitdir:` and alternates followed. A repository that does
+    // not exist yet cannot be judged now; the checkout judges it when it runs.
+    match roots.confine(path) {
+        Err(crate::file_roots::ConfineError::Outside(why)) => Err(ApiError::forbidden(format!(
+            "{field}: {url:?} leads outside allowedFileRoots ({why}); only an admin may name it"
+        ))),
+        Ok(_) | Err(crate::file_roots::ConfineError::Unresolved(_)) => Ok(()),
     }
 }
 

@@ -8,6 +8,7 @@
 //! so these records survive it. Writes made outside a reconcile (secrets propagation, the
 //! agent's report) hold the project's queue slot as well.
 
+use crate::file_roots::FileRoots;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -57,6 +58,8 @@ pub struct AgentSettings {
     pub mirror_secrets_to_lxd: bool,
     /// How often a Ready project's agent report and secrets are looked at.
     pub watch_interval: Duration,
+    /// Where a `file://` repository named under them may lead (`allowedFileRoots`).
+    pub file_roots: FileRoots,
 }
 
 impl Default for AgentSettings {
@@ -65,6 +68,7 @@ impl Default for AgentSettings {
             brief_deadline: Duration::from_secs(300),
             mirror_secrets_to_lxd: true,
             watch_interval: Duration::from_secs(5),
+            file_roots: FileRoots::default(),
         }
     }
 }
@@ -609,8 +613,15 @@ impl AgentSteps {
         let Some(repo) = &project.spec.repo else {
             return Ok(StepOutcome::Done);
         };
-        // file:// URLs were confined to allowedFileRoots (or an admin) at admission.
-        match agent::checkout(&*self.runtime, project.name, repo).await {
+        // A file:// path named under allowedFileRoots is held to them again as it is read.
+        match agent::checkout(
+            &*self.runtime,
+            project.name,
+            repo,
+            &self.settings.file_roots,
+        )
+        .await
+        {
             Ok(agent::CheckoutOutcome::Cloned { head, .. }) => {
                 self.event(
                     project.name,

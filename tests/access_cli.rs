@@ -83,10 +83,16 @@ fn users_members_and_secrets_from_the_command_line() {
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
 
-    // Not a member yet: refused with the server's reason.
+    // Not a member yet: told what a name nobody holds would get.
     let refused = as_cleo(&["secret", "list", "cli-shared"], b"");
     assert!(!refused.ok, "{}", refused.stdout);
-    assert!(refused.stderr.contains("Forbidden"), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("Error from server (NotFound): Project \"cli-shared\" not found"),
+        "{}",
+        refused.stderr
+    );
 
     let add = local(&["members", "add", "cli-shared", "cleo"], b"");
     assert!(add.ok, "{}", add.stderr);

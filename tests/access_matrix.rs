@@ -79,7 +79,7 @@ fn rows() -> Vec<Row> {
             "GET",
             "/P/projects/alpha",
             "",
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         row(
             "get a missing project",
@@ -89,18 +89,32 @@ fn rows() -> Vec<Row> {
             [404, 404, 404],
         ),
         row(
+            "delete a missing project",
+            "DELETE",
+            "/P/projects/nope",
+            "",
+            [404, 404, 404],
+        ),
+        row(
+            "list members of a missing project",
+            "GET",
+            "/P/projects/nope/members",
+            "",
+            [404, 404, 404],
+        ),
+        row(
             "project status",
             "GET",
             "/P/projects/alpha/status",
             "",
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         row(
             "project events",
             "GET",
             "/P/projects/alpha/events",
             "",
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         row(
             "create a project",
@@ -135,14 +149,14 @@ fn rows() -> Vec<Row> {
             "PATCH",
             "/P/projects/alpha",
             r#"{"spec":{"brief":"by {who}"}}"#,
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         row(
             "change a project's resources",
             "PATCH",
             "/P/projects/alpha",
             r#"{"spec":{"resources":{"cpu":"3"}}}"#,
-            [403, 403, 200],
+            [404, 403, 200],
         ),
         row(
             "write project status over TCP",
@@ -157,7 +171,7 @@ fn rows() -> Vec<Row> {
                 "DELETE",
                 "/P/projects/doomed-{who}",
                 "",
-                [403, 403, 200],
+                [404, 403, 200],
             ),
             &[
                 (
@@ -173,7 +187,7 @@ fn rows() -> Vec<Row> {
             "GET",
             "/P/projects/alpha/members",
             "",
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         with(
             row(
@@ -181,7 +195,7 @@ fn rows() -> Vec<Row> {
                 "PUT",
                 "/P/projects/alpha/members/extra",
                 "",
-                [403, 201, 201],
+                [404, 201, 201],
             ),
             &[("DELETE", "/P/projects/alpha/members/extra", "")],
         ),
@@ -191,7 +205,7 @@ fn rows() -> Vec<Row> {
                 "DELETE",
                 "/P/projects/alpha/members/extra",
                 "",
-                [403, 200, 200],
+                [404, 200, 200],
             ),
             &[("PUT", "/P/projects/alpha/members/extra", "")],
         ),
@@ -201,7 +215,7 @@ fn rows() -> Vec<Row> {
                 "DELETE",
                 "/P/projects/solo/members/mia",
                 "",
-                [403, 403, 200],
+                [404, 403, 200],
             ),
             &[("PUT", "/P/projects/solo/members/mia", "")],
         ),
@@ -210,21 +224,21 @@ fn rows() -> Vec<Row> {
             "GET",
             "/P/projects/alpha/secrets",
             "",
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         row(
             "read a secret",
             "GET",
             "/P/projects/alpha/secrets/API_KEY",
             "",
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         row(
             "set a secret",
             "PUT",
             "/P/projects/alpha/secrets/SET_BY_{who}",
             r#"{"value":"v"}"#,
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         with(
             row(
@@ -232,7 +246,7 @@ fn rows() -> Vec<Row> {
                 "DELETE",
                 "/P/projects/alpha/secrets/TMP",
                 "",
-                [403, 200, 200],
+                [404, 200, 200],
             ),
             &[("PUT", "/P/projects/alpha/secrets/TMP", r#"{"value":"t"}"#)],
         ),
@@ -337,7 +351,7 @@ fn rows() -> Vec<Row> {
                 "POST",
                 "/P/apply",
                 r#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"berth.dev/v1alpha1","kind":"Project","metadata":{"name":"solo"},"spec":{"brief":"x"}}]}"#,
-                [403, 200, 200],
+                [404, 200, 200],
             ),
             &[("PUT", "/P/projects/solo/members/mia", "")],
         ),
@@ -464,6 +478,23 @@ fn the_access_matrix_holds_over_tcp() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // What an outsider hears of a project it is not a member of is, word for word, what it
+    // hears of a name nobody holds: nothing tells it which names are taken.
+    for (method, path) in [
+        ("GET", "/P/projects/{name}"),
+        ("GET", "/P/projects/{name}/events"),
+        ("GET", "/P/projects/{name}/members"),
+        ("GET", "/P/projects/{name}/secrets"),
+        ("DELETE", "/P/projects/{name}"),
+    ] {
+        let answer = |name: &str| {
+            let reply =
+                callers[2].request(method, &fill(&path.replace("{name}", name), ""), None, b"");
+            (reply.status, reply.text().replace(name, "NAME"))
+        };
+        assert_eq!(answer("alpha"), answer("never-made"), "{method} {path}");
+    }
 
     // Lists show a non-admin only its own projects; the creator of a project is its member.
     let names = |client: &TcpClient| -> Vec<String> {

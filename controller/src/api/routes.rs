@@ -315,6 +315,11 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
                 ([name], &Method::PUT) => replace(state, caller, kind, name, req, &query).await,
                 ([name], &Method::PATCH) => patch(state, caller, kind, name, req, &query).await,
                 ([name], &Method::DELETE) => {
+                    // A non-member hears 404 of a project, as of a name that does not exist;
+                    // a member who is no admin hears 403.
+                    if kind.as_str() == PROJECT && !caller.admin {
+                        access::member_project(state, caller, name)?;
+                    }
                     access::require_admin(caller, &format!("delete {} objects", kind.as_str()))?;
                     delete(state, caller, kind, name, &query).await
                 }

@@ -159,18 +159,12 @@ impl SchedulerConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct SecretsConfig {
+    /// Also set single-line secrets as LXD `environment.KEY`, where LXD keeps them in plain
+    /// text in its database (and `lxc config show` prints them). Off by default.
     pub mirror_to_lxd: bool,
-}
-
-impl Default for SecretsConfig {
-    fn default() -> Self {
-        SecretsConfig {
-            mirror_to_lxd: true,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -433,7 +427,7 @@ defaults:
 scheduler: {interval: 30s, workers: 8}
 previewDomain: localhost
 allowedFileRoots: []
-secrets: {mirrorToLxd: true}
+secrets: {mirrorToLxd: false}
 "#;
         let parsed = Config::parse(documented).unwrap();
         parsed.validate().unwrap();

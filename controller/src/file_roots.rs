@@ -2,10 +2,11 @@
 //!
 //! A check on the URL's text is not enough: git reads wherever the repository points it. A
 //! symbolic link under a root, a `.git` file saying `gitdir: /elsewhere`, a worktree's
-//! `commondir`, or an `objects/info/alternates` line each make the host's `git bundle` read a
-//! repository outside the roots. So every place git will read is resolved to its real path
-//! (links followed), recursively through alternates, and all of them must lie under a root's
-//! real path. The bundle then runs with `GIT_DIR` set to the resolved directory, so git never
+//! `commondir`, an `objects/info/alternates` line, or a pack or ref that is a link each make the
+//! host's `git bundle` read a repository outside the roots. So every place git will read is
+//! resolved to its real path (links followed, also links inside the object and ref
+//! directories), recursively through alternates, and all of them must lie under a root's real
+//! path. The bundle then runs with `GIT_DIR` set to the resolved directory, so git never
 //! goes looking for a repository in the parents of the path named.
 
 use std::collections::BTreeSet;
@@ -121,6 +122,11 @@ pub fn resolve(path: &Path) -> Result<HostRepository, String> {
             reads.insert(real(&place, entry)?);
         }
     }
+    // A link inside the repository (a pack, a loose object, a ref) is read as the file it names.
+    let mut walked = 0;
+    for dir in [common.join("refs"), git_dir.join("refs")] {
+        linked_files(&dir, &mut reads, &mut walked)?;
+    }
     let mut pending = vec![real(&common.join("objects"), "objects")?];
     let mut seen = BTreeSet::new();
     while let Some(objects) = pending.pop() {
@@ -134,6 +140,7 @@ pub fn resolve(path: &Path) -> Result<HostRepository, String> {
             ));
         }
         reads.insert(objects.clone());
+        linked_files(&objects, &mut reads, &mut walked)?;
         let alternates = objects.join("info/alternates");
         if !alternates.exists() {
             continue;
@@ -157,6 +164,45 @@ pub fn resolve(path: &Path) -> Result<HostRepository, String> {
         git_dir,
         reads: reads.into_iter().collect(),
     })
+}
+
+/// The most entries of a repository's object and ref directories looked through for links.
+const MAX_WALKED: usize = 1_000_000;
+
+/// Adds the real path of every symbolic link under `dir` (not descending into linked
+/// directories, whose own real path is added) to `reads`.
+fn linked_files(
+    dir: &Path,
+    reads: &mut BTreeSet<PathBuf>,
+    walked: &mut usize,
+) -> Result<(), String> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("{}: {e}", dir.display())),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+        *walked += 1;
+        if *walked > MAX_WALKED {
+            return Err(format!(
+                "{}: more than {MAX_WALKED} files to check",
+                dir.display()
+            ));
+        }
+        let path = entry.path();
+        let kind = entry
+            .file_type()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if kind.is_symlink() {
+            let target = std::fs::canonicalize(&path)
+                .map_err(|e| format!("link {}: {e}", path.display()))?;
+            reads.insert(target);
+        } else if kind.is_dir() {
+            linked_files(&path, reads, walked)?;
+        }
+    }
+    Ok(())
 }
 
 /// A bare repository or a git directory: `HEAD`, `objects` and `refs` in it.
@@ -329,6 +375,27 @@ mod tests {
         .unwrap();
         let err = host.roots().confine(&repo).unwrap_err().to_string();
         assert!(err.contains("outside/secret/.git/objects"), "{err}");
+    }
+
+    #[test]
+    fn a_pack_linked_from_outside_is_refused() {
+        let host = Host::new();
+        let repo = host.allowed().join("packs");
+        repository(&repo);
+        git(&host.outside(), &["repack", "-q", "-a", "-d"]);
+        let pack_dir = host.outside().join(".git/objects/pack");
+        let pack = std::fs::read_dir(&pack_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "pack"))
+            .expect("a pack");
+        let linked = repo
+            .join(".git/objects/pack")
+            .join(pack.file_name().unwrap());
+        std::fs::create_dir_all(linked.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&pack, &linked).unwrap();
+        let err = host.roots().confine(&repo).unwrap_err().to_string();
+        assert!(err.contains("not under allowedFileRoots"), "{err}");
     }
 
     #[test]

@@ -21,6 +21,7 @@ fn berth(args: &[&str], stdin: &[u8]) -> Run {
         .args(args)
         .env_remove("BERTH_SERVER")
         .env_remove("BERTH_TOKEN")
+        .env_remove("BERTH_TOKEN_FILE")
         .env_remove("BERTH_CA_CERT")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -71,11 +72,83 @@ fn users_members_and_secrets_from_the_command_line() {
     let bad = local(&["user", "add", "Not_A_Name"], b"");
     assert!(!bad.ok && bad.stderr.contains("NAME"), "{}", bad.stderr);
 
+    // The token from a file, as `ps` would otherwise show it.
+    let token_dir = tempfile::tempdir().unwrap();
+    let token_file = token_dir.path().join("cleo.token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let token_path = token_file.to_str().unwrap().to_string();
     let as_cleo = |args: &[&str], stdin: &[u8]| {
-        let mut all = vec!["--server", url.as_str(), "--token", token.as_str()];
+        let mut all = vec![
+            "--server",
+            url.as_str(),
+            "--token-file",
+            token_path.as_str(),
+        ];
         all.extend_from_slice(args);
         berth(&all, stdin)
     };
+    let whoami = as_cleo(&["get", "projects"], b"");
+    assert!(whoami.ok, "{}", whoami.stderr);
+    assert!(!whoami.stderr.contains("warning"), "{}", whoami.stderr);
+    // On the command line it works too, with a warning that others can read it.
+    let flagged = berth(
+        &["--server", &url, "--token", &token, "get", "projects"],
+        b"",
+    );
+    assert!(flagged.ok, "{}", flagged.stderr);
+    assert!(
+        flagged
+            .stderr
+            .contains("warning: --token on the command line is visible"),
+        "{}",
+        flagged.stderr
+    );
+    // BERTH_TOKEN_FILE, and a clear refusal when two tokens are given.
+    let from_env = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["--server", &url, "get", "projects"])
+        .env_remove("BERTH_TOKEN")
+        .env("BERTH_TOKEN_FILE", &token_file)
+        .output()
+        .expect("run berth");
+    assert!(from_env.status.success(), "{from_env:?}");
+    assert!(
+        !String::from_utf8_lossy(&from_env.stderr).contains("warning"),
+        "{from_env:?}"
+    );
+    let both = berth(
+        &[
+            "--server",
+            &url,
+            "--token-file",
+            &token_path,
+            "--token",
+            "x",
+            "get",
+            "projects",
+        ],
+        b"",
+    );
+    assert!(!both.ok);
+    assert!(both.stderr.contains("use one"), "{}", both.stderr);
+    let empty = token_dir.path().join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    let empty = berth(
+        &[
+            "--server",
+            &url,
+            "--token-file",
+            empty.to_str().unwrap(),
+            "get",
+            "projects",
+        ],
+        b"",
+    );
+    assert!(!empty.ok);
+    assert!(
+        empty.stderr.contains("--token-file") && empty.stderr.contains("empty"),
+        "{}",
+        empty.stderr
+    );
     let reply = daemon.client().post_json(
         "/apis/berth.dev/v1alpha1/projects",
         &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
@@ -83,10 +156,16 @@ fn users_members_and_secrets_from_the_command_line() {
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
 
-    // Not a member yet: refused with the server's reason.
+    // Not a member yet: told what a name nobody holds would get.
     let refused = as_cleo(&["secret", "list", "cli-shared"], b"");
     assert!(!refused.ok, "{}", refused.stdout);
-    assert!(refused.stderr.contains("Forbidden"), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("Error from server (NotFound): Project \"cli-shared\" not found"),
+        "{}",
+        refused.stderr
+    );
 
     let add = local(&["members", "add", "cli-shared", "cleo"], b"");
     assert!(add.ok, "{}", add.stderr);

@@ -79,7 +79,7 @@ fn rows() -> Vec<Row> {
             "GET",
             "/P/projects/alpha",
             "",
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         row(
             "get a missing project",
@@ -89,18 +89,32 @@ fn rows() -> Vec<Row> {
             [404, 404, 404],
         ),
         row(
+            "delete a missing project",
+            "DELETE",
+            "/P/projects/nope",
+            "",
+            [404, 404, 404],
+        ),
+        row(
+            "list members of a missing project",
+            "GET",
+            "/P/projects/nope/members",
+            "",
+            [404, 404, 404],
+        ),
+        row(
             "project status",
             "GET",
             "/P/projects/alpha/status",
             "",
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         row(
             "project events",
             "GET",
             "/P/projects/alpha/events",
             "",
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         row(
             "create a project",
@@ -135,14 +149,14 @@ fn rows() -> Vec<Row> {
             "PATCH",
             "/P/projects/alpha",
             r#"{"spec":{"brief":"by {who}"}}"#,
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         row(
             "change a project's resources",
             "PATCH",
             "/P/projects/alpha",
             r#"{"spec":{"resources":{"cpu":"3"}}}"#,
-            [403, 403, 200],
+            [404, 403, 200],
         ),
         row(
             "write project status over TCP",
@@ -157,7 +171,7 @@ fn rows() -> Vec<Row> {
                 "DELETE",
                 "/P/projects/doomed-{who}",
                 "",
-                [403, 403, 200],
+                [404, 403, 200],
             ),
             &[
                 (
@@ -173,7 +187,7 @@ fn rows() -> Vec<Row> {
             "GET",
             "/P/projects/alpha/members",
             "",
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         with(
             row(
@@ -181,7 +195,7 @@ fn rows() -> Vec<Row> {
                 "PUT",
                 "/P/projects/alpha/members/extra",
                 "",
-                [403, 201, 201],
+                [404, 201, 201],
             ),
             &[("DELETE", "/P/projects/alpha/members/extra", "")],
         ),
@@ -191,7 +205,7 @@ fn rows() -> Vec<Row> {
                 "DELETE",
                 "/P/projects/alpha/members/extra",
                 "",
-                [403, 200, 200],
+                [404, 200, 200],
             ),
             &[("PUT", "/P/projects/alpha/members/extra", "")],
         ),
@@ -201,7 +215,7 @@ fn rows() -> Vec<Row> {
                 "DELETE",
                 "/P/projects/solo/members/mia",
                 "",
-                [403, 403, 200],
+                [404, 403, 200],
             ),
             &[("PUT", "/P/projects/solo/members/mia", "")],
         ),
@@ -210,21 +224,21 @@ fn rows() -> Vec<Row> {
             "GET",
             "/P/projects/alpha/secrets",
             "",
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         row(
             "read a secret",
             "GET",
             "/P/projects/alpha/secrets/API_KEY",
             "",
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         row(
             "set a secret",
             "PUT",
             "/P/projects/alpha/secrets/SET_BY_{who}",
             r#"{"value":"v"}"#,
-            [403, 200, 200],
+            [404, 200, 200],
         ),
         with(
             row(
@@ -232,7 +246,7 @@ fn rows() -> Vec<Row> {
                 "DELETE",
                 "/P/projects/alpha/secrets/TMP",
                 "",
-                [403, 200, 200],
+                [404, 200, 200],
             ),
             &[("PUT", "/P/projects/alpha/secrets/TMP", r#"{"value":"t"}"#)],
         ),
@@ -337,7 +351,7 @@ fn rows() -> Vec<Row> {
                 "POST",
                 "/P/apply",
                 r#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"berth.dev/v1alpha1","kind":"Project","metadata":{"name":"solo"},"spec":{"brief":"x"}}]}"#,
-                [403, 200, 200],
+                [404, 200, 200],
             ),
             &[("PUT", "/P/projects/solo/members/mia", "")],
         ),
@@ -464,6 +478,23 @@ fn the_access_matrix_holds_over_tcp() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // What an outsider hears of a project it is not a member of is, word for word, what it
+    // hears of a name nobody holds: nothing tells it which names are taken.
+    for (method, path) in [
+        ("GET", "/P/projects/{name}"),
+        ("GET", "/P/projects/{name}/events"),
+        ("GET", "/P/projects/{name}/members"),
+        ("GET", "/P/projects/{name}/secrets"),
+        ("DELETE", "/P/projects/{name}"),
+    ] {
+        let answer = |name: &str| {
+            let reply =
+                callers[2].request(method, &fill(&path.replace("{name}", name), ""), None, b"");
+            (reply.status, reply.text().replace(name, "NAME"))
+        };
+        assert_eq!(answer("alpha"), answer("never-made"), "{method} {path}");
+    }
 
     // Lists show a non-admin only its own projects; the creator of a project is its member.
     let names = |client: &TcpClient| -> Vec<String> {
@@ -621,4 +652,96 @@ impl RawWatch {
             }
         }
     }
+}
+
+/// A git repository with one commit at `dir`.
+fn git_repository(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .expect("run git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(dir.join("README"), "hi\n").unwrap();
+    git(&["add", "."]);
+    git(&["commit", "-qm", "one"]);
+}
+
+#[test]
+fn a_file_repository_leading_outside_allowed_file_roots_is_refused_at_admission() {
+    let host = tempfile::tempdir().unwrap();
+    let allowed = host.path().join("allowed");
+    let outside = host.path().join("outside");
+    git_repository(&allowed.join("app"));
+    git_repository(&outside);
+    let link = allowed.join("link");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    let gitfile = allowed.join("gitfile");
+    std::fs::create_dir_all(&gitfile).unwrap();
+    std::fs::write(
+        gitfile.join(".git"),
+        format!("gitdir: {}\n", outside.join(".git").display()),
+    )
+    .unwrap();
+    let borrower = allowed.join("borrower");
+    git_repository(&borrower);
+    std::fs::write(
+        borrower.join(".git/objects/info/alternates"),
+        format!("{}\n", outside.join(".git/objects").display()),
+    )
+    .unwrap();
+
+    let config = host.path().join("berth.yaml");
+    std::fs::write(
+        &config,
+        format!("allowedFileRoots: [{}]\n", allowed.display()),
+    )
+    .unwrap();
+    let daemon = Daemon::start_with(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let tcp = TcpClient::new(&daemon.tcp_addr(), None, None);
+    let user = tcp.with_token(Some(&daemon.add_user("uma", false)));
+    let admin = tcp.with_token(Some(&daemon.add_user("ada", true)));
+    let create = |client: &TcpClient, name: &str, path: &std::path::Path| {
+        client.json(
+            "POST",
+            &format!("{P}/projects"),
+            &project(
+                name,
+                json!({"repo": {"url": format!("file://{}", path.display())}}),
+            ),
+        )
+    };
+
+    for (name, escape) in [
+        ("link", &link),
+        ("gitfile", &gitfile),
+        ("borrower", &borrower),
+    ] {
+        let reply = create(&user, name, escape);
+        assert_eq!(reply.status, 403, "{name}: {}", reply.text());
+        let message = reply.json()["message"].as_str().unwrap().to_string();
+        assert!(
+            message.starts_with("spec.repo.url: ")
+                && message.contains("leads outside allowedFileRoots")
+                && message.contains(&outside.display().to_string()),
+            "{name}: {message}"
+        );
+        // An admin may name any host path, as before.
+        let reply = create(&admin, &format!("{name}-admin"), escape);
+        assert_eq!(reply.status, 201, "{name}: {}", reply.text());
+    }
+    // A repository that stays under the root, and one not there yet (judged at checkout).
+    assert_eq!(create(&user, "app", &allowed.join("app")).status, 201);
+    assert_eq!(create(&user, "later", &allowed.join("later")).status, 201);
 }

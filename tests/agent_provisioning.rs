@@ -11,6 +11,7 @@ use std::time::Duration;
 use berth::agent::{
     self, AgentError, CheckoutOutcome, InstallOutcome, RunnerOutcome, WrittenFiles,
 };
+use berth::file_roots::FileRoots;
 use berth::lxd::{Endpoint, LxdClient, LxdConfig};
 use berth::runtime::{CreateVolume, ExecRequest, ImageSource, Runtime, StopOptions};
 use berth_api::{
@@ -402,7 +403,10 @@ async fn a_file_repository_is_checked_out_once_with_origin_and_offline_unpushed_
         branch: Some("feature".into()),
     };
 
-    match agent::checkout(ws.rt(), &ws.name, &repo).await.unwrap() {
+    match agent::checkout(ws.rt(), &ws.name, &repo, &FileRoots::default())
+        .await
+        .unwrap()
+    {
         CheckoutOutcome::Cloned { branch, head } => {
             assert_eq!(branch.as_deref(), Some("feature"));
             assert_eq!(head.len(), 40, "{head}");
@@ -451,7 +455,9 @@ async fn a_file_repository_is_checked_out_once_with_origin_and_offline_unpushed_
 
     // Once: a second call keeps the checkout and its local commit.
     assert_eq!(
-        agent::checkout(ws.rt(), &ws.name, &repo).await.unwrap(),
+        agent::checkout(ws.rt(), &ws.name, &repo, &FileRoots::default())
+            .await
+            .unwrap(),
         CheckoutOutcome::Kept
     );
     assert_eq!(
@@ -465,11 +471,79 @@ async fn a_file_repository_is_checked_out_once_with_origin_and_offline_unpushed_
         url: format!("file://{}/nope", host.path().display()),
         branch: None,
     };
-    let err = agent::checkout(ws2.rt(), &ws2.name, &missing)
+    let err = agent::checkout(ws2.rt(), &ws2.name, &missing, &FileRoots::default())
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "CheckoutFailed", "{err}");
     assert_eq!(ws2.sh("test -e /workspace/.git").await.0, 1);
+}
+
+/// A repository named under allowedFileRoots is bundled through the git directory it resolves
+/// to; one that leads outside them (a link, a `gitdir:` file, alternates) is not bundled at all.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_repository_under_the_roots_is_checked_out_only_while_it_stays_under_them() {
+    let host = tempfile::tempdir().unwrap();
+    let allowed = host.path().join("allowed");
+    let outside = host.path().join("outside");
+    std::fs::create_dir_all(allowed.join("app")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    host_repo(&allowed.join("app"));
+    host_repo(&outside);
+    std::fs::write(outside.join("SECRET.txt"), "host secret\n").unwrap();
+    let roots = FileRoots::new(vec![allowed.clone()]);
+
+    let ws = Workspace::new().await;
+    let escapes = {
+        let link = allowed.join("link");
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        let gitfile = allowed.join("gitfile");
+        std::fs::create_dir_all(&gitfile).unwrap();
+        std::fs::write(
+            gitfile.join(".git"),
+            format!("gitdir: {}\n", outside.join(".git").display()),
+        )
+        .unwrap();
+        let borrower = allowed.join("borrower");
+        std::fs::create_dir_all(&borrower).unwrap();
+        host_repo(&borrower);
+        std::fs::write(
+            borrower.join(".git/objects/info/alternates"),
+            format!("{}\n", outside.join(".git/objects").display()),
+        )
+        .unwrap();
+        [link, gitfile, borrower]
+    };
+    for escape in escapes {
+        let repo = Repo {
+            url: format!("file://{}", escape.display()),
+            branch: None,
+        };
+        let err = agent::checkout(ws.rt(), &ws.name, &repo, &roots)
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason(), "CheckoutFailed", "{err}");
+        assert!(
+            err.to_string().contains("not under allowedFileRoots"),
+            "{}: {err}",
+            escape.display()
+        );
+        assert_eq!(ws.sh("test -e /workspace/.git").await.0, 1);
+        assert_eq!(ws.sh("test -e /tmp/berth-checkout.bundle").await.0, 1);
+    }
+
+    // The repository that stays under the root is checked out through its resolved git dir.
+    let repo = Repo {
+        url: format!("file://{}", allowed.join("app").display()),
+        branch: Some("feature".into()),
+    };
+    match agent::checkout(ws.rt(), &ws.name, &repo, &roots)
+        .await
+        .unwrap()
+    {
+        CheckoutOutcome::Cloned { branch, .. } => assert_eq!(branch.as_deref(), Some("feature")),
+        other => panic!("checkout under the root: {other:?}"),
+    }
+    assert_eq!(ws.ok("cat /workspace/feature.txt").await, "wip\n");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -480,7 +554,9 @@ async fn seeds_are_written_once_with_modes_append_env_block_and_recorded_hashes(
         url: host_repo(host.path()),
         branch: None,
     };
-    agent::checkout(ws.rt(), &ws.name, &repo).await.unwrap();
+    agent::checkout(ws.rt(), &ws.name, &repo, &FileRoots::default())
+        .await
+        .unwrap();
     // The user keeps their own lines in .env.
     ws.ok("printf 'MINE=kept\\n' >/workspace/.env").await;
 

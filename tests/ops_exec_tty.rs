@@ -232,10 +232,11 @@ fn only_members_get_a_session_over_tcp() {
         finish(child, "exec -i over tcp")
     };
 
+    // A non-member hears what a name nobody holds would get.
     let out = session(&token);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(stderr.contains("Forbidden"), "{stderr}");
+    assert!(stderr.contains("NotFound"), "{stderr}");
 
     let out = session("not-a-token");
     assert_eq!(out.status.code(), Some(1), "{out:?}");

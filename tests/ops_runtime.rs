@@ -263,15 +263,16 @@ fn only_members_inspect_and_exec() {
     let token = daemon.add_user("mallory", false);
     let base = format!("http://{}{PROJECTS}/{name}", daemon.tcp_addr());
 
+    // A non-member hears 404, as of a name nobody holds.
     let (code, body) = ops::http_request("GET", &format!("{base}/runtime"), Some(&token), None);
-    assert_eq!(code, 403, "{body}");
+    assert_eq!(code, 404, "{body}");
     let (code, body) = ops::http_request(
         "POST",
         &format!("{base}/exec"),
         Some(&token),
         Some(&json!({"command": ["id"]})),
     );
-    assert_eq!(code, 403, "{body}");
+    assert_eq!(code, 404, "{body}");
     let (code, body) = ops::http_request("GET", &format!("{base}/runtime"), None, None);
     assert_eq!(code, 401, "{body}");
 

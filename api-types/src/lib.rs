@@ -47,6 +47,7 @@ pub mod project;
 pub mod quantity;
 pub mod schema;
 pub mod wire;
+pub mod yaml;
 
 pub use conditions::{
     condition_types, find_condition, is_condition_true, reasons, remove_condition, set_condition,

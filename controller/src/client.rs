@@ -304,6 +304,10 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
+    #[error("--token-file {}: {reason}", path.display())]
+    TokenFile { path: PathBuf, reason: String },
+    #[error("--token and --token-file (or BERTH_TOKEN and BERTH_TOKEN_FILE) are both set; use one")]
+    TwoTokens,
 }
 
 impl ClientError {

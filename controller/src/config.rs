@@ -71,6 +71,9 @@ pub struct ListenConfig {
     /// TCP address for the API, e.g. `127.0.0.1:7480`; empty serves the unix socket only.
     pub http: String,
     pub tls: TlsConfig,
+    /// The most connections each listener (the unix socket, the TCP address) holds open at
+    /// once; more are closed as soon as they are accepted.
+    pub max_connections: usize,
 }
 
 impl Default for ListenConfig {
@@ -79,6 +82,7 @@ impl Default for ListenConfig {
             socket: default_socket_path(),
             http: String::new(),
             tls: TlsConfig::default(),
+            max_connections: 512,
         }
     }
 }
@@ -155,18 +159,12 @@ impl SchedulerConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct SecretsConfig {
+    /// Also set single-line secrets as LXD `environment.KEY`, where LXD keeps them in plain
+    /// text in its database (and `lxc config show` prints them). Off by default.
     pub mirror_to_lxd: bool,
-}
-
-impl Default for SecretsConfig {
-    fn default() -> Self {
-        SecretsConfig {
-            mirror_to_lxd: true,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -251,6 +249,9 @@ impl Config {
         }
         if self.listen.socket.as_os_str().is_empty() {
             return Err(invalid("listen.socket", "must not be empty"));
+        }
+        if self.listen.max_connections == 0 {
+            return Err(invalid("listen.maxConnections", "must be at least 1"));
         }
         if self.listen.tls.cert.is_empty() != self.listen.tls.key.is_empty() {
             let missing = if self.listen.tls.cert.is_empty() {
@@ -427,7 +428,7 @@ defaults:
 scheduler: {interval: 30s, workers: 8}
 previewDomain: localhost
 allowedFileRoots: []
-secrets: {mirrorToLxd: true}
+secrets: {mirrorToLxd: false}
 "#;
         let parsed = Config::parse(documented).unwrap();
         parsed.validate().unwrap();
@@ -498,6 +499,7 @@ secrets: {mirrorToLxd: true}
             ),
             ("listen: {http: '0.0.0.0:7480'}", "listen.http"),
             ("listen: {http: 'nonsense'}", "listen.http"),
+            ("listen: {maxConnections: 0}", "listen.maxConnections"),
             ("lxd: {endpoint: 'tcp://x'}", "lxd.endpoint"),
             ("scheduler: {workers: 0}", "scheduler.workers"),
             (

@@ -115,8 +115,35 @@ fn lock_data_dir(config: &Config) -> anyhow::Result<Flock<std::fs::File>> {
     })
 }
 
+/// File descriptors kept for the store, LXD, git and the like beside API connections.
+const RESERVED_FDS: u64 = 256;
+
+/// Raises the soft limit on open files to the hard one, and warns when the two listeners' full
+/// `listen.maxConnections` could still exhaust it: connections past the cap are closed at once,
+/// but those under it hold a descriptor each, and running out fails LXD calls too.
+fn raise_fd_limit(max_connections: usize) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let soft = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        hard
+    } else {
+        soft
+    };
+    let needed = 2 * max_connections as u64 + RESERVED_FDS;
+    if soft < needed {
+        tracing::warn!(
+            limit = soft,
+            needed,
+            "the open-file limit is below what listen.maxConnections needs; lower it or raise the limit"
+        );
+    }
+}
+
 async fn serve(config: Config) -> anyhow::Result<()> {
     let _lock = lock_data_dir(&config)?;
+    raise_fd_limit(config.listen.max_connections);
     let db_path = config.database_path();
     let store = Store::open(&db_path)
         .with_context(|| format!("opening the store {}", db_path.display()))?;
@@ -146,6 +173,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             addr => Some(api::bind_tcp(addr, tls.is_some()).await?),
         },
         tls,
+        max_connections: config.listen.max_connections,
+        metrics: None,
     };
     if let Some(tcp) = &listeners.tcp {
         // The bound address, so `--listen 127.0.0.1:0` can be found.
@@ -159,6 +188,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let readiness = ControllerReadiness::default();
     // One registry for the whole daemon: the controller feeds it, `/metrics` encodes it.
     let metrics = Arc::new(crate::metrics::Metrics::new());
+    let listeners = Listeners {
+        metrics: Some(Arc::clone(&metrics)),
+        ..listeners
+    };
     // Projects are counted by phase from the first scrape (also while paused), not only after
     // the controller's first resync.
     crate::reconcile::triggers::count_phases(&store, &metrics);
@@ -287,6 +320,7 @@ fn start_controller(
     let secrets = Arc::clone(secrets);
     let agent_settings = crate::reconcile::AgentSettings {
         mirror_secrets_to_lxd: config.secrets.mirror_to_lxd,
+        file_roots: crate::file_roots::FileRoots::new(config.allowed_file_roots.clone()),
         ..crate::reconcile::AgentSettings::default()
     };
     let shutdown = shutdown.clone();

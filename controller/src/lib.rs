@@ -7,6 +7,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod file_roots;
 pub mod gitops;
 pub mod inspect;
 pub mod lxd;

@@ -68,10 +68,19 @@ pub struct LxdRequestLabels {
     pub code: u16,
 }
 
+/// Which API listener: `unix` or `tcp`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    pub listener: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VersionLabels {
     pub version: &'static str,
 }
+
+/// The API listeners, the `listener` label.
+const LISTENERS: [&str; 2] = ["unix", "tcp"];
 
 /// Label values known in advance, exposed at 0 from the first scrape.
 const PHASES: [&str; 7] = [
@@ -120,6 +129,9 @@ pub struct Metrics {
     pub scheduler_pass_duration: Family<PassLabels, Histogram, fn() -> Histogram>,
     pub scheduler_panics: Family<PassLabels, Counter>,
     pub build_info: Family<VersionLabels, Gauge>,
+    /// Open API connections, and those refused past `listen.maxConnections`, by listener.
+    pub api_connections: Family<ListenerLabels, Gauge>,
+    pub api_connections_refused: Family<ListenerLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -160,6 +172,8 @@ impl Metrics {
             scheduler_pass_duration: Family::new_with_constructor(seconds_histogram),
             scheduler_panics: Family::default(),
             build_info: Family::default(),
+            api_connections: Family::default(),
+            api_connections_refused: Family::default(),
         };
 
         registry.register(
@@ -271,6 +285,17 @@ impl Metrics {
             m.build_info.clone(),
         );
 
+        registry.register(
+            "api_connections",
+            "Open API connections, by listener",
+            m.api_connections.clone(),
+        );
+        registry.register(
+            "api_connections_refused",
+            "API connections closed at once because the listener had listen.maxConnections open",
+            m.api_connections_refused.clone(),
+        );
+
         // Series a dashboard expects from the first scrape, before anything happened.
         for result in ReconcileResult::ALL {
             let _created = m.reconcile.get_or_create(&ResultLabels {
@@ -295,6 +320,11 @@ impl Metrics {
                 .scheduler_pass_duration
                 .get_or_create(&PassLabels { pass });
             let _created = m.scheduler_panics.get_or_create(&PassLabels { pass });
+        }
+        for listener in LISTENERS {
+            let labels = ListenerLabels { listener };
+            let _created = m.api_connections.get_or_create(&labels);
+            let _created = m.api_connections_refused.get_or_create(&labels);
         }
         m.build_info
             .get_or_create(&VersionLabels {

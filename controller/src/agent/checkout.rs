@@ -18,6 +18,7 @@ use berth_api::{Repo, file_url_path};
 
 use super::exec::{output_tail, run_script, write_file};
 use super::{AgentError, Result};
+use crate::file_roots::FileRoots;
 use crate::runtime::Runtime;
 
 const REASON: &str = "CheckoutFailed";
@@ -41,8 +42,14 @@ pub enum CheckoutOutcome {
     Kept,
 }
 
-/// Clones `repo` into /workspace unless a checkout is there already.
-pub async fn checkout(rt: &dyn Runtime, instance: &str, repo: &Repo) -> Result<CheckoutOutcome> {
+/// Clones `repo` into /workspace unless a checkout is there already. A `file://` path named
+/// under `roots` is bundled only when everything git reads for it is under them too.
+pub async fn checkout(
+    rt: &dyn Runtime,
+    instance: &str,
+    repo: &Repo,
+    roots: &FileRoots,
+) -> Result<CheckoutOutcome> {
     let url = repo.url.as_str();
     let failed = |message: String| AgentError::CheckoutFailed {
         url: redact_url(url),
@@ -64,7 +71,20 @@ pub async fn checkout(rt: &dyn Runtime, instance: &str, repo: &Repo) -> Result<C
         if probe.success() {
             return Ok(CheckoutOutcome::Kept);
         }
-        let bundle = bundle_host_repository(host_path).await.map_err(failed)?;
+        // Admission allowed a non-admin only a path named under the roots; what the path leads
+        // to may have changed since, so it is judged again here, right before git reads it.
+        // A path outside the roots was named by an admin and is read as named.
+        let git_dir = if roots.names(std::path::Path::new(host_path)) {
+            let confined = roots
+                .confine(std::path::Path::new(host_path))
+                .map_err(|e| failed(e.to_string()))?;
+            Some(confined.git_dir)
+        } else {
+            None
+        };
+        let bundle = bundle_host_repository(host_path, git_dir.as_deref())
+            .await
+            .map_err(failed)?;
         write_file(rt, instance, REASON, BUNDLE_PATH, &bundle, 0o600).await?;
         BUNDLE_PATH.to_string()
     } else {
@@ -149,15 +169,28 @@ echo "cloned $(git -C /workspace rev-parse HEAD) $(git -C /workspace symbolic-re
     }
 }
 
-/// `git bundle create --all` of a host repository, read into memory.
-async fn bundle_host_repository(path: &str) -> Result<Vec<u8>, String> {
+/// `git bundle create --all` of a host repository, read into memory. With `git_dir` (resolved
+/// and confined), git reads that directory and looks for no other.
+async fn bundle_host_repository(
+    path: &str,
+    git_dir: Option<&std::path::Path>,
+) -> Result<Vec<u8>, String> {
     let dir = ScratchDir::create().map_err(|e| format!("temporary directory on the host: {e}"))?;
     let bundle = dir.0.join("repo.bundle");
     let mut command = tokio::process::Command::new("git");
     command
         // The repository may belong to another user on the host; berth only reads it.
         .arg("-c")
-        .arg(format!("safe.directory={path}"))
+        .arg(format!("safe.directory={path}"));
+    if let Some(git_dir) = git_dir {
+        command
+            .arg("-c")
+            .arg(format!("safe.directory={}", git_dir.display()))
+            .arg("--git-dir")
+            .arg(git_dir)
+            .env("GIT_CEILING_DIRECTORIES", "/");
+    }
+    command
         .arg("-C")
         .arg(path)
         .args(["bundle", "create", "--quiet"])

@@ -1,10 +1,11 @@
 //! Who may do what. The unix socket is the local administrator; on TCP a bearer token names a
-//! user, and a user who is not an admin sees and changes only the projects it is a member of.
+//! user, and a user who is not an admin sees and changes only the projects it is a member of;
+//! of the others it hears 404, as of names that do not exist.
 //! Deleting a project, changing its resource limits and writing AgentProfiles, GitSources and
 //! users are for admins; `file://` repositories outside `allowedFileRoots` too.
 
 use std::collections::BTreeSet;
-use std::path::{Component, Path};
+use std::path::Path;
 use std::sync::Arc;
 
 use hyper::StatusCode;
@@ -55,27 +56,27 @@ pub fn require_admin(caller: &Caller, what: &str) -> Result<(), ApiError> {
     }
 }
 
-fn not_a_member(caller: &Caller, project: &str) -> ApiError {
-    ApiError::forbidden(format!(
-        "user {:?} is not a member of project {project:?}",
-        caller.identity
-    ))
-    .with_object(PROJECT, project)
+/// What a caller who is not a member hears of a project: exactly what it would hear of a name
+/// that does not exist, so outsiders cannot tell which names are taken. 403 is for members
+/// lacking a right.
+fn not_a_member(project: &str) -> ApiError {
+    ApiError::not_found(format!("Project {project:?} not found")).with_object(PROJECT, project)
 }
 
-/// The project `name`, if it exists (404) and the caller may act on it (403).
+/// The project `name`, if it exists and the caller is a member or an admin; 404 otherwise.
 pub fn member_project(
     state: &ApiState,
     caller: &Caller,
     name: &str,
 ) -> Result<Arc<StoredObject>, ApiError> {
-    let project = state.store.get(PROJECT, name).ok_or_else(|| {
-        ApiError::not_found(format!("Project {name:?} not found")).with_object(PROJECT, name)
-    })?;
+    let project = state
+        .store
+        .get(PROJECT, name)
+        .ok_or_else(|| not_a_member(name))?;
     if caller.admin || state.store.is_member(project.uid(), &caller.identity) {
         Ok(project)
     } else {
-        Err(not_a_member(caller, name))
+        Err(not_a_member(name))
     }
 }
 
@@ -125,7 +126,7 @@ pub fn check_write(
     if let Some(current) = current
         && !state.store.is_member(current.uid(), &caller.identity)
     {
-        return Err(not_a_member(caller, current.name()));
+        return Err(not_a_member(current.name()));
     }
     let resources = desired.spec.get("resources").unwrap_or(&Value::Null);
     let allowed_resources = match current {
@@ -178,18 +179,19 @@ pub fn check_file_url(
         return Ok(());
     }
     let path = Path::new(path);
-    let climbs = path.components().any(|c| c == Component::ParentDir);
-    let allowed = !climbs
-        && state
-            .allowed_file_roots
-            .iter()
-            .any(|root| root.is_absolute() && path.starts_with(root));
-    if allowed {
-        Ok(())
-    } else {
-        Err(ApiError::forbidden(format!(
+    let roots = crate::file_roots::FileRoots::new(state.allowed_file_roots.clone());
+    if !roots.names(path) {
+        return Err(ApiError::forbidden(format!(
             "{field}: {url:?} is not under allowedFileRoots; only an admin may name this host path"
-        )))
+        )));
+    }
+    // Where git would read, links, `gitdir:` and alternates followed. A repository that does
+    // not exist yet cannot be judged now; the checkout judges it when it runs.
+    match roots.confine(path) {
+        Err(crate::file_roots::ConfineError::Outside(why)) => Err(ApiError::forbidden(format!(
+            "{field}: {url:?} leads outside allowedFileRoots ({why}); only an admin may name it"
+        ))),
+        Ok(_) | Err(crate::file_roots::ConfineError::Unresolved(_)) => Ok(()),
     }
 }
 

@@ -3,7 +3,6 @@
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderMap};
 use serde_json::Value;
 
@@ -13,6 +12,10 @@ use super::error::ApiError;
 pub const OBJECT_LIMIT: usize = 3 << 20;
 /// A `List` for the apply endpoint.
 pub const APPLY_LIMIT: usize = 32 << 20;
+
+/// How long a client may take to send a whole body once its headers arrived; a client trickling
+/// bytes would otherwise hold its connection (and the handler) indefinitely.
+pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
 pub const APPLY_PATCH: &str = "application/apply-patch+yaml";
 pub const MERGE_PATCH: &str = "application/merge-patch+json";
@@ -24,7 +27,11 @@ pub fn media_type(headers: &HeaderMap) -> Option<String> {
     (!media.is_empty()).then_some(media)
 }
 
-pub async fn read(body: Incoming, headers: &HeaderMap, limit: usize) -> Result<Bytes, ApiError> {
+pub async fn read<B>(body: B, headers: &HeaderMap, limit: usize) -> Result<Bytes, ApiError>
+where
+    B: hyper::body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -32,7 +39,21 @@ pub async fn read(body: Incoming, headers: &HeaderMap, limit: usize) -> Result<B
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(ApiError::too_large(limit));
     }
-    match Limited::new(body, limit).collect().await {
+    let collected =
+        match tokio::time::timeout(BODY_DEADLINE, Limited::new(body, limit).collect()).await {
+            Ok(collected) => collected,
+            Err(_) => {
+                return Err(ApiError::new(
+                    hyper::StatusCode::REQUEST_TIMEOUT,
+                    "Timeout",
+                    format!(
+                        "the request body did not arrive within {} s",
+                        BODY_DEADLINE.as_secs()
+                    ),
+                ));
+            }
+        };
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(ApiError::too_large(limit)),
         Err(err) => Err(ApiError::bad_request(format!(
@@ -72,14 +93,51 @@ fn decode_json(bytes: &[u8]) -> Result<Value, ApiError> {
         .map_err(|err| ApiError::bad_request(format!("the request body is not valid JSON: {err}")))
 }
 
+/// Aliases are bounded before anything is built (`berth_api::yaml`): a few kilobytes of them
+/// would otherwise expand to gigabytes here.
 fn decode_yaml(bytes: &[u8]) -> Result<Value, ApiError> {
-    serde_yaml::from_slice(bytes)
-        .map_err(|err| ApiError::bad_request(format!("the request body is not valid YAML: {err}")))
+    use berth_api::yaml::{self, YamlError};
+    yaml::from_slice(bytes).map_err(|err| match err {
+        YamlError::Syntax(err) => {
+            ApiError::bad_request(format!("the request body is not valid YAML: {err}"))
+        }
+        err @ YamlError::TooLarge { limit, .. } => {
+            ApiError::too_large_because(limit, err.to_string())
+        }
+        err @ YamlError::TooDeep { .. } => ApiError::bad_request(err.to_string()),
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use std::convert::Infallible;
+
+    use futures::StreamExt;
+    use hyper::body::Frame;
+
     use super::*;
+
+    /// A body that sends `prefix` and then nothing, forever.
+    fn trickle(prefix: &'static [u8]) -> impl hyper::body::Body<Data = Bytes, Error = Infallible> {
+        let first = futures::stream::iter([Ok(Frame::data(Bytes::from_static(prefix)))]);
+        http_body_util::StreamBody::new(first.chain(futures::stream::pending()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_stops_arriving_is_answered_408_at_the_deadline() {
+        let started = tokio::time::Instant::now();
+        let err = read(trickle(b"{\"kind\":"), &HeaderMap::new(), OBJECT_LIMIT)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code.as_u16(), 408, "{}", err.message);
+        assert_eq!(started.elapsed(), BODY_DEADLINE);
+        // A body that arrives whole is read as before.
+        let whole = http_body_util::Full::new(Bytes::from_static(b"{}"));
+        assert_eq!(
+            &read(whole, &HeaderMap::new(), OBJECT_LIMIT).await.unwrap()[..],
+            b"{}"
+        );
+    }
 
     #[test]
     fn decodes_by_media_type() {

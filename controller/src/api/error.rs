@@ -207,6 +207,9 @@ impl From<StoreError> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "AlreadyExists", message)
                     .with_object(&kind, &name)
             }
+            StoreError::Moved { kind, name } => {
+                ApiError::new(StatusCode::CONFLICT, "Conflict", message).with_object(&kind, &name)
+            }
             StoreError::Conflict { kind, name, .. } => {
                 ApiError::new(StatusCode::CONFLICT, "Conflict", message).with_object(&kind, &name)
             }

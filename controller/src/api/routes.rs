@@ -21,7 +21,7 @@ use super::merge_patch;
 use super::selector::LabelSelector;
 use super::watch;
 use super::{ApiState, Body, Caller, Transport, members, secrets, trash, users};
-use crate::store::{Action, AppliedSet, Deletion, StoredObject};
+use crate::store::{Action, AppliedSet, Deletion, Expected, StoredObject};
 
 const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
 /// Marks a deletion asked with `?force=true`, for the controller to read.
@@ -315,6 +315,11 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
                 ([name], &Method::PUT) => replace(state, caller, kind, name, req, &query).await,
                 ([name], &Method::PATCH) => patch(state, caller, kind, name, req, &query).await,
                 ([name], &Method::DELETE) => {
+                    // A non-member hears 404 of a project, as of a name that does not exist;
+                    // a member who is no admin hears 403.
+                    if kind.as_str() == PROJECT && !caller.admin {
+                        access::member_project(state, caller, name)?;
+                    }
                     access::require_admin(caller, &format!("delete {} objects", kind.as_str()))?;
                     delete(state, caller, kind, name, &query).await
                 }
@@ -695,12 +700,27 @@ async fn patch(
     match media.as_str() {
         APPLY_PATCH => {
             let admitted = admit_one(state, kind, Some(name), req).await?;
-            let current = state.store.get(kind.as_str(), name);
-            access::check_write(state, caller, &admitted.desired, current.as_deref())?;
-            let creator = caller.identity.clone();
-            let (object, action) =
-                blocking(move || store.apply_by(Some(&creator), admitted.desired, dry_run))
-                    .await??;
+            // Access is decided on the object as read; the store writes only while it is still
+            // that object (or still absent), so a create never lands on a project another user
+            // made meanwhile. Moved: judged again on what is there now.
+            let mut attempts = 0;
+            let (object, action) = loop {
+                attempts += 1;
+                let current = state.store.get(kind.as_str(), name);
+                access::check_write(state, caller, &admitted.desired, current.as_deref())?;
+                let expected = Expected::of(current.as_deref());
+                let creator = caller.identity.clone();
+                let desired = admitted.desired.clone();
+                let writer = Arc::clone(&store);
+                let written = blocking(move || {
+                    writer.apply_checked_by(Some(&creator), desired, expected, dry_run)
+                })
+                .await?;
+                match written {
+                    Err(crate::store::StoreError::Moved { .. }) if attempts < PATCH_ATTEMPTS => {}
+                    written => break written?,
+                }
+            };
             let code = if action == Action::Created {
                 StatusCode::CREATED
             } else {
@@ -1033,31 +1053,49 @@ async fn apply_list(
     if !causes.is_empty() {
         return Err(ApiError::invalid(Some("List"), None, causes));
     }
-    for (index, desired) in batch.iter().enumerate() {
-        let current = state.store.get(&desired.kind, &desired.name);
-        access::check_write(state, caller, desired, current.as_deref())
-            .map_err(|err| err.in_item(index))?;
-    }
-
-    let store = Arc::clone(&state.store);
-    let outcome = match applyset {
-        Some(set) => {
-            for desired in &mut batch {
-                desired
-                    .annotations
-                    .insert(berth_api::annotations::APPLYSET.to_string(), set.clone());
-            }
-            let creator = caller.identity.clone();
-            blocking(move || store.apply_set_by(Some(&creator), &set, batch, prune, dry_run))
-                .await??
+    if let Some(set) = &applyset {
+        for desired in &mut batch {
+            desired
+                .annotations
+                .insert(berth_api::annotations::APPLYSET.to_string(), set.clone());
         }
-        None => AppliedSet {
-            applied: {
-                let creator = caller.identity.clone();
-                blocking(move || store.apply_batch_by(Some(&creator), batch, dry_run)).await??
-            },
-            pruned: Vec::new(),
-        },
+    }
+    // As for one object: access is decided on each object as read, and the batch is written
+    // only while every object is still as read; otherwise all of it is judged again.
+    let mut attempts = 0;
+    let outcome = loop {
+        attempts += 1;
+        let mut checked = Vec::with_capacity(batch.len());
+        for (index, desired) in batch.iter().enumerate() {
+            let current = state.store.get(&desired.kind, &desired.name);
+            access::check_write(state, caller, desired, current.as_deref())
+                .map_err(|err| err.in_item(index))?;
+            checked.push((desired.clone(), Expected::of(current.as_deref())));
+        }
+        let store = Arc::clone(&state.store);
+        let creator = caller.identity.clone();
+        let written = match applyset.clone() {
+            Some(set) => {
+                blocking(move || {
+                    store.apply_set_checked_by(Some(&creator), &set, checked, prune, dry_run)
+                })
+                .await?
+            }
+            None => {
+                blocking(move || store.apply_batch_checked_by(Some(&creator), checked, dry_run))
+                    .await?
+                    .map(|applied| AppliedSet {
+                        applied,
+                        pruned: Vec::new(),
+                    })
+            }
+        };
+        match written {
+            Err(failure)
+                if matches!(failure.error, crate::store::StoreError::Moved { .. })
+                    && attempts < PATCH_ATTEMPTS => {}
+            written => break written?,
+        }
     };
     let applied = outcome.applied.iter().map(|(object, action)| ApplyItem {
         kind: &object.kind,

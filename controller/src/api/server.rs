@@ -10,11 +10,13 @@ use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener, UnixStream};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
+
+use crate::metrics::{ListenerLabels, Metrics};
 
 use super::{ApiState, Caller, Transport, routes};
 
@@ -22,6 +24,12 @@ use super::{ApiState, Caller, Transport, routes};
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 /// How long a TLS client may take to finish its handshake before it is dropped.
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request's headers, also between the requests of a
+/// kept-alive connection: an idle or trickling client frees its slot after this.
+pub const HEADER_DEADLINE: Duration = Duration::from_secs(10);
+/// What a plain-HTTP client past the connection cap reads before its connection is closed.
+const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n\
+content-type: text/plain\r\ncontent-length: 33\r\n\r\ntoo many connections; retry later\n";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
@@ -54,6 +62,113 @@ pub struct Listeners {
     pub tcp: Option<TcpListener>,
     /// Set: the TCP listener speaks HTTPS.
     pub tls: Option<TlsAcceptor>,
+    /// The most connections each listener holds open at once (`listen.maxConnections`); the
+    /// unix socket has its own allowance, so a flood over TCP never locks out a local admin.
+    pub max_connections: usize,
+    /// Counts open and refused connections when set.
+    pub metrics: Option<Arc<Metrics>>,
+}
+
+/// The connection slots of one listener. A connection past the cap is accepted and closed at
+/// once, so it holds a file descriptor for no longer than that.
+#[derive(Clone)]
+struct Slots {
+    listener: &'static str,
+    free: Arc<Semaphore>,
+    max: usize,
+    metrics: Option<Arc<Metrics>>,
+}
+
+/// One open connection's slot, given back when the connection ends.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    slots: Slots,
+}
+
+impl Slots {
+    fn new(listener: &'static str, max: usize, metrics: Option<Arc<Metrics>>) -> Slots {
+        Slots {
+            listener,
+            free: Arc::new(Semaphore::new(max)),
+            max,
+            metrics,
+        }
+    }
+
+    fn take(&self) -> Option<Slot> {
+        let Ok(permit) = Arc::clone(&self.free).try_acquire_owned() else {
+            if let Some(metrics) = &self.metrics {
+                metrics
+                    .api_connections_refused
+                    .get_or_create(&self.labels())
+                    .inc();
+            }
+            return None;
+        };
+        self.report();
+        Some(Slot {
+            _permit: permit,
+            slots: self.clone(),
+        })
+    }
+
+    fn labels(&self) -> ListenerLabels {
+        ListenerLabels {
+            listener: self.listener,
+        }
+    }
+
+    fn report(&self) {
+        if let Some(metrics) = &self.metrics {
+            let open = self.max - self.free.available_permits();
+            metrics
+                .api_connections
+                .get_or_create(&self.labels())
+                .set(open as i64);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // The permit is returned after this body; count it as returned already.
+        if let Some(metrics) = &self.slots.metrics {
+            let open = self.slots.max - self.slots.free.available_permits() - 1;
+            metrics
+                .api_connections
+                .get_or_create(&self.slots.labels())
+                .set(open as i64);
+        }
+    }
+}
+
+/// Closes a connection past the cap at once; a plain-HTTP client is told why, if the kernel
+/// takes the few bytes without waiting.
+fn refuse<S: RefusedStream>(stream: S, listener: &'static str, max: usize, tls: bool) {
+    if !tls {
+        let _ = stream.write_now(REFUSAL);
+    }
+    tracing::debug!(
+        listener,
+        max,
+        "refused a connection: listen.maxConnections are open"
+    );
+}
+
+trait RefusedStream {
+    fn write_now(&self, bytes: &[u8]) -> std::io::Result<usize>;
+}
+
+impl RefusedStream for tokio::net::TcpStream {
+    fn write_now(&self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.try_write(bytes)
+    }
+}
+
+impl RefusedStream for UnixStream {
+    fn write_now(&self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.try_write(bytes)
+    }
 }
 
 /// A TLS acceptor for the PEM certificate chain and private key at these paths. TLS 1.2 and
@@ -141,10 +256,12 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
     // Every connection holds a sender; when all are dropped, draining is done.
     let (alive, mut drained) = mpsc::channel::<()>(1);
     let shutdown = state.shutdown.clone();
+    let max = listeners.max_connections;
     let unix = {
         let state = Arc::clone(&state);
         let alive = alive.clone();
         let listener = listeners.unix;
+        let slots = Slots::new("unix", max, listeners.metrics.clone());
         tokio::spawn(async move {
             loop {
                 let accepted = tokio::select! {
@@ -153,8 +270,12 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
                 };
                 match accepted {
                     Ok((stream, _)) => {
+                        let Some(slot) = slots.take() else {
+                            refuse(stream, "unix", max, false);
+                            continue;
+                        };
                         let caller = Caller::local(unix_identity(&stream));
-                        spawn_connection(Arc::clone(&state), caller, stream, alive.clone());
+                        spawn_connection(Arc::clone(&state), caller, stream, slot, alive.clone());
                     }
                     Err(err) => accept_failed(err).await,
                 }
@@ -165,6 +286,7 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
     let tcp = listeners.tcp.map(|listener| {
         let state = Arc::clone(&state);
         let alive = alive.clone();
+        let slots = Slots::new("tcp", max, listeners.metrics.clone());
         tokio::spawn(async move {
             loop {
                 let accepted = tokio::select! {
@@ -173,6 +295,10 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
                 };
                 match accepted {
                     Ok((stream, peer)) => {
+                        let Some(slot) = slots.take() else {
+                            refuse(stream, "tcp", max, tls.is_some());
+                            continue;
+                        };
                         // Who it is comes from the bearer token of each request.
                         let caller = Caller {
                             identity: format!("tcp:{peer}"),
@@ -180,14 +306,19 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
                             admin: false,
                         };
                         match &tls {
-                            None => {
-                                spawn_connection(Arc::clone(&state), caller, stream, alive.clone())
-                            }
+                            None => spawn_connection(
+                                Arc::clone(&state),
+                                caller,
+                                stream,
+                                slot,
+                                alive.clone(),
+                            ),
                             Some(acceptor) => spawn_tls_connection(
                                 Arc::clone(&state),
                                 caller,
                                 acceptor.clone(),
                                 stream,
+                                slot,
                                 alive.clone(),
                             ),
                         }
@@ -224,11 +355,12 @@ fn spawn_tls_connection(
     caller: Caller,
     acceptor: TlsAcceptor,
     stream: tokio::net::TcpStream,
+    slot: Slot,
     alive: mpsc::Sender<()>,
 ) {
     tokio::spawn(async move {
         match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream)).await {
-            Ok(Ok(tls)) => spawn_connection(state, caller, tls, alive),
+            Ok(Ok(tls)) => spawn_connection(state, caller, tls, slot, alive),
             Ok(Err(err)) => {
                 tracing::debug!(peer = %caller.identity, error = %err, "TLS handshake failed")
             }
@@ -237,12 +369,18 @@ fn spawn_tls_connection(
     });
 }
 
-fn spawn_connection<S>(state: Arc<ApiState>, caller: Caller, stream: S, alive: mpsc::Sender<()>)
-where
+fn spawn_connection<S>(
+    state: Arc<ApiState>,
+    caller: Caller,
+    stream: S,
+    slot: Slot,
+    alive: mpsc::Sender<()>,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
         let _alive = alive;
+        let _slot = slot;
         let shutdown = state.shutdown.clone();
         let service = service_fn(move |req| {
             let state = Arc::clone(&state);
@@ -250,6 +388,8 @@ where
             async move { Ok::<_, Infallible>(routes::handle(state, caller, req).await) }
         });
         let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_DEADLINE)
             .serve_connection(TokioIo::new(stream), service)
             // `berth exec -i` upgrades its connection to a websocket.
             .with_upgrades();

@@ -60,6 +60,12 @@ pub enum ManifestError {
     },
     #[error("{at}: {message}")]
     Invalid { at: Source, message: String },
+    /// A document past the bounds on alias expansion or nesting; its text names the document.
+    #[error("{file}: {error}")]
+    Bounds {
+        file: String,
+        error: berth_api::yaml::YamlError,
+    },
     #[error("{0}: no .yaml, .yml or .json files found")]
     NoFiles(String),
     #[error("no objects found in {0}")]
@@ -208,8 +214,18 @@ pub fn parse_documents(file: &str, text: &str) -> Result<Vec<Manifest>, Manifest
         if is_blank(&section.text) {
             continue;
         }
-        let value: Value = serde_yaml::from_str(&section.text)
-            .map_err(|err| syntax_error(file, document, section.first_line, &err))?;
+        let value: Value = match berth_api::yaml::from_str(&section.text) {
+            Ok(value) => value,
+            Err(berth_api::yaml::YamlError::Syntax(err)) => {
+                return Err(syntax_error(file, document, section.first_line, &err));
+            }
+            Err(error) => {
+                return Err(ManifestError::Bounds {
+                    file: file.to_string(),
+                    error: error.in_document(document),
+                });
+            }
+        };
         if value.is_null() {
             continue;
         }
@@ -449,6 +465,21 @@ mod tests {
             .iter()
             .map(|m| (m.reference(), m.source.document))
             .collect()
+    }
+
+    #[test]
+    fn a_document_whose_aliases_expand_past_the_bound_is_refused_by_its_number() {
+        let bomb = format!(
+            "a: &a \"{}\"\nb: [{}]\n",
+            "x".repeat(100_000),
+            vec!["*a"; 15_000].join(",")
+        );
+        let text = format!("kind: Project\nmetadata: {{name: a}}\n---\n{bomb}");
+        let err = parse_documents("f.yaml", &text).unwrap_err().to_string();
+        assert!(
+            err.starts_with("f.yaml: document 2: YAML expands beyond "),
+            "{err}"
+        );
     }
 
     #[test]

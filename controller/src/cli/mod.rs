@@ -64,9 +64,19 @@ pub struct GlobalArgs {
         value_name = "SOCKET|URL"
     )]
     server: Option<String>,
-    /// Bearer token for a TCP server.
+    /// Bearer token for a TCP server. On the command line it is visible to every user of the
+    /// host (`ps`); prefer --token-file or the environment.
     #[arg(long, global = true, env = "BERTH_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A file holding the bearer token (surrounding whitespace ignored).
+    #[arg(
+        long,
+        global = true,
+        env = "BERTH_TOKEN_FILE",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
+    token_file: Option<std::path::PathBuf>,
     /// PEM certificate(s) to trust for an https server instead of the system roots.
     #[arg(
         long,
@@ -156,12 +166,70 @@ impl Context {
                 })?),
                 None => None,
             };
-        Client::with_certificate_authority(server, self.global.token.clone(), ca.as_deref())
+        Client::with_certificate_authority(server, self.token()?, ca.as_deref())
     }
+
+    /// The bearer token: `--token`/`BERTH_TOKEN`, or read from `--token-file`/`BERTH_TOKEN_FILE`.
+    fn token(&self) -> Result<Option<String>, ClientError> {
+        let Some(path) = &self.global.token_file else {
+            return Ok(self.global.token.clone());
+        };
+        if self.global.token.is_some() {
+            return Err(ClientError::TwoTokens);
+        }
+        read_token_file(path).map(Some)
+    }
+}
+
+/// The most a token file may hold: a token is well under a hundred bytes.
+const TOKEN_FILE_LIMIT: u64 = 4096;
+
+fn read_token_file(path: &std::path::Path) -> Result<String, ClientError> {
+    use std::io::Read;
+    let failed = |reason: String| ClientError::TokenFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let file = std::fs::File::open(path).map_err(|e| failed(e.to_string()))?;
+    let mut text = String::new();
+    file.take(TOKEN_FILE_LIMIT + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| failed(e.to_string()))?;
+    if text.len() as u64 > TOKEN_FILE_LIMIT {
+        return Err(failed(format!(
+            "larger than {TOKEN_FILE_LIMIT} bytes; expected one token"
+        )));
+    }
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(failed("the file is empty".to_string()));
+    }
+    if token.contains(char::is_whitespace) {
+        return Err(failed("expected one token on one line".to_string()));
+    }
+    Ok(token.to_string())
+}
+
+/// True when `--token` itself is on the command line (not from BERTH_TOKEN), where every user
+/// of the host can read it; words after `--` belong to a command run elsewhere.
+fn token_on_command_line(args: impl IntoIterator<Item = std::ffi::OsString>) -> bool {
+    args.into_iter()
+        .skip(1)
+        .take_while(|arg| arg != "--")
+        .any(|arg| {
+            let arg = arg.to_string_lossy();
+            arg == "--token" || arg.starts_with("--token=")
+        })
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if token_on_command_line(std::env::args_os()) {
+        eprintln!(
+            "warning: --token on the command line is visible to every user of this host (ps); \
+             use --token-file FILE or BERTH_TOKEN instead"
+        );
+    }
     let context = Context { global: cli.global };
     // The daemon's output goes to a log, and a panic there must never pass for a closed pipe.
     if !matches!(cli.command, Command::Serve(_)) {
@@ -263,6 +331,52 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_token_file_is_read_trimmed_and_refused_when_odd() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "  berth_abc123\n").unwrap();
+        assert_eq!(super::read_token_file(&file).unwrap(), "berth_abc123");
+        for (text, says) in [
+            ("\n \n", "the file is empty"),
+            ("berth_a\nberth_b\n", "one token on one line"),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let err = super::read_token_file(&file).unwrap_err().to_string();
+            assert!(
+                err.starts_with("--token-file ") && err.contains(says),
+                "{err}"
+            );
+        }
+        let missing = super::read_token_file(&dir.path().join("nope"))
+            .unwrap_err()
+            .to_string();
+        assert!(missing.starts_with("--token-file "), "{missing}");
+    }
+
+    #[test]
+    fn only_a_token_given_on_the_command_line_is_warned_about() {
+        let argv = |args: &[&str]| {
+            args.iter()
+                .map(std::ffi::OsString::from)
+                .collect::<Vec<_>>()
+        };
+        let table: &[(&[&str], bool)] = &[
+            (&["berth", "--token", "t", "get", "projects"], true),
+            (&["berth", "get", "projects", "--token=t"], true),
+            (&["berth", "--token-file", "f", "get", "projects"], false),
+            (&["berth", "get", "projects"], false),
+            (&["berth", "exec", "p", "--", "tool", "--token", "x"], false),
+        ];
+        for (args, warned) in table {
+            assert_eq!(
+                super::token_on_command_line(argv(args)),
+                *warned,
+                "{args:?}"
+            );
+        }
     }
 
     #[test]

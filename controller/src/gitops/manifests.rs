@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
 use serde_json::Value;
 
 /// Where one object came from: `deploy/app.yaml: document 2` (`: item 3` inside a `List`).
@@ -71,6 +70,13 @@ pub enum LoadError {
     },
     #[error("{at}: {message}")]
     Invalid { at: Source, message: String },
+    /// A document past the bounds on alias expansion or nesting; nothing of the revision is
+    /// applied.
+    #[error("{file}: {error}")]
+    Bounds {
+        file: String,
+        error: berth_api::yaml::YamlError,
+    },
     #[error("{at} ({reference}): also defined in {first}")]
     Duplicate {
         at: String,
@@ -137,16 +143,22 @@ pub fn load(root: &Path, path: &str) -> Result<Vec<Manifest>, LoadError> {
 /// error's `line L column C` is the editor's.
 fn parse_documents(file: &str, text: &str) -> Result<Vec<Manifest>, LoadError> {
     let mut out = Vec::new();
-    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (index, document) in berth_api::yaml::documents(text).enumerate() {
         let source = Source {
             file: file.to_string(),
             document: index + 1,
             item: None,
         };
-        let value = Value::deserialize(document).map_err(|err| LoadError::Syntax {
-            file: file.to_string(),
-            document: index + 1,
-            message: err.to_string(),
+        let value = document.map_err(|err| match err {
+            berth_api::yaml::YamlError::Syntax(err) => LoadError::Syntax {
+                file: file.to_string(),
+                document: index + 1,
+                message: err.to_string(),
+            },
+            error => LoadError::Bounds {
+                file: file.to_string(),
+                error,
+            },
         })?;
         match value {
             Value::Null => {}

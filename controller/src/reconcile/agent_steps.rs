@@ -8,6 +8,7 @@
 //! so these records survive it. Writes made outside a reconcile (secrets propagation, the
 //! agent's report) hold the project's queue slot as well.
 
+use crate::file_roots::FileRoots;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -57,14 +58,17 @@ pub struct AgentSettings {
     pub mirror_secrets_to_lxd: bool,
     /// How often a Ready project's agent report and secrets are looked at.
     pub watch_interval: Duration,
+    /// Where a `file://` repository named under them may lead (`allowedFileRoots`).
+    pub file_roots: FileRoots,
 }
 
 impl Default for AgentSettings {
     fn default() -> Self {
         AgentSettings {
             brief_deadline: Duration::from_secs(300),
-            mirror_secrets_to_lxd: true,
+            mirror_secrets_to_lxd: false,
             watch_interval: Duration::from_secs(5),
+            file_roots: FileRoots::default(),
         }
     }
 }
@@ -335,11 +339,15 @@ impl AgentSteps {
                 &format!("secrets not set: {}", missing.join(", ")),
             );
         }
-        if self.settings.mirror_secrets_to_lxd {
-            self.mirror_to_lxd(name, &values)
-                .await
-                .map_err(|e| format!("LXD environment: {e}"))?;
-        }
+        // Not mirrored: what an earlier mirroring left in LXD's database is cleared.
+        let mirrored = if self.settings.mirror_secrets_to_lxd {
+            values
+        } else {
+            BTreeMap::new()
+        };
+        self.mirror_to_lxd(name, &mirrored)
+            .await
+            .map_err(|e| format!("LXD environment: {e}"))?;
         Ok(())
     }
 
@@ -609,8 +617,15 @@ impl AgentSteps {
         let Some(repo) = &project.spec.repo else {
             return Ok(StepOutcome::Done);
         };
-        // file:// URLs were confined to allowedFileRoots (or an admin) at admission.
-        match agent::checkout(&*self.runtime, project.name, repo).await {
+        // A file:// path named under allowedFileRoots is held to them again as it is read.
+        match agent::checkout(
+            &*self.runtime,
+            project.name,
+            repo,
+            &self.settings.file_roots,
+        )
+        .await
+        {
             Ok(agent::CheckoutOutcome::Cloned { head, .. }) => {
                 self.event(
                     project.name,
@@ -1395,6 +1410,49 @@ mod fake_runtime_tests {
         let synced = condition(&setup, SECRETS_SYNCED).unwrap();
         assert_eq!(synced.status, ConditionStatus::False);
         assert_eq!(synced.reason, "SyncFailed");
+    }
+
+    /// With mirroring off (the default), secrets stay out of LXD's database, and what an
+    /// earlier mirroring put there is cleared; keys berth did not list are left alone.
+    #[tokio::test]
+    async fn unmirrored_secrets_are_cleared_from_the_lxd_environment() {
+        let setup = setup(json!({}));
+        setup.fake.insert_instance(crate::runtime::Instance {
+            name: "p".into(),
+            status: crate::runtime::InstanceStatus::Running,
+            status_code: 0,
+            location: "none".into(),
+            profiles: Vec::new(),
+            config: BTreeMap::from([
+                (
+                    "environment.BERTH_SECRET_KEYS".to_string(),
+                    "OLD".to_string(),
+                ),
+                ("environment.OLD".to_string(), "leaked".to_string()),
+                (
+                    "environment.NODE_ENV".to_string(),
+                    "development".to_string(),
+                ),
+            ]),
+            devices: BTreeMap::new(),
+            created_at: None,
+            last_used_at: None,
+            state: None,
+        });
+        assert!(!AgentSettings::default().mirror_secrets_to_lxd);
+        let spec = ProjectSpec::default();
+        setup.steps.sync_secrets("p", &spec, 0).await.unwrap();
+        let config = setup.fake.instance("p").unwrap().config;
+        assert_eq!(config.get("environment.OLD"), None, "{config:?}");
+        assert_eq!(
+            config.get("environment.BERTH_SECRET_KEYS"),
+            None,
+            "{config:?}"
+        );
+        assert_eq!(
+            config.get("environment.NODE_ENV").map(String::as_str),
+            Some("development")
+        );
     }
 
     #[tokio::test]

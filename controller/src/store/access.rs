@@ -455,4 +455,69 @@ mod tests {
         drop(store);
         assert!(Store::open(&path).unwrap().projects_of("ana").is_empty());
     }
+
+    /// An apply allowed as a create (the name was free when access was checked) must not land
+    /// on the project another user made in the gap, nor one allowed against one version on a
+    /// later one; nothing is written and nobody joins.
+    #[test]
+    fn an_apply_checked_against_what_it_read_never_lands_on_something_else() {
+        use super::super::Expected;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("berth.db")).unwrap();
+        let seen = store.get(PROJECT_KIND, "pay");
+        assert!(seen.is_none());
+        // Ana creates it between Bob's check and Bob's write.
+        let anas = store
+            .create_by(Some("ana"), project("pay", "Ana's"), false)
+            .unwrap();
+        let moved = store.apply_checked_by(
+            Some("bob"),
+            project("pay", "Bob's"),
+            Expected::of(seen.as_deref()),
+            false,
+        );
+        assert!(matches!(moved, Err(StoreError::Moved { .. })), "{moved:?}");
+        let now = store.get(PROJECT_KIND, "pay").unwrap();
+        assert_eq!(now.spec.get("displayName").unwrap(), "Ana's");
+        assert_eq!(store.members(anas.uid()), ["ana"]);
+        // The same inside a batch: all or nothing.
+        let failed = store.apply_batch_checked_by(
+            Some("bob"),
+            vec![
+                (project("other", "Other"), Expected::Absent),
+                (project("pay", "Bob's"), Expected::Absent),
+            ],
+            false,
+        );
+        assert!(matches!(
+            failed,
+            Err(super::super::BatchFailure {
+                index: Some(1),
+                error: StoreError::Moved { .. }
+            })
+        ));
+        assert!(store.get(PROJECT_KIND, "other").is_none());
+        // Against the version read, it is written; against a stale one, it is not.
+        let read = Expected::of(Some(&now));
+        store
+            .apply_checked_by(Some("ana"), project("pay", "Ana's too"), read, false)
+            .unwrap();
+        assert!(matches!(
+            store.apply_checked_by(Some("ana"), project("pay", "stale"), read, false),
+            Err(StoreError::Moved { .. })
+        ));
+        // Absent and still absent: created.
+        store
+            .apply_checked_by(
+                Some("bob"),
+                project("free", "Free"),
+                Expected::Absent,
+                false,
+            )
+            .unwrap();
+        assert_eq!(
+            store.members(store.get(PROJECT_KIND, "free").unwrap().uid()),
+            ["bob"]
+        );
+    }
 }

@@ -26,7 +26,7 @@ use tokio::sync::broadcast;
 pub use access::{SecretEntry, SecretsChange, User};
 pub use events::{Event, EventObject, EventType};
 pub use executions::{Execution, ExecutionState};
-pub use object::{Action, Change, ChangeType, Deletion, Desired, Doc, StoredObject};
+pub use object::{Action, Change, ChangeType, Deletion, Desired, Doc, Expected, StoredObject};
 
 /// The kind whose `spec.displayName` must be unique.
 const PROJECT_KIND: &str = "Project";
@@ -49,6 +49,10 @@ pub enum StoreError {
         name: String,
         message: String,
     },
+    /// The object was made, changed or replaced after the caller's access to it was checked;
+    /// checking again and retrying is safe.
+    #[error("{kind} {name:?} changed while the request was being checked")]
+    Moved { kind: String, name: String },
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
     #[error("the store database: {0}")]
@@ -400,8 +404,30 @@ impl Store {
         desired: Desired,
         dry_run: bool,
     ) -> Result<(Arc<StoredObject>, Action), StoreError> {
+        self.apply_expecting(creator, desired, None, dry_run)
+    }
+
+    /// [`Store::apply_by`], written only while the object is still as `expected`: a write
+    /// allowed against what the caller saw never lands on something else (`StoreError::Moved`).
+    pub fn apply_checked_by(
+        &self,
+        creator: Option<&str>,
+        desired: Desired,
+        expected: Expected,
+        dry_run: bool,
+    ) -> Result<(Arc<StoredObject>, Action), StoreError> {
+        self.apply_expecting(creator, desired, Some(expected), dry_run)
+    }
+
+    fn apply_expecting(
+        &self,
+        creator: Option<&str>,
+        desired: Desired,
+        expected: Option<Expected>,
+        dry_run: bool,
+    ) -> Result<(Arc<StoredObject>, Action), StoreError> {
         self.write_as(creator, dry_run, |inner, pending| {
-            let written = inner.upsert(pending, desired, Mode::Apply)?;
+            let written = inner.upsert(pending, desired, Mode::Apply(expected))?;
             inner.check_display_name(&written.0)?;
             Ok(written)
         })
@@ -424,12 +450,33 @@ impl Store {
         batch: Vec<Desired>,
         dry_run: bool,
     ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
+        let batch = batch.into_iter().map(|desired| (desired, None)).collect();
+        self.apply_batch_expecting(creator, batch, dry_run)
+    }
+
+    /// [`Store::apply_batch_by`], each object written only while it is still as expected.
+    pub fn apply_batch_checked_by(
+        &self,
+        creator: Option<&str>,
+        batch: Vec<(Desired, Expected)>,
+        dry_run: bool,
+    ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
+        let batch = batch.into_iter().map(|(d, e)| (d, Some(e))).collect();
+        self.apply_batch_expecting(creator, batch, dry_run)
+    }
+
+    fn apply_batch_expecting(
+        &self,
+        creator: Option<&str>,
+        batch: Vec<(Desired, Option<Expected>)>,
+        dry_run: bool,
+    ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
         let mut failed_at = None;
         self.write_as(creator, dry_run, |inner, pending| {
             let mut results = Vec::with_capacity(batch.len());
-            for (index, desired) in batch.into_iter().enumerate() {
+            for (index, (desired, expected)) in batch.into_iter().enumerate() {
                 failed_at = Some(index);
-                results.push(inner.upsert(pending, desired, Mode::Apply)?);
+                results.push(inner.upsert(pending, desired, Mode::Apply(expected))?);
             }
             failed_at = inner.check_display_names(&results).err();
             match failed_at {
@@ -551,14 +598,39 @@ impl Store {
         prune: bool,
         dry_run: bool,
     ) -> Result<AppliedSet, BatchFailure> {
+        let batch = batch.into_iter().map(|desired| (desired, None)).collect();
+        self.apply_set_expecting(creator, set, batch, prune, dry_run)
+    }
+
+    /// [`Store::apply_set_by`], each object written only while it is still as expected.
+    pub fn apply_set_checked_by(
+        &self,
+        creator: Option<&str>,
+        set: &str,
+        batch: Vec<(Desired, Expected)>,
+        prune: bool,
+        dry_run: bool,
+    ) -> Result<AppliedSet, BatchFailure> {
+        let batch = batch.into_iter().map(|(d, e)| (d, Some(e))).collect();
+        self.apply_set_expecting(creator, set, batch, prune, dry_run)
+    }
+
+    fn apply_set_expecting(
+        &self,
+        creator: Option<&str>,
+        set: &str,
+        batch: Vec<(Desired, Option<Expected>)>,
+        prune: bool,
+        dry_run: bool,
+    ) -> Result<AppliedSet, BatchFailure> {
         let mut failed_at = None;
         self.write_as(creator, dry_run, |inner, pending| {
             let mut inventory: Vec<String> = Vec::with_capacity(batch.len());
             let mut applied = Vec::with_capacity(batch.len());
-            for (index, desired) in batch.into_iter().enumerate() {
+            for (index, (desired, expected)) in batch.into_iter().enumerate() {
                 failed_at = Some(index);
                 inventory.push(format!("{}/{}", desired.kind, desired.name));
-                applied.push(inner.upsert(pending, desired, Mode::Apply)?);
+                applied.push(inner.upsert(pending, desired, Mode::Apply(expected))?);
             }
             inventory.sort();
             inventory.dedup();
@@ -752,7 +824,8 @@ enum Mode {
         status: Value,
     },
     Replace(Option<u64>),
-    Apply,
+    /// Create or update; with an expectation, only while the object is still as expected.
+    Apply(Option<Expected>),
 }
 
 impl Inner {
@@ -805,6 +878,15 @@ impl Inner {
             (Some(current), Mode::Replace(expected_rv)) => {
                 check_rv(&current, *expected_rv)?;
                 Some(current)
+            }
+            (current, Mode::Apply(Some(expected))) => {
+                if Expected::of(current.as_deref()) != *expected {
+                    return Err(StoreError::Moved {
+                        kind: desired.kind,
+                        name: desired.name,
+                    });
+                }
+                current
             }
             (current, _) => current,
         };

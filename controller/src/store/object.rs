@@ -200,6 +200,24 @@ pub struct Desired {
     pub spec: Value,
 }
 
+/// The object as a write's access was checked against it, checked again under the store's lock,
+/// so a write allowed as a create never lands on an object someone made meanwhile, nor one
+/// allowed against one version on another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected {
+    Absent,
+    Version(u64),
+}
+
+impl Expected {
+    pub fn of(current: Option<&StoredObject>) -> Expected {
+        match current {
+            None => Expected::Absent,
+            Some(current) => Expected::Version(current.resource_version()),
+        }
+    }
+}
+
 /// What a write did to one object, as `berth apply` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {

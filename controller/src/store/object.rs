@@ -338,7 +338,10 @@ mod tests {
             ]})),
         };
         let shown = serde_json::to_string(&object).unwrap();
-        assert!(!shown.contains("s3cr3t") && !shown.contains("bot"), "{shown}");
+        assert!(
+            !shown.contains("s3cr3t") && !shown.contains("bot"),
+            "{shown}"
+        );
         assert_eq!(
             object.to_value()["spec"]["url"],
             "https://***@git.example/f.git"

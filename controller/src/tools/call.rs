@@ -587,7 +587,7 @@ mod tests {
                         prop_assert!(inside_workspace(&path), "{} taken as {}", path, taken);
                         prop_assert!(inside_workspace(&taken));
                     }
-                    Err(err) => prop_assert_eq!(&*err.reason, "OutsideWorkspace"),
+                    Err(err) => prop_assert_eq!(err.reason, "OutsideWorkspace"),
                 }
             }
 

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::daemon::Daemon;
+use support::daemon::{Daemon, TcpClient};
 
 const API: &str = "/apis/berth.dev/v1alpha1";
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -155,6 +155,12 @@ impl PrivateRepo {
              spec:\n  home: /home/agent\n  install:\n    check: \"true\"\n  runner:\n    command: [agent]\n",
         )
         .unwrap();
+        std::fs::write(
+            work.join("project.yaml"),
+            "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: private-app\n  annotations:\n    \
+             berth.dev/reconcile: paused\nspec:\n  state: Stopped\n",
+        )
+        .unwrap();
         git(&work, &["add", "."]);
         git(
             &work,
@@ -285,7 +291,10 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
     let wrong = format!("{password}-wrong");
     let repo = PrivateRepo::start("fleet-bot", &password);
     let ca = repo.ca();
-    let daemon = Daemon::start_running_with_env(&[], &[("GIT_SSL_CAINFO", ca.to_str().unwrap())]);
+    let daemon = Daemon::start_running_with_env(
+        &["--listen", "127.0.0.1:0"],
+        &[("GIT_SSL_CAINFO", ca.to_str().unwrap())],
+    );
     let client = daemon.client();
 
     // A token in the URL is refused, and the refusal does not repeat it.
@@ -345,6 +354,40 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
         ok && listing.contains("password") && listing.contains("username"),
         "{listing}"
     );
+
+    // A member of the project the GitSource manages sees it; another user does not know it
+    // exists, and neither may touch its credentials.
+    let alice = daemon.add_user("alice", false);
+    let bob = daemon.add_user("bob", false);
+    let reply = client.request(
+        "PUT",
+        &format!("{API}/projects/private-app/members/alice"),
+        None,
+        &[],
+    );
+    assert!(reply.status < 300, "{}", reply.text());
+    let tcp = TcpClient::new(&daemon.tcp_addr(), None, None);
+    let (alice, bob) = (tcp.with_token(Some(&alice)), tcp.with_token(Some(&bob)));
+    let names = |client: &TcpClient| -> Vec<String> {
+        let list = client.get(&format!("{API}/gitsources")).json();
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&alice), ["fleet"]);
+    assert!(names(&bob).is_empty());
+    assert_eq!(alice.get(&format!("{API}/gitsources/fleet")).status, 200);
+    for path in ["", "/events", "/status"] {
+        let reply = bob.get(&format!("{API}/gitsources/fleet{path}"));
+        assert_eq!(reply.status, 404, "{path}: {}", reply.text());
+    }
+    for client in [&alice, &bob] {
+        let reply = client.get(&format!("{API}/gitsources/fleet/secrets"));
+        assert_eq!(reply.status, 403, "{}", reply.text());
+    }
     // Values are never read back, not even by an admin.
     let reply = client.get(&format!("{API}/gitsources/fleet/secrets/password"));
     assert_eq!(reply.status, 405, "{}", reply.text());

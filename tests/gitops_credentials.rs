@@ -314,7 +314,7 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
         &format!("{API}/gitsources"),
         &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "GitSource",
                 "metadata": {"name": "fleet"},
-                "spec": {"url": repo.url(), "secretRef": "fleet", "interval": "1s"}}),
+                "spec": {"url": repo.url(), "secretRef": "fleet", "interval": "1h"}}),
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
     wait_ready(&daemon, "False", "holds no password or token");
@@ -439,7 +439,7 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
         &format!("{API}/gitsources"),
         &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "GitSource",
                 "metadata": {"name": "fleet"},
-                "spec": {"url": repo.url(), "secretRef": "fleet", "interval": "1s"}}),
+                "spec": {"url": repo.url(), "secretRef": "fleet", "interval": "1h"}}),
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
     let (ok, listing) = berth(&daemon, &["gitsource", "secret", "list", "fleet"], "");

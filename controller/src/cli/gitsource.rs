@@ -1,6 +1,7 @@
 //! `berth gitsource secret set|list|delete`: the credentials a GitSource's `spec.secretRef`
 //! names (admins only). `set` reads the value from stdin or `--from-file`, never from the
-//! command line, where shell history and `ps` would keep it.
+//! command line, where shell history and `ps` would keep it. A change asks the GitSource of that
+//! name to sync at once (`berth.dev/requestedAt`), so new credentials are tried now.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,7 +12,7 @@ use reqwest::Method;
 
 use super::Context;
 use super::table::Table;
-use crate::client::{API_PREFIX, encode_segment};
+use crate::client::{API_PREFIX, Client, Resource, encode_segment};
 use crate::gitops::CREDENTIAL_KEYS;
 
 #[derive(Debug, Args)]
@@ -67,6 +68,22 @@ fn path(gitsource: &str, key: Option<&str>) -> String {
     }
 }
 
+/// Asks the GitSource to sync now. The credential is already changed, so a refusal here (a
+/// GitSource whose stored URL still carries credentials takes no write until it drops them)
+/// is a warning: the next poll uses the new credential anyway.
+async fn request_sync(client: &Client, gitsource: &str) {
+    let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        berth_api::annotations::REQUESTED_AT: at,
+    }}});
+    if let Err(err) = client
+        .merge_patch(Resource::GitSource, gitsource, &patch)
+        .await
+    {
+        eprintln!("warning: gitsource/{gitsource} will use it from its next poll: {err}");
+    }
+}
+
 pub async fn run(context: &Context, args: GitSourceArgs) -> anyhow::Result<ExitCode> {
     let client = context.client()?;
     let GitSourceCommand::Secret { command } = args.command;
@@ -93,6 +110,7 @@ pub async fn run(context: &Context, args: GitSourceArgs) -> anyhow::Result<ExitC
                 )
                 .await?;
             println!("credential {key} set for gitsource/{gitsource}");
+            request_sync(&client, &gitsource).await;
         }
         SecretCommand::List { gitsource } => {
             let list = client
@@ -112,6 +130,7 @@ pub async fn run(context: &Context, args: GitSourceArgs) -> anyhow::Result<ExitC
                 .request_json(Method::DELETE, &path(&gitsource, Some(&key)), None)
                 .await?;
             println!("credential {key} deleted from gitsource/{gitsource}");
+            request_sync(&client, &gitsource).await;
         }
     }
     Ok(ExitCode::SUCCESS)

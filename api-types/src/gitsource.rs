@@ -141,10 +141,10 @@ pub const REDACTED: &str = "***";
 /// Where the user information of the URL starting at `text` ends (the last `@` of its
 /// authority, which git takes as the end of `user:password`), if it has any.
 fn userinfo_end(text: &str) -> Option<usize> {
+    // Quotes and brackets do not end it: user information may hold `'`, `(` and `)`, and
+    // seeing too much as user information only hides more.
     let end = text
-        .find(|c: char| {
-            matches!(c, '/' | '?' | '#' | '"' | '\'' | '`' | '<' | '>') || c.is_whitespace()
-        })
+        .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace())
         .unwrap_or(text.len());
     text[..end].rfind('@')
 }
@@ -282,6 +282,9 @@ mod tests {
             ),
             ("https://ghp_abc@host:8443/r", "https://***@host:8443/r"),
             ("https://u:p@ss@host/r", "https://***@host/r"),
+            // Found by the property below: sub-delimiters are user information too.
+            ("https://u:pa'ss@host/r", "https://***@host/r"),
+            ("'https://u:p(x)@host'", "'https://***@host'"),
             (
                 "https://host/path@not-userinfo",
                 "https://host/path@not-userinfo",
@@ -371,6 +374,42 @@ mod tests {
                     errs.to_string().starts_with(prefix),
                     "{url} {secret_ref}: {errs}"
                 ),
+            }
+        }
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::super::{redact_credentials, url_has_credentials};
+
+        proptest! {
+            #![proptest_config(ProptestConfig {
+                cases: 256,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            })]
+
+            /// Whatever a user and password hold (any character a URL's user information may
+            /// carry), and whatever text stands around the URL, the password is not shown.
+            #[test]
+            fn a_password_in_a_url_is_never_shown(
+                user in "[A-Za-z0-9._~%!$&'()*+,;=-]{0,8}",
+                password in "[A-Za-z0-9._~%!$&'()*+,;=:-]{6,16}",
+                host in "[a-z0-9.-]{1,12}(:[0-9]{1,5})?",
+                path in "(/[a-z0-9._-]{0,8}){0,3}",
+                before in "[ a-z'\"(:]{0,6}",
+                after in "[ a-z'\"):,@]{0,6}",
+            ) {
+                let url = format!("https://{user}:{password}@{host}{path}");
+                prop_assert!(url_has_credentials(&url));
+                let text = format!("{before}{url}{after}");
+                let shown = redact_credentials(&text);
+                prop_assert!(!shown.contains(&password), "{} shown as {}", text, shown);
+                if !path.is_empty() || !after.contains('@') {
+                    prop_assert!(shown.contains(&format!("https://***@{host}")), "{}", shown);
+                }
+                prop_assert_eq!(redact_credentials(&shown), shown.clone());
             }
         }
     }

@@ -1,10 +1,11 @@
 //! The git CLI, as the GitSource controller drives it: every call has a deadline, never prompts,
 //! ignores the host's and user's git configuration, and may speak only `https` and `file`.
 //!
-//! Credentials reach git through `GIT_ASKPASS`: a script in a fresh 0700 directory that prints
-//! the username or password from 0600 files beside it, and only when git asks for the URL's own
-//! host. They are never in git's argv (which `ps` shows), its environment or the URL, and the
-//! directory is removed when the call ends.
+//! Credentials reach git through `GIT_ASKPASS`: a script in a fresh 0700 directory beside the
+//! checkouts (in the data directory, not a shared /tmp) that prints the username or password
+//! from 0600 files beside it, and only when git asks for the URL's own host. They are never in
+//! git's argv (which `ps` shows), its environment or the URL; the directory is removed when the
+//! fetch ends, and one a crash left behind when the controller starts again.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -58,6 +59,29 @@ impl std::fmt::Debug for Credentials {
 /// with a token, and this is the one GitHub documents.
 pub const TOKEN_USERNAME: &str = "x-access-token";
 
+/// How the askpass directories under the checkouts directory begin (a uid never does).
+const ASKPASS_PREFIX: &str = ".askpass-";
+
+/// Removes the askpass directories a crash left under `checkouts`: only one daemon uses a data
+/// directory, so none of them belongs to a running fetch.
+pub fn sweep_askpass(checkouts: &Path) {
+    let Ok(entries) = std::fs::read_dir(checkouts) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(ASKPASS_PREFIX)
+        {
+            let path = entry.path();
+            if let Err(err) = std::fs::remove_dir_all(&path) {
+                tracing::warn!(dir = %path.display(), %err, "cannot remove a git askpass directory");
+            }
+        }
+    }
+}
+
 /// The `GIT_ASKPASS` program of one git call: a directory only the daemon's user can enter,
 /// holding the script and the two values. Removed when dropped.
 struct Askpass {
@@ -75,7 +99,7 @@ impl Drop for Askpass {
 impl Askpass {
     /// Writes the script for `url`'s host. A host with characters a shell pattern would treat
     /// specially gets no credentials (a validated https host never has them).
-    fn new(url: &str, credentials: &Credentials) -> Result<Askpass, GitError> {
+    fn new(base: &Path, url: &str, credentials: &Credentials) -> Result<Askpass, GitError> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
         let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
@@ -99,8 +123,8 @@ impl Askpass {
             source,
         };
         // A new directory of a random name: created here, so nobody else holds it open.
-        let dir = std::env::temp_dir().join(format!(
-            "berth-askpass-{}",
+        let dir = base.join(format!(
+            "{ASKPASS_PREFIX}{}",
             hex::encode(rand::random::<[u8; 12]>())
         ));
         std::fs::DirBuilder::new()
@@ -169,8 +193,6 @@ impl Checkout {
         ref_: &str,
         credentials: Option<&Credentials>,
     ) -> Result<String, GitError> {
-        let askpass = credentials.map(|c| Askpass::new(url, c)).transpose()?;
-        let askpass = askpass.as_ref();
         if !self.dir.join(".git").is_dir() {
             std::fs::create_dir_all(&self.dir).map_err(|source| GitError::Io {
                 path: self.dir.clone(),
@@ -178,6 +200,11 @@ impl Checkout {
             })?;
             self.git(&["init", "--quiet"], None).await?;
         }
+        let base = self.dir.parent().unwrap_or(&self.dir);
+        let askpass = credentials
+            .map(|c| Askpass::new(base, url, c))
+            .transpose()?;
+        let askpass = askpass.as_ref();
         // Branches land under a remote-tracking namespace so a branch and a tag of the same name
         // stay apart; `--prune` forgets branches the remote deleted.
         self.git(
@@ -354,7 +381,13 @@ mod tests {
             username: "bot".to_string(),
             password: "s3cr3t\nsecond line".to_string(),
         };
-        let askpass = Askpass::new("https://git.example:8443/fleet.git", &credentials).unwrap();
+        let base = tempfile::tempdir().unwrap();
+        let askpass = Askpass::new(
+            base.path(),
+            "https://git.example:8443/fleet.git",
+            &credentials,
+        )
+        .unwrap();
         let dir = askpass.dir.clone();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir), 0o700);
@@ -391,6 +424,16 @@ mod tests {
         }
         drop(askpass);
         assert!(!dir.exists(), "the values outlive the call");
+
+        // What a crash left behind goes when the controller starts; checkouts stay.
+        let left = Askpass::new(base.path(), "https://git.example/f.git", &credentials).unwrap();
+        let left_dir = left.dir.clone();
+        std::mem::forget(left);
+        std::fs::create_dir(base.path().join("some-uid")).unwrap();
+        assert!(left_dir.exists());
+        sweep_askpass(base.path());
+        assert!(!left_dir.exists());
+        assert!(base.path().join("some-uid").exists());
     }
 
     #[test]
@@ -400,10 +443,14 @@ mod tests {
             password: "s3cr3t".to_string(),
         };
         assert!(!format!("{credentials:?}").contains("s3cr3t"));
-        let err = Askpass::new("https://u:s3cr3t@ho$t/x", &credentials)
-            .err()
-            .unwrap()
-            .to_string();
+        let err = Askpass::new(
+            &std::env::temp_dir(),
+            "https://u:s3cr3t@ho$t/x",
+            &credentials,
+        )
+        .err()
+        .unwrap()
+        .to_string();
         assert!(
             err.contains("https://***@") && !err.contains("s3cr3t"),
             "{err}"

@@ -56,11 +56,13 @@ pub fn spawn(
     data_dir: PathBuf,
     shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
+    let checkouts = data_dir.join(CHECKOUTS_DIR);
+    git::sweep_askpass(&checkouts);
     let controller = GitOps {
         store,
         secrets,
         admission: Arc::new(Admission::new(defaults)),
-        checkouts: data_dir.join(CHECKOUTS_DIR),
+        checkouts,
     };
     tokio::spawn(controller.run(shutdown))
 }

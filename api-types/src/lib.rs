@@ -55,7 +55,10 @@ pub use conditions::{
 pub use duration::{BerthDuration, MAX_DURATION, MAX_DURATION_TEXT, MaxAge};
 pub use error::{FieldError, ValidationErrors};
 pub use files::{FileMode, MergeMode, WORKSPACE_DIR, workspace_file_path};
-pub use gitsource::{GitSource, GitSourceSpec, GitSourceStatus, file_url_path, validate_git_url};
+pub use gitsource::{
+    GitSource, GitSourceSpec, GitSourceStatus, file_url_path, redact_credentials,
+    url_has_credentials, validate_git_url,
+};
 pub use meta::{API_VERSION, Condition, ConditionStatus, ObjectMeta};
 pub use naming::{derive_name, display_name_key, slugify, validate_env_key, validate_name};
 pub use object::{Kind, Object, decode_manifest, decode_stored};

@@ -297,6 +297,7 @@ fn start_controller(
     // GitSources are applied whether or not LXD answers: they only write desired state.
     let gitops = crate::gitops::spawn(
         Arc::clone(store),
+        Arc::clone(secrets),
         config.defaults.clone(),
         config.data_dir.clone(),
         shutdown.clone(),

@@ -19,6 +19,8 @@ pub struct Daemon {
     child: Option<Child>,
     /// The `serve` arguments after `--data-dir` and `--socket`, kept for restarts.
     args: Vec<String>,
+    /// Environment variables the daemon gets beyond the test's own, kept for restarts.
+    env: Vec<(String, String)>,
     pub dir: tempfile::TempDir,
     pub data_dir: PathBuf,
     pub socket: PathBuf,
@@ -52,18 +54,33 @@ impl Daemon {
         Self::start_in(dir, &["--config", &path])
     }
 
+    /// Starts a daemon whose controller runs, with extra environment variables (e.g.
+    /// `GIT_SSL_CAINFO` for a test's own TLS git server).
+    pub fn start_running_with_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self::start_in_env(tempfile::tempdir().expect("temp dir"), extra, env)
+    }
+
     fn start_args(args: &[&str]) -> Daemon {
         Self::start_in(tempfile::tempdir().expect("temp dir"), args)
     }
 
     fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Daemon {
+        Self::start_in_env(dir, args, Vec::new())
+    }
+
+    fn start_in_env(dir: tempfile::TempDir, args: &[&str], env: Vec<(String, String)>) -> Daemon {
         let data_dir = dir.path().join("data");
         let socket = dir.path().join("berth.sock");
         let log = dir.path().join("daemon.log");
-        let child = spawn_serve_args(&data_dir, &socket, &log, args);
+        let child = spawn_serve_env(&data_dir, &socket, &log, args, &env);
         let mut daemon = Daemon {
             child: Some(child),
             args: args.iter().map(|a| a.to_string()).collect(),
+            env,
             dir,
             data_dir,
             socket,
@@ -79,11 +96,12 @@ impl Daemon {
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "restart needs a terminated daemon");
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        self.child = Some(spawn_serve_args(
+        self.child = Some(spawn_serve_env(
             &self.data_dir,
             &self.socket,
             &self.log,
             &args,
+            &self.env,
         ));
         self.wait_healthy();
     }
@@ -196,6 +214,16 @@ pub fn spawn_serve(data_dir: &Path, socket: &Path, log: &Path, extra: &[&str]) -
 /// Spawns `berth serve --data-dir DIR --socket PATH ARGS...` without waiting for it; its stderr
 /// goes to `log`.
 pub fn spawn_serve_args(data_dir: &Path, socket: &Path, log: &Path, args: &[&str]) -> Child {
+    spawn_serve_env(data_dir, socket, log, args, &[])
+}
+
+fn spawn_serve_env(
+    data_dir: &Path,
+    socket: &Path,
+    log: &Path,
+    args: &[&str],
+    env: &[(String, String)],
+) -> Child {
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -209,6 +237,7 @@ pub fn spawn_serve_args(data_dir: &Path, socket: &Path, log: &Path, args: &[&str
         .arg(socket)
         .args(args)
         .env("BERTH_LOG", "info")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log_file)

@@ -2,7 +2,9 @@
 //! user, and a user who is not an admin sees and changes only the projects it is a member of;
 //! of the others it hears 404, as of names that do not exist.
 //! Deleting a project, changing its resource limits and writing AgentProfiles, GitSources and
-//! users are for admins; `file://` repositories outside `allowedFileRoots` too.
+//! users are for admins; `file://` repositories outside `allowedFileRoots` too. A GitSource
+//! names a repository and how it is reached: a non-admin sees only those that manage a project
+//! it is a member of.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -14,9 +16,10 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::{ApiState, Caller, Transport};
-use crate::store::{Desired, StoredObject};
+use crate::store::{Desired, Store, StoredObject};
 
 const PROJECT: &str = "Project";
+const GITSOURCE: &str = berth_api::GitSource::KIND;
 
 /// Paths the TCP listener serves without a token: they hold no secrets and no project names.
 pub fn is_public(path: &str) -> bool {
@@ -81,10 +84,14 @@ pub fn member_project(
 }
 
 /// Which objects a caller may see in lists and watches: everything for an admin; for a user,
-/// the projects it is a member of and every object of the other kinds.
+/// the projects it is a member of, the GitSources that manage one of those, and every object of
+/// the other kinds.
 pub enum Visibility {
     All,
-    Projects(BTreeSet<String>),
+    Some {
+        projects: BTreeSet<String>,
+        gitsources: BTreeSet<String>,
+    },
 }
 
 impl Visibility {
@@ -93,16 +100,52 @@ impl Visibility {
         if caller.admin {
             Visibility::All
         } else {
-            Visibility::Projects(state.store.projects_of(&caller.identity))
+            Visibility::of_user(&state.store, &caller.identity)
+        }
+    }
+
+    pub fn of_user(store: &Store, user: &str) -> Visibility {
+        let projects = store.projects_of(user);
+        let gitsources = store
+            .list(GITSOURCE)
+            .iter()
+            .filter(|g| manages_one_of(store, g.name(), &projects))
+            .map(|g| g.uid().to_string())
+            .collect();
+        Visibility::Some {
+            projects,
+            gitsources,
         }
     }
 
     pub fn shows(&self, kind: &str, uid: &str) -> bool {
         match self {
             Visibility::All => true,
-            Visibility::Projects(uids) => kind != PROJECT || uids.contains(uid),
+            Visibility::Some {
+                projects,
+                gitsources,
+            } => match kind {
+                PROJECT => projects.contains(uid),
+                GITSOURCE => gitsources.contains(uid),
+                _ => true,
+            },
         }
     }
+}
+
+/// Whether GitSource `name` applied a project one of `project_uids`.
+fn manages_one_of(store: &Store, name: &str, project_uids: &BTreeSet<String>) -> bool {
+    store
+        .applyset_inventory(&crate::gitops::applyset_name(name))
+        .iter()
+        .filter_map(|entry| entry.strip_prefix("Project/"))
+        .filter_map(|project| store.get(PROJECT, project))
+        .any(|project| project_uids.contains(project.uid()))
+}
+
+/// Whether `user` (not an admin) may see GitSource `name`: it manages a project of theirs.
+pub fn gitsource_visible(store: &Store, name: &str, user: &str) -> bool {
+    store.get(GITSOURCE, name).is_some() && manages_one_of(store, name, &store.projects_of(user))
 }
 
 /// Whether `caller` may write `desired` over `current` (absent when it would be created).
@@ -199,19 +242,66 @@ pub fn check_file_url(
 mod tests {
     use super::*;
 
+    fn desired(kind: &str, name: &str, spec: Value) -> Desired {
+        Desired {
+            kind: kind.into(),
+            name: name.into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            finalizers: None,
+            spec,
+        }
+    }
+
     #[test]
-    fn visibility_hides_only_other_projects() {
-        let some = Visibility::Projects(BTreeSet::from(["u1".to_string()]));
+    fn a_user_sees_its_projects_and_the_gitsources_that_manage_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(&dir.path().join("berth.db")).unwrap();
+        let project = |name: &str| {
+            store
+                .create(desired(PROJECT, name, serde_json::json!({})), false)
+                .unwrap()
+        };
+        let mine = project("mine");
+        let theirs = project("theirs");
+        store.add_member(mine.uid(), "alice").unwrap();
+        store.add_member(theirs.uid(), "bob").unwrap();
+        let gitsource = |name: &str, manages: &str| {
+            let url = format!("https://git.example/{name}.git");
+            let source = store
+                .create(
+                    desired(GITSOURCE, name, serde_json::json!({"url": url})),
+                    false,
+                )
+                .unwrap();
+            let batch = vec![desired(PROJECT, manages, serde_json::json!({}))];
+            store
+                .apply_set(&crate::gitops::applyset_name(name), batch, false, false)
+                .unwrap();
+            source
+        };
+        let fleet = gitsource("fleet", "mine");
+        let other = gitsource("other", "theirs");
+        let profile = store
+            .create(desired("AgentProfile", "p", serde_json::json!({})), false)
+            .unwrap();
+
+        let alice = Visibility::of_user(&store, "alice");
         let table = [
-            ("Project", "u1", true),
-            ("Project", "u2", false),
-            ("AgentProfile", "u3", true),
-            ("GitSource", "u4", true),
+            (PROJECT, mine.uid(), true),
+            (PROJECT, theirs.uid(), false),
+            (GITSOURCE, fleet.uid(), true),
+            (GITSOURCE, other.uid(), false),
+            ("AgentProfile", profile.uid(), true),
         ];
         for (kind, uid, shown) in table {
-            assert_eq!(some.shows(kind, uid), shown, "{kind} {uid}");
+            assert_eq!(alice.shows(kind, uid), shown, "{kind} {uid}");
             assert!(Visibility::All.shows(kind, uid));
         }
+        assert!(gitsource_visible(&store, "fleet", "alice"));
+        assert!(!gitsource_visible(&store, "other", "alice"));
+        assert!(!gitsource_visible(&store, "fleet", "carol"));
+        assert!(!gitsource_visible(&store, "missing", "alice"));
     }
 
     #[test]

@@ -72,4 +72,120 @@ mod tests {
             assert_eq!(target, expected, "{patch}");
         }
     }
+
+    mod properties {
+        use proptest::prelude::*;
+        use serde_json::{Map, Value};
+
+        use super::merge;
+
+        /// JSON from a small key alphabet, so patches and targets share keys; `null` anywhere.
+        fn json() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                (-3i64..3).prop_map(Value::from),
+                "[a-c]{0,2}".prop_map(Value::String),
+            ];
+            leaf.prop_recursive(3, 24, 4, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                    proptest::collection::btree_map("[a-d]", inner, 0..4)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        /// `value` with every object member that is `null` removed: what a merge patch can
+        /// produce (it cannot set a member to null).
+        fn without_null_members(value: &Value) -> Value {
+            match value {
+                Value::Object(map) => Value::Object(
+                    map.iter()
+                        .filter(|(_, v)| !v.is_null())
+                        .map(|(k, v)| (k.clone(), without_null_members(v)))
+                        .collect(),
+                ),
+                other => other.clone(),
+            }
+        }
+
+        /// RFC 7386's reading of "the patch that turns `source` into `target`".
+        fn diff(source: &Value, target: &Value) -> Value {
+            match (source, target) {
+                (Value::Object(s), Value::Object(t)) => {
+                    let mut patch = Map::new();
+                    for key in s.keys().filter(|k| !t.contains_key(*k)) {
+                        patch.insert(key.clone(), Value::Null);
+                    }
+                    for (key, value) in t {
+                        match s.get(key) {
+                            Some(old) if old == value => {}
+                            Some(old) => {
+                                patch.insert(key.clone(), diff(old, value));
+                            }
+                            None => {
+                                patch.insert(key.clone(), value.clone());
+                            }
+                        }
+                    }
+                    Value::Object(patch)
+                }
+                _ => target.clone(),
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig {
+                cases: 256,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            })]
+
+            /// Patching with the diff yields the target.
+            #[test]
+            fn the_diff_patches_the_source_into_the_target(source in json(), target in json()) {
+                let target = without_null_members(&target);
+                let mut patched = source.clone();
+                merge(&mut patched, &diff(&source, &target));
+                prop_assert_eq!(patched, target);
+            }
+
+            /// Applying a patch twice is applying it once.
+            #[test]
+            fn a_patch_is_idempotent(target in json(), patch in json()) {
+                let mut once = target;
+                merge(&mut once, &patch);
+                let mut twice = once.clone();
+                merge(&mut twice, &patch);
+                prop_assert_eq!(twice, once);
+            }
+
+            /// A member patched to null is gone; one the patch does not name is untouched; an
+            /// empty patch changes no object.
+            #[test]
+            fn null_deletes_and_the_rest_stays(target in json(), patch in json()) {
+                let mut patched = target.clone();
+                merge(&mut patched, &patch);
+                if let Value::Object(members) = &patch {
+                    let Value::Object(result) = &patched else {
+                        return Err(TestCaseError::fail("an object patch made a non-object"));
+                    };
+                    for (key, value) in members {
+                        prop_assert_eq!(result.contains_key(key), !value.is_null(), "{}", key);
+                    }
+                    if let Value::Object(before) = &target {
+                        for (key, value) in before.iter().filter(|(k, _)| !members.contains_key(*k)) {
+                            prop_assert_eq!(result.get(key), Some(value));
+                        }
+                        let mut same = target.clone();
+                        merge(&mut same, &Value::Object(Map::new()));
+                        prop_assert_eq!(same, target.clone());
+                    }
+                } else {
+                    prop_assert_eq!(patched, patch);
+                }
+            }
+        }
+    }
 }

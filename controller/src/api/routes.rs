@@ -231,6 +231,12 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
         ["projects", name, "secrets", key] => {
             secrets::route(state, caller, &method, name, Some(key), req).await
         }
+        ["gitsources", name, "secrets"] => {
+            secrets::gitsource_route(state, caller, &method, name, None, req).await
+        }
+        ["gitsources", name, "secrets", key] => {
+            secrets::gitsource_route(state, caller, &method, name, Some(key), req).await
+        }
         ["projects", name, "tools", rest @ ..] => {
             let project = access::member_project(state, caller, name)?;
             let Some(tools) = &state.tools else {
@@ -344,16 +350,25 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
     }
 }
 
-/// Projects are read by their members (and admins); the other kinds by every user.
+/// Projects are read by their members (and admins), GitSources by the members of a project
+/// they manage (404 to everyone else: their names and URLs are not for every user), the other
+/// kinds by every user.
 fn may_read(state: &ApiState, caller: &Caller, kind: Kind, name: &str) -> Result<(), ApiError> {
     // An admin may read the events of a project already gone.
     if kind.as_str() == PROJECT && !caller.admin {
         access::member_project(state, caller, name)?;
     }
+    if kind == Kind::GitSource
+        && !caller.admin
+        && !access::gitsource_visible(&state.store, name, &caller.identity)
+    {
+        return Err(not_found(kind, name));
+    }
     Ok(())
 }
 
-/// A non-admin's watch shows the projects it is a member of at the time of each event.
+/// A non-admin's watch shows the projects it is a member of, and the GitSources managing one,
+/// at the time of each event.
 fn watch_filter(state: &ApiState, caller: &Caller) -> Option<watch::Filter> {
     if caller.admin {
         return None;
@@ -361,7 +376,13 @@ fn watch_filter(state: &ApiState, caller: &Caller) -> Option<watch::Filter> {
     let store = Arc::clone(&state.store);
     let identity = caller.identity.clone();
     Some(Box::new(move |object: &StoredObject| {
-        object.kind != PROJECT || store.is_member(object.uid(), &identity)
+        match object.kind.as_str() {
+            PROJECT => store.is_member(object.uid(), &identity),
+            berth_api::GitSource::KIND => {
+                access::gitsource_visible(&store, object.name(), &identity)
+            }
+            _ => true,
+        }
     }))
 }
 

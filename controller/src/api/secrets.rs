@@ -1,6 +1,10 @@
 //! `/projects/NAME/secrets[/KEY]`: set, list (keys and update times), read one value, delete.
 //! Only members and admins reach here. A value travels in exactly two places: the body of a PUT
 //! and the body of a GET of that one key; never a listing, a log line or an error message.
+//!
+//! `/gitsources/NAME/secrets[/KEY]`: a GitSource's credentials (`username`, `password`,
+//! `token`), for admins: set, list and delete. Their values go to git and nowhere else, not even
+//! back to an admin.
 
 use std::sync::Arc;
 
@@ -121,7 +125,113 @@ pub(super) async fn route(
     }
 }
 
-/// An event on the project naming the key and who changed it: never the value.
+pub(super) async fn gitsource_route(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    method: &Method,
+    name: &str,
+    key: Option<&str>,
+    req: Request<Incoming>,
+) -> Outcome {
+    const KIND: &str = berth_api::GitSource::KIND;
+    access::require_admin(caller, "read or write GitSource credentials")?;
+    let gitsource = state.store.get(KIND, name).ok_or_else(|| {
+        ApiError::not_found(format!("GitSource {name:?} not found")).with_object(KIND, name)
+    })?;
+    let uid = gitsource.uid().to_string();
+    let secrets = Arc::clone(&state.secrets);
+    match (key, method) {
+        (None, &Method::GET) => {
+            let items: Vec<Value> = secrets
+                .list(&uid)
+                .map_err(from_secrets)?
+                .into_iter()
+                .map(|e| json!({"key": e.key, "updateTime": e.updated.to_rfc3339()}))
+                .collect();
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({
+                    "apiVersion": berth_api::API_VERSION,
+                    "kind": "SecretKeyList",
+                    "metadata": {"gitSource": name},
+                    "items": items,
+                }),
+            ))
+        }
+        (Some(key), &Method::PUT) => {
+            if !crate::gitops::CREDENTIAL_KEYS.contains(&key) {
+                return Err(ApiError::invalid(
+                    Some("Secret"),
+                    Some(key),
+                    vec![Cause::new(
+                        "key",
+                        format!(
+                            "{key:?}: a GitSource holds only {}",
+                            crate::gitops::CREDENTIAL_KEYS.join(", ")
+                        ),
+                    )],
+                ));
+            }
+            let value = read_value(req).await?;
+            let key_owned = key.to_string();
+            let revision = blocking(move || secrets.set(&uid, &key_owned, &value))
+                .await?
+                .map_err(from_secrets)?;
+            audit(
+                state,
+                &gitsource,
+                "SecretSet",
+                format!("credential {key} set by {}", caller.identity),
+            )
+            .await;
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({
+                    "apiVersion": berth_api::API_VERSION,
+                    "kind": "SecretKey",
+                    "gitSource": name,
+                    "key": key,
+                    "revision": revision.to_string(),
+                }),
+            ))
+        }
+        (Some(key), &Method::DELETE) => {
+            let key_owned = key.to_string();
+            let deleted = blocking(move || secrets.delete(&uid, &key_owned))
+                .await?
+                .map_err(from_secrets)?;
+            if !deleted {
+                return Err(ApiError::not_found(format!(
+                    "GitSource {name:?} has no credential {key:?}"
+                )));
+            }
+            audit(
+                state,
+                &gitsource,
+                "SecretDeleted",
+                format!("credential {key} deleted by {}", caller.identity),
+            )
+            .await;
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({
+                    "kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,
+                    "message": format!("credential {key:?} of GitSource {name:?} deleted"),
+                }),
+            ))
+        }
+        _ => Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            format!(
+                "{method} is not supported on the credentials of GitSource {name:?} \
+                 (they are set, listed and deleted, never read back)"
+            ),
+        )),
+    }
+}
+
+/// An event on the project (or GitSource) naming the key and who changed it: never the value.
 async fn audit(
     state: &ApiState,
     project: &Arc<StoredObject>,

@@ -74,6 +74,40 @@ impl LabelSelector {
     }
 }
 
+/// The selector in its canonical text: what [`LabelSelector::parse`] reads back as the same
+/// selector.
+impl std::fmt::Display for LabelSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |values: &BTreeSet<String>| {
+            values
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        for (i, requirement) in self.requirements.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            match requirement {
+                Requirement::In(k, values) if values.len() == 1 => {
+                    write!(f, "{k}={}", set(values))?
+                }
+                Requirement::In(k, values) => write!(f, "{k} in ({})", set(values))?,
+                Requirement::NotIn(k, values) if values.len() == 1 => {
+                    write!(f, "{k}!={}", set(values))?
+                }
+                Requirement::NotIn(k, values) => write!(f, "{k} notin ({})", set(values))?,
+                Requirement::Exists(k) => f.write_str(k)?,
+                Requirement::NotExists(k) => write!(f, "!{k}")?,
+                Requirement::Gt(k, n) => write!(f, "{k}>{n}")?,
+                Requirement::Lt(k, n) => write!(f, "{k}<{n}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Token {
     Word(String),
@@ -92,6 +126,17 @@ enum Token {
 }
 
 impl Token {
+    /// The token as a key or a value: `in` and `notin` are operators only where an operator
+    /// stands, and otherwise the label keys and values they spell.
+    fn word(&self) -> Option<String> {
+        match self {
+            Token::Word(word) => Some(word.clone()),
+            Token::In => Some("in".to_string()),
+            Token::NotIn => Some("notin".to_string()),
+            _ => None,
+        }
+    }
+
     fn describe(&self) -> String {
         match self {
             Token::Word(word) => format!("{word:?}"),
@@ -202,24 +247,24 @@ impl Parser<'_> {
     }
 
     fn key(&mut self) -> Result<String, String> {
-        match self.next() {
-            Token::Word(key) => {
+        let token = self.next();
+        match token.word() {
+            Some(key) => {
                 validate_label_key(&key)?;
                 Ok(key)
             }
-            other => Err(format!("expected a label key, found {}", other.describe())),
+            None => Err(format!("expected a label key, found {}", token.describe())),
         }
     }
 
     /// The value after `=`, `==` or `!=`; nothing there is the empty value.
     fn value(&mut self) -> Result<String, String> {
+        if let Some(value) = self.peek().word() {
+            self.next();
+            validate_label_value(&value)?;
+            return Ok(value);
+        }
         match self.peek() {
-            Token::Word(value) => {
-                let value = value.clone();
-                self.next();
-                validate_label_value(&value)?;
-                Ok(value)
-            }
             Token::End | Token::Comma => Ok(String::new()),
             other => Err(format!(
                 "expected a label value, found {}",
@@ -241,19 +286,21 @@ impl Parser<'_> {
         }
         let mut values = BTreeSet::new();
         loop {
-            match self.next() {
-                Token::Word(value) => {
-                    validate_label_value(&value)?;
-                    values.insert(value);
-                }
-                Token::Close if values.is_empty() => {
-                    return Err(format!("the set of values of {key:?} is empty"));
-                }
-                other => {
-                    return Err(format!(
-                        "expected a value of {key:?}, found {}",
-                        other.describe()
-                    ));
+            let token = self.next();
+            if let Some(value) = token.word() {
+                validate_label_value(&value)?;
+                values.insert(value);
+            } else {
+                match token {
+                    Token::Close if values.is_empty() => {
+                        return Err(format!("the set of values of {key:?} is empty"));
+                    }
+                    other => {
+                        return Err(format!(
+                            "expected a value of {key:?}, found {}",
+                            other.describe()
+                        ));
+                    }
                 }
             }
             match self.next() {
@@ -336,6 +383,31 @@ mod tests {
         }
     }
 
+    /// Found by the property test below: `in` and `notin` are valid label keys and values, and
+    /// only the operator position makes them operators (as in Kubernetes' parser).
+    #[test]
+    fn in_and_notin_are_keys_and_values_outside_the_operator() {
+        let labels: BTreeMap<String, String> = [("in", "pay"), ("team", "notin")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let table = [
+            ("in=pay", true),
+            ("in", true),
+            ("!in", false),
+            ("notin", false),
+            ("team=notin", true),
+            ("team in (in,notin)", true),
+            ("in notin (in)", true),
+            ("team!=in", true),
+        ];
+        for (text, expected) in table {
+            let selector = LabelSelector::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(selector.matches(&labels), expected, "{text}");
+            assert_eq!(LabelSelector::parse(&selector.to_string()), Ok(selector));
+        }
+    }
+
     #[test]
     fn bad_selectors_say_what_was_expected() {
         let table = [
@@ -376,6 +448,133 @@ mod tests {
                 err.starts_with(&format!("labelSelector: {text:?}: ")) && err.contains(wanted),
                 "{text}: {err}"
             );
+        }
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Keys and values from a small vocabulary, so generated selectors and labels meet;
+        /// `in` and `notin` are valid label keys and values too.
+        const KEYS: [&str; 5] = ["team", "tier", "app.kubernetes.io/name", "in", "notin"];
+        const VALUES: [&str; 7] = ["pay", "web", "1", "2", "in", "notin", "a.b_c-d"];
+
+        /// A requirement as the test writes it, evaluated by [`Req::reference`].
+        #[derive(Debug, Clone)]
+        enum Req {
+            Eq(usize, usize),
+            Ne(usize, usize),
+            EmptyEq(usize),
+            In(usize, Vec<usize>),
+            NotIn(usize, Vec<usize>),
+            Exists(usize),
+            NotExists(usize),
+            Gt(usize, i64),
+            Lt(usize, i64),
+        }
+
+        impl Req {
+            fn text(&self, spaced: bool) -> String {
+                let sp = if spaced { " " } else { "" };
+                let set = |vs: &Vec<usize>| {
+                    vs.iter()
+                        .map(|v| VALUES[*v])
+                        .collect::<Vec<_>>()
+                        .join(&format!(",{sp}"))
+                };
+                match self {
+                    Req::Eq(k, v) => format!("{}{sp}={sp}{}", KEYS[*k], VALUES[*v]),
+                    Req::Ne(k, v) => format!("{}{sp}!={sp}{}", KEYS[*k], VALUES[*v]),
+                    Req::EmptyEq(k) => format!("{}==", KEYS[*k]),
+                    Req::In(k, vs) => format!("{} in ({})", KEYS[*k], set(vs)),
+                    Req::NotIn(k, vs) => format!("{} notin ({})", KEYS[*k], set(vs)),
+                    Req::Exists(k) => KEYS[*k].to_string(),
+                    Req::NotExists(k) => format!("!{sp}{}", KEYS[*k]),
+                    Req::Gt(k, n) => format!("{}>{n}", KEYS[*k]),
+                    Req::Lt(k, n) => format!("{}<{n}", KEYS[*k]),
+                }
+            }
+
+            fn reference(&self, labels: &BTreeMap<String, String>) -> bool {
+                let get = |k: &usize| labels.get(KEYS[*k]).map(String::as_str);
+                let int = |k: &usize| get(k).and_then(|v| v.parse::<i64>().ok());
+                match self {
+                    Req::Eq(k, v) => get(k) == Some(VALUES[*v]),
+                    Req::Ne(k, v) => get(k) != Some(VALUES[*v]),
+                    Req::EmptyEq(k) => get(k) == Some(""),
+                    Req::In(k, vs) => get(k).is_some_and(|l| vs.iter().any(|v| VALUES[*v] == l)),
+                    Req::NotIn(k, vs) => get(k).is_none_or(|l| vs.iter().all(|v| VALUES[*v] != l)),
+                    Req::Exists(k) => get(k).is_some(),
+                    Req::NotExists(k) => get(k).is_none(),
+                    Req::Gt(k, n) => int(k).is_some_and(|v| v > *n),
+                    Req::Lt(k, n) => int(k).is_some_and(|v| v < *n),
+                }
+            }
+        }
+
+        fn req() -> impl Strategy<Value = Req> {
+            let k = 0..KEYS.len();
+            let v = 0..VALUES.len();
+            let vs = proptest::collection::vec(0..VALUES.len(), 1..4);
+            prop_oneof![
+                (k.clone(), v.clone()).prop_map(|(k, v)| Req::Eq(k, v)),
+                (k.clone(), v).prop_map(|(k, v)| Req::Ne(k, v)),
+                k.clone().prop_map(Req::EmptyEq),
+                (k.clone(), vs.clone()).prop_map(|(k, vs)| Req::In(k, vs)),
+                (k.clone(), vs).prop_map(|(k, vs)| Req::NotIn(k, vs)),
+                k.clone().prop_map(Req::Exists),
+                k.clone().prop_map(Req::NotExists),
+                (k.clone(), -3i64..3).prop_map(|(k, n)| Req::Gt(k, n)),
+                (k, -3i64..3).prop_map(|(k, n)| Req::Lt(k, n)),
+            ]
+        }
+
+        fn labels() -> impl Strategy<Value = BTreeMap<String, String>> {
+            proptest::collection::btree_map(
+                (0..KEYS.len()).prop_map(|k| KEYS[k].to_string()),
+                prop_oneof![
+                    (0..VALUES.len()).prop_map(|v| VALUES[v].to_string()),
+                    Just(String::new()),
+                ],
+                0..4,
+            )
+        }
+
+        proptest! {
+            // Failures are kept as plain regression tests, not files.
+            #![proptest_config(ProptestConfig {
+                cases: 256,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            })]
+
+            /// Any text: a selector or an error naming the selector, never a panic.
+            #[test]
+            fn any_text_parses_or_is_refused_by_name(text in "[a-z0-9 !=<>(),./_-]{0,24}") {
+                if let Err(message) = LabelSelector::parse(&text) {
+                    prop_assert!(message.starts_with("labelSelector: "), "{}", message);
+                }
+            }
+
+            /// What the grammar writes parses; its canonical text parses back to the same
+            /// selector; and it matches exactly the labels a direct evaluation says it does.
+            #[test]
+            fn written_selectors_round_trip_and_match_like_the_reference(
+                reqs in proptest::collection::vec(req(), 0..4),
+                spaced in any::<bool>(),
+                labels in labels(),
+            ) {
+                let text = reqs.iter().map(|r| r.text(spaced)).collect::<Vec<_>>().join(",");
+                let selector = LabelSelector::parse(&text)
+                    .map_err(|e| TestCaseError::fail(format!("{text}: {e}")))?;
+                let canonical = selector.to_string();
+                let reparsed = LabelSelector::parse(&canonical);
+                prop_assert_eq!(reparsed, Ok(selector.clone()), "{}", canonical);
+                let expected = reqs.iter().all(|r| r.reference(&labels));
+                prop_assert_eq!(selector.matches(&labels), expected, "{} on {:?}", text, labels);
+            }
         }
     }
 }

@@ -20,6 +20,7 @@ mod duration;
 mod events;
 mod exec;
 mod get;
+mod gitsource;
 mod logs;
 mod manifest;
 mod members;
@@ -128,6 +129,8 @@ enum Command {
     Version(version::VersionArgs),
     /// Set, list or delete a project's secrets.
     Secret(secret::SecretArgs),
+    /// Set, list or delete a GitSource's credentials (`gitsource secret`, admins only).
+    Gitsource(gitsource::GitSourceArgs),
     /// Run a workspace tool (Read, Glob, Grep, Write, Edit, Bash) in a project's container.
     Tool(tool::ToolArgs),
     /// List, add or remove a project's members.
@@ -273,6 +276,7 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Restore(args) => restore::run(context, args).await,
             Command::Version(args) => version::run(context, args).await,
             Command::Secret(args) => secret::run(context, args).await,
+            Command::Gitsource(args) => gitsource::run(context, args).await,
             Command::Tool(args) => tool::run(context, args).await,
             Command::Members(args) => members::run(context, args).await,
             Command::User(args) => user::run(context, args).await,

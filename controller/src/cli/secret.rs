@@ -100,7 +100,7 @@ pub async fn run(context: &Context, args: SecretArgs) -> anyhow::Result<ExitCode
 }
 
 /// The value from stdin; `echo value | berth secret set` should not store the newline.
-fn read_stdin() -> anyhow::Result<Vec<u8>> {
+pub(super) fn read_stdin() -> anyhow::Result<Vec<u8>> {
     let mut stdin = std::io::stdin();
     if stdin.is_terminal() {
         eprintln!("reading the value from stdin; end it with Ctrl-D");

@@ -2,6 +2,8 @@
 //! its spec or `berth.dev/requestedAt` changes), and applies the manifests of the fetched
 //! revision as the applyset `gitsource-<name>`, the way `berth apply -R --prune --applyset`
 //! would. A revision whose manifests do not all admit leaves what is applied in place.
+//! `spec.secretRef` names the GitSource whose sealed credentials git is given; a URL is shown
+//! redacted in every condition, event and log line.
 
 pub mod git;
 pub mod manifests;
@@ -22,9 +24,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::Admission;
+use crate::secrets::Secrets;
 use crate::store::{Action, AppliedSet, ChangeType, Desired, EventType, Store, StoredObject};
 
-use git::Checkout;
+use git::{Checkout, Credentials};
 use manifests::Manifest;
 
 const KIND: &str = GitSource::KIND;
@@ -32,6 +35,11 @@ const KIND: &str = GitSource::KIND;
 const CHECKOUTS_DIR: &str = "gitsources";
 /// When a sync that failed unexpectedly is tried again.
 const PANIC_RETRY: Duration = Duration::from_secs(30);
+/// The keys `berth gitsource secret set` takes: git's username, and a password or a token.
+pub const CREDENTIAL_USERNAME: &str = "username";
+pub const CREDENTIAL_PASSWORD: &str = "password";
+pub const CREDENTIAL_TOKEN: &str = "token";
+pub const CREDENTIAL_KEYS: [&str; 3] = [CREDENTIAL_USERNAME, CREDENTIAL_PASSWORD, CREDENTIAL_TOKEN];
 /// Most applied object names an event lists before it just counts.
 const EVENT_NAMES: usize = 10;
 
@@ -43,20 +51,25 @@ pub fn applyset_name(gitsource: &str) -> String {
 /// Starts the GitSource controller; it stops when `shutdown` is cancelled.
 pub fn spawn(
     store: Arc<Store>,
+    secrets: Arc<Secrets>,
     defaults: Defaults,
     data_dir: PathBuf,
     shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
+    let checkouts = data_dir.join(CHECKOUTS_DIR);
+    git::sweep_askpass(&checkouts);
     let controller = GitOps {
         store,
+        secrets,
         admission: Arc::new(Admission::new(defaults)),
-        checkouts: data_dir.join(CHECKOUTS_DIR),
+        checkouts,
     };
     tokio::spawn(controller.run(shutdown))
 }
 
 struct GitOps {
     store: Arc<Store>,
+    secrets: Arc<Secrets>,
     admission: Arc<Admission>,
     checkouts: PathBuf,
 }
@@ -365,8 +378,11 @@ impl GitOps {
         generation: i64,
     ) -> Result<(String, AppliedSet), Failure> {
         let checkout = Checkout::new(self.checkouts.join(object.uid()));
+        let credentials = self
+            .credentials(spec)
+            .map_err(|m| Failure::fetch(None, m))?;
         let revision = checkout
-            .fetch(&spec.url, &spec.ref_)
+            .fetch(&spec.url, &spec.ref_, credentials.as_ref())
             .await
             .map_err(|err| Failure::fetch(None, err.to_string()))?;
 
@@ -421,6 +437,36 @@ impl GitOps {
                 Failure::apply(&revision, message)
             })
             .map(|applied| (revision, applied))
+    }
+
+    /// The credentials `spec.secretRef` names: the `username` (or [`git::TOKEN_USERNAME`]) and
+    /// the `password` or `token` held for that GitSource.
+    fn credentials(&self, spec: &GitSourceSpec) -> Result<Option<Credentials>, String> {
+        if spec.secret_ref.is_empty() {
+            return Ok(None);
+        }
+        let name = &spec.secret_ref;
+        let holder = self
+            .store
+            .get(KIND, name)
+            .ok_or_else(|| format!("spec.secretRef: there is no GitSource {name:?}"))?;
+        let mut values = self
+            .secrets
+            .values(holder.uid())
+            .map_err(|err| format!("spec.secretRef: {err}"))?;
+        let password = values
+            .remove(CREDENTIAL_PASSWORD)
+            .or_else(|| values.remove(CREDENTIAL_TOKEN))
+            .ok_or_else(|| {
+                format!(
+                    "spec.secretRef: GitSource {name:?} holds no password or token \
+                     (berth gitsource secret set {name} token)"
+                )
+            })?;
+        let username = values
+            .remove(CREDENTIAL_USERNAME)
+            .unwrap_or_else(|| git::TOKEN_USERNAME.to_string());
+        Ok(Some(Credentials { username, password }))
     }
 
     /// Admits every manifest as the API's apply endpoint would, tagged with the applyset. The
@@ -497,11 +543,12 @@ struct Failure {
 }
 
 impl Failure {
+    /// Messages land in conditions, events and logs: any URL in them is shown redacted.
     fn fetch(revision: Option<&str>, message: String) -> Failure {
         Failure {
             revision: revision.map(str::to_string),
             reason: reasons::FETCH_FAILED,
-            message,
+            message: berth_api::redact_credentials(&message).into_owned(),
         }
     }
 
@@ -509,7 +556,8 @@ impl Failure {
         Failure {
             revision: Some(revision.to_string()),
             reason: reasons::APPLY_FAILED,
-            message: format!("revision {revision}: {message}"),
+            message: berth_api::redact_credentials(&format!("revision {revision}: {message}"))
+                .into_owned(),
         }
     }
 }
@@ -631,11 +679,88 @@ mod tests {
         assert!(!tracked.wants_sync(&asked));
     }
 
+    fn desired(kind: &str, name: &str, spec: serde_json::Value) -> crate::store::Desired {
+        crate::store::Desired {
+            kind: kind.into(),
+            name: name.into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            finalizers: None,
+            spec,
+        }
+    }
+
+    #[test]
+    fn secret_ref_hands_git_the_sealed_credentials_and_they_go_with_their_gitsource() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+        let secrets = Arc::new(Secrets::open(Arc::clone(&store), dir.path()).unwrap());
+        let gitops = GitOps {
+            secrets: Arc::clone(&secrets),
+            store: Arc::clone(&store),
+            admission: Arc::new(Admission::new(Defaults::default())),
+            checkouts: dir.path().join("checkouts"),
+        };
+        let url = "https://git.example/fleet.git";
+        let fleet = store
+            .create(
+                desired(KIND, "fleet", serde_json::json!({"url": url})),
+                false,
+            )
+            .unwrap();
+        let spec = |secret_ref: &str| GitSourceSpec {
+            url: url.to_string(),
+            secret_ref: secret_ref.to_string(),
+            ..GitSourceSpec::default()
+        };
+        assert_eq!(gitops.credentials(&spec("")).unwrap(), None);
+        let missing = gitops.credentials(&spec("other")).unwrap_err();
+        assert_eq!(missing, "spec.secretRef: there is no GitSource \"other\"");
+        let empty = gitops.credentials(&spec("fleet")).unwrap_err();
+        assert!(empty.contains("holds no password or token"), "{empty}");
+
+        secrets
+            .set(fleet.uid(), CREDENTIAL_TOKEN, b"tok-123")
+            .unwrap();
+        assert_eq!(
+            gitops.credentials(&spec("fleet")).unwrap(),
+            Some(Credentials {
+                username: git::TOKEN_USERNAME.to_string(),
+                password: "tok-123".to_string()
+            })
+        );
+        secrets
+            .set(fleet.uid(), CREDENTIAL_USERNAME, b"bot")
+            .unwrap();
+        secrets
+            .set(fleet.uid(), CREDENTIAL_PASSWORD, b"pw")
+            .unwrap();
+        assert_eq!(
+            gitops.credentials(&spec("fleet")).unwrap(),
+            Some(Credentials {
+                username: "bot".to_string(),
+                password: "pw".to_string()
+            })
+        );
+
+        // Only projects and GitSources hold secrets; a GitSource's go when it goes.
+        let profile = store
+            .create(desired("AgentProfile", "p", serde_json::json!({})), false)
+            .unwrap();
+        assert!(secrets.set(profile.uid(), CREDENTIAL_TOKEN, b"x").is_err());
+        store
+            .delete(KIND, "fleet", None, Default::default(), false)
+            .unwrap();
+        assert!(secrets.values(fleet.uid()).unwrap().is_empty());
+        assert!(secrets.set(fleet.uid(), CREDENTIAL_TOKEN, b"x").is_err());
+    }
+
     #[test]
     fn a_revision_carrying_a_force_applies_nothing_and_says_why() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
         let gitops = GitOps {
+            secrets: Arc::new(Secrets::open(Arc::clone(&store), dir.path()).unwrap()),
             store,
             admission: Arc::new(Admission::new(Defaults::default())),
             checkouts: dir.path().join("checkouts"),

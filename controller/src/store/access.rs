@@ -3,7 +3,8 @@
 //! secrets module seals and opens values.
 //!
 //! Rows name projects by uid. A secret or a member is written only while the project exists,
-//! checked under the store lock, and removed in the transaction that removes the project.
+//! checked under the store lock, and removed in the transaction that removes the project. A
+//! GitSource's credentials are secrets of the same kind, named by the GitSource's uid.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -11,6 +12,8 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
 use super::{PROJECT_KIND, Store, StoreError};
+
+const GITSOURCE_KIND: &str = berth_api::GitSource::KIND;
 
 /// One secret as a listing shows it: the key and when it last changed, never the value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +52,8 @@ pub(super) fn load_members(
     Ok(members)
 }
 
-/// Deletes everything held for a project: part of the transaction that removes it.
+/// Deletes everything held for a project (or a GitSource's credentials): part of the
+/// transaction that removes it.
 pub(super) fn forget_project(tx: &Transaction<'_>, uid: &str) -> Result<(), StoreError> {
     tx.execute("DELETE FROM secrets WHERE project_uid = ?1", [uid])?;
     tx.execute("DELETE FROM secret_revisions WHERE project_uid = ?1", [uid])?;
@@ -78,6 +82,16 @@ impl Store {
         }
     }
 
+    /// What a secret attaches to: a live project (`Some(name)`, its changes are published for
+    /// propagation) or a live GitSource (`None`: git reads its credentials at each sync).
+    fn secret_owner(inner: &super::Inner, uid: &str) -> Result<Option<String>, StoreError> {
+        match inner.uids.get(uid) {
+            Some((kind, name)) if kind == PROJECT_KIND => Ok(Some(name.clone())),
+            Some((kind, _)) if kind == GITSOURCE_KIND => Ok(None),
+            _ => Err(StoreError::not_found(PROJECT_KIND, uid)),
+        }
+    }
+
     /// Writes (or overwrites) one sealed secret and bumps the project's secrets revision.
     pub fn put_secret(
         &self,
@@ -86,7 +100,7 @@ impl Store {
         sealed: &[u8],
     ) -> Result<u64, StoreError> {
         let mut inner = self.lock();
-        let project = Self::project_name(&inner, project_uid)?;
+        let project = Self::secret_owner(&inner, project_uid)?;
         let result = (|| {
             let tx = inner.conn.transaction()?;
             tx.execute(
@@ -100,18 +114,20 @@ impl Store {
         })();
         inner.note_write(&result);
         let revision = result?;
-        let _ = self.secret_changes.send(SecretsChange {
-            project_uid: project_uid.to_string(),
-            project,
-            revision,
-        });
+        if let Some(project) = project {
+            let _ = self.secret_changes.send(SecretsChange {
+                project_uid: project_uid.to_string(),
+                project,
+                revision,
+            });
+        }
         Ok(revision)
     }
 
     /// Deletes one secret; `Ok(false)` when there was none.
     pub fn delete_secret(&self, project_uid: &str, key: &str) -> Result<bool, StoreError> {
         let mut inner = self.lock();
-        let project = Self::project_name(&inner, project_uid)?;
+        let project = Self::secret_owner(&inner, project_uid)?;
         let result = (|| {
             let tx = inner.conn.transaction()?;
             let deleted = tx.execute(
@@ -129,11 +145,13 @@ impl Store {
         let Some(revision) = result? else {
             return Ok(false);
         };
-        let _ = self.secret_changes.send(SecretsChange {
-            project_uid: project_uid.to_string(),
-            project,
-            revision,
-        });
+        if let Some(project) = project {
+            let _ = self.secret_changes.send(SecretsChange {
+                project_uid: project_uid.to_string(),
+                project,
+                revision,
+            });
+        }
         Ok(true)
     }
 

@@ -56,7 +56,9 @@ pub struct Event {
 }
 
 impl Event {
-    /// The wire form, shaped like a Kubernetes core/v1 Event.
+    /// The wire form, shaped like a Kubernetes core/v1 Event. A URL in the message is shown
+    /// without its credentials: an event recorded before they were redacted at the source may
+    /// still hold them.
     pub fn to_value(&self) -> Value {
         json!({
             "apiVersion": "v1",
@@ -65,7 +67,7 @@ impl Event {
             "involvedObject": self.involved_object,
             "type": self.type_.as_str(),
             "reason": self.reason,
-            "message": self.message,
+            "message": berth_api::redact_credentials(&self.message),
             "count": self.count,
             "firstTimestamp": self.first_timestamp,
             "lastTimestamp": self.last_timestamp,
@@ -203,4 +205,33 @@ pub(super) fn timestamp(row: &Row<'_>, index: usize) -> rusqlite::Result<DateTim
 pub(super) fn forget_object(tx: &rusqlite::Transaction<'_>, uid: &str) -> Result<(), StoreError> {
     tx.execute("DELETE FROM events WHERE object_uid = ?1", [uid])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_recorded_with_a_url_carrying_credentials_is_shown_redacted() {
+        let event = Event {
+            id: 1,
+            involved_object: EventObject {
+                kind: "GitSource".to_string(),
+                name: "fleet".to_string(),
+                uid: "u".to_string(),
+            },
+            type_: EventType::Warning,
+            reason: "FetchFailed".to_string(),
+            message: "spec.ref: \"v9\" is not a branch, tag or commit of https://bot:s3cr3t@git.example/f.git"
+                .to_string(),
+            count: 1,
+            first_timestamp: Utc::now(),
+            last_timestamp: Utc::now(),
+        };
+        let shown = event.to_value();
+        assert_eq!(
+            shown["message"],
+            "spec.ref: \"v9\" is not a branch, tag or commit of https://***@git.example/f.git"
+        );
+    }
 }

@@ -1248,7 +1248,7 @@ impl Inner {
                     Write::Remove { kind, name, uid } => {
                         remove.execute(params![kind, name])?;
                         events::forget_object(&tx, uid)?;
-                        if kind == PROJECT_KIND {
+                        if kind == PROJECT_KIND || kind == berth_api::GitSource::KIND {
                             access::forget_project(&tx, uid)?;
                         }
                     }

@@ -171,16 +171,49 @@ impl StoredObject {
     }
 }
 
+/// Every string in `value` with the credentials of the URLs in it replaced by `***`.
+fn redact_strings(value: &mut Value) {
+    match value {
+        Value::String(text) => {
+            if let std::borrow::Cow::Owned(redacted) = berth_api::redact_credentials(text) {
+                *text = redacted;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact_strings),
+        Value::Object(fields) => fields.values_mut().for_each(redact_strings),
+        _ => {}
+    }
+}
+
+/// `doc` as shown: a GitSource's spec and status with the credentials of any URL redacted
+/// (one stored before such URLs were refused still has them; git reads the stored one).
+fn shown(kind: &str, doc: &Doc) -> Option<Value> {
+    let text = doc.as_str();
+    if kind != berth_api::GitSource::KIND || !text.contains('@') {
+        return None;
+    }
+    let mut value = doc.value();
+    redact_strings(&mut value);
+    Some(value)
+}
+
 impl Serialize for StoredObject {
+    /// The wire form, for every listing, get, watch and write response.
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let fields = if self.status.is_null() { 4 } else { 5 };
         let mut map = serializer.serialize_map(Some(fields))?;
         map.serialize_entry("apiVersion", API_VERSION)?;
         map.serialize_entry("kind", &self.kind)?;
         map.serialize_entry("metadata", &self.metadata)?;
-        map.serialize_entry("spec", &self.spec)?;
+        match shown(&self.kind, &self.spec) {
+            Some(spec) => map.serialize_entry("spec", &spec)?,
+            None => map.serialize_entry("spec", &self.spec)?,
+        }
         if !self.status.is_null() {
-            map.serialize_entry("status", &self.status)?;
+            match shown(&self.kind, &self.status) {
+                Some(status) => map.serialize_entry("status", &status)?,
+                None => map.serialize_entry("status", &self.status)?,
+            }
         }
         map.end()
     }
@@ -307,7 +340,33 @@ impl Change {
 mod tests {
     use serde_json::json;
 
-    use super::Doc;
+    use super::{Doc, ObjectMeta, StoredObject};
+
+    #[test]
+    fn a_gitsource_is_shown_without_the_credentials_of_its_url() {
+        let object = StoredObject {
+            kind: "GitSource".to_string(),
+            metadata: ObjectMeta {
+                name: "fleet".to_string(),
+                ..ObjectMeta::default()
+            },
+            spec: Doc::new(&serde_json::json!({"url": "https://bot:s3cr3t@git.example/f.git"})),
+            status: Doc::new(&serde_json::json!({"conditions": [
+                {"type": "Ready", "message": "cannot fetch 'https://bot:s3cr3t@git.example/f.git/'"}
+            ]})),
+        };
+        let shown = serde_json::to_string(&object).unwrap();
+        assert!(
+            !shown.contains("s3cr3t") && !shown.contains("bot"),
+            "{shown}"
+        );
+        assert_eq!(
+            object.to_value()["spec"]["url"],
+            "https://***@git.example/f.git"
+        );
+        // What the store holds is untouched: git still needs it.
+        assert!(object.spec.as_str().contains("s3cr3t"));
+    }
 
     #[test]
     fn fields_and_pointers_read_what_the_whole_document_holds() {

@@ -438,4 +438,175 @@ mod tests {
         .unwrap();
         assert_eq!(call.timeout, Duration::from_secs(2));
     }
+
+    mod properties {
+        use proptest::prelude::*;
+        use serde_json::{Map, Value};
+
+        use super::*;
+        use crate::tools::pattern;
+
+        /// Lexically resolved `path` (absolute), or `None` when it climbs above `/`.
+        fn resolve(path: &str) -> Option<Vec<&str>> {
+            let mut parts = Vec::new();
+            for part in path.split('/') {
+                match part {
+                    "" | "." => {}
+                    ".." => {
+                        parts.pop()?;
+                    }
+                    part => parts.push(part),
+                }
+            }
+            Some(parts)
+        }
+
+        fn inside_workspace(path: &str) -> bool {
+            path.starts_with('/') && resolve(path).is_some_and(|p| p.first() == Some(&"workspace"))
+        }
+
+        fn json() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(Value::from),
+                any::<f64>().prop_map(
+                    |f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
+                ),
+                ".{0,8}".prop_map(Value::String),
+            ];
+            leaf.prop_recursive(3, 16, 4, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                    proptest::collection::btree_map(".{0,6}", inner, 0..3)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        /// An argument name a tool takes, or another.
+        fn argument() -> impl Strategy<Value = String> {
+            prop_oneof![
+                proptest::sample::select(vec![
+                    "file_path",
+                    "offset",
+                    "limit",
+                    "pattern",
+                    "path",
+                    "glob",
+                    "output_mode",
+                    "content",
+                    "old_string",
+                    "new_string",
+                    "replace_all",
+                    "command",
+                    "timeout",
+                    "description",
+                ])
+                .prop_map(str::to_string),
+                "[a-z_]{1,8}",
+            ]
+        }
+
+        fn path() -> impl Strategy<Value = String> {
+            proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "",
+                    ".",
+                    "..",
+                    "workspace",
+                    "etc",
+                    "a",
+                    "*",
+                    "**",
+                    "x?",
+                ]),
+                0..6,
+            )
+            .prop_flat_map(|parts| {
+                any::<bool>().prop_map(move |absolute| {
+                    let joined = parts.join("/");
+                    if absolute {
+                        format!("/{joined}")
+                    } else {
+                        joined
+                    }
+                })
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig {
+                cases: 256,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            })]
+
+            /// Any body: a call or a 4xx naming what is wrong, never a panic; a call it accepts
+            /// works inside /workspace and carries every required argument.
+            #[test]
+            fn any_body_is_a_call_or_a_client_error(
+                tool in proptest::sample::select(Tool::ALL.to_vec()),
+                id in prop_oneof![Just(Value::from("call-1")), json()],
+                workspace in prop_oneof![path().prop_map(Value::String), json()],
+                args in proptest::collection::btree_map(argument(), json(), 0..4),
+                timeout in prop_oneof![Just(Value::Null), json()],
+            ) {
+                let body = serde_json::json!({
+                    "executionId": id,
+                    "workspacePath": workspace,
+                    "arguments": Value::Object(args.into_iter().collect::<Map<_, _>>()),
+                    "timeoutMs": timeout,
+                });
+                match ToolCall::parse(tool, body.to_string().as_bytes()) {
+                    Ok(call) => {
+                        prop_assert!(inside_workspace(&call.workspace), "{}", call.workspace);
+                        for (name, _, required) in tool.arguments() {
+                            prop_assert!(!required || call.arguments.get(*name).is_some_and(|v| !v.is_null()));
+                        }
+                        prop_assert!(call.timeout > Duration::ZERO && call.timeout <= MAX_TIMEOUT);
+                    }
+                    Err(err) => {
+                        prop_assert!((400..500).contains(&err.code.as_u16()), "{:?}", err);
+                        prop_assert!(!err.message.is_empty());
+                    }
+                }
+            }
+
+            /// Any bytes at all: refused cleanly when not a call.
+            #[test]
+            fn any_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+                let _ = ToolCall::parse(Tool::Read, &bytes);
+            }
+
+            /// A workspacePath is taken only when it lies in /workspace, however it is spelled.
+            #[test]
+            fn a_workspace_path_outside_is_always_refused(path in path()) {
+                match workspace_path(&path) {
+                    Ok(taken) => {
+                        prop_assert!(inside_workspace(&path), "{} taken as {}", path, taken);
+                        prop_assert!(inside_workspace(&taken));
+                    }
+                    Err(err) => prop_assert_eq!(err.reason, "OutsideWorkspace"),
+                }
+            }
+
+            /// A Glob searches only under /workspace, from any directory and pattern.
+            #[test]
+            fn a_glob_searches_only_inside_the_workspace(dir in path(), pattern in path()) {
+                let dir = if dir.starts_with('/') { dir } else { format!("/workspace/{dir}") };
+                if let Ok(search) = pattern::glob_search(WORKSPACE, &dir, &pattern) {
+                    prop_assert!(inside_workspace(&search.base), "{} from {} {}", search.base, dir, pattern);
+                }
+            }
+
+            /// Patterns of any text translate or are refused, never panic.
+            #[test]
+            fn any_pattern_translates_or_is_refused(text in ".{0,16}") {
+                let _ = pattern::glob_to_ere(&text);
+                let _ = pattern::grep_glob(&text);
+                let _ = pattern::regex_to_ere(&text);
+            }
+        }
+    }
 }

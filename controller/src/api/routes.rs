@@ -1022,6 +1022,15 @@ async fn apply_list(
     if !causes.is_empty() {
         return Err(ApiError::invalid(Some("List"), None, causes));
     }
+    // The set is recorded on every object before access is checked: moving an object into a
+    // set (whose prune may delete it) is a write of that object, with the same right.
+    if let Some(set) = &applyset {
+        for desired in &mut batch {
+            desired
+                .annotations
+                .insert(berth_api::annotations::APPLYSET.to_string(), set.clone());
+        }
+    }
     for (index, desired) in batch.iter().enumerate() {
         let current = state.store.get(&desired.kind, &desired.name);
         access::check_write(state, caller, desired, current.as_deref())
@@ -1031,11 +1040,6 @@ async fn apply_list(
     let store = Arc::clone(&state.store);
     let outcome = match applyset {
         Some(set) => {
-            for desired in &mut batch {
-                desired
-                    .annotations
-                    .insert(berth_api::annotations::APPLYSET.to_string(), set.clone());
-            }
             let creator = caller.identity.clone();
             blocking(move || store.apply_set_by(Some(&creator), &set, batch, prune, dry_run))
                 .await??

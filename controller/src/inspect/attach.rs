@@ -150,6 +150,7 @@ pub async fn attach(
         )
     })?;
     let runtime: Arc<dyn Runtime> = super::api::connected(state)?;
+    super::api::reach(state, runtime.as_ref(), &project).await?;
     // A person acted in the project, whatever the command's outcome.
     state.inspector.activity.record(project.uid(), "exec");
     tracing::info!(project = name, caller = %caller.identity, tty = attach.terminal.is_some(), "exec (interactive)");

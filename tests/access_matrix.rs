@@ -609,6 +609,66 @@ fn tokens_are_shown_once_and_stored_only_as_hashes() {
     support::daemon::assert_nowhere_under(&daemon.data_dir, token.as_bytes());
 }
 
+/// Re-applying an admin's AgentProfile or GitSource unchanged is allowed to any user, but
+/// with `?applyset=` it would move the object into that set, whose next prune deletes it: that
+/// is a write of the object, and only an admin may make it.
+#[test]
+fn moving_an_admin_object_into_an_applyset_is_an_admin_write() {
+    let daemon = Daemon::start_with(&["--listen", "127.0.0.1:0"]);
+    let local = daemon.client();
+    let admin = daemon.add_user("ada", true);
+    let user = daemon.add_user("mia", false);
+    let gitsource = json!({"apiVersion": "berth.dev/v1alpha1", "kind": "GitSource",
+        "metadata": {"name": "fleet"},
+        "spec": {"url": "https://git.example/fleet.git", "ref": "main", "suspend": true}});
+    let objects = [
+        ("agentprofiles", profile("shell")),
+        ("gitsources", gitsource),
+    ];
+    for (plural, object) in &objects {
+        let reply = local.post_json(&format!("{P}/{plural}"), object);
+        assert_eq!(reply.status, 201, "{}", reply.text());
+    }
+    let tcp = TcpClient::new(&daemon.tcp_addr(), None, None);
+    let (user, admin) = (tcp.with_token(Some(&user)), tcp.with_token(Some(&admin)));
+    let annotation = |plural: &str, name: &str| -> Value {
+        let object = local.get(&format!("{P}/{plural}/{name}")).json();
+        object["metadata"]["annotations"]["berth.dev/applyset"].clone()
+    };
+    for (plural, object) in &objects {
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": [object]});
+        let before = local.get(&format!("{P}/{plural}/{name}")).json();
+
+        // Unchanged and without a set: nothing is written, so anyone may.
+        let reply = user.json("POST", &format!("{P}/apply"), &list);
+        assert_eq!(reply.status, 200, "{plural}: {}", reply.text());
+
+        // Into a set: refused, and the object is neither re-tagged nor rewritten.
+        let reply = user.json("POST", &format!("{P}/apply?applyset=prune-me"), &list);
+        assert_eq!(reply.status, 403, "{plural}: {}", reply.text());
+        let status = reply.json();
+        assert_eq!(status["reason"], "Forbidden", "{status}");
+        let after = local.get(&format!("{P}/{plural}/{name}")).json();
+        assert_eq!(annotation(plural, name), Value::Null, "{plural}: {after}");
+        assert_eq!(
+            after["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"],
+            "{plural}: the refused apply wrote the object"
+        );
+
+        // An admin may; once it is the set's, a user re-applying it to the same set changes
+        // nothing and is allowed, and moving it to another set is refused again.
+        let reply = admin.json("POST", &format!("{P}/apply?applyset=prune-me"), &list);
+        assert_eq!(reply.status, 200, "{plural}: {}", reply.text());
+        assert_eq!(annotation(plural, name), json!("prune-me"));
+        let reply = user.json("POST", &format!("{P}/apply?applyset=prune-me"), &list);
+        assert_eq!(reply.status, 200, "{plural}: {}", reply.text());
+        let reply = user.json("POST", &format!("{P}/apply?applyset=elsewhere"), &list);
+        assert_eq!(reply.status, 403, "{plural}: {}", reply.text());
+        assert_eq!(annotation(plural, name), json!("prune-me"));
+    }
+}
+
 /// A watch over plain TCP, read line by line as the events arrive.
 struct RawWatch {
     reader: std::io::BufReader<std::net::TcpStream>,

@@ -432,6 +432,7 @@ async fn answer(state: &ApiState, caller: &Caller, name: &str, req: Request<Inco
         return Err(ApiError::bad_request("text: the answer is empty"));
     }
     let runtime = container_runtime(state)?;
+    crate::inspect::api::reach(state, runtime.as_ref(), &project).await?;
     // An answer nobody asked for would be taken by a later question. The agent's own file is
     // the fresher word (status copies it every few seconds); the status when it is unreadable.
     let agent_state = match crate::agent::read_agent_status(&*runtime, project.name()).await {
@@ -490,6 +491,7 @@ async fn logs(
     };
     let tail = number("tailBytes")?.unwrap_or(64 * 1024);
     let runtime = container_runtime(state)?;
+    crate::inspect::api::reach(state, runtime.as_ref(), &project).await?;
     let chunk = crate::agent::runner_log_from(
         &*runtime,
         project.name(),
@@ -1074,6 +1076,8 @@ async fn apply_list(
     if !causes.is_empty() {
         return Err(ApiError::invalid(Some("List"), None, causes));
     }
+    // The set is recorded on every object before access is checked: moving an object into a
+    // set (whose prune may delete it) is a write of that object, with the same right.
     if let Some(set) = &applyset {
         for desired in &mut batch {
             desired

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use hyper::StatusCode;
 
 use super::exec::{ExecCall, ExecResult};
-use super::figures::{self, AgentProbe, InspectError, RuntimeFigures};
+use super::figures::{self, AgentProbe, RuntimeFigures};
 use crate::api::access;
 use crate::api::error::{ApiError, Cause};
 use crate::api::{ApiState, Caller};
-use crate::runtime::{Runtime, RuntimeError};
+use crate::runtime::{Instance, Runtime, RuntimeError};
 use crate::store::StoredObject;
 
 const AGENT_PROFILE: &str = "AgentProfile";
@@ -24,16 +24,11 @@ pub async fn runtime_figures(
 ) -> Result<RuntimeFigures, ApiError> {
     let project = access::member_project(state, caller, name)?;
     let runtime = connected(state)?;
+    let instance = reach(state, runtime.as_ref(), &project).await?;
     let agents = agent_probes(state, &project);
-    let mut figures = figures::inspect(runtime.as_ref(), project.name(), &agents)
+    let mut figures = figures::inspect(runtime.as_ref(), &instance, &agents)
         .await
-        .map_err(|e| match e {
-            InspectError::NoContainer(_) => {
-                ApiError::not_found(format!("Project {name:?} has no container"))
-                    .with_object("Project", name)
-            }
-            InspectError::Runtime(e) => runtime_error(name, &e),
-        })?;
+        .map_err(|e| runtime_error(name, &e))?;
     figures.last_activity =
         state
             .inspector
@@ -73,6 +68,7 @@ pub async fn exec(
         )
     })?;
     let runtime = connected(state)?;
+    reach(state, runtime.as_ref(), &project).await?;
     // A person acts in the project while the command runs, whatever its outcome.
     let _running = state.inspector.activity.open(project.uid(), "exec");
     tracing::info!(project = name, caller = %caller.identity, "exec");
@@ -81,6 +77,23 @@ pub async fn exec(
         .await
         .map(ExecResult::from)
         .map_err(|e| runtime_error(name, &e))
+}
+
+/// The project's container, once it is known to be the project's own (409 `NameConflict`
+/// otherwise): every route that reaches into a container asks this first.
+pub async fn reach(
+    state: &ApiState,
+    runtime: &dyn Runtime,
+    project: &StoredObject,
+) -> Result<Instance, ApiError> {
+    super::reach::owned_container(
+        runtime,
+        project.name(),
+        project.uid(),
+        state.store.controller_id(),
+    )
+    .await
+    .map_err(ApiError::from)
 }
 
 pub(super) fn connected(state: &ApiState) -> Result<Arc<dyn Runtime>, ApiError> {

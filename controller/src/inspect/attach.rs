@@ -150,6 +150,7 @@ pub async fn attach(
         )
     })?;
     let runtime: Arc<dyn Runtime> = super::api::connected(state)?;
+    super::api::reach(state, runtime.as_ref(), &project).await?;
     // A person acts in the project for as long as the session is open, whatever the command's
     // outcome: held until the relay ends (or the start fails), and its end recorded too.
     let session_open = state.inspector.activity.open(project.uid(), "exec");

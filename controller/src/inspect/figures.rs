@@ -138,26 +138,15 @@ pub struct AgentState {
     pub instructions_present: bool,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum InspectError {
-    #[error("no container named {0:?}")]
-    NoContainer(String),
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-}
-
-/// Reads the figures of the container `name`: one instance read with its state, then, when it
-/// runs, one exec for what only the inside knows.
+/// Reads the figures of the container `instance` (as read with its state, and checked to be the
+/// project's): when it runs, one exec for what only the inside knows.
 pub async fn inspect(
     runtime: &dyn Runtime,
-    name: &str,
+    instance: &Instance,
     agents: &[AgentProbe],
-) -> Result<RuntimeFigures, InspectError> {
-    let instance = runtime
-        .get_instance(name)
-        .await?
-        .ok_or_else(|| InspectError::NoContainer(name.to_string()))?;
-    let mut figures = from_instance(&instance);
+) -> Result<RuntimeFigures, RuntimeError> {
+    let name = instance.name.as_str();
+    let mut figures = from_instance(instance);
     if instance.is_running() {
         let request = ExecRequest::new(["sh", "-c", &script(agents)], INSPECT_TIMEOUT);
         let output = runtime.exec(name, &request).await?;

@@ -1,6 +1,7 @@
 //! Looking into a project's container on behalf of a person: its live figures
 //! ([`figures`]), running a command in it ([`exec`]), and whether LXD answers at all, for
-//! `/readyz`.
+//! `/readyz`. Every path that reaches into a container first checks that it is the project's
+//! ([`reach`]).
 //!
 //! The API reaches LXD through an [`Inspector`]: the runtime arrives once the controller has
 //! connected, so until then (or in a paused daemon) inspection answers 503 instead of waiting.
@@ -10,6 +11,7 @@ pub mod api;
 pub mod attach;
 pub mod exec;
 pub mod figures;
+pub mod reach;
 pub mod render;
 
 use std::sync::{Arc, Mutex, RwLock};

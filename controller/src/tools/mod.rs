@@ -27,8 +27,9 @@ use tokio_util::sync::CancellationToken;
 pub use call::{MAX_OUTPUT_BYTES, MAX_REQUEST_BYTES, Shell, Tool, ToolCall};
 
 use crate::api::ApiError;
+use crate::inspect::reach::{Unreached, owned_container};
 use crate::lxd::{LxdClient, LxdConfig};
-use crate::runtime::{ExecRequest, Runtime, RuntimeError};
+use crate::runtime::{ExecRequest, Instance, Runtime, RuntimeError};
 use crate::secrets::Secrets;
 use crate::store::{ExecutionState, Store, StoredObject};
 use run::{Run, SIDE_CALL_TIMEOUT, verdict_error};
@@ -112,7 +113,7 @@ impl Tools {
         body: Bytes,
     ) -> Result<Answer, ApiError> {
         match (rest, method) {
-            ([], &Method::GET) => Ok((StatusCode::OK, self.capabilities(project).await)),
+            ([], &Method::GET) => Ok((StatusCode::OK, self.capabilities(project).await?)),
             (["instructions"], &Method::GET) => self.instructions(project).await,
             (["executions", id], &Method::DELETE) => self.cancel(project, id),
             ([tool], &Method::POST) => {
@@ -235,6 +236,7 @@ impl Tools {
         }
         let runtime = self.runtime().await?;
         let instance = project.name();
+        self.reach(&runtime, project).await?;
         let env = if call.tool == Tool::Bash {
             self.project_env(project)?
         } else {
@@ -262,6 +264,29 @@ impl Tools {
         outcome
     }
 
+    /// The project's container, if it is the project's own: a container of that name that
+    /// berth did not make for this project is 409 `NameConflict`, and nothing runs in it.
+    async fn reach(
+        &self,
+        runtime: &Arc<dyn Runtime>,
+        project: &StoredObject,
+    ) -> Result<Instance, ApiError> {
+        let name = project.name();
+        let controller = self.store.controller_id();
+        let owned = owned_container(runtime.as_ref(), name, project.uid(), controller);
+        match tokio::time::timeout(SIDE_CALL_TIMEOUT, owned).await {
+            Ok(Ok(instance)) => Ok(instance),
+            Ok(Err(foreign @ Unreached::Foreign(_))) => Err(foreign.into()),
+            Ok(Err(Unreached::Absent(_))) => Err(unreachable(format!(
+                "the container {name:?} does not exist"
+            ))),
+            Ok(Err(err @ Unreached::Runtime { .. })) => Err(unreachable(err.to_string())),
+            Err(_) => Err(unreachable(format!(
+                "reading the container {name:?} took longer than {SIDE_CALL_TIMEOUT:?}"
+            ))),
+        }
+    }
+
     async fn require_running(
         &self,
         runtime: &Arc<dyn Runtime>,
@@ -272,27 +297,19 @@ impl Tools {
             .status
             .pointer("/reap/idledAt")
             .is_some_and(|v| !v.is_null());
-        match tokio::time::timeout(SIDE_CALL_TIMEOUT, runtime.get_instance(name)).await {
-            Ok(Ok(Some(instance))) if instance.is_running() => Ok(()),
-            Ok(Ok(Some(instance))) => Err(unreachable(format!(
-                "the container {name:?} is {}{}",
-                instance.status.as_str(),
-                if idled {
-                    "; the project is idled and a tool call wakes it"
-                } else {
-                    ""
-                }
-            ))),
-            Ok(Ok(None)) => Err(unreachable(format!(
-                "the container {name:?} does not exist"
-            ))),
-            Ok(Err(err)) => Err(unreachable(format!(
-                "reading the container {name:?}: {err}"
-            ))),
-            Err(_) => Err(unreachable(format!(
-                "reading the container {name:?} took longer than {SIDE_CALL_TIMEOUT:?}"
-            ))),
+        let instance = self.reach(runtime, project).await?;
+        if instance.is_running() {
+            return Ok(());
         }
+        Err(unreachable(format!(
+            "the container {name:?} is {}{}",
+            instance.status.as_str(),
+            if idled {
+                "; the project is idled and a tool call wakes it"
+            } else {
+                ""
+            }
+        )))
     }
 
     /// The project's `spec.env` and its secrets (secrets win), for Bash.
@@ -407,11 +424,13 @@ impl Tools {
     }
 
     /// The protocol, the tools and their limits, and what this workspace offers: a running
-    /// container is asked (one exec); a stopped one is only described.
-    async fn capabilities(&self, project: &StoredObject) -> Value {
+    /// container is asked (one exec); a stopped one is only described; a container that is not
+    /// the project's is refused.
+    async fn capabilities(&self, project: &StoredObject) -> Result<Value, ApiError> {
         let offer = match self.runtime().await {
             Ok(runtime) => match self.require_running(&runtime, project).await {
                 Ok(()) => run::probe(&runtime, project.name()).await,
+                Err(err) if err.reason == "NameConflict" => return Err(err),
                 Err(err) => Err(err),
             },
             Err(err) => Err(err),
@@ -440,7 +459,7 @@ impl Tools {
             Err(err) => json!({"probed": false, "message": err.message}),
         };
         let bash = offer.as_ref().ok().and_then(|o| o.bash.clone());
-        json!({
+        Ok(json!({
             "protocolVersion": PROTOCOL_VERSION,
             "tools": tools,
             "workspacePath": call::WORKSPACE,
@@ -464,7 +483,7 @@ impl Tools {
                 "maxMatches": "Glob lists at most this many files and Grep this many lines, then says the results were capped",
                 "timeoutMs": "bounds the whole call, including waking an idled project",
             },
-        })
+        }))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Running>> {

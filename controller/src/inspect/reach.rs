@@ -1,0 +1,176 @@
+//! Whether the container named like a project is that project's, checked before anything
+//! reaches into it on a person's behalf (exec, the workspace tools, `answer`, `logs`, the
+//! runtime figures).
+//!
+//! A project's name is also its LXD instance name, and anyone may create a project of any free
+//! name: without this check a user who names a project after someone else's container (another
+//! daemon's, or anything else in the LXD project) would become root in it. Only a container
+//! that carries the project's uid in `user.berth.uid` and this store's id in
+//! `user.berth.controller` is the project's. One labelled before controllers were named (no
+//! controller label) counts as this controller's, as orphan reporting counts it.
+
+use std::time::Duration;
+
+use hyper::StatusCode;
+
+use crate::api::error::ApiError;
+use crate::reconcile::layout::{CONTROLLER_LABEL, uid_label};
+use crate::runtime::{Instance, Runtime, RuntimeError};
+
+/// How long reading the instance may take.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a project's container cannot be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreached {
+    /// A container of that name exists but is not this project's.
+    #[error("{0}")]
+    Foreign(String),
+    /// No container of that name exists.
+    #[error("the project {0:?} has no container")]
+    Absent(String),
+    /// LXD did not say (an error, or no answer in time).
+    #[error("reading the container {name:?}: {source}")]
+    Runtime {
+        name: String,
+        #[source]
+        source: RuntimeError,
+    },
+}
+
+impl Unreached {
+    /// 409 `NameConflict` for a foreign container, 404 for none, 503 when LXD did not say.
+    pub fn into_api_error(self) -> ApiError {
+        match &self {
+            Unreached::Foreign(_) => {
+                ApiError::new(StatusCode::CONFLICT, "NameConflict", self.to_string())
+            }
+            Unreached::Absent(name) => {
+                let name = name.clone();
+                ApiError::not_found(self.to_string()).with_object("Project", &name)
+            }
+            Unreached::Runtime { .. } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                self.to_string(),
+            ),
+        }
+    }
+}
+
+impl From<Unreached> for ApiError {
+    fn from(unreached: Unreached) -> ApiError {
+        unreached.into_api_error()
+    }
+}
+
+/// Whether `instance` is the container of the project `uid` made by the controller
+/// `controller`; the refusal names what is wrong in one line.
+pub fn check_owner(instance: &Instance, uid: &str, controller: &str) -> Result<(), Unreached> {
+    let foreign = |why: String| {
+        Err(Unreached::Foreign(format!(
+            "the container {:?} is not this project's ({why}); berth does not reach into it",
+            instance.name
+        )))
+    };
+    match uid_label(&instance.config) {
+        Some(label) if label == uid => {}
+        Some(_) => return foreign("it belongs to another berth project".to_string()),
+        None => return foreign("it was not made by berth".to_string()),
+    }
+    match instance.config.get(CONTROLLER_LABEL) {
+        Some(label) if label != controller => {
+            foreign("another berth controller made it".to_string())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Reads the container `name` and returns it only if it is the project `uid`'s, made by the
+/// controller `controller` (with its state, so callers need not read it again).
+pub async fn owned_container(
+    runtime: &dyn Runtime,
+    name: &str,
+    uid: &str,
+    controller: &str,
+) -> Result<Instance, Unreached> {
+    let read = tokio::time::timeout(READ_TIMEOUT, runtime.get_instance(name))
+        .await
+        .unwrap_or_else(|_| {
+            Err(RuntimeError::Timeout {
+                what: format!("read instance {name}"),
+                after: READ_TIMEOUT,
+            })
+        });
+    match read {
+        Ok(Some(instance)) => {
+            check_owner(&instance, uid, controller)?;
+            Ok(instance)
+        }
+        Ok(None) => Err(Unreached::Absent(name.to_string())),
+        Err(source) => Err(Unreached::Runtime {
+            name: name.to_string(),
+            source,
+        }),
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+    use crate::reconcile::layout::UID_LABEL;
+    use crate::runtime::InstanceStatus;
+
+    fn instance(labels: &[(&str, &str)]) -> Instance {
+        Instance {
+            name: "web".into(),
+            status: InstanceStatus::Running,
+            status_code: 103,
+            location: "none".into(),
+            profiles: Vec::new(),
+            config: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            devices: Default::default(),
+            created_at: None,
+            last_used_at: None,
+            state: None,
+        }
+    }
+
+    #[test]
+    fn only_the_projects_own_container_is_reached() {
+        const UID: &str = UID_LABEL;
+        const BY: &str = CONTROLLER_LABEL;
+        let table: [(&[(&str, &str)], bool); 6] = [
+            (&[(UID, "u1"), (BY, "c1")], true),
+            // Labelled before controllers were named.
+            (&[(UID, "u1")], true),
+            (&[], false),
+            (&[("user.other", "u1")], false),
+            (&[(UID, "u2"), (BY, "c1")], false),
+            (&[(UID, "u1"), (BY, "c2")], false),
+        ];
+        for (labels, reached) in table {
+            let outcome = check_owner(&instance(labels), "u1", "c1");
+            assert_eq!(outcome.is_ok(), reached, "{labels:?}");
+            if let Err(refusal) = outcome {
+                let error = refusal.into_api_error();
+                assert_eq!(error.code, StatusCode::CONFLICT);
+                assert_eq!(error.reason, "NameConflict");
+                assert!(!error.message.contains('\n'), "{}", error.message);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_container_is_not_a_conflict() {
+        let fake = crate::runtime::fake::FakeRuntime::new();
+        let err = owned_container(&fake, "nothing", "u1", "c1")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Unreached::Absent(_)), "{err}");
+        assert_eq!(err.into_api_error().code, StatusCode::NOT_FOUND);
+    }
+}

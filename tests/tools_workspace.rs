@@ -4,8 +4,8 @@
 //! wakes an idled project and counts as activity.
 //!
 //! Most tests run the daemon `--paused`, so nothing reconciles the Project; they create the
-//! project's container themselves (named after the project, with `/workspace`), which is all
-//! the endpoint needs: an instance of that name that runs. The wake test runs the controller
+//! project's container themselves (named after the project, with `/workspace`, labelled with
+//! the project's uid), which is all the endpoint needs: the project's instance, running. The wake test runs the controller
 //! and scheduler, which bring the project up and idle it.
 
 mod support;
@@ -91,6 +91,8 @@ impl Workspace {
     }
 }
 
+/// Creates the project; a container the test made for it beforehand is then labelled with the
+/// project's uid, as berth labels the containers it makes (the endpoint reaches no other).
 fn project(daemon: &Daemon, name: &str, spec: Value) {
     let reply = daemon.client().post_json(
         &format!("{P}/projects"),
@@ -98,6 +100,11 @@ fn project(daemon: &Daemon, name: &str, spec: Value) {
                 "metadata": {"name": name}, "spec": spec}),
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
+    let uid = harness::uid_of(&reply.json());
+    if harness::instance_count(name) == 1 {
+        harness::lxc(&["config", "set", name, "user.berth.uid", &uid])
+            .unwrap_or_else(|e| panic!("label {name}: {e}"));
+    }
 }
 
 fn tool(socket: &Path, project: &str, tool: &str, id: &str, args: Value) -> (u16, Value) {

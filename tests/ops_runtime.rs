@@ -130,9 +130,13 @@ fn a_running_project_shows_live_figures_and_runs_commands() {
     );
     assert_eq!(agent["instructions"], "/workspace/PROBE.md", "{figures}");
 
-    // describe shows them; once the project is Ready its instructions are written (the figures
-    // above may have been read before provisioning wrote them).
-    berth.wait_ready(&name);
+    // describe shows them, once the Seeded step has written the instructions (the figures
+    // above may have been read before it did).
+    berth.wait_for(&name, "seeded", |project| {
+        project["status"]["seededFiles"]
+            .get("/workspace/PROBE.md")
+            .is_some()
+    });
     let described = berth_cli(&berth, &["describe", "project", &name]);
     assert!(described.status.success(), "{described:?}");
     let text = String::from_utf8_lossy(&described.stdout);

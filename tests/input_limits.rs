@@ -247,6 +247,11 @@ fn a_thousand_idle_sockets_neither_exhaust_the_daemon_nor_outlive_the_header_dea
     let local = daemon.client();
     let tcp = TcpClient::new(&addr, Some(&admin), None);
     assert_eq!(tcp.get(&format!("{API}/projects")).status, 200);
+    // That request's connection is let go before the flood: a slot it still held would free up
+    // during the flood and let a later client in.
+    wait_for(&daemon, "the first request's connection to close", || {
+        (listener_metric(&local, "api_connections", "tcp")? == 0.0).then_some(())
+    });
 
     let opened = Instant::now();
     let mut idle: Vec<std::net::TcpStream> = (0..IDLE)

@@ -135,6 +135,20 @@ pub struct GitSourceStatus {
     pub inventory: Vec<String>,
 }
 
+/// The keys a GitSource's credentials (`spec.secretRef`) may hold: git's username, and a
+/// password or a token.
+pub const CREDENTIAL_USERNAME: &str = "username";
+pub const CREDENTIAL_PASSWORD: &str = "password";
+pub const CREDENTIAL_TOKEN: &str = "token";
+pub const CREDENTIAL_KEYS: [&str; 3] = [CREDENTIAL_USERNAME, CREDENTIAL_PASSWORD, CREDENTIAL_TOKEN];
+
+impl GitSource {
+    /// The applyset a GitSource's objects are applied in.
+    pub fn applyset_name(gitsource: &str) -> String {
+        format!("gitsource-{gitsource}")
+    }
+}
+
 /// What stands for the credentials of a URL wherever one is shown.
 pub const REDACTED: &str = "***";
 

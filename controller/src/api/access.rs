@@ -136,7 +136,7 @@ impl Visibility {
 /// Whether GitSource `name` applied a project one of `project_uids`.
 fn manages_one_of(store: &Store, name: &str, project_uids: &BTreeSet<String>) -> bool {
     store
-        .applyset_inventory(&crate::gitops::applyset_name(name))
+        .applyset_inventory(&berth_api::GitSource::applyset_name(name))
         .iter()
         .filter_map(|entry| entry.strip_prefix("Project/"))
         .filter_map(|project| store.get(PROJECT, project))
@@ -276,7 +276,12 @@ mod tests {
                 .unwrap();
             let batch = vec![desired(PROJECT, manages, serde_json::json!({}))];
             store
-                .apply_set(&crate::gitops::applyset_name(name), batch, false, false)
+                .apply_set(
+                    &berth_api::GitSource::applyset_name(name),
+                    batch,
+                    false,
+                    false,
+                )
                 .unwrap();
             source
         };

@@ -159,7 +159,7 @@ pub(super) async fn gitsource_route(
             ))
         }
         (Some(key), &Method::PUT) => {
-            if !crate::gitops::CREDENTIAL_KEYS.contains(&key) {
+            if !berth_api::gitsource::CREDENTIAL_KEYS.contains(&key) {
                 return Err(ApiError::invalid(
                     Some("Secret"),
                     Some(key),
@@ -167,7 +167,7 @@ pub(super) async fn gitsource_route(
                         "key",
                         format!(
                             "{key:?}: a GitSource holds only {}",
-                            crate::gitops::CREDENTIAL_KEYS.join(", ")
+                            berth_api::gitsource::CREDENTIAL_KEYS.join(", ")
                         ),
                     )],
                 ));

@@ -35,17 +35,15 @@ const KIND: &str = GitSource::KIND;
 const CHECKOUTS_DIR: &str = "gitsources";
 /// When a sync that failed unexpectedly is tried again.
 const PANIC_RETRY: Duration = Duration::from_secs(30);
-/// The keys `berth gitsource secret set` takes: git's username, and a password or a token.
-pub const CREDENTIAL_USERNAME: &str = "username";
-pub const CREDENTIAL_PASSWORD: &str = "password";
-pub const CREDENTIAL_TOKEN: &str = "token";
-pub const CREDENTIAL_KEYS: [&str; 3] = [CREDENTIAL_USERNAME, CREDENTIAL_PASSWORD, CREDENTIAL_TOKEN];
+pub use berth_api::gitsource::{
+    CREDENTIAL_KEYS, CREDENTIAL_PASSWORD, CREDENTIAL_TOKEN, CREDENTIAL_USERNAME,
+};
 /// Most applied object names an event lists before it just counts.
 const EVENT_NAMES: usize = 10;
 
 /// The applyset a GitSource's objects are applied in.
 pub fn applyset_name(gitsource: &str) -> String {
-    format!("gitsource-{gitsource}")
+    GitSource::applyset_name(gitsource)
 }
 
 /// Starts the GitSource controller; it stops when `shutdown` is cancelled.

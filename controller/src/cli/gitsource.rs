@@ -6,13 +6,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use reqwest::Method;
 
 use super::Context;
-use super::table::Table;
-use crate::client::{API_PREFIX, Client, Resource, encode_segment};
+use crate::client::{Client, Resource};
 use crate::gitops::CREDENTIAL_KEYS;
 
 #[derive(Debug, Args)]
@@ -58,14 +56,7 @@ enum SecretCommand {
 }
 
 fn path(gitsource: &str, key: Option<&str>) -> String {
-    let base = format!(
-        "{API_PREFIX}/gitsources/{}/secrets",
-        encode_segment(gitsource)
-    );
-    match key {
-        Some(key) => format!("{base}/{}", encode_segment(key)),
-        None => base,
-    }
+    super::secret::secrets_path("gitsources", gitsource, key)
 }
 
 /// Asks the GitSource to sync now. The credential is already changed, so a refusal here (a
@@ -93,11 +84,7 @@ pub async fn run(context: &Context, args: GitSourceArgs) -> anyhow::Result<ExitC
             key,
             from_file,
         } => {
-            let mut value = match from_file {
-                Some(file) => std::fs::read(&file)
-                    .with_context(|| format!("--from-file {}", file.display()))?,
-                None => super::secret::read_stdin()?,
-            };
+            let mut value = super::secret::read_value(from_file)?;
             // git takes one line: a token file's newline is not part of the token.
             while value.last().is_some_and(|b| matches!(b, b'\n' | b'\r')) {
                 value.pop();
@@ -116,14 +103,7 @@ pub async fn run(context: &Context, args: GitSourceArgs) -> anyhow::Result<ExitC
             let list = client
                 .request_json(Method::GET, &path(&gitsource, None), None)
                 .await?;
-            let mut table = Table::new(["key", "updated"]);
-            for item in list["items"].as_array().into_iter().flatten() {
-                table.row(vec![
-                    item["key"].as_str().unwrap_or_default().to_string(),
-                    item["updateTime"].as_str().unwrap_or_default().to_string(),
-                ]);
-            }
-            print!("{}", table.render());
+            super::secret::print_keys(&list);
         }
         SecretCommand::Delete { gitsource, key } => {
             client

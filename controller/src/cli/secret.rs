@@ -45,11 +45,38 @@ enum SecretCommand {
 }
 
 fn path(project: &str, key: Option<&str>) -> String {
-    let base = format!("{API_PREFIX}/projects/{}/secrets", encode_segment(project));
+    secrets_path("projects", project, key)
+}
+
+/// `.../PLURAL/NAME/secrets[/KEY]`: where a project's secrets or a GitSource's credentials live.
+pub(super) fn secrets_path(plural: &str, name: &str, key: Option<&str>) -> String {
+    let base = format!("{API_PREFIX}/{plural}/{}/secrets", encode_segment(name));
     match key {
         Some(key) => format!("{base}/{}", encode_segment(key)),
         None => base,
     }
+}
+
+/// The value to set: the file's bytes as they are, or stdin's.
+pub(super) fn read_value(from_file: Option<PathBuf>) -> anyhow::Result<Vec<u8>> {
+    match from_file {
+        Some(file) => {
+            std::fs::read(&file).with_context(|| format!("--from-file {}", file.display()))
+        }
+        None => read_stdin(),
+    }
+}
+
+/// Prints a `SecretKeyList`: each key and when it changed, never a value.
+pub(super) fn print_keys(list: &serde_json::Value) {
+    let mut table = Table::new(["key", "updated"]);
+    for item in list["items"].as_array().into_iter().flatten() {
+        table.row(vec![
+            item["key"].as_str().unwrap_or_default().to_string(),
+            item["updateTime"].as_str().unwrap_or_default().to_string(),
+        ]);
+    }
+    print!("{}", table.render());
 }
 
 pub async fn run(context: &Context, args: SecretArgs) -> anyhow::Result<ExitCode> {
@@ -62,11 +89,7 @@ pub async fn run(context: &Context, args: SecretArgs) -> anyhow::Result<ExitCode
         } => {
             berth_api::validate_env_key(&key)
                 .map_err(|message| anyhow::anyhow!("KEY: {message}"))?;
-            let value = match from_file {
-                Some(file) => std::fs::read(&file)
-                    .with_context(|| format!("--from-file {}", file.display()))?,
-                None => read_stdin()?,
-            };
+            let value = read_value(from_file)?;
             client
                 .request_json(
                     Method::PUT,
@@ -80,14 +103,7 @@ pub async fn run(context: &Context, args: SecretArgs) -> anyhow::Result<ExitCode
             let list = client
                 .request_json(Method::GET, &path(&project, None), None)
                 .await?;
-            let mut table = Table::new(["key", "updated"]);
-            for item in list["items"].as_array().into_iter().flatten() {
-                table.row(vec![
-                    item["key"].as_str().unwrap_or_default().to_string(),
-                    item["updateTime"].as_str().unwrap_or_default().to_string(),
-                ]);
-            }
-            print!("{}", table.render());
+            print_keys(&list);
         }
         SecretCommand::Delete { project, key } => {
             client

@@ -32,6 +32,12 @@ pub(super) async fn route(
     let uid = project.uid().to_string();
     let name = project.name().to_string();
     let secrets = Arc::clone(&state.secrets);
+    let holder = Holder {
+        object: &project,
+        field: "project",
+        kind: "project",
+        noun: "secret",
+    };
     match (key, method) {
         (None, &Method::GET) => {
             let revision = secrets.revision(&uid).map_err(from_secrets)?;
@@ -55,7 +61,7 @@ pub(super) async fn route(
             let value = secrets
                 .get(&uid, key)
                 .map_err(from_secrets)?
-                .ok_or_else(|| missing(&name, key))?;
+                .ok_or_else(|| holder.missing(key))?;
             Ok(json_response(
                 StatusCode::OK,
                 &json!({
@@ -71,52 +77,9 @@ pub(super) async fn route(
             berth_api::validate_env_key(key).map_err(|message| {
                 ApiError::invalid(Some("Secret"), Some(key), vec![Cause::new("key", message)])
             })?;
-            let value = read_value(req).await?;
-            let key_owned = key.to_string();
-            let revision = blocking(move || secrets.set(&uid, &key_owned, &value))
-                .await?
-                .map_err(from_secrets)?;
-            audit(
-                state,
-                &project,
-                "SecretSet",
-                format!("secret {key} set by {}", caller.identity),
-            )
-            .await;
-            Ok(json_response(
-                StatusCode::OK,
-                &json!({
-                    "apiVersion": berth_api::API_VERSION,
-                    "kind": "SecretKey",
-                    "project": name,
-                    "key": key,
-                    "revision": revision.to_string(),
-                }),
-            ))
+            holder.set(state, caller, key, req).await
         }
-        (Some(key), &Method::DELETE) => {
-            let key_owned = key.to_string();
-            let deleted = blocking(move || secrets.delete(&uid, &key_owned))
-                .await?
-                .map_err(from_secrets)?;
-            if !deleted {
-                return Err(missing(&name, key));
-            }
-            audit(
-                state,
-                &project,
-                "SecretDeleted",
-                format!("secret {key} deleted by {}", caller.identity),
-            )
-            .await;
-            Ok(json_response(
-                StatusCode::OK,
-                &json!({
-                    "kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,
-                    "message": format!("secret {key:?} of project {name:?} deleted"),
-                }),
-            ))
-        }
+        (Some(key), &Method::DELETE) => holder.delete(state, caller, key).await,
         (None, _) | (Some(_), _) => Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",
@@ -140,6 +103,12 @@ pub(super) async fn gitsource_route(
     })?;
     let uid = gitsource.uid().to_string();
     let secrets = Arc::clone(&state.secrets);
+    let holder = Holder {
+        object: &gitsource,
+        field: "gitSource",
+        kind: "GitSource",
+        noun: "credential",
+    };
     match (key, method) {
         (None, &Method::GET) => {
             let items: Vec<Value> = secrets
@@ -172,54 +141,9 @@ pub(super) async fn gitsource_route(
                     )],
                 ));
             }
-            let value = read_value(req).await?;
-            let key_owned = key.to_string();
-            let revision = blocking(move || secrets.set(&uid, &key_owned, &value))
-                .await?
-                .map_err(from_secrets)?;
-            audit(
-                state,
-                &gitsource,
-                "SecretSet",
-                format!("credential {key} set by {}", caller.identity),
-            )
-            .await;
-            Ok(json_response(
-                StatusCode::OK,
-                &json!({
-                    "apiVersion": berth_api::API_VERSION,
-                    "kind": "SecretKey",
-                    "gitSource": name,
-                    "key": key,
-                    "revision": revision.to_string(),
-                }),
-            ))
+            holder.set(state, caller, key, req).await
         }
-        (Some(key), &Method::DELETE) => {
-            let key_owned = key.to_string();
-            let deleted = blocking(move || secrets.delete(&uid, &key_owned))
-                .await?
-                .map_err(from_secrets)?;
-            if !deleted {
-                return Err(ApiError::not_found(format!(
-                    "GitSource {name:?} has no credential {key:?}"
-                )));
-            }
-            audit(
-                state,
-                &gitsource,
-                "SecretDeleted",
-                format!("credential {key} deleted by {}", caller.identity),
-            )
-            .await;
-            Ok(json_response(
-                StatusCode::OK,
-                &json!({
-                    "kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,
-                    "message": format!("credential {key:?} of GitSource {name:?} deleted"),
-                }),
-            ))
-        }
+        (Some(key), &Method::DELETE) => holder.delete(state, caller, key).await,
         _ => Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",
@@ -272,8 +196,75 @@ async fn read_value(req: Request<Incoming>) -> Result<Vec<u8>, ApiError> {
     }
 }
 
-fn missing(project: &str, key: &str) -> ApiError {
-    ApiError::not_found(format!("project {project:?} has no secret {key:?}"))
+/// What holds the secrets a request is about: a project, or a GitSource (its credentials).
+struct Holder<'a> {
+    object: &'a Arc<StoredObject>,
+    /// The field naming it in a reply (`project`, `gitSource`).
+    field: &'static str,
+    /// How messages name its kind, and one of its values.
+    kind: &'static str,
+    noun: &'static str,
+}
+
+impl Holder<'_> {
+    fn missing(&self, key: &str) -> ApiError {
+        let (kind, name, noun) = (self.kind, self.object.name(), self.noun);
+        ApiError::not_found(format!("{kind} {name:?} has no {noun} {key:?}"))
+    }
+
+    /// Sets `key` to the request's body and records who did (never the value).
+    async fn set(
+        &self,
+        state: &ApiState,
+        caller: &Caller,
+        key: &str,
+        req: Request<Incoming>,
+    ) -> Outcome {
+        let value = read_value(req).await?;
+        let (secrets, uid, key_owned) = (
+            Arc::clone(&state.secrets),
+            self.object.uid().to_string(),
+            key.to_string(),
+        );
+        let revision = blocking(move || secrets.set(&uid, &key_owned, &value))
+            .await?
+            .map_err(from_secrets)?;
+        let message = format!("{} {key} set by {}", self.noun, caller.identity);
+        audit(state, self.object, "SecretSet", message).await;
+        let mut reply = json!({
+            "apiVersion": berth_api::API_VERSION,
+            "kind": "SecretKey",
+            "key": key,
+            "revision": revision.to_string(),
+        });
+        reply[self.field] = json!(self.object.name());
+        Ok(json_response(StatusCode::OK, &reply))
+    }
+
+    /// Deletes `key` and records who did.
+    async fn delete(&self, state: &ApiState, caller: &Caller, key: &str) -> Outcome {
+        let (secrets, uid, key_owned) = (
+            Arc::clone(&state.secrets),
+            self.object.uid().to_string(),
+            key.to_string(),
+        );
+        let deleted = blocking(move || secrets.delete(&uid, &key_owned))
+            .await?
+            .map_err(from_secrets)?;
+        if !deleted {
+            return Err(self.missing(key));
+        }
+        let message = format!("{} {key} deleted by {}", self.noun, caller.identity);
+        audit(state, self.object, "SecretDeleted", message).await;
+        let (kind, name, noun) = (self.kind, self.object.name(), self.noun);
+        Ok(json_response(
+            StatusCode::OK,
+            &json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,
+                "message": format!("{noun} {key:?} of {kind} {name:?} deleted"),
+            }),
+        ))
+    }
 }
 
 fn from_secrets(err: SecretsError) -> ApiError {

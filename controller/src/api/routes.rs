@@ -21,7 +21,9 @@ use super::merge_patch;
 use super::selector::LabelSelector;
 use super::watch;
 use super::{ApiState, Body, Caller, Transport, members, secrets, trash, users};
-use crate::store::{Action, AppliedSet, Deletion, Expected, StoredObject};
+use crate::store::{
+    Action, AppliedSet, Deletion, Expected, FieldManager, StatusWrite, StoredObject,
+};
 
 const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
 /// Marks a deletion asked with `?force=true`, for the controller to read.
@@ -665,9 +667,9 @@ fn admit_value(
 pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
+    crate::store::blocking(f)
         .await
-        .map_err(|err| ApiError::internal(format!("a store write did not finish: {err}")))
+        .map_err(|err| ApiError::internal(err.to_string()))
 }
 
 async fn create(
@@ -907,7 +909,7 @@ async fn delete(
         let (store, name) = (Arc::clone(&state.store), name.to_string());
         let released =
             blocking(move || crate::scheduler::deletion::release_forced(&store, &name)).await??;
-        if let Some(object) = released {
+        if let crate::store::StatusWritten::Written(object) = released {
             return Ok(serialized(code, object.as_ref()));
         }
     }
@@ -972,9 +974,15 @@ async fn put_status(
     };
     let store = Arc::clone(&state.store);
     let (kind_name, name_owned) = (kind.as_str().to_string(), name.to_string());
-    let object =
-        blocking(move || store.update_status(&kind_name, &name_owned, rv, status, dry_run))
-            .await??;
+    let object = blocking(move || {
+        let write = StatusWrite::new(&kind_name, &name_owned, FieldManager::Server)
+            .pinned(rv)
+            .dry_run(dry_run);
+        store
+            .write_status(write, |_| status.clone())?
+            .require(&kind_name, &name_owned)
+    })
+    .await??;
     Ok(serialized(StatusCode::OK, object.as_ref()))
 }
 

@@ -19,7 +19,6 @@ use berth_api::{
     condition_types,
 };
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::steps::{LaterSteps, StepContext, StepOutcome, asked_for};
@@ -27,7 +26,7 @@ use super::{PROFILE_KIND, PROJECT_KIND, WorkQueue};
 use crate::agent::{self, AgentError, WrittenFiles};
 use crate::runtime::{InstancePatch, Runtime, RuntimeError};
 use crate::secrets::Secrets;
-use crate::store::{EventType, Store, StoredObject};
+use crate::store::{EventType, FieldManager, StatusWrite, StatusWritten, Store, StoredObject};
 
 /// Condition type of secrets propagation.
 pub const SECRETS_SYNCED: &str = "SecretsSynced";
@@ -472,38 +471,27 @@ impl AgentSteps {
             .collect()
     }
 
-    /// Rewrites the project's status through `change`, keeping the controller's own record.
+    /// Writes the agent steps' fields of the project's status through `change`, by the store's
+    /// one status writer (the controller's own record and the other writers' fields stay).
     fn record(
         &self,
         name: &str,
-        change: impl FnOnce(&mut ProjectStatus),
+        change: impl FnMut(&mut ProjectStatus),
     ) -> Result<(), crate::store::StoreError> {
-        let Some(object) = self.store.get(PROJECT_KIND, name) else {
-            return Ok(());
-        };
-        let mut status = decode_status(&object);
-        change(&mut status);
-        let mut value = serde_json::to_value(&status).unwrap_or(Value::Null);
-        if let (Value::Object(map), Some(controller)) =
-            (&mut value, object.status.get("controller"))
+        let mut change = change;
+        let write = StatusWrite::new(PROJECT_KIND, name, FieldManager::AgentSteps);
+        match self
+            .store
+            .write_status_typed(write, |status, _| change(status))?
         {
-            map.insert("controller".to_string(), controller.clone());
+            StatusWritten::Gone => Ok(()),
+            written => written.require(PROJECT_KIND, name).map(|_| ()),
         }
-        self.store.update_status(
-            PROJECT_KIND,
-            name,
-            Some(object.resource_version()),
-            value,
-            false,
-        )?;
-        Ok(())
     }
 
     fn event(&self, name: &str, type_: EventType, reason: &str, message: &str) {
-        if let Some(object) = self.store.get(PROJECT_KIND, name)
-            && let Err(e) = self.store.record_event(&object, type_, reason, message)
-        {
-            tracing::warn!(project = name, error = %e, "could not record an event");
+        if let Some(object) = self.store.get(PROJECT_KIND, name) {
+            self.store.record_or_warn(&object, type_, reason, message);
         }
     }
 
@@ -529,7 +517,7 @@ impl AgentSteps {
         status: ConditionStatus,
         reason: &str,
         message: &str,
-        also: impl FnOnce(&mut ProjectStatus),
+        mut also: impl FnMut(&mut ProjectStatus),
     ) -> Result<(), RuntimeError> {
         let Some(object) = self.store.get(PROJECT_KIND, name) else {
             return Ok(());
@@ -594,7 +582,7 @@ impl AgentSteps {
                     ConditionStatus::True,
                     BOOTSTRAPPED,
                     &provisioned_message(&report),
-                    |s| s.provisioned_profiles = provisioned,
+                    |s| s.provisioned_profiles = provisioned.clone(),
                 )?;
                 Ok(StepOutcome::Done)
             }
@@ -1062,6 +1050,7 @@ mod fake_runtime_tests {
     use super::*;
     use crate::runtime::fake::FakeRuntime;
     use crate::store::Desired;
+    use serde_json::Value;
 
     struct Setup {
         _dir: tempfile::TempDir,

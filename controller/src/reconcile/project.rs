@@ -25,7 +25,7 @@ use crate::runtime::{
     CreateInstance, CreateVolume, Created, ExecRequest, ImageSource, Instance, InstancePatch,
     InstanceStatus, OperationStatus, RuntimeError, StopOptions,
 };
-use crate::store::{Store, StoredObject};
+use crate::store::{FieldManager, StatusWrite, Store, StoredObject};
 
 /// How long a project with a name conflict, a missing image or a held recreation waits before
 /// it is looked at again (a change to it requests it sooner).
@@ -46,10 +46,7 @@ pub(super) async fn store_call<T: Send + 'static>(
     ctx: &Context,
     f: impl FnOnce(&Store) -> T + Send + 'static,
 ) -> T {
-    let store = ctx.store.clone();
-    tokio::task::spawn_blocking(move || f(&store))
-        .await
-        .expect("a store call panicked")
+    ctx.store.call(f).await
 }
 
 /// Writes the draft's status when it differs from the stored one, then records an event per
@@ -78,20 +75,24 @@ pub(super) async fn commit(
         });
     let name = object.name().to_string();
     let base = object.clone();
-    let updated = store_call(ctx, move |store| write_status(store, &name, &base, &value)).await?;
+    let updated = store_call(ctx, move |store| {
+        store
+            .write_status(
+                StatusWrite::new(PROJECT_KIND, &name, FieldManager::Reconciler),
+                |latest| lay_changes(&base, &value, latest),
+            )?
+            .require(PROJECT_KIND, &name)
+    })
+    .await?;
     let events = transitions(&before, &draft.status);
     if !events.is_empty() {
         let target = updated.clone();
-        let recorded = store_call(ctx, move |store| {
+        store_call(ctx, move |store| {
             for (type_, reason, message) in events {
-                store.record_event(&target, type_, &reason, &message)?;
+                store.record_or_warn(&target, type_, &reason, &message);
             }
-            Ok::<(), crate::store::StoreError>(())
         })
         .await;
-        if let Err(e) = recorded {
-            tracing::warn!(error = %e, "could not record an event");
-        }
     }
     if before.step != draft.status.step
         && let Some(step) = draft.status.step
@@ -107,45 +108,18 @@ pub(super) async fn commit(
     Ok(updated)
 }
 
-/// How often a commit re-reads and merges when other status writers keep winning the race.
-const COMMIT_ATTEMPTS: usize = 8;
-
-/// Writes `ours`, the status this reconcile derived from `base`, with optimistic concurrency:
-/// when someone else wrote the status since `base` was read (the scheduler's activity, an agent
-/// step's record), only the fields this reconcile changed are laid onto theirs.
-fn write_status(
-    store: &Store,
-    name: &str,
+/// The status this reconcile wants, `ours` (derived from `base`), as a change of the status
+/// stored now: when someone else wrote it since `base` was read (the scheduler's activity, an
+/// agent step's record), only the fields this reconcile changed are laid onto theirs.
+fn lay_changes(
     base: &StoredObject,
     ours: &serde_json::Value,
-) -> Result<Arc<StoredObject>, crate::store::StoreError> {
-    let mut attempt = 0;
-    loop {
-        let Some(latest) = store.get(PROJECT_KIND, name) else {
-            return Err(crate::store::StoreError::NotFound {
-                kind: PROJECT_KIND.to_string(),
-                name: name.to_string(),
-            });
-        };
-        let stored = latest.status.value();
-        let value = if latest.resource_version() == base.resource_version() {
-            ours.clone()
-        } else {
-            super::status::merge_changes(&base.status.value(), ours, &stored)
-        };
-        let value = super::status::keep_first_reachable(&stored, value);
-        match store.update_status(
-            PROJECT_KIND,
-            name,
-            Some(latest.resource_version()),
-            value,
-            false,
-        ) {
-            Err(crate::store::StoreError::Conflict { .. }) if attempt + 1 < COMMIT_ATTEMPTS => {
-                attempt += 1;
-            }
-            result => return result,
-        }
+    latest: &StoredObject,
+) -> serde_json::Value {
+    if latest.resource_version() == base.resource_version() {
+        ours.clone()
+    } else {
+        super::status::merge_changes(&base.status.value(), ours, &latest.status.value())
     }
 }
 

@@ -196,18 +196,9 @@ pub fn ever_reachable(status: &ProjectStatus) -> bool {
         || status.title.is_some()
 }
 
-/// The status field that, once written, no status write may drop (see [`ever_reachable`]).
+/// The status field that, once written, no status write may drop (see [`ever_reachable`]; the
+/// store's writer keeps it too).
 const FIRST_REACHABLE_AT: &str = "firstReachableAt";
-
-/// Keeps `firstReachableAt` of `stored` in a status about to replace it that lacks it (a draft
-/// decoded from an unreadable status starts afresh, and must not forget that much).
-pub fn keep_first_reachable(stored: &Value, mut next: Value) -> Value {
-    if let (Some(at), Value::Object(map)) = (stored.get(FIRST_REACHABLE_AT), &mut next) {
-        map.entry(FIRST_REACHABLE_AT.to_string())
-            .or_insert_with(|| at.clone());
-    }
-    next
-}
 
 /// What changed between two statuses that deserves an event.
 pub fn transitions(
@@ -454,11 +445,6 @@ mod tests {
         assert_eq!(
             merge_changes(&base, &ours, &theirs)["firstReachableAt"],
             "t0"
-        );
-        assert_eq!(keep_first_reachable(&base, ours)["firstReachableAt"], "t0");
-        assert_eq!(
-            keep_first_reachable(&base, json!({"firstReachableAt": "t1"}))["firstReachableAt"],
-            "t1"
         );
     }
 

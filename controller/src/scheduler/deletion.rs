@@ -12,13 +12,12 @@
 //! container of its own (see [`super::inspection_instance`]).
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use berth_api::{
     AgentState, ConditionStatus, Phase, ProjectStatus, ProtectionReason, condition_types, reasons,
 };
-use serde_json::Value;
 use tokio::time::Instant;
 
 use super::inspect::{self, InspectError, Inspection};
@@ -32,7 +31,9 @@ use crate::reconcile::layout::{DurableLayout, LABEL_PREFIX, uid_label};
 use crate::reconcile::status::{Draft, ever_reachable};
 use crate::reconcile::{Context, ReconcileError};
 use crate::runtime::{ImageSource, InstanceStatus, StopOptions};
-use crate::store::{EventType, Store, StoreError, StoredObject};
+use crate::store::{
+    EventType, FieldManager, StatusWrite, StatusWritten, Store, StoreError, StoredObject,
+};
 
 /// How often a held deletion's workspace is inspected again unless `scheduler.recheckInterval`
 /// says otherwise: booting a stopped container to look is not free, and saved work does not
@@ -145,16 +146,9 @@ pub async fn hold(
     }
     if !already {
         tracing::warn!(reasons = %reasons_text(&reasons), "deletion held");
-        let store = ctx.store.clone();
-        let target = object.clone();
-        let recorded = tokio::task::spawn_blocking(move || {
-            store.record_event(&target, EventType::Warning, "DeletionBlocked", &message)
-        })
-        .await
-        .expect("a store call panicked");
-        if let Err(e) = recorded {
-            tracing::warn!(error = %e, "could not record an event");
-        }
+        ctx.store
+            .publish_event(object, EventType::Warning, "DeletionBlocked", &message)
+            .await;
     }
     Ok(Some(every))
 }
@@ -329,38 +323,22 @@ fn release(draft: &mut Draft) {
 
 /// Clears a hold on `name` when its deletion was forced, in the stored status (keeping every
 /// other field), so a client waiting for the deletion does not read the old hold as the answer.
-/// Returns the updated object, or `None` when there was no hold to clear.
-pub fn release_forced(store: &Store, name: &str) -> Result<Option<Arc<StoredObject>>, StoreError> {
-    for _ in 0..5 {
-        let Some(object) = store.get(PROJECT_KIND, name) else {
-            return Ok(None);
-        };
-        let mut draft = Draft::from_object(&object);
-        release(&mut draft);
-        let Some(Value::Array(conditions)) = draft.to_value().get("conditions").cloned() else {
-            return Ok(None);
-        };
-        let mut status = object.status.value();
-        let Some(map) = status.as_object_mut() else {
-            return Ok(None);
-        };
-        if map.get("conditions") == Some(&Value::Array(conditions.clone())) {
-            return Ok(None);
-        }
-        map.insert("conditions".to_string(), Value::Array(conditions));
-        match store.update_status(
-            PROJECT_KIND,
-            name,
-            Some(object.resource_version()),
-            status,
-            false,
-        ) {
-            Ok(updated) => return Ok(Some(updated)),
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(None)
+/// The write says when there was no hold to clear (`Unchanged`) or it gave up.
+pub fn release_forced(store: &Store, name: &str) -> Result<StatusWritten, StoreError> {
+    store.write_status(
+        StatusWrite::new(PROJECT_KIND, name, FieldManager::Reconciler),
+        |object| {
+            let mut draft = Draft::from_object(object);
+            release(&mut draft);
+            let mut status = object.status.value();
+            if let (Some(map), Some(conditions)) =
+                (status.as_object_mut(), draft.to_value().get("conditions"))
+            {
+                map.insert("conditions".to_string(), conditions.clone());
+            }
+            status
+        },
+    )
 }
 
 /// Drops the re-inspection time of a project whose deletion goes ahead.
@@ -438,6 +416,7 @@ mod held {
     use crate::store::{Desired, Store};
     use berth_api::UnsavedWork;
     use serde_json::json;
+    use std::sync::Arc;
 
     struct Setup {
         _dir: tempfile::TempDir,
@@ -668,13 +647,19 @@ mod held {
             .store
             .update_status(PROJECT_KIND, "p", None, status, false)
             .unwrap();
-        let released = release_forced(&s.ctx.store, "p").unwrap().unwrap();
+        let released = release_forced(&s.ctx.store, "p").unwrap();
+        let StatusWritten::Written(released) = released else {
+            panic!("the hold was not released: {released:?}")
+        };
         assert_eq!(released.status.value()["controller"]["image"], "berth-base");
         let draft = Draft::from_object(&released);
         assert_eq!(
             condition(&draft),
             Some((ConditionStatus::False, FORCED.into()))
         );
-        assert!(release_forced(&s.ctx.store, "p").unwrap().is_none());
+        assert!(matches!(
+            release_forced(&s.ctx.store, "p").unwrap(),
+            StatusWritten::Unchanged(_)
+        ));
     }
 }

@@ -23,7 +23,6 @@ use berth_api::{
 };
 use chrono::{DateTime, Utc};
 use futures::{FutureExt, StreamExt};
-use serde_json::Value;
 use tokio::time::Instant;
 
 use super::activity::{self, ActivityInputs, Touches};
@@ -37,13 +36,13 @@ use crate::metrics::{ActionLabels, Metrics};
 use crate::reconcile::layout::LABEL_PREFIX;
 use crate::reconcile::{PROJECT_KIND, WorkQueue};
 use crate::runtime::Runtime;
-use crate::store::{Doc, EventType, Store, StoreError, StoredObject};
+use crate::store::{
+    Doc, EventType, FieldManager, StatusWrite, StatusWritten, Store, StoreError, StoredObject,
+};
 
 /// The annotation a deletion the reaper asked for carries, so that events and audits tell it
 /// from a person's.
 pub const REAPED_ANNOTATION: &str = berth_api::annotations::REAPED_BY;
-/// How many times a status write is retried when the object changed under it.
-const STATUS_WRITE_ATTEMPTS: usize = 5;
 
 /// The scheduler's settings from berth.yaml.
 #[derive(Debug, Clone)]
@@ -576,15 +575,16 @@ impl DaemonPasses {
     }
 
     async fn delete(&self, object: &Arc<StoredObject>) -> Result<(), StoreError> {
-        let store = self.store.clone();
         let name = object.name().to_string();
         let rv = object.resource_version();
-        blocking(move || {
-            let annotations = BTreeMap::from([(REAPED_ANNOTATION.to_string(), "reaper".into())]);
-            store.delete(PROJECT_KIND, &name, Some(rv), annotations, false)
-        })
-        .await
-        .map(|_| ())
+        self.store
+            .call(move |store| {
+                let annotations =
+                    BTreeMap::from([(REAPED_ANNOTATION.to_string(), "reaper".into())]);
+                store.delete(PROJECT_KIND, &name, Some(rv), annotations, false)
+            })
+            .await
+            .map(|_| ())
     }
 
     /// Purges the trash entries that outlived `trash.retention` (a `TrashPurged` event each)
@@ -670,56 +670,32 @@ impl DaemonPasses {
     }
 
     async fn event(&self, object: &Arc<StoredObject>, type_: EventType, reason: &str, msg: &str) {
-        let store = self.store.clone();
-        let object = object.clone();
-        let (reason, msg) = (reason.to_string(), msg.to_string());
-        if let Err(e) = blocking(move || store.record_event(&object, type_, &reason, &msg)).await {
-            tracing::warn!(error = %e, "could not record an event");
-        }
+        self.store.publish_event(object, type_, reason, msg).await;
     }
 
-    /// Reads the stored status, lets `change` edit the scheduler's fields and writes them back
-    /// with the resourceVersion read, keeping every other field as stored. Returns the updated
-    /// object (`None` when the project is gone).
+    /// Writes the scheduler's fields of the project's status through `change` (given the
+    /// project's generation), by the store's one status writer. Returns the updated object
+    /// (`None` when the project is gone).
     async fn update_status<F>(
         &self,
         name: &str,
-        change: F,
+        mut change: F,
     ) -> Result<Option<Arc<StoredObject>>, StoreError>
     where
-        F: Fn(&mut ProjectStatus, i64) + Send + 'static,
+        F: FnMut(&mut ProjectStatus, i64) + Send + 'static,
     {
-        let store = self.store.clone();
         let name = name.to_string();
-        blocking(move || {
-            let mut attempt = 0;
-            loop {
-                let Some(object) = store.get(PROJECT_KIND, &name) else {
-                    return Ok(None);
-                };
-                let mut status: ProjectStatus = object.status.decode().unwrap_or_default();
-                change(&mut status, object.generation());
-                let value = merge_owned(&object.status.value(), &status);
-                if value == object.status {
-                    return Ok(Some(object));
+        self.store
+            .call(move |store| {
+                let write = StatusWrite::new(PROJECT_KIND, &name, FieldManager::Scheduler);
+                match store.write_status_typed(write, |status, object| {
+                    change(status, object.generation())
+                })? {
+                    StatusWritten::Gone => Ok(None),
+                    written => written.require(PROJECT_KIND, &name).map(Some),
                 }
-                match store.update_status(
-                    PROJECT_KIND,
-                    &name,
-                    Some(object.resource_version()),
-                    value,
-                    false,
-                ) {
-                    Ok(updated) => return Ok(Some(updated)),
-                    Err(StoreError::Conflict { .. }) if attempt + 1 < STATUS_WRITE_ATTEMPTS => {
-                        attempt += 1;
-                    }
-                    Err(StoreError::NotFound { .. }) => return Ok(None),
-                    Err(e) => return Err(e),
-                }
-            }
-        })
-        .await
+            })
+            .await
     }
 }
 
@@ -746,35 +722,6 @@ impl Passes for DaemonPasses {
     fn pass_panicked(&self, pass: Pass, _message: &str) {
         self.metrics.count_scheduler_panic(pass.label());
     }
-}
-
-/// The status fields the scheduler writes; everything else is the reconciler's.
-const OWNED_FIELDS: [&str; 7] = [
-    "activity",
-    "title",
-    "agent",
-    "unsavedWork",
-    "ports",
-    "reap",
-    "conditions",
-];
-
-/// The stored status with the scheduler's fields taken from `status`.
-fn merge_owned(stored: &Value, status: &ProjectStatus) -> Value {
-    let mut merged = match stored {
-        Value::Object(map) => map.clone(),
-        _ => serde_json::Map::new(),
-    };
-    let Ok(Value::Object(new)) = serde_json::to_value(status) else {
-        return stored.clone();
-    };
-    for field in OWNED_FIELDS {
-        match new.get(field) {
-            Some(value) => merged.insert(field.to_string(), value.clone()),
-            None => merged.remove(field),
-        };
-    }
-    Value::Object(merged)
 }
 
 /// Whether an operator asked the controller to leave the project alone
@@ -871,13 +818,6 @@ pub fn reasons_text(reasons: &[ProtectionReason]) -> String {
         .map(|r| r.as_str())
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// Runs a store call on the blocking pool: store writes commit to SQLite synchronously.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    tokio::task::spawn_blocking(f)
-        .await
-        .expect("a store call panicked")
 }
 
 /// One row of the reaper's plan (`GET /apis/berth.dev/v1alpha1/reap`, `berth reap --dry-run`):

@@ -5,6 +5,7 @@ use crate::runtime::fake::FakeRuntime;
 use crate::runtime::{Instance, InstanceStatus};
 use crate::store::Desired;
 use berth_api::UnsavedWork;
+use serde_json::Value;
 use serde_json::json;
 
 /// The passes over a fake runtime and a real store, reading a clock that moves with tokio's
@@ -301,7 +302,12 @@ fn merging_keeps_every_field_the_scheduler_does_not_own() {
         title: Some("t".into()),
         ..ProjectStatus::default()
     };
-    let merged = merge_owned(&stored, &status);
+    let merged = crate::store::lay_owned(
+        PROJECT_KIND,
+        crate::store::FieldManager::Scheduler,
+        &stored,
+        serde_json::to_value(&status).unwrap(),
+    );
     assert_eq!(merged["phase"], "Ready");
     assert_eq!(merged["controller"]["x"], 1);
     assert_eq!(merged["title"], "t");

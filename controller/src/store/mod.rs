@@ -4,13 +4,16 @@
 //!
 //! Invariants: `generation` moves only when spec changes; `resourceVersion` comes from one
 //! global counter and moves on every write; a write that changes nothing writes nothing; status
-//! moves only through [`Store::update_status`], and spec or metadata writes never touch it.
+//! moves only through [`Store::write_status`] (one writer, each field with declared owners), and
+//! spec or metadata writes never touch it.
 
 mod access;
 mod events;
 mod executions;
+mod facade;
 mod object;
 pub mod schema;
+mod status;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -26,7 +29,11 @@ use tokio::sync::broadcast;
 pub use access::{SecretEntry, SecretsChange, User};
 pub use events::{Event, EventObject, EventType};
 pub use executions::{Execution, ExecutionState};
+pub use facade::{Unfinished, blocking};
 pub use object::{Action, Change, ChangeType, Deletion, Desired, Doc, Expected, StoredObject};
+pub use status::{
+    FieldManager, PROJECT_FIELDS, STATUS_WRITE_ATTEMPTS, StatusWrite, StatusWritten, lay_owned,
+};
 
 /// The kind whose `spec.displayName` must be unique.
 const PROJECT_KIND: &str = "Project";

@@ -526,9 +526,9 @@ impl Drop for Registered {
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
+    crate::store::blocking(f)
         .await
-        .map_err(|err| ApiError::internal(format!("a store write did not finish: {err}")))
+        .map_err(|err| ApiError::internal(err.to_string()))
 }
 
 /// Cancels a call whose request was dropped before it finished (the caller went away).

@@ -138,14 +138,12 @@ async fn wake(store: &Arc<Store>, project: &StoredObject) -> Result<(), ApiError
             };
             match store.replace(desired, Some(current.resource_version()), false) {
                 Ok((object, _)) => {
-                    if let Err(err) = store.record_event(
+                    store.record_or_warn(
                         &object,
                         EventType::Normal,
                         "WakeRequested",
                         "a tool call woke the idled project",
-                    ) {
-                        tracing::warn!(project = %name, error = %err, "recording the wake failed");
-                    }
+                    );
                     return Ok(());
                 }
                 Err(StoreError::Conflict { .. }) => continue,

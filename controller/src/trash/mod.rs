@@ -344,15 +344,9 @@ impl Trash {
             spec: Doc::null(),
             status: Doc::null(),
         };
-        let store = Arc::clone(&self.store);
-        let (reason, message) = (reason.to_string(), message.to_string());
-        let recorded = tokio::task::spawn_blocking(move || {
-            store.record_event(&gone, type_, &reason, &message)
-        })
-        .await;
-        if let Ok(Err(e)) = recorded {
-            tracing::warn!(error = %e, "could not record a trash event");
-        }
+        self.store
+            .publish_event(&gone, type_, reason, message)
+            .await;
     }
 
     /// Finds the entry `key` names: a uid, or a name (its newest entry).

@@ -98,7 +98,7 @@ impl Trash {
         let status = json!({ "firstReachableAt": chrono::Utc::now() });
         let store = Arc::clone(&self.store);
         let (caller, created_uid) = (request.caller.clone(), uid.clone());
-        let object = tokio::task::spawn_blocking(move || {
+        let object = crate::store::blocking(move || {
             store.create_restored(&caller, desired, &created_uid, status)
         })
         .await
@@ -131,14 +131,9 @@ impl Trash {
             entry.deleted_by,
             entry.reason
         );
-        let (store, restored) = (Arc::clone(&self.store), Arc::clone(&object));
-        let recorded = tokio::task::spawn_blocking(move || {
-            store.record_event(&restored, EventType::Normal, "Restored", &message)
-        })
-        .await;
-        if let Ok(Err(e)) = recorded {
-            tracing::warn!(error = %e, "could not record the restore's event");
-        }
+        self.store
+            .publish_event(&object, EventType::Normal, "Restored", &message)
+            .await;
         Ok(object)
     }
 

@@ -7,15 +7,16 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use berth::layout::disk_device;
 use berth::lxd::LxdClient;
-use berth::reconcile::layout::disk_device;
 use berth::runtime::CreateVolume;
 use berth::runtime::{ExecRequest, Runtime, StopOptions};
-use berth::scheduler::inspect::{
+use berth::scheduler::policy::{Decision, Evidence, ReapSubject};
+use berth::scheduler::reap::{Seen, recheck};
+use berth::workspace::inspect::{
     Expected, InspectError, Inspection, KnownFiles, WorkspaceKind, inspect,
 };
-use berth::scheduler::policy::{Decision, Evidence, ReapSubject};
-use berth::scheduler::reap::{Seen, inspect_in_place, inspect_stopped, recheck};
+use berth::workspace::look::{inspect_in_place, inspect_stopped};
 use berth_api::{AgentState, ProtectionReason, ReapAction, UnsavedWork};
 use sha2::{Digest, Sha256};
 use support::lxd::{

@@ -155,7 +155,7 @@ impl SchedulerConfig {
         self.recheck_interval
             .parse::<berth_api::BerthDuration>()
             .map(|d| d.as_std())
-            .unwrap_or(crate::scheduler::deletion::HELD_RECHECK)
+            .unwrap_or(HELD_RECHECK)
     }
 }
 
@@ -184,6 +184,11 @@ impl Default for TrashConfig {
 
 /// The longest duration a setting may hold.
 const MAX_DURATION_DAYS: u64 = 36_500;
+
+/// How often a held deletion's workspace is inspected again unless `scheduler.recheckInterval`
+/// says otherwise (its default, `3m`): booting a stopped container to look is not free, and
+/// saved work does not need to be noticed within seconds.
+pub const HELD_RECHECK: std::time::Duration = std::time::Duration::from_secs(180);
 
 impl TrashConfig {
     /// The trash's settings (validated at load, so the default stands in otherwise).
@@ -397,10 +402,7 @@ mod tests {
         assert_eq!(Config::parse("").unwrap(), Config::default());
         assert_eq!(Config::parse("{}\n").unwrap(), Config::default());
         // The settings built without a file (the controller's own defaults) say the same.
-        assert_eq!(
-            Config::default().scheduler.recheck(),
-            crate::scheduler::deletion::HELD_RECHECK
-        );
+        assert_eq!(Config::default().scheduler.recheck(), super::HELD_RECHECK);
     }
 
     /// The example of DESIGN.md (Configuration), key for key: it parses, and it says what the

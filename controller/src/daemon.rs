@@ -357,7 +357,7 @@ fn start_controller(
                 runtime,
                 controller.queue.clone(),
                 metrics,
-                Arc::clone(&inspector.activity),
+                inspector.activity.clone(),
                 pass_settings,
             )
             .with_trash(trash);

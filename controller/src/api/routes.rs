@@ -908,7 +908,7 @@ async fn delete(
     if force && !dry_run && code == StatusCode::ACCEPTED && kind.as_str() == "Project" {
         let (store, name) = (Arc::clone(&state.store), name.to_string());
         let released =
-            blocking(move || crate::scheduler::deletion::release_forced(&store, &name)).await??;
+            blocking(move || crate::reconcile::finalizer::release_forced(&store, &name)).await??;
         if let crate::store::StatusWritten::Written(object) = released {
             return Ok(serialized(code, object.as_ref()));
         }

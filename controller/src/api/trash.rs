@@ -49,7 +49,7 @@ pub(super) async fn route(
                         key: uid.to_string(),
                         new_name,
                         caller: caller.identity.clone(),
-                        finalizers: vec![crate::reconcile::layout::FINALIZER.to_string()],
+                        finalizers: vec![crate::layout::FINALIZER.to_string()],
                     },
                 )
                 .await

@@ -54,6 +54,16 @@ pub struct Activity {
     pub source: &'static str,
 }
 
+impl crate::scheduler::activity::PeopleActivity for ActivityLog {
+    fn last(&self, uid: &str) -> Option<(DateTime<Utc>, &'static str)> {
+        ActivityLog::last(self, uid).map(|a| (a.at, a.source))
+    }
+
+    fn is_open(&self, uid: &str, source: &'static str) -> bool {
+        ActivityLog::is_open(self, uid, source)
+    }
+}
+
 impl ActivityLog {
     /// Records activity of `source` in the project `uid` now; an earlier time never replaces a
     /// later one.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use hyper::StatusCode;
 
 use crate::api::error::ApiError;
-use crate::reconcile::layout::{CONTROLLER_LABEL, uid_label};
+use crate::layout::{CONTROLLER_LABEL, uid_label};
 use crate::runtime::{Instance, Runtime, RuntimeError};
 
 /// How long reading the instance may take.
@@ -118,7 +118,7 @@ pub async fn owned_container(
 #[cfg(all(test, feature = "testing"))]
 mod tests {
     use super::*;
-    use crate::reconcile::layout::UID_LABEL;
+    use crate::layout::UID_LABEL;
     use crate::runtime::InstanceStatus;
 
     fn instance(labels: &[(&str, &str)]) -> Instance {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use super::layout::{LABEL_PREFIX, uid_label};
+use crate::layout::{LABEL_PREFIX, uid_label};
 use crate::runtime::{Runtime, RuntimeError};
 
 /// A list younger than this answers for every project judged meanwhile, so many projects found

@@ -12,15 +12,14 @@
 pub mod agent_steps;
 pub mod envelope;
 pub mod fault;
+pub mod finalizer;
 pub mod fleet;
-pub mod layout;
 pub mod project;
 pub mod queue;
 pub mod snapshot;
 pub mod startup;
 pub mod status;
 pub mod steps;
-pub mod teardown;
 pub mod triggers;
 
 use std::sync::Arc;
@@ -105,7 +104,7 @@ impl Default for ControllerSettings {
             resync_interval: Duration::from_secs(30),
             backoff: Backoff::default(),
             timeouts: Timeouts::default(),
-            held_recheck: crate::scheduler::deletion::HELD_RECHECK,
+            held_recheck: crate::config::HELD_RECHECK,
             trash: crate::trash::TrashSettings::default(),
             default_image: "berth-base".to_string(),
         }
@@ -137,6 +136,8 @@ pub struct Context {
     /// The last resync pass's list of containers.
     pub snapshot: snapshot::Snapshot,
     pub queue: WorkQueue,
+    /// When each held deletion was last looked at (the finalizer's memory; safe to forget).
+    pub held: finalizer::HeldDeletions,
 }
 
 impl std::fmt::Debug for Context {
@@ -186,6 +187,7 @@ pub fn spawn_controller(
         fleet: fleet::FleetGuard::default(),
         snapshot: snapshot::Snapshot::default(),
         queue: queue.clone(),
+        held: Default::default(),
     });
 
     let mut tasks = Vec::new();

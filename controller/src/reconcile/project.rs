@@ -17,10 +17,10 @@ use tracing::Instrument;
 
 use super::envelope::{Envelope, Limit, Origin};
 use super::fleet::Verdict;
-use super::layout::{DurableLayout, FINALIZER, uid_label};
-use super::status::{Draft, PendingOperation, transitions};
+use super::status::{Draft, Idling, PendingOperation, idling, transitions};
 use super::steps::{StepContext, StepOutcome, next_required, resume_after_boot};
-use super::{Action, Context, PROFILE_KIND, PROJECT_KIND, ReconcileError, fault, teardown};
+use super::{Action, Context, PROFILE_KIND, PROJECT_KIND, ReconcileError, fault, finalizer};
+use crate::layout::{DurableLayout, FINALIZER, uid_label};
 use crate::runtime::{
     CreateInstance, CreateVolume, Created, ExecRequest, ImageSource, Instance, InstancePatch,
     InstanceStatus, OperationStatus, RuntimeError, StopOptions,
@@ -42,7 +42,7 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Result<Action, ReconcileErr
 }
 
 /// Runs a store call on the blocking pool: store writes commit to SQLite synchronously.
-pub(super) async fn store_call<T: Send + 'static>(
+pub(crate) async fn store_call<T: Send + 'static>(
     ctx: &Context,
     f: impl FnOnce(&Store) -> T + Send + 'static,
 ) -> T {
@@ -52,7 +52,7 @@ pub(super) async fn store_call<T: Send + 'static>(
 /// Writes the draft's status when it differs from the stored one, then records an event per
 /// transition and, for a new step, its duration. A step's fault point fires here, right after
 /// the step is committed.
-pub(super) async fn commit(
+pub(crate) async fn commit(
     ctx: &Context,
     object: &Arc<StoredObject>,
     draft: &mut Draft,
@@ -164,7 +164,7 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
     };
 
     if object.is_deleting() {
-        return teardown::finalize(ctx, &object, draft).await;
+        return finalizer::finalize(ctx, &object, draft).await;
     }
     if !object.metadata.finalizers.iter().any(|f| f == FINALIZER) {
         let mut finalizers = object.metadata.finalizers.clone();
@@ -340,7 +340,7 @@ impl Project<'_> {
             &format!(
                 "an LXD instance named {:?} exists without this project's {} label; berth leaves it alone",
                 self.name(),
-                super::layout::UID_LABEL
+                crate::layout::UID_LABEL
             ),
         );
         self.commit(&mut draft).await?;
@@ -762,7 +762,7 @@ impl Project<'_> {
                     .await?;
                 patch.devices.insert(
                     mount.device.clone(),
-                    super::layout::disk_device(&settings.storage_pool, &mount.volume, &mount.path),
+                    crate::layout::disk_device(&settings.storage_pool, &mount.volume, &mount.path),
                 );
             }
             runtime.patch_instance(self.name(), &patch).await?;
@@ -907,23 +907,16 @@ impl Project<'_> {
     /// Whether the reaper idled the project and nothing woke it since. `berth start` (the
     /// `berth.dev/wokenAt` annotation, later than the idling) or a new generation wakes it.
     async fn idled(&self, draft: &mut Draft) -> bool {
-        let Some(idled_at) = draft.status.reap.as_ref().and_then(|r| r.idled_at) else {
-            return false;
-        };
-        let woken_at = self
-            .annotation(annotations::WOKEN_AT)
-            .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
-            .map(|t| t.with_timezone(&chrono::Utc));
         let new_generation = draft.status.observed_generation < self.object.generation();
-        // Annotations carry whole seconds: a wake in the second of the idling counts.
-        let woken = woken_at.is_some_and(|w| w.timestamp() >= idled_at.timestamp());
-        if !(woken || new_generation) {
-            return true;
-        }
+        let why = match idling(&draft.status, &self.object.metadata.annotations) {
+            Idling::Awake => return false,
+            Idling::Idled if !new_generation => return true,
+            Idling::Woken => "berth start",
+            Idling::Idled => "a new spec",
+        };
         if let Some(reap) = draft.status.reap.as_mut() {
             reap.idled_at = None;
         }
-        let why = if woken { "berth start" } else { "a new spec" };
         self.warn_normal("Woken", &format!("woken by {why}")).await;
         false
     }

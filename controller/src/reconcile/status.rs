@@ -196,6 +196,34 @@ pub fn ever_reachable(status: &ProjectStatus) -> bool {
         || status.title.is_some()
 }
 
+/// Where a project stands with the reaper's idling (`status.reap.idledAt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idling {
+    /// Not idled.
+    Awake,
+    /// Idled, and nothing woke it since.
+    Idled,
+    /// Idled, then woken by `berth start` (the `berth.dev/wokenAt` annotation, set in the
+    /// second of the idling or later); the reconciler has not acted on it yet.
+    Woken,
+}
+
+/// The one reading of "idled and not woken", from the typed status and the object's
+/// annotations. Annotations carry whole seconds: a wake in the second of the idling counts.
+pub fn idling(
+    status: &ProjectStatus,
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Idling {
+    let Some(idled_at) = status.reap.as_ref().and_then(|r| r.idled_at) else {
+        return Idling::Awake;
+    };
+    let woken = annotations
+        .get(berth_api::annotations::WOKEN_AT)
+        .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
+        .is_some_and(|w| w.timestamp() >= idled_at.timestamp());
+    if woken { Idling::Woken } else { Idling::Idled }
+}
+
 /// The status field that, once written, no status write may drop (see [`ever_reachable`]; the
 /// store's writer keeps it too).
 const FIRST_REACHABLE_AT: &str = "firstReachableAt";

@@ -8,11 +8,11 @@ use std::time::Duration;
 use berth_api::{Phase, ProjectStatus, Step};
 use serde_json::{Value, json};
 
-use super::layout::{CONTROLLER_LABEL, DurableLayout, FINALIZER, UID_LABEL};
 use super::{
     Action, Context, ControllerSettings, NoLaterSteps, PROJECT_KIND, Timeouts, WorkQueue,
     fleet::FleetGuard, project,
 };
+use crate::layout::{CONTROLLER_LABEL, DurableLayout, FINALIZER, UID_LABEL};
 use crate::metrics::Metrics;
 use crate::runtime::fake::{FakeRuntime, Fault};
 use crate::runtime::{Instance, InstanceStatus, Runtime, RuntimeError};
@@ -46,6 +46,7 @@ impl Harness {
             runtime: fake.clone() as Arc<dyn Runtime>,
             metrics: metrics.clone(),
             queue: WorkQueue::new(1, settings.backoff, metrics),
+            held: Default::default(),
             settings,
             later_steps: Arc::new(NoLaterSteps),
             fleet: FleetGuard::default(),

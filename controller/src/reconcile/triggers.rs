@@ -8,8 +8,8 @@ use futures::StreamExt;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
-use super::layout::LABEL_PREFIX;
 use super::{Context, PROFILE_KIND, PROJECT_KIND};
+use crate::layout::LABEL_PREFIX;
 
 /// Requests every project: after missed changes, a reconnect, or on the resync timer.
 pub fn request_all(ctx: &Context) {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use berth_api::{ActivitySource, ActivityStatus, AgentState, AgentStatus};
 use chrono::{DateTime, Utc};
 
-use super::inspect::{AgentReport, Inspection};
+use crate::workspace::inspect::{AgentReport, Inspection};
 
 /// The most characters of agent-written text status keeps.
 pub const MAX_TEXT_CHARS: usize = 200;
@@ -18,6 +18,15 @@ pub const MAX_TEXT_CHARS: usize = 200;
 /// CPU use between two inspections below this is background noise (init, an idle agent
 /// polling for an answer), not someone working.
 pub const DEFAULT_CPU_THRESHOLD: Duration = Duration::from_millis(500);
+
+/// What people did in a project through berth (`berth exec`, tool calls), as the API records
+/// it in memory: the scheduler's activity pass counts it.
+pub trait PeopleActivity: Send + Sync {
+    /// When the project `uid` was last used through berth, and as what (`exec`, `tool`).
+    fn last(&self, uid: &str) -> Option<(DateTime<Utc>, &'static str)>;
+    /// Whether a session of `source` is open in the project now.
+    fn is_open(&self, uid: &str, source: &'static str) -> bool;
+}
 
 /// Signals other than the inspection: when someone last used berth to run something.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::scheduler::inspect::WorkspaceKind;
+use crate::workspace::inspect::WorkspaceKind;
 use berth_api::UnsavedWork;
 use chrono::{Duration as Span, TimeZone};
 

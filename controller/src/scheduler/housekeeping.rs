@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::reconcile::layout::{CONTROLLER_LABEL, uid_label};
+use crate::layout::{CONTROLLER_LABEL, uid_label};
 use crate::runtime::Instance;
 
 /// A container that carries berth's project label but whose project is not in the store.
@@ -48,7 +48,7 @@ pub fn orphans(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::layout::UID_LABEL;
+    use crate::layout::UID_LABEL;
     use crate::runtime::InstanceStatus;
 
     fn instance(name: &str, labels: &[(&str, &str)]) -> Instance {
@@ -84,7 +84,7 @@ mod tests {
             instance(
                 "berth-inspect-u6",
                 &[
-                    (super::super::inspection_instance::INSPECTS_LABEL, "u6"),
+                    (crate::workspace::inspection_instance::INSPECTS_LABEL, "u6"),
                     (BY, "c1"),
                 ],
             ),

@@ -13,8 +13,8 @@ use std::time::Duration;
 use berth_api::{ProtectionReason, ReapAction};
 use tokio::time::Instant;
 
-use super::inspect::Inspection;
 use super::policy::Verdict;
+use crate::workspace::inspect::Inspection;
 
 #[derive(Debug, Default)]
 struct Entry {

@@ -7,10 +7,7 @@
 //! pass to them and to the metrics.
 
 pub mod activity;
-pub mod deletion;
 pub mod housekeeping;
-pub mod inspect;
-pub mod inspection_instance;
 pub mod memory;
 pub mod passes;
 pub mod policy;
@@ -29,7 +26,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::runtime::Runtime;
-use inspect::{Expected, InspectError, Inspection};
+use crate::workspace::inspect::{self, Expected, InspectError, Inspection};
 
 /// The passes of one scheduler round, in the order they run (the `pass` metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

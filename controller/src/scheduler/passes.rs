@@ -25,20 +25,21 @@ use chrono::{DateTime, Utc};
 use futures::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
-use super::activity::{self, ActivityInputs, Touches};
+use super::activity::{self, ActivityInputs, PeopleActivity, Touches};
 use super::housekeeping::{self, Orphan};
-use super::inspect::{InspectError, Inspection};
 use super::memory::Memory;
 use super::policy::{self, Decision, Evidence, ReapSubject, Verdict};
 use super::{InspectTarget, Pass, Passes, ports, reap};
-use crate::inspect::activity::ActivityLog;
+use crate::layout::LABEL_PREFIX;
 use crate::metrics::{ActionLabels, Metrics};
-use crate::reconcile::layout::LABEL_PREFIX;
+use crate::reconcile::status::{Idling, idling};
 use crate::reconcile::{PROJECT_KIND, WorkQueue};
 use crate::runtime::Runtime;
 use crate::store::{
     Doc, EventType, FieldManager, StatusWrite, StatusWritten, Store, StoreError, StoredObject,
 };
+use crate::workspace::inspect::{InspectError, Inspection};
+use crate::workspace::protection::reasons_text;
 
 /// The annotation a deletion the reaper asked for carries, so that events and audits tell it
 /// from a person's.
@@ -68,7 +69,7 @@ pub struct DaemonPasses {
     queue: WorkQueue,
     metrics: Arc<Metrics>,
     /// Exec and tool calls made through berth.
-    activity_log: Arc<ActivityLog>,
+    activity_log: Arc<dyn PeopleActivity>,
     workers: usize,
     inspect_timeout: Duration,
     preview_domain: String,
@@ -98,7 +99,7 @@ impl DaemonPasses {
         runtime: Arc<dyn Runtime>,
         queue: WorkQueue,
         metrics: Arc<Metrics>,
-        activity_log: Arc<ActivityLog>,
+        activity_log: Arc<dyn PeopleActivity>,
         settings: PassSettings,
     ) -> DaemonPasses {
         DaemonPasses {
@@ -172,7 +173,7 @@ impl DaemonPasses {
             .iter()
             .map(|o| InspectTarget {
                 instance: o.name().to_string(),
-                expected: super::inspect::expected_of(o),
+                expected: crate::workspace::inspect::expected_of(o),
             })
             .collect();
         let results = super::inspect_all(
@@ -252,10 +253,10 @@ impl DaemonPasses {
         if object.is_deleting() || running(&object) || paused(&object) {
             return None;
         }
-        let (result, booted) = reap::inspect_in_place(
+        let (result, booted) = crate::workspace::look::inspect_in_place(
             self.runtime.as_ref(),
             name,
-            &super::inspect::expected_of(&object),
+            &crate::workspace::inspect::expected_of(&object),
             self.inspect_timeout,
         )
         .await;
@@ -295,7 +296,7 @@ impl DaemonPasses {
     /// open is activity now, whenever it started.
     fn touches(&self, uid: &str) -> Touches {
         let last = self.activity_log.last(uid);
-        let at = |source: &str| last.as_ref().filter(|a| a.source == source).map(|a| a.at);
+        let at = |source: &str| last.filter(|(_, s)| *s == source).map(|(at, _)| at);
         let exec = if self.activity_log.is_open(uid, "exec") {
             Some(self.now())
         } else {
@@ -493,7 +494,7 @@ impl DaemonPasses {
         let checked = reap::recheck(
             self.runtime.as_ref(),
             name,
-            &super::inspect::expected_of(&object),
+            &crate::workspace::inspect::expected_of(&object),
             self.inspect_timeout,
             facts.subject(self.now(), Some(action)),
             reap::Seen {
@@ -741,7 +742,7 @@ fn running(object: &StoredObject) -> bool {
         return false;
     }
     let status: ProjectStatus = object.status.decode().unwrap_or_default();
-    let idled = status.reap.as_ref().is_some_and(|r| r.idled_at.is_some());
+    let idled = idling(&status, &object.metadata.annotations) != Idling::Awake;
     let reachable = status.step.is_some_and(|s| s >= Step::Reachable);
     let pid = status.container.as_ref().is_some_and(|c| c.pid.is_some());
     reachable && pid && !idled
@@ -768,11 +769,13 @@ impl Facts {
             .agent
             .as_ref()
             .map_or(AgentState::Unknown, |a| a.state);
-        let idled = status.reap.as_ref().is_some_and(|r| r.idled_at.is_some());
+        let idled = idling(&status, &object.metadata.annotations) != Idling::Awake;
         let is_running = running(object);
         let stopped = idled || !is_running;
         let (evidence, agent) = match inspected {
-            Some(Ok(inspection)) => reap::evidence_of(&Ok(inspection.clone()), recorded_agent),
+            Some(Ok(inspection)) => {
+                crate::workspace::look::evidence_of(&Ok(inspection.clone()), recorded_agent)
+            }
             Some(Err(_)) => (Evidence::Failed, recorded_agent),
             // A stopped container holds what the last inspection saw; a running one that was
             // not inspected this round could not be told apart from one with work.
@@ -809,15 +812,6 @@ impl Facts {
             previous_due,
         }
     }
-}
-
-/// `AgentBlocked, UnsavedWork` for a message.
-pub fn reasons_text(reasons: &[ProtectionReason]) -> String {
-    reasons
-        .iter()
-        .map(|r| r.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// One row of the reaper's plan (`GET /apis/berth.dev/v1alpha1/reap`, `berth reap --dry-run`):
@@ -977,7 +971,7 @@ pub fn inspection_report(workspace: &FakeWorkspace) -> String {
     format!(
         "{}\nagent {}\nenv_mine 0\ngit repo\n{}\n\
          tcp {}\ntcp6 \ncpu_ticks 0\nclk_tck 100\nnewest_mtime {newest}\nend\n",
-        super::inspect::HEADER,
+        crate::workspace::inspect::HEADER,
         workspace.agent_json.as_deref().map_or("-".to_string(), b64),
         repos.join("\n"),
         b64(&tcp),
@@ -990,7 +984,7 @@ pub fn is_inspection(request: &crate::runtime::ExecRequest) -> bool {
     request
         .command
         .iter()
-        .any(|arg| arg.contains(super::inspect::HEADER))
+        .any(|arg| arg.contains(crate::workspace::inspect::HEADER))
 }
 
 /// Makes every inspection of `instance` in the fake runtime answer with `workspace`, as the

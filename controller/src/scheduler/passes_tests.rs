@@ -1,6 +1,7 @@
 use super::*;
+use crate::inspect::activity::ActivityLog;
+use crate::layout::UID_LABEL;
 use crate::reconcile::Backoff;
-use crate::reconcile::layout::UID_LABEL;
 use crate::runtime::fake::FakeRuntime;
 use crate::runtime::{Instance, InstanceStatus};
 use crate::store::Desired;
@@ -617,7 +618,7 @@ async fn orphans_are_reported_once_per_episode_and_left_in_place() {
     // Another berth's on the same LXD: its project is in that berth's store, not this one.
     let mut theirs = labelled("another-berths", Some("uid-theirs"));
     theirs.config.insert(
-        crate::reconcile::layout::CONTROLLER_LABEL.to_string(),
+        crate::layout::CONTROLLER_LABEL.to_string(),
         "0123456789abcdef".to_string(),
     );
     s.fake.insert_instance(theirs);

@@ -9,20 +9,10 @@
 //! - a project that never became Reachable (no `status.firstReachableAt`, whatever its step says
 //!   now) has nothing to lose, so nothing protects it.
 
-use berth_api::{
-    AgentState, IdleAction, ProtectionReason, ReapAction, ResolvedReapPolicy, UnsavedWork,
-};
+use berth_api::{AgentState, IdleAction, ProtectionReason, ReapAction, ResolvedReapPolicy};
 use chrono::{DateTime, Utc};
 
-/// What the latest inspection of the workspace showed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Evidence {
-    /// Inspected: these are the counts of work that exists nowhere else (all zero when clean).
-    Inspected(UnsavedWork),
-    /// The workspace could not be inspected (timeout, exec error, unreadable output). Could not
-    /// tell is never "nothing to lose".
-    Failed,
-}
+pub use crate::workspace::protection::{Evidence, protections};
 
 /// Everything the decision looks at for one project.
 #[derive(Debug, Clone)]
@@ -93,30 +83,6 @@ impl Verdict {
             _ => None,
         }
     }
-}
-
-/// The reasons that protect a workspace from any destruction no person forced: reaping, a GitOps
-/// prune, a plain `berth delete`. Empty for a project that never became Reachable.
-pub fn protections(
-    agent: AgentState,
-    evidence: &Evidence,
-    ever_reachable: bool,
-) -> Vec<ProtectionReason> {
-    if !ever_reachable {
-        return Vec::new();
-    }
-    let mut reasons = Vec::new();
-    if agent == AgentState::Blocked {
-        reasons.push(ProtectionReason::AgentBlocked);
-    }
-    match evidence {
-        Evidence::Inspected(unsaved) if unsaved.any() => {
-            reasons.push(ProtectionReason::UnsavedWork)
-        }
-        Evidence::Inspected(_) => {}
-        Evidence::Failed => reasons.push(ProtectionReason::InspectionFailed),
-    }
-    reasons
 }
 
 /// Decides what the reaper may do to one project in this pass.

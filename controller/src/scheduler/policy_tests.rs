@@ -1,5 +1,5 @@
 use super::*;
-use berth_api::{BerthDuration, MaxAge};
+use berth_api::{BerthDuration, MaxAge, UnsavedWork};
 use chrono::{Duration as Span, TimeZone};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -2,36 +2,16 @@
 //! the fresh re-check right before acting, inspecting a stopped container, and the status the
 //! verdict shows. The action itself (stop, delete) is the reconciler's, under the project's slot.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use berth_api::{ActivityStatus, AgentState, ReapStatus, UnsavedWork};
+use berth_api::{ActivityStatus, ReapStatus, UnsavedWork};
 use chrono::{DateTime, Utc};
-use tokio::time::Instant;
 
 use super::activity::{self, ActivityInputs, Touches};
-use super::inspect::{self, Expected, InspectError, Inspection};
-use super::policy::{self, Evidence, ReapSubject, Verdict};
-use crate::runtime::{ExecRequest, InstanceStatus, Runtime, StopOptions};
-
-/// What the policy learns from an inspection: the evidence, and the agent's state. A workspace
-/// that could not be inspected is [`Evidence::Failed`]. The agent status file lives on a tmpfs,
-/// so when the inspection found none (a rebooted container) the last recorded state stands.
-pub fn evidence_of(
-    result: &Result<Inspection, InspectError>,
-    recorded_agent: AgentState,
-) -> (Evidence, AgentState) {
-    match result {
-        Ok(inspection) => (
-            Evidence::Inspected(inspection.unsaved.clone()),
-            inspection
-                .agent
-                .as_ref()
-                .map_or(recorded_agent, |report| report.state),
-        ),
-        Err(_) => (Evidence::Failed, recorded_agent),
-    }
-}
+use super::policy::{self, ReapSubject, Verdict};
+use crate::runtime::Runtime;
+use crate::workspace::inspect::{Expected, InspectError, Inspection};
+use crate::workspace::look::{evidence_of, inspect_in_place};
 
 /// `status.unsavedWork`: the counts, or `None` when the inspection failed (unknown, not zero).
 pub fn unsaved_work_status(result: &Result<Inspection, InspectError>) -> Option<UnsavedWork> {
@@ -107,140 +87,12 @@ pub async fn recheck(
     }
 }
 
-/// Inspects `instance` as it is: by exec when it runs, by booting it (and stopping it again)
-/// when it is stopped. Any other state (frozen, starting, in error) is left alone and is an
-/// inspection failure. Returns whether it was booted.
-pub async fn inspect_in_place(
-    runtime: &dyn Runtime,
-    instance: &str,
-    expected: &Expected,
-    timeout: Duration,
-) -> (Result<Inspection, InspectError>, bool) {
-    let state = match runtime.get_instance(instance).await {
-        Ok(Some(found)) => found.status,
-        Ok(None) => {
-            return (
-                Err(InspectError::Exited {
-                    code: -1,
-                    detail: format!("{instance} does not exist"),
-                }),
-                false,
-            );
-        }
-        Err(e) => return (Err(InspectError::Exec(e)), false),
-    };
-    match state {
-        InstanceStatus::Running => (
-            inspect::inspect(runtime, instance, expected, timeout).await,
-            false,
-        ),
-        InstanceStatus::Stopped => (
-            inspect_stopped(runtime, instance, expected, timeout).await,
-            true,
-        ),
-        other => (
-            Err(InspectError::Exited {
-                code: -1,
-                detail: format!("{instance} is {other:?}, neither running nor stopped"),
-            }),
-            false,
-        ),
-    }
-}
-
-/// Why a stopped container could not be booted for its inspection.
-#[derive(Debug, thiserror::Error)]
-pub enum BootError {
-    #[error("starting {instance} to inspect it: {source}")]
-    Start {
-        instance: String,
-        #[source]
-        source: crate::runtime::RuntimeError,
-    },
-    #[error("{instance} did not finish booting within {timeout:?}")]
-    NotReady { instance: String, timeout: Duration },
-}
-
-/// Inspects a stopped container: boots it (init only; the runner is started by the reconciler,
-/// not by booting), inspects, and stops it again whatever was found, so the caller can delete it
-/// or leave it as it was. Any failure is an inspection failure for the policy.
-pub async fn inspect_stopped(
-    runtime: &dyn Runtime,
-    instance: &str,
-    expected: &Expected,
-    timeout: Duration,
-) -> Result<Inspection, InspectError> {
-    let booted = boot(runtime, instance, timeout).await;
-    let result = match booted {
-        Ok(()) => inspect::inspect(runtime, instance, expected, timeout).await,
-        Err(e) => Err(InspectError::Exited {
-            code: -1,
-            detail: e.to_string(),
-        }),
-    };
-    if let Err(e) = runtime
-        .stop_instance(instance, StopOptions::clean_then_force(timeout))
-        .await
-    {
-        tracing::warn!(instance, error = %e, "stopping after inspection failed");
-    }
-    result
-}
-
-/// Starts a stopped instance and waits until berth's init says it is ready (no runner: the
-/// reconciler starts that, not a boot).
-pub(super) async fn boot(
-    runtime: &dyn Runtime,
-    instance: &str,
-    timeout: Duration,
-) -> Result<(), BootError> {
-    let until = Instant::now() + timeout;
-    // LXD refuses a start while an earlier operation (a stop that just returned) still holds
-    // the instance; that clears within moments.
-    loop {
-        match runtime.start_instance(instance, timeout).await {
-            Ok(()) => break,
-            Err(e)
-                if e.lxd_message().is_some_and(|m| m.contains("busy"))
-                    && Instant::now() < until =>
-            {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(source) => {
-                return Err(BootError::Start {
-                    instance: instance.to_string(),
-                    source,
-                });
-            }
-        }
-    }
-    // berth's init writes /run/init.ready once /run and /workspace are in place.
-    loop {
-        let mut ready = ExecRequest::new(["test", "-f", "/run/init.ready"], timeout);
-        ready.cwd = Some("/".into());
-        ready.env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
-        if runtime
-            .exec(instance, &ready)
-            .await
-            .is_ok_and(|o| o.success())
-        {
-            return Ok(());
-        }
-        if Instant::now() >= until {
-            return Err(BootError::NotReady {
-                instance: instance.to_string(),
-                timeout,
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::inspect::{AgentReport, WorkspaceKind};
-    use berth_api::{ProtectionReason, ReapAction};
+    use crate::workspace::inspect::{AgentReport, WorkspaceKind};
+    use crate::workspace::protection::Evidence;
+    use berth_api::{AgentState, ProtectionReason, ReapAction};
 
     fn inspection(unsaved: UnsavedWork, agent: Option<AgentState>) -> Inspection {
         Inspection {

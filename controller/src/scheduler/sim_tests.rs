@@ -67,7 +67,7 @@ fn script_worlds(s: &Setup, worlds: &Worlds) {
         Some(Ok(if world.failing {
             ExecOutput {
                 exit_code: 0,
-                stdout: format!("{}\nagent -\n", crate::scheduler::inspect::HEADER).into_bytes(),
+                stdout: format!("{}\nagent -\n", crate::workspace::inspect::HEADER).into_bytes(),
                 stderr: Vec::new(),
             }
         } else {

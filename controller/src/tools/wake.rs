@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_api::annotations::WOKEN_AT;
+
+use crate::reconcile::status::{Idling, idling};
 use berth_api::{ProjectStatus, Step};
 use chrono::{SecondsFormat, Utc};
 use tokio::time::Instant;
@@ -45,15 +47,11 @@ fn power(object: &StoredObject) -> Power {
         return Power::Stopped;
     }
     let status: ProjectStatus = object.status.decode().unwrap_or_default();
-    if let Some(idled_at) = status.reap.as_ref().and_then(|r| r.idled_at) {
+    match idling(&status, &object.metadata.annotations) {
         // `berth start` (or an earlier call) woke it; the reconciler has not acted yet.
-        let woken = object
-            .metadata
-            .annotations
-            .get(WOKEN_AT)
-            .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
-            .is_some_and(|w| w.timestamp() >= idled_at.timestamp());
-        return if woken { Power::Starting } else { Power::Idled };
+        Idling::Woken => return Power::Starting,
+        Idling::Idled => return Power::Idled,
+        Idling::Awake => {}
     }
     // Started: running again, the reconciler is probing for Reachable.
     if status.step == Some(Step::Started) {

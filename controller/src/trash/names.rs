@@ -191,9 +191,9 @@ mod tests {
 
     #[test]
     fn labels_match_the_layout() {
-        assert_eq!(PROJECT_UID_LABEL, crate::reconcile::layout::UID_LABEL);
-        assert_eq!(CONTROLLER_LABEL, crate::reconcile::layout::CONTROLLER_LABEL);
-        assert!(TRASH_LABEL_PREFIX.starts_with(crate::reconcile::layout::LABEL_PREFIX));
+        assert_eq!(PROJECT_UID_LABEL, crate::layout::UID_LABEL);
+        assert_eq!(CONTROLLER_LABEL, crate::layout::CONTROLLER_LABEL);
+        assert!(TRASH_LABEL_PREFIX.starts_with(crate::layout::LABEL_PREFIX));
     }
 
     #[test]
@@ -204,9 +204,7 @@ mod tests {
         assert_eq!(trashed, format!("berth-trash-{uid}-workspace"));
         assert!(is_trash_name(&trashed));
         assert!(!is_trash_name(&live));
-        assert!(!crate::reconcile::layout::DurableLayout::owns_volume(
-            uid, &trashed
-        ));
+        assert!(!crate::layout::DurableLayout::owns_volume(uid, &trashed));
         assert_eq!(
             restored_name(&format!("berth-{uid}-home-shell"), uid, "n-1").as_deref(),
             Some("berth-n-1-home-shell")

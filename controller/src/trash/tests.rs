@@ -10,8 +10,8 @@ use berth_api::annotations;
 use serde_json::{Value, json};
 
 use super::{Restore, Trash, TrashError, TrashSettings, is_trash_name};
+use crate::layout::{DurableLayout, FINALIZER, UID_LABEL};
 use crate::metrics::Metrics;
-use crate::reconcile::layout::{DurableLayout, FINALIZER, UID_LABEL};
 use crate::reconcile::{
     Action, Context, ControllerSettings, NoLaterSteps, PROJECT_KIND, WorkQueue, project,
 };
@@ -51,6 +51,7 @@ fn setup(retention: Duration) -> Setup {
         later_steps: Arc::new(NoLaterSteps),
         fleet: Default::default(),
         snapshot: Default::default(),
+        held: Default::default(),
     };
     Setup {
         _dir: dir,

@@ -14,13 +14,13 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
-use super::inspect::{self, InspectError, Inspection};
-use super::reap;
-use crate::reconcile::layout::CONTROLLER_LABEL;
+use super::look;
+use crate::layout::CONTROLLER_LABEL;
 use crate::runtime::{
     CreateInstance, Created, Device, ImageSource, OperationStatus, Runtime, RuntimeError,
     StopOptions,
 };
+use crate::workspace::inspect::{self, InspectError, Inspection};
 
 /// The label naming the project uid whose workspace an inspection instance looks at.
 pub const INSPECTS_LABEL: &str = "user.berth.inspects";
@@ -114,7 +114,7 @@ async fn look(
     request: &VolumeInspection<'_>,
     known: &inspect::Expected,
 ) -> Result<Inspection, InspectError> {
-    reap::boot(runtime, name, request.timeout)
+    look::boot(runtime, name, request.timeout)
         .await
         .map_err(|e| InspectError::Exited {
             code: -1,

@@ -15,7 +15,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde::Deserialize;
 
 use crate::agent::{ENV_BLOCK_BEGIN, ENV_BLOCK_END};
-use crate::reconcile::layout::DurableLayout;
+use crate::layout::DurableLayout;
 use crate::runtime::{ExecRequest, Runtime, RuntimeError};
 use crate::store::StoredObject;
 

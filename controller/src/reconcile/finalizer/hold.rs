@@ -9,36 +9,31 @@
 //! the current step) looks first, wherever the workspace is: in the project's container, where
 //! it is; then, when nothing protects it, once more after the container is stopped, so nothing
 //! written during the stop is lost; and from an inspection instance when the project has no
-//! container of its own (see [`super::inspection_instance`]).
+//! container of its own (see [`crate::workspace::inspection_instance`]).
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use berth_api::{
-    AgentState, ConditionStatus, Phase, ProjectStatus, ProtectionReason, condition_types, reasons,
+    AgentState, ConditionStatus, Phase, ProjectStatus, ProtectionReason, annotations,
+    condition_types, reasons,
 };
 use tokio::time::Instant;
 
-use super::inspect::{self, InspectError, Inspection};
-use super::inspection_instance::{self, VolumeInspection};
-use super::passes::reasons_text;
-use super::policy;
-use super::reap;
-use crate::api::FORCE_DELETE_ANNOTATION;
+use crate::layout::{DurableLayout, LABEL_PREFIX, uid_label};
 use crate::reconcile::PROJECT_KIND;
-use crate::reconcile::layout::{DurableLayout, LABEL_PREFIX, uid_label};
 use crate::reconcile::status::{Draft, ever_reachable};
 use crate::reconcile::{Context, ReconcileError};
 use crate::runtime::{ImageSource, InstanceStatus, StopOptions};
 use crate::store::{
     EventType, FieldManager, StatusWrite, StatusWritten, Store, StoreError, StoredObject,
 };
+use crate::workspace::inspect::{self, InspectError, Inspection};
+use crate::workspace::inspection_instance::{self, VolumeInspection};
+use crate::workspace::look;
+use crate::workspace::protection::{self as policy, protections, reasons_text};
 
-/// How often a held deletion's workspace is inspected again unless `scheduler.recheckInterval`
-/// says otherwise: booting a stopped container to look is not free, and saved work does not
-/// need to be noticed within seconds.
-pub const HELD_RECHECK: Duration = Duration::from_secs(180);
 /// Ready's message while the teardown goes ahead.
 pub const REMOVING: &str = "removing the container and the volumes";
 /// One inspection's deadline (a stopped container also gets this long to boot).
@@ -48,16 +43,39 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// `DeletionBlocked=False` after a person forced the deletion.
 const FORCED: &str = "Forced";
 
-/// When each held deletion was last inspected, in this process. Forgetting (a restart) only
-/// means one inspection sooner.
-static HELD: LazyLock<Mutex<HashMap<String, Instant>>> = LazyLock::new(Mutex::default);
+/// When each held deletion was last inspected, in this controller (its [`Context`]).
+/// Forgetting (a restart) only means one inspection sooner.
+#[derive(Debug, Default)]
+pub struct HeldDeletions(Mutex<HashMap<String, Instant>>);
+
+impl HeldDeletions {
+    /// How long until the held deletion of `uid` is due for another look, when it is not due
+    /// yet; otherwise records that it is looked at now.
+    fn wait_or_look(&self, uid: &str, blocked_now: bool, every: Duration) -> Option<Duration> {
+        let now = Instant::now();
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if blocked_now
+            && let Some(at) = held.get(uid)
+            && now.duration_since(*at) < every
+        {
+            return Some(every - now.duration_since(*at));
+        }
+        held.insert(uid.to_string(), now);
+        None
+    }
+
+    /// Drops the re-inspection time of a project whose deletion goes ahead.
+    pub fn forget(&self, uid: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+    }
+}
 
 /// Whether a deletion asked for the workspace to go whatever it holds.
 pub fn forced(object: &StoredObject) -> bool {
     object
         .metadata
         .annotations
-        .get(FORCE_DELETE_ANNOTATION)
+        .get(annotations::FORCE_DELETE)
         .is_some_and(|v| v == "true")
 }
 
@@ -73,7 +91,7 @@ pub async fn hold(
 ) -> Result<Option<Duration>, ReconcileError> {
     if forced(object) {
         release(draft);
-        forget(object.uid());
+        ctx.held.forget(object.uid());
         return Ok(None);
     }
     let status: &ProjectStatus = &draft.status;
@@ -88,37 +106,29 @@ pub async fn hold(
         .map(|c| c.reason.clone());
     let blocked_now = blocked.is_some();
     let every = ctx.settings.held_recheck;
-    let now = Instant::now();
-    {
-        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
-        if blocked_now
-            && let Some(at) = held.get(uid)
-            && now.duration_since(*at) < every
-        {
-            return Ok(Some(every - now.duration_since(*at)));
-        }
-        held.insert(uid.to_string(), now);
+    if let Some(wait) = ctx.held.wait_or_look(uid, blocked_now, every) {
+        return Ok(Some(wait));
     }
 
     let recorded_agent = status
         .agent
         .as_ref()
         .map_or(AgentState::Unknown, |a| a.state);
-    let Some(Look { result, agent }) = look(ctx, object, recorded_agent).await? else {
+    let Some(Look { result, agent }) = look_at(ctx, object, recorded_agent).await? else {
         // No workspace volume is left: nothing to lose.
-        return Ok(go_ahead(draft, blocked_now, uid));
+        return Ok(go_ahead(ctx, draft, blocked_now, uid));
     };
-    let (evidence, agent) = reap::evidence_of(&result, agent);
+    let (evidence, agent) = look::evidence_of(&result, agent);
     if let Err(e) = &result {
         tracing::warn!(error = %e, "inspecting the workspace before deleting it failed");
     }
-    let reasons = policy::protections(agent, &evidence, true);
+    let reasons = protections(agent, &evidence, true);
     if let Ok(inspection) = &result {
         draft.status.unsaved_work = Some(inspection.unsaved.clone());
     }
 
     let Some(first) = reasons.first() else {
-        return Ok(go_ahead(draft, blocked_now, uid));
+        return Ok(go_ahead(ctx, draft, blocked_now, uid));
     };
     let failure = result.as_ref().err().map(ToString::to_string);
     let message = blocked_message(&reasons, &evidence, failure.as_deref());
@@ -154,7 +164,7 @@ pub async fn hold(
 }
 
 /// The deletion goes ahead: a hold it had is released.
-fn go_ahead(draft: &mut Draft, blocked_now: bool, uid: &str) -> Option<Duration> {
+fn go_ahead(ctx: &Context, draft: &mut Draft, blocked_now: bool, uid: &str) -> Option<Duration> {
     if blocked_now {
         draft.set_condition(
             condition_types::DELETION_BLOCKED,
@@ -164,7 +174,7 @@ fn go_ahead(draft: &mut Draft, blocked_now: bool, uid: &str) -> Option<Duration>
         );
         deleting(draft, REMOVING);
     }
-    forget(uid);
+    ctx.held.forget(uid);
     None
 }
 
@@ -181,7 +191,7 @@ struct Look {
 /// work, the container is started again as it was. Without a container of the project's own (it
 /// vanished, was deleted by hand, or its name is someone else's), the workspace volume is
 /// inspected from an inspection instance. `None` when there is no workspace volume left.
-async fn look(
+async fn look_at(
     ctx: &Context,
     object: &StoredObject,
     recorded_agent: AgentState,
@@ -199,14 +209,14 @@ async fn look(
         });
     };
     let was_running = instance.status == InstanceStatus::Running;
-    let (first, booted) = reap::inspect_in_place(runtime, name, &known, INSPECT_TIMEOUT).await;
-    let (evidence, agent) = reap::evidence_of(&first, recorded_agent);
+    let (first, booted) = look::inspect_in_place(runtime, name, &known, INSPECT_TIMEOUT).await;
+    let (evidence, agent) = look::evidence_of(&first, recorded_agent);
     let first = Look {
         result: first,
         agent,
     };
     // Held, or already looked at stopped: the container stays as it was.
-    if booted || !policy::protections(agent, &evidence, true).is_empty() {
+    if booted || !protections(agent, &evidence, true).is_empty() {
         return Ok(Some(first));
     }
     if let Err(e) = runtime
@@ -220,9 +230,9 @@ async fn look(
             agent,
         }));
     }
-    let second = reap::inspect_stopped(runtime, name, &known, INSPECT_TIMEOUT).await;
-    let (evidence, _) = reap::evidence_of(&second, agent);
-    if !policy::protections(agent, &evidence, true).is_empty() {
+    let second = look::inspect_stopped(runtime, name, &known, INSPECT_TIMEOUT).await;
+    let (evidence, _) = look::evidence_of(&second, agent);
+    if !protections(agent, &evidence, true).is_empty() {
         restore(runtime, name, was_running).await;
     }
     Ok(Some(Look {
@@ -341,11 +351,6 @@ pub fn release_forced(store: &Store, name: &str) -> Result<StatusWritten, StoreE
     )
 }
 
-/// Drops the re-inspection time of a project whose deletion goes ahead.
-pub fn forget(uid: &str) {
-    HELD.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
-}
-
 fn blocked_message(
     reasons: &[ProtectionReason],
     evidence: &policy::Evidence,
@@ -399,7 +404,7 @@ mod tests {
 }
 
 #[cfg(all(test, feature = "testing"))]
-#[path = "deletion_tests.rs"]
+#[path = "hold_tests.rs"]
 mod looks;
 
 #[cfg(all(test, feature = "testing"))]
@@ -407,8 +412,9 @@ mod held {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::config::HELD_RECHECK;
+    use crate::layout::UID_LABEL;
     use crate::metrics::Metrics;
-    use crate::reconcile::layout::UID_LABEL;
     use crate::reconcile::{Backoff, ControllerSettings, NoLaterSteps, WorkQueue};
     use crate::runtime::fake::FakeRuntime;
     use crate::runtime::{Instance, InstanceStatus};
@@ -438,6 +444,7 @@ mod held {
             fleet: Default::default(),
             snapshot: Default::default(),
             queue: WorkQueue::new(1, Backoff::default(), metrics),
+            held: Default::default(),
         };
         Setup {
             _dir: dir,
@@ -598,7 +605,7 @@ mod held {
         let s = setup();
         let forced = s.deleting(
             "forced",
-            BTreeMap::from([(FORCE_DELETE_ANNOTATION.to_string(), "true".to_string())]),
+            BTreeMap::from([(annotations::FORCE_DELETE.to_string(), "true".to_string())]),
         );
         let mut draft = Draft::from_object(&forced);
         draft.set_condition(

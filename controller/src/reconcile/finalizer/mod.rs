@@ -1,19 +1,24 @@
 //! Deleting a project: the finalizer `berth.dev/teardown` holds the object until its container
 //! and volumes are gone. Every call is idempotent (deleting what is already gone succeeds), so a
-//! teardown interrupted by a crash simply runs again.
+//! teardown interrupted by a crash simply runs again. A deletion no person forced is held first
+//! while the workspace holds work ([`hold`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use berth_api::{Phase, reasons};
 
-use super::layout::{DurableLayout, FINALIZER, LABEL_PREFIX, uid_label};
-use super::project::{commit, store_call};
-use super::status::Draft;
-use super::{Action, Context, PROJECT_KIND, ReconcileError};
+use crate::layout::{DurableLayout, FINALIZER, LABEL_PREFIX, uid_label};
+use crate::reconcile::project::{commit, store_call};
+use crate::reconcile::status::Draft;
+use crate::reconcile::{Action, Context, PROJECT_KIND, ReconcileError};
 use crate::runtime::StopOptions;
-use crate::scheduler::inspection_instance;
 use crate::store::StoredObject;
+use crate::workspace::inspection_instance;
+
+mod hold;
+
+pub use hold::{HeldDeletions, forced, release_forced};
 
 /// A container being deleted gets this long to stop cleanly before it is killed.
 const TEARDOWN_CLEAN_STOP: Duration = Duration::from_secs(10);
@@ -32,12 +37,12 @@ pub async fn finalize(
     let name = object.name();
     let uid = object.uid();
 
-    let message = crate::scheduler::deletion::ready_message(&draft);
+    let message = hold::ready_message(&draft);
     draft.set_ready(Phase::Deleting, false, reasons::DELETING, &message);
     let object = commit(ctx, object, &mut draft).await?;
 
     // Work that exists nowhere else holds a deletion no person forced.
-    if let Some(retry) = crate::scheduler::deletion::hold(ctx, &object, &mut draft).await? {
+    if let Some(retry) = hold::hold(ctx, &object, &mut draft).await? {
         commit(ctx, &object, &mut draft).await?;
         return Ok(Action::Requeue(retry));
     }

@@ -10,14 +10,14 @@ use berth_api::UnsavedWork;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::layout::{CONTROLLER_LABEL, UID_LABEL};
 use crate::metrics::Metrics;
-use crate::reconcile::layout::{CONTROLLER_LABEL, UID_LABEL};
 use crate::reconcile::{Action, Backoff, ControllerSettings, NoLaterSteps, WorkQueue};
 use crate::runtime::fake::FakeRuntime;
 use crate::runtime::{CreateVolume, ExecOutput, Instance, InstanceStatus, Runtime};
-use crate::scheduler::inspection_instance::{INSPECTS_LABEL, instance_name};
 use crate::scheduler::passes::{FakeWorkspace, inspection_report, is_inspection};
 use crate::store::Desired;
+use crate::workspace::inspection_instance::{INSPECTS_LABEL, instance_name};
 
 pub(super) struct Setup {
     _dir: tempfile::TempDir,
@@ -41,6 +41,7 @@ pub(super) fn setup() -> Setup {
         fleet: Default::default(),
         snapshot: Default::default(),
         queue: WorkQueue::new(1, Backoff::default(), metrics),
+        held: Default::default(),
     };
     let volumes: Arc<Mutex<HashMap<String, FakeWorkspace>>> = Arc::default();
     let weak = Arc::downgrade(&fake);
@@ -148,7 +149,7 @@ impl Setup {
                 config.insert(UID_LABEL.to_string(), uid.clone());
                 devices.insert(
                     "workspace".to_string(),
-                    crate::reconcile::layout::disk_device("default", &volume, "/workspace"),
+                    crate::layout::disk_device("default", &volume, "/workspace"),
                 );
             }
         }
@@ -181,7 +182,7 @@ impl Setup {
     pub async fn teardown(&self, name: &str) -> Action {
         let object = self.ctx.store.get(PROJECT_KIND, name).unwrap();
         let draft = Draft::from_object(&object);
-        crate::reconcile::teardown::finalize(&self.ctx, &object, draft)
+        crate::reconcile::finalizer::finalize(&self.ctx, &object, draft)
             .await
             .unwrap()
     }
@@ -292,7 +293,7 @@ async fn a_missing_container_has_its_volume_inspected_from_an_inspection_instanc
         FakeWorkspace::default(),
     );
     // (The next look is due at once rather than after the recheck interval.)
-    forget(&uid);
+    s.ctx.held.forget(&uid);
     assert!(matches!(s.teardown("p").await, Action::Done));
     assert!(!s.workspace_kept(&uid));
     assert!(s.inspection_instances().is_empty());
@@ -430,7 +431,7 @@ async fn an_inspection_instance_that_cannot_be_made_holds_the_deletion() {
 
     s.fake
         .insert_instance(leftover(&[("user.someone", "else")]));
-    forget(object.uid());
+    s.ctx.held.forget(object.uid());
     let mut draft = Draft::from_object(&object);
     assert!(hold(&s.ctx, &object, &mut draft).await.unwrap().is_some());
     assert_eq!(
@@ -643,7 +644,7 @@ async fn a_leftover_inspection_instance_does_not_strand_a_forced_deletion() {
         config: BTreeMap::from([(INSPECTS_LABEL.to_string(), uid.clone())]),
         devices: BTreeMap::from([(
             "workspace".to_string(),
-            crate::reconcile::layout::disk_device(
+            crate::layout::disk_device(
                 "default",
                 &DurableLayout::workspace_volume(&uid),
                 "/workspace",
@@ -870,8 +871,8 @@ async fn randomized_deletions_never_destroy_protected_work() {
         for _ in 0..4 {
             let object = s.ctx.store.get(PROJECT_KIND, name).unwrap();
             let draft = Draft::from_object(&object);
-            let result = crate::reconcile::teardown::finalize(&s.ctx, &object, draft).await;
-            forget(&uid);
+            let result = crate::reconcile::finalizer::finalize(&s.ctx, &object, draft).await;
+            s.ctx.held.forget(&uid);
             // Safety, after every attempt: protected work is still there.
             if protected {
                 assert!(

@@ -222,6 +222,14 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
 }
 
 /// One project as this reconcile sees it.
+/// What one concern of a reconcile decided.
+enum Next {
+    /// Nothing (more) to do here: on to the next concern.
+    Continue,
+    /// Committed what it did: the reconcile ends with this action.
+    Return(Action),
+}
+
 struct Project<'a> {
     ctx: &'a Context,
     object: &'a Arc<StoredObject>,
@@ -615,15 +623,15 @@ impl Project<'_> {
     }
 
     async fn warn(&self, reason: &str, message: &str) {
-        let target = self.object.clone();
-        let (reason, message) = (reason.to_string(), message.to_string());
-        let recorded = store_call(self.ctx, move |store| {
-            store.record_event(&target, crate::store::EventType::Warning, &reason, &message)
-        })
-        .await;
-        if let Err(e) = recorded {
-            tracing::warn!(error = %e, "could not record an event");
-        }
+        self.ctx
+            .store
+            .publish_event(
+                self.object,
+                crate::store::EventType::Warning,
+                reason,
+                message,
+            )
+            .await;
     }
 
     /// `ResourcesApplied`: sizes the pool cannot enforce are reported, not failed.
@@ -656,196 +664,240 @@ impl Project<'_> {
         }
     }
 
-    /// The container exists and is this project's: converge it.
+    /// The container exists and is this project's: converge it, one concern after another;
+    /// the first that has something to do commits it and ends the reconcile.
     async fn converge_present(
         &self,
         mut draft: Draft,
         instance: Instance,
         from_snapshot: bool,
     ) -> Result<Action, ReconcileError> {
-        let runtime = &*self.ctx.runtime;
-        let settings = &self.ctx.settings;
-        // A container whose cluster member is offline is neither touched nor recreated
-        // elsewhere: its data lives on that member.
-        if !matches!(
+        if let Next::Return(action) = self.wait_for_member(&mut draft, &instance).await? {
+            return Ok(action);
+        }
+        let previous_pid = self.observe(&mut draft, &instance);
+        if draft.step() < Step::Created {
+            return self.record_created(draft, &instance).await;
+        }
+        if let Next::Return(action) = self.replace_when_asked(&mut draft).await? {
+            return Ok(action);
+        }
+        self.check_image(&mut draft, &instance, from_snapshot)
+            .await?;
+        if let Next::Return(action) = self.reattach_mounts(&mut draft, &instance).await? {
+            return Ok(action);
+        }
+        if let Next::Return(action) = self.converge_limits(&mut draft, &instance).await? {
+            return Ok(action);
+        }
+        if let Next::Return(action) = self.restart_when_asked(&mut draft, &instance).await? {
+            return Ok(action);
+        }
+        if let Next::Return(action) = self.keep_stopped(&mut draft, &instance).await? {
+            return Ok(action);
+        }
+        if let Next::Return(action) = self.run(&mut draft, &instance).await? {
+            return Ok(action);
+        }
+        self.notice_reboot(&mut draft, &instance, previous_pid);
+        self.advance(draft).await
+    }
+
+    /// A container whose cluster member is offline is neither touched nor recreated elsewhere:
+    /// its data lives on that member.
+    async fn wait_for_member(
+        &self,
+        draft: &mut Draft,
+        instance: &Instance,
+    ) -> Result<Next, ReconcileError> {
+        if matches!(
             instance.status,
             InstanceStatus::Running | InstanceStatus::Stopped
         ) {
-            let server = runtime.server_info().await?;
-            if server.clustered
-                && let Some(member) = server.members.iter().find(|m| m.name == instance.location)
-                && !member.is_online()
-            {
-                draft.set_ready(
-                    Phase::Error,
-                    false,
-                    reasons::MEMBER_OFFLINE,
-                    &format!(
-                        "cluster member {:?} holding the container is {}; berth waits for it",
-                        member.name, member.status
-                    ),
-                );
-                self.commit(&mut draft).await?;
-                return Ok(Action::Requeue(WAIT_FOR_PERSON));
-            }
+            return Ok(Next::Continue);
         }
+        let server = self.ctx.runtime.server_info().await?;
+        if server.clustered
+            && let Some(member) = server.members.iter().find(|m| m.name == instance.location)
+            && !member.is_online()
+        {
+            draft.set_ready(
+                Phase::Error,
+                false,
+                reasons::MEMBER_OFFLINE,
+                &format!(
+                    "cluster member {:?} holding the container is {}; berth waits for it",
+                    member.name, member.status
+                ),
+            );
+            self.commit(draft).await?;
+            return Ok(Next::Return(Action::Requeue(WAIT_FOR_PERSON)));
+        }
+        Ok(Next::Continue)
+    }
+
+    /// Records what LXD reports of the container; returns the pid recorded before.
+    fn observe(&self, draft: &mut Draft, instance: &Instance) -> Option<i64> {
         let previous_pid = draft.status.container.as_ref().and_then(|c| c.pid);
-        draft.status.container = Some(container_status(&instance));
+        draft.status.container = Some(container_status(instance));
         if draft.record.image.is_none() {
             draft.record.image = Some(self.spec.image.clone());
         }
         if let Some(fingerprint) = instance.base_image() {
             draft.record.fingerprint = Some(fingerprint.to_string());
         }
-        if draft.step() < Step::Created {
-            return self.record_created(draft, &instance).await;
-        }
+        previous_pid
+    }
 
-        // Replace the container (volumes stay) on request or for a new image.
-        let recreate = self.recreate_requested(&draft);
+    /// Replaces the container (volumes stay) on request or for a new image.
+    async fn replace_when_asked(&self, draft: &mut Draft) -> Result<Next, ReconcileError> {
+        let runtime = &*self.ctx.runtime;
+        let settings = &self.ctx.settings;
+        let recreate = self.recreate_requested(draft);
         let new_image = draft.record.image.as_deref() != Some(self.spec.image.as_str());
-        if recreate || new_image {
-            let why = if recreate {
-                "a recreate was requested"
-            } else {
-                "spec.image changed"
-            };
-            runtime
-                .stop_instance(
-                    self.name(),
-                    StopOptions::clean_then_force(settings.timeouts.clean_stop),
-                )
-                .await?;
-            runtime
-                .delete_instance(self.name(), settings.timeouts.delete)
-                .await?;
-            draft.record.recreate_requested_at =
-                self.annotation(annotations::RECREATE_REQUESTED_AT).cloned();
-            draft.record.image = None;
-            if new_image {
-                // The old image is not a fallback for a new one.
-                draft.record.fingerprint = None;
-            }
-            draft.status.container = None;
-            draft.set_step(Step::Requested);
-            draft.set_ready(
-                Phase::Provisioning,
-                false,
-                Step::Requested.as_str(),
-                &format!("replacing the container ({why}); the volumes stay"),
-            );
-            self.commit(&mut draft).await?;
-            return Ok(Action::Requeue(Duration::ZERO));
+        if !(recreate || new_image) {
+            return Ok(Next::Continue);
         }
-
-        self.check_image(&mut draft, &instance, from_snapshot)
+        let why = if recreate {
+            "a recreate was requested"
+        } else {
+            "spec.image changed"
+        };
+        self.stop_cleanly().await?;
+        runtime
+            .delete_instance(self.name(), settings.timeouts.delete)
             .await?;
+        draft.record.recreate_requested_at =
+            self.annotation(annotations::RECREATE_REQUESTED_AT).cloned();
+        draft.record.image = None;
+        if new_image {
+            // The old image is not a fallback for a new one.
+            draft.record.fingerprint = None;
+        }
+        draft.status.container = None;
+        draft.set_step(Step::Requested);
+        draft.set_ready(
+            Phase::Provisioning,
+            false,
+            Step::Requested.as_str(),
+            &format!("replacing the container ({why}); the volumes stay"),
+        );
+        self.commit(draft).await?;
+        Ok(Next::Return(Action::Requeue(Duration::ZERO)))
+    }
 
-        // Mounts: re-attach what is missing (a device removed by hand, a new profile home).
+    /// Mounts: re-attaches what is missing (a device removed by hand, a new profile home).
+    async fn reattach_mounts(
+        &self,
+        draft: &mut Draft,
+        instance: &Instance,
+    ) -> Result<Next, ReconcileError> {
+        let runtime = &*self.ctx.runtime;
+        let settings = &self.ctx.settings;
         let missing: Vec<_> = self
             .layout
             .missing_from(&settings.storage_pool, &instance.devices)
             .into_iter()
             .cloned()
             .collect();
-        if !missing.is_empty() {
-            let mut patch = InstancePatch::default();
-            for mount in &missing {
-                runtime
-                    .create_volume(&CreateVolume {
-                        pool: settings.storage_pool.clone(),
-                        name: mount.volume.clone(),
-                        size: mount.size_bytes.map(|b| b.to_string()),
-                        config: self.layout.labels(),
-                        target: settings.target.clone(),
-                    })
-                    .await?;
-                patch.devices.insert(
-                    mount.device.clone(),
-                    crate::layout::disk_device(&settings.storage_pool, &mount.volume, &mount.path),
-                );
-            }
-            runtime.patch_instance(self.name(), &patch).await?;
-            let paths: Vec<&str> = missing.iter().map(|m| m.path.as_str()).collect();
-            self.warn(
-                "MountsReattached",
-                &format!("re-attached {}", paths.join(", ")),
-            )
-            .await;
-            // Bootstrap runs again when the mount topology changed.
-            if draft.step() > Step::Reachable {
-                draft.set_step(Step::Reachable);
-            }
-            draft.set_condition(
-                condition_types::MOUNTS_READY,
-                ConditionStatus::True,
-                "Attached",
-                "",
-            );
-            self.commit(&mut draft).await?;
-            return Ok(Action::Requeue(Duration::ZERO));
-        }
         draft.set_condition(
             condition_types::MOUNTS_READY,
             ConditionStatus::True,
             "Attached",
             "",
         );
-
-        // Limits that drifted (changed in the spec, or by hand) are applied live.
-        if let Some(action) = self.converge_limits(&mut draft, &instance).await? {
-            return Ok(action);
+        if missing.is_empty() {
+            return Ok(Next::Continue);
         }
+        let mut patch = InstancePatch::default();
+        for mount in &missing {
+            runtime
+                .create_volume(&CreateVolume {
+                    pool: settings.storage_pool.clone(),
+                    name: mount.volume.clone(),
+                    size: mount.size_bytes.map(|b| b.to_string()),
+                    config: self.layout.labels(),
+                    target: settings.target.clone(),
+                })
+                .await?;
+            patch.devices.insert(
+                mount.device.clone(),
+                crate::layout::disk_device(&settings.storage_pool, &mount.volume, &mount.path),
+            );
+        }
+        runtime.patch_instance(self.name(), &patch).await?;
+        let paths: Vec<&str> = missing.iter().map(|m| m.path.as_str()).collect();
+        self.warn(
+            "MountsReattached",
+            &format!("re-attached {}", paths.join(", ")),
+        )
+        .await;
+        // Bootstrap runs again when the mount topology changed.
+        if draft.step() > Step::Reachable {
+            draft.set_step(Step::Reachable);
+        }
+        self.commit(draft).await?;
+        Ok(Next::Return(Action::Requeue(Duration::ZERO)))
+    }
 
-        // A restart request: host-driven (clean stop, then kill), so a wedged container restarts.
+    /// A restart request: host-driven (clean stop, then kill), so a wedged container restarts.
+    async fn restart_when_asked(
+        &self,
+        draft: &mut Draft,
+        instance: &Instance,
+    ) -> Result<Next, ReconcileError> {
         let restart = self.annotation(annotations::RESTARTED_AT);
-        if restart.is_some() && restart != draft.record.restarted_at.as_ref() {
-            draft.record.restarted_at = restart.cloned();
-            if instance.status != InstanceStatus::Stopped {
-                runtime
-                    .stop_instance(
-                        self.name(),
-                        StopOptions::clean_then_force(settings.timeouts.clean_stop),
-                    )
-                    .await?;
-                self.warn_normal("Restarted", "stopped for a requested restart")
-                    .await;
-            }
-            self.commit(&mut draft).await?;
-            return Ok(Action::Requeue(Duration::ZERO));
+        if restart.is_none() || restart == draft.record.restarted_at.as_ref() {
+            return Ok(Next::Continue);
         }
-
-        let idled = self.idled(&mut draft).await;
-        let want_running = self.spec.state == PowerState::Running && !idled;
-        if !want_running {
-            if instance.status != InstanceStatus::Stopped {
-                runtime
-                    .stop_instance(
-                        self.name(),
-                        StopOptions::clean_then_force(settings.timeouts.clean_stop),
-                    )
-                    .await?;
-            }
-            let message = if idled {
-                "idled: stays stopped until woken"
-            } else {
-                "spec.state is Stopped"
-            };
-            draft.set_ready(Phase::Stopped, false, reasons::STOPPED, message);
-            self.commit(&mut draft).await?;
-            return Ok(Action::Done);
+        draft.record.restarted_at = restart.cloned();
+        if instance.status != InstanceStatus::Stopped {
+            self.stop_cleanly().await?;
+            self.warn_normal("Restarted", "stopped for a requested restart")
+                .await;
         }
+        self.commit(draft).await?;
+        Ok(Next::Return(Action::Requeue(Duration::ZERO)))
+    }
 
+    /// Keeps a project stopped while its spec says so or the reaper idled it.
+    async fn keep_stopped(
+        &self,
+        draft: &mut Draft,
+        instance: &Instance,
+    ) -> Result<Next, ReconcileError> {
+        let idled = self.idled(draft).await;
+        if self.spec.state == PowerState::Running && !idled {
+            return Ok(Next::Continue);
+        }
+        if instance.status != InstanceStatus::Stopped {
+            self.stop_cleanly().await?;
+        }
+        let message = if idled {
+            "idled: stays stopped until woken"
+        } else {
+            "spec.state is Stopped"
+        };
+        draft.set_ready(Phase::Stopped, false, reasons::STOPPED, message);
+        self.commit(draft).await?;
+        Ok(Next::Return(Action::Done))
+    }
+
+    /// Brings a container that should run to Running: starts a stopped one, reports a frozen
+    /// one, force-stops one LXD lost track of, waits out a transition.
+    async fn run(&self, draft: &mut Draft, instance: &Instance) -> Result<Next, ReconcileError> {
+        let runtime = &*self.ctx.runtime;
+        let settings = &self.ctx.settings;
         match &instance.status {
-            InstanceStatus::Running => {}
+            InstanceStatus::Running => Ok(Next::Continue),
             InstanceStatus::Stopped => {
                 runtime
                     .start_instance(self.name(), settings.timeouts.start)
                     .await?;
-                self.booted(&mut draft);
+                self.booted(draft);
                 draft.set_ready(Phase::Provisioning, false, Step::Started.as_str(), "");
-                self.commit(&mut draft).await?;
-                return Ok(Action::Requeue(Duration::ZERO));
+                self.commit(draft).await?;
+                Ok(Next::Return(Action::Requeue(Duration::ZERO)))
             }
             InstanceStatus::Frozen => {
                 draft.set_ready(
@@ -854,8 +906,8 @@ impl Project<'_> {
                     "Frozen",
                     "the container is frozen; unfreeze it (lxc start) or restart it",
                 );
-                self.commit(&mut draft).await?;
-                return Ok(Action::Requeue(WAIT_FOR_PERSON));
+                self.commit(draft).await?;
+                Ok(Next::Return(Action::Requeue(WAIT_FOR_PERSON)))
             }
             InstanceStatus::Error => {
                 // LXD lost track of the container (a start that failed half-way): a forced stop
@@ -874,23 +926,29 @@ impl Project<'_> {
                         },
                     )
                     .await?;
-                return Ok(Action::Requeue(Duration::ZERO));
+                Ok(Next::Return(Action::Requeue(Duration::ZERO)))
             }
             InstanceStatus::Other(transient) => {
                 tracing::debug!(state = transient.as_str(), "waiting for a transition");
-                return Ok(Action::Requeue(Duration::from_secs(1)));
+                Ok(Next::Return(Action::Requeue(Duration::from_secs(1))))
             }
         }
+    }
 
-        // Running. A new pid means it booted again behind berth's back.
+    /// Running: a new pid means it booted again behind berth's back.
+    fn notice_reboot(&self, draft: &mut Draft, instance: &Instance, previous_pid: Option<i64>) {
         let pid = instance.state.as_ref().map(|s| s.pid).filter(|p| *p > 0);
         if draft.step() > Step::Started
             && previous_pid.is_some()
             && pid.is_some()
             && pid != previous_pid
         {
-            self.booted(&mut draft);
+            self.booted(draft);
         }
+    }
+
+    /// The running container's next step.
+    async fn advance(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
         match draft.step() {
             Step::Requested => unreachable!("handled before"),
             Step::Created => {
@@ -902,6 +960,18 @@ impl Project<'_> {
             Step::Started => self.reach(draft).await,
             done => self.later_steps(draft, done).await,
         }
+    }
+
+    /// Stops the container: cleanly first, killed past the clean-stop deadline.
+    async fn stop_cleanly(&self) -> Result<(), ReconcileError> {
+        self.ctx
+            .runtime
+            .stop_instance(
+                self.name(),
+                StopOptions::clean_then_force(self.ctx.settings.timeouts.clean_stop),
+            )
+            .await?;
+        Ok(())
     }
 
     /// Whether the reaper idled the project and nothing woke it since. `berth start` (the
@@ -979,6 +1049,7 @@ impl Project<'_> {
             uid: self.uid(),
             spec: self.spec,
         };
+        steps.follow(&context).await;
         if let Some((back, why)) = steps.outdated(&context, done)
             && back < done
         {
@@ -1067,7 +1138,7 @@ impl Project<'_> {
         &self,
         draft: &mut Draft,
         instance: &Instance,
-    ) -> Result<Option<Action>, ReconcileError> {
+    ) -> Result<Next, ReconcileError> {
         let wanted_any = self.envelope.config(|_| true);
         let wanted_project = self.envelope.config(|o| o == Origin::Project);
         let mut patch = BTreeMap::new();
@@ -1085,7 +1156,7 @@ impl Project<'_> {
         }
         if patch.is_empty() {
             self.set_resources_applied(draft).await;
-            return Ok(None);
+            return Ok(Next::Continue);
         }
         let request = InstancePatch {
             config: patch,
@@ -1095,7 +1166,7 @@ impl Project<'_> {
             Ok(()) => {
                 self.set_resources_applied(draft).await;
                 self.commit(draft).await?;
-                Ok(Some(Action::Requeue(Duration::ZERO)))
+                Ok(Next::Return(Action::Requeue(Duration::ZERO)))
             }
             Err(RuntimeError::Rejected { message, .. }) => {
                 draft.set_condition(
@@ -1114,12 +1185,15 @@ impl Project<'_> {
     }
 
     async fn warn_normal(&self, reason: &str, message: &str) {
-        let target = self.object.clone();
-        let (reason, message) = (reason.to_string(), message.to_string());
-        let _ = store_call(self.ctx, move |store| {
-            store.record_event(&target, crate::store::EventType::Normal, &reason, &message)
-        })
-        .await;
+        self.ctx
+            .store
+            .publish_event(
+                self.object,
+                crate::store::EventType::Normal,
+                reason,
+                message,
+            )
+            .await;
     }
 }
 

@@ -43,6 +43,11 @@ pub trait LaterSteps: Send + Sync {
         None
     }
 
+    /// Keeps a project past `Reachable` in step with what changes outside its steps (its
+    /// secrets, its agent's report). Asked on every reconcile that reaches the later steps, in
+    /// the project's slot; what fails is the hook's to report, and the steps go on.
+    async fn follow(&self, _project: &StepContext<'_>) {}
+
     /// Performs `step`. Every call it makes must be idempotent: after a crash it runs again.
     async fn run(&self, project: &StepContext<'_>, step: Step)
     -> Result<StepOutcome, RuntimeError>;

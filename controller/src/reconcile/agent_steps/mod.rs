@@ -5,26 +5,31 @@
 //! What a step must remember (the files berth seeded, the brief id, the agent's report, the
 //! `Provisioned` condition) is written into the project's status before the step goes on or is
 //! called done. The reconciler's commit lays only the fields it changed onto the stored status,
-//! so these records survive it. Writes made outside a reconcile (secrets propagation, the
-//! agent's report) hold the project's queue slot as well.
+//! so these records survive it.
+//!
+//! The module is three parts: the step executor (here), the watch that asks for a reconcile
+//! when a provisioned project's secrets or its agent's report need following (`watch.rs`: a
+//! trigger, it only enqueues), and secrets propagation (`secrets.rs`), which the reconcile runs
+//! in the project's slot through [`LaterSteps::follow`].
 
 use crate::file_roots::FileRoots;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use berth_api::{
-    AgentProfileSpec, ConditionStatus, Phase, PowerState, ProjectSpec, ProjectStatus, Step,
-    condition_types,
+    AgentProfileSpec, ConditionStatus, ProjectSpec, ProjectStatus, Step, condition_types,
 };
 use chrono::{DateTime, Utc};
-use tokio_util::sync::CancellationToken;
+
+mod secrets;
+mod watch;
 
 use super::steps::{LaterSteps, StepContext, StepOutcome, asked_for};
-use super::{PROFILE_KIND, PROJECT_KIND, WorkQueue};
+use super::{PROFILE_KIND, PROJECT_KIND};
 use crate::agent::{self, AgentError, WrittenFiles};
-use crate::runtime::{InstancePatch, Runtime, RuntimeError};
+use crate::runtime::{Runtime, RuntimeError};
 use crate::secrets::Secrets;
 use crate::store::{EventType, FieldManager, StatusWrite, StatusWritten, Store, StoredObject};
 
@@ -38,8 +43,6 @@ pub const BRIEF_NOT_ACKNOWLEDGED: &str = "BriefNotAcknowledged";
 pub const RUNNER_BUSY: &str = "RunnerBusy";
 /// Reason of `Provisioned=True`: every profile's CLI verified and its files placed.
 pub const BOOTSTRAPPED: &str = "Bootstrapped";
-/// Prefix of the LXD config keys that put a value into every process's environment.
-const LXD_ENV_PREFIX: &str = "environment.";
 
 /// How long a failed step waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(15);
@@ -72,14 +75,6 @@ impl Default for AgentSettings {
     }
 }
 
-/// What following a provisioned project calls for.
-struct FollowUp {
-    spec: ProjectSpec,
-    revision: u64,
-    stale_secrets: bool,
-    briefed: bool,
-}
-
 /// The agent steps, and the propagation that follows them.
 pub struct AgentSteps {
     store: Arc<Store>,
@@ -89,9 +84,6 @@ pub struct AgentSteps {
     /// The secrets revision last propagated, by project uid. Empty after a start, so a restarted
     /// daemon propagates once to every provisioned project.
     synced: Mutex<HashMap<String, u64>>,
-    /// The controller's queue, set once the controller runs: background writes take a project's
-    /// slot through it.
-    queue: OnceLock<WorkQueue>,
 }
 
 impl std::fmt::Debug for AgentSteps {
@@ -115,320 +107,7 @@ impl AgentSteps {
             runtime,
             settings,
             synced: Mutex::new(HashMap::new()),
-            queue: OnceLock::new(),
         }
-    }
-
-    /// Starts the propagation that follows provisioning: on every secrets change and every
-    /// `watch_interval`, provisioned projects get their secrets re-synced when the revision
-    /// moved, and briefed ones their agent's report copied into status. Runs until `cancel`.
-    pub fn spawn_watch(
-        self: &Arc<Self>,
-        queue: WorkQueue,
-        cancel: CancellationToken,
-    ) -> tokio::task::JoinHandle<()> {
-        let _ = self.queue.set(queue);
-        let this = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut changes = this.secrets.subscribe();
-            let mut tick = tokio::time::interval(this.settings.watch_interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    change = changes.recv() => {
-                        if let Ok(change) = change {
-                            this.follow(&change.project).await;
-                        }
-                        // A lagged receiver missed some changes: the next tick compares
-                        // revisions for every project anyway.
-                    }
-                    _ = tick.tick() => {
-                        let names: Vec<String> = this
-                            .store
-                            .list(PROJECT_KIND)
-                            .iter()
-                            .map(|o| o.name().to_string())
-                            .collect();
-                        for name in names {
-                            if cancel.is_cancelled() {
-                                return;
-                            }
-                            this.follow(&name).await;
-                        }
-                    }
-                }
-            }
-        })
-    }
-
-    /// Secrets and agent report of one project, holding its queue slot.
-    async fn follow(&self, name: &str) {
-        let Some(queue) = self.queue.get() else {
-            return;
-        };
-        if self.follow_up(name).is_none() {
-            return;
-        }
-        let _slot = queue.lock(name).await;
-        // Judged again in the slot: the reconcile that held it may have stopped the container.
-        let Some(due) = self.follow_up(name) else {
-            return;
-        };
-        if due.stale_secrets
-            && let Err(e) = self.sync_secrets(name, &due.spec, due.revision).await
-        {
-            tracing::warn!(project = name, error = %e, "secrets propagation failed");
-        }
-        if due.briefed
-            && let Err(e) = self.copy_agent_report(name).await
-        {
-            tracing::debug!(project = name, error = %e, "agent report not read");
-        }
-    }
-
-    /// What [`Self::follow`] has to do for the project as stored now, if anything.
-    fn follow_up(&self, name: &str) -> Option<FollowUp> {
-        let object = self.store.get(PROJECT_KIND, name)?;
-        if object.is_deleting() {
-            return None;
-        }
-        let status = decode_status(&object);
-        // A stopped or failing container (or one about to be stopped) has nothing to sync
-        // into; the next tick after it is back finds the revision still stale.
-        if !matches!(status.phase, Phase::Ready | Phase::Provisioning) {
-            return None;
-        }
-        let step = status.step.unwrap_or(Step::Requested);
-        let spec = object.spec.decode::<ProjectSpec>().ok()?;
-        if spec.state != PowerState::Running {
-            return None;
-        }
-        let revision = self.secrets.revision(object.uid()).unwrap_or_default();
-        // Seeded wrote the workspace's files with the secrets of then; a project that skips
-        // Seeded (no agent, no seed files) gets them once it is Ready and has any.
-        let provisioned = step >= Step::Seeded || (status.phase == Phase::Ready && revision > 0);
-        if !provisioned {
-            return None;
-        }
-        let stale_secrets = self.synced_revision(object.uid()) != Some(revision);
-        // A runner was handed a brief in this boot: its reports are copied also while a new
-        // brief waits for it to exit, so a question it asks is seen (and can be answered).
-        let briefed = step >= Step::Seeded && status.brief_id.is_some();
-        (stale_secrets || briefed).then_some(FollowUp {
-            spec,
-            revision,
-            stale_secrets,
-            briefed,
-        })
-    }
-
-    fn synced_revision(&self, uid: &str) -> Option<u64> {
-        self.synced
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(uid)
-            .copied()
-    }
-
-    /// Propagates the project's secrets into the workspace: the `.env` block, every profile's
-    /// credentials, and (when configured) LXD `environment.KEY`. Sets `SecretsSynced`.
-    async fn sync_secrets(
-        &self,
-        name: &str,
-        spec: &ProjectSpec,
-        revision: u64,
-    ) -> Result<(), String> {
-        let Some(object) = self.store.get(PROJECT_KIND, name) else {
-            return Ok(());
-        };
-        let uid = object.uid().to_string();
-        let outcome = self.propagate(name, &object, spec).await;
-        if let Err(message) = &outcome
-            && !self.is_running(name).await
-        {
-            // Stopped meanwhile: nothing failed to reach it. The revision stays stale, so it
-            // is synced once the container runs again.
-            tracing::debug!(project = name, error = %message, "secrets not synced into a stopped container");
-            return Ok(());
-        }
-        let (status, reason, message) = match &outcome {
-            Ok(()) => (ConditionStatus::True, "Synced", String::new()),
-            Err(message) => (ConditionStatus::False, "SyncFailed", message.clone()),
-        };
-        let previous = decode_status(&object);
-        let was = berth_api::find_condition(&previous.conditions, SECRETS_SYNCED)
-            .map(|c| c.status == status && c.message == message)
-            .unwrap_or(false);
-        if !was {
-            let event = match outcome {
-                Ok(()) => (
-                    EventType::Normal,
-                    "SecretsSynced",
-                    "secrets propagated".to_string(),
-                ),
-                Err(ref m) => (EventType::Warning, "SecretsSyncFailed", m.clone()),
-            };
-            self.record(name, |s| {
-                berth_api::set_condition(
-                    &mut s.conditions,
-                    SECRETS_SYNCED,
-                    status,
-                    reason,
-                    &message,
-                    object.generation(),
-                    Utc::now(),
-                );
-            })
-            .map_err(|e| e.to_string())?;
-            self.event(name, event.0, event.1, &event.2);
-        }
-        if outcome.is_ok() {
-            self.synced
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(uid, revision);
-        }
-        outcome
-    }
-
-    /// Whether the container runs; an LXD that cannot tell counts as running, so a failure
-    /// while LXD is unreachable is still reported.
-    async fn is_running(&self, name: &str) -> bool {
-        match self.runtime.get_instance(name).await {
-            Ok(instance) => instance.is_some_and(|i| i.is_running()),
-            Err(_) => true,
-        }
-    }
-
-    async fn propagate(
-        &self,
-        name: &str,
-        object: &StoredObject,
-        spec: &ProjectSpec,
-    ) -> Result<(), String> {
-        let values = self
-            .secrets
-            .values(object.uid())
-            .map_err(|e| format!("reading the project's secrets: {e}"))?;
-        let status = decode_status(object);
-        let previous = WrittenFiles {
-            files: status.seeded_files.clone(),
-        };
-        let (written, _) = agent::sync_env(&*self.runtime, name, &spec.env, &values, &previous)
-            .await
-            .map_err(|e| e.to_string())?;
-        if written != previous {
-            self.record(name, |s| s.seeded_files = written.files.clone())
-                .map_err(|e| e.to_string())?;
-        }
-        let profiles = self.profiles(spec).map_err(|missing| {
-            format!("agent profile {missing} is not in the store; credentials not placed")
-        })?;
-        let named: Vec<agent::NamedProfile<'_>> =
-            profiles.iter().map(|(n, p)| (n.as_str(), p)).collect();
-        let missing = agent::sync_credentials(&*self.runtime, name, &named, &values)
-            .await
-            .map_err(|e| e.to_string())?;
-        if !missing.is_empty() {
-            self.event(
-                name,
-                EventType::Warning,
-                "CredentialMissing",
-                &format!("secrets not set: {}", missing.join(", ")),
-            );
-        }
-        // Not mirrored: what an earlier mirroring left in LXD's database is cleared.
-        let mirrored = if self.settings.mirror_secrets_to_lxd {
-            values
-        } else {
-            BTreeMap::new()
-        };
-        self.mirror_to_lxd(name, &mirrored)
-            .await
-            .map_err(|e| format!("LXD environment: {e}"))?;
-        Ok(())
-    }
-
-    /// Sets `environment.KEY` for every single-line secret and clears the keys of secrets that
-    /// are gone (or became multi-line). Keys of `spec.env` are not berth's secrets and are left.
-    async fn mirror_to_lxd(
-        &self,
-        name: &str,
-        values: &BTreeMap<String, String>,
-    ) -> Result<(), RuntimeError> {
-        let instance = self.runtime.get_instance(name).await?;
-        let Some(instance) = instance else {
-            return Ok(());
-        };
-        let mirrored_key = format!("{LXD_ENV_PREFIX}BERTH_SECRET_KEYS");
-        let before: Vec<String> = instance
-            .config
-            .get(&mirrored_key)
-            .map(|v| {
-                v.split(',')
-                    .filter(|k| !k.is_empty())
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut patch = InstancePatch::default();
-        let mut now = Vec::new();
-        for (key, value) in values {
-            if value.contains('\n') || value.contains('\r') {
-                continue;
-            }
-            patch
-                .config
-                .insert(format!("{LXD_ENV_PREFIX}{key}"), value.clone());
-            now.push(key.clone());
-        }
-        for key in before {
-            if !now.contains(&key) {
-                patch
-                    .config
-                    .insert(format!("{LXD_ENV_PREFIX}{key}"), String::new());
-            }
-        }
-        patch.config.insert(mirrored_key, now.join(","));
-        let unchanged = patch
-            .config
-            .iter()
-            .all(|(k, v)| instance.config.get(k).map(String::as_str).unwrap_or("") == v);
-        if unchanged {
-            return Ok(());
-        }
-        self.runtime.patch_instance(name, &patch).await
-    }
-
-    /// Copies the agent's report into `status.agent` (and the title, once).
-    async fn copy_agent_report(&self, name: &str) -> Result<(), AgentError> {
-        let Some(report) = agent::read_agent_status(&*self.runtime, name).await? else {
-            return Ok(());
-        };
-        let Some(object) = self.store.get(PROJECT_KIND, name) else {
-            return Ok(());
-        };
-        let status = decode_status(&object);
-        if !agent_changed(&status, &report) {
-            return Ok(());
-        }
-        let blocked_now = report.status.state == berth_api::AgentState::Blocked
-            && status.agent.as_ref().map(|a| a.state) != Some(berth_api::AgentState::Blocked);
-        if let Err(e) = self.record(name, |s| apply_report(s, &report)) {
-            // A write racing this one; the next look copies the report again.
-            tracing::debug!(project = name, error = %e, "agent report not recorded");
-            return Ok(());
-        }
-        if blocked_now {
-            self.event(
-                name,
-                EventType::Normal,
-                "AgentBlocked",
-                "the agent asks a question; answer with `berth answer`",
-            );
-        }
-        Ok(())
     }
 
     /// Every profile the spec names, decoded from the store; `Err(name)` for the first missing.
@@ -819,6 +498,11 @@ impl AgentSteps {
 impl LaterSteps for AgentSteps {
     fn required(&self, spec: &ProjectSpec, step: Step) -> bool {
         asked_for(spec, step)
+    }
+
+    /// Secrets propagation and the agent's report, when the project is due for them.
+    async fn follow(&self, project: &StepContext<'_>) {
+        self.follow_project(project.name).await;
     }
 
     /// An AgentProfile changed, added or dropped since Bootstrapped provisioned the profiles

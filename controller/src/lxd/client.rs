@@ -249,6 +249,12 @@ async fn wait_operation(
         match op.status {
             OperationStatus::Success => return Ok(op),
             OperationStatus::Failure | OperationStatus::Cancelled => {
+                if super::transport::says_busy(&op.err) {
+                    return Err(RuntimeError::Busy {
+                        what: what.to_string(),
+                        message: op.err,
+                    });
+                }
                 return Err(RuntimeError::OperationFailed {
                     what: what.to_string(),
                     message: op.err,
@@ -483,7 +489,7 @@ impl Runtime for LxdClient {
                         // lock; once it lets go, the kill goes through.
                         Err(e)
                             if attempt < FORCE_STOP_ATTEMPTS
-                                && message_says(&e, &["operation timed out", "busy"]) =>
+                                && (e.is_busy() || message_says(&e, &["operation timed out"])) =>
                         {
                             attempt += 1;
                         }

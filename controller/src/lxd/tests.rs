@@ -344,7 +344,7 @@ fn envelopes_map_to_typed_errors() {
         (
             409,
             r#"{"type":"error","error_code":409,"error":"busy"}"#,
-            "Conflict",
+            "Busy",
         ),
         (500, "Internal Server Error", "Rejected500"),
         (200, "not json", "Protocol"),
@@ -375,9 +375,30 @@ fn envelopes_map_to_typed_errors() {
             }
             Err(RuntimeError::Rejected { status, .. }) => format!("Rejected{status}"),
             Err(RuntimeError::Conflict { .. }) => "Conflict".to_string(),
+            Err(RuntimeError::Busy { .. }) => "Busy".to_string(),
             Err(RuntimeError::Protocol { .. }) => "Protocol".to_string(),
             Err(e) => format!("{e:?}"),
         };
         assert_eq!(got, want, "{code} {body}");
+    }
+}
+
+#[test]
+fn busy_is_classified_from_lxd_s_word_not_from_a_name_containing_it() {
+    use super::transport::status_error;
+    let cases = [
+        (400, "Instance is busy running a stop operation", true),
+        (409, "busy", true),
+        (
+            500,
+            "Failed creating instance from image berth-tiny (busybox)",
+            false,
+        ),
+        (409, "Instance already exists", false),
+    ];
+    for (status, message, busy) in cases {
+        let error = status_error("start instance p", status, message.to_string());
+        assert_eq!(error.is_busy(), busy, "{status} {message}: {error:?}");
+        assert_eq!(error.lxd_message(), Some(message));
     }
 }

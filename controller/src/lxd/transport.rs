@@ -341,6 +341,10 @@ pub(crate) fn status_error(what: &str, status: u16, message: String) -> RuntimeE
             what: what.to_string(),
             message,
         },
+        _ if says_busy(&message) => RuntimeError::Busy {
+            what: what.to_string(),
+            message,
+        },
         409 => RuntimeError::Conflict {
             what: what.to_string(),
             message,
@@ -351,6 +355,15 @@ pub(crate) fn status_error(what: &str, status: u16, message: String) -> RuntimeE
             message,
         },
     }
+}
+
+/// Whether LXD's message says the target is busy with another operation ("Instance is busy
+/// running a stop operation"): the word itself, not a name that contains it (`busybox`). The
+/// one place berth reads that from LXD's wording.
+pub(crate) fn says_busy(message: &str) -> bool {
+    message
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|word| word.eq_ignore_ascii_case("busy"))
 }
 
 /// The error and its causes on one line: reqwest's top-level message alone ("error sending

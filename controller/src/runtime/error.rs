@@ -39,6 +39,12 @@ pub enum RuntimeError {
         message: String,
     },
 
+    /// The instance (or volume) is busy with another operation: LXD refuses the call for now,
+    /// and the same call succeeds once that operation lets go. Classified by the LXD client
+    /// from LXD's message, so nothing else reads LXD's wording.
+    #[error("{what}: busy: {message}")]
+    Busy { what: String, message: String },
+
     /// The server answered something that is not LXD's API shape.
     #[error("unexpected response to {what}: {message}")]
     Protocol { what: String, message: String },
@@ -64,10 +70,16 @@ impl RuntimeError {
         )
     }
 
+    /// The target was busy with another operation; the call may be made again shortly.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, RuntimeError::Busy { .. })
+    }
+
     /// LXD's own message, when the error carries one.
     pub fn lxd_message(&self) -> Option<&str> {
         match self {
             RuntimeError::Conflict { message, .. }
+            | RuntimeError::Busy { message, .. }
             | RuntimeError::OperationFailed { message, .. }
             | RuntimeError::Rejected { message, .. } => Some(message),
             RuntimeError::NotFound { message, .. } if !message.is_empty() => Some(message),

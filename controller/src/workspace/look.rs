@@ -124,10 +124,7 @@ pub async fn boot(
     loop {
         match runtime.start_instance(instance, timeout).await {
             Ok(()) => break,
-            Err(e)
-                if e.lxd_message().is_some_and(|m| m.contains("busy"))
-                    && Instant::now() < until =>
-            {
+            Err(e) if e.is_busy() && Instant::now() < until => {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(source) => {

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 pub use agent_steps::{AgentSettings, AgentSteps};
 pub use queue::{Action, Backoff, KeyLock, WorkQueue};
 pub use startup::{connect_runtime, pool_enforces_sizes, settings_from_config};
-pub use steps::{LaterSteps, NoLaterSteps, StepOutcome};
+pub use steps::{LaterSteps, NoLaterSteps, StepError, StepOutcome};
 
 use crate::metrics::Metrics;
 use crate::runtime::{Runtime, RuntimeError};
@@ -121,8 +121,20 @@ pub enum ReconcileError {
     /// The store refuses writes: acting now could not be recorded, so nothing is done.
     #[error("the store cannot be written, so the controller does nothing: {0}")]
     StoreUnwritable(String),
+    /// A later step failed for another reason than LXD (the store, the secrets).
+    #[error("{0}")]
+    Step(StepError),
     #[error("{0}")]
     Failed(String),
+}
+
+impl From<StepError> for ReconcileError {
+    fn from(error: StepError) -> Self {
+        match error {
+            StepError::Runtime(e) => ReconcileError::Runtime(e),
+            other => ReconcileError::Step(other),
+        }
+    }
 }
 
 /// Everything a reconcile uses, shared by the queue's tasks.

@@ -9,6 +9,35 @@ use async_trait::async_trait;
 use berth_api::{ProjectSpec, Step};
 
 use crate::runtime::RuntimeError;
+use crate::secrets::SecretsError;
+use crate::store::StoreError;
+
+/// Why a later step could not be performed, by what failed: the reconcile fails with it and the
+/// queue retries with backoff. (A step that waits on the agent or the container is not an
+/// error: it is [`StepOutcome::Waiting`].)
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// LXD failed the call.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// What the step did could not be recorded.
+    #[error("recording {what}: {source}")]
+    Store {
+        what: &'static str,
+        #[source]
+        source: StoreError,
+    },
+    /// The project's secrets could not be read.
+    #[error("reading the project's secrets: {0}")]
+    Secrets(#[from] SecretsError),
+}
+
+impl StepError {
+    /// A failure to record `what` in the store.
+    pub fn recording(what: &'static str) -> impl FnOnce(StoreError) -> StepError {
+        move |source| StepError::Store { what, source }
+    }
+}
 
 /// What performing one step did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,8 +78,7 @@ pub trait LaterSteps: Send + Sync {
     async fn follow(&self, _project: &StepContext<'_>) {}
 
     /// Performs `step`. Every call it makes must be idempotent: after a crash it runs again.
-    async fn run(&self, project: &StepContext<'_>, step: Step)
-    -> Result<StepOutcome, RuntimeError>;
+    async fn run(&self, project: &StepContext<'_>, step: Step) -> Result<StepOutcome, StepError>;
 }
 
 /// Whether the spec asks anything of `step`, by DESIGN.md's rules for skipping.
@@ -75,11 +103,7 @@ impl LaterSteps for NoLaterSteps {
         asked_for(spec, step)
     }
 
-    async fn run(
-        &self,
-        _project: &StepContext<'_>,
-        step: Step,
-    ) -> Result<StepOutcome, RuntimeError> {
+    async fn run(&self, _project: &StepContext<'_>, step: Step) -> Result<StepOutcome, StepError> {
         Ok(StepOutcome::Waiting {
             reason: step.as_str().to_string(),
             message: format!(

@@ -26,10 +26,10 @@ use chrono::{DateTime, Utc};
 mod secrets;
 mod watch;
 
-use super::steps::{LaterSteps, StepContext, StepOutcome, asked_for};
+use super::steps::{LaterSteps, StepContext, StepError, StepOutcome, asked_for};
 use super::{PROFILE_KIND, PROJECT_KIND};
 use crate::agent::{self, AgentError, WrittenFiles};
-use crate::runtime::{Runtime, RuntimeError};
+use crate::runtime::Runtime;
 use crate::secrets::Secrets;
 use crate::store::{EventType, FieldManager, StatusWrite, StatusWritten, Store, StoredObject};
 
@@ -183,7 +183,7 @@ impl AgentSteps {
         status: ConditionStatus,
         reason: &str,
         message: &str,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<(), StepError> {
         self.record_with_condition(name, type_, status, reason, message, |_| {})
     }
 
@@ -197,7 +197,7 @@ impl AgentSteps {
         reason: &str,
         message: &str,
         mut also: impl FnMut(&mut ProjectStatus),
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<(), StepError> {
         let Some(object) = self.store.get(PROJECT_KIND, name) else {
             return Ok(());
         };
@@ -214,10 +214,10 @@ impl AgentSteps {
                 Utc::now(),
             );
         })
-        .map_err(|e| internal("recording a condition", e))
+        .map_err(StepError::recording("a condition"))
     }
 
-    async fn bootstrap(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
+    async fn bootstrap(&self, project: &StepContext<'_>) -> Result<StepOutcome, StepError> {
         let profiles = match self.revised_profiles(project.spec) {
             Ok(profiles) => profiles,
             Err(missing) => {
@@ -280,7 +280,7 @@ impl AgentSteps {
         }
     }
 
-    async fn checkout(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
+    async fn checkout(&self, project: &StepContext<'_>) -> Result<StepOutcome, StepError> {
         let Some(repo) = &project.spec.repo else {
             return Ok(StepOutcome::Done);
         };
@@ -307,7 +307,7 @@ impl AgentSteps {
         }
     }
 
-    async fn seed(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
+    async fn seed(&self, project: &StepContext<'_>) -> Result<StepOutcome, StepError> {
         let profiles = match self.profiles(project.spec) {
             Ok(profiles) => profiles,
             Err(missing) => {
@@ -353,12 +353,12 @@ impl AgentSteps {
             self.record(project.name, |s| {
                 s.seeded_files = report.written.files.clone()
             })
-            .map_err(|e| internal("recording the seeded files", e))?;
+            .map_err(StepError::recording("the seeded files"))?;
         }
         Ok(StepOutcome::Done)
     }
 
-    async fn start_runner(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
+    async fn start_runner(&self, project: &StepContext<'_>) -> Result<StepOutcome, StepError> {
         let Some(agent_name) = &project.spec.agent else {
             return Ok(StepOutcome::Done);
         };
@@ -381,7 +381,7 @@ impl AgentSteps {
             // Recorded before the runner gets it, so a crash between the two hands over the
             // same id again.
             self.record(project.name, |s| s.brief_id = Some(brief_id.clone()))
-                .map_err(|e| internal("recording the brief id", e))?;
+                .map_err(StepError::recording("the brief id"))?;
         }
         // After a boot the brief is handed again only while the agent has not finished it.
         let finished = status.agent.as_ref().is_some_and(|a| {
@@ -434,7 +434,7 @@ impl AgentSteps {
         }
     }
 
-    async fn briefed(&self, project: &StepContext<'_>) -> Result<StepOutcome, RuntimeError> {
+    async fn briefed(&self, project: &StepContext<'_>) -> Result<StepOutcome, StepError> {
         let Some(object) = self.store.get(PROJECT_KIND, project.name) else {
             return Ok(StepOutcome::Done);
         };
@@ -451,7 +451,7 @@ impl AgentSteps {
         {
             if agent_changed(&status, report) {
                 self.record(project.name, |s| apply_report(s, report))
-                    .map_err(|e| internal("recording the agent's report", e))?;
+                    .map_err(StepError::recording("the agent's report"))?;
             }
             return Ok(StepOutcome::Done);
         }
@@ -480,10 +480,8 @@ impl AgentSteps {
         })
     }
 
-    fn secret_values(&self, uid: &str) -> Result<BTreeMap<String, String>, RuntimeError> {
-        self.secrets
-            .values(uid)
-            .map_err(|e| internal("reading the project's secrets", e))
+    fn secret_values(&self, uid: &str) -> Result<BTreeMap<String, String>, StepError> {
+        Ok(self.secrets.values(uid)?)
     }
 
     fn status(&self, name: &str) -> ProjectStatus {
@@ -537,11 +535,7 @@ impl LaterSteps for AgentSteps {
         })
     }
 
-    async fn run(
-        &self,
-        project: &StepContext<'_>,
-        step: Step,
-    ) -> Result<StepOutcome, RuntimeError> {
+    async fn run(&self, project: &StepContext<'_>, step: Step) -> Result<StepOutcome, StepError> {
         match step {
             Step::Bootstrapped => self.bootstrap(project).await,
             Step::CheckedOut => self.checkout(project).await,
@@ -557,25 +551,17 @@ impl LaterSteps for AgentSteps {
 
 /// A step's failure: a transient runtime error goes back to the queue's backoff; any other sets
 /// `Ready=False` with the step's reason and is tried again later.
-fn failed(e: AgentError) -> Result<StepOutcome, RuntimeError> {
+fn failed(e: AgentError) -> Result<StepOutcome, StepError> {
     if e.is_transient()
         && let AgentError::Runtime { source, .. } = e
     {
-        return Err(source);
+        return Err(source.into());
     }
     Ok(StepOutcome::Waiting {
         reason: e.reason().to_string(),
         message: e.to_string(),
         retry_after: RETRY,
     })
-}
-
-/// A store or secrets failure inside a step, as the error the queue backs off on.
-fn internal(what: &str, e: impl std::fmt::Display) -> RuntimeError {
-    RuntimeError::Protocol {
-        what: what.to_string(),
-        message: e.to_string(),
-    }
 }
 
 /// The revision of an AgentProfile's spec: its uid and generation, which moves only when the

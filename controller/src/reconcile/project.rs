@@ -230,6 +230,9 @@ enum Next {
     Return(Action),
 }
 
+/// What one concern of a reconcile answers.
+type Concern = Result<Next, ReconcileError>;
+
 struct Project<'a> {
     ctx: &'a Context,
     object: &'a Arc<StoredObject>,
@@ -443,15 +446,7 @@ impl Project<'_> {
         }
 
         for mount in &self.layout.mounts {
-            runtime
-                .create_volume(&CreateVolume {
-                    pool: settings.storage_pool.clone(),
-                    name: mount.volume.clone(),
-                    size: mount.size_bytes.map(|b| b.to_string()),
-                    config: self.layout.labels(),
-                    target: settings.target.clone(),
-                })
-                .await?;
+            self.create_volume(mount).await?;
         }
 
         let mut with_fleet = true;
@@ -705,11 +700,7 @@ impl Project<'_> {
 
     /// A container whose cluster member is offline is neither touched nor recreated elsewhere:
     /// its data lives on that member.
-    async fn wait_for_member(
-        &self,
-        draft: &mut Draft,
-        instance: &Instance,
-    ) -> Result<Next, ReconcileError> {
+    async fn wait_for_member(&self, draft: &mut Draft, instance: &Instance) -> Concern {
         if matches!(
             instance.status,
             InstanceStatus::Running | InstanceStatus::Stopped
@@ -750,7 +741,7 @@ impl Project<'_> {
     }
 
     /// Replaces the container (volumes stay) on request or for a new image.
-    async fn replace_when_asked(&self, draft: &mut Draft) -> Result<Next, ReconcileError> {
+    async fn replace_when_asked(&self, draft: &mut Draft) -> Concern {
         let runtime = &*self.ctx.runtime;
         let settings = &self.ctx.settings;
         let recreate = self.recreate_requested(draft);
@@ -782,16 +773,11 @@ impl Project<'_> {
             Step::Requested.as_str(),
             &format!("replacing the container ({why}); the volumes stay"),
         );
-        self.commit(draft).await?;
-        Ok(Next::Return(Action::Requeue(Duration::ZERO)))
+        self.commit_and_go_on(draft).await
     }
 
     /// Mounts: re-attaches what is missing (a device removed by hand, a new profile home).
-    async fn reattach_mounts(
-        &self,
-        draft: &mut Draft,
-        instance: &Instance,
-    ) -> Result<Next, ReconcileError> {
+    async fn reattach_mounts(&self, draft: &mut Draft, instance: &Instance) -> Concern {
         let runtime = &*self.ctx.runtime;
         let settings = &self.ctx.settings;
         let missing: Vec<_> = self
@@ -811,15 +797,7 @@ impl Project<'_> {
         }
         let mut patch = InstancePatch::default();
         for mount in &missing {
-            runtime
-                .create_volume(&CreateVolume {
-                    pool: settings.storage_pool.clone(),
-                    name: mount.volume.clone(),
-                    size: mount.size_bytes.map(|b| b.to_string()),
-                    config: self.layout.labels(),
-                    target: settings.target.clone(),
-                })
-                .await?;
+            self.create_volume(mount).await?;
             patch.devices.insert(
                 mount.device.clone(),
                 crate::layout::disk_device(&settings.storage_pool, &mount.volume, &mount.path),
@@ -836,16 +814,11 @@ impl Project<'_> {
         if draft.step() > Step::Reachable {
             draft.set_step(Step::Reachable);
         }
-        self.commit(draft).await?;
-        Ok(Next::Return(Action::Requeue(Duration::ZERO)))
+        self.commit_and_go_on(draft).await
     }
 
     /// A restart request: host-driven (clean stop, then kill), so a wedged container restarts.
-    async fn restart_when_asked(
-        &self,
-        draft: &mut Draft,
-        instance: &Instance,
-    ) -> Result<Next, ReconcileError> {
+    async fn restart_when_asked(&self, draft: &mut Draft, instance: &Instance) -> Concern {
         let restart = self.annotation(annotations::RESTARTED_AT);
         if restart.is_none() || restart == draft.record.restarted_at.as_ref() {
             return Ok(Next::Continue);
@@ -856,16 +829,11 @@ impl Project<'_> {
             self.warn_normal("Restarted", "stopped for a requested restart")
                 .await;
         }
-        self.commit(draft).await?;
-        Ok(Next::Return(Action::Requeue(Duration::ZERO)))
+        self.commit_and_go_on(draft).await
     }
 
     /// Keeps a project stopped while its spec says so or the reaper idled it.
-    async fn keep_stopped(
-        &self,
-        draft: &mut Draft,
-        instance: &Instance,
-    ) -> Result<Next, ReconcileError> {
+    async fn keep_stopped(&self, draft: &mut Draft, instance: &Instance) -> Concern {
         let idled = self.idled(draft).await;
         if self.spec.state == PowerState::Running && !idled {
             return Ok(Next::Continue);
@@ -885,7 +853,7 @@ impl Project<'_> {
 
     /// Brings a container that should run to Running: starts a stopped one, reports a frozen
     /// one, force-stops one LXD lost track of, waits out a transition.
-    async fn run(&self, draft: &mut Draft, instance: &Instance) -> Result<Next, ReconcileError> {
+    async fn run(&self, draft: &mut Draft, instance: &Instance) -> Concern {
         let runtime = &*self.ctx.runtime;
         let settings = &self.ctx.settings;
         match &instance.status {
@@ -896,8 +864,7 @@ impl Project<'_> {
                     .await?;
                 self.booted(draft);
                 draft.set_ready(Phase::Provisioning, false, Step::Started.as_str(), "");
-                self.commit(draft).await?;
-                Ok(Next::Return(Action::Requeue(Duration::ZERO)))
+                self.commit_and_go_on(draft).await
             }
             InstanceStatus::Frozen => {
                 draft.set_ready(
@@ -960,6 +927,28 @@ impl Project<'_> {
             Step::Started => self.reach(draft).await,
             done => self.later_steps(draft, done).await,
         }
+    }
+
+    /// Creates the volume of `mount` (an existing one is left as it is).
+    async fn create_volume(&self, mount: &crate::layout::Mount) -> Result<(), RuntimeError> {
+        let settings = &self.ctx.settings;
+        self.ctx
+            .runtime
+            .create_volume(&CreateVolume {
+                pool: settings.storage_pool.clone(),
+                name: mount.volume.clone(),
+                size: mount.size_bytes.map(|b| b.to_string()),
+                config: self.layout.labels(),
+                target: settings.target.clone(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Commits what a concern did and asks for the next reconcile at once.
+    async fn commit_and_go_on(&self, draft: &mut Draft) -> Concern {
+        self.commit(draft).await?;
+        Ok(Next::Return(Action::Requeue(Duration::ZERO)))
     }
 
     /// Stops the container: cleanly first, killed past the clean-stop deadline.
@@ -1134,11 +1123,7 @@ impl Project<'_> {
 
     /// Applies project limits that differ from the container's; removes limits nobody asks
     /// for any more. Fleet defaults are applied at creation only (best effort).
-    async fn converge_limits(
-        &self,
-        draft: &mut Draft,
-        instance: &Instance,
-    ) -> Result<Next, ReconcileError> {
+    async fn converge_limits(&self, draft: &mut Draft, instance: &Instance) -> Concern {
         let wanted_any = self.envelope.config(|_| true);
         let wanted_project = self.envelope.config(|o| o == Origin::Project);
         let mut patch = BTreeMap::new();
@@ -1165,8 +1150,7 @@ impl Project<'_> {
         match self.ctx.runtime.patch_instance(self.name(), &request).await {
             Ok(()) => {
                 self.set_resources_applied(draft).await;
-                self.commit(draft).await?;
-                Ok(Next::Return(Action::Requeue(Duration::ZERO)))
+                self.commit_and_go_on(draft).await
             }
             Err(RuntimeError::Rejected { message, .. }) => {
                 draft.set_condition(

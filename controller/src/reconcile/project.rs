@@ -157,7 +157,7 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
     let spec: ProjectSpec = match object.spec.decode() {
         Ok(spec) => spec,
         Err(e) => {
-            draft.set_ready(Phase::Error, false, "InvalidSpec", &format!("spec: {e}"));
+            draft.set_not_ready(Phase::Error, "InvalidSpec", &format!("spec: {e}"));
             commit(ctx, &object, &mut draft).await?;
             return Ok(Action::Done);
         }
@@ -180,9 +180,8 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
     let mut homes = Vec::new();
     for profile in spec.profiles() {
         let Some(found) = ctx.store.get(PROFILE_KIND, &profile) else {
-            draft.set_ready(
+            draft.set_not_ready(
                 Phase::Pending,
-                false,
                 reasons::PROFILE_NOT_FOUND,
                 &format!("AgentProfile {profile:?} does not exist (yet)"),
             );
@@ -306,9 +305,8 @@ impl Project<'_> {
                 Ok(_) => {
                     let waited = (draft.now() - op.submitted_at).to_std().unwrap_or_default();
                     if waited > self.ctx.settings.timeouts.create {
-                        draft.set_ready(
+                        draft.set_not_ready(
                             Phase::Provisioning,
-                            false,
                             reasons::STEP_TIMEOUT,
                             &format!(
                                 "step {} has not finished after {}s",
@@ -344,9 +342,8 @@ impl Project<'_> {
     }
 
     async fn name_conflict(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
-        draft.set_ready(
+        draft.set_not_ready(
             Phase::Error,
-            false,
             reasons::NAME_CONFLICT,
             &format!(
                 "an LXD instance named {:?} exists without this project's {} label; berth leaves it alone",
@@ -389,9 +386,8 @@ impl Project<'_> {
                             })
                             .await;
                         }
-                        draft.set_ready(
+                        draft.set_not_ready(
                             Phase::Missing,
-                            false,
                             reasons::MISSING,
                             &format!(
                                 "the container vanished together with {} others; held for a person: berth restart --recreate {}",
@@ -410,9 +406,8 @@ impl Project<'_> {
             draft.record.image = None;
             draft.status.container = None;
             draft.set_step(Step::Requested);
-            draft.set_ready(
+            draft.set_not_ready(
                 Phase::Missing,
-                false,
                 reasons::MISSING,
                 "the container is gone; recreating it with the same volumes",
             );
@@ -432,9 +427,8 @@ impl Project<'_> {
         let runtime = &*self.ctx.runtime;
         let settings = &self.ctx.settings;
         let Some(image) = self.resolve_image(&draft).await? else {
-            draft.set_ready(
+            draft.set_not_ready(
                 Phase::Error,
-                false,
                 reasons::IMAGE_NOT_FOUND,
                 &format!("image {:?} not found in LXD", self.spec.image),
             );
@@ -442,7 +436,7 @@ impl Project<'_> {
             return Ok(Action::Requeue(WAIT_FOR_PERSON));
         };
         if draft.status.phase != Phase::Missing {
-            draft.set_ready(Phase::Provisioning, false, Step::Requested.as_str(), "");
+            draft.set_not_ready(Phase::Provisioning, Step::Requested.as_str(), "");
         }
 
         for mount in &self.layout.mounts {
@@ -530,7 +524,7 @@ impl Project<'_> {
             "",
         );
         draft.set_step(Step::Created);
-        draft.set_ready(Phase::Provisioning, false, Step::Created.as_str(), "");
+        draft.set_not_ready(Phase::Provisioning, Step::Created.as_str(), "");
         self.commit(&mut draft).await?;
         Ok(Action::Requeue(Duration::ZERO))
     }
@@ -548,9 +542,8 @@ impl Project<'_> {
                 message,
             );
         }
-        draft.set_ready(
+        draft.set_not_ready(
             Phase::Error,
-            false,
             reasons::PROVISIONING_FAILED,
             &format!("creating the container failed: {message}"),
         );
@@ -712,9 +705,8 @@ impl Project<'_> {
             && let Some(member) = server.members.iter().find(|m| m.name == instance.location)
             && !member.is_online()
         {
-            draft.set_ready(
+            draft.set_not_ready(
                 Phase::Error,
-                false,
                 reasons::MEMBER_OFFLINE,
                 &format!(
                     "cluster member {:?} holding the container is {}; berth waits for it",
@@ -767,9 +759,8 @@ impl Project<'_> {
         }
         draft.status.container = None;
         draft.set_step(Step::Requested);
-        draft.set_ready(
+        draft.set_not_ready(
             Phase::Provisioning,
-            false,
             Step::Requested.as_str(),
             &format!("replacing the container ({why}); the volumes stay"),
         );
@@ -846,7 +837,7 @@ impl Project<'_> {
         } else {
             "spec.state is Stopped"
         };
-        draft.set_ready(Phase::Stopped, false, reasons::STOPPED, message);
+        draft.set_not_ready(Phase::Stopped, reasons::STOPPED, message);
         self.commit(draft).await?;
         Ok(Next::Return(Action::Done))
     }
@@ -863,13 +854,12 @@ impl Project<'_> {
                     .start_instance(self.name(), settings.timeouts.start)
                     .await?;
                 self.booted(draft);
-                draft.set_ready(Phase::Provisioning, false, Step::Started.as_str(), "");
+                draft.set_not_ready(Phase::Provisioning, Step::Started.as_str(), "");
                 self.commit_and_go_on(draft).await
             }
             InstanceStatus::Frozen => {
-                draft.set_ready(
+                draft.set_not_ready(
                     Phase::Error,
-                    false,
                     "Frozen",
                     "the container is frozen; unfreeze it (lxc start) or restart it",
                 );
@@ -920,7 +910,7 @@ impl Project<'_> {
             Step::Requested => unreachable!("handled before"),
             Step::Created => {
                 draft.set_step(Step::Started);
-                draft.set_ready(Phase::Provisioning, false, Step::Started.as_str(), "");
+                draft.set_not_ready(Phase::Provisioning, Step::Started.as_str(), "");
                 self.commit(&mut draft).await?;
                 Ok(Action::Requeue(Duration::ZERO))
             }
@@ -1002,7 +992,7 @@ impl Project<'_> {
         if answered {
             let target = draft.record.resume.take().unwrap_or(Step::Reachable);
             draft.set_step(target.max(Step::Reachable));
-            draft.set_ready(Phase::Provisioning, false, draft.step().as_str(), "");
+            draft.set_not_ready(Phase::Provisioning, draft.step().as_str(), "");
             self.commit(&mut draft).await?;
             return Ok(Action::Requeue(Duration::ZERO));
         }
@@ -1014,9 +1004,8 @@ impl Project<'_> {
                 .console_log_tail(self.name(), CONSOLE_TAIL_BYTES)
                 .await
                 .unwrap_or_default();
-            draft.set_ready(
+            draft.set_not_ready(
                 Phase::Provisioning,
-                false,
                 reasons::BOOT_TIMEOUT,
                 &format!(
                     "no exec answer {}s after start; console tail:\n{}",
@@ -1043,19 +1032,19 @@ impl Project<'_> {
             && back < done
         {
             draft.set_step(back);
-            draft.set_ready(Phase::Provisioning, false, back.as_str(), &why);
+            draft.set_not_ready(Phase::Provisioning, back.as_str(), &why);
             self.commit(&mut draft).await?;
             return Ok(Action::Requeue(Duration::ZERO));
         }
         let Some(next) = next_required(steps, self.spec, done) else {
-            draft.set_ready(Phase::Ready, true, done.as_str(), "");
+            draft.set_ready(done.as_str(), "");
             self.commit(&mut draft).await?;
             return Ok(Action::Done);
         };
         match steps.run(&context, next).await? {
             StepOutcome::Done => {
                 draft.set_step(next);
-                draft.set_ready(Phase::Provisioning, false, next.as_str(), "");
+                draft.set_not_ready(Phase::Provisioning, next.as_str(), "");
                 self.commit(&mut draft).await?;
                 Ok(Action::Requeue(Duration::ZERO))
             }
@@ -1064,7 +1053,7 @@ impl Project<'_> {
                 message,
                 retry_after,
             } => {
-                draft.set_ready(Phase::Provisioning, false, &reason, &message);
+                draft.set_not_ready(Phase::Provisioning, &reason, &message);
                 self.commit(&mut draft).await?;
                 Ok(Action::Requeue(retry_after))
             }

@@ -148,20 +148,20 @@ impl Draft {
         berth_api::find_condition(&self.status.conditions, type_)
     }
 
-    /// `Ready` with its reason, and the phase that goes with it.
-    pub fn set_ready(&mut self, phase: Phase, ready: bool, reason: &str, message: &str) {
+    /// `Ready` true with its reason: the project is in phase Ready and carries no message.
+    pub fn set_ready(&mut self, reason: &str, message: &str) {
+        self.status.phase = Phase::Ready;
+        let ready = berth_api::condition_types::READY;
+        self.set_condition(ready, ConditionStatus::True, reason, message);
+        self.status.message = String::new();
+    }
+
+    /// `Ready` false in `phase`, with the reason and the message the status shows.
+    pub fn set_not_ready(&mut self, phase: Phase, reason: &str, message: &str) {
         self.status.phase = phase;
-        let status = if ready {
-            ConditionStatus::True
-        } else {
-            ConditionStatus::False
-        };
-        self.set_condition(berth_api::condition_types::READY, status, reason, message);
-        self.status.message = if ready {
-            String::new()
-        } else {
-            message.to_string()
-        };
+        let ready = berth_api::condition_types::READY;
+        self.set_condition(ready, ConditionStatus::False, reason, message);
+        self.status.message = message.to_string();
     }
 
     /// The JSON the store holds.
@@ -377,7 +377,7 @@ mod tests {
             step: Step::Created,
             submitted_at: draft.now(),
         });
-        draft.set_ready(Phase::Provisioning, false, "Created", "");
+        draft.set_not_ready(Phase::Provisioning, "Created", "");
         let stored = Arc::new(object(draft.to_value()));
         let again = Draft::from_object(&stored);
         assert_eq!(again.record, draft.record);

@@ -312,7 +312,7 @@ pub fn ready_message(draft: &Draft) -> String {
 }
 
 fn deleting(draft: &mut Draft, message: &str) {
-    draft.set_ready(Phase::Deleting, false, reasons::DELETING, message);
+    draft.set_not_ready(Phase::Deleting, reasons::DELETING, message);
 }
 
 /// A forced deletion no longer waits on what held it.

@@ -38,7 +38,7 @@ pub async fn finalize(
     let uid = object.uid();
 
     let message = hold::ready_message(&draft);
-    draft.set_ready(Phase::Deleting, false, reasons::DELETING, &message);
+    draft.set_not_ready(Phase::Deleting, reasons::DELETING, &message);
     let object = commit(ctx, object, &mut draft).await?;
 
     // Work that exists nowhere else holds a deletion no person forced.

@@ -195,7 +195,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     // Projects are counted by phase from the first scrape (also while paused), not only after
     // the controller's first resync.
     crate::reconcile::triggers::count_phases(&store, &metrics);
-    let inspector = Arc::new(crate::inspect::Inspector::new(config.lxd.endpoint.clone()));
+    let inspector = Arc::new(crate::inspect::Inspector::new(
+        config.lxd.endpoint.clone(),
+        store.controller_id(),
+    ));
     let trash = Arc::new(
         crate::trash::Trash::new(
             Arc::clone(&store),

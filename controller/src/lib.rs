@@ -1,5 +1,6 @@
 //! berth: the daemon and its kubectl-like client.
 
+pub mod activity_log;
 pub mod agent;
 pub mod api;
 pub mod auth;

@@ -20,12 +20,12 @@ use super::error::{ApiError, Cause};
 use super::merge_patch;
 use super::selector::LabelSelector;
 use super::watch;
-use super::{ApiState, Body, Caller, Transport, members, secrets, trash, users};
+use super::{
+    ApiState, Body, Caller, Transport, attach, containers, members, secrets, tools, trash, users,
+};
 use crate::store::{Action, AppliedSet, Deletion, Expected, StoredObject};
 
 const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
-/// Marks a deletion asked with `?force=true`, for the controller to read.
-pub const FORCE_DELETE_ANNOTATION: &str = berth_api::annotations::FORCE_DELETE;
 /// How many events `GET .../events` returns without `?limit=`.
 const DEFAULT_EVENT_LIMIT: usize = 1000;
 
@@ -83,7 +83,7 @@ pub async fn handle(
 }
 
 /// The parsed query string.
-struct Query(HashMap<String, String>);
+pub(super) struct Query(HashMap<String, String>);
 
 impl Query {
     fn parse(query: Option<&str>) -> Query {
@@ -94,7 +94,7 @@ impl Query {
         )
     }
 
-    fn get(&self, key: &str) -> Option<&str> {
+    pub(super) fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str)
     }
 
@@ -238,52 +238,31 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             secrets::gitsource_route(state, caller, &method, name, Some(key), req).await
         }
         ["projects", name, "tools", rest @ ..] => {
-            let project = access::member_project(state, caller, name)?;
-            let Some(tools) = &state.tools else {
-                return Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "Unreachable",
-                    "this daemon runs no workspace tools",
-                ));
-            };
-            let (parts, incoming) = req.into_parts();
-            let bytes =
-                body::read(incoming, &parts.headers, crate::tools::MAX_REQUEST_BYTES).await?;
-            let dispatched = method == Method::POST;
-            let (code, value) = tools.route(&project, &method, rest, bytes).await?;
-            if dispatched {
-                // A tool call is activity: the workspace is in use, whatever the call's outcome.
-                state.inspector.activity.record(project.uid(), "tool");
-            }
-            Ok(json_response(code, &value))
+            tools::route(state, caller, &method, name, rest, req).await
         }
         ["projects", name, "runtime"] => {
             only(&method, &path, Method::GET)?;
-            let figures = crate::inspect::api::runtime_figures(state, caller, name).await?;
-            Ok(serialized(StatusCode::OK, &figures))
+            containers::runtime_figures(state, caller, name).await
         }
         ["projects", name, "exec"] if method == Method::GET => {
-            crate::inspect::attach::attach(state, caller, name, req).await
+            attach::attach(state, caller, name, req).await
         }
         ["projects", name, "exec"] => {
             only(&method, &path, Method::POST)?;
-            let (parts, incoming) = req.into_parts();
-            let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
-            let result = crate::inspect::api::exec(state, caller, name, &bytes).await?;
-            Ok(serialized(StatusCode::OK, &result))
+            containers::exec(state, caller, name, req).await
         }
         ["projects", name, "answer"] => {
             only(&method, &path, Method::POST)?;
-            answer(state, caller, name, req).await
+            containers::answer(state, caller, name, req).await
         }
         ["projects", name, "logs"] => {
             only(&method, &path, Method::GET)?;
-            logs(state, caller, name, &query, None).await
+            containers::logs(state, caller, name, &query, None).await
         }
         // The same as `?offset=K`, for clients that cannot send a query string.
         ["projects", name, "logs", offset] => {
             only(&method, &path, Method::GET)?;
-            logs(state, caller, name, &query, Some(offset)).await
+            containers::logs(state, caller, name, &query, Some(offset)).await
         }
         ["projects", name, "members"] => members::route(state, caller, &method, name, None).await,
         ["projects", name, "members", user] => {
@@ -384,139 +363,6 @@ fn watch_filter(state: &ApiState, caller: &Caller) -> Option<watch::Filter> {
             _ => true,
         }
     }))
-}
-
-/// The most an answer may hold.
-const ANSWER_LIMIT: usize = 64 * 1024;
-/// The most one `logs` reply carries: the runner log is capped at about this size anyway.
-const LOG_CHUNK_LIMIT: u64 = crate::agent::RUNNER_LOG_CAP + 64 * 1024;
-
-/// The runtime of the running controller, for the routes that reach into a container.
-pub(super) fn container_runtime(
-    state: &ApiState,
-) -> Result<Arc<dyn crate::runtime::Runtime>, ApiError> {
-    state.inspector.runtime().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailable",
-            "the controller is not running, so no container can be reached",
-        )
-    })
-}
-
-fn agent_failure(e: crate::agent::AgentError) -> ApiError {
-    ApiError::new(StatusCode::BAD_GATEWAY, "AgentUnreachable", e.to_string())
-}
-
-/// `POST .../projects/NAME/answer`: the body (text, or JSON `{"text": "..."}`) becomes the
-/// blocked agent's answer, `/run/berth/answer`. Members only.
-async fn answer(state: &ApiState, caller: &Caller, name: &str, req: Request<Incoming>) -> Outcome {
-    let project = access::member_project(state, caller, name)?;
-    let media = body::media_type(req.headers());
-    let (parts, incoming) = req.into_parts();
-    let bytes = body::read(incoming, &parts.headers, ANSWER_LIMIT).await?;
-    let text = match media.as_deref() {
-        Some(m) if m.ends_with("json") => {
-            let value: Value = serde_json::from_slice(&bytes).map_err(|_| {
-                ApiError::bad_request("the body is not JSON like {\"text\": \"...\"}")
-            })?;
-            match value.get("text") {
-                Some(Value::String(text)) => text.clone(),
-                _ => return Err(ApiError::bad_request("text: a string is required")),
-            }
-        }
-        _ => String::from_utf8(bytes.to_vec())
-            .map_err(|_| ApiError::bad_request("text: the answer is not UTF-8"))?,
-    };
-    if text.trim().is_empty() {
-        return Err(ApiError::bad_request("text: the answer is empty"));
-    }
-    let runtime = container_runtime(state)?;
-    crate::inspect::api::reach(state, runtime.as_ref(), &project).await?;
-    // An answer nobody asked for would be taken by a later question. The agent's own file is
-    // the fresher word (status copies it every few seconds); the status when it is unreadable.
-    let agent_state = match crate::agent::read_agent_status(&*runtime, project.name()).await {
-        Ok(Some(report)) => report.status.state.as_str().to_string(),
-        _ => project
-            .status
-            .pointer("/agent/state")
-            .and_then(|s| s.as_str().map(str::to_string))
-            .unwrap_or_else(|| "unknown".to_string()),
-    };
-    if agent_state != berth_api::AgentState::Blocked.as_str() {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "Conflict",
-            format!("agent of project {name} is not waiting for an answer (state: {agent_state})"),
-        ));
-    }
-    crate::agent::answer(&*runtime, project.name(), &text)
-        .await
-        .map_err(agent_failure)?;
-    if let Err(e) = state.store.record_event(
-        &project,
-        crate::store::EventType::Normal,
-        "Answered",
-        &format!("{} answered the agent", caller.identity),
-    ) {
-        tracing::warn!(error = %e, "could not record an event");
-    }
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({"apiVersion": berth_api::API_VERSION, "kind": "Answer", "project": name}),
-    ))
-}
-
-/// `GET .../projects/NAME/logs?tailBytes=N` (the last N bytes, 64 KiB by default) or
-/// `?offset=K` (or `.../logs/K`: from byte K on, for following): the runner log with the offset the next read
-/// continues at. Members only.
-async fn logs(
-    state: &ApiState,
-    caller: &Caller,
-    name: &str,
-    query: &Query,
-    offset_segment: Option<&str>,
-) -> Outcome {
-    let project = access::member_project(state, caller, name)?;
-    let parse = |key: &str, v: &str| {
-        v.parse::<u64>()
-            .map_err(|_| ApiError::bad_request(format!("{key}: {v:?} is not a number")))
-    };
-    let number = |key: &str| -> Result<Option<u64>, ApiError> {
-        query.get(key).map(|v| parse(key, v)).transpose()
-    };
-    let offset = match offset_segment {
-        Some(v) => Some(parse("offset", v)?),
-        None => number("offset")?,
-    };
-    let tail = number("tailBytes")?.unwrap_or(64 * 1024);
-    let runtime = container_runtime(state)?;
-    crate::inspect::api::reach(state, runtime.as_ref(), &project).await?;
-    let chunk = crate::agent::runner_log_from(
-        &*runtime,
-        project.name(),
-        offset.unwrap_or(0),
-        LOG_CHUNK_LIMIT,
-    )
-    .await
-    .map_err(agent_failure)?;
-    let text = if offset.is_some() {
-        chunk.text
-    } else {
-        let bytes = chunk.text.as_bytes();
-        let from = bytes.len().saturating_sub(tail as usize);
-        String::from_utf8_lossy(&bytes[from..]).into_owned()
-    };
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({
-            "apiVersion": berth_api::API_VERSION,
-            "kind": "RunnerLog",
-            "project": name,
-            "text": text,
-            "nextOffset": chunk.next_offset,
-        }),
-    ))
 }
 
 fn only(method: &Method, path: &str, allowed: Method) -> Result<(), ApiError> {
@@ -875,7 +721,7 @@ async fn delete(
     let mut annotations =
         BTreeMap::from([(annotations::DELETED_BY.to_string(), caller.identity.clone())]);
     if force {
-        annotations.insert(FORCE_DELETE_ANNOTATION.to_string(), "true".to_string());
+        annotations.insert(annotations::FORCE_DELETE.to_string(), "true".to_string());
     }
     if purge {
         annotations.insert(annotations::PURGE.to_string(), "true".to_string());

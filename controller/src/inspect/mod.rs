@@ -6,9 +6,7 @@
 //! The API reaches LXD through an [`Inspector`]: the runtime arrives once the controller has
 //! connected, so until then (or in a paused daemon) inspection answers 503 instead of waiting.
 
-pub mod activity;
-pub mod api;
-pub mod attach;
+mod error;
 pub mod exec;
 pub mod figures;
 pub mod reach;
@@ -19,9 +17,13 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-pub use activity::ActivityLog;
+pub use error::InspectError;
 
-use crate::runtime::Runtime;
+use crate::activity_log::{ActivityLog, OpenSession};
+use crate::runtime::{ExecRequest, Instance, InteractiveExec, Runtime, TerminalSize};
+use crate::store::StoredObject;
+use exec::ExecResult;
+use figures::{AgentProbe, LastActivity, RuntimeFigures};
 
 /// How often the LXD reachability probe runs, and how long one probe may take.
 const PROBE_INTERVAL: Duration = Duration::from_secs(5);
@@ -34,6 +36,8 @@ const PROBE_INSTANCE: &str = "berth-readiness-probe";
 /// people caused through berth.
 pub struct Inspector {
     endpoint: String,
+    /// This store's id: a container is a project's only when this controller made it.
+    controller: String,
     runtime: RwLock<Option<Arc<dyn Runtime>>>,
     reachability: Mutex<Result<(), String>>,
     pub activity: Arc<ActivityLog>,
@@ -48,12 +52,14 @@ impl std::fmt::Debug for Inspector {
 }
 
 impl Inspector {
-    /// An inspector for the LXD at `endpoint` (shown in readiness reasons), not connected yet.
-    pub fn new(endpoint: impl Into<String>) -> Inspector {
+    /// An inspector for the LXD at `endpoint` (shown in readiness reasons), not connected yet,
+    /// reaching only into containers the controller `controller` made.
+    pub fn new(endpoint: impl Into<String>, controller: impl Into<String>) -> Inspector {
         let endpoint = endpoint.into();
         Inspector {
             reachability: Mutex::new(Err(format!("not connected to {endpoint} yet"))),
             endpoint,
+            controller: controller.into(),
             runtime: RwLock::new(None),
             activity: Arc::new(ActivityLog::default()),
         }
@@ -71,6 +77,73 @@ impl Inspector {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The connected runtime and the project's own container in it (409 `NameConflict` for
+    /// any other): every path that reaches into a container asks this first.
+    pub async fn reach(
+        &self,
+        project: &StoredObject,
+    ) -> Result<(Arc<dyn Runtime>, Instance), InspectError> {
+        let runtime = self.runtime().ok_or(InspectError::NotConnected)?;
+        let instance = reach::owned_container(
+            runtime.as_ref(),
+            project.name(),
+            project.uid(),
+            &self.controller,
+        )
+        .await?;
+        Ok((runtime, instance))
+    }
+
+    /// The live figures of the project's container, with the last activity people caused.
+    pub async fn figures(
+        &self,
+        project: &StoredObject,
+        agents: &[AgentProbe],
+    ) -> Result<RuntimeFigures, InspectError> {
+        let (runtime, instance) = self.reach(project).await?;
+        let mut figures = figures::inspect(runtime.as_ref(), &instance, agents)
+            .await
+            .map_err(|e| InspectError::runtime(project.name(), e))?;
+        figures.last_activity = self.activity.last(project.uid()).map(|a| LastActivity {
+            at: a.at,
+            source: a.source,
+        });
+        Ok(figures)
+    }
+
+    /// Runs a person's command in the project's container to its end; the project counts
+    /// active while it runs, whatever its outcome.
+    pub async fn exec(
+        &self,
+        project: &StoredObject,
+        request: &ExecRequest,
+    ) -> Result<ExecResult, InspectError> {
+        let (runtime, _) = self.reach(project).await?;
+        let _running = self.activity.open(project.uid(), "exec");
+        runtime
+            .exec(project.name(), request)
+            .await
+            .map(ExecResult::from)
+            .map_err(|e| InspectError::runtime(project.name(), e))
+    }
+
+    /// Starts a person's command with its streams connected. The session counts as activity
+    /// until the returned [`OpenSession`] is dropped (the caller holds it while it relays).
+    pub async fn exec_interactive(
+        &self,
+        project: &StoredObject,
+        request: &ExecRequest,
+        terminal: Option<TerminalSize>,
+    ) -> Result<(InteractiveExec, OpenSession), InspectError> {
+        let (runtime, _) = self.reach(project).await?;
+        let open = self.activity.open(project.uid(), "exec");
+        let session = runtime
+            .exec_interactive(project.name(), request, terminal)
+            .await
+            .map_err(|e| InspectError::runtime(project.name(), e))?;
+        Ok((session, open))
     }
 
     /// Whether LXD answered the last probe, and why not: cheap, for `/readyz`.
@@ -138,7 +211,7 @@ mod tests {
 
     #[test]
     fn unconnected_inspector_is_not_ready_and_says_where_it_looked() {
-        let inspector = Inspector::new("unix:///nowhere.socket");
+        let inspector = Inspector::new("unix:///nowhere.socket", "c1");
         let reason = inspector.reachability().unwrap_err();
         assert!(reason.contains("unix:///nowhere.socket"), "{reason}");
         assert!(inspector.runtime().is_none());

@@ -26,13 +26,13 @@ use super::inspection_instance::{self, VolumeInspection};
 use super::passes::reasons_text;
 use super::policy;
 use super::reap;
-use crate::api::FORCE_DELETE_ANNOTATION;
 use crate::reconcile::PROJECT_KIND;
 use crate::reconcile::layout::{DurableLayout, LABEL_PREFIX, uid_label};
 use crate::reconcile::status::{Draft, ever_reachable};
 use crate::reconcile::{Context, ReconcileError};
 use crate::runtime::{ImageSource, InstanceStatus, StopOptions};
 use crate::store::{EventType, Store, StoreError, StoredObject};
+use berth_api::annotations::FORCE_DELETE as FORCE_DELETE_ANNOTATION;
 
 /// How often a held deletion's workspace is inspected again unless `scheduler.recheckInterval`
 /// says otherwise: booting a stopped container to look is not free, and saved work does not

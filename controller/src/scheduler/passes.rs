@@ -32,7 +32,7 @@ use super::inspect::{InspectError, Inspection};
 use super::memory::Memory;
 use super::policy::{self, Decision, Evidence, ReapSubject, Verdict};
 use super::{InspectTarget, Pass, Passes, ports, reap};
-use crate::inspect::activity::ActivityLog;
+use crate::activity_log::ActivityLog;
 use crate::metrics::{ActionLabels, Metrics};
 use crate::reconcile::layout::LABEL_PREFIX;
 use crate::reconcile::{PROJECT_KIND, WorkQueue};

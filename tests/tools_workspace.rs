@@ -888,6 +888,52 @@ fn a_bash_call_lost_to_a_daemon_crash_answers_outcome_unknown() {
     );
 }
 
+/// The LXD requests the daemon counted, every method and code together.
+fn lxd_requests(daemon: &Daemon) -> f64 {
+    let reply = daemon.client().get("/metrics");
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    reply
+        .text()
+        .lines()
+        .filter(|line| line.starts_with("berth_lxd_requests_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The tools reach LXD through the daemon's one client: what a tool call asks of LXD is
+/// counted in `berth_lxd_requests_total` like the controller's own requests.
+#[test]
+fn tool_calls_are_counted_among_the_lxd_requests() {
+    let name = unique_name();
+    let ws = Workspace::new(&name, BASE);
+    ws.sh("echo counted > /workspace/counted.txt");
+    // Paused: nothing else in the daemon asks LXD anything.
+    let daemon = Daemon::start();
+    project(&daemon, &name, json!({}));
+    let before = lxd_requests(&daemon);
+    let s = daemon.socket.clone();
+    let body = ok(
+        &s,
+        &name,
+        "Read",
+        "count-1",
+        json!({"file_path": "/workspace/counted.txt"}),
+    );
+    assert!(
+        body["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("counted"),
+        "{body}"
+    );
+    let after = lxd_requests(&daemon);
+    // At least the container read and the exec of the Read.
+    assert!(
+        after >= before + 2.0,
+        "berth_lxd_requests_total went from {before} to {after}"
+    );
+}
+
 #[test]
 fn busybox_workspaces_run_every_tool_but_bash_and_say_so() {
     let name = unique_name();

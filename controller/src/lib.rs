@@ -15,6 +15,7 @@ pub mod lxd;
 pub mod metrics;
 pub mod reconcile;
 pub mod runtime;
+pub mod runtime_handle;
 pub mod scheduler;
 pub mod secrets;
 pub mod store;

@@ -103,7 +103,12 @@ impl ApiState {
         admission: Admission,
         shutdown: CancellationToken,
     ) -> Self {
-        let inspector = Arc::new(crate::inspect::Inspector::new("LXD", store.controller_id()));
+        let inspector = Arc::new(crate::inspect::Inspector::new(
+            "LXD",
+            store.controller_id(),
+            None,
+            Default::default(),
+        ));
         ApiState {
             store,
             secrets,

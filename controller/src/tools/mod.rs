@@ -20,15 +20,14 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use chrono::Utc;
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
 pub use call::{MAX_OUTPUT_BYTES, MAX_REQUEST_BYTES, Shell, Tool, ToolCall};
 pub use error::{Reason, ToolError};
 
 use crate::inspect::reach::owned_container;
-use crate::lxd::{LxdClient, LxdConfig};
-use crate::runtime::{ExecRequest, Instance, Runtime, RuntimeError};
+use crate::runtime::{ExecRequest, Instance, Runtime};
+use crate::runtime_handle::RuntimeHandle;
 use crate::secrets::Secrets;
 use crate::store::{ExecutionState, Store, StoredObject};
 use run::{Run, SIDE_CALL_TIMEOUT, verdict_error};
@@ -50,13 +49,6 @@ pub enum Reply {
     Answered { code: u16, body: Value },
 }
 
-/// Where the runtime comes from: given (tests), or an LXD client connected on first use so a
-/// daemon starts even when LXD is down.
-enum Source {
-    Ready(Arc<dyn Runtime>),
-    Lxd(Box<LxdConfig>, OnceCell<Arc<dyn Runtime>>),
-}
-
 /// A call running in this process, for cancellation.
 struct Running {
     cancel: CancellationToken,
@@ -65,47 +57,30 @@ struct Running {
 pub struct Tools {
     store: Arc<Store>,
     secrets: Arc<Secrets>,
-    source: Source,
+    /// The daemon's one LXD connection.
+    lxd: Arc<RuntimeHandle>,
     running: Mutex<HashMap<(String, String), Running>>,
     last_expiry: Mutex<Option<Instant>>,
 }
 
 impl Tools {
-    pub fn new(store: Arc<Store>, secrets: Arc<Secrets>, runtime: Arc<dyn Runtime>) -> Tools {
-        Self::with_source(store, secrets, Source::Ready(runtime))
-    }
-
-    /// Connects to LXD with `config` on the first tool call.
-    pub fn lxd(store: Arc<Store>, secrets: Arc<Secrets>, config: LxdConfig) -> Tools {
-        Self::with_source(
-            store,
-            secrets,
-            Source::Lxd(Box::new(config), OnceCell::new()),
-        )
-    }
-
-    fn with_source(store: Arc<Store>, secrets: Arc<Secrets>, source: Source) -> Tools {
+    pub fn new(store: Arc<Store>, secrets: Arc<Secrets>, lxd: Arc<RuntimeHandle>) -> Tools {
         Tools {
             store,
             secrets,
-            source,
+            lxd,
             running: Mutex::new(HashMap::new()),
             last_expiry: Mutex::new(None),
         }
     }
 
+    /// LXD, connected on the first tool call when nothing connected it before, so a daemon
+    /// starts (and a paused one serves the tools) whether or not LXD is up.
     async fn runtime(&self) -> Result<Arc<dyn Runtime>, ToolError> {
-        match &self.source {
-            Source::Ready(runtime) => Ok(Arc::clone(runtime)),
-            Source::Lxd(config, cell) => cell
-                .get_or_try_init(|| async {
-                    let client = LxdClient::connect((**config).clone()).await?;
-                    Ok::<_, RuntimeError>(Arc::new(client) as Arc<dyn Runtime>)
-                })
-                .await
-                .cloned()
-                .map_err(|err| ToolError::unreachable(format!("LXD is not reachable: {err}"))),
-        }
+        self.lxd
+            .connect()
+            .await
+            .map_err(|err| ToolError::unreachable(format!("LXD is not reachable: {err}")))
     }
 
     /// Runs `call` once for its execution id: a repeated id answers what the first call
@@ -462,23 +437,6 @@ impl Tools {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-}
-
-/// The LXD client settings of the daemon's `lxd:` configuration.
-pub fn lxd_config(settings: &crate::config::LxdConfig) -> Result<LxdConfig, RuntimeError> {
-    let path = |s: &str| (!s.is_empty()).then(|| std::path::PathBuf::from(s));
-    let fingerprint =
-        (!settings.server_fingerprint.is_empty()).then_some(settings.server_fingerprint.as_str());
-    let endpoint = crate::lxd::Endpoint::parse(
-        &settings.endpoint,
-        path(&settings.client_cert),
-        path(&settings.client_key),
-        fingerprint,
-    )?;
-    let mut config = LxdConfig::new(endpoint);
-    config.project = settings.project.clone();
-    config.target = (!settings.target.is_empty()).then(|| settings.target.clone());
-    Ok(config)
 }
 
 /// Removes a call from the running ones however its request ends.

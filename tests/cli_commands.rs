@@ -909,15 +909,13 @@ fn the_client_reaches_a_tcp_listener_and_watches_changes() {
         .expect("runtime");
     runtime.block_on(async {
         use berth::client::{Client, Resource, Server};
+        use berth_api::WatchEventType;
         let client = Client::new(Server::Unix(daemon.socket()), None).expect("client");
         let mut watch = client.watch(Resource::Project).await.expect("watch");
         let first = next_event(&mut watch).await;
         assert_eq!(
-            (
-                first.type_.as_str(),
-                first.object["metadata"]["name"].as_str()
-            ),
-            ("ADDED", Some("over-tcp"))
+            (first.type_, first.object["metadata"]["name"].as_str()),
+            (WatchEventType::Added, Some("over-tcp"))
         );
         let patch = json!({"metadata": {"labels": {"seen": "yes"}}});
         client
@@ -925,14 +923,14 @@ fn the_client_reaches_a_tcp_listener_and_watches_changes() {
             .await
             .expect("patch");
         let second = next_event(&mut watch).await;
-        assert_eq!(second.type_, "MODIFIED");
+        assert_eq!(second.type_, WatchEventType::Modified);
         assert_eq!(second.object["metadata"]["labels"]["seen"], "yes");
         client
             .delete(Resource::Project, "over-tcp", false)
             .await
             .expect("delete");
         let third = next_event(&mut watch).await;
-        assert_eq!(third.type_, "DELETED");
+        assert_eq!(third.type_, WatchEventType::Deleted);
     });
 }
 

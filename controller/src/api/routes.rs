@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use berth_api::Kind;
+use berth_api::wire::{API_PREFIX, ListMeta, ObjectList};
 
 use super::access::{self, Visibility};
 use super::admission::{self, Admitted, Refusal};
@@ -25,7 +26,6 @@ use super::{
 };
 use crate::store::{Action, AppliedSet, Deletion, Expected, StoredObject};
 
-const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
 /// How many events `GET .../events` returns without `?limit=`.
 const DEFAULT_EVENT_LIMIT: usize = 1000;
 
@@ -393,36 +393,21 @@ fn readyz(state: &ApiState) -> Response<Body> {
     }
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ListBody<'a> {
-    api_version: &'static str,
-    kind: String,
-    metadata: ListMeta,
-    items: Vec<&'a StoredObject>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ListMeta {
-    resource_version: String,
-}
-
 fn list(state: &ApiState, caller: &Caller, kind: Kind, query: &Query) -> Outcome {
     let selector = query.selector()?;
     let visible = Visibility::of(state, caller);
     let objects = state.store.list(kind.as_str());
-    let body = ListBody {
-        api_version: berth_api::API_VERSION,
+    let body = ObjectList {
+        api_version: berth_api::API_VERSION.to_string(),
         kind: kind.list_kind().to_string(),
         metadata: ListMeta {
-            resource_version: state.store.resource_version().to_string(),
+            resource_version: Some(state.store.resource_version().to_string()),
         },
         items: objects
             .iter()
             .map(Arc::as_ref)
             .filter(|o| selector.matches(&o.metadata.labels) && visible.shows(&o.kind, o.uid()))
-            .collect(),
+            .collect::<Vec<_>>(),
     };
     Ok(serialized(StatusCode::OK, &body))
 }
@@ -1044,11 +1029,13 @@ struct ApplyItem<'a> {
 }
 
 fn event_list(events: Vec<crate::store::Event>) -> Response<Body> {
-    let items: Vec<Value> = events.iter().map(|e| e.to_value()).collect();
-    json_response(
-        StatusCode::OK,
-        &json!({"apiVersion": "v1", "kind": "EventList", "items": items}),
-    )
+    let list = ObjectList {
+        api_version: "v1".to_string(),
+        kind: "EventList".to_string(),
+        metadata: ListMeta::default(),
+        items: events.iter().map(|e| e.to_value()).collect::<Vec<_>>(),
+    };
+    serialized(StatusCode::OK, &list)
 }
 
 pub(super) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {

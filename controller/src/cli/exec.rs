@@ -18,7 +18,7 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest};
 
 use super::Context;
-use crate::client::{API_PREFIX, ApiStatus, ClientError, Server, encode_segment};
+use crate::client::{API_PREFIX, ClientError, Server, encode_segment};
 use crate::inspect::exec::{ExecCall, ExecResult};
 
 /// The API client gives up on a request after 120 s; a command must end before that.
@@ -290,7 +290,7 @@ async fn connect(
             let code = StatusCode::from_u16(response.status().as_u16())
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let body = response.body().clone().unwrap_or_default();
-            Err(ClientError::Api(ApiStatus::from_response(code, &body)).into())
+            Err(ClientError::Api(crate::client::status_of(code, &body)).into())
         }
         Err(e) => Err(anyhow::anyhow!("exec: upgrading the connection: {e}")),
     }

@@ -9,6 +9,7 @@ mod containers;
 pub mod error;
 mod members;
 mod merge_patch;
+mod probes;
 mod routes;
 mod secrets;
 pub mod selector;

@@ -22,7 +22,8 @@ use super::merge_patch;
 use super::selector::LabelSelector;
 use super::watch;
 use super::{
-    ApiState, Body, Caller, Transport, attach, containers, members, secrets, tools, trash, users,
+    ApiState, Body, Caller, Transport, attach, containers, members, probes, secrets, tools, trash,
+    users,
 };
 use crate::store::{Action, AppliedSet, Deletion, Expected, StoredObject};
 
@@ -130,65 +131,17 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
     let query = Query::parse(req.uri().query());
     let method = req.method().clone();
     match path.as_str() {
-        "/healthz" | "/livez" => {
-            return only(&method, &path, Method::GET).map(|_| text(StatusCode::OK, "ok\n"));
-        }
-        "/readyz" => {
-            only(&method, &path, Method::GET)?;
-            return Ok(readyz(state));
-        }
-        "/version" => {
-            only(&method, &path, Method::GET)?;
-            return Ok(json_response(
-                StatusCode::OK,
-                &json!({"version": env!("CARGO_PKG_VERSION"), "gitCommit": option_env!("BERTH_GIT_COMMIT")}),
-            ));
-        }
+        "/healthz" | "/livez" => return only(&method, &path, Method::GET).map(|_| probes::live()),
+        "/readyz" => return only(&method, &path, Method::GET).map(|_| probes::ready(state)),
+        "/version" => return only(&method, &path, Method::GET).map(|_| probes::version()),
         "/metrics" => {
             only(&method, &path, Method::GET)?;
-            let Some(render) = &state.metrics else {
-                return Err(ApiError::not_found("this daemon serves no metrics"));
-            };
-            // OpenMetrics for scrapers that ask for it (Prometheus does), the classic text
-            // format for everything else, as Prometheus's own client libraries do.
-            let openmetrics = req
-                .headers()
-                .get(hyper::header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|accept| accept.contains("application/openmetrics-text"));
-            let (body, content_type) = if openmetrics {
-                (
-                    render(),
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                )
-            } else {
-                (
-                    crate::metrics::to_prometheus_text(&render()),
-                    "text/plain; version=0.0.4; charset=utf-8",
-                )
-            };
-            let mut response = text(StatusCode::OK, &body);
-            response
-                .headers_mut()
-                .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-            return Ok(response);
+            return probes::metrics(state, &req);
         }
         _ => {}
     }
-    let Some(rest) = path.strip_prefix(API_PREFIX) else {
-        return Err(ApiError::not_found(format!("no route for {path}")));
-    };
-    // Clients percent-encode segments (`unix:alice` arrives as `unix%3Aalice`).
-    let decoded = rest
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8()
-                .map_err(|_| ApiError::bad_request(format!("{path}: a segment is not UTF-8")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let segments: Vec<&str> = decoded.iter().map(|s| s.as_ref()).collect();
+    let decoded = segments(&path)?;
+    let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
     match segments.as_slice() {
         ["apply"] => {
             only(&method, &path, Method::POST)?;
@@ -196,28 +149,11 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
         }
         ["events"] => {
             only(&method, &path, Method::GET)?;
-            let limit = match query.get("limit") {
-                Some(limit) => limit.parse().map_err(|_| {
-                    ApiError::bad_request(format!("limit: {limit:?} is not a number"))
-                })?,
-                None => DEFAULT_EVENT_LIMIT,
-            };
-            let visible = Visibility::of(state, caller);
-            let mut events = state.store.recent_events(limit)?;
-            events.retain(|e| visible.shows(&e.involved_object.kind, &e.involved_object.uid));
-            Ok(event_list(events))
+            recent_events(state, caller, &query)
         }
         ["reap"] => {
             only(&method, &path, Method::GET)?;
-            let visible = Visibility::of(state, caller);
-            let projects = state.store.list(crate::reconcile::PROJECT_KIND);
-            let plan = crate::scheduler::passes::plan(
-                projects
-                    .iter()
-                    .filter(|o| visible.shows(&o.kind, o.uid()))
-                    .map(|o| o.as_ref()),
-            );
-            Ok(serialized(StatusCode::OK, &json!({"items": plan})))
+            reap_plan(state, caller)
         }
         ["trash"] => trash::route(state, caller, &method, &path, None, req).await,
         ["trash", uid, "restore"] => {
@@ -272,60 +208,108 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             let kind = admission::kind_by_plural(plural).ok_or_else(|| {
                 ApiError::not_found(format!("the server has no resource {plural:?}"))
             })?;
-            match (tail, &method) {
-                ([], &Method::GET) if query.flag("watch")? => Ok(watch::stream(
-                    state,
-                    kind,
-                    query.selector()?,
-                    None,
-                    watch_filter(state, caller),
-                )),
-                ([], &Method::GET) => list(state, caller, kind, &query),
-                ([], &Method::POST) => create(state, caller, kind, req, &query).await,
-                ([], _) => Err(ApiError::method_not_allowed(&method, &path)),
-                ([name], &Method::GET) if query.flag("watch")? => {
-                    may_read(state, caller, kind, name)?;
-                    Ok(watch::stream(
-                        state,
-                        kind,
-                        query.selector()?,
-                        Some(name.to_string()),
-                        watch_filter(state, caller),
-                    ))
-                }
-                ([name], &Method::GET) => {
-                    may_read(state, caller, kind, name)?;
-                    get(state, kind, name)
-                }
-                ([name], &Method::PUT) => replace(state, caller, kind, name, req, &query).await,
-                ([name], &Method::PATCH) => patch(state, caller, kind, name, req, &query).await,
-                ([name], &Method::DELETE) => {
-                    // A non-member hears 404 of a project, as of a name that does not exist;
-                    // a member who is no admin hears 403.
-                    if kind.as_str() == PROJECT && !caller.admin {
-                        access::member_project(state, caller, name)?;
-                    }
-                    access::require_admin(caller, &format!("delete {} objects", kind.as_str()))?;
-                    delete(state, caller, kind, name, &query).await
-                }
-                ([_], _) => Err(ApiError::method_not_allowed(&method, &path)),
-                ([name, "status"], &Method::GET) => {
-                    may_read(state, caller, kind, name)?;
-                    get(state, kind, name)
-                }
-                ([name, "status"], &Method::PUT) => {
-                    put_status(state, caller, kind, name, req, &query).await
-                }
-                ([_, "status"], _) => Err(ApiError::method_not_allowed(&method, &path)),
-                ([name, "events"], &Method::GET) => {
-                    may_read(state, caller, kind, name)?;
-                    Ok(event_list(state.store.events_for(kind.as_str(), name)?))
-                }
-                ([_, "events"], _) => Err(ApiError::method_not_allowed(&method, &path)),
-                _ => Err(ApiError::not_found(format!("no route for {path}"))),
-            }
+            resource(state, caller, kind, tail, req, &query).await
         }
         [] => Err(ApiError::not_found(format!("no route for {path}"))),
+    }
+}
+
+/// The segments after the API prefix, percent-decoded (clients encode them: `unix:alice`
+/// arrives as `unix%3Aalice`).
+fn segments(path: &str) -> Result<Vec<String>, ApiError> {
+    let Some(rest) = path.strip_prefix(API_PREFIX) else {
+        return Err(ApiError::not_found(format!("no route for {path}")));
+    };
+    rest.split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .map(|s| s.into_owned())
+                .map_err(|_| ApiError::bad_request(format!("{path}: a segment is not UTF-8")))
+        })
+        .collect()
+}
+
+/// `GET .../events?limit=N`: the most recent events the caller may see.
+fn recent_events(state: &ApiState, caller: &Caller, query: &Query) -> Outcome {
+    let limit = match query.get("limit") {
+        Some(limit) => limit
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("limit: {limit:?} is not a number")))?,
+        None => DEFAULT_EVENT_LIMIT,
+    };
+    let visible = Visibility::of(state, caller);
+    let mut events = state.store.recent_events(limit)?;
+    events.retain(|e| visible.shows(&e.involved_object.kind, &e.involved_object.uid));
+    Ok(event_list(events))
+}
+
+/// `GET .../reap`: what the reaper would do now with the projects the caller may see.
+fn reap_plan(state: &ApiState, caller: &Caller) -> Outcome {
+    let visible = Visibility::of(state, caller);
+    let projects = state.store.list(crate::reconcile::PROJECT_KIND);
+    let plan = crate::scheduler::passes::plan(
+        projects
+            .iter()
+            .filter(|o| visible.shows(&o.kind, o.uid()))
+            .map(|o| o.as_ref()),
+    );
+    Ok(serialized(StatusCode::OK, &json!({"items": plan})))
+}
+
+/// `.../PLURAL[/NAME[/status|/events]]`: the objects of one kind.
+async fn resource(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    kind: Kind,
+    tail: &[&str],
+    req: Request<Incoming>,
+    query: &Query,
+) -> Outcome {
+    let method = req.method().clone();
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    match (tail, &method) {
+        ([], &Method::GET) if query.flag("watch")? => Ok(watch::stream(
+            state,
+            kind,
+            query.selector()?,
+            None,
+            watch_filter(state, caller),
+        )),
+        ([], &Method::GET) => list(state, caller, kind, query),
+        ([], &Method::POST) => create(state, caller, kind, req, query).await,
+        ([], _) => Err(ApiError::method_not_allowed(&method, &path)),
+        ([name], &Method::GET) if query.flag("watch")? => {
+            may_read(state, caller, kind, name)?;
+            Ok(watch::stream(
+                state,
+                kind,
+                query.selector()?,
+                Some(name.to_string()),
+                watch_filter(state, caller),
+            ))
+        }
+        ([name], &Method::GET) => {
+            may_read(state, caller, kind, name)?;
+            get(state, kind, name)
+        }
+        ([name], &Method::PUT) => replace(state, caller, kind, name, req, query).await,
+        ([name], &Method::PATCH) => patch(state, caller, kind, name, req, query).await,
+        ([name], &Method::DELETE) => delete(state, caller, kind, name, query).await,
+        ([_], _) => Err(ApiError::method_not_allowed(&method, &path)),
+        ([name, "status"], &Method::GET) => {
+            may_read(state, caller, kind, name)?;
+            get(state, kind, name)
+        }
+        ([name, "status"], &Method::PUT) => put_status(state, caller, kind, name, req, query).await,
+        ([_, "status"], _) => Err(ApiError::method_not_allowed(&method, &path)),
+        ([name, "events"], &Method::GET) => {
+            may_read(state, caller, kind, name)?;
+            Ok(event_list(state.store.events_for(kind.as_str(), name)?))
+        }
+        ([_, "events"], _) => Err(ApiError::method_not_allowed(&method, &path)),
+        _ => Err(ApiError::not_found(format!("no route for {path}"))),
     }
 }
 
@@ -370,26 +354,6 @@ fn only(method: &Method, path: &str, allowed: Method) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::method_not_allowed(method, path))
-    }
-}
-
-fn readyz(state: &ApiState) -> Response<Body> {
-    let mut failures = Vec::new();
-    if let Err(err) = state.store.check_writable() {
-        failures.push(format!("store: {err}"));
-    }
-    for (name, check) in &state.readiness {
-        if let Err(reason) = check() {
-            failures.push(format!("{name}: {reason}"));
-        }
-    }
-    if failures.is_empty() {
-        text(StatusCode::OK, "ok\n")
-    } else {
-        text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &format!("{}\n", failures.join("\n")),
-        )
     }
 }
 
@@ -692,6 +656,12 @@ async fn delete(
     query: &Query,
 ) -> Outcome {
     use berth_api::annotations;
+    // A non-member hears 404 of a project, as of a name that does not exist; a member who is
+    // no admin hears 403.
+    if kind.as_str() == PROJECT && !caller.admin {
+        access::member_project(state, caller, name)?;
+    }
+    access::require_admin(caller, &format!("delete {} objects", kind.as_str()))?;
     let dry_run = query.dry_run()?;
     let force = query.flag("force")?;
     let purge = query.flag("purge")?;

@@ -732,11 +732,12 @@ fn wait_times_out_with_a_message_and_apply_wait_prints_each_step() {
 
 /// Polls a condition with a generous deadline.
 fn wait_until(mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !condition() {
-        assert!(Instant::now() < deadline, "condition not met within 60s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::eventually(
+        Duration::from_secs(60),
+        "the condition",
+        String::new,
+        || condition().then_some(()),
+    );
 }
 
 #[test]

@@ -173,11 +173,9 @@ fn refused(
 }
 
 fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(60);
-    while !check() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    support::eventually(Duration::from_secs(60), what, String::new, || {
+        check().then_some(())
+    });
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {

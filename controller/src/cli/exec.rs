@@ -88,7 +88,7 @@ pub async fn run(context: &Context, args: ExecArgs) -> anyhow::Result<ExitCode> 
     std::io::stderr().write_all(result.stderr.as_bytes())?;
     if let Some(limit) = result.output_cut_at {
         eprintln!(
-            "\nberth: output cut: the command printed more than {limit} bytes (the cap of berth exec), so berth stopped it; use -i to stream output without a cap"
+            "\nberth: output cut: the command printed more than {limit} bytes on one stream (the cap of berth exec), so berth stopped it; use -i to stream output without a cap"
         );
         return Ok(ExitCode::from(OUTPUT_CUT_EXIT));
     }

@@ -13,8 +13,8 @@ pub const DEFAULT_CWD: &str = "/workspace";
 /// How long a command may run unless the request says otherwise, and at most.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
-/// The most output (stdout and stderr together) one `berth exec` returns. Past it the command
-/// is stopped and the answer carries what came before, saying it was cut.
+/// The most of each stream (stdout, stderr) one `berth exec` returns. Past it the command is
+/// stopped (its next write fails) and the answer carries what came before, saying it was cut.
 pub const OUTPUT_LIMIT: usize = 8 << 20;
 
 /// The body of `POST .../projects/NAME/exec`.
@@ -31,7 +31,7 @@ pub struct ExecCall {
 }
 
 /// The answer: the command ran (whatever its exit code), or printed past [`OUTPUT_LIMIT`] and
-/// was stopped there (`outputCutAt`, with exit code -1).
+/// was stopped there (`outputCutAt`; the exit code is then the stopped command's).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecResult {
@@ -59,7 +59,7 @@ impl ExecResult {
     /// The answer for a command stopped at the output cap: what it printed up to there.
     pub fn cut(output: &ExecOutput, limit: u64) -> ExecResult {
         ExecResult {
-            exit_code: -1,
+            exit_code: output.exit_code,
             stdout: output.stdout_str(),
             stderr: output.stderr_str(),
             output_cut_at: Some(limit),
@@ -177,7 +177,7 @@ mod tests {
         );
         let cut = serde_json::to_value(ExecResult::cut(&output, 8)).unwrap();
         assert_eq!(cut["outputCutAt"], 8);
-        assert_eq!(cut["exitCode"], -1);
+        assert_eq!(cut["exitCode"], 0);
         assert_eq!(cut["stdout"], "out");
         let request = call(&["yes"])
             .to_request(&BTreeMap::new(), BTreeMap::new())

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 pub use error::InspectError;
 
 use crate::activity_log::{ActivityLog, OpenSession};
-use crate::runtime::{ExecRequest, Instance, InteractiveExec, Runtime, TerminalSize};
+use crate::runtime::{ExecRequest, Instance, InteractiveExec, Runtime, RuntimeError, TerminalSize};
 use crate::runtime_handle::RuntimeHandle;
 use crate::store::StoredObject;
 use exec::ExecResult;
@@ -121,11 +121,16 @@ impl Inspector {
     ) -> Result<ExecResult, InspectError> {
         let (runtime, _) = self.reach(project).await?;
         let _running = self.activity.open(project.uid(), "exec");
-        runtime
-            .exec(project.name(), request)
-            .await
-            .map(ExecResult::from)
-            .map_err(|e| InspectError::runtime(project.name(), e))
+        match runtime.exec(project.name(), request).await {
+            Ok(output) => Ok(ExecResult::from(output)),
+            // Cut, and said so: the caller gets what came before the cap.
+            Err(RuntimeError::TooLarge {
+                limit,
+                partial: Some(partial),
+                ..
+            }) => Ok(ExecResult::cut(&partial, limit)),
+            Err(e) => Err(InspectError::runtime(project.name(), e)),
+        }
     }
 
     /// Starts a person's command with its streams connected. The session counts as activity

@@ -41,15 +41,28 @@ pub(super) async fn exec(
     name: &str,
     req: Request<Incoming>,
 ) -> Outcome {
-    let project = access::member_project(state, caller, name)?;
-    let (parts, incoming) = req.into_parts();
-    let bytes = body::read(incoming, &parts.headers, body::OBJECT_LIMIT).await?;
+    let (project, _, bytes) = member_request(state, caller, name, req, body::OBJECT_LIMIT).await?;
     let call: ExecCall = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("exec body: {e}")))?;
     let request = exec_request(state, &project, &call)?;
     tracing::info!(project = name, caller = %caller.identity, "exec");
     let result = state.inspector.exec(&project, &request).await?;
     Ok(serialized(StatusCode::OK, &result))
+}
+
+/// A member's project and the request's body (at most `limit` bytes) with its media type.
+async fn member_request(
+    state: &ApiState,
+    caller: &Caller,
+    name: &str,
+    req: Request<Incoming>,
+    limit: usize,
+) -> Result<(Arc<StoredObject>, Option<String>, bytes::Bytes), ApiError> {
+    let project = access::member_project(state, caller, name)?;
+    let media = body::media_type(req.headers());
+    let (parts, incoming) = req.into_parts();
+    let bytes = body::read(incoming, &parts.headers, limit).await?;
+    Ok((project, media, bytes))
 }
 
 /// The command of `call` in the project's environment: its `spec.env` and its secrets.
@@ -133,10 +146,7 @@ pub(super) async fn answer(
     name: &str,
     req: Request<Incoming>,
 ) -> Outcome {
-    let project = access::member_project(state, caller, name)?;
-    let media = body::media_type(req.headers());
-    let (parts, incoming) = req.into_parts();
-    let bytes = body::read(incoming, &parts.headers, ANSWER_LIMIT).await?;
+    let (project, media, bytes) = member_request(state, caller, name, req, ANSWER_LIMIT).await?;
     let text = match media.as_deref() {
         Some(m) if m.ends_with("json") => {
             let value: Value = serde_json::from_slice(&bytes).map_err(|_| {

@@ -3,7 +3,7 @@
 //!
 //! With `-i` (stdin) or `-t` (a terminal) the command's streams stay connected: the connection
 //! to the server is upgraded to a websocket (the protocol is described in
-//! `crate::inspect::attach`), the local terminal is put in raw mode while the session lasts, and
+//! `api/attach.rs`), the local terminal is put in raw mode while the session lasts, and
 //! window size changes follow it.
 
 use std::io::Write as _;

@@ -732,11 +732,12 @@ fn wait_times_out_with_a_message_and_apply_wait_prints_each_step() {
 
 /// Polls a condition with a generous deadline.
 fn wait_until(mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !condition() {
-        assert!(Instant::now() < deadline, "condition not met within 60s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::eventually(
+        Duration::from_secs(60),
+        "the condition",
+        String::new,
+        || condition().then_some(()),
+    );
 }
 
 #[test]
@@ -909,15 +910,13 @@ fn the_client_reaches_a_tcp_listener_and_watches_changes() {
         .expect("runtime");
     runtime.block_on(async {
         use berth::client::{Client, Resource, Server};
+        use berth_api::WatchEventType;
         let client = Client::new(Server::Unix(daemon.socket()), None).expect("client");
         let mut watch = client.watch(Resource::Project).await.expect("watch");
         let first = next_event(&mut watch).await;
         assert_eq!(
-            (
-                first.type_.as_str(),
-                first.object["metadata"]["name"].as_str()
-            ),
-            ("ADDED", Some("over-tcp"))
+            (first.type_, first.object["metadata"]["name"].as_str()),
+            (WatchEventType::Added, Some("over-tcp"))
         );
         let patch = json!({"metadata": {"labels": {"seen": "yes"}}});
         client
@@ -925,14 +924,14 @@ fn the_client_reaches_a_tcp_listener_and_watches_changes() {
             .await
             .expect("patch");
         let second = next_event(&mut watch).await;
-        assert_eq!(second.type_, "MODIFIED");
+        assert_eq!(second.type_, WatchEventType::Modified);
         assert_eq!(second.object["metadata"]["labels"]["seen"], "yes");
         client
             .delete(Resource::Project, "over-tcp", false)
             .await
             .expect("delete");
         let third = next_event(&mut watch).await;
-        assert_eq!(third.type_, "DELETED");
+        assert_eq!(third.type_, WatchEventType::Deleted);
     });
 }
 
@@ -1377,6 +1376,8 @@ fn a_reader_that_goes_away_ends_any_output_quietly() {
         &["get", "projects", "-o", "yaml"],
         &["get", "projects", "-o", "json"],
         &["apply", "-f", &file],
+        &["completion", "bash"],
+        &["completion", "zsh"],
     ] {
         let mut child = daemon
             .command(args)
@@ -1390,7 +1391,9 @@ fn a_reader_that_goes_away_ends_any_output_quietly() {
         stdout.read_exact(&mut first).expect("some output");
         drop(stdout);
         let run = finish(child, args);
-        assert_eq!(run.code, 141, "{args:?}: {run:?}");
+        // A completion script may fit in the pipe whole before the reader goes away.
+        let fits = args[0] == "completion" && run.code == 0;
+        assert!(run.code == 141 || fits, "{args:?}: {run:?}");
         assert_eq!(run.stderr, "", "{args:?}");
     }
 }

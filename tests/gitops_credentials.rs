@@ -10,7 +10,7 @@ mod support;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::daemon::{Daemon, TcpClient};
@@ -253,19 +253,8 @@ fn ready(source: &Value) -> Option<&Value> {
         .find(|c| c["type"] == "Ready")
 }
 
-fn wait_for<T>(daemon: &Daemon, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}\n--- daemon log ---\n{}",
-            daemon.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn wait_for<T>(daemon: &Daemon, what: &str, check: impl FnMut() -> Option<T>) -> T {
+    daemon.eventually(DEADLINE, what, check)
 }
 
 /// Waits for the GitSource's Ready condition to be `status` with a message containing `text`.

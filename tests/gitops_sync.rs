@@ -161,19 +161,8 @@ fn condition<'a>(source: &'a Value, type_: &str) -> Option<&'a Value> {
 }
 
 /// Polls `check` until it returns `Some`, failing with `what` and the daemon log at the deadline.
-fn wait_for<T>(daemon: &Daemon, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}\n--- daemon log ---\n{}",
-            daemon.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn wait_for<T>(daemon: &Daemon, what: &str, check: impl FnMut() -> Option<T>) -> T {
+    daemon.eventually(DEADLINE, what, check)
 }
 
 /// Waits until the GitSource has applied `revision` and is Ready; returns it.

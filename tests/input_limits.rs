@@ -37,19 +37,8 @@ fn peak_rss_bytes(daemon: &Daemon) -> u64 {
     kib * 1024
 }
 
-fn wait_for<T>(daemon: &Daemon, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}\n--- daemon log ---\n{}",
-            daemon.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn wait_for<T>(daemon: &Daemon, what: &str, check: impl FnMut() -> Option<T>) -> T {
+    daemon.eventually(DEADLINE, what, check)
 }
 
 fn get(client: &Client, plural: &str, name: &str) -> Option<Value> {

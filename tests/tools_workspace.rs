@@ -173,11 +173,9 @@ fn refused(
 }
 
 fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(60);
-    while !check() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    support::eventually(Duration::from_secs(60), what, String::new, || {
+        check().then_some(())
+    });
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -885,6 +883,52 @@ fn a_bash_call_lost_to_a_daemon_crash_answers_outcome_unknown() {
         json!({"command": "sleep 304"}),
         409,
         "REMOTE_MUTATION_OUTCOME_UNKNOWN",
+    );
+}
+
+/// The LXD requests the daemon counted, every method and code together.
+fn lxd_requests(daemon: &Daemon) -> f64 {
+    let reply = daemon.client().get("/metrics");
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    reply
+        .text()
+        .lines()
+        .filter(|line| line.starts_with("berth_lxd_requests_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The tools reach LXD through the daemon's one client: what a tool call asks of LXD is
+/// counted in `berth_lxd_requests_total` like the controller's own requests.
+#[test]
+fn tool_calls_are_counted_among_the_lxd_requests() {
+    let name = unique_name();
+    let ws = Workspace::new(&name, BASE);
+    ws.sh("echo counted > /workspace/counted.txt");
+    // Paused: nothing else in the daemon asks LXD anything.
+    let daemon = Daemon::start();
+    project(&daemon, &name, json!({}));
+    let before = lxd_requests(&daemon);
+    let s = daemon.socket.clone();
+    let body = ok(
+        &s,
+        &name,
+        "Read",
+        "count-1",
+        json!({"file_path": "/workspace/counted.txt"}),
+    );
+    assert!(
+        body["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("counted"),
+        "{body}"
+    );
+    let after = lxd_requests(&daemon);
+    // At least the container read and the exec of the Read.
+    assert!(
+        after >= before + 2.0,
+        "berth_lxd_requests_total went from {before} to {after}"
     );
 }
 

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 /// `spec.seedFiles[1].path`; it is empty when the problem concerns the document as a whole.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FieldError {
+    #[serde(default)]
     pub field: String,
+    #[serde(default)]
     pub message: String,
 }
 

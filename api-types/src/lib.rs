@@ -74,4 +74,6 @@ pub use project::{
 };
 pub use quantity::{CpuQuantity, Quantity};
 pub use schema::schemas;
-pub use wire::{ApiStatus, ListMeta, ObjectList, StatusDetails, WatchEvent, WatchEventType};
+pub use wire::{
+    API_PREFIX, ApiStatus, ListMeta, ObjectList, StatusDetails, WatchEvent, WatchEventType,
+};

@@ -6,19 +6,24 @@ use crate::error::{FieldError, ValidationErrors};
 use crate::meta::API_VERSION;
 use crate::object::{Kind, Object};
 
+/// Where every berth object lives on the server: `/apis/` and the [`API_VERSION`].
+pub const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
+
 /// `{apiVersion, kind: ProjectList, items: [...]}`; `kind: List` when it mixes kinds (the body of
 /// the apply endpoint).
+/// Typed items by default; the server lists its stored objects as they are, the client reads
+/// them as JSON values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ObjectList {
+pub struct ObjectList<T = Object> {
     #[serde(default)]
     pub api_version: String,
     #[serde(default)]
     pub kind: String,
     #[serde(default, skip_serializing_if = "ListMeta::is_empty")]
     pub metadata: ListMeta,
-    #[serde(default)]
-    pub items: Vec<Object>,
+    #[serde(default = "Vec::new")]
+    pub items: Vec<T>,
 }
 
 /// Metadata of a list: the store's resourceVersion when it was read, for watching from there.
@@ -90,6 +95,9 @@ pub struct StatusDetails {
     pub kind: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub causes: Vec<FieldError>,
+    /// For 413: the most the request (or one object in it) may hold, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<u32>,
 }
 
 impl ApiStatus {
@@ -117,6 +125,7 @@ impl ApiStatus {
                 name: name.to_string(),
                 kind: kind.plural().to_string(),
                 causes: errors.causes.clone(),
+                limit_bytes: None,
             }),
             ..ApiStatus::failure(422, "Invalid", format!("{subject} is invalid: {errors}"))
         }
@@ -129,22 +138,103 @@ impl ApiStatus {
             .map(|d| d.causes.as_slice())
             .unwrap_or(&[])
     }
+
+    /// Reads the body of a failed response as the `Status` it should be; a body that is not
+    /// one (a proxy's page, nothing at all) still yields a status with a useful message.
+    pub fn from_body(code: u16, body: &[u8]) -> ApiStatus {
+        match serde_json::from_slice::<ApiStatus>(body) {
+            Ok(status) if !status.message.is_empty() || !status.reason.is_empty() => ApiStatus {
+                code,
+                reason: if status.reason.is_empty() {
+                    default_reason(code).to_string()
+                } else {
+                    status.reason
+                },
+                ..status
+            },
+            _ => {
+                let text = String::from_utf8_lossy(body);
+                let text = text.trim();
+                let message = if text.is_empty() {
+                    format!("the server answered {code}")
+                } else {
+                    text.lines().next().unwrap_or(text).to_string()
+                };
+                ApiStatus::failure(code, default_reason(code), message)
+            }
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.code == 404
+    }
+
+    pub fn is_already_exists(&self) -> bool {
+        self.reason == "AlreadyExists"
+    }
+
+    /// The message without the causes it repeats (`List is invalid: a: x; b: y` → `List is
+    /// invalid`), since each cause gets a line of its own.
+    pub fn headline(&self) -> &str {
+        let joined = self
+            .causes()
+            .iter()
+            .map(FieldError::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        if joined.is_empty() {
+            return &self.message;
+        }
+        match self.message.strip_suffix(&joined) {
+            Some(head) if !head.trim_end_matches([':', ' ']).is_empty() => {
+                head.trim_end_matches([':', ' '])
+            }
+            _ => &self.message,
+        }
+    }
+}
+
+/// The reason a status code stands for when the body did not say.
+fn default_reason(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        409 => "Conflict",
+        413 => "RequestEntityTooLarge",
+        422 => "Invalid",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        _ => "Unknown",
+    }
 }
 
 impl std::fmt::Display for ApiStatus {
+    /// `Error from server (Reason): message`, then one line per cause the message does not
+    /// already carry, as kubectl prints it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+        let headline = self.headline();
+        write!(f, "Error from server ({}): {headline}", self.reason)?;
+        for cause in self.causes() {
+            let line = cause.to_string();
+            if !line.is_empty() && !headline.contains(&line) {
+                write!(f, "\n  {line}")?;
+            }
+        }
+        Ok(())
     }
 }
 
 impl std::error::Error for ApiStatus {}
 
-/// One line of a `?watch=true` stream.
+/// One line of a `?watch=true` stream: an object (typed by default), or for `ERROR` the
+/// `Status` that ended the watch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WatchEvent {
+pub struct WatchEvent<T = Object> {
     #[serde(rename = "type")]
     pub type_: WatchEventType,
-    pub object: Object,
+    pub object: T,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,4 +243,6 @@ pub enum WatchEventType {
     Added,
     Modified,
     Deleted,
+    /// The watch ended (it fell behind); the object is a `Status`.
+    Error,
 }

@@ -15,8 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use url::Url;
 
-/// Where every berth object lives on the server.
-pub const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
+pub use berth_api::API_PREFIX;
 
 /// How long one ordinary request may take; watches have no overall limit.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -126,146 +125,20 @@ impl fmt::Display for Server {
     }
 }
 
-/// One `details.causes` entry of a `Status`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct StatusCause {
-    #[serde(default)]
-    pub field: String,
-    #[serde(default)]
-    pub message: String,
-}
+/// A Kubernetes-style `Status` the server answered a failed request with: the same wire type
+/// the server writes.
+pub use berth_api::wire::ApiStatus;
 
-impl StatusCause {
-    /// `field: message`, or whichever of the two is present.
-    pub fn line(&self) -> String {
-        match (self.field.is_empty(), self.message.is_empty()) {
-            (true, _) => self.message.clone(),
-            (false, true) => self.field.clone(),
-            (false, false) => format!("{}: {}", self.field, self.message),
-        }
+/// The `Status` of a failed response; an empty body says which code came back.
+pub(crate) fn status_of(code: StatusCode, body: &[u8]) -> Box<ApiStatus> {
+    if body.trim_ascii().is_empty() {
+        return Box::new(ApiStatus::from_body(
+            code.as_u16(),
+            format!("the server answered {code}").as_bytes(),
+        ));
     }
+    Box::new(ApiStatus::from_body(code.as_u16(), body))
 }
-
-/// A Kubernetes-style `Status` the server answered a failed request with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiStatus {
-    pub code: u16,
-    pub reason: String,
-    pub message: String,
-    pub causes: Vec<StatusCause>,
-}
-
-impl ApiStatus {
-    /// Reads a `Status` body; a body that is not one still yields a useful error.
-    pub fn from_response(code: StatusCode, body: &[u8]) -> ApiStatus {
-        #[derive(Deserialize)]
-        struct Wire {
-            #[serde(default)]
-            reason: String,
-            #[serde(default)]
-            message: String,
-            #[serde(default)]
-            details: Option<Details>,
-        }
-        #[derive(Deserialize)]
-        struct Details {
-            #[serde(default)]
-            causes: Vec<StatusCause>,
-        }
-        match serde_json::from_slice::<Wire>(body) {
-            Ok(wire) if !wire.message.is_empty() || !wire.reason.is_empty() => ApiStatus {
-                code: code.as_u16(),
-                reason: if wire.reason.is_empty() {
-                    default_reason(code)
-                } else {
-                    wire.reason
-                },
-                message: wire.message,
-                causes: wire.details.map(|d| d.causes).unwrap_or_default(),
-            },
-            _ => {
-                let text = String::from_utf8_lossy(body);
-                let text = text.trim();
-                ApiStatus {
-                    code: code.as_u16(),
-                    reason: default_reason(code),
-                    message: if text.is_empty() {
-                        format!("the server answered {code}")
-                    } else {
-                        first_line(text).to_string()
-                    },
-                    causes: Vec::new(),
-                }
-            }
-        }
-    }
-
-    pub fn is_not_found(&self) -> bool {
-        self.code == 404
-    }
-
-    /// The message without the causes it repeats (`List is invalid: a: x; b: y` → `List is
-    /// invalid`), since each cause gets a line of its own.
-    pub fn headline(&self) -> &str {
-        let joined = self
-            .causes
-            .iter()
-            .map(StatusCause::line)
-            .collect::<Vec<_>>()
-            .join("; ");
-        if joined.is_empty() {
-            return &self.message;
-        }
-        match self.message.strip_suffix(&joined) {
-            Some(head) if !head.trim_end_matches([':', ' ']).is_empty() => {
-                head.trim_end_matches([':', ' '])
-            }
-            _ => &self.message,
-        }
-    }
-
-    pub fn is_already_exists(&self) -> bool {
-        self.reason == "AlreadyExists"
-    }
-}
-
-fn default_reason(code: StatusCode) -> String {
-    match code.as_u16() {
-        400 => "BadRequest",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "NotFound",
-        409 => "Conflict",
-        413 => "RequestEntityTooLarge",
-        422 => "Invalid",
-        500 => "InternalError",
-        503 => "ServiceUnavailable",
-        _ => "Unknown",
-    }
-    .to_string()
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or(text)
-}
-
-impl fmt::Display for ApiStatus {
-    /// `Error from server (Reason): message`, then one line per cause the message does not
-    /// already carry.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let headline = self.headline();
-        write!(f, "Error from server ({}): {headline}", self.reason)?;
-        for cause in &self.causes {
-            let line = cause.line();
-            if !line.is_empty() && !headline.contains(&line) {
-                write!(f, "\n  {line}")?;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ApiStatus {}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -274,7 +147,7 @@ pub enum ClientError {
     #[error("cannot reach the berth server at {server}: {reason}")]
     Unreachable { server: String, reason: String },
     #[error("{0}")]
-    Api(ApiStatus),
+    Api(Box<ApiStatus>),
     #[error("{method} {path}: {reason}")]
     Transport {
         method: Method,
@@ -314,7 +187,7 @@ impl ClientError {
     /// The server's `Status`, when the failure is one.
     pub fn status(&self) -> Option<&ApiStatus> {
         match self {
-            ClientError::Api(status) => Some(status),
+            ClientError::Api(status) => Some(status.as_ref()),
             _ => None,
         }
     }
@@ -324,13 +197,8 @@ impl ClientError {
     }
 }
 
-/// One line of a `?watch=true` stream.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct WatchEvent {
-    #[serde(rename = "type")]
-    pub type_: String,
-    pub object: Value,
-}
+/// One line of a `?watch=true` stream, its object as JSON.
+pub type WatchEvent = berth_api::wire::WatchEvent<Value>;
 
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, ClientError>> + Send>>;
 
@@ -470,7 +338,7 @@ impl Client {
         if code.is_success() {
             Ok(body)
         } else {
-            Err(ClientError::Api(ApiStatus::from_response(code, &body)))
+            Err(ClientError::Api(status_of(code, &body)))
         }
     }
 
@@ -709,7 +577,7 @@ impl Client {
         let code = response.status();
         if !code.is_success() {
             let body = response.bytes().await.unwrap_or_default();
-            return Err(ClientError::Api(ApiStatus::from_response(code, &body)));
+            return Err(ClientError::Api(status_of(code, &body)));
         }
         let lines = split_lines(response.bytes_stream());
         Ok(Box::pin(lines.filter_map(move |line| {
@@ -839,6 +707,7 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use berth_api::WatchEventType;
 
     #[test]
     fn servers_parse_as_sockets_or_urls() {
@@ -884,18 +753,18 @@ mod tests {
     #[test]
     fn status_bodies_and_other_bodies_both_make_errors() {
         let status = br#"{"kind":"Status","status":"Failure","reason":"AlreadyExists","message":"Project \"a\" already exists","code":409}"#;
-        let parsed = ApiStatus::from_response(StatusCode::CONFLICT, status);
+        let parsed = status_of(StatusCode::CONFLICT, status);
         assert!(parsed.is_already_exists());
         assert_eq!(
             parsed.to_string(),
             "Error from server (AlreadyExists): Project \"a\" already exists"
         );
-        let plain = ApiStatus::from_response(StatusCode::BAD_GATEWAY, b"upstream gone\nmore");
+        let plain = status_of(StatusCode::BAD_GATEWAY, b"upstream gone\nmore");
         assert_eq!(
             plain.to_string(),
             "Error from server (Unknown): upstream gone"
         );
-        let empty = ApiStatus::from_response(StatusCode::NOT_FOUND, b"");
+        let empty = status_of(StatusCode::NOT_FOUND, b"");
         assert!(empty.is_not_found());
         assert_eq!(
             empty.to_string(),
@@ -916,12 +785,19 @@ mod tests {
             .map(|line| line.expect("no transport error"))
             .collect()
             .await;
-        let events: Vec<String> = lines
+        let events: Vec<WatchEventType> = lines
             .iter()
             .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
             .map(|l| serde_json::from_slice::<WatchEvent>(l).unwrap().type_)
             .collect();
-        assert_eq!(events, ["ADDED", "MODIFIED", "DELETED"]);
+        assert_eq!(
+            events,
+            [
+                WatchEventType::Added,
+                WatchEventType::Modified,
+                WatchEventType::Deleted
+            ]
+        );
     }
 
     /// A one-shot HTTP server on loopback that records the request it got.

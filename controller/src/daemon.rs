@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, Admission, ApiState, Listeners};
 use crate::config::Config;
+use crate::runtime_handle::RuntimeHandle;
 use crate::secrets::Secrets;
 use crate::store::Store;
 
@@ -195,7 +196,20 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     // Projects are counted by phase from the first scrape (also while paused), not only after
     // the controller's first resync.
     crate::reconcile::triggers::count_phases(&store, &metrics);
-    let inspector = Arc::new(crate::inspect::Inspector::new(config.lxd.endpoint.clone()));
+    // The one LXD connection, shared by the controller, the API's container routes and the
+    // tools; connected when the controller starts or on the first tool call.
+    let lxd = Arc::new(RuntimeHandle::lxd(lxd_client_config(
+        &config.lxd,
+        &metrics,
+    )?));
+    let activity = Arc::new(crate::activity_log::ActivityLog::default());
+    // A paused daemon reaches into no container: its inspector has no runtime.
+    let inspector = Arc::new(crate::inspect::Inspector::new(
+        config.lxd.endpoint.clone(),
+        store.controller_id(),
+        (!config.paused).then(|| Arc::clone(&lxd)),
+        Arc::clone(&activity),
+    ));
     let trash = Arc::new(
         crate::trash::Trash::new(
             Arc::clone(&store),
@@ -205,7 +219,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_metrics(Arc::clone(&metrics)),
     );
     let controller = start_controller(
-        &config, &store, &secrets, &metrics, &inspector, &trash, &shutdown, &readiness,
+        &config, &store, &secrets, &metrics, &lxd, &activity, &trash, &shutdown, &readiness,
     );
 
     let started = Arc::clone(&readiness.started);
@@ -234,10 +248,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         }),
     )
     .with_readiness_check("scheduler", Arc::new(move || scheduler_health.check()));
-    let state = state.with_tools(Arc::new(crate::tools::Tools::lxd(
+    let state = state.with_tools(Arc::new(crate::tools::Tools::new(
         Arc::clone(&store),
         Arc::clone(&secrets),
-        crate::tools::lxd_config(&config.lxd)?,
+        Arc::clone(&lxd),
     )));
     // A paused daemon never connects to LXD, so LXD's reachability says nothing about it.
     let state = if config.paused {
@@ -283,7 +297,8 @@ fn start_controller(
     store: &Arc<Store>,
     secrets: &Arc<Secrets>,
     metrics: &Arc<crate::metrics::Metrics>,
-    inspector: &Arc<crate::inspect::Inspector>,
+    lxd: &Arc<RuntimeHandle>,
+    activity: &Arc<crate::activity_log::ActivityLog>,
     trash: &Arc<crate::trash::Trash>,
     shutdown: &CancellationToken,
     readiness: &ControllerReadiness,
@@ -310,7 +325,7 @@ fn start_controller(
             return Some(gitops);
         }
     };
-    let lxd = config.lxd.clone();
+    let lxd = Arc::clone(lxd);
     let pass_settings = crate::scheduler::passes::PassSettings {
         workers: config.scheduler.workers.max(1) as usize,
         inspect_timeout: SCHEDULER_INSPECT_TIMEOUT,
@@ -326,12 +341,11 @@ fn start_controller(
     };
     let shutdown = shutdown.clone();
     let started = Arc::clone(&readiness.started);
-    let inspector = Arc::clone(inspector);
+    let activity = Arc::clone(activity);
     let trash = Arc::clone(trash);
     let scheduler_health = Arc::clone(&readiness.scheduler);
     Some(tokio::spawn(async move {
-        if let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &metrics, &shutdown).await {
-            inspector.set_runtime(Arc::clone(&runtime));
+        if let Some(runtime) = crate::reconcile::connect_runtime(&lxd, &shutdown).await {
             let mut settings = settings;
             settings.pool_enforces_quotas =
                 crate::reconcile::pool_enforces_sizes(&*runtime, &settings.storage_pool).await;
@@ -357,7 +371,7 @@ fn start_controller(
                 runtime,
                 controller.queue.clone(),
                 metrics,
-                inspector.activity.clone(),
+                activity,
                 pass_settings,
             )
             .with_trash(trash);
@@ -379,6 +393,25 @@ fn start_controller(
             tracing::error!(error = %e, "the GitSource controller ended abnormally");
         }
     }))
+}
+
+/// The LXD client settings of the `lxd:` configuration, every request reported to `metrics`.
+fn lxd_client_config(
+    settings: &crate::config::LxdConfig,
+    metrics: &Arc<crate::metrics::Metrics>,
+) -> anyhow::Result<crate::lxd::LxdConfig> {
+    let path = |s: &str| (!s.is_empty()).then(|| PathBuf::from(s));
+    let endpoint = crate::lxd::Endpoint::parse(
+        &settings.endpoint,
+        path(&settings.client_cert),
+        path(&settings.client_key),
+        Some(settings.server_fingerprint.as_str()),
+    )?;
+    let mut config = crate::lxd::LxdConfig::new(endpoint);
+    config.project = settings.project.clone();
+    config.target = Some(settings.target.trim().to_string()).filter(|t| !t.is_empty());
+    config.observer = Some(Arc::clone(metrics) as Arc<dyn crate::lxd::RequestObserver>);
+    Ok(config)
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

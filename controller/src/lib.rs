@@ -1,5 +1,6 @@
 //! berth: the daemon and its kubectl-like client.
 
+pub mod activity_log;
 pub mod agent;
 pub mod api;
 pub mod auth;
@@ -15,6 +16,7 @@ pub mod lxd;
 pub mod metrics;
 pub mod reconcile;
 pub mod runtime;
+pub mod runtime_handle;
 pub mod scheduler;
 pub mod secrets;
 pub mod store;

@@ -142,6 +142,21 @@ impl Daemon {
     }
 
     /// What the daemon wrote to stderr so far.
+    /// [`super::eventually`], failing with this daemon's log.
+    pub fn eventually<T>(
+        &self,
+        deadline: Duration,
+        what: &str,
+        check: impl FnMut() -> Option<T>,
+    ) -> T {
+        super::eventually(
+            deadline,
+            what,
+            || format!("\n--- daemon log ---\n{}", self.log_text()),
+            check,
+        )
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -15,6 +15,14 @@ fn sample() -> Object {
 }
 
 #[test]
+fn the_api_prefix_names_the_api_version() {
+    assert_eq!(
+        berth_api::API_PREFIX,
+        format!("/apis/{}", berth_api::API_VERSION)
+    );
+}
+
+#[test]
 fn lists_name_their_kind() {
     let list = ObjectList::of(Kind::Project, vec![sample()]);
     let v = serde_json::to_value(&list).unwrap();

@@ -1,37 +1,13 @@
 //! API errors as Kubernetes `Status` objects, so kubectl-minded clients read them unchanged.
 
+use berth_api::wire::{ApiStatus, StatusDetails};
 use hyper::StatusCode;
-use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::store::{BatchFailure, StoreError};
 
-/// One problem with one field of a request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Cause {
-    pub field: String,
-    pub message: String,
-}
-
-impl Cause {
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Cause {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
-
-/// `field: message`, or the message alone for a cause about the whole object.
-impl std::fmt::Display for Cause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.field.is_empty() {
-            f.write_str(&self.message)
-        } else {
-            write!(f, "{}: {}", self.field, self.message)
-        }
-    }
-}
+/// One problem with one field of a request: `details.causes` of the wire `Status`.
+pub use berth_api::FieldError as Cause;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subject {
@@ -170,29 +146,29 @@ impl ApiError {
         self
     }
 
+    /// The wire `Status` this error is answered with.
+    pub fn to_status(&self) -> ApiStatus {
+        ApiStatus {
+            details: Some(StatusDetails {
+                name: self
+                    .subject
+                    .as_ref()
+                    .and_then(|s| s.name.clone())
+                    .unwrap_or_default(),
+                kind: self
+                    .subject
+                    .as_ref()
+                    .map(|s| s.kind.clone())
+                    .unwrap_or_default(),
+                causes: self.causes.clone(),
+                limit_bytes: self.limit_bytes,
+            }),
+            ..ApiStatus::failure(self.code.as_u16(), self.reason, self.message.clone())
+        }
+    }
+
     pub fn to_value(&self) -> Value {
-        let mut details = serde_json::Map::new();
-        if let Some(subject) = &self.subject {
-            if let Some(name) = &subject.name {
-                details.insert("name".into(), json!(name));
-            }
-            details.insert("kind".into(), json!(subject.kind));
-        }
-        if !self.causes.is_empty() {
-            details.insert("causes".into(), json!(self.causes));
-        }
-        if let Some(limit) = self.limit_bytes {
-            details.insert("limitBytes".into(), json!(limit));
-        }
-        json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "status": "Failure",
-            "reason": self.reason,
-            "message": self.message,
-            "code": self.code.as_u16(),
-            "details": details,
-        })
+        serde_json::to_value(self.to_status()).unwrap_or_default()
     }
 }
 

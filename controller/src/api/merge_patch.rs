@@ -1,5 +1,7 @@
 //! JSON merge patch (RFC 7386): objects merge key by key, `null` removes, anything else
-//! replaces.
+//! replaces. Kept here rather than taken from the `json-patch` crate: the whole algorithm is
+//! the one short function below, and the crate would add JSON Pointer and RFC 6902 patches
+//! (and their dependencies) that berth does not serve.
 
 use serde_json::Value;
 

@@ -3,14 +3,18 @@
 
 pub mod access;
 pub mod admission;
+mod attach;
 mod body;
+mod containers;
 pub mod error;
 mod members;
 mod merge_patch;
+mod probes;
 mod routes;
 mod secrets;
 pub mod selector;
 mod server;
+mod tools;
 mod trash;
 mod users;
 mod watch;
@@ -26,7 +30,6 @@ use tokio_util::sync::CancellationToken;
 pub use admission::Admission;
 pub use body::{APPLY_LIMIT, OBJECT_LIMIT};
 pub use error::{ApiError, Cause};
-pub use routes::FORCE_DELETE_ANNOTATION;
 pub use server::{ListenError, Listeners, bind_tcp, bind_unix, serve, tls_acceptor};
 
 use crate::secrets::Secrets;
@@ -101,6 +104,12 @@ impl ApiState {
         admission: Admission,
         shutdown: CancellationToken,
     ) -> Self {
+        let inspector = Arc::new(crate::inspect::Inspector::new(
+            "LXD",
+            store.controller_id(),
+            None,
+            Default::default(),
+        ));
         ApiState {
             store,
             secrets,
@@ -110,7 +119,7 @@ impl ApiState {
             metrics: None,
             shutdown,
             tools: None,
-            inspector: Arc::new(crate::inspect::Inspector::new("LXD")),
+            inspector,
             trash: None,
         }
     }

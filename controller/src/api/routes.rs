@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use berth_api::Kind;
+use berth_api::wire::{API_PREFIX, ListMeta, ObjectList};
 
 use super::access::{self, Visibility};
 use super::admission::{self, Admitted, Refusal};
@@ -20,14 +21,14 @@ use super::error::{ApiError, Cause};
 use super::merge_patch;
 use super::selector::LabelSelector;
 use super::watch;
-use super::{ApiState, Body, Caller, Transport, members, secrets, trash, users};
+use super::{
+    ApiState, Body, Caller, Transport, attach, containers, members, probes, secrets, tools, trash,
+    users,
+};
 use crate::store::{
     Action, AppliedSet, Deletion, Expected, FieldManager, StatusWrite, StoredObject,
 };
 
-const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
-/// Marks a deletion asked with `?force=true`, for the controller to read.
-pub const FORCE_DELETE_ANNOTATION: &str = berth_api::annotations::FORCE_DELETE;
 /// How many events `GET .../events` returns without `?limit=`.
 const DEFAULT_EVENT_LIMIT: usize = 1000;
 
@@ -85,7 +86,7 @@ pub async fn handle(
 }
 
 /// The parsed query string.
-struct Query(HashMap<String, String>);
+pub(super) struct Query(HashMap<String, String>);
 
 impl Query {
     fn parse(query: Option<&str>) -> Query {
@@ -96,7 +97,7 @@ impl Query {
         )
     }
 
-    fn get(&self, key: &str) -> Option<&str> {
+    pub(super) fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str)
     }
 
@@ -132,65 +133,17 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
     let query = Query::parse(req.uri().query());
     let method = req.method().clone();
     match path.as_str() {
-        "/healthz" | "/livez" => {
-            return only(&method, &path, Method::GET).map(|_| text(StatusCode::OK, "ok\n"));
-        }
-        "/readyz" => {
-            only(&method, &path, Method::GET)?;
-            return Ok(readyz(state));
-        }
-        "/version" => {
-            only(&method, &path, Method::GET)?;
-            return Ok(json_response(
-                StatusCode::OK,
-                &json!({"version": env!("CARGO_PKG_VERSION"), "gitCommit": option_env!("BERTH_GIT_COMMIT")}),
-            ));
-        }
+        "/healthz" | "/livez" => return only(&method, &path, Method::GET).map(|_| probes::live()),
+        "/readyz" => return only(&method, &path, Method::GET).map(|_| probes::ready(state)),
+        "/version" => return only(&method, &path, Method::GET).map(|_| probes::version()),
         "/metrics" => {
             only(&method, &path, Method::GET)?;
-            let Some(render) = &state.metrics else {
-                return Err(ApiError::not_found("this daemon serves no metrics"));
-            };
-            // OpenMetrics for scrapers that ask for it (Prometheus does), the classic text
-            // format for everything else, as Prometheus's own client libraries do.
-            let openmetrics = req
-                .headers()
-                .get(hyper::header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|accept| accept.contains("application/openmetrics-text"));
-            let (body, content_type) = if openmetrics {
-                (
-                    render(),
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                )
-            } else {
-                (
-                    crate::metrics::to_prometheus_text(&render()),
-                    "text/plain; version=0.0.4; charset=utf-8",
-                )
-            };
-            let mut response = text(StatusCode::OK, &body);
-            response
-                .headers_mut()
-                .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-            return Ok(response);
+            return probes::metrics(state, &req);
         }
         _ => {}
     }
-    let Some(rest) = path.strip_prefix(API_PREFIX) else {
-        return Err(ApiError::not_found(format!("no route for {path}")));
-    };
-    // Clients percent-encode segments (`unix:alice` arrives as `unix%3Aalice`).
-    let decoded = rest
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8()
-                .map_err(|_| ApiError::bad_request(format!("{path}: a segment is not UTF-8")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let segments: Vec<&str> = decoded.iter().map(|s| s.as_ref()).collect();
+    let decoded = segments(&path)?;
+    let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
     match segments.as_slice() {
         ["apply"] => {
             only(&method, &path, Method::POST)?;
@@ -198,28 +151,11 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
         }
         ["events"] => {
             only(&method, &path, Method::GET)?;
-            let limit = match query.get("limit") {
-                Some(limit) => limit.parse().map_err(|_| {
-                    ApiError::bad_request(format!("limit: {limit:?} is not a number"))
-                })?,
-                None => DEFAULT_EVENT_LIMIT,
-            };
-            let visible = Visibility::of(state, caller);
-            let mut events = state.store.recent_events(limit)?;
-            events.retain(|e| visible.shows(&e.involved_object.kind, &e.involved_object.uid));
-            Ok(event_list(events))
+            recent_events(state, caller, &query)
         }
         ["reap"] => {
             only(&method, &path, Method::GET)?;
-            let visible = Visibility::of(state, caller);
-            let projects = state.store.list(crate::reconcile::PROJECT_KIND);
-            let plan = crate::scheduler::passes::plan(
-                projects
-                    .iter()
-                    .filter(|o| visible.shows(&o.kind, o.uid()))
-                    .map(|o| o.as_ref()),
-            );
-            Ok(serialized(StatusCode::OK, &json!({"items": plan})))
+            reap_plan(state, caller)
         }
         ["trash"] => trash::route(state, caller, &method, &path, None, req).await,
         ["trash", uid, "restore"] => {
@@ -240,52 +176,31 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             secrets::gitsource_route(state, caller, &method, name, Some(key), req).await
         }
         ["projects", name, "tools", rest @ ..] => {
-            let project = access::member_project(state, caller, name)?;
-            let Some(tools) = &state.tools else {
-                return Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "Unreachable",
-                    "this daemon runs no workspace tools",
-                ));
-            };
-            let (parts, incoming) = req.into_parts();
-            let bytes =
-                body::read(incoming, &parts.headers, crate::tools::MAX_REQUEST_BYTES).await?;
-            let dispatched = method == Method::POST;
-            let (code, value) = tools.route(&project, &method, rest, bytes).await?;
-            if dispatched {
-                // A tool call is activity: the workspace is in use, whatever the call's outcome.
-                state.inspector.activity.record(project.uid(), "tool");
-            }
-            Ok(json_response(code, &value))
+            tools::route(state, caller, &method, name, rest, req).await
         }
         ["projects", name, "runtime"] => {
             only(&method, &path, Method::GET)?;
-            let figures = crate::inspect::api::runtime_figures(state, caller, name).await?;
-            Ok(serialized(StatusCode::OK, &figures))
+            containers::runtime_figures(state, caller, name).await
         }
         ["projects", name, "exec"] if method == Method::GET => {
-            crate::inspect::attach::attach(state, caller, name, req).await
+            attach::attach(state, caller, name, req).await
         }
         ["projects", name, "exec"] => {
             only(&method, &path, Method::POST)?;
-            let (parts, incoming) = req.into_parts();
-            let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
-            let result = crate::inspect::api::exec(state, caller, name, &bytes).await?;
-            Ok(serialized(StatusCode::OK, &result))
+            containers::exec(state, caller, name, req).await
         }
         ["projects", name, "answer"] => {
             only(&method, &path, Method::POST)?;
-            answer(state, caller, name, req).await
+            containers::answer(state, caller, name, req).await
         }
         ["projects", name, "logs"] => {
             only(&method, &path, Method::GET)?;
-            logs(state, caller, name, &query, None).await
+            containers::logs(state, caller, name, &query, None).await
         }
         // The same as `?offset=K`, for clients that cannot send a query string.
         ["projects", name, "logs", offset] => {
             only(&method, &path, Method::GET)?;
-            logs(state, caller, name, &query, Some(offset)).await
+            containers::logs(state, caller, name, &query, Some(offset)).await
         }
         ["projects", name, "members"] => members::route(state, caller, &method, name, None).await,
         ["projects", name, "members", user] => {
@@ -295,60 +210,108 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             let kind = admission::kind_by_plural(plural).ok_or_else(|| {
                 ApiError::not_found(format!("the server has no resource {plural:?}"))
             })?;
-            match (tail, &method) {
-                ([], &Method::GET) if query.flag("watch")? => Ok(watch::stream(
-                    state,
-                    kind,
-                    query.selector()?,
-                    None,
-                    watch_filter(state, caller),
-                )),
-                ([], &Method::GET) => list(state, caller, kind, &query),
-                ([], &Method::POST) => create(state, caller, kind, req, &query).await,
-                ([], _) => Err(ApiError::method_not_allowed(&method, &path)),
-                ([name], &Method::GET) if query.flag("watch")? => {
-                    may_read(state, caller, kind, name)?;
-                    Ok(watch::stream(
-                        state,
-                        kind,
-                        query.selector()?,
-                        Some(name.to_string()),
-                        watch_filter(state, caller),
-                    ))
-                }
-                ([name], &Method::GET) => {
-                    may_read(state, caller, kind, name)?;
-                    get(state, kind, name)
-                }
-                ([name], &Method::PUT) => replace(state, caller, kind, name, req, &query).await,
-                ([name], &Method::PATCH) => patch(state, caller, kind, name, req, &query).await,
-                ([name], &Method::DELETE) => {
-                    // A non-member hears 404 of a project, as of a name that does not exist;
-                    // a member who is no admin hears 403.
-                    if kind.as_str() == PROJECT && !caller.admin {
-                        access::member_project(state, caller, name)?;
-                    }
-                    access::require_admin(caller, &format!("delete {} objects", kind.as_str()))?;
-                    delete(state, caller, kind, name, &query).await
-                }
-                ([_], _) => Err(ApiError::method_not_allowed(&method, &path)),
-                ([name, "status"], &Method::GET) => {
-                    may_read(state, caller, kind, name)?;
-                    get(state, kind, name)
-                }
-                ([name, "status"], &Method::PUT) => {
-                    put_status(state, caller, kind, name, req, &query).await
-                }
-                ([_, "status"], _) => Err(ApiError::method_not_allowed(&method, &path)),
-                ([name, "events"], &Method::GET) => {
-                    may_read(state, caller, kind, name)?;
-                    Ok(event_list(state.store.events_for(kind.as_str(), name)?))
-                }
-                ([_, "events"], _) => Err(ApiError::method_not_allowed(&method, &path)),
-                _ => Err(ApiError::not_found(format!("no route for {path}"))),
-            }
+            resource(state, caller, kind, tail, req, &query).await
         }
         [] => Err(ApiError::not_found(format!("no route for {path}"))),
+    }
+}
+
+/// The segments after the API prefix, percent-decoded (clients encode them: `unix:alice`
+/// arrives as `unix%3Aalice`).
+fn segments(path: &str) -> Result<Vec<String>, ApiError> {
+    let Some(rest) = path.strip_prefix(API_PREFIX) else {
+        return Err(ApiError::not_found(format!("no route for {path}")));
+    };
+    rest.split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .map(|s| s.into_owned())
+                .map_err(|_| ApiError::bad_request(format!("{path}: a segment is not UTF-8")))
+        })
+        .collect()
+}
+
+/// `GET .../events?limit=N`: the most recent events the caller may see.
+fn recent_events(state: &ApiState, caller: &Caller, query: &Query) -> Outcome {
+    let limit = match query.get("limit") {
+        Some(limit) => limit
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("limit: {limit:?} is not a number")))?,
+        None => DEFAULT_EVENT_LIMIT,
+    };
+    let visible = Visibility::of(state, caller);
+    let mut events = state.store.recent_events(limit)?;
+    events.retain(|e| visible.shows(&e.involved_object.kind, &e.involved_object.uid));
+    Ok(event_list(events))
+}
+
+/// `GET .../reap`: what the reaper would do now with the projects the caller may see.
+fn reap_plan(state: &ApiState, caller: &Caller) -> Outcome {
+    let visible = Visibility::of(state, caller);
+    let projects = state.store.list(crate::reconcile::PROJECT_KIND);
+    let plan = crate::scheduler::passes::plan(
+        projects
+            .iter()
+            .filter(|o| visible.shows(&o.kind, o.uid()))
+            .map(|o| o.as_ref()),
+    );
+    Ok(serialized(StatusCode::OK, &json!({"items": plan})))
+}
+
+/// `.../PLURAL[/NAME[/status|/events]]`: the objects of one kind.
+async fn resource(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    kind: Kind,
+    tail: &[&str],
+    req: Request<Incoming>,
+    query: &Query,
+) -> Outcome {
+    let method = req.method().clone();
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    match (tail, &method) {
+        ([], &Method::GET) if query.flag("watch")? => Ok(watch::stream(
+            state,
+            kind,
+            query.selector()?,
+            None,
+            watch_filter(state, caller),
+        )),
+        ([], &Method::GET) => list(state, caller, kind, query),
+        ([], &Method::POST) => create(state, caller, kind, req, query).await,
+        ([], _) => Err(ApiError::method_not_allowed(&method, &path)),
+        ([name], &Method::GET) if query.flag("watch")? => {
+            may_read(state, caller, kind, name)?;
+            Ok(watch::stream(
+                state,
+                kind,
+                query.selector()?,
+                Some(name.to_string()),
+                watch_filter(state, caller),
+            ))
+        }
+        ([name], &Method::GET) => {
+            may_read(state, caller, kind, name)?;
+            get(state, kind, name)
+        }
+        ([name], &Method::PUT) => replace(state, caller, kind, name, req, query).await,
+        ([name], &Method::PATCH) => patch(state, caller, kind, name, req, query).await,
+        ([name], &Method::DELETE) => delete(state, caller, kind, name, query).await,
+        ([_], _) => Err(ApiError::method_not_allowed(&method, &path)),
+        ([name, "status"], &Method::GET) => {
+            may_read(state, caller, kind, name)?;
+            get(state, kind, name)
+        }
+        ([name, "status"], &Method::PUT) => put_status(state, caller, kind, name, req, query).await,
+        ([_, "status"], _) => Err(ApiError::method_not_allowed(&method, &path)),
+        ([name, "events"], &Method::GET) => {
+            may_read(state, caller, kind, name)?;
+            Ok(event_list(state.store.events_for(kind.as_str(), name)?))
+        }
+        ([_, "events"], _) => Err(ApiError::method_not_allowed(&method, &path)),
+        _ => Err(ApiError::not_found(format!("no route for {path}"))),
     }
 }
 
@@ -388,139 +351,6 @@ fn watch_filter(state: &ApiState, caller: &Caller) -> Option<watch::Filter> {
     }))
 }
 
-/// The most an answer may hold.
-const ANSWER_LIMIT: usize = 64 * 1024;
-/// The most one `logs` reply carries: the runner log is capped at about this size anyway.
-const LOG_CHUNK_LIMIT: u64 = crate::agent::RUNNER_LOG_CAP + 64 * 1024;
-
-/// The runtime of the running controller, for the routes that reach into a container.
-pub(super) fn container_runtime(
-    state: &ApiState,
-) -> Result<Arc<dyn crate::runtime::Runtime>, ApiError> {
-    state.inspector.runtime().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailable",
-            "the controller is not running, so no container can be reached",
-        )
-    })
-}
-
-fn agent_failure(e: crate::agent::AgentError) -> ApiError {
-    ApiError::new(StatusCode::BAD_GATEWAY, "AgentUnreachable", e.to_string())
-}
-
-/// `POST .../projects/NAME/answer`: the body (text, or JSON `{"text": "..."}`) becomes the
-/// blocked agent's answer, `/run/berth/answer`. Members only.
-async fn answer(state: &ApiState, caller: &Caller, name: &str, req: Request<Incoming>) -> Outcome {
-    let project = access::member_project(state, caller, name)?;
-    let media = body::media_type(req.headers());
-    let (parts, incoming) = req.into_parts();
-    let bytes = body::read(incoming, &parts.headers, ANSWER_LIMIT).await?;
-    let text = match media.as_deref() {
-        Some(m) if m.ends_with("json") => {
-            let value: Value = serde_json::from_slice(&bytes).map_err(|_| {
-                ApiError::bad_request("the body is not JSON like {\"text\": \"...\"}")
-            })?;
-            match value.get("text") {
-                Some(Value::String(text)) => text.clone(),
-                _ => return Err(ApiError::bad_request("text: a string is required")),
-            }
-        }
-        _ => String::from_utf8(bytes.to_vec())
-            .map_err(|_| ApiError::bad_request("text: the answer is not UTF-8"))?,
-    };
-    if text.trim().is_empty() {
-        return Err(ApiError::bad_request("text: the answer is empty"));
-    }
-    let runtime = container_runtime(state)?;
-    crate::inspect::api::reach(state, runtime.as_ref(), &project).await?;
-    // An answer nobody asked for would be taken by a later question. The agent's own file is
-    // the fresher word (status copies it every few seconds); the status when it is unreadable.
-    let agent_state = match crate::agent::read_agent_status(&*runtime, project.name()).await {
-        Ok(Some(report)) => report.status.state.as_str().to_string(),
-        _ => project
-            .status
-            .pointer("/agent/state")
-            .and_then(|s| s.as_str().map(str::to_string))
-            .unwrap_or_else(|| "unknown".to_string()),
-    };
-    if agent_state != berth_api::AgentState::Blocked.as_str() {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "Conflict",
-            format!("agent of project {name} is not waiting for an answer (state: {agent_state})"),
-        ));
-    }
-    crate::agent::answer(&*runtime, project.name(), &text)
-        .await
-        .map_err(agent_failure)?;
-    if let Err(e) = state.store.record_event(
-        &project,
-        crate::store::EventType::Normal,
-        "Answered",
-        &format!("{} answered the agent", caller.identity),
-    ) {
-        tracing::warn!(error = %e, "could not record an event");
-    }
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({"apiVersion": berth_api::API_VERSION, "kind": "Answer", "project": name}),
-    ))
-}
-
-/// `GET .../projects/NAME/logs?tailBytes=N` (the last N bytes, 64 KiB by default) or
-/// `?offset=K` (or `.../logs/K`: from byte K on, for following): the runner log with the offset the next read
-/// continues at. Members only.
-async fn logs(
-    state: &ApiState,
-    caller: &Caller,
-    name: &str,
-    query: &Query,
-    offset_segment: Option<&str>,
-) -> Outcome {
-    let project = access::member_project(state, caller, name)?;
-    let parse = |key: &str, v: &str| {
-        v.parse::<u64>()
-            .map_err(|_| ApiError::bad_request(format!("{key}: {v:?} is not a number")))
-    };
-    let number = |key: &str| -> Result<Option<u64>, ApiError> {
-        query.get(key).map(|v| parse(key, v)).transpose()
-    };
-    let offset = match offset_segment {
-        Some(v) => Some(parse("offset", v)?),
-        None => number("offset")?,
-    };
-    let tail = number("tailBytes")?.unwrap_or(64 * 1024);
-    let runtime = container_runtime(state)?;
-    crate::inspect::api::reach(state, runtime.as_ref(), &project).await?;
-    let chunk = crate::agent::runner_log_from(
-        &*runtime,
-        project.name(),
-        offset.unwrap_or(0),
-        LOG_CHUNK_LIMIT,
-    )
-    .await
-    .map_err(agent_failure)?;
-    let text = if offset.is_some() {
-        chunk.text
-    } else {
-        let bytes = chunk.text.as_bytes();
-        let from = bytes.len().saturating_sub(tail as usize);
-        String::from_utf8_lossy(&bytes[from..]).into_owned()
-    };
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({
-            "apiVersion": berth_api::API_VERSION,
-            "kind": "RunnerLog",
-            "project": name,
-            "text": text,
-            "nextOffset": chunk.next_offset,
-        }),
-    ))
-}
-
 fn only(method: &Method, path: &str, allowed: Method) -> Result<(), ApiError> {
     if *method == allowed {
         Ok(())
@@ -529,56 +359,21 @@ fn only(method: &Method, path: &str, allowed: Method) -> Result<(), ApiError> {
     }
 }
 
-fn readyz(state: &ApiState) -> Response<Body> {
-    let mut failures = Vec::new();
-    if let Err(err) = state.store.check_writable() {
-        failures.push(format!("store: {err}"));
-    }
-    for (name, check) in &state.readiness {
-        if let Err(reason) = check() {
-            failures.push(format!("{name}: {reason}"));
-        }
-    }
-    if failures.is_empty() {
-        text(StatusCode::OK, "ok\n")
-    } else {
-        text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &format!("{}\n", failures.join("\n")),
-        )
-    }
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ListBody<'a> {
-    api_version: &'static str,
-    kind: String,
-    metadata: ListMeta,
-    items: Vec<&'a StoredObject>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ListMeta {
-    resource_version: String,
-}
-
 fn list(state: &ApiState, caller: &Caller, kind: Kind, query: &Query) -> Outcome {
     let selector = query.selector()?;
     let visible = Visibility::of(state, caller);
     let objects = state.store.list(kind.as_str());
-    let body = ListBody {
-        api_version: berth_api::API_VERSION,
+    let body = ObjectList {
+        api_version: berth_api::API_VERSION.to_string(),
         kind: kind.list_kind().to_string(),
         metadata: ListMeta {
-            resource_version: state.store.resource_version().to_string(),
+            resource_version: Some(state.store.resource_version().to_string()),
         },
         items: objects
             .iter()
             .map(Arc::as_ref)
             .filter(|o| selector.matches(&o.metadata.labels) && visible.shows(&o.kind, o.uid()))
-            .collect(),
+            .collect::<Vec<_>>(),
     };
     Ok(serialized(StatusCode::OK, &body))
 }
@@ -863,6 +658,12 @@ async fn delete(
     query: &Query,
 ) -> Outcome {
     use berth_api::annotations;
+    // A non-member hears 404 of a project, as of a name that does not exist; a member who is
+    // no admin hears 403.
+    if kind.as_str() == PROJECT && !caller.admin {
+        access::member_project(state, caller, name)?;
+    }
+    access::require_admin(caller, &format!("delete {} objects", kind.as_str()))?;
     let dry_run = query.dry_run()?;
     let force = query.flag("force")?;
     let purge = query.flag("purge")?;
@@ -877,7 +678,7 @@ async fn delete(
     let mut annotations =
         BTreeMap::from([(annotations::DELETED_BY.to_string(), caller.identity.clone())]);
     if force {
-        annotations.insert(FORCE_DELETE_ANNOTATION.to_string(), "true".to_string());
+        annotations.insert(annotations::FORCE_DELETE.to_string(), "true".to_string());
     }
     if purge {
         annotations.insert(annotations::PURGE.to_string(), "true".to_string());
@@ -1206,11 +1007,13 @@ struct ApplyItem<'a> {
 }
 
 fn event_list(events: Vec<crate::store::Event>) -> Response<Body> {
-    let items: Vec<Value> = events.iter().map(|e| e.to_value()).collect();
-    json_response(
-        StatusCode::OK,
-        &json!({"apiVersion": "v1", "kind": "EventList", "items": items}),
-    )
+    let list = ObjectList {
+        api_version: "v1".to_string(),
+        kind: "EventList".to_string(),
+        metadata: ListMeta::default(),
+        items: events.iter().map(|e| e.to_value()).collect::<Vec<_>>(),
+    };
+    serialized(StatusCode::OK, &list)
 }
 
 pub(super) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {

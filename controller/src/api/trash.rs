@@ -10,8 +10,9 @@ use serde_json::Value;
 
 use super::access;
 use super::body::{self, OBJECT_LIMIT};
+use super::containers::container_runtime;
 use super::error::{ApiError, Cause};
-use super::routes::{Outcome, container_runtime, serialized};
+use super::routes::{Outcome, serialized};
 use super::{ApiState, Caller};
 use crate::trash::{Restore, Trash, TrashError};
 

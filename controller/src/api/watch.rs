@@ -12,13 +12,13 @@ use hyper::body::Frame;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Response, StatusCode};
 use serde::Serialize;
-use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
 use super::selector::LabelSelector;
 use super::{ApiState, Body};
 use crate::store::{ChangeType, StoredObject};
 use berth_api::Kind;
+use berth_api::wire::{ApiStatus, WatchEvent, WatchEventType};
 
 /// Which objects a watcher may see, asked at each event (membership can change mid-watch).
 pub type Filter = Box<dyn Fn(&StoredObject) -> bool + Send + Sync>;
@@ -26,17 +26,18 @@ pub type Filter = Box<dyn Fn(&StoredObject) -> bool + Send + Sync>;
 /// Lines buffered per watcher before the writer waits for the client.
 const BUFFERED_LINES: usize = 256;
 
-#[derive(Serialize)]
-struct WatchEvent<'a> {
-    #[serde(rename = "type")]
-    type_: &'a str,
-    object: &'a StoredObject,
-}
-
-fn line(type_: &str, object: &StoredObject) -> Bytes {
+fn line<T: Serialize>(type_: WatchEventType, object: T) -> Bytes {
     let mut bytes = serde_json::to_vec(&WatchEvent { type_, object }).unwrap_or_default();
     bytes.push(b'\n');
     Bytes::from(bytes)
+}
+
+fn event_type(change: ChangeType) -> WatchEventType {
+    match change {
+        ChangeType::Added => WatchEventType::Added,
+        ChangeType::Modified => WatchEventType::Modified,
+        ChangeType::Deleted => WatchEventType::Deleted,
+    }
 }
 
 pub fn stream(
@@ -60,7 +61,11 @@ pub fn stream(
         let mut shown: HashSet<String> = HashSet::new();
         for object in existing.iter().filter(|o| wanted(o)) {
             shown.insert(object.uid().to_string());
-            if tx.send(line("ADDED", object)).await.is_err() {
+            if tx
+                .send(line(WatchEventType::Added, object.as_ref()))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -84,7 +89,7 @@ pub fn stream(
                         shown.insert(change.uid.clone());
                     }
                     if tx
-                        .send(line(change.type_.as_watch_type(), &change.object))
+                        .send(line(event_type(change.type_), change.object.as_ref()))
                         .await
                         .is_err()
                     {
@@ -93,17 +98,12 @@ pub fn stream(
                 }
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    let expired = json!({
-                        "type": "ERROR",
-                        "object": {
-                            "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                            "reason": "Expired", "code": 410,
-                            "message": format!("the watch fell {missed} changes behind; list and watch again"),
-                        }
-                    });
-                    let mut bytes = expired.to_string().into_bytes();
-                    bytes.push(b'\n');
-                    let _ = tx.send(Bytes::from(bytes)).await;
+                    let expired = ApiStatus::failure(
+                        410,
+                        "Expired",
+                        format!("the watch fell {missed} changes behind; list and watch again"),
+                    );
+                    let _ = tx.send(line(WatchEventType::Error, expired)).await;
                     return;
                 }
                 Err(broadcast::error::RecvError::Closed) => return,

@@ -2,63 +2,23 @@
 
 use std::time::Duration;
 
-/// Parses `90s`, `5m`, `1h30m`, `500ms`, `2d`, or a bare number of seconds; at most `36500d`,
-/// as every duration berth takes (a deadline past it would overflow the clock).
+/// Parses what manifests take (`90s`, `5m`, `1h30m`, `500ms`, `2d`, `1w`: `berth_api`'s
+/// durations) or a bare number of seconds; at most `36500d`, as every duration berth takes (a
+/// deadline past it would overflow the clock).
 pub fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let too_long = || {
-        format!(
-            "{text:?} is too long: at most {}",
-            berth_api::MAX_DURATION_TEXT
-        )
+    let too_long = || berth_api::duration::DurationError::TooLong(text.to_string()).to_string();
+    let duration = if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        Duration::from_secs(text.parse().map_err(|_| too_long())?)
+    } else {
+        text.parse::<berth_api::BerthDuration>()
+            .map_err(|err| err.to_string())?
+            .as_std()
     };
-    let total = parse_uncapped(text)?.ok_or_else(too_long)?;
-    if total > berth_api::MAX_DURATION {
+    if duration > berth_api::MAX_DURATION {
         return Err(too_long());
     }
-    Ok(total)
-}
-
-/// [`parse`] without the cap; `None` when the sum does not even fit.
-fn parse_uncapped(text: &str) -> Result<Option<Duration>, String> {
-    let invalid = || format!("{text:?} is not a duration (examples: 30s, 5m, 1h30m)");
-    if text.is_empty() {
-        return Err(invalid());
-    }
-    if text.bytes().all(|b| b.is_ascii_digit()) {
-        return Ok(text.parse::<u64>().ok().map(Duration::from_secs));
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(invalid());
-        }
-        let number: Option<u64> = rest[..digits].parse().ok();
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let seconds = |per: u64| number?.checked_mul(per).map(Duration::from_secs);
-        let step = match unit {
-            "ms" => number.map(Duration::from_millis),
-            "s" => seconds(1),
-            "m" => seconds(60),
-            "h" => seconds(3600),
-            "d" => seconds(86_400),
-            _ => return Err(invalid()),
-        };
-        let Some(sum) = step.and_then(|step| total.checked_add(step)) else {
-            return Ok(None);
-        };
-        total = sum;
-    }
-    Ok(Some(total))
+    Ok(duration)
 }
 
 /// Prints a duration the way `--timeout` would accept it: `5m`, `1h30m`, `45s`.
@@ -156,6 +116,7 @@ mod tests {
             ("m5", Err(())),
             ("5x", Err(())),
             ("36500d", Ok(3_153_600_000_000)),
+            ("1w", Ok(604_800_000)),
             ("36501d", Err(())),
             ("213503982334601d", Err(())),
             ("99999999999999999999", Err(())),

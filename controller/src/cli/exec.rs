@@ -3,7 +3,7 @@
 //!
 //! With `-i` (stdin) or `-t` (a terminal) the command's streams stay connected: the connection
 //! to the server is upgraded to a websocket (the protocol is described in
-//! `crate::inspect::attach`), the local terminal is put in raw mode while the session lasts, and
+//! `api/attach.rs`), the local terminal is put in raw mode while the session lasts, and
 //! window size changes follow it.
 
 use std::io::Write as _;
@@ -18,11 +18,15 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest};
 
 use super::Context;
-use crate::client::{API_PREFIX, ApiStatus, ClientError, Server, encode_segment};
+use crate::client::{API_PREFIX, ClientError, Server, encode_segment};
 use crate::inspect::exec::{ExecCall, ExecResult};
 
 /// The API client gives up on a request after 120 s; a command must end before that.
 const MAX_TIMEOUT_SECS: u64 = 110;
+/// The exit status when berth stopped the command because its output passed the cap: berth's
+/// own, as `docker run` answers 125 for its own failures, so a script can tell it from the
+/// command's.
+pub const OUTPUT_CUT_EXIT: u8 = 125;
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
@@ -82,6 +86,12 @@ pub async fn run(context: &Context, args: ExecArgs) -> anyhow::Result<ExitCode> 
     std::io::stdout().write_all(result.stdout.as_bytes())?;
     std::io::stdout().flush()?;
     std::io::stderr().write_all(result.stderr.as_bytes())?;
+    if let Some(limit) = result.output_cut_at {
+        eprintln!(
+            "\nberth: output cut: the command printed more than {limit} bytes on one stream (the cap of berth exec), so berth stopped it; use -i to stream output without a cap"
+        );
+        return Ok(ExitCode::from(OUTPUT_CUT_EXIT));
+    }
     // Exit codes beyond a byte (or negative, for a signal) still mean failure.
     Ok(match u8::try_from(result.exit_code) {
         Ok(code) => ExitCode::from(code),
@@ -290,7 +300,7 @@ async fn connect(
             let code = StatusCode::from_u16(response.status().as_u16())
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let body = response.body().clone().unwrap_or_default();
-            Err(ClientError::Api(ApiStatus::from_response(code, &body)).into())
+            Err(ClientError::Api(crate::client::status_of(code, &body)).into())
         }
         Err(e) => Err(anyhow::anyhow!("exec: upgrading the connection: {e}")),
     }

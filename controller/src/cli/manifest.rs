@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::client::{ApiStatus, ClientError, Resource};
+use crate::client::{ClientError, Resource};
 
 /// Where one object came from, for error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -417,8 +417,8 @@ pub fn locate_errors(err: ClientError, manifests: &[Manifest], files: &[String])
         message = located;
     }
     // The batch is the server's word for what the user gave as files: say what happened.
-    if message == "List is invalid" && !status.causes.is_empty() {
-        let problems = status.causes.len();
+    if message == "List is invalid" && !status.causes().is_empty() {
+        let problems = status.causes().len();
         message = format!(
             "{}: {problems} problem{}, nothing was applied",
             files.join(", "),
@@ -426,7 +426,7 @@ pub fn locate_errors(err: ClientError, manifests: &[Manifest], files: &[String])
         );
     }
     let causes = status
-        .causes
+        .causes()
         .iter()
         .map(|cause| {
             let mut cause = cause.clone();
@@ -436,12 +436,12 @@ pub fn locate_errors(err: ClientError, manifests: &[Manifest], files: &[String])
             cause
         })
         .collect();
-    ClientError::Api(ApiStatus {
-        message,
-        causes,
-        ..status
-    })
-    .into()
+    let mut status = status;
+    status.message = message;
+    if let Some(details) = status.details.as_mut() {
+        details.causes = causes;
+    }
+    ClientError::Api(status).into()
 }
 
 /// A message that starts with `items[N]` gets the same treatment as a cause's field.
@@ -607,44 +607,39 @@ mod tests {
 
     #[test]
     fn server_errors_name_the_document() {
-        use crate::client::StatusCause;
+        use crate::client::ApiStatus;
+        use berth_api::FieldError;
+        use berth_api::wire::StatusDetails;
+        let invalid = |message: &str, causes: Vec<FieldError>| ApiStatus {
+            details: Some(StatusDetails {
+                causes,
+                ..StatusDetails::default()
+            }),
+            ..ApiStatus::failure(422, "Invalid", message)
+        };
         let files = ["app.yaml".to_string()];
         let manifests = parse_documents(
             "app.yaml",
             "kind: Project\nmetadata: {name: a}\n---\nkind: Project\nmetadata: {name: b}\n",
         )
         .unwrap();
-        let err = ClientError::Api(ApiStatus {
-            code: 422,
-            reason: "Invalid".to_string(),
-            message: "items[1].spec.imagee: unknown field".to_string(),
-            causes: vec![StatusCause {
-                field: "items[1].spec.imagee".to_string(),
-                message: "unknown field".to_string(),
-            }],
-        });
+        let err = ClientError::Api(Box::new(invalid(
+            "items[1].spec.imagee: unknown field",
+            vec![FieldError::new("items[1].spec.imagee", "unknown field")],
+        )));
         let located = locate_errors(err, &manifests, &files).to_string();
         assert_eq!(
             located,
             "Error from server (Invalid): app.yaml: document 2 (project/b): spec.imagee: unknown field"
         );
 
-        let err = ClientError::Api(ApiStatus {
-            code: 422,
-            reason: "Invalid".to_string(),
-            message: "List is invalid: items[0].specc: unknown field; items[1].kind: required"
-                .to_string(),
-            causes: vec![
-                StatusCause {
-                    field: "items[0].specc".to_string(),
-                    message: "unknown field".to_string(),
-                },
-                StatusCause {
-                    field: "items[1].kind".to_string(),
-                    message: "required".to_string(),
-                },
+        let err = ClientError::Api(Box::new(invalid(
+            "List is invalid: items[0].specc: unknown field; items[1].kind: required",
+            vec![
+                FieldError::new("items[0].specc", "unknown field"),
+                FieldError::new("items[1].kind", "required"),
             ],
-        });
+        )));
         assert_eq!(
             locate_errors(err, &manifests, &files).to_string(),
             "Error from server (Invalid): app.yaml: 2 problems, nothing was applied\n  \

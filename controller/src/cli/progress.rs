@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use berth_api::WatchEventType;
 use futures::StreamExt;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -297,7 +298,7 @@ async fn follow(
             }
             event = next_event(&mut watch) => match event {
                 // The server ended the watch (it fell behind): poll from here on.
-                Some(Ok(event)) if event.type_ == "ERROR" => {
+                Some(Ok(event)) if event.type_ == WatchEventType::Error => {
                     watch = None;
                     interval = POLL_START;
                     next_poll = Instant::now();
@@ -307,7 +308,7 @@ async fn follow(
                         continue;
                     };
                     let key = (resource, str_at(&event.object, "metadata.name").to_string());
-                    let object = (event.type_ != "DELETED").then_some(&event.object);
+                    let object = (event.type_ != WatchEventType::Deleted).then_some(&event.object);
                     tracker.observe(&key, object)?;
                 }
                 // The watch ended or broke: fall back to polling for the rest of the wait.

@@ -3,25 +3,29 @@
 //! `/readyz`. Every path that reaches into a container first checks that it is the project's
 //! ([`reach`]).
 //!
-//! The API reaches LXD through an [`Inspector`]: the runtime arrives once the controller has
-//! connected, so until then (or in a paused daemon) inspection answers 503 instead of waiting.
+//! The API reaches LXD through an [`Inspector`], over the daemon's one runtime handle once the
+//! controller has connected it; until then (and always in a paused daemon, which is given no
+//! handle) inspection answers 503 instead of waiting.
 
-pub mod activity;
-pub mod api;
-pub mod attach;
+mod error;
 pub mod exec;
 pub mod figures;
 pub mod reach;
 pub mod render;
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-pub use activity::ActivityLog;
+pub use error::InspectError;
 
-use crate::runtime::Runtime;
+use crate::activity_log::{ActivityLog, OpenSession};
+use crate::runtime::{ExecRequest, Instance, InteractiveExec, Runtime, RuntimeError, TerminalSize};
+use crate::runtime_handle::RuntimeHandle;
+use crate::store::StoredObject;
+use exec::ExecResult;
+use figures::{AgentProbe, LastActivity, RuntimeFigures};
 
 /// How often the LXD reachability probe runs, and how long one probe may take.
 const PROBE_INTERVAL: Duration = Duration::from_secs(5);
@@ -34,8 +38,12 @@ const PROBE_INSTANCE: &str = "berth-readiness-probe";
 /// people caused through berth.
 pub struct Inspector {
     endpoint: String,
-    runtime: RwLock<Option<Arc<dyn Runtime>>>,
-    reachability: Mutex<Result<(), String>>,
+    /// This store's id: a container is a project's only when this controller made it.
+    controller: String,
+    /// The daemon's LXD connection; none in a paused daemon.
+    lxd: Option<Arc<RuntimeHandle>>,
+    /// What the last probe found; none before the first.
+    probed: Mutex<Option<Result<(), String>>>,
     pub activity: Arc<ActivityLog>,
 }
 
@@ -48,41 +56,117 @@ impl std::fmt::Debug for Inspector {
 }
 
 impl Inspector {
-    /// An inspector for the LXD at `endpoint` (shown in readiness reasons), not connected yet.
-    pub fn new(endpoint: impl Into<String>) -> Inspector {
-        let endpoint = endpoint.into();
+    /// An inspector for the LXD at `endpoint` (shown in readiness reasons) over `lxd`,
+    /// reaching only into containers the controller `controller` made, and keeping `activity`.
+    pub fn new(
+        endpoint: impl Into<String>,
+        controller: impl Into<String>,
+        lxd: Option<Arc<RuntimeHandle>>,
+        activity: Arc<ActivityLog>,
+    ) -> Inspector {
         Inspector {
-            reachability: Mutex::new(Err(format!("not connected to {endpoint} yet"))),
-            endpoint,
-            runtime: RwLock::new(None),
-            activity: Arc::new(ActivityLog::default()),
+            endpoint: endpoint.into(),
+            controller: controller.into(),
+            lxd,
+            probed: Mutex::new(None),
+            activity,
         }
-    }
-
-    /// Hands over the runtime once the controller has connected.
-    pub fn set_runtime(&self, runtime: Arc<dyn Runtime>) {
-        *self.runtime.write().unwrap_or_else(|e| e.into_inner()) = Some(runtime);
-        self.set_reachability(Ok(()));
     }
 
     /// The connected runtime, or `None` before the controller connected (or when paused).
     pub fn runtime(&self) -> Option<Arc<dyn Runtime>> {
-        self.runtime
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.lxd.as_ref().and_then(|lxd| lxd.get())
+    }
+
+    /// The connected runtime and the project's own container in it (409 `NameConflict` for
+    /// any other): every path that reaches into a container asks this first.
+    pub async fn reach(
+        &self,
+        project: &StoredObject,
+    ) -> Result<(Arc<dyn Runtime>, Instance), InspectError> {
+        let runtime = self.runtime().ok_or(InspectError::NotConnected)?;
+        let instance = reach::owned_container(
+            runtime.as_ref(),
+            project.name(),
+            project.uid(),
+            &self.controller,
+        )
+        .await?;
+        Ok((runtime, instance))
+    }
+
+    /// The live figures of the project's container, with the last activity people caused.
+    pub async fn figures(
+        &self,
+        project: &StoredObject,
+        agents: &[AgentProbe],
+    ) -> Result<RuntimeFigures, InspectError> {
+        let (runtime, instance) = self.reach(project).await?;
+        let mut figures = figures::inspect(runtime.as_ref(), &instance, agents)
+            .await
+            .map_err(|e| InspectError::runtime(project.name(), e))?;
+        figures.last_activity = self.activity.last(project.uid()).map(|a| LastActivity {
+            at: a.at,
+            source: a.source,
+        });
+        Ok(figures)
+    }
+
+    /// Runs a person's command in the project's container to its end; the project counts
+    /// active while it runs, whatever its outcome.
+    pub async fn exec(
+        &self,
+        project: &StoredObject,
+        request: &ExecRequest,
+    ) -> Result<ExecResult, InspectError> {
+        let (runtime, _) = self.reach(project).await?;
+        let _running = self.activity.open(project.uid(), "exec");
+        match runtime.exec(project.name(), request).await {
+            Ok(output) => Ok(ExecResult::from(output)),
+            // Cut, and said so: the caller gets what came before the cap.
+            Err(RuntimeError::TooLarge {
+                limit,
+                partial: Some(partial),
+                ..
+            }) => Ok(ExecResult::cut(&partial, limit)),
+            Err(e) => Err(InspectError::runtime(project.name(), e)),
+        }
+    }
+
+    /// Starts a person's command with its streams connected. The session counts as activity
+    /// until the returned [`OpenSession`] is dropped (the caller holds it while it relays).
+    pub async fn exec_interactive(
+        &self,
+        project: &StoredObject,
+        request: &ExecRequest,
+        terminal: Option<TerminalSize>,
+    ) -> Result<(InteractiveExec, OpenSession), InspectError> {
+        let (runtime, _) = self.reach(project).await?;
+        let open = self.activity.open(project.uid(), "exec");
+        let session = runtime
+            .exec_interactive(project.name(), request, terminal)
+            .await
+            .map_err(|e| InspectError::runtime(project.name(), e))?;
+        Ok((session, open))
     }
 
     /// Whether LXD answered the last probe, and why not: cheap, for `/readyz`.
+    /// Connected and not yet probed counts as reachable: it has just answered.
     pub fn reachability(&self) -> Result<(), String> {
-        self.reachability
+        let probed = self
+            .probed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .clone();
+        match (probed, self.runtime()) {
+            (Some(result), _) => result,
+            (None, Some(_)) => Ok(()),
+            (None, None) => Err(format!("not connected to {} yet", self.endpoint)),
+        }
     }
 
     fn set_reachability(&self, result: Result<(), String>) {
-        *self.reachability.lock().unwrap_or_else(|e| e.into_inner()) = result;
+        *self.probed.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
     }
 
     /// Probes LXD every few seconds until `shutdown`, so `/readyz` answers from the last result
@@ -138,9 +222,21 @@ mod tests {
 
     #[test]
     fn unconnected_inspector_is_not_ready_and_says_where_it_looked() {
-        let inspector = Inspector::new("unix:///nowhere.socket");
+        let inspector = Inspector::new("unix:///nowhere.socket", "c1", None, Default::default());
         let reason = inspector.reachability().unwrap_err();
         assert!(reason.contains("unix:///nowhere.socket"), "{reason}");
         assert!(inspector.runtime().is_none());
+    }
+
+    #[cfg(feature = "testing")]
+    #[test]
+    fn a_connected_inspector_is_ready_until_a_probe_says_otherwise() {
+        let fake: Arc<dyn Runtime> = Arc::new(crate::runtime::fake::FakeRuntime::new());
+        let lxd = Arc::new(RuntimeHandle::ready(fake));
+        let inspector = Inspector::new("unix:///lxd.socket", "c1", Some(lxd), Default::default());
+        assert!(inspector.runtime().is_some());
+        assert_eq!(inspector.reachability(), Ok(()));
+        inspector.set_reachability(Err("LXD did not answer".into()));
+        assert_eq!(inspector.reachability(), Err("LXD did not answer".into()));
     }
 }

@@ -11,9 +11,6 @@
 
 use std::time::Duration;
 
-use hyper::StatusCode;
-
-use crate::api::error::ApiError;
 use crate::layout::{CONTROLLER_LABEL, uid_label};
 use crate::runtime::{Instance, Runtime, RuntimeError};
 
@@ -36,32 +33,6 @@ pub enum Unreached {
         #[source]
         source: RuntimeError,
     },
-}
-
-impl Unreached {
-    /// 409 `NameConflict` for a foreign container, 404 for none, 503 when LXD did not say.
-    pub fn into_api_error(self) -> ApiError {
-        match &self {
-            Unreached::Foreign(_) => {
-                ApiError::new(StatusCode::CONFLICT, "NameConflict", self.to_string())
-            }
-            Unreached::Absent(name) => {
-                let name = name.clone();
-                ApiError::not_found(self.to_string()).with_object("Project", &name)
-            }
-            Unreached::Runtime { .. } => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ServiceUnavailable",
-                self.to_string(),
-            ),
-        }
-    }
-}
-
-impl From<Unreached> for ApiError {
-    fn from(unreached: Unreached) -> ApiError {
-        unreached.into_api_error()
-    }
 }
 
 /// Whether `instance` is the container of the project `uid` made by the controller
@@ -156,21 +127,10 @@ mod tests {
             let outcome = check_owner(&instance(labels), "u1", "c1");
             assert_eq!(outcome.is_ok(), reached, "{labels:?}");
             if let Err(refusal) = outcome {
-                let error = refusal.into_api_error();
-                assert_eq!(error.code, StatusCode::CONFLICT);
-                assert_eq!(error.reason, "NameConflict");
-                assert!(!error.message.contains('\n'), "{}", error.message);
+                // Answered 409 NameConflict (`api::containers`).
+                assert!(matches!(refusal, Unreached::Foreign(_)), "{refusal}");
+                assert!(!refusal.to_string().contains('\n'), "{refusal}");
             }
         }
-    }
-
-    #[tokio::test]
-    async fn a_missing_container_is_not_a_conflict() {
-        let fake = crate::runtime::fake::FakeRuntime::new();
-        let err = owned_container(&fake, "nothing", "u1", "c1")
-            .await
-            .unwrap_err();
-        assert!(matches!(err, Unreached::Absent(_)), "{err}");
-        assert_eq!(err.into_api_error().code, StatusCode::NOT_FOUND);
     }
 }

@@ -1,7 +1,6 @@
 //! What `berth serve` does to start the controller: settings from the configuration and a
 //! connection to LXD that waits for LXD to come up.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,10 +8,9 @@ use berth_api::BerthDuration;
 use tokio_util::sync::CancellationToken;
 
 use super::ControllerSettings;
-use crate::config::{Config, LxdConfig};
-use crate::lxd::{Endpoint, LxdClient};
-use crate::metrics::Metrics;
+use crate::config::Config;
 use crate::runtime::Runtime;
+use crate::runtime_handle::RuntimeHandle;
 
 /// The controller's settings from berth.yaml (validated when it was loaded); a value that
 /// does not parse names its key.
@@ -57,43 +55,16 @@ pub async fn pool_enforces_sizes(runtime: &dyn Runtime, pool: &str) -> bool {
     }
 }
 
-/// Connects to LXD, retrying with backoff until it answers or `shutdown` fires. Every request
-/// is reported to `metrics`.
+/// Connects the daemon's runtime handle to LXD, retrying with backoff until it answers or
+/// `shutdown` fires.
 pub async fn connect_runtime(
-    lxd: &LxdConfig,
-    metrics: &Arc<Metrics>,
+    lxd: &RuntimeHandle,
     shutdown: &CancellationToken,
 ) -> Option<Arc<dyn Runtime>> {
-    let optional = |s: &str| Some(PathBuf::from(s)).filter(|p| !p.as_os_str().is_empty());
-    let endpoint = match Endpoint::parse(
-        &lxd.endpoint,
-        optional(&lxd.client_cert),
-        optional(&lxd.client_key),
-        Some(lxd.server_fingerprint.as_str()),
-    ) {
-        Ok(endpoint) => endpoint,
-        Err(e) => {
-            tracing::error!(error = %e, "the controller cannot start");
-            return None;
-        }
-    };
-    let mut client_config = crate::lxd::LxdConfig::new(endpoint);
-    client_config.project = lxd.project.clone();
-    client_config.target = Some(lxd.target.trim().to_string()).filter(|t| !t.is_empty());
-    client_config.observer = Some(metrics.clone());
-
     let mut delay = Duration::from_millis(500);
     loop {
-        match LxdClient::connect(client_config.clone()).await {
-            Ok(client) => {
-                let server = client.server();
-                tracing::info!(
-                    endpoint = %client_config.endpoint.describe(),
-                    version = server.version.as_str(),
-                    "connected to LXD"
-                );
-                return Some(Arc::new(client));
-            }
+        match lxd.connect().await {
+            Ok(runtime) => return Some(runtime),
             Err(e) => {
                 tracing::warn!(error = %e, retry_in = ?delay, "LXD is not reachable");
             }

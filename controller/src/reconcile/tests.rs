@@ -431,7 +431,7 @@ async fn deletion_removes_container_and_volumes_then_the_object() {
 /// The annotations of `berth delete --force`.
 fn forced() -> BTreeMap<String, String> {
     BTreeMap::from([(
-        crate::api::FORCE_DELETE_ANNOTATION.to_string(),
+        berth_api::annotations::FORCE_DELETE.to_string(),
         "true".to_string(),
     )])
 }

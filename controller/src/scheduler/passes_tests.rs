@@ -1,5 +1,5 @@
 use super::*;
-use crate::inspect::activity::ActivityLog;
+use crate::activity_log::ActivityLog;
 use crate::layout::UID_LABEL;
 use crate::reconcile::Backoff;
 use crate::runtime::fake::FakeRuntime;

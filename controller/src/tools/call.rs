@@ -3,10 +3,9 @@
 
 use std::time::Duration;
 
-use hyper::StatusCode;
 use serde_json::{Map, Value, json};
 
-use crate::api::ApiError;
+use super::error::ToolError;
 
 pub const WORKSPACE: &str = "/workspace";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -18,8 +17,8 @@ pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024;
 /// reaches the container through LXD's file API, so only the request body limits it; this
 /// leaves room in [`MAX_REQUEST_BYTES`] for JSON escaping.
 pub const MAX_FILE_BYTES: usize = 2 << 20;
-/// A tool call's request body: the API's limit for one object.
-pub const MAX_REQUEST_BYTES: usize = crate::api::OBJECT_LIMIT;
+/// A tool call's request body: as much as one object sent to the API.
+pub const MAX_REQUEST_BYTES: usize = 3 << 20;
 /// A tool's output is cut after this many bytes.
 pub const MAX_OUTPUT_BYTES: usize = 256 * 1024;
 /// Glob and Grep list at most this many matches.
@@ -50,7 +49,7 @@ impl Tool {
         Tool::Bash,
     ];
 
-    pub fn parse(name: &str) -> Result<Tool, ApiError> {
+    pub fn parse(name: &str) -> Result<Tool, ToolError> {
         Tool::ALL
             .into_iter()
             .find(|t| t.as_str() == name)
@@ -139,11 +138,11 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
-    pub fn parse(tool: Tool, body: &[u8]) -> Result<ToolCall, ApiError> {
+    pub fn parse(tool: Tool, body: &[u8]) -> Result<ToolCall, ToolError> {
         let value: Value = serde_json::from_slice(body)
-            .map_err(|err| ApiError::bad_request(format!("the body is not JSON: {err}")))?;
+            .map_err(|err| ToolError::bad_request(format!("the body is not JSON: {err}")))?;
         let Value::Object(body) = value else {
-            return Err(ApiError::bad_request("the body must be a JSON object"));
+            return Err(ToolError::bad_request("the body must be a JSON object"));
         };
         for key in body.keys() {
             if ![
@@ -160,17 +159,17 @@ impl ToolCall {
         }
         let execution_id = match body.get("executionId") {
             Some(Value::String(id)) => execution_id(id)?,
-            _ => return Err(ApiError::bad_request("executionId: required, a string")),
+            _ => return Err(ToolError::bad_request("executionId: required, a string")),
         };
         let workspace = match body.get("workspacePath") {
             None | Some(Value::Null) => WORKSPACE.to_string(),
             Some(Value::String(path)) => workspace_path(path)?,
-            Some(_) => return Err(ApiError::bad_request("workspacePath: must be a string")),
+            Some(_) => return Err(ToolError::bad_request("workspacePath: must be a string")),
         };
         let arguments = match body.get("arguments") {
             Some(Value::Object(args)) => args.clone(),
             None | Some(Value::Null) => Map::new(),
-            Some(_) => return Err(ApiError::bad_request("arguments: must be an object")),
+            Some(_) => return Err(ToolError::bad_request("arguments: must be an object")),
         };
         check_arguments(tool, &arguments)?;
         let mut timeout = match body.get("timeoutMs") {
@@ -188,7 +187,7 @@ impl ToolCall {
                 let field = |key: &str| match shell.get(key) {
                     Some(Value::String(s)) => Ok(s.clone()),
                     None | Some(Value::Null) => Ok(String::new()),
-                    Some(_) => Err(ApiError::bad_request(format!(
+                    Some(_) => Err(ToolError::bad_request(format!(
                         "shell.{key}: must be a string"
                     ))),
                 };
@@ -200,7 +199,7 @@ impl ToolCall {
                     version: field("version")?,
                 })
             }
-            Some(_) => return Err(ApiError::bad_request("shell: must be {name, version}")),
+            Some(_) => return Err(ToolError::bad_request("shell: must be {name, version}")),
         };
         Ok(ToolCall {
             tool,
@@ -250,7 +249,7 @@ pub fn size(bytes: usize) -> String {
     }
 }
 
-fn check_arguments(tool: Tool, args: &Map<String, Value>) -> Result<(), ApiError> {
+fn check_arguments(tool: Tool, args: &Map<String, Value>) -> Result<(), ToolError> {
     let known = tool.arguments();
     for (key, value) in args {
         let Some((_, type_, _)) = known.iter().find(|(name, _, _)| name == key) else {
@@ -273,7 +272,7 @@ fn check_arguments(tool: Tool, args: &Map<String, Value>) -> Result<(), ApiError
             _ => false,
         } || value.is_null();
         if !fits {
-            return Err(ApiError::bad_request(format!(
+            return Err(ToolError::bad_request(format!(
                 "arguments.{key}: must be a {type_}{}",
                 if *type_ == "string" {
                     format!(" of at most {}", size(argument_limit(key)))
@@ -283,14 +282,14 @@ fn check_arguments(tool: Tool, args: &Map<String, Value>) -> Result<(), ApiError
             )));
         }
         if value.as_str().is_some_and(|s| s.contains('\0')) {
-            return Err(ApiError::bad_request(format!(
+            return Err(ToolError::bad_request(format!(
                 "arguments.{key}: must not contain NUL"
             )));
         }
     }
     for (name, _, required) in known {
         if *required && args.get(*name).is_none_or(Value::is_null) {
-            return Err(ApiError::bad_request(format!(
+            return Err(ToolError::bad_request(format!(
                 "arguments.{name}: required for {}",
                 tool.as_str()
             )));
@@ -307,7 +306,7 @@ fn check_arguments(tool: Tool, args: &Map<String, Value>) -> Result<(), ApiError
     Ok(())
 }
 
-fn execution_id(id: &str) -> Result<String, ApiError> {
+fn execution_id(id: &str) -> Result<String, ToolError> {
     let ok = !id.is_empty()
         && id.len() <= MAX_EXECUTION_ID
         && id
@@ -316,57 +315,59 @@ fn execution_id(id: &str) -> Result<String, ApiError> {
     if ok {
         Ok(id.to_string())
     } else {
-        Err(ApiError::bad_request(format!(
+        Err(ToolError::bad_request(format!(
             "executionId: {id:?} must be 1-{MAX_EXECUTION_ID} letters, digits, '-', '_', '.' or ':'"
         )))
     }
 }
 
 /// `/workspace` or a directory under it, without `..`; the container resolves links.
-fn workspace_path(path: &str) -> Result<String, ApiError> {
+fn workspace_path(path: &str) -> Result<String, ToolError> {
     let trimmed = path.trim_end_matches('/');
     let inside = trimmed == WORKSPACE || trimmed.starts_with("/workspace/");
     if !inside || trimmed.split('/').any(|s| s == "..") {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "OutsideWorkspace",
-            format!("workspacePath: {path:?} is not {WORKSPACE} or inside it"),
-        ));
+        return Err(ToolError::outside(format!(
+            "workspacePath: {path:?} is not {WORKSPACE} or inside it"
+        )));
     }
     Ok(trimmed.to_string())
 }
 
-fn millis(field: &str, value: &Value) -> Result<Duration, ApiError> {
+fn millis(field: &str, value: &Value) -> Result<Duration, ToolError> {
     match value.as_u64() {
         Some(ms) if ms > 0 && ms <= MAX_TIMEOUT.as_millis() as u64 => Ok(Duration::from_millis(ms)),
-        _ => Err(ApiError::bad_request(format!(
+        _ => Err(ToolError::bad_request(format!(
             "{field}: must be milliseconds between 1 and {}",
             MAX_TIMEOUT.as_millis()
         ))),
     }
 }
 
-pub fn unsupported(message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, "Unsupported", message)
+fn unsupported(message: impl Into<String>) -> ToolError {
+    ToolError::unsupported(message)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::error::Reason;
 
-    fn parse(tool: Tool, body: Value) -> Result<ToolCall, ApiError> {
+    fn parse(tool: Tool, body: Value) -> Result<ToolCall, ToolError> {
         ToolCall::parse(tool, body.to_string().as_bytes())
     }
 
     #[test]
     fn unknown_tools_and_arguments_are_unsupported() {
-        assert_eq!(Tool::parse("WebFetch").unwrap_err().reason, "Unsupported");
+        assert_eq!(
+            Tool::parse("WebFetch").unwrap_err().reason,
+            Reason::Unsupported
+        );
         let err = parse(
             Tool::Read,
             json!({"executionId": "a", "arguments": {"file_path": "x", "encoding": "utf8"}}),
         )
         .unwrap_err();
-        assert_eq!(err.reason, "Unsupported");
+        assert_eq!(err.reason, Reason::Unsupported);
         assert!(err.message.contains("encoding"), "{}", err.message);
     }
 
@@ -379,14 +380,14 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             (err.reason, err.message.contains("content")),
-            ("BadRequest", true)
+            (Reason::BadRequest, true)
         );
         let err = parse(
             Tool::Read,
             json!({"executionId": "a", "arguments": {"file_path": 3}}),
         )
         .unwrap_err();
-        assert_eq!(err.reason, "BadRequest");
+        assert_eq!(err.reason, Reason::BadRequest);
         let err = parse(Tool::Read, json!({"arguments": {"file_path": "x"}})).unwrap_err();
         assert!(err.message.contains("executionId"));
     }
@@ -399,7 +400,7 @@ mod tests {
                 json!({"executionId": "a", "workspacePath": bad, "arguments": {"file_path": "x"}}),
             )
             .unwrap_err();
-            assert_eq!(err.reason, "OutsideWorkspace", "{bad}");
+            assert_eq!(err.reason, Reason::OutsideWorkspace, "{bad}");
         }
         let ok = parse(
             Tool::Read,
@@ -567,7 +568,11 @@ mod tests {
                         prop_assert!(call.timeout > Duration::ZERO && call.timeout <= MAX_TIMEOUT);
                     }
                     Err(err) => {
-                        prop_assert!((400..500).contains(&err.code.as_u16()), "{:?}", err);
+                        // The caller's fault, every time (answered 400 or 403).
+                        prop_assert!(
+                            matches!(err.reason, Reason::BadRequest | Reason::Unsupported | Reason::OutsideWorkspace),
+                            "{:?}", err
+                        );
                         prop_assert!(!err.message.is_empty());
                     }
                 }
@@ -587,7 +592,7 @@ mod tests {
                         prop_assert!(inside_workspace(&path), "{} taken as {}", path, taken);
                         prop_assert!(inside_workspace(&taken));
                     }
-                    Err(err) => prop_assert_eq!(err.reason, "OutsideWorkspace"),
+                    Err(err) => prop_assert_eq!(err.reason, Reason::OutsideWorkspace),
                 }
             }
 

@@ -7,6 +7,7 @@
 //! whose outcome was lost (the daemon died mid-call) answers that the outcome is unknown.
 
 mod call;
+mod error;
 mod pattern;
 mod run;
 mod script;
@@ -17,19 +18,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use bytes::Bytes;
 use chrono::Utc;
-use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
 pub use call::{MAX_OUTPUT_BYTES, MAX_REQUEST_BYTES, Shell, Tool, ToolCall};
+pub use error::{Reason, ToolError};
 
-use crate::api::ApiError;
-use crate::inspect::reach::{Unreached, owned_container};
-use crate::lxd::{LxdClient, LxdConfig};
-use crate::runtime::{ExecRequest, Instance, Runtime, RuntimeError};
+use crate::inspect::reach::owned_container;
+use crate::runtime::{ExecRequest, Instance, Runtime};
+use crate::runtime_handle::RuntimeHandle;
 use crate::secrets::Secrets;
 use crate::store::{ExecutionState, Store, StoredObject};
 use run::{Run, SIDE_CALL_TIMEOUT, verdict_error};
@@ -42,14 +40,13 @@ pub const RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// How often expired records are deleted, at most.
 const EXPIRY_INTERVAL: Duration = Duration::from_secs(60);
 
-/// A success or failure answer: the status code and the JSON body.
-pub type Answer = (StatusCode, Value);
-
-/// Where the runtime comes from: given (tests), or an LXD client connected on first use so a
-/// daemon starts even when LXD is down.
-enum Source {
-    Ready(Arc<dyn Runtime>),
-    Lxd(Box<LxdConfig>, OnceCell<Arc<dyn Runtime>>),
+/// What a call answers, once it is known not to have failed before anything was recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// The tool's output.
+    Output(Value),
+    /// An outcome recorded before failures were typed: the status code and body as answered.
+    Answered { code: u16, body: Value },
 }
 
 /// A call running in this process, for cancellation.
@@ -60,80 +57,39 @@ struct Running {
 pub struct Tools {
     store: Arc<Store>,
     secrets: Arc<Secrets>,
-    source: Source,
+    /// The daemon's one LXD connection.
+    lxd: Arc<RuntimeHandle>,
     running: Mutex<HashMap<(String, String), Running>>,
     last_expiry: Mutex<Option<Instant>>,
 }
 
 impl Tools {
-    pub fn new(store: Arc<Store>, secrets: Arc<Secrets>, runtime: Arc<dyn Runtime>) -> Tools {
-        Self::with_source(store, secrets, Source::Ready(runtime))
-    }
-
-    /// Connects to LXD with `config` on the first tool call.
-    pub fn lxd(store: Arc<Store>, secrets: Arc<Secrets>, config: LxdConfig) -> Tools {
-        Self::with_source(
-            store,
-            secrets,
-            Source::Lxd(Box::new(config), OnceCell::new()),
-        )
-    }
-
-    fn with_source(store: Arc<Store>, secrets: Arc<Secrets>, source: Source) -> Tools {
+    pub fn new(store: Arc<Store>, secrets: Arc<Secrets>, lxd: Arc<RuntimeHandle>) -> Tools {
         Tools {
             store,
             secrets,
-            source,
+            lxd,
             running: Mutex::new(HashMap::new()),
             last_expiry: Mutex::new(None),
         }
     }
 
-    async fn runtime(&self) -> Result<Arc<dyn Runtime>, ApiError> {
-        match &self.source {
-            Source::Ready(runtime) => Ok(Arc::clone(runtime)),
-            Source::Lxd(config, cell) => cell
-                .get_or_try_init(|| async {
-                    let client = LxdClient::connect((**config).clone()).await?;
-                    Ok::<_, RuntimeError>(Arc::new(client) as Arc<dyn Runtime>)
-                })
-                .await
-                .cloned()
-                .map_err(|err| unreachable(format!("LXD is not reachable: {err}"))),
-        }
+    /// LXD, connected on the first tool call when nothing connected it before, so a daemon
+    /// starts (and a paused one serves the tools) whether or not LXD is up.
+    async fn runtime(&self) -> Result<Arc<dyn Runtime>, ToolError> {
+        self.lxd
+            .connect()
+            .await
+            .map_err(|err| ToolError::unreachable(format!("LXD is not reachable: {err}")))
     }
 
-    /// `.../projects/NAME/tools/...` after membership was checked: `rest` is what follows
-    /// `tools`.
-    pub async fn route(
-        self: &Arc<Self>,
-        project: &Arc<StoredObject>,
-        method: &Method,
-        rest: &[&str],
-        body: Bytes,
-    ) -> Result<Answer, ApiError> {
-        match (rest, method) {
-            ([], &Method::GET) => Ok((StatusCode::OK, self.capabilities(project).await?)),
-            (["instructions"], &Method::GET) => self.instructions(project).await,
-            (["executions", id], &Method::DELETE) => self.cancel(project, id),
-            ([tool], &Method::POST) => {
-                let tool = Tool::parse(tool)?;
-                let call = ToolCall::parse(tool, &body)?;
-                self.call(project, call).await
-            }
-            _ => Err(ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "MethodNotAllowed",
-                format!("{method} is not supported on tools/{}", rest.join("/")),
-            )),
-        }
-    }
-
-    async fn call(
+    /// Runs `call` once for its execution id: a repeated id answers what the first call
+    /// answered (a failure as the error); a lost outcome is never run again.
+    pub async fn call(
         self: &Arc<Self>,
         project: &Arc<StoredObject>,
         call: ToolCall,
-    ) -> Result<Answer, ApiError> {
+    ) -> Result<Reply, ToolError> {
         self.expire();
         let uid = project.uid().to_string();
         let key = (uid.clone(), call.execution_id.clone());
@@ -143,9 +99,8 @@ impl Tools {
         {
             let mut running = self.lock();
             if running.contains_key(&key) {
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    "Conflict",
+                return Err(ToolError::new(
+                    Reason::Conflict,
                     format!("execution {:?} is running", call.execution_id),
                 ));
             }
@@ -168,16 +123,15 @@ impl Tools {
         .await??;
         if let Some(existing) = existing {
             return match (existing.state, existing.outcome) {
-                (ExecutionState::Finished, Some(outcome)) => Ok(recorded(outcome)),
-                _ if call.tool.mutates() => Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    "REMOTE_MUTATION_OUTCOME_UNKNOWN",
+                (ExecutionState::Finished, Some(outcome)) => replay(outcome),
+                _ if call.tool.mutates() => Err(ToolError::new(
+                    Reason::OutcomeUnknown,
                     format!(
                         "execution {:?} ({}) started but its outcome was lost; inspect the workspace instead of running it again",
                         call.execution_id, existing.tool
                     ),
                 )),
-                _ => Err(cancelled(&call.execution_id)),
+                _ => Err(ToolError::cancelled(&call.execution_id)),
             };
         }
         let pidfile = format!("/run/berth-tool-{}.pid", uuid::Uuid::new_v4().simple());
@@ -192,26 +146,22 @@ impl Tools {
             armed: true,
         };
         let outcome = if cancel.is_cancelled() {
-            Err(cancelled(&call.execution_id))
+            Err(ToolError::cancelled(&call.execution_id))
         } else {
             self.dispatch(project, call.clone(), &cancel, &pidfile)
                 .await
         };
         guard.armed = false;
-        let answer = match outcome {
-            Ok(body) => (StatusCode::OK, body),
-            Err(err) => (err.code, err.to_value()),
-        };
-        let record = json!({"code": answer.0.as_u16(), "body": self.redact(&uid, &answer.1)});
+        let record = self.redact(&uid, &record_of(&outcome));
         let store = Arc::clone(&self.store);
         let id = call.execution_id.clone();
         let finished =
             blocking(move || store.finish_execution(&uid, &id, tool.as_str(), &record, Utc::now()))
                 .await;
-        if let Err(err) = finished.and_then(|r| r.map_err(ApiError::from)) {
+        if let Err(err) = finished.and_then(|r| r.map_err(ToolError::from)) {
             tracing::error!(execution = %call.execution_id, error = %err.message, "recording a tool outcome failed");
         }
-        Ok(answer)
+        outcome.map(Reply::Output)
     }
 
     /// Wakes the project if the reaper idled it, then runs the call within its timeout (the
@@ -222,7 +172,7 @@ impl Tools {
         mut call: ToolCall,
         cancel: &CancellationToken,
         pidfile: &str,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, ToolError> {
         let total = call.timeout;
         let deadline = tokio::time::Instant::now() + total;
         let woke =
@@ -252,12 +202,12 @@ impl Tools {
         let outcome = tokio::select! {
             // A cancel that is already there wins before anything is sent.
             biased;
-            () = cancel.cancelled() => Err(cancelled(&call.execution_id)),
+            () = cancel.cancelled() => Err(ToolError::cancelled(&call.execution_id)),
             outcome = run.tool() => outcome,
             () = tokio::time::sleep_until(deadline) => Err(timeout(call.tool, total)),
         };
         if let Err(err) = &outcome
-            && matches!(err.reason, "Cancelled" | "Timeout")
+            && matches!(err.reason, Reason::Cancelled | Reason::Timeout)
         {
             kill(&runtime, instance, pidfile).await;
         }
@@ -270,18 +220,13 @@ impl Tools {
         &self,
         runtime: &Arc<dyn Runtime>,
         project: &StoredObject,
-    ) -> Result<Instance, ApiError> {
+    ) -> Result<Instance, ToolError> {
         let name = project.name();
         let controller = self.store.controller_id();
         let owned = owned_container(runtime.as_ref(), name, project.uid(), controller);
         match tokio::time::timeout(SIDE_CALL_TIMEOUT, owned).await {
-            Ok(Ok(instance)) => Ok(instance),
-            Ok(Err(foreign @ Unreached::Foreign(_))) => Err(foreign.into()),
-            Ok(Err(Unreached::Absent(_))) => Err(unreachable(format!(
-                "the container {name:?} does not exist"
-            ))),
-            Ok(Err(err @ Unreached::Runtime { .. })) => Err(unreachable(err.to_string())),
-            Err(_) => Err(unreachable(format!(
+            Ok(reached) => Ok(reached?),
+            Err(_) => Err(ToolError::unreachable(format!(
                 "reading the container {name:?} took longer than {SIDE_CALL_TIMEOUT:?}"
             ))),
         }
@@ -291,7 +236,7 @@ impl Tools {
         &self,
         runtime: &Arc<dyn Runtime>,
         project: &StoredObject,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), ToolError> {
         let name = project.name();
         let idled = project
             .status
@@ -301,7 +246,7 @@ impl Tools {
         if instance.is_running() {
             return Ok(());
         }
-        Err(unreachable(format!(
+        Err(ToolError::unreachable(format!(
             "the container {name:?} is {}{}",
             instance.status.as_str(),
             if idled {
@@ -313,7 +258,7 @@ impl Tools {
     }
 
     /// The project's `spec.env` and its secrets (secrets win), for Bash.
-    fn project_env(&self, project: &StoredObject) -> Result<BTreeMap<String, String>, ApiError> {
+    fn project_env(&self, project: &StoredObject) -> Result<BTreeMap<String, String>, ToolError> {
         let mut env: BTreeMap<String, String> = project
             .spec
             .get("env")
@@ -328,7 +273,7 @@ impl Tools {
         let secrets = self
             .secrets
             .values(project.uid())
-            .map_err(|err| ApiError::internal(format!("reading the project's secrets: {err}")))?;
+            .map_err(|err| ToolError::internal(format!("reading the project's secrets: {err}")))?;
         env.extend(secrets);
         Ok(env)
     }
@@ -343,11 +288,13 @@ impl Tools {
         redact_with(value, &values)
     }
 
-    fn cancel(&self, project: &StoredObject, id: &str) -> Result<Answer, ApiError> {
+    /// Cancels the execution `id`: a running one is killed, one not yet dispatched never runs.
+    /// Returns what became of it.
+    pub fn cancel(&self, project: &StoredObject, id: &str) -> Result<String, ToolError> {
         let uid = project.uid().to_string();
         if let Some(running) = self.lock().get(&(uid.clone(), id.to_string())) {
             running.cancel.cancel();
-            return Ok(status_ok(format!("execution {id:?} cancelled")));
+            return Ok(format!("execution {id:?} cancelled"));
         }
         let message = match self.store.execution(&uid, id)? {
             Some(e) if e.state == ExecutionState::Finished => {
@@ -355,16 +302,18 @@ impl Tools {
             }
             Some(_) => format!("execution {id:?} started but its outcome was lost"),
             None => {
-                let record = json!({"code": 409, "body": cancelled(id).to_value()});
+                let record = record_of(&Err(ToolError::cancelled(id)));
                 self.store
                     .finish_execution(&uid, id, "", &record, Utc::now())?;
                 format!("execution {id:?} cancelled before it was dispatched")
             }
         };
-        Ok(status_ok(message))
+        Ok(message)
     }
 
-    async fn instructions(&self, project: &StoredObject) -> Result<Answer, ApiError> {
+    /// The workspace's instruction files (`CLAUDE.md`, `AGENTS.md`, ...), from a running
+    /// container that is the project's.
+    pub async fn instructions(&self, project: &StoredObject) -> Result<Value, ToolError> {
         let runtime = self.runtime().await?;
         let name = project.name();
         self.require_running(&runtime, project).await?;
@@ -399,10 +348,7 @@ impl Tools {
                 Some(json!({"path": path, "content": String::from_utf8_lossy(&content)}))
             })
             .collect();
-        Ok((
-            StatusCode::OK,
-            json!({"workspacePath": call::WORKSPACE, "files": files}),
-        ))
+        Ok(json!({"workspacePath": call::WORKSPACE, "files": files}))
     }
 
     /// Deletes records past the retention period, at most once a minute.
@@ -426,11 +372,11 @@ impl Tools {
     /// The protocol, the tools and their limits, and what this workspace offers: a running
     /// container is asked (one exec); a stopped one is only described; a container that is not
     /// the project's is refused.
-    async fn capabilities(&self, project: &StoredObject) -> Result<Value, ApiError> {
+    pub async fn capabilities(&self, project: &StoredObject) -> Result<Value, ToolError> {
         let offer = match self.runtime().await {
             Ok(runtime) => match self.require_running(&runtime, project).await {
                 Ok(()) => run::probe(&runtime, project.name()).await,
-                Err(err) if err.reason == "NameConflict" => return Err(err),
+                Err(err) if err.reason == Reason::NameConflict => return Err(err),
                 Err(err) => Err(err),
             },
             Err(err) => Err(err),
@@ -493,23 +439,6 @@ impl Tools {
     }
 }
 
-/// The LXD client settings of the daemon's `lxd:` configuration.
-pub fn lxd_config(settings: &crate::config::LxdConfig) -> Result<LxdConfig, RuntimeError> {
-    let path = |s: &str| (!s.is_empty()).then(|| std::path::PathBuf::from(s));
-    let fingerprint =
-        (!settings.server_fingerprint.is_empty()).then_some(settings.server_fingerprint.as_str());
-    let endpoint = crate::lxd::Endpoint::parse(
-        &settings.endpoint,
-        path(&settings.client_cert),
-        path(&settings.client_key),
-        fingerprint,
-    )?;
-    let mut config = LxdConfig::new(endpoint);
-    config.project = settings.project.clone();
-    config.target = (!settings.target.is_empty()).then(|| settings.target.clone());
-    Ok(config)
-}
-
 /// Removes a call from the running ones however its request ends.
 struct Registered {
     tools: Arc<Tools>,
@@ -525,10 +454,10 @@ impl Drop for Registered {
 /// Runs a store write off the async threads: it waits for the disk.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, ApiError> {
+) -> Result<T, ToolError> {
     crate::store::blocking(f)
         .await
-        .map_err(|err| ApiError::internal(err.to_string()))
+        .map_err(|err| ToolError::internal(format!("a store write did not finish: {err}")))
 }
 
 /// Cancels a call whose request was dropped before it finished (the caller went away).
@@ -549,7 +478,7 @@ impl Drop for Abandoned {
         let tools = Arc::clone(&self.tools);
         let (uid, id) = self.key.clone();
         tools.lock().remove(&self.key);
-        let record = json!({"code": 409, "body": cancelled(&id).to_value()});
+        let record = record_of(&Err(ToolError::cancelled(&id)));
         if let Err(err) =
             tools
                 .store
@@ -621,38 +550,39 @@ fn redact_with(value: &Value, secrets: &[String]) -> Value {
     }
 }
 
-fn recorded(outcome: Value) -> Answer {
-    let code = outcome
+/// What an execution's record keeps of its outcome: the output, or the typed failure.
+fn record_of(outcome: &Result<Value, ToolError>) -> Value {
+    match outcome {
+        Ok(output) => json!({"output": output}),
+        Err(err) => json!({"error": err}),
+    }
+}
+
+/// Answers a repeated execution id from its record.
+fn replay(record: Value) -> Result<Reply, ToolError> {
+    if let Some(output) = record.get("output") {
+        return Ok(Reply::Output(output.clone()));
+    }
+    if let Some(error) = record.get("error") {
+        return Err(serde_json::from_value(error.clone()).unwrap_or_else(|err| {
+            ToolError::internal(format!("the recorded outcome cannot be read: {err}"))
+        }));
+    }
+    // Recorded as answered, by an earlier berth (or unredactable, when neither is there).
+    let code = record
         .get("code")
         .and_then(Value::as_u64)
-        .and_then(|c| StatusCode::from_u16(c as u16).ok())
-        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (code, outcome.get("body").cloned().unwrap_or(Value::Null))
+        .and_then(|c| u16::try_from(c).ok())
+        .unwrap_or(500);
+    Ok(Reply::Answered {
+        code,
+        body: record.get("body").cloned().unwrap_or(Value::Null),
+    })
 }
 
-fn status_ok(message: String) -> Answer {
-    (
-        StatusCode::OK,
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200, "message": message}),
-    )
-}
-
-pub(crate) fn unreachable(message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Unreachable", message)
-}
-
-pub(crate) fn cancelled(id: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::CONFLICT,
-        "Cancelled",
-        format!("execution {id:?} was cancelled"),
-    )
-}
-
-fn timeout(tool: Tool, after: Duration) -> ApiError {
-    ApiError::new(
-        StatusCode::REQUEST_TIMEOUT,
-        "Timeout",
+fn timeout(tool: Tool, after: Duration) -> ToolError {
+    ToolError::new(
+        Reason::Timeout,
         format!(
             "{} did not finish within {} ms; what it started was killed",
             tool.as_str(),

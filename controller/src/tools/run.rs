@@ -6,14 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::StatusCode;
 use serde_json::{Value, json};
 
 use super::call::{self, DEFAULT_READ_LINES, MAX_FILE_BYTES, MAX_MATCHES, READ_LINE_MAX};
+use super::error::{Reason, ToolError};
 use super::pattern::{self, EreError, GlobError};
 use super::script::{self, Verdict};
-use super::{Shell, Tool, ToolCall, cancelled, capped, unreachable};
-use crate::api::ApiError;
+use super::{Shell, Tool, ToolCall, capped};
 use crate::runtime::{ExecOutput, ExecRequest, FileWrite, Runtime, RuntimeError};
 
 /// The exec's own deadline exceeds the tool's, so the tool's timeout is what fires.
@@ -35,7 +34,7 @@ pub struct Run<'a> {
 
 impl Run<'_> {
     /// Carries out the call; its caller bounds it by the call's timeout and cancel.
-    pub async fn tool(&self) -> Result<Value, ApiError> {
+    pub async fn tool(&self) -> Result<Value, ToolError> {
         let call = self.call;
         match call.tool {
             Tool::Read => {
@@ -67,7 +66,7 @@ impl Run<'_> {
         }
     }
 
-    async fn glob(&self) -> Result<Value, ApiError> {
+    async fn glob(&self) -> Result<Value, ToolError> {
         let call = self.call;
         let dir = match call.string("path") {
             p if p.is_empty() => call.workspace.clone(),
@@ -89,7 +88,7 @@ impl Run<'_> {
         self.listing(output)
     }
 
-    async fn grep(&self) -> Result<Value, ApiError> {
+    async fn grep(&self) -> Result<Value, ToolError> {
         let call = self.call;
         let regex = call.string("pattern");
         let glob = match call.string("glob") {
@@ -127,22 +126,22 @@ impl Run<'_> {
             .await?;
         match Verdict::of(output.exit_code) {
             // Grep's own failure (a bad regular expression) is the caller's to fix.
-            Verdict::Other(2) => Err(ApiError::bad_request(stderr_line(&output))),
+            Verdict::Other(2) => Err(ToolError::bad_request(stderr_line(&output))),
             _ => self.listing(output),
         }
     }
 
     /// Edit: the file is read, changed here (exact bytes, no regular expression), and written
     /// back only if it still holds what was read.
-    async fn edit(&self) -> Result<Value, ApiError> {
+    async fn edit(&self) -> Result<Value, ToolError> {
         let call = self.call;
         let path = call.string("file_path");
         let (old, new) = (call.string("old_string"), call.string("new_string"));
         if old.is_empty() {
-            return Err(ApiError::bad_request("old_string is empty"));
+            return Err(ToolError::bad_request("old_string is empty"));
         }
         if old == new {
-            return Err(ApiError::bad_request(
+            return Err(ToolError::bad_request(
                 "old_string and new_string are the same",
             ));
         }
@@ -159,20 +158,20 @@ impl Run<'_> {
             return Err(self.failure(&output));
         }
         let Some(at) = output.stdout.iter().position(|b| *b == 0) else {
-            return Err(ApiError::internal("the Edit read gave no path"));
+            return Err(ToolError::internal("the Edit read gave no path"));
         };
         let (canonical, text) = (
             String::from_utf8_lossy(&output.stdout[..at]).into_owned(),
             &output.stdout[at + 1..],
         );
         if text.len() > MAX_FILE_BYTES {
-            return Err(ApiError::bad_request(format!(
+            return Err(ToolError::bad_request(format!(
                 "{path} is larger than {}, the most Edit changes; use Bash",
                 call::size(MAX_FILE_BYTES)
             )));
         }
         if text.contains(&0) {
-            return Err(ApiError::bad_request(format!("{path} is binary")));
+            return Err(ToolError::bad_request(format!("{path} is binary")));
         }
         let (edited, count) = replace(
             text,
@@ -182,19 +181,19 @@ impl Run<'_> {
         );
         match count {
             0 => {
-                return Err(ApiError::bad_request(format!(
+                return Err(ToolError::bad_request(format!(
                     "old_string was not found in {path}"
                 )));
             }
             n if n > 1 && !call.flag("replace_all") => {
-                return Err(ApiError::bad_request(format!(
+                return Err(ToolError::bad_request(format!(
                     "old_string occurs {n} times in {path}; give more context or set replace_all"
                 )));
             }
             _ => {}
         }
         if edited.len() > MAX_FILE_BYTES {
-            return Err(ApiError::bad_request(format!(
+            return Err(ToolError::bad_request(format!(
                 "the edited {path} would be larger than {}",
                 call::size(MAX_FILE_BYTES)
             )));
@@ -212,7 +211,7 @@ impl Run<'_> {
         path: &str,
         content: Vec<u8>,
         expect: Option<String>,
-    ) -> Result<String, ApiError> {
+    ) -> Result<String, ToolError> {
         let source = format!("{}.in", self.pidfile);
         let staged = FileWrite {
             path: source.clone(),
@@ -241,7 +240,7 @@ impl Run<'_> {
         Ok(capped(&output.stdout))
     }
 
-    async fn bash(&self) -> Result<Value, ApiError> {
+    async fn bash(&self) -> Result<Value, ToolError> {
         let call = self.call;
         if let Some(shell) = &call.shell {
             self.check_shell(shell).await?;
@@ -271,10 +270,8 @@ impl Run<'_> {
         Ok(body)
     }
 
-    async fn check_shell(&self, shell: &Shell) -> Result<(), ApiError> {
-        let mismatch = |message: String| {
-            ApiError::new(StatusCode::PRECONDITION_FAILED, "ShellMismatch", message)
-        };
+    async fn check_shell(&self, shell: &Shell) -> Result<(), ToolError> {
+        let mismatch = |message: String| ToolError::new(Reason::ShellMismatch, message);
         if shell.name != "bash" {
             return Err(mismatch(format!(
                 "shell.name: {:?} is not offered; Bash runs bash",
@@ -298,7 +295,7 @@ impl Run<'_> {
     }
 
     /// A script whose success is a listing: its stdout is the output.
-    fn listing(&self, output: ExecOutput) -> Result<Value, ApiError> {
+    fn listing(&self, output: ExecOutput) -> Result<Value, ToolError> {
         if output.success() {
             Ok(self.body(json!(capped(&output.stdout))))
         } else {
@@ -306,9 +303,9 @@ impl Run<'_> {
         }
     }
 
-    fn failure(&self, output: &ExecOutput) -> ApiError {
+    fn failure(&self, output: &ExecOutput) -> ToolError {
         match Verdict::of(output.exit_code) {
-            Verdict::Cancelled => cancelled(&self.call.execution_id),
+            Verdict::Cancelled => ToolError::cancelled(&self.call.execution_id),
             verdict => verdict_error(verdict, output),
         }
     }
@@ -325,11 +322,11 @@ impl Run<'_> {
         &self,
         body: &str,
         env: [(&str, String); N],
-    ) -> Result<ExecOutput, ApiError> {
+    ) -> Result<ExecOutput, ToolError> {
         let env = env.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         let output = self.exec(body, env).await?;
         if Verdict::of(output.exit_code) == Verdict::Cancelled {
-            return Err(cancelled(&self.call.execution_id));
+            return Err(ToolError::cancelled(&self.call.execution_id));
         }
         Ok(output)
     }
@@ -339,7 +336,7 @@ impl Run<'_> {
         &self,
         body: &str,
         mut env: BTreeMap<String, String>,
-    ) -> Result<ExecOutput, ApiError> {
+    ) -> Result<ExecOutput, ToolError> {
         env.insert("BERTH_WORKSPACE".into(), self.call.workspace.clone());
         env.insert("BERTH_PIDFILE".into(), self.pidfile.to_string());
         let request = ExecRequest {
@@ -355,15 +352,23 @@ impl Run<'_> {
             .map_err(|err| self.lxd_error(err))
     }
 
-    fn lxd_error(&self, err: RuntimeError) -> ApiError {
+    fn lxd_error(&self, err: RuntimeError) -> ToolError {
         let tool = self.call.tool.as_str();
         match err {
             // LXD did not answer in time (the tool's own deadline had not passed); the
             // caller kills what the call started.
-            err @ RuntimeError::Timeout { .. } => ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "Timeout",
+            err @ RuntimeError::Timeout { .. } => ToolError::new(
+                Reason::Timeout,
                 format!("{tool}: {err}; what it started was killed"),
+            ),
+            // Only a container whose programs were replaced prints past the host's cap (the
+            // scripts cut every stream far below it): what a mutation did is then unknown.
+            err @ RuntimeError::TooLarge { .. } if self.call.tool.mutates() => ToolError::new(
+                Reason::OutcomeUnknown,
+                format!(
+                    "{tool}: {err}; execution {:?} ran but its answer was not taken, so inspect the workspace instead of running it again",
+                    self.call.execution_id
+                ),
             ),
             err => exec_error(self.instance, &format!("running {tool}"), &err),
         }
@@ -381,23 +386,19 @@ pub fn session(script: &str) -> Vec<String> {
 
 /// What a failed exec means for the caller: a missing container or a stopped one is
 /// unreachable, a command the image lacks is unsupported.
-pub fn exec_error(instance: &str, doing: &str, err: &RuntimeError) -> ApiError {
+pub fn exec_error(instance: &str, doing: &str, err: &RuntimeError) -> ToolError {
     if err.is_not_found() {
-        return unreachable(format!("the container {instance:?} does not exist"));
+        return ToolError::unreachable(format!("the container {instance:?} does not exist"));
     }
     if err
         .lxd_message()
         .is_some_and(|m| m.contains("Command not found") || m.contains("executable file not found"))
     {
-        return ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "Unsupported",
-            format!(
-                "{doing}: this workspace's image lacks sh or setsid, which the tools need ({err})"
-            ),
-        );
+        return ToolError::unsupported(format!(
+            "{doing}: this workspace's image lacks sh or setsid, which the tools need ({err})"
+        ));
     }
-    unreachable(format!("{doing} in the container {instance:?}: {err}"))
+    ToolError::unreachable(format!("{doing} in the container {instance:?}: {err}"))
 }
 
 /// What a workspace's image offers the tools.
@@ -411,14 +412,14 @@ pub struct Offer {
 }
 
 /// Asks the container what it offers (one exec, no process group needed).
-pub async fn probe(runtime: &Arc<dyn Runtime>, instance: &str) -> Result<Offer, ApiError> {
+pub async fn probe(runtime: &Arc<dyn Runtime>, instance: &str) -> Result<Offer, ToolError> {
     let request = ExecRequest::new(["sh", "-c", script::PROBE], SIDE_CALL_TIMEOUT);
     let output = runtime
         .exec(instance, &request)
         .await
         .map_err(|err| exec_error(instance, "asking what the workspace offers", &err))?;
     if !output.success() {
-        return Err(ApiError::internal(format!(
+        return Err(ToolError::internal(format!(
             "asking what the workspace offers failed: {}",
             stderr_line(&output)
         )));
@@ -495,26 +496,24 @@ fn replace(text: &[u8], old: &[u8], new: &[u8], all: bool) -> (Vec<u8>, usize) {
     (out, count)
 }
 
-fn glob_error(err: GlobError) -> ApiError {
+fn glob_error(err: GlobError) -> ToolError {
     match err {
-        GlobError::Outside(message) => {
-            ApiError::new(StatusCode::FORBIDDEN, "OutsideWorkspace", message)
-        }
-        GlobError::Invalid(message) => ApiError::bad_request(message),
+        GlobError::Outside(message) => ToolError::outside(message),
+        GlobError::Invalid(message) => ToolError::bad_request(message),
     }
 }
 
-pub fn verdict_error(verdict: Verdict, output: &ExecOutput) -> ApiError {
+pub fn verdict_error(verdict: Verdict, output: &ExecOutput) -> ToolError {
     let message = stderr_line(output);
     match verdict {
-        Verdict::Outside => ApiError::new(StatusCode::FORBIDDEN, "OutsideWorkspace", message),
-        Verdict::NotFound => ApiError::not_found(message),
-        Verdict::Refused => ApiError::bad_request(message),
-        Verdict::NoWorkspace => unreachable(message),
-        Verdict::Cancelled => ApiError::new(StatusCode::CONFLICT, "Cancelled", message),
-        Verdict::Unsupported => ApiError::new(StatusCode::BAD_REQUEST, "Unsupported", message),
-        Verdict::Changed => ApiError::new(StatusCode::CONFLICT, "Conflict", message),
-        Verdict::Ok | Verdict::Other(_) => ApiError::internal(format!(
+        Verdict::Outside => ToolError::outside(message),
+        Verdict::NotFound => ToolError::new(Reason::NotFound, message),
+        Verdict::Refused => ToolError::bad_request(message),
+        Verdict::NoWorkspace => ToolError::unreachable(message),
+        Verdict::Cancelled => ToolError::new(Reason::Cancelled, message),
+        Verdict::Unsupported => ToolError::unsupported(message),
+        Verdict::Changed => ToolError::new(Reason::Conflict, message),
+        Verdict::Ok | Verdict::Other(_) => ToolError::internal(format!(
             "the tool failed (exit {}): {message}",
             output.exit_code
         )),

@@ -14,8 +14,8 @@ use chrono::{SecondsFormat, Utc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{blocking, cancelled, unreachable};
-use crate::api::ApiError;
+use super::blocking;
+use super::error::ToolError;
 use crate::reconcile::PROJECT_KIND;
 use crate::store::{Desired, EventType, Store, StoreError, StoredObject};
 
@@ -68,7 +68,7 @@ pub async fn ensure_awake(
     deadline: Instant,
     cancel: &CancellationToken,
     execution_id: &str,
-) -> Result<bool, ApiError> {
+) -> Result<bool, ToolError> {
     let current = fresh(store, project)?;
     let woke = match power(&current) {
         Power::Up => return Ok(false),
@@ -94,35 +94,37 @@ pub async fn ensure_awake(
             } else {
                 "it was woken"
             };
-            return Err(unreachable(format!(
+            return Err(ToolError::unreachable(format!(
                 "project {:?} is starting ({how}) and was not reachable within the call's timeout; call again with a new executionId",
                 project.name()
             )));
         }
         tokio::select! {
-            () = cancel.cancelled() => return Err(cancelled(execution_id)),
+            () = cancel.cancelled() => return Err(ToolError::cancelled(execution_id)),
             () = tokio::time::sleep(POLL) => {}
         }
     }
 }
 
 /// The stored project, if it is still the one the call was made on.
-fn fresh(store: &Store, project: &StoredObject) -> Result<Arc<StoredObject>, ApiError> {
+fn fresh(store: &Store, project: &StoredObject) -> Result<Arc<StoredObject>, ToolError> {
     store
         .get(PROJECT_KIND, project.name())
         .filter(|o| o.uid() == project.uid())
-        .ok_or_else(|| unreachable(format!("project {:?} was deleted", project.name())))
+        .ok_or_else(|| ToolError::unreachable(format!("project {:?} was deleted", project.name())))
 }
 
 /// Sets `berth.dev/wokenAt` to now, as `berth start` does; the reconciler reads it.
-async fn wake(store: &Arc<Store>, project: &StoredObject) -> Result<(), ApiError> {
+async fn wake(store: &Arc<Store>, project: &StoredObject) -> Result<(), ToolError> {
     let store = Arc::clone(store);
     let (name, uid) = (project.name().to_string(), project.uid().to_string());
     blocking(move || {
         let at = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
         for _ in 0..WRITE_ATTEMPTS {
             let Some(current) = store.get(PROJECT_KIND, &name).filter(|o| o.uid() == uid) else {
-                return Err(unreachable(format!("project {name:?} was deleted")));
+                return Err(ToolError::unreachable(format!(
+                    "project {name:?} was deleted"
+                )));
             };
             let mut annotations = current.metadata.annotations.clone();
             annotations.insert(WOKEN_AT.to_string(), at.clone());
@@ -145,24 +147,24 @@ async fn wake(store: &Arc<Store>, project: &StoredObject) -> Result<(), ApiError
                     return Ok(());
                 }
                 Err(StoreError::Conflict { .. }) => continue,
-                Err(err) => return Err(ApiError::from(err)),
+                Err(err) => return Err(ToolError::from(err)),
             }
         }
-        Err(unreachable(format!(
+        Err(ToolError::unreachable(format!(
             "project {name:?} is idled and waking it kept conflicting with other writes"
         )))
     })
     .await?
 }
 
-fn stopped() -> ApiError {
-    unreachable(
+fn stopped() -> ToolError {
+    ToolError::unreachable(
         "project is stopped (spec.state: Stopped); a tool call does not start it, `berth start` does",
     )
 }
 
-fn deleting() -> ApiError {
-    unreachable("project is being deleted")
+fn deleting() -> ToolError {
+    ToolError::unreachable("project is being deleted")
 }
 
 #[cfg(test)]

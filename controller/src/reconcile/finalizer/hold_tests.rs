@@ -655,7 +655,7 @@ async fn a_leftover_inspection_instance_does_not_strand_a_forced_deletion() {
         state: None,
     });
     let mut annotations = object.metadata.annotations.clone();
-    annotations.insert(crate::api::FORCE_DELETE_ANNOTATION.into(), "true".into());
+    annotations.insert(berth_api::annotations::FORCE_DELETE.into(), "true".into());
     s.ctx
         .store
         .delete(PROJECT_KIND, "p", None, annotations, false)

@@ -12,7 +12,6 @@
 //!   `{"exitCode":N}` or `{"error":"..."}`, and a close.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -27,11 +26,10 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
-use super::exec::ExecCall;
-use crate::api::access;
-use crate::api::error::{ApiError, Cause};
-use crate::api::{ApiState, Body, Caller};
-use crate::runtime::{ExecInput, InteractiveExec, Runtime, TerminalSize};
+use super::error::ApiError;
+use super::{ApiState, Body, Caller, access};
+use crate::inspect::exec::ExecCall;
+use crate::runtime::{ExecInput, InteractiveExec, TerminalSize};
 
 /// How long starting the command (and connecting LXD's websockets) may take.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -113,7 +111,7 @@ fn parse_query(query: Option<&str>) -> Result<Attach, ApiError> {
 }
 
 /// Starts a member's command and answers 101; the websocket then carries its streams.
-pub async fn attach(
+pub(super) async fn attach(
     state: &ApiState,
     caller: &Caller,
     name: &str,
@@ -133,32 +131,14 @@ pub async fn attach(
         ));
     };
     let attach = parse_query(req.uri().query())?;
-    let project_env: BTreeMap<String, String> = project
-        .spec
-        .get("env")
-        .and_then(|env| serde_json::from_value(env).ok())
-        .unwrap_or_default();
-    let secrets = state
-        .secrets
-        .values(project.uid())
-        .map_err(|e| ApiError::internal(format!("reading the secrets of {name}: {e}")))?;
-    let request = attach.call.to_request(&project_env, secrets).map_err(|e| {
-        ApiError::invalid(
-            Some("Exec"),
-            Some(name),
-            vec![Cause::new(e.field, e.message.clone())],
-        )
-    })?;
-    let runtime: Arc<dyn Runtime> = super::api::connected(state)?;
-    super::api::reach(state, runtime.as_ref(), &project).await?;
+    let request = super::containers::exec_request(state, &project, &attach.call)?;
+    tracing::info!(project = name, caller = %caller.identity, tty = attach.terminal.is_some(), "exec (interactive)");
     // A person acts in the project for as long as the session is open, whatever the command's
     // outcome: held until the relay ends (or the start fails), and its end recorded too.
-    let session_open = state.inspector.activity.open(project.uid(), "exec");
-    tracing::info!(project = name, caller = %caller.identity, tty = attach.terminal.is_some(), "exec (interactive)");
-    let session = runtime
-        .exec_interactive(project.name(), &request, attach.terminal)
-        .await
-        .map_err(|e| super::api::runtime_error(name, &e))?;
+    let (session, session_open) = state
+        .inspector
+        .exec_interactive(&project, &request, attach.terminal)
+        .await?;
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     let project_name = name.to_string();
     tokio::spawn(async move {

@@ -1,4 +1,4 @@
-//! When a person last did something in a project through berth (`berth exec`), and which
+//! When a person last did something in a project through berth (`berth exec`, a tool call), and which
 //! interactive sessions are open there now, kept in memory for the scheduler's activity pass:
 //! berth never writes spec or metadata to record it.
 

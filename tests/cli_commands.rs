@@ -1137,6 +1137,28 @@ fn stop_and_start_wait_for_the_state_they_asked_for() {
         daemon.put_status("toggle", status);
         let run = finish(child, &[command]).ok();
         assert_eq!(run.stdout.lines().last(), Some(last_line), "{run:?}");
+        if phase == "Stopped" {
+            // The progress shows the phase reached, not the step it had got to.
+            assert!(
+                run.stdout.lines().any(|l| l == "toggle: Stopped"),
+                "{run:?}"
+            );
+            // Stopping it again changes nothing, and says so.
+            let again = daemon.berth(&["stop", "toggle", "--wait"]).ok();
+            assert_eq!(again.stdout, "project/toggle already stopped\n");
+            assert_eq!(generation(&daemon), current);
+            // An apply that waits says where it ended.
+            let file = daemon.file(
+                "stopped.yaml",
+                &project("toggle", "spec:\n  state: Stopped\n"),
+            );
+            let applied = daemon.berth(&["apply", "-f", &file, "--wait"]).ok();
+            assert_eq!(
+                applied.stdout.lines().last(),
+                Some("project/toggle stopped"),
+                "{applied:?}"
+            );
+        }
     }
 }
 

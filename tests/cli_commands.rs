@@ -1637,3 +1637,58 @@ fn a_manifest_or_patch_carrying_a_force_is_refused_naming_it() {
         "{stored}"
     );
 }
+
+#[test]
+fn objects_are_named_as_kubectl_names_them_and_a_missing_one_stops_nothing() {
+    let daemon = Daemon::start();
+    let manifests: Vec<String> = ["kn-a", "kn-b", "kn-c", "kn-d"]
+        .iter()
+        .map(|name| {
+            let team = if *name == "kn-d" { "other" } else { "kn" };
+            project(name, &format!("  labels: {{team: {team}}}\n"))
+        })
+        .collect();
+    let file = daemon.file("kn.yaml", &manifests.join("---\n"));
+    daemon.berth(&["apply", "-f", &file]).ok();
+
+    // What `-o name` prints is taken back, and short names work.
+    let names = daemon
+        .berth(&["get", "projects", "-l", "team=kn", "-o", "name"])
+        .ok();
+    let listed: Vec<&str> = names.stdout.lines().collect();
+    assert_eq!(listed, ["project/kn-a", "project/kn-b", "project/kn-c"]);
+    let mut get = vec!["get"];
+    get.extend(&listed);
+    get.extend(["-o", "name"]);
+    assert_eq!(daemon.berth(&get).ok().stdout, names.stdout);
+    assert!(
+        daemon
+            .berth(&["get", "proj", "kn-a"])
+            .ok()
+            .stdout
+            .contains("kn-a")
+    );
+    let described = daemon.berth(&["describe", "proj/kn-a"]).ok();
+    assert!(described.stdout.contains("kn-a"), "{described:?}");
+    daemon.berth(&["get", "project/kn-a", "gs/x"]).fails(1);
+
+    // A missing one is reported; the others are deleted all the same.
+    let run = daemon
+        .berth(&["delete", "project/kn-a", "project/absent", "project/kn-b"])
+        .fails(1);
+    assert!(run.stderr.contains("absent"), "{run:?}");
+    assert!(run.stdout.contains("project/kn-a deleted"), "{run:?}");
+    assert!(run.stdout.contains("project/kn-b deleted"), "{run:?}");
+    let run = daemon
+        .berth(&["delete", "proj", "absent", "--ignore-not-found"])
+        .ok();
+    assert_eq!(run.stderr, "", "{run:?}");
+
+    // By label: kn-c goes, kn-d of another team stays.
+    let run = daemon.berth(&["delete", "project", "-l", "team=kn"]).ok();
+    assert_eq!(run.stdout, "project/kn-c deleted\n", "{run:?}");
+    let left = daemon.berth(&["get", "projects", "-o", "name"]).ok();
+    assert_eq!(left.stdout, "project/kn-d\n");
+    let run = daemon.berth(&["delete", "project", "-l", "team=kn"]).ok();
+    assert!(run.stdout.contains("No projects match"), "{run:?}");
+}

@@ -63,12 +63,21 @@ impl Resource {
         }
     }
 
-    /// Accepts what a user types on the command line: `project`, `projects`, `Project`.
+    /// The short name kubectl users type (`proj`, `ap`, `gs`).
+    pub fn short(self) -> &'static str {
+        match self {
+            Resource::Project => "proj",
+            Resource::AgentProfile => "ap",
+            Resource::GitSource => "gs",
+        }
+    }
+
+    /// Accepts what a user types on the command line: `project`, `projects`, `Project`, `proj`.
     pub fn from_cli(word: &str) -> Option<Resource> {
         let lower = word.to_ascii_lowercase();
         Resource::ALL
             .into_iter()
-            .find(|r| lower == r.singular() || lower == r.plural())
+            .find(|r| lower == r.singular() || lower == r.plural() || lower == r.short())
     }
 
     /// Accepts the `kind` field of a manifest, exactly as the API spells it.

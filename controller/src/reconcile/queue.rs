@@ -33,6 +33,18 @@ pub enum Action {
     Done,
 }
 
+/// The default error policy: retry after the key's backoff.
+pub fn retry_after_backoff<E>(_key: &str, _error: &E, backoff: Duration) -> Action {
+    Action::Requeue(backoff)
+}
+
+/// A failed reconcile on its way to [`WorkQueue::finish`]: its message, and the error policy's
+/// answer for a given backoff delay.
+struct Failure {
+    message: String,
+    next: Box<dyn FnOnce(Duration) -> Action + Send>,
+}
+
 /// Per-key exponential backoff after errors.
 #[derive(Debug, Clone, Copy)]
 pub struct Backoff {
@@ -250,14 +262,34 @@ impl WorkQueue {
         }
     }
 
-    /// Runs reconciles until `cancel` fires, then waits for the running ones to finish.
+    /// Runs reconciles until `cancel` fires, then waits for the running ones to finish; every
+    /// error is retried after the key's backoff ([`retry_after_backoff`]).
     pub async fn run<F, Fut, E>(&self, cancel: CancellationToken, reconcile: F)
     where
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
         E: Display + Send + 'static,
     {
+        self.run_with_policy(cancel, reconcile, retry_after_backoff)
+            .await
+    }
+
+    /// [`WorkQueue::run`] with an error policy (kube-runtime's `error_policy`): given the key,
+    /// the error and the key's backoff delay, it says what the queue does next. A panic is
+    /// retried after the backoff, whatever the policy.
+    pub async fn run_with_policy<F, Fut, E, P>(
+        &self,
+        cancel: CancellationToken,
+        reconcile: F,
+        error_policy: P,
+    ) where
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+        E: Display + Send + 'static,
+        P: Fn(&str, &E, Duration) -> Action + Send + Sync + 'static,
+    {
         let reconcile = Arc::new(reconcile);
+        let error_policy = Arc::new(error_policy);
         let mut tasks = JoinSet::new();
         loop {
             let wake = self.shared.runner_wake.notified();
@@ -278,6 +310,7 @@ impl WorkQueue {
                         .observe(now.saturating_duration_since(due).as_secs_f64());
                     let queue = self.clone();
                     let reconcile = reconcile.clone();
+                    let error_policy = error_policy.clone();
                     tasks.spawn(async move {
                         let started = Instant::now();
                         let outcome = AssertUnwindSafe(reconcile(key.clone()))
@@ -285,8 +318,19 @@ impl WorkQueue {
                             .await;
                         let outcome = match outcome {
                             Ok(Ok(action)) => Ok(action),
-                            Ok(Err(e)) => Err(e.to_string()),
-                            Err(_) => Err("the reconcile panicked".to_string()),
+                            Ok(Err(e)) => {
+                                let failed = key.clone();
+                                Err(Failure {
+                                    message: e.to_string(),
+                                    next: Box::new(move |backoff| {
+                                        error_policy(&failed, &e, backoff)
+                                    }),
+                                })
+                            }
+                            Err(_) => Err(Failure {
+                                message: "the reconcile panicked".to_string(),
+                                next: Box::new(Action::Requeue),
+                            }),
                         };
                         queue.finish(&key, outcome, started.elapsed());
                     });
@@ -316,7 +360,7 @@ impl WorkQueue {
     }
 
     /// Applies a reconcile's outcome: frees the key's slot and schedules its next run.
-    fn finish(&self, key: &str, outcome: Result<Action, String>, took: Duration) {
+    fn finish(&self, key: &str, outcome: Result<Action, Failure>, took: Duration) {
         let shared = &self.shared;
         let now = Instant::now();
         let mut state = shared.lock_state();
@@ -331,13 +375,20 @@ impl WorkQueue {
                 state.request(key, now + delay);
                 ReconcileResult::Requeue
             }
-            Err(message) => {
+            Err(Failure { message, next }) => {
                 let failures = state.failures.entry(key.to_string()).or_insert(0);
                 *failures = failures.saturating_add(1);
-                let delay = shared.backoff.delay(*failures);
-                tracing::warn!(project = key, error = %message, retry_in = ?delay, "reconcile failed");
-                state.request(key, now + delay);
-                shared.metrics.workqueue_retries.inc();
+                let backoff = shared.backoff.delay(*failures);
+                match next(backoff) {
+                    Action::Requeue(delay) => {
+                        tracing::warn!(project = key, error = %message, retry_in = ?delay, "reconcile failed");
+                        state.request(key, now + delay);
+                        shared.metrics.workqueue_retries.inc();
+                    }
+                    Action::Done => {
+                        tracing::warn!(project = key, error = %message, "reconcile failed; not retried");
+                    }
+                }
                 ReconcileResult::Error
             }
         };
@@ -397,6 +448,15 @@ mod tests {
         work: Duration,
         outcome: impl Fn(&str, usize) -> Result<Action, String> + Send + Sync + 'static,
     ) -> (WorkQueue, Script, CancellationToken) {
+        start_with_policy(concurrency, work, outcome, retry_after_backoff)
+    }
+
+    fn start_with_policy(
+        concurrency: usize,
+        work: Duration,
+        outcome: impl Fn(&str, usize) -> Result<Action, String> + Send + Sync + 'static,
+        error_policy: impl Fn(&str, &String, Duration) -> Action + Send + Sync + 'static,
+    ) -> (WorkQueue, Script, CancellationToken) {
         let queue = WorkQueue::new(concurrency, no_jitter(), Arc::new(Metrics::new()));
         let script = Script::default();
         let cancel = CancellationToken::new();
@@ -405,31 +465,35 @@ mod tests {
         let q = queue.clone();
         let c = cancel.clone();
         tokio::spawn(async move {
-            q.run(c, move |key: String| {
-                let s = s.clone();
-                let outcome = outcome.clone();
-                async move {
-                    let n = {
-                        let mut calls = s.calls.lock().unwrap();
-                        calls.push((key.clone(), Instant::now()));
-                        calls.iter().filter(|(k, _)| *k == key).count()
-                    };
-                    {
-                        let mut per_key = s.per_key_running.lock().unwrap();
-                        let c = per_key.entry(key.clone()).or_insert(0);
-                        *c += 1;
-                        if *c > 1 {
-                            s.overlaps.fetch_add(1, Ordering::SeqCst);
+            q.run_with_policy(
+                c,
+                move |key: String| {
+                    let s = s.clone();
+                    let outcome = outcome.clone();
+                    async move {
+                        let n = {
+                            let mut calls = s.calls.lock().unwrap();
+                            calls.push((key.clone(), Instant::now()));
+                            calls.iter().filter(|(k, _)| *k == key).count()
+                        };
+                        {
+                            let mut per_key = s.per_key_running.lock().unwrap();
+                            let c = per_key.entry(key.clone()).or_insert(0);
+                            *c += 1;
+                            if *c > 1 {
+                                s.overlaps.fetch_add(1, Ordering::SeqCst);
+                            }
                         }
+                        let now = s.running.fetch_add(1, Ordering::SeqCst) + 1;
+                        s.max_running.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(work).await;
+                        s.running.fetch_sub(1, Ordering::SeqCst);
+                        *s.per_key_running.lock().unwrap().get_mut(&key).unwrap() -= 1;
+                        outcome(&key, n)
                     }
-                    let now = s.running.fetch_add(1, Ordering::SeqCst) + 1;
-                    s.max_running.fetch_max(now, Ordering::SeqCst);
-                    tokio::time::sleep(work).await;
-                    s.running.fetch_sub(1, Ordering::SeqCst);
-                    *s.per_key_running.lock().unwrap().get_mut(&key).unwrap() -= 1;
-                    outcome(&key, n)
-                }
-            })
+                },
+                error_policy,
+            )
             .await
         });
         (queue, script, cancel)
@@ -545,6 +609,45 @@ mod tests {
         // 1, 2, 4, 8, capped at 8; the success requeues after 100; the next error starts again at 1.
         assert_eq!(gaps, [1, 2, 4, 8, 8, 100, 1]);
         assert_eq!(queue.failures("a"), 0);
+        cancel.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_error_policy_decides_what_follows_an_error() {
+        // "fatal" is not retried; any other error is retried after a fixed 30s, not the backoff.
+        let policy = |_: &str, error: &String, _backoff: Duration| {
+            if error == "fatal" {
+                Action::Done
+            } else {
+                Action::Requeue(Duration::from_secs(30))
+            }
+        };
+        let (queue, script, cancel) = start_with_policy(
+            1,
+            Duration::ZERO,
+            |key, n| match (key, n) {
+                ("a", _) => Err("fatal".to_string()),
+                ("b", 1) => Err("transient".to_string()),
+                _ => Ok(Action::Done),
+            },
+            policy,
+        );
+        queue.request_now("a");
+        queue.request_now("b");
+        advance(Duration::from_secs(100)).await;
+        let calls = script.calls();
+        let at = |key: &str| -> Vec<Instant> {
+            calls
+                .iter()
+                .filter(|(k, _)| k == key)
+                .map(|(_, t)| *t)
+                .collect()
+        };
+        assert_eq!(at("a").len(), 1, "a fatal error is not retried");
+        let b = at("b");
+        assert_eq!(b.len(), 2);
+        assert_eq!((b[1] - b[0]).as_secs(), 30);
+        assert_eq!(queue.failures("a"), 1);
         cancel.cancel();
     }
 

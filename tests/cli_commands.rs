@@ -1692,3 +1692,15 @@ fn objects_are_named_as_kubectl_names_them_and_a_missing_one_stops_nothing() {
     let run = daemon.berth(&["delete", "project", "-l", "team=kn"]).ok();
     assert!(run.stdout.contains("No projects match"), "{run:?}");
 }
+
+#[test]
+fn logs_of_a_project_without_an_agent_say_so() {
+    let daemon = Daemon::start();
+    let file = daemon.file("plain.yaml", &project("plain", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    for args in [&["logs", "plain"][..], &["logs", "-f", "plain"]] {
+        let run = daemon.berth(args).fails(1);
+        assert!(run.stderr.contains("project plain has no agent"), "{run:?}");
+        assert_eq!(run.stdout, "", "{run:?}");
+    }
+}

@@ -294,6 +294,11 @@ impl Client {
         self.call(method, path, &[], body).await
     }
 
+    /// `GET` any API path with a query.
+    pub async fn get_json(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, ClientError> {
+        self.call(Method::GET, path, query, None).await
+    }
+
     /// `/apis/berth.dev/v1alpha1/projects[/NAME]`.
     pub fn object_path(resource: Resource, name: Option<&str>) -> String {
         match name {

@@ -7,6 +7,7 @@ use clap::Args;
 use serde_json::Value;
 
 use super::Context;
+use super::colour;
 use super::jsonpath::Template;
 use super::render::{self, Columns, OutputFormat, name_of};
 use super::table::Table;
@@ -145,7 +146,7 @@ pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
         wide: matches!(args.output, Some(GetOutput::Format(OutputFormat::Wide))),
         labels: args.show_labels,
     };
-    let mut shown = render::table(kind, &objects, columns, chrono::Utc::now());
+    let mut shown = coloured(render::table(kind, &objects, columns, chrono::Utc::now()));
     match &args.output {
         Some(GetOutput::Format(OutputFormat::Yaml)) => print!("{}", render::to_yaml(&list)),
         Some(GetOutput::Format(OutputFormat::Json)) => print!("{}", render::to_json(&list)),
@@ -178,6 +179,11 @@ pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// A table with its phases coloured on a terminal.
+fn coloured(table: Table) -> Table {
+    table.paint("phase", colour::phase, colour::stdout())
 }
 
 fn resource_version(object: &Value) -> String {
@@ -233,12 +239,12 @@ async fn watch(
             Some(GetOutput::JsonPath(template)) => template.render(object),
             Some(GetOutput::Format(OutputFormat::Name)) => format!("{kind}/{name}\n"),
             None | Some(GetOutput::Format(OutputFormat::Wide)) => {
-                let row = render::table(
+                let row = coloured(render::table(
                     kind,
                     std::slice::from_ref(object),
                     columns,
                     chrono::Utc::now(),
-                );
+                ));
                 let text = if shown.is_empty() {
                     row.render()
                 } else {

@@ -11,6 +11,7 @@ use crate::client::{Client, ClientError, Server};
 
 mod answer;
 mod apply;
+mod colour;
 mod completion;
 mod create;
 mod delete;

@@ -1,6 +1,7 @@
 //! `berth completion bash|zsh|fish`: a completion script on stdout; `berth man`: the man page,
 //! both generated from the CLI's own definition (the Debian package ships them).
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Args, CommandFactory};
@@ -21,7 +22,11 @@ pub fn run(args: CompletionArgs) -> anyhow::Result<ExitCode> {
         _ => Shell::Fish,
     };
     let mut command = Cli::command();
-    clap_complete::generate(shell, &mut command, "berth", &mut std::io::stdout());
+    // Rendered whole first: the generator panics on a failed write (a closed pipe), while a
+    // write error here ends the command quietly.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "berth", &mut script);
+    std::io::stdout().write_all(&script)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,8 +1,9 @@
 """Checks charts/berth offline with the real Helm SDK (PyPI helm-python-sdk): lint and render
 with the chart's defaults and with non-default values, every rendered manifest validated
 against Kubernetes' schemas (PyPI kubernetes-validate, strict), and the Prometheus operator's
-kinds, for which it has no schemas, against the shape of their CRDs. With --out DIR it also
-writes each case's manifests there (DIR/CASE/NAME.yaml) for the tests to read.
+kinds, for which it has no schemas, against models generated from their CRDs (PyPI
+cloudcoil-models-prometheus-operator). With --out DIR it also writes each case's manifests
+there (DIR/CASE/NAME.yaml) for the tests to read.
 
 Run through scripts/check-chart, which finds the virtualenv scripts/setup-test-deps made."""
 
@@ -12,9 +13,10 @@ import pathlib
 import sys
 
 import helm_python as helm
-import jsonschema
 import kubernetes_validate
+import pydantic
 import yaml
+from cloudcoil.models.prometheus_operator import v1 as prometheus_operator
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "berth"
@@ -57,134 +59,43 @@ NON_DEFAULT = {
 
 CASES = {"default": REQUIRED, "non-default": NON_DEFAULT}
 
-# The fields of the Prometheus operator's CRDs (monitoring.coreos.com/v1) this chart may set,
-# with their types; anything else is refused, as a typo would be silently ignored by a cluster.
-_STR = {"type": "string"}
-_LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
-_DURATION = {"type": "string", "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"}
-_METADATA = {
-    "type": "object",
-    "required": ["name"],
-    "properties": {"name": _STR, "namespace": _STR, "labels": _LABELS, "annotations": _LABELS},
-}
-_SELECTOR = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {"matchLabels": _LABELS, "matchExpressions": {"type": "array"}},
-}
-SERVICE_MONITOR = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "additionalProperties": False,
-    "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"},
-        "kind": {"const": "ServiceMonitor"},
-        "metadata": _METADATA,
-        "spec": {
-            "type": "object",
-            "required": ["selector"],
-            "additionalProperties": False,
-            "properties": {
-                "jobLabel": _STR,
-                "targetLabels": {"type": "array", "items": _STR},
-                "podTargetLabels": {"type": "array", "items": _STR},
-                "selector": _SELECTOR,
-                "namespaceSelector": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {"any": {"type": "boolean"}, "matchNames": {"type": "array", "items": _STR}},
-                },
-                "endpoints": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "port": _STR,
-                            "targetPort": {"type": ["string", "integer"]},
-                            "path": _STR,
-                            "scheme": {"enum": ["http", "https", "HTTP", "HTTPS"]},
-                            "params": {"type": "object"},
-                            "interval": _DURATION,
-                            "scrapeTimeout": _DURATION,
-                            "honorLabels": {"type": "boolean"},
-                            "honorTimestamps": {"type": "boolean"},
-                            "followRedirects": {"type": "boolean"},
-                            "enableHttp2": {"type": "boolean"},
-                            "tlsConfig": {
-                                "type": "object",
-                                "additionalProperties": False,
-                                "properties": {
-                                    "ca": {"type": "object"},
-                                    "cert": {"type": "object"},
-                                    "keySecret": {"type": "object"},
-                                    "caFile": _STR,
-                                    "certFile": _STR,
-                                    "keyFile": _STR,
-                                    "serverName": _STR,
-                                    "insecureSkipVerify": {"type": "boolean"},
-                                },
-                            },
-                            "bearerTokenSecret": {"type": "object"},
-                            "authorization": {"type": "object"},
-                            "relabelings": {"type": "array"},
-                            "metricRelabelings": {"type": "array"},
-                        },
-                    },
-                },
-            },
-        },
-    },
-}
-PROMETHEUS_RULE = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "additionalProperties": False,
-    "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"},
-        "kind": {"const": "PrometheusRule"},
-        "metadata": _METADATA,
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "groups": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "required": ["name", "rules"],
-                        "additionalProperties": False,
-                        "properties": {
-                            "name": {"type": "string", "minLength": 1},
-                            "interval": _DURATION,
-                            "limit": {"type": "integer"},
-                            "partial_response_strategy": _STR,
-                            "rules": {
-                                "type": "array",
-                                "items": {
-                                    "type": "object",
-                                    "required": ["expr"],
-                                    "additionalProperties": False,
-                                    "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
-                                    "properties": {
-                                        "alert": _STR,
-                                        "record": _STR,
-                                        "expr": {"type": ["string", "integer"]},
-                                        "for": _DURATION,
-                                        "keep_firing_for": _DURATION,
-                                        "labels": _LABELS,
-                                        "annotations": _LABELS,
-                                    },
-                                },
-                            },
-                        },
-                    },
-                },
-            },
-        },
-    },
-}
-CRD_SHAPES = {"ServiceMonitor": SERVICE_MONITOR, "PrometheusRule": PROMETHEUS_RULE}
+# The Prometheus operator's kinds, for which kubernetes-validate has no schemas, are checked
+# against models generated from the operator's own CRDs (monitoring.coreos.com/v1, PyPI
+# cloudcoil-models-prometheus-operator): their types, enums, required fields and patterns. The
+# models ignore fields they do not know, as a cluster prunes them, so a field the CRD lacks (a
+# typo the cluster would silently drop) is refused here by comparing the document with what
+# the model kept of it.
+CRD_MODELS = {"ServiceMonitor": prometheus_operator.ServiceMonitor, "PrometheusRule": prometheus_operator.PrometheusRule}
+
+
+def unknown_fields(given, kept, path=()):
+    """The paths in `given` that `kept` (the model's dump of it) dropped."""
+    if isinstance(given, dict):
+        if not isinstance(kept, dict):
+            return [path]
+        found = []
+        for key, value in given.items():
+            if key not in kept:
+                found.append(path + (key,))
+            else:
+                found += unknown_fields(value, kept[key], path + (key,))
+        return found
+    if isinstance(given, list) and isinstance(kept, list) and len(given) == len(kept):
+        return [p for i, (g, k) in enumerate(zip(given, kept)) for p in unknown_fields(g, k, path + (i,))]
+    return []
+
+
+def check_crd_shape(doc, kind):
+    """Raises ValueError naming what `doc` has that its CRD does not accept."""
+    try:
+        model = CRD_MODELS[kind].model_validate(doc)
+    except pydantic.ValidationError as e:
+        first = e.errors()[0]
+        raise ValueError(f"{first['msg']} at {list(first['loc'])}") from None
+    kept = model.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    unknown = unknown_fields(doc, kept)
+    if unknown:
+        raise ValueError(f"fields its CRD does not have: {[list(p) for p in unknown]}")
 
 
 class Failed(Exception):
@@ -211,11 +122,11 @@ def lint(values, case):
 def validate(template, doc, case):
     kind = doc.get("kind")
     where = f"{case}: {template} ({kind} {doc.get('metadata', {}).get('name')})"
-    if kind in CRD_SHAPES:
+    if kind in CRD_MODELS:
         try:
-            jsonschema.validate(doc, CRD_SHAPES[kind])
-        except jsonschema.ValidationError as e:
-            raise Failed(f"{where}: not the shape of its CRD: {e.message} at {list(e.absolute_path)}")
+            check_crd_shape(doc, kind)
+        except ValueError as e:
+            raise Failed(f"{where}: not the shape of its CRD: {e}")
         return
     try:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
@@ -234,6 +145,8 @@ def check_case(case, values, out):
     for template, doc in documents(rendered):
         validate(template, doc, case)
         kinds.append(doc["kind"])
+        if doc["kind"] in CRD_MODELS:
+            CRD_RENDERED[doc["kind"]] = doc
         if out:
             directory = out / case
             directory.mkdir(parents=True, exist_ok=True)
@@ -243,6 +156,21 @@ def check_case(case, values, out):
         notes = next(text for template, text in rendered.items() if template.endswith("NOTES.txt"))
         (out / case / "NOTES.txt").write_text(notes)
     return sorted(kinds)
+
+
+# The Prometheus operator's objects the non-default case rendered, for expect_not_crd_shape.
+CRD_RENDERED = {}
+
+
+def expect_not_crd_shape(kind, change, what):
+    """The rendered `kind`, changed by `change`, is refused by its CRD's shape."""
+    doc = copy.deepcopy(CRD_RENDERED[kind])
+    change(doc)
+    try:
+        check_crd_shape(doc, kind)
+    except ValueError:
+        return
+    raise Failed(f"a {kind} with {what} passed as the shape of its CRD")
 
 
 def expect_refused(values, field):
@@ -273,6 +201,15 @@ def main():
         expect_refused({**REQUIRED, "lxd": {**REQUIRED["lxd"], "endpoint": "http://lxd:8443"}}, "endpoint")
         expect_refused({**REQUIRED, "config": {"dataDir": "/elsewhere"}}, "config")
         expect_refused({**REQUIRED, "replicas": 2}, "replicas")
+        # The CRD check itself refuses what a cluster would drop or reject.
+        rule = lambda doc: doc["spec"]["groups"][0]["rules"][0]
+        endpoint = lambda doc: doc["spec"]["endpoints"][0]
+        expect_not_crd_shape("PrometheusRule", lambda d: rule(d).update({"fro": "5m"}), "a misspelt field")
+        expect_not_crd_shape("PrometheusRule", lambda d: rule(d).update({"for": "five minutes"}), "a bad duration")
+        expect_not_crd_shape("PrometheusRule", lambda d: rule(d).pop("expr"), "a rule without expr")
+        expect_not_crd_shape("ServiceMonitor", lambda d: endpoint(d).update({"scheme": "ftp"}), "an unknown scheme")
+        expect_not_crd_shape("ServiceMonitor", lambda d: d["spec"].update({"endpoint": []}), "a misspelt field")
+        print("refused as not their CRDs' shape: a misspelt field, a bad duration, no expr, a bad scheme")
         print("refused: missing lxd.endpoint, lxd.secretName, tls.secretName; an http endpoint; config.dataDir; replicas")
     except Failed as e:
         print(f"check-chart: {e}", file=sys.stderr)

@@ -1,12 +1,16 @@
 //! `berth get KIND [NAME]`: tables aligned like kubectl's, or the objects as YAML, JSON or names.
 
+use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::Value;
 
 use super::Context;
-use super::render::{self, OutputFormat, name_of};
+use super::jsonpath::Template;
+use super::render::{self, Columns, OutputFormat, name_of};
+use super::table::Table;
+use crate::api::selector::LabelSelector;
 use crate::client::Resource;
 
 #[derive(Debug, Args)]
@@ -19,9 +23,34 @@ pub struct GetArgs {
     /// Label selector, e.g. `team=payments,tier!=dev` or `team in (payments,infra),!canary`.
     #[arg(short = 'l', long = "selector", value_name = "SELECTOR")]
     selector: Option<String>,
-    /// Output format.
-    #[arg(short = 'o', long = "output", value_enum)]
-    output: Option<OutputFormat>,
+    /// Output format: wide, yaml, json, name, or jsonpath=TEMPLATE (e.g.
+    /// `jsonpath={.status.phase}`).
+    #[arg(short = 'o', long = "output", value_parser = parse_output, value_name = "FORMAT")]
+    output: Option<GetOutput>,
+    /// A LABELS column in tables.
+    #[arg(long)]
+    show_labels: bool,
+    /// After the listing, print each change as it happens, until interrupted.
+    #[arg(short = 'w', long)]
+    watch: bool,
+}
+
+/// What `get -o` prints.
+#[derive(Debug, Clone)]
+enum GetOutput {
+    Format(OutputFormat),
+    JsonPath(Template),
+}
+
+fn parse_output(word: &str) -> Result<GetOutput, String> {
+    if let Some(template) = word.strip_prefix("jsonpath=") {
+        return Template::parse(template).map(GetOutput::JsonPath);
+    }
+    <OutputFormat as clap::ValueEnum>::from_str(word, false)
+        .map(GetOutput::Format)
+        .map_err(|_| {
+            format!("unknown output format {word:?} (expected wide, yaml, json, name or jsonpath=TEMPLATE)")
+        })
 }
 
 /// Accepts `project`, `projects`, `Project`, `proj`, and the same for every kind.
@@ -112,36 +141,117 @@ pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
             (items, list)
         }
     };
-    match args.output {
-        Some(OutputFormat::Yaml) => print!("{}", render::to_yaml(&list)),
-        Some(OutputFormat::Json) => print!("{}", render::to_json(&list)),
-        Some(OutputFormat::Name) => {
+    let columns = Columns {
+        wide: matches!(args.output, Some(GetOutput::Format(OutputFormat::Wide))),
+        labels: args.show_labels,
+    };
+    let mut shown = render::table(kind, &objects, columns, chrono::Utc::now());
+    match &args.output {
+        Some(GetOutput::Format(OutputFormat::Yaml)) => print!("{}", render::to_yaml(&list)),
+        Some(GetOutput::Format(OutputFormat::Json)) => print!("{}", render::to_json(&list)),
+        Some(GetOutput::JsonPath(template)) => print!("{}", template.render(&list)),
+        Some(GetOutput::Format(OutputFormat::Name)) => {
             for object in &objects {
                 println!("{}/{}", kind, name_of(object));
             }
         }
-        format @ (None | Some(OutputFormat::Wide)) => {
-            if objects.is_empty() {
-                if missing.is_empty() {
-                    eprintln!("No resources found.");
-                }
-            } else {
-                let wide = format == Some(OutputFormat::Wide);
-                print!(
-                    "{}",
-                    render::table(kind, &objects, wide, chrono::Utc::now()).render()
-                );
+        None | Some(GetOutput::Format(OutputFormat::Wide)) => {
+            if !objects.is_empty() {
+                print!("{}", shown.render());
+            } else if missing.is_empty() && !args.watch {
+                eprintln!("No resources found.");
             }
         }
     }
     for err in &missing {
         eprintln!("{err}");
     }
+    if args.watch {
+        let seen: HashMap<String, String> = objects
+            .iter()
+            .map(|o| (name_of(o).to_string(), resource_version(o)))
+            .collect();
+        watch(context, kind, &names, &args, columns, seen, &mut shown).await?;
+    }
     Ok(if missing.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn resource_version(object: &Value) -> String {
+    render::str_at(object, "metadata.resourceVersion").to_string()
+}
+
+/// `get -w`: each change after the listing, one row (or document, or name) per change, until
+/// interrupted or the server ends the watch.
+async fn watch(
+    context: &Context,
+    kind: Resource,
+    names: &[String],
+    args: &GetArgs,
+    columns: Columns,
+    mut seen: HashMap<String, String>,
+    shown: &mut Table,
+) -> anyhow::Result<()> {
+    use futures::StreamExt as _;
+    use std::io::Write as _;
+
+    let client = context.client()?;
+    let selector = match &args.selector {
+        Some(s) => Some(LabelSelector::parse(s).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    let mut events = client.watch(kind).await?;
+    while let Some(event) = events.next().await {
+        let event = event?;
+        let object = &event.object;
+        let name = name_of(object).to_string();
+        if !names.is_empty() && !names.contains(&name) {
+            continue;
+        }
+        if let Some(selector) = &selector {
+            let labels: BTreeMap<String, String> = render::value_at(object, "metadata.labels")
+                .and_then(|l| serde_json::from_value(l.clone()).ok())
+                .unwrap_or_default();
+            if !selector.matches(&labels) {
+                continue;
+            }
+        }
+        // The watch starts with every object as it is: those listed above already show.
+        let version = resource_version(object);
+        if seen.get(&name) == Some(&version) {
+            continue;
+        }
+        seen.insert(name.clone(), version);
+        let text = match &args.output {
+            Some(GetOutput::Format(OutputFormat::Yaml)) => {
+                format!("---\n{}", render::to_yaml(object))
+            }
+            Some(GetOutput::Format(OutputFormat::Json)) => render::to_json(object),
+            Some(GetOutput::JsonPath(template)) => template.render(object),
+            Some(GetOutput::Format(OutputFormat::Name)) => format!("{kind}/{name}\n"),
+            None | Some(GetOutput::Format(OutputFormat::Wide)) => {
+                let row = render::table(
+                    kind,
+                    std::slice::from_ref(object),
+                    columns,
+                    chrono::Utc::now(),
+                );
+                let text = if shown.is_empty() {
+                    row.render()
+                } else {
+                    row.render_rows_under(shown)
+                };
+                *shown = row;
+                text
+            }
+        };
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes()).and_then(|()| out.flush())?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod events;
 mod exec;
 mod get;
 mod gitsource;
+mod jsonpath;
 mod logs;
 mod manifest;
 mod members;

@@ -10,12 +10,11 @@ use serde_json::{Value, json};
 use super::Context;
 use super::duration;
 use super::progress::{self, Goal};
+use super::render;
 use berth_api::annotations::{RECREATE_REQUESTED_AT, RESTARTED_AT, WOKEN_AT};
 
 use crate::client::Resource;
 
-/// No `--wait`: a project that was Ready before a restart looks the same after it, so there is
-/// nothing a wait could tell apart; `berth describe` shows the container's new start.
 #[derive(Debug, Args)]
 pub struct RestartArgs {
     /// Project name.
@@ -23,6 +22,13 @@ pub struct RestartArgs {
     /// Replace the container from the image (the durable volumes stay).
     #[arg(long)]
     recreate: bool,
+    /// Wait until the container has started again (a new process, or with --recreate a new
+    /// container) and the project is Ready, printing each step.
+    #[arg(long)]
+    wait: bool,
+    /// How long --wait waits.
+    #[arg(long, default_value = "5m", value_parser = duration::parse)]
+    timeout: std::time::Duration,
 }
 
 #[derive(Debug, Args)]
@@ -104,8 +110,35 @@ pub async fn restart(context: &Context, args: RestartArgs) -> anyhow::Result<Exi
     } else {
         "restart requested"
     };
+    // What tells the restarted container apart from the one running now.
+    let path = if args.recreate {
+        "status.container.createdAt"
+    } else {
+        "status.container.pid"
+    };
+    let wait = match args.wait {
+        true => {
+            let project = context.client()?.get(Resource::Project, &args.name).await?;
+            let before = render::value_at(&project, path)
+                .cloned()
+                .unwrap_or_default();
+            let flags = WaitFlags {
+                wait: true,
+                timeout: args.timeout,
+            };
+            let goal = Goal::RunningAgain { path, before };
+            Some((
+                flags,
+                Outcome {
+                    goal,
+                    done: "running",
+                },
+            ))
+        }
+        false => None,
+    };
     let patch = restart_patch(args.recreate, &now());
-    patch_and_report(context, &args.name, patch, requested, None).await
+    patch_and_report(context, &args.name, patch, requested, wait).await
 }
 
 pub async fn stop(context: &Context, args: StopArgs) -> anyhow::Result<ExitCode> {

@@ -22,6 +22,9 @@ pub enum Goal {
     Running,
     /// Stopped for the current generation (`berth stop --wait`).
     Stopped,
+    /// Running and ready again, with the field at `path` (the container's pid, or its creation
+    /// time) no longer what it was before (`berth restart --wait`).
+    RunningAgain { path: &'static str, before: Value },
     /// A condition of this type with this status (`True` by default).
     Condition { type_: String, status: String },
     /// The object is gone.
@@ -34,6 +37,7 @@ impl Goal {
             Goal::Ready => "to be ready".to_string(),
             Goal::Running => "to be running and ready".to_string(),
             Goal::Stopped => "to be stopped".to_string(),
+            Goal::RunningAgain { .. } => "to be running and ready again".to_string(),
             Goal::Condition { type_, status } => format!("to have condition {type_}={status}"),
             Goal::Deleted => "to be deleted".to_string(),
         }
@@ -80,6 +84,13 @@ pub fn evaluate(resource: Resource, goal: &Goal, object: Option<&Value>) -> Verd
             }
             _ => Verdict::Pending,
         },
+        Goal::RunningAgain { path, before } => {
+            let now = value_at(object, path).unwrap_or(&Value::Null);
+            if now.is_null() || now == before {
+                return Verdict::Pending;
+            }
+            evaluate(resource, &Goal::Running, Some(object))
+        }
         Goal::Ready | Goal::Running | Goal::Stopped => {
             // Only projects and git sources have a controller that reports readiness.
             if resource == Resource::AgentProfile {

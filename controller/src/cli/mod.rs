@@ -145,6 +145,9 @@ enum Command {
     Logs(logs::LogsArgs),
     /// Print a shell completion script.
     Completion(completion::CompletionArgs),
+    /// Print berth's man page (roff).
+    #[command(hide = true)]
+    Man(completion::ManArgs),
 }
 
 /// What a client subcommand needs: the parsed global options and a way to reach the server.
@@ -243,6 +246,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Completion(args) => completion::run(args),
+        Command::Man(args) => completion::man(args),
         command => run_client_command(&context, command),
     };
     match result {
@@ -294,7 +298,7 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::User(args) => user::run(context, args).await,
             Command::Answer(args) => answer::run(context, args).await,
             Command::Logs(args) => logs::run(context, args).await,
-            Command::Serve(_) | Command::Completion(_) => {
+            Command::Serve(_) | Command::Completion(_) | Command::Man(_) => {
                 unreachable!("dispatched before the runtime starts")
             }
         }

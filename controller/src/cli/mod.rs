@@ -30,6 +30,7 @@ mod ports;
 mod power;
 mod progress;
 mod reap;
+mod reconcile;
 mod render;
 mod restore;
 mod secret;
@@ -133,6 +134,8 @@ enum Command {
     Secret(secret::SecretArgs),
     /// Set, list or delete a GitSource's credentials (`gitsource secret`, admins only).
     Gitsource(gitsource::GitSourceArgs),
+    /// Sync a GitSource now (`reconcile gitsource NAME`) and wait for the outcome.
+    Reconcile(reconcile::ReconcileArgs),
     /// Run a workspace tool (Read, Glob, Grep, Write, Edit, Bash) in a project's container.
     Tool(tool::ToolArgs),
     /// List, add or remove a project's members.
@@ -293,6 +296,7 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Version(args) => version::run(context, args).await,
             Command::Secret(args) => secret::run(context, args).await,
             Command::Gitsource(args) => gitsource::run(context, args).await,
+            Command::Reconcile(args) => reconcile::run(context, args).await,
             Command::Tool(args) => tool::run(context, args).await,
             Command::Members(args) => members::run(context, args).await,
             Command::User(args) => user::run(context, args).await,

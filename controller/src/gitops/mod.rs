@@ -288,6 +288,7 @@ impl GitOps {
                 generation,
                 now,
             );
+            status.last_handled_reconcile_at = requested_at(&object);
             self.write_status(&object, &before, status);
             return None;
         }
@@ -363,6 +364,7 @@ impl GitOps {
                 );
             }
         }
+        status.last_handled_reconcile_at = requested_at(&object);
         self.write_status(&object, &before, status);
         // Capped: a source stored before intervals were must not overflow the next due time.
         Some(spec.interval.capped())

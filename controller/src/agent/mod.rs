@@ -19,6 +19,7 @@
 mod bootstrap;
 mod checkout;
 mod exec;
+pub mod forwards;
 mod runner;
 mod seed;
 mod status;

@@ -10,8 +10,8 @@ use berth_api::{AgentProfileSpec, FileMode};
 
 use super::exec::{output_tail, parent_dir, run_script, shell_quote, write_file};
 use super::{
-    AgentError, CREDENTIALS_FILE_NAME, NamedProfile, RUN_DIR, RUNNER_WRAPPER_PATH, Result,
-    SHELL_AGENT_PATH, SUPPORT_DIR,
+    ADAPTER_PATH, AgentError, CREDENTIALS_FILE_NAME, NamedProfile, RUN_DIR, RUNNER_WRAPPER_PATH,
+    Result, SHELL_AGENT_PATH, SUPPORT_DIR,
 };
 use crate::runtime::Runtime;
 
@@ -25,6 +25,8 @@ const PREPARE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const SHELL_AGENT_SCRIPT: &str = include_str!("shell-agent.sh");
 /// Wraps every runner: appends its output to the capped runner log.
 pub const RUNNER_WRAPPER_SCRIPT: &str = include_str!("runner.sh");
+/// Runs the CLIs of the other runner protocols and keeps the status contract for them.
+pub const ADAPTER_SCRIPT: &str = include_str!("adapter.js");
 
 /// Whether a profile's CLI was there already or had to be installed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,7 +269,8 @@ place() {
 mkdir -p "$SUPPORT_DIR" /var/log/berth "$RUN_DIR"
 place "$SHELL_AGENT" 0755 "$1"
 place "$RUNNER" 0755 "$2"
-shift 2
+place "$ADAPTER" 0755 "$3"
+shift 3
 for dir in "$@"; do mkdir -p "$dir"; done
 "#;
     let mut dirs = BTreeSet::new();
@@ -277,13 +280,14 @@ for dir in "$@"; do mkdir -p "$dir"; done
             dirs.insert(parent_dir(&asset.path).to_string());
         }
     }
-    let mut args = vec![SHELL_AGENT_SCRIPT, RUNNER_WRAPPER_SCRIPT];
+    let mut args = vec![SHELL_AGENT_SCRIPT, RUNNER_WRAPPER_SCRIPT, ADAPTER_SCRIPT];
     args.extend(dirs.iter().map(String::as_str));
     let env = BTreeMap::from([
         ("SUPPORT_DIR".to_string(), SUPPORT_DIR.to_string()),
         ("RUN_DIR".to_string(), RUN_DIR.to_string()),
         ("SHELL_AGENT".to_string(), SHELL_AGENT_PATH.to_string()),
         ("RUNNER".to_string(), RUNNER_WRAPPER_PATH.to_string()),
+        ("ADAPTER".to_string(), ADAPTER_PATH.to_string()),
     ]);
     let out = run_script(rt, instance, REASON, SCRIPT, &args, &env, PREPARE_TIMEOUT).await?;
     if !out.success() {

@@ -716,13 +716,12 @@ impl AgentSteps {
             self.record(project.name, |s| s.brief_id = Some(brief_id.clone()))
                 .map_err(|e| internal("recording the brief id", e))?;
         }
-        // After a boot the brief is handed again only while the agent has not finished it.
-        let finished = status.agent.as_ref().is_some_and(|a| {
-            a.state == berth_api::AgentState::Done && a.brief_id.as_deref() == Some(&brief_id)
-        });
-        if finished {
+        // After a boot, a wake or a replaced container the brief is handed again only while
+        // the agent has not finished it; one it had taken up resumes the CLI's session.
+        if agent::brief_finished(&status, &brief_id) {
             return Ok(StepOutcome::Done);
         }
+        let env = agent::runner_env(&project.spec.env, &status, &brief_id);
         let values = self.secret_values(project.uid)?;
         match agent::start_runner(
             &*self.runtime,
@@ -730,7 +729,7 @@ impl AgentSteps {
             &profile,
             &brief_id,
             &project.spec.brief,
-            &project.spec.env,
+            &env,
             &values,
         )
         .await
@@ -789,9 +788,7 @@ impl AgentSteps {
             return Ok(StepOutcome::Done);
         }
         // A finished brief is not handed again after a boot; its report stays in status.
-        if status.agent.as_ref().is_some_and(|a| {
-            a.state == berth_api::AgentState::Done && a.brief_id.as_deref() == Some(&current)
-        }) {
+        if agent::brief_finished(&status, &current) {
             return Ok(StepOutcome::Done);
         }
         let since = step_started_at(&object).unwrap_or_else(Utc::now);
@@ -978,16 +975,25 @@ fn step_started_at(object: &StoredObject) -> Option<DateTime<Utc>> {
 }
 
 fn agent_changed(status: &ProjectStatus, report: &agent::AgentReport) -> bool {
-    let agent = Some(&report.status) != status.agent.as_ref();
-    let title = status.title.is_none() && report.title.is_some();
-    agent || title
+    let mut applied = status.clone();
+    apply_report(&mut applied, report);
+    applied != *status
 }
 
 fn apply_report(status: &mut ProjectStatus, report: &agent::AgentReport) {
-    status.agent = Some(report.status.clone());
+    let mut agent = report.status.clone();
+    // A fresh status file after a boot may not carry the session yet: the recorded one stays.
+    if agent.session_id.is_none()
+        && let Some(had) = &status.agent
+        && had.brief_id == agent.brief_id
+    {
+        agent.session_id = had.session_id.clone();
+    }
+    status.agent = Some(agent);
     if status.title.is_none() {
         status.title = report.title.clone();
     }
+    agent::record_brief_progress(status);
 }
 
 #[cfg(test)]

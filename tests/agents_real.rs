@@ -1,0 +1,271 @@
+//! Real agent CLIs reach Ready: the pinned Claude Code in the image `berth-agents`, run by
+//! berth's agent adapter in a real LXD container, talking to the scripted local model
+//! (`support/model_fixture.py`) through host forwards, with every other connection sent to an
+//! HTTPS_PROXY that refuses and counts it.
+//!
+//! One project walks the whole way: Ready only after the CLI acknowledged the brief; the file
+//! the scripted Write call makes is in /workspace; the title is the model's answer to the
+//! adapter's title request; a real permission request (a Bash call) blocks the project, the
+//! reaper refuses it, `berth answer NAME allow` lets it go on and the model gets the tool's
+//! result; `berth logs` shows the run; a daemon kill -9 and a container reboot after the brief
+//! finished neither start a second runner nor run the brief again; nothing went through the
+//! proxy.
+
+mod support;
+
+#[path = "reconcile_harness.rs"]
+mod harness;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use harness::{Berth, PROJECTS, exec, lxc, ready_reason, unique_name};
+use serde_json::{Value, json};
+use support::model_fixture::{ModelFixture, Script};
+
+const DEADLINE: Duration = Duration::from_secs(300);
+/// Ports inside the container that reach the fixture's model and proxy.
+const MODEL_PORT: u16 = 18080;
+const PROXY_PORT: u16 = 18443;
+const BASH: &str = "git init -q scratch";
+
+fn berth_cli(berth: &Berth, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("--server")
+        .arg(&berth.socket)
+        .args(args)
+        .output()
+        .expect("run berth")
+}
+
+fn apply_shipped_profile(berth: &Berth, name: &str) {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../manifests/agents/{name}.yaml"));
+    let out = berth_cli(berth, &["apply", "-f", path.to_str().unwrap()]);
+    assert!(out.status.success(), "apply {name}: {out:?}");
+}
+
+fn set_secret(berth: &Berth, project: &str, key: &str, value: &str) {
+    let reply = berth.client().request(
+        "PUT",
+        &format!("{PROJECTS}/{project}/secrets/{key}"),
+        Some("application/octet-stream"),
+        value.as_bytes(),
+    );
+    assert_eq!(reply.status, 200, "set secret {key}: {}", reply.text());
+}
+
+fn wait_fixture(fixture: &ModelFixture, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let stats = fixture.stats();
+        if check(&stats) {
+            return stats;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the model fixture never saw {what}: {stats}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn protected_by(project: &Value) -> Vec<String> {
+    project["status"]["reap"]["protectedBy"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn runner_starts(berth: &Berth, name: &str) -> usize {
+    let list = berth
+        .client()
+        .get(&format!("{PROJECTS}/{name}/events"))
+        .json();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("runner started"))
+        })
+        .map(|e| e["count"].as_u64().unwrap_or(1) as usize)
+        .sum()
+}
+
+#[test]
+fn claude_code_works_a_brief_blocks_on_a_permission_and_finishes_once() {
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config.path(), "scheduler: {interval: 2s}\n").unwrap();
+    let mut berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
+    let name = unique_name();
+    let tag = &name[name.len() - 8..];
+    let title = format!("Fixture title {tag}");
+    let mark = format!("brief-mark-{tag}");
+    let content = format!("written by claude for {tag}");
+    let fixture = ModelFixture::start(&Script {
+        title: &title,
+        brief_mark: &mark,
+        file: "/workspace/hello.txt",
+        file_content: &content,
+        bash: BASH,
+    });
+
+    // Host forwards are admin-only and go to loopback or allowedForwardTargets only.
+    let refused = berth.client().post_json(
+        PROJECTS,
+        &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
+                "metadata": {"name": format!("{name}-x")},
+                "spec": {"forwards": [{"port": 80, "to": "192.0.2.1:80"}]}}),
+    );
+    assert_eq!(refused.status, 422, "{}", refused.text());
+    assert!(
+        refused.text().contains("spec.forwards[0].to")
+            && refused.text().contains("allowedForwardTargets"),
+        "{}",
+        refused.text()
+    );
+
+    apply_shipped_profile(&berth, "claude");
+    let brief = format!("{mark}: write hello.txt, then run the check.\n");
+    let model = format!("127.0.0.1:{}", fixture.model_port);
+    let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
+    berth.create_project(
+        &name,
+        json!({
+            "image": "berth-agents",
+            "agent": "claude",
+            "brief": brief,
+            "forwards": [
+                {"port": MODEL_PORT, "to": model},
+                {"port": PROXY_PORT, "to": format!("127.0.0.1:{}", fixture.proxy_port)},
+            ],
+            "env": {
+                "ANTHROPIC_BASE_URL": format!("http://127.0.0.1:{MODEL_PORT}"),
+                "HTTPS_PROXY": proxy,
+                "HTTP_PROXY": proxy,
+                "https_proxy": proxy,
+                "http_proxy": proxy,
+                "NO_PROXY": "127.0.0.1,localhost",
+                "no_proxy": "127.0.0.1,localhost",
+            },
+            "reap": {"idleAfter": "2s", "idleAction": "Stop", "maxAge": "never"},
+        }),
+    );
+    set_secret(&berth, &name, "ANTHROPIC_API_KEY", "sk-ant-fixture");
+
+    // Ready only once the CLI acknowledged the brief.
+    let ready = berth.wait_for(&name, "Ready and Briefed", |p| {
+        ready_reason(p).is_some_and(|(s, _)| s == "True") && p["status"]["step"] == "Briefed"
+    });
+    let brief_id = ready["status"]["briefId"].as_str().unwrap().to_string();
+    assert_eq!(
+        ready["status"]["agent"]["briefId"],
+        brief_id.as_str(),
+        "{}",
+        ready["status"]
+    );
+    let acknowledged = berth.wait_for(&name, "acknowledged in the store", |p| {
+        p["status"]["briefAcknowledged"].is_string()
+    });
+    assert_eq!(
+        acknowledged["status"]["briefAcknowledged"],
+        brief_id.as_str()
+    );
+    assert!(
+        ready["status"]["agent"]["sessionId"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty()),
+        "{}",
+        ready["status"]
+    );
+
+    // A real permission request: the Bash call blocks the project.
+    let blocked = berth.wait_for(&name, "blocked on the Bash call", |p| {
+        p["status"]["agent"]["state"] == "blocked"
+    });
+    let question = blocked["status"]["agent"]["message"].as_str().unwrap();
+    assert!(question.contains(BASH), "{question}");
+    assert_eq!(
+        exec(&name, "cat /workspace/hello.txt").unwrap().trim_end(),
+        content
+    );
+    let stats = fixture.stats();
+    assert_eq!(stats["briefRequests"], 1, "{stats}");
+    assert_eq!(stats["writeResults"], 1, "{stats}");
+    assert_eq!(stats["bashResults"], json!([]), "{stats}");
+    assert!(exec(&name, "test -e /workspace/scratch").is_err());
+
+    // The title is the agent's answer to the adapter's question.
+    let titled = berth.wait_for(&name, "titled", |p| p["status"]["title"].is_string());
+    assert_eq!(titled["status"]["title"], title.as_str());
+
+    // The reaper refuses a project whose agent waits for a person.
+    let held = berth.wait_for(&name, "held by the reaper", |p| {
+        protected_by(p).iter().any(|r| r == "AgentBlocked")
+    });
+    assert_eq!(held["status"]["phase"], "Ready", "{}", held["status"]);
+
+    let out = berth_cli(&berth, &["answer", &name, "allow"]);
+    assert!(out.status.success(), "berth answer: {out:?}");
+    let stats = wait_fixture(&fixture, "the Bash result", |s| {
+        s["bashResults"].as_array().is_some_and(|a| !a.is_empty())
+    });
+    assert_eq!(stats["bashResults"][0]["isError"], false, "{stats}");
+    let done = berth.wait_for(&name, "done", |p| p["status"]["agent"]["state"] == "done");
+    assert_eq!(done["status"]["agent"]["exitCode"], 0);
+    assert_eq!(done["status"]["briefFinished"], brief_id.as_str());
+    exec(&name, "test -d /workspace/scratch/.git").expect("the allowed Bash call ran");
+
+    let out = berth_cli(&berth, &["logs", &name]);
+    assert!(out.status.success(), "berth logs: {out:?}");
+    let log = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "acknowledged",
+        "[tool Write]",
+        "blocked: allow Bash",
+        "answered; working",
+        "done",
+    ] {
+        assert!(
+            log.contains(expected),
+            "berth logs lacks {expected:?}:\n{log}"
+        );
+    }
+    assert_eq!(runner_starts(&berth, &name), 1);
+
+    // A crash of the daemon and a reboot of the container after the brief finished: no second
+    // runner, no second run of the brief.
+    berth.kill9();
+    berth.restart(None);
+    exec(&name, "touch /run/berth-before-boot").unwrap();
+    lxc(&["restart", &name, "--timeout", "30"]).expect("lxc restart");
+    let deadline = Instant::now() + DEADLINE;
+    while exec(&name, "test -e /run/berth-before-boot").is_ok() {
+        assert!(Instant::now() < deadline, "{name} did not boot again");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    berth.wait_for(&name, "Ready again after the boot", |p| {
+        ready_reason(p).is_some_and(|(s, _)| s == "True") && p["status"]["step"] == "Briefed"
+    });
+    assert_eq!(runner_starts(&berth, &name), 1);
+    assert!(
+        exec(&name, "test -e /run/berth/runner.pid").is_err(),
+        "a runner was started after the boot"
+    );
+    let stats = fixture.stats();
+    assert_eq!(stats["briefRequests"], 1, "{stats}");
+    assert_eq!(stats["titleRequests"], 1, "{stats}");
+    assert_eq!(
+        stats["proxyConnections"], 0,
+        "a connection left for the internet: {stats}"
+    );
+    berth.delete_project(&name);
+}

@@ -451,10 +451,13 @@ function runCodex(command, args) {
     }
     const params = msg.params || {};
     if (msg.id !== undefined) {
-      // A request of the server: approvals.
-      if (/requestApproval$/.test(msg.method) || /Approval/.test(msg.method)) {
-        const cmd = params.command || (params.item && params.item.command) || '';
-        const what = cmd ? `allow Bash: ${[].concat(cmd).join(' ')}?` : `allow ${msg.method}?`;
+      // A request of the server: approvals of a command or a file change wait for a person.
+      if (msg.method === 'item/commandExecution/requestApproval') {
+        const what = `allow Bash: ${params.command || params.reason || 'a command'}?`;
+        log(`approval asked: ${what}`);
+        approval(msg, what);
+      } else if (msg.method === 'item/fileChange/requestApproval') {
+        const what = `allow a file change${params.reason ? `: ${params.reason}` : ''}?`;
         log(`approval asked: ${what}`);
         approval(msg, what);
       } else {

@@ -57,6 +57,38 @@ pub struct ProfileBootstrap {
 pub struct BootstrapReport {
     pub profiles: Vec<ProfileBootstrap>,
     pub warnings: Vec<String>,
+    /// Best-effort profiles (listed only in `agents`) that failed, with why; the project goes
+    /// on without them.
+    pub failed: Vec<(String, String)>,
+}
+
+/// Bootstraps the project's own agent profile `agent`, which must succeed (its failure is the
+/// step's), then every other profile on its own, best effort: one that fails for good (install,
+/// credentials, an invalid spec) is listed in [`BootstrapReport::failed`] and blocks nothing.
+/// A transient failure (LXD unreachable, a timeout) fails the step, to be retried.
+pub async fn bootstrap_best_effort(
+    rt: &dyn Runtime,
+    instance: &str,
+    agent: Option<&str>,
+    profiles: &[NamedProfile<'_>],
+    secrets: &BTreeMap<String, String>,
+) -> Result<BootstrapReport> {
+    let (required, optional): (Vec<_>, Vec<_>) = profiles
+        .iter()
+        .copied()
+        .partition(|(name, _)| Some(*name) == agent);
+    let mut report = bootstrap(rt, instance, &required, secrets).await?;
+    for profile in optional {
+        match bootstrap(rt, instance, &[profile], secrets).await {
+            Ok(one) => {
+                report.profiles.extend(one.profiles);
+                report.warnings.extend(one.warnings);
+            }
+            Err(e) if e.is_transient() => return Err(e),
+            Err(e) => report.failed.push((profile.0.to_string(), e.to_string())),
+        }
+    }
+    Ok(report)
 }
 
 /// Converges every profile in `profiles` in the container. Idempotent: a second run finds the

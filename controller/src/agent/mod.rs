@@ -30,7 +30,9 @@ mod status;
 use crate::runtime::RuntimeError;
 
 pub use bootstrap::sync_credentials;
-pub use bootstrap::{BootstrapReport, InstallOutcome, ProfileBootstrap, bootstrap};
+pub use bootstrap::{
+    BootstrapReport, InstallOutcome, ProfileBootstrap, bootstrap, bootstrap_best_effort,
+};
 pub use brief::{brief_finished, record_brief_progress, runner_env};
 pub use checkout::{CheckoutOutcome, checkout};
 pub use exec::sha256_hex;

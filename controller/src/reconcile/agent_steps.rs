@@ -39,6 +39,8 @@ pub const BRIEF_NOT_ACKNOWLEDGED: &str = "BriefNotAcknowledged";
 pub const RUNNER_BUSY: &str = "RunnerBusy";
 /// Reason of `Provisioned=True`: every profile's CLI verified and its files placed.
 pub const BOOTSTRAPPED: &str = "Bootstrapped";
+/// `Provisioned` reason: a profile listed only in `agents` failed; the project goes on without it.
+pub const PROFILE_FAILED: &str = "ProfileFailed";
 /// Prefix of the LXD config keys that put a value into every process's environment.
 const LXD_ENV_PREFIX: &str = "environment.";
 
@@ -572,7 +574,16 @@ impl AgentSteps {
         let named: Vec<agent::NamedProfile<'_>> =
             profiles.iter().map(|(n, p, _)| (n.as_str(), p)).collect();
         let values = self.secret_values(project.uid)?;
-        match agent::bootstrap(&*self.runtime, project.name, &named, &values).await {
+        let agent_name = project.spec.agent.as_deref();
+        match agent::bootstrap_best_effort(
+            &*self.runtime,
+            project.name,
+            agent_name,
+            &named,
+            &values,
+        )
+        .await
+        {
             Ok(report) => {
                 // The revisions read with the specs just provisioned: a profile changed
                 // meanwhile is found changed on the next look.
@@ -588,11 +599,20 @@ impl AgentSteps {
                         warning,
                     );
                 }
+                let (status, reason) = if report.failed.is_empty() {
+                    (ConditionStatus::True, BOOTSTRAPPED)
+                } else {
+                    (ConditionStatus::False, PROFILE_FAILED)
+                };
+                for (profile, why) in &report.failed {
+                    self.event(project.name, EventType::Warning, PROFILE_FAILED, why);
+                    tracing::warn!(project = project.name, profile, "{why}");
+                }
                 self.record_with_condition(
                     project.name,
                     condition_types::PROVISIONED,
-                    ConditionStatus::True,
-                    BOOTSTRAPPED,
+                    status,
+                    reason,
                     &provisioned_message(&report),
                     |s| s.provisioned_profiles = provisioned,
                 )?;
@@ -959,7 +979,16 @@ fn provisioned_message(report: &agent::BootstrapReport) -> String {
             format!("{}: {version}{installed}", p.profile)
         })
         .collect();
-    format!("verified {}", profiles.join("; "))
+    let mut message = format!("verified {}", profiles.join("; "));
+    if profiles.is_empty() {
+        message = String::from("no profile verified");
+    }
+    for (profile, why) in &report.failed {
+        message.push_str(&format!(
+            "; profile {profile} failed and the project goes on without it: {why}"
+        ));
+    }
+    message
 }
 
 fn decode_status(object: &StoredObject) -> ProjectStatus {
@@ -1033,6 +1062,7 @@ mod tests {
                 profile("shell", None, None, agent::InstallOutcome::Present),
             ],
             warnings: Vec::new(),
+            failed: Vec::new(),
         };
         assert_eq!(
             provisioned_message(&report),
@@ -1496,5 +1526,61 @@ mod fake_runtime_tests {
         assert_eq!(provisioned.status, ConditionStatus::True);
         assert_eq!(provisioned.reason, BOOTSTRAPPED);
         assert_eq!(provisioned.message, "verified shell: v9");
+    }
+
+    /// A profile listed only in `agents` that fails is reported and blocks nothing; the
+    /// project's own agent profile must succeed.
+    #[tokio::test]
+    async fn a_failing_best_effort_profile_is_reported_and_blocks_nothing() {
+        let setup = setup(json!({"agent": "shell", "agents": ["extra"]}));
+        setup
+            .store
+            .apply(
+                desired(
+                    PROFILE_KIND,
+                    "extra",
+                    json!({"home": "/root/.extra", "install": {"check": "extra-check"},
+                        "runner": {"command": ["true"]}}),
+                ),
+                false,
+            )
+            .unwrap();
+        container(&setup, crate::runtime::InstanceStatus::Running);
+        let failing = Arc::new(std::sync::Mutex::new("extra-check"));
+        let which = failing.clone();
+        setup.fake.on_exec(move |_, request| {
+            let is_check = request.command.iter().any(|a| a.contains("passes()"));
+            let fails = *which.lock().unwrap();
+            let this_one = request.command.iter().any(|a| a == fails);
+            is_check.then(|| {
+                Ok(crate::runtime::ExecOutput {
+                    exit_code: if this_one { 20 } else { 0 },
+                    stdout: if this_one {
+                        Vec::new()
+                    } else {
+                        b"reported v9\npresent\n".to_vec()
+                    },
+                    stderr: b"install.check failed".to_vec(),
+                })
+            })
+        });
+        assert_eq!(run(&setup, Step::Bootstrapped).await, StepOutcome::Done);
+        let provisioned = condition(&setup, condition_types::PROVISIONED).unwrap();
+        assert_eq!(provisioned.status, ConditionStatus::False);
+        assert_eq!(provisioned.reason, PROFILE_FAILED);
+        assert!(
+            provisioned
+                .message
+                .starts_with("verified shell: v9; profile extra failed"),
+            "{}",
+            provisioned.message
+        );
+
+        // The project's own agent failing fails the step.
+        *failing.lock().unwrap() = "true";
+        assert_eq!(
+            reason(&run(&setup, Step::Bootstrapped).await),
+            "InstallFailed"
+        );
     }
 }

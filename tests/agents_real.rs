@@ -9,7 +9,9 @@
 //! reaper refuses it, `berth answer NAME allow` lets it go on and the model gets the tool's
 //! result; `berth logs` shows the run; a daemon kill -9 and a container reboot after the brief
 //! finished neither start a second runner nor run the brief again; nothing went through the
-//! proxy.
+//! proxy. A second project is interrupted mid-brief (a daemon kill -9 and a reboot while it
+//! waits for a permission): the brief is handed over once more, resuming the CLI's session
+//! rather than starting over.
 
 mod support;
 
@@ -102,21 +104,16 @@ fn runner_starts(berth: &Berth, name: &str) -> usize {
 
 #[test]
 fn claude_code_works_a_brief_blocks_on_a_permission_and_finishes_once() {
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(config.path(), "scheduler: {interval: 2s}\n").unwrap();
-    let mut berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
-    let name = unique_name();
-    let tag = &name[name.len() - 8..];
-    let title = format!("Fixture title {tag}");
-    let mark = format!("brief-mark-{tag}");
-    let content = format!("written by claude for {tag}");
-    let fixture = ModelFixture::start(&Script {
-        title: &title,
-        brief_mark: &mark,
-        file: "/workspace/hello.txt",
-        file_content: &content,
-        bash: BASH,
-    });
+    let Setup {
+        mut berth,
+        fixture,
+        name,
+        title,
+        content,
+        _config,
+    } = claude_project(json!({
+        "reap": {"idleAfter": "2s", "idleAction": "Stop", "maxAge": "never"},
+    }));
 
     // Host forwards are admin-only and go to loopback or allowedForwardTargets only.
     let refused = berth.client().post_json(
@@ -132,34 +129,6 @@ fn claude_code_works_a_brief_blocks_on_a_permission_and_finishes_once() {
         "{}",
         refused.text()
     );
-
-    apply_shipped_profile(&berth, "claude");
-    let brief = format!("{mark}: write hello.txt, then run the check.\n");
-    let model = format!("127.0.0.1:{}", fixture.model_port);
-    let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
-    berth.create_project(
-        &name,
-        json!({
-            "image": "berth-agents",
-            "agent": "claude",
-            "brief": brief,
-            "forwards": [
-                {"port": MODEL_PORT, "to": model},
-                {"port": PROXY_PORT, "to": format!("127.0.0.1:{}", fixture.proxy_port)},
-            ],
-            "env": {
-                "ANTHROPIC_BASE_URL": format!("http://127.0.0.1:{MODEL_PORT}"),
-                "HTTPS_PROXY": proxy,
-                "HTTP_PROXY": proxy,
-                "https_proxy": proxy,
-                "http_proxy": proxy,
-                "NO_PROXY": "127.0.0.1,localhost",
-                "no_proxy": "127.0.0.1,localhost",
-            },
-            "reap": {"idleAfter": "2s", "idleAction": "Stop", "maxAge": "never"},
-        }),
-    );
-    set_secret(&berth, &name, "ANTHROPIC_API_KEY", "sk-ant-fixture");
 
     // Ready only once the CLI acknowledged the brief.
     let ready = berth.wait_for(&name, "Ready and Briefed", |p| {
@@ -267,5 +236,137 @@ fn claude_code_works_a_brief_blocks_on_a_permission_and_finishes_once() {
         stats["proxyConnections"], 0,
         "a connection left for the internet: {stats}"
     );
+    berth.delete_project(&name);
+}
+
+/// A daemon with a fast scheduler, the fixture, and a claude project with forwards to it.
+struct Setup {
+    berth: Berth,
+    fixture: ModelFixture,
+    name: String,
+    title: String,
+    content: String,
+    _config: tempfile::NamedTempFile,
+}
+
+/// `extra` is laid over the project's spec.
+fn claude_project(extra: Value) -> Setup {
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config.path(), "scheduler: {interval: 2s}\n").unwrap();
+    let mut berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
+    let name = unique_name();
+    let tag = name[name.len() - 8..].to_string();
+    let title = format!("Fixture title {tag}");
+    let mark = format!("brief-mark-{tag}");
+    let content = format!("written by claude for {tag}");
+    let fixture = ModelFixture::start(&Script {
+        title: &title,
+        brief_mark: &mark,
+        file: "/workspace/hello.txt",
+        file_content: &content,
+        bash: BASH,
+    });
+    apply_shipped_profile(&berth, "claude");
+    let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
+    let mut spec = json!({
+            "image": "berth-agents",
+            "agent": "claude",
+            "brief": format!("{mark}: write hello.txt, then run the check.\n"),
+            "forwards": [
+                {"port": MODEL_PORT, "to": format!("127.0.0.1:{}", fixture.model_port)},
+                {"port": PROXY_PORT, "to": format!("127.0.0.1:{}", fixture.proxy_port)},
+            ],
+            "env": {
+                "ANTHROPIC_BASE_URL": format!("http://127.0.0.1:{MODEL_PORT}"),
+                "HTTPS_PROXY": proxy,
+                "HTTP_PROXY": proxy,
+                "https_proxy": proxy,
+                "http_proxy": proxy,
+                "NO_PROXY": "127.0.0.1,localhost",
+                "no_proxy": "127.0.0.1,localhost",
+            },
+    });
+    for (key, value) in extra.as_object().cloned().unwrap_or_default() {
+        spec[key] = value;
+    }
+    berth.create_project(&name, spec);
+    set_secret(&berth, &name, "ANTHROPIC_API_KEY", "sk-ant-fixture");
+    Setup {
+        berth,
+        fixture,
+        name,
+        title,
+        content,
+        _config: config,
+    }
+}
+
+#[test]
+fn an_interrupted_brief_resumes_the_cli_session_after_a_crash_and_a_reboot() {
+    let Setup {
+        mut berth,
+        fixture,
+        name,
+        content,
+        _config,
+        ..
+    } = claude_project(json!({}));
+    let blocked = berth.wait_for(&name, "blocked on the Bash call", |p| {
+        p["status"]["agent"]["state"] == "blocked"
+            && p["status"]["briefAcknowledged"].is_string()
+            && p["status"]["agent"]["sessionId"].is_string()
+    });
+    let session = blocked["status"]["agent"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        exec(&name, "cat /workspace/hello.txt").unwrap().trim_end(),
+        content
+    );
+    assert_eq!(runner_starts(&berth, &name), 1);
+
+    // Mid-brief: the daemon dies, the container reboots (the CLI with it).
+    berth.kill9();
+    exec(&name, "touch /run/berth-before-boot").unwrap();
+    lxc(&["restart", &name, "--timeout", "30", "--force"]).expect("lxc restart");
+    berth.restart(None);
+    let deadline = Instant::now() + DEADLINE;
+    while exec(&name, "test -e /run/berth-before-boot").is_ok() {
+        assert!(Instant::now() < deadline, "{name} did not boot again");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    // The brief is handed over once more, resuming the session: the model never sees the
+    // brief start over.
+    let deadline = Instant::now() + DEADLINE;
+    while runner_starts(&berth, &name) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no runner after the boot:\n{}",
+            berth.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let log = exec(&name, "cat /var/log/berth/runner.log").unwrap_or_default();
+        if log.contains(&format!("resuming session {session}")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no resume in the runner log:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    berth.wait_for(&name, "Ready again", |p| {
+        ready_reason(p).is_some_and(|(s, _)| s == "True") && p["status"]["step"] == "Briefed"
+    });
+    let stats = fixture.stats();
+    assert_eq!(stats["briefRequests"], 1, "the brief started over: {stats}");
+    assert_eq!(stats["writeResults"], 1, "{stats}");
+    assert_eq!(stats["proxyConnections"], 0, "{stats}");
+    assert_eq!(runner_starts(&berth, &name), 2);
     berth.delete_project(&name);
 }

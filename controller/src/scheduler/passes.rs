@@ -749,11 +749,14 @@ impl Passes for DaemonPasses {
     }
 }
 
-/// The status fields the scheduler writes; everything else is the reconciler's.
-const OWNED_FIELDS: [&str; 7] = [
+/// The status fields the scheduler writes; everything else is the reconciler's. The brief's
+/// progress moves with the agent's report (`crate::agent::record_brief_progress`).
+const OWNED_FIELDS: [&str; 9] = [
     "activity",
     "title",
     "agent",
+    "briefAcknowledged",
+    "briefFinished",
     "unsavedWork",
     "ports",
     "reap",

@@ -1377,6 +1377,8 @@ fn a_reader_that_goes_away_ends_any_output_quietly() {
         &["get", "projects", "-o", "yaml"],
         &["get", "projects", "-o", "json"],
         &["apply", "-f", &file],
+        &["completion", "bash"],
+        &["completion", "zsh"],
     ] {
         let mut child = daemon
             .command(args)
@@ -1390,7 +1392,9 @@ fn a_reader_that_goes_away_ends_any_output_quietly() {
         stdout.read_exact(&mut first).expect("some output");
         drop(stdout);
         let run = finish(child, args);
-        assert_eq!(run.code, 141, "{args:?}: {run:?}");
+        // A completion script may fit in the pipe whole before the reader goes away.
+        let fits = args[0] == "completion" && run.code == 0;
+        assert!(run.code == 141 || fits, "{args:?}: {run:?}");
         assert_eq!(run.stderr, "", "{args:?}");
     }
 }

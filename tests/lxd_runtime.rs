@@ -295,7 +295,9 @@ async fn files_are_written_read_and_deleted_with_owner_and_mode() {
     };
     lxd.file_write(&name, &file).await.unwrap();
     assert_eq!(
-        lxd.file_read(&name, "/srv/berth/blob").await.unwrap(),
+        lxd.file_read(&name, "/srv/berth/blob", 1 << 20)
+            .await
+            .unwrap(),
         content
     );
     // Overwrite replaces, not appends.
@@ -309,7 +311,9 @@ async fn files_are_written_read_and_deleted_with_owner_and_mode() {
     .await
     .unwrap();
     assert_eq!(
-        lxd.file_read(&name, "/srv/berth/blob").await.unwrap(),
+        lxd.file_read(&name, "/srv/berth/blob", 1 << 20)
+            .await
+            .unwrap(),
         b"short"
     );
 
@@ -328,18 +332,18 @@ async fn files_are_written_read_and_deleted_with_owner_and_mode() {
         stat.stderr_str()
     );
 
-    match lxd.file_read(&name, "/srv/berth/missing").await {
+    match lxd.file_read(&name, "/srv/berth/missing", 1 << 20).await {
         Err(RuntimeError::NotFound { .. }) => {}
         other => panic!("missing file: {other:?}"),
     }
-    match lxd.file_read(&name, "/srv/berth").await {
+    match lxd.file_read(&name, "/srv/berth", 1 << 20).await {
         Err(RuntimeError::Rejected { .. }) => {}
         other => panic!("directory read: {other:?}"),
     }
     lxd.file_delete(&name, "/srv/berth/blob").await.unwrap();
     lxd.file_delete(&name, "/srv/berth/blob").await.unwrap(); // already gone: fine
     assert!(
-        lxd.file_read(&name, "/srv/berth/blob")
+        lxd.file_read(&name, "/srv/berth/blob", 1 << 20)
             .await
             .unwrap_err()
             .is_not_found()

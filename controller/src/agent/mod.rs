@@ -59,6 +59,9 @@ pub const RUN_DIR: &str = "/run/berth";
 pub const BRIEF_FILE: &str = "/run/berth/brief.md";
 pub const BRIEF_ID_FILE: &str = "/run/berth/brief.id";
 pub const STATUS_FILE: &str = "/run/berth/agent.json";
+/// The most of the agent's status file berth reads: the agent writes it, so past this it is
+/// unreadable rather than read whole.
+pub const STATUS_FILE_MAX_BYTES: u64 = 64 * 1024;
 pub const ANSWER_FILE: &str = "/run/berth/answer";
 pub const RUNNER_PID_FILE: &str = "/run/berth/runner.pid";
 pub const RUNNER_LOG: &str = "/var/log/berth/runner.log";

@@ -25,6 +25,9 @@ const SEED_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The managed environment file.
 pub const ENV_FILE: &str = "/workspace/.env";
+/// The most of `.env` berth reads back to rewrite its block: anyone who runs code in the
+/// workspace can write the file, so a larger one fails the step instead of being read whole.
+pub const ENV_FILE_MAX_BYTES: u64 = 16 << 20;
 /// The marker lines around berth's block in `.env`.
 pub const ENV_BLOCK_BEGIN: &str =
     "# >>> berth managed: lines up to the end marker are rewritten by berth >>>";
@@ -235,14 +238,14 @@ async fn converge_env(
 ) -> Result<(Option<String>, bool)> {
     let existing = match found {
         Found::File(_) => {
-            let bytes =
-                rt.file_read(instance, ENV_FILE)
-                    .await
-                    .map_err(|source| AgentError::Runtime {
-                        reason: REASON,
-                        what: format!("read {ENV_FILE} in {instance}"),
-                        source,
-                    })?;
+            let bytes = rt
+                .file_read(instance, ENV_FILE, ENV_FILE_MAX_BYTES)
+                .await
+                .map_err(|source| AgentError::Runtime {
+                    reason: REASON,
+                    what: format!("read {ENV_FILE} in {instance}"),
+                    source,
+                })?;
             String::from_utf8_lossy(&bytes).into_owned()
         }
         _ if entries.is_empty() => return Ok((None, false)),

@@ -5,7 +5,7 @@ use berth_api::{AgentState, AgentStatus};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::{AgentError, Result, STATUS_FILE};
+use super::{AgentError, Result, STATUS_FILE, STATUS_FILE_MAX_BYTES};
 use crate::runtime::Runtime;
 
 /// At most this many characters of an agent's title or message are kept.
@@ -21,7 +21,10 @@ pub struct AgentReport {
 
 /// Reads the agent's status file; `None` when there is none (no runner yet, or a fresh boot).
 pub async fn read_agent_status(rt: &dyn Runtime, instance: &str) -> Result<Option<AgentReport>> {
-    match rt.file_read(instance, STATUS_FILE).await {
+    match rt
+        .file_read(instance, STATUS_FILE, STATUS_FILE_MAX_BYTES)
+        .await
+    {
         Ok(bytes) => Ok(Some(parse_agent_status(&bytes))),
         Err(e) if e.is_not_found() => Ok(None),
         Err(source) => Err(AgentError::Runtime {

@@ -75,7 +75,6 @@ pub struct Listeners {
 struct Slots {
     listener: &'static str,
     free: Arc<Semaphore>,
-    max: usize,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -90,7 +89,6 @@ impl Slots {
         Slots {
             listener,
             free: Arc::new(Semaphore::new(max)),
-            max,
             metrics,
         }
     }
@@ -105,7 +103,9 @@ impl Slots {
             }
             return None;
         };
-        self.report();
+        if let Some(metrics) = &self.metrics {
+            metrics.api_connections.get_or_create(&self.labels()).inc();
+        }
         Some(Slot {
             _permit: permit,
             slots: self.clone(),
@@ -117,27 +117,17 @@ impl Slots {
             listener: self.listener,
         }
     }
-
-    fn report(&self) {
-        if let Some(metrics) = &self.metrics {
-            let open = self.max - self.free.available_permits();
-            metrics
-                .api_connections
-                .get_or_create(&self.labels())
-                .set(open as i64);
-        }
-    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        // The permit is returned after this body; count it as returned already.
+        // Counted up and down, never set from the semaphore: slots dropped at once would
+        // otherwise race, and the last to set could leave a stale count for good.
         if let Some(metrics) = &self.slots.metrics {
-            let open = self.slots.max - self.slots.free.available_permits() - 1;
             metrics
                 .api_connections
                 .get_or_create(&self.slots.labels())
-                .set(open as i64);
+                .dec();
         }
     }
 }

@@ -23,6 +23,10 @@ use crate::inspect::exec::{ExecCall, ExecResult};
 
 /// The API client gives up on a request after 120 s; a command must end before that.
 const MAX_TIMEOUT_SECS: u64 = 110;
+/// The exit status when berth stopped the command because its output passed the cap: berth's
+/// own, as `docker run` answers 125 for its own failures, so a script can tell it from the
+/// command's.
+pub const OUTPUT_CUT_EXIT: u8 = 125;
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
@@ -82,6 +86,12 @@ pub async fn run(context: &Context, args: ExecArgs) -> anyhow::Result<ExitCode> 
     std::io::stdout().write_all(result.stdout.as_bytes())?;
     std::io::stdout().flush()?;
     std::io::stderr().write_all(result.stderr.as_bytes())?;
+    if let Some(limit) = result.output_cut_at {
+        eprintln!(
+            "\nberth: output cut: the command printed more than {limit} bytes on one stream (the cap of berth exec), so berth stopped it; use -i to stream output without a cap"
+        );
+        return Ok(ExitCode::from(OUTPUT_CUT_EXIT));
+    }
     // Exit codes beyond a byte (or negative, for a signal) still mean failure.
     Ok(match u8::try_from(result.exit_code) {
         Ok(code) => ExitCode::from(code),

@@ -245,11 +245,21 @@ pub fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // Whoever read the output went away (`| head`): end as quietly as a printing panic does.
+        Err(err) if closed_pipe(&err) => ExitCode::from(BROKEN_PIPE_EXIT as u8),
         Err(err) => {
             report(&err);
             ExitCode::FAILURE
         }
     }
+}
+
+fn closed_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn run_client_command(context: &Context, command: Command) -> anyhow::Result<ExitCode> {

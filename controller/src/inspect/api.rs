@@ -72,11 +72,16 @@ pub async fn exec(
     // A person acts in the project while the command runs, whatever its outcome.
     let _running = state.inspector.activity.open(project.uid(), "exec");
     tracing::info!(project = name, caller = %caller.identity, "exec");
-    runtime
-        .exec(project.name(), &request)
-        .await
-        .map(ExecResult::from)
-        .map_err(|e| runtime_error(name, &e))
+    match runtime.exec(project.name(), &request).await {
+        Ok(output) => Ok(ExecResult::from(output)),
+        // Cut, and said so: the caller gets what came before the cap.
+        Err(RuntimeError::TooLarge {
+            limit,
+            partial: Some(partial),
+            ..
+        }) => Ok(ExecResult::cut(&partial, limit)),
+        Err(e) => Err(runtime_error(name, &e)),
+    }
 }
 
 /// The project's container, once it is known to be the project's own (409 `NameConflict`

@@ -13,6 +13,9 @@ pub const DEFAULT_CWD: &str = "/workspace";
 /// How long a command may run unless the request says otherwise, and at most.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// The most of each stream (stdout, stderr) one `berth exec` returns. Past it the command is
+/// stopped (its next write fails) and the answer carries what came before, saying it was cut.
+pub const OUTPUT_LIMIT: usize = 8 << 20;
 
 /// The body of `POST .../projects/NAME/exec`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,13 +30,18 @@ pub struct ExecCall {
     pub timeout_seconds: Option<u64>,
 }
 
-/// The answer: the command ran (whatever its exit code).
+/// The answer: the command ran (whatever its exit code), or printed past [`OUTPUT_LIMIT`] and
+/// was stopped there (`outputCutAt`; the exit code is then the stopped command's).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecResult {
     pub exit_code: i32,
     pub stdout: String,
     pub stderr: String,
+    /// Present when the output passed this many bytes: the command was stopped and the output
+    /// is what came before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_cut_at: Option<u64>,
 }
 
 impl From<ExecOutput> for ExecResult {
@@ -42,6 +50,19 @@ impl From<ExecOutput> for ExecResult {
             exit_code: output.exit_code,
             stdout: output.stdout_str(),
             stderr: output.stderr_str(),
+            output_cut_at: None,
+        }
+    }
+}
+
+impl ExecResult {
+    /// The answer for a command stopped at the output cap: what it printed up to there.
+    pub fn cut(output: &ExecOutput, limit: u64) -> ExecResult {
+        ExecResult {
+            exit_code: output.exit_code,
+            stdout: output.stdout_str(),
+            stderr: output.stderr_str(),
+            output_cut_at: Some(limit),
         }
     }
 }
@@ -96,6 +117,7 @@ impl ExecCall {
             Some(secs) => Duration::from_secs(secs),
         };
         let mut request = ExecRequest::new(self.command.clone(), timeout);
+        request.max_output = OUTPUT_LIMIT;
         request.cwd = Some(cwd);
         request.env = project_env.clone();
         request.env.extend(secrets);
@@ -139,6 +161,28 @@ mod tests {
         assert_eq!(request.env["C"], "s");
         assert_eq!(request.cwd.as_deref(), Some("/workspace"));
         assert_eq!(request.timeout, DEFAULT_TIMEOUT);
+    }
+
+    #[test]
+    fn a_cut_answer_says_where_and_a_whole_one_says_nothing() {
+        let output = ExecOutput {
+            exit_code: 0,
+            stdout: b"out".to_vec(),
+            stderr: b"err".to_vec(),
+        };
+        let whole = serde_json::to_value(ExecResult::from(output.clone())).unwrap();
+        assert_eq!(
+            whole,
+            serde_json::json!({"exitCode": 0, "stdout": "out", "stderr": "err"})
+        );
+        let cut = serde_json::to_value(ExecResult::cut(&output, 8)).unwrap();
+        assert_eq!(cut["outputCutAt"], 8);
+        assert_eq!(cut["exitCode"], 0);
+        assert_eq!(cut["stdout"], "out");
+        let request = call(&["yes"])
+            .to_request(&BTreeMap::new(), BTreeMap::new())
+            .unwrap();
+        assert_eq!(request.max_output, OUTPUT_LIMIT);
     }
 
     #[test]

@@ -18,7 +18,8 @@ use crate::runtime::{
 };
 
 use super::endpoint::{Endpoint, LxdConfig};
-use super::transport::{Call, Reply, Transport, decode, parse_envelope};
+use super::exec_capture::Capture;
+use super::transport::{Call, Keep, Reply, Transport, decode, parse_envelope};
 use super::wire::{InstanceJson, MemberJson, OperationJson, ServerJson, StateJson, VolumeJson};
 use super::{events, exec_ws, tls};
 
@@ -31,9 +32,6 @@ const UPDATE_ATTEMPTS: usize = 8;
 /// Force stops tried while a previous stop still holds the instance's operation lock.
 const FORCE_STOP_ATTEMPTS: usize = 3;
 
-/// How long a timed-out exec is watched in the background so its output logs can be deleted.
-const EXEC_LOG_REAP_WINDOW: Duration = Duration::from_secs(3600);
-
 /// Extra time given to an operation wait beyond what the server was told, so the server's own
 /// timeout (and its message) arrives before ours.
 const WAIT_GRACE: Duration = Duration::from_secs(5);
@@ -42,7 +40,7 @@ fn seg(s: &str) -> String {
     utf8_percent_encode(s, SEGMENT).to_string()
 }
 
-fn instance_path(name: &str) -> String {
+pub(super) fn instance_path(name: &str) -> String {
     format!("/1.0/instances/{}", seg(name))
 }
 
@@ -262,56 +260,6 @@ async fn wait_operation(
             }
         }
     }
-}
-
-/// The log files an exec recorded, read and then deleted.
-async fn collect_exec_log(transport: &Transport, name: &str, log: Option<&str>) -> Result<Vec<u8>> {
-    let Some(log) = log else {
-        return Ok(Vec::new());
-    };
-    let path = if log.starts_with("/1.0/") {
-        log.to_string()
-    } else {
-        format!("{}/logs/{}", instance_path(name), seg(log))
-    };
-    let raw = transport
-        .call(Method::GET, &path, format!("read exec output of {name}"))
-        .send_raw()
-        .await?;
-    if raw.status >= 400 {
-        parse_envelope(&format!("read exec output of {name}"), &raw)?;
-    }
-    // The log is only ours to read once; a failed delete leaves a small file behind, which
-    // is not worth failing the command for.
-    if let Err(e) = transport
-        .call(
-            Method::DELETE,
-            &path,
-            format!("delete exec output of {name}"),
-        )
-        .send()
-        .await
-    {
-        tracing::debug!(instance = name, error = %e, "could not delete exec output log");
-    }
-    Ok(raw.body.to_vec())
-}
-
-/// Reads (and so deletes) an exec's output logs once its command ends; used after the caller
-/// gave up waiting, so the logs of a timed-out command do not pile up in LXD's log directory.
-fn reap_exec_logs_later(transport: Arc<Transport>, name: String, operation: String) {
-    tokio::spawn(async move {
-        let what = format!("timed-out exec in {name}");
-        let Ok(op) = wait_operation(&transport, &operation, &what, EXEC_LOG_REAP_WINDOW).await
-        else {
-            return;
-        };
-        let output = op.metadata.get("output").cloned().unwrap_or_default();
-        for fd in ["1", "2"] {
-            let log = output.get(fd).and_then(|v| v.as_str());
-            let _ = collect_exec_log(&transport, &name, log).await;
-        }
-    });
 }
 
 fn empty_server() -> ServerInfo {
@@ -598,12 +546,13 @@ impl Runtime for LxdClient {
 
     async fn exec(&self, name: &str, request: &ExecRequest) -> Result<ExecOutput> {
         let what = format!("exec in {name}");
+        let capture = Capture::new(request.max_output);
         let mut body = json!({
-            "command": request.command,
+            "command": capture.wrap(&request.command),
             "environment": request.env,
             "wait-for-websocket": false,
             "interactive": false,
-            "record-output": true,
+            "record-output": false,
         });
         if let Some(cwd) = &request.cwd {
             body["cwd"] = json!(cwd);
@@ -633,17 +582,32 @@ impl Runtime for LxdClient {
                 message: "exec answered without an operation".into(),
             });
         };
-        let remaining = request.timeout.saturating_sub(started.elapsed());
-        let op = match self.wait(&operation, &what, remaining).await {
-            Ok(op) => op,
-            Err(RuntimeError::Timeout { .. }) => {
-                reap_exec_logs_later(Arc::clone(&self.transport), name.to_string(), operation);
-                return Err(RuntimeError::Timeout {
-                    what,
-                    after: request.timeout,
-                });
+        let mut gaps = Capture::gaps();
+        let op = loop {
+            let remaining = request.timeout.saturating_sub(started.elapsed());
+            let gap = gaps.next().unwrap_or(remaining).min(remaining);
+            match self.wait(&operation, &what, gap).await {
+                Ok(op) => break op,
+                Err(RuntimeError::Timeout { .. }) if started.elapsed() >= request.timeout => {
+                    capture.remove_later(&self.transport, name);
+                    return Err(RuntimeError::Timeout {
+                        what,
+                        after: request.timeout,
+                    });
+                }
+                Err(RuntimeError::Timeout { .. }) => {
+                    if capture.past_cap(&self.transport, name).await? {
+                        if let Err(e) = capture.stop(&self.transport, name).await {
+                            tracing::warn!(instance = name, error = %e, "could not stop a command past its output cap");
+                        }
+                        return capture.collect(&self.transport, name, &what, -1).await;
+                    }
+                }
+                Err(e) => {
+                    capture.remove_later(&self.transport, name);
+                    return Err(e);
+                }
             }
-            Err(e) => return Err(e),
         };
         let exit_code = op
             .metadata
@@ -653,23 +617,14 @@ impl Runtime for LxdClient {
                 what: what.clone(),
                 message: "exec finished without an exit code".into(),
             })?;
-        let output = op.metadata.get("output");
-        let log = |fd: &str| {
-            output
-                .and_then(|o| o.get(fd))
-                .and_then(|v| v.as_str())
-                .map(str::to_string)
-        };
-        let (stdout_log, stderr_log) = (log("1"), log("2"));
-        let (stdout, stderr) = futures::join!(
-            collect_exec_log(&self.transport, name, stdout_log.as_deref()),
-            collect_exec_log(&self.transport, name, stderr_log.as_deref())
-        );
-        Ok(ExecOutput {
-            exit_code: i32::try_from(exit_code).unwrap_or(-1),
-            stdout: stdout?,
-            stderr: stderr?,
-        })
+        capture
+            .collect(
+                &self.transport,
+                name,
+                &what,
+                i32::try_from(exit_code).unwrap_or(-1),
+            )
+            .await
     }
 
     async fn exec_interactive(
@@ -713,7 +668,7 @@ impl Runtime for LxdClient {
             .map(|_| ())
     }
 
-    async fn file_read(&self, name: &str, path: &str) -> Result<Vec<u8>> {
+    async fn file_read(&self, name: &str, path: &str, max_bytes: u64) -> Result<Vec<u8>> {
         let what = format!("read {path} in {name}");
         let raw = self
             .transport
@@ -723,6 +678,9 @@ impl Runtime for LxdClient {
                 what.clone(),
             )
             .query("path", path)
+            .keep(Keep::AtMost(
+                usize::try_from(max_bytes).unwrap_or(usize::MAX),
+            ))
             .send_raw()
             .await?;
         if raw.status >= 400 {
@@ -738,6 +696,13 @@ impl Runtime for LxdClient {
                 what,
                 status: 400,
                 message: format!("{path} is a {kind}, not a file"),
+            });
+        }
+        if raw.cut {
+            return Err(RuntimeError::TooLarge {
+                what,
+                limit: max_bytes,
+                partial: None,
             });
         }
         Ok(raw.body.to_vec())
@@ -1016,6 +981,7 @@ impl Runtime for LxdClient {
                 &format!("{}/console", instance_path(name)),
                 what.clone(),
             )
+            .keep(Keep::Last(max_bytes))
             .send_raw()
             .await?;
         let raw = if raw.status < 400 {

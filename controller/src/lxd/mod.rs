@@ -8,6 +8,7 @@
 mod client;
 mod endpoint;
 mod events;
+mod exec_capture;
 mod exec_ws;
 mod tls;
 mod transport;

@@ -1,6 +1,6 @@
 //! The client against recorded LXD 5.0.2 responses, replayed by a stub HTTP server on a unix
 //! socket: error mapping (404, failure inside an operation, 412, frozen exec), operation waits,
-//! exec log cleanup, the project parameter and the request observer.
+//! exec output files, the project parameter and the request observer.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -236,9 +236,8 @@ async fn exec_on_a_frozen_instance_is_rejected_with_lxd_message() {
     }
 }
 
-#[tokio::test]
-async fn exec_reads_then_deletes_its_output_logs() {
-    let recorded = Arc::new(Recorded::default());
+/// Routes for one exec that ends at once with exit code 2, its streams answered by `file`.
+fn exec_routes(recorded: &Recorded, file: Reply) {
     recorded.route(
         "POST /1.0/instances/web/exec",
         vec![status(202, EXEC_ASYNC)],
@@ -247,21 +246,16 @@ async fn exec_reads_then_deletes_its_output_logs() {
         "GET /1.0/operations/389e3646-50da-4239-b129-81b978bf2bb2/wait",
         vec![ok(EXEC_DONE)],
     );
-    recorded.route(
-        "GET /1.0/instances/web/logs/exec_389e3646.stdout",
-        vec![ok("hi\n")],
-    );
-    recorded.route(
-        "GET /1.0/instances/web/logs/exec_389e3646.stderr",
-        vec![ok("no\n")],
-    );
-    recorded.route(
-        "DELETE /1.0/instances/web/logs/exec_389e3646.stdout",
-        vec![ok(EMPTY_SYNC)],
-    );
-    recorded.route(
-        "DELETE /1.0/instances/web/logs/exec_389e3646.stderr",
-        vec![ok(EMPTY_SYNC)],
+    recorded.route("GET /1.0/instances/web/files", vec![file]);
+    recorded.route("DELETE /1.0/instances/web/files", vec![ok(EMPTY_SYNC)]);
+}
+
+#[tokio::test]
+async fn exec_reads_its_streams_from_files_then_deletes_them() {
+    let recorded = Arc::new(Recorded::default());
+    exec_routes(
+        &recorded,
+        (206, vec![("Content-Range", "bytes 0-2/3")], "hi\n"),
     );
     let (client, _dir) = stub(Arc::clone(&recorded)).await;
     let out = client
@@ -274,14 +268,71 @@ async fn exec_reads_then_deletes_its_output_logs() {
             out.stdout_str().as_str(),
             out.stderr_str().as_str()
         ),
-        (2, "hi\n", "no\n")
+        (2, "hi\n", "hi\n")
     );
-    let deletes = recorded
+    let reads: Vec<String> = recorded
         .seen()
         .into_iter()
-        .filter(|c| c.starts_with("DELETE /1.0/instances/web/logs/exec_"))
-        .count();
-    assert_eq!(deletes, 2);
+        .filter(|c| c.starts_with("GET /1.0/instances/web/files?"))
+        .collect();
+    assert_eq!(reads.len(), 2, "{reads:?}");
+    assert!(reads.iter().all(|r| r.contains("berth-exec-")), "{reads:?}");
+    assert!(
+        !recorded.seen().iter().any(|c| c.contains("/logs/")),
+        "no exec log is read: {:?}",
+        recorded.seen()
+    );
+    // Both files go, in the background.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let deletes = recorded
+            .seen()
+            .into_iter()
+            .filter(|c| c.starts_with("DELETE /1.0/instances/web/files?"))
+            .count();
+        if deletes == 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{deletes} deletes");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn exec_output_past_the_cap_is_cut_and_said_so() {
+    let recorded = Arc::new(Recorded::default());
+    exec_routes(
+        &recorded,
+        (206, vec![("Content-Range", "bytes 0-3/4000000000")], "abcd"),
+    );
+    let (client, _dir) = stub(recorded).await;
+    let mut request = ExecRequest::new(["yes"], Duration::from_secs(5));
+    request.max_output = 4;
+    match client.exec("web", &request).await {
+        Err(RuntimeError::TooLarge {
+            limit: 4,
+            partial: Some(partial),
+            ..
+        }) => {
+            assert_eq!(partial.stdout, b"abcd");
+            assert_eq!(partial.exit_code, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn exec_whose_output_file_is_missing_fails_rather_than_answer_empty() {
+    let recorded = Arc::new(Recorded::default());
+    exec_routes(&recorded, status(404, NOT_FOUND));
+    let (client, _dir) = stub(recorded).await;
+    let request = ExecRequest::new(["true"], Duration::from_secs(5));
+    match client.exec("web", &request).await {
+        Err(RuntimeError::Protocol { message, .. }) => {
+            assert!(message.contains("/tmp"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -365,6 +416,7 @@ fn envelopes_map_to_typed_errors() {
             status: code,
             headers: Default::default(),
             body: Bytes::from_static(body.as_bytes()),
+            cut: false,
         };
         let got = match parse_envelope("call", &raw) {
             Ok(super::transport::Reply::Async { operation }) => format!("Async:{operation}"),

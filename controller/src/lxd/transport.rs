@@ -32,6 +32,58 @@ pub(crate) struct RawResponse {
     pub status: u16,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// The body was longer than the call's [`Keep`] allowed, so `body` holds only part of it.
+    pub cut: bool,
+}
+
+/// How much of a response body a call keeps: bodies that carry a container's content (a file,
+/// a log) are read with a bound, never whole on faith.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keep {
+    All,
+    /// At most this many bytes; past them reading stops (and the connection is dropped).
+    AtMost(usize),
+    /// The last this many bytes, reading through the body.
+    Last(usize),
+}
+
+/// Reads `response`'s body as `keep` says: the bytes kept and whether any were left out.
+async fn read_body(
+    mut response: reqwest::Response,
+    keep: Keep,
+) -> Result<(Bytes, bool), reqwest::Error> {
+    let bound = match keep {
+        Keep::All => return Ok((response.bytes().await?, false)),
+        Keep::AtMost(n) | Keep::Last(n) => n,
+    };
+    if keep == Keep::AtMost(bound)
+        && response
+            .content_length()
+            .is_some_and(|length| length > bound as u64)
+    {
+        return Ok((Bytes::new(), true));
+    }
+    let mut body: Vec<u8> = Vec::new();
+    let mut cut = false;
+    while let Some(chunk) = response.chunk().await? {
+        match keep {
+            Keep::AtMost(_) if body.len() + chunk.len() > bound => return Ok((body.into(), true)),
+            Keep::Last(_) if body.len() + chunk.len() > 2 * bound.max(1 << 16) => {
+                // Compacted now and then rather than at every chunk.
+                body.extend_from_slice(&chunk);
+                body.drain(..body.len() - bound);
+                cut = true;
+            }
+            _ => body.extend_from_slice(&chunk),
+        }
+    }
+    if let Keep::Last(_) = keep
+        && body.len() > bound
+    {
+        body.drain(..body.len() - bound);
+        cut = true;
+    }
+    Ok((body.into(), cut))
 }
 
 /// A successful LXD response.
@@ -101,6 +153,7 @@ impl Transport {
             headers: Vec::new(),
             timeout: self.request_timeout,
             what: what.into(),
+            keep: Keep::All,
         }
     }
 
@@ -127,6 +180,7 @@ pub(crate) struct Call<'a> {
     headers: Vec<(&'static str, String)>,
     timeout: Duration,
     what: String,
+    keep: Keep,
 }
 
 enum Body {
@@ -167,6 +221,12 @@ impl Call<'_> {
         self
     }
 
+    /// How much of the response body to keep (all of it unless told).
+    pub fn keep(mut self, keep: Keep) -> Self {
+        self.keep = keep;
+        self
+    }
+
     /// Sends and returns the body as it came, whatever the status.
     pub async fn send_raw(self) -> Result<RawResponse, RuntimeError> {
         let url = self.transport.url(&self.path, &self.query)?;
@@ -186,11 +246,12 @@ impl Call<'_> {
             let response = request.send().await?;
             let status = response.status().as_u16();
             let headers = response.headers().clone();
-            let body = response.bytes().await?;
+            let (body, cut) = read_body(response, self.keep).await?;
             Ok::<_, reqwest::Error>(RawResponse {
                 status,
                 headers,
                 body,
+                cut,
             })
         };
         let outcome = tokio::time::timeout(self.timeout, exchange).await;

@@ -46,6 +46,16 @@ pub enum RuntimeError {
     /// The client was configured wrongly (endpoint, certificates, fingerprint).
     #[error("runtime configuration: {0}")]
     Config(String),
+
+    /// More bytes came from the container than the caller's cap: an exec's output (the command
+    /// was stopped at the cap, and `partial` holds its output up to it) or a file (not read past
+    /// the cap). Never a short answer taken for a whole one.
+    #[error("{what}: more than {limit} bytes, the cap; stopped there")]
+    TooLarge {
+        what: String,
+        limit: u64,
+        partial: Option<Box<super::ExecOutput>>,
+    },
 }
 
 impl RuntimeError {

@@ -780,7 +780,8 @@ impl Runtime for FakeRuntime {
         let result = handlers
             .iter()
             .find_map(|h| h(name, request))
-            .unwrap_or_else(|| Ok(ExecOutput::default()));
+            .unwrap_or_else(|| Ok(ExecOutput::default()))
+            .and_then(|output| capped(output, request.max_output, &what));
         Self::reply("exec", lose, result)
     }
 
@@ -805,7 +806,7 @@ impl Runtime for FakeRuntime {
         Self::reply("file_write", lose, result)
     }
 
-    async fn file_read(&self, name: &str, path: &str) -> Result<Vec<u8>> {
+    async fn file_read(&self, name: &str, path: &str, max_bytes: u64) -> Result<Vec<u8>> {
         let lose = self.enter("file_read", name).await?;
         let what = format!("read {path} in {name}");
         let result = match lock(&self.state).instances.get(name) {
@@ -815,6 +816,11 @@ impl Runtime for FakeRuntime {
                 Some(f) if f.directory => {
                     Err(rejected(what, format!("{path} is a directory, not a file")))
                 }
+                Some(f) if f.content.len() as u64 > max_bytes => Err(RuntimeError::TooLarge {
+                    what,
+                    limit: max_bytes,
+                    partial: None,
+                }),
                 Some(f) => Ok(f.content.clone()),
             },
         };
@@ -1059,6 +1065,24 @@ impl Runtime for FakeRuntime {
         });
         Self::reply("events", lose, Ok(Box::pin(stream) as EventStream))
     }
+}
+
+/// An output past the request's cap, as the LXD client answers it: each stream kept up to the
+/// cap, with the exit code.
+fn capped(output: ExecOutput, limit: usize, what: &str) -> Result<ExecOutput> {
+    if output.stdout.len() <= limit && output.stderr.len() <= limit {
+        return Ok(output);
+    }
+    let cut = |bytes: &[u8]| bytes[..bytes.len().min(limit)].to_vec();
+    Err(RuntimeError::TooLarge {
+        what: what.to_string(),
+        limit: limit as u64,
+        partial: Some(Box::new(ExecOutput {
+            exit_code: output.exit_code,
+            stdout: cut(&output.stdout),
+            stderr: cut(&output.stderr),
+        })),
+    })
 }
 
 #[cfg(test)]
@@ -1354,12 +1378,16 @@ mod tests {
             mode: 0o600,
         };
         fake.file_write("web", &file).await.unwrap();
-        assert_eq!(fake.file_read("web", "/w/a").await.unwrap(), b"hi");
+        assert_eq!(fake.file_read("web", "/w/a", 2).await.unwrap(), b"hi");
+        assert!(matches!(
+            fake.file_read("web", "/w/a", 1).await,
+            Err(RuntimeError::TooLarge { limit: 1, .. })
+        ));
         assert_eq!(fake.file_owner("web", "/w/a"), Some((1000, 1000, 0o600)));
-        assert!(fake.file_read("web", "/w").await.is_err());
+        assert!(fake.file_read("web", "/w", 1024).await.is_err());
         fake.file_delete("web", "/w/a").await.unwrap();
         assert!(
-            fake.file_read("web", "/w/a")
+            fake.file_read("web", "/w/a", 1024)
                 .await
                 .unwrap_err()
                 .is_not_found()

@@ -84,9 +84,13 @@ pub trait Runtime: Send + Sync {
     /// (retrying on a concurrent change). Needed to remove devices, which a merge cannot do.
     async fn update_instance(&self, name: &str, edit: InstanceEditFn<'_>) -> Result<()>;
 
-    /// Runs a command to completion and returns its exit code and output. Past `timeout` it
-    /// returns [`RuntimeError::Timeout`]; the process may still be running inside (LXD cannot
-    /// cancel an exec), so run long commands in their own process group.
+    /// Runs a command to completion (stdin at end of file) and returns its exit code and
+    /// output. Past `timeout` it returns [`RuntimeError::Timeout`]; the process may still be
+    /// running inside (LXD cannot cancel an exec), so run long commands in their own process
+    /// group. Past `request.max_output` bytes on either stream it returns
+    /// [`RuntimeError::TooLarge`] with the exit code and the output up to the cap: a command
+    /// that goes on printing is stopped there (its next write fails), and nothing past the cap
+    /// is ever held by the daemon or written on the host.
     async fn exec(&self, name: &str, request: &ExecRequest) -> Result<ExecOutput>;
 
     /// Starts a command whose stdin, stdout and stderr stay connected to the caller (one pseudo
@@ -102,8 +106,9 @@ pub trait Runtime: Send + Sync {
     /// Writes a whole file (also on a stopped instance), replacing any previous content.
     async fn file_write(&self, name: &str, file: &FileWrite) -> Result<()>;
 
-    /// Reads a whole file; [`RuntimeError::NotFound`] when it does not exist.
-    async fn file_read(&self, name: &str, path: &str) -> Result<Vec<u8>>;
+    /// Reads a whole file of at most `max_bytes` ([`RuntimeError::TooLarge`] past it: the file
+    /// is not read further); [`RuntimeError::NotFound`] when it does not exist.
+    async fn file_read(&self, name: &str, path: &str, max_bytes: u64) -> Result<Vec<u8>>;
 
     /// Creates one directory (not its parents); an existing one is left as it is.
     async fn mkdir(&self, name: &str, dir: &Mkdir) -> Result<()>;

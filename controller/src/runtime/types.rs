@@ -249,9 +249,17 @@ pub struct ExecRequest {
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub timeout: Duration,
+    /// The most output of each stream (stdout, stderr) the caller takes. Past it the command is
+    /// stopped and the exec fails with [`RuntimeError::TooLarge`](super::RuntimeError::TooLarge):
+    /// what runs in a container is untrusted, and its output is never taken whole on faith.
+    pub max_output: usize,
 }
 
 impl ExecRequest {
+    /// The output cap of an exec unless the caller sets another: far above what berth's own
+    /// scripts print, far below what would strain the daemon.
+    pub const DEFAULT_MAX_OUTPUT: usize = 16 << 20;
+
     /// A command as root in the default directory, with a timeout.
     pub fn new<I, S>(command: I, timeout: Duration) -> ExecRequest
     where
@@ -265,6 +273,7 @@ impl ExecRequest {
             uid: None,
             gid: None,
             timeout,
+            max_output: Self::DEFAULT_MAX_OUTPUT,
         }
     }
 }

@@ -365,6 +365,16 @@ impl Run<'_> {
                 "Timeout",
                 format!("{tool}: {err}; what it started was killed"),
             ),
+            // Only a container whose programs were replaced prints past the host's cap (the
+            // scripts cut every stream far below it): what a mutation did is then unknown.
+            err @ RuntimeError::TooLarge { .. } if self.call.tool.mutates() => ApiError::new(
+                StatusCode::CONFLICT,
+                "REMOTE_MUTATION_OUTCOME_UNKNOWN",
+                format!(
+                    "{tool}: {err}; execution {:?} ran but its answer was not taken, so inspect the workspace instead of running it again",
+                    self.call.execution_id
+                ),
+            ),
             err => exec_error(self.instance, &format!("running {tool}"), &err),
         }
     }

@@ -159,7 +159,9 @@ BERTH_AGENTS_NPM_PINS=${BERTH_AGENTS_NPM_PINS:-@anthropic-ai/claude-code@2.1.332
 
 # The pins recorded on the image ALIAS points to; empty when it has none.
 image_recorded_pins() {
-    lxc_t image show "$1" 2>/dev/null | sed -n 's/^  berth\.pins: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' | head -n1
+    # LXD quotes the value with single quotes when it starts with '@', with double ones or none
+    # otherwise.
+    lxc_t image show "$1" 2>/dev/null | sed -n "s/^  berth\\.pins: *[\"']\\{0,1\\}\\([^\"']*\\)[\"']\\{0,1\\}\$/\\1/p" | head -n1
 }
 
 # npm's name for this machine's CPU, for the CLIs' native platform packages.

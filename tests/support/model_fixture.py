@@ -4,7 +4,11 @@
     model_fixture.py --title TITLE --file PATH --file-content TEXT --bash COMMAND
 
 Serves, on one port:
-- Anthropic Messages (`POST /v1/messages`, streaming SSE when the request asks for it);
+- Anthropic Messages (`POST /v1/messages`, streaming SSE when the request asks for it), as
+  Claude Code calls it;
+- OpenAI Responses (`POST /v1/responses`, streaming SSE), as Codex calls it: the file is
+  written by an `exec_command` call, and the command that needs a permission asks for
+  `require_escalated`, which Codex's default approval policy (on-request) puts to a person;
 - `GET /_fixture/stats`: what was asked, as JSON.
 and on a second port an HTTPS_PROXY that refuses and counts every connection.
 
@@ -22,6 +26,7 @@ number of side requests are harmless:
 
 import argparse
 import json
+import shlex
 import socket
 import sys
 import threading
@@ -35,6 +40,8 @@ STATS = {
     "writeResults": 0,
     "bashResults": [],
     "proxyConnections": 0,
+    "proxyRequests": [],
+    "repeatedCalls": 0,
     "paths": [],
 }
 ARGS = None
@@ -103,6 +110,57 @@ def choose(body):
         return [("text", "ok")]
 
 
+def responses_text(item):
+    """The text of a Responses input message."""
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "\n".join(c.get("text", "") for c in content or [] if isinstance(c, dict))
+
+
+def choose_responses(body):
+    """The output items answering a Responses request: ("text", str) or ("call", id, args)."""
+    items = [i for i in body.get("input") or [] if isinstance(i, dict)]
+    users = [responses_text(i) for i in items if i.get("type", "message") == "message" and i.get("role") == "user"]
+    outputs = {i.get("call_id"): i.get("output") for i in items if i.get("type") == "function_call_output"}
+    calls = [i.get("call_id") for i in items if i.get("type") == "function_call"]
+    with LOCK:
+        if any(TITLE_MARK in u for u in users):
+            STATS["titleRequests"] += 1
+            return [("text", ARGS.title)]
+        if not any(ARGS.brief_mark in u for u in users):
+            return [("text", "ok")]
+        answered = [c for c in calls if c in outputs]
+        if not answered:
+            if calls:
+                # A call whose result the CLI lost (it was interrupted): asked again.
+                STATS["repeatedCalls"] += 1
+                return [("call", calls[-1], CALL_ARGS[calls[-1].split("-")[1]]())]
+            STATS["briefRequests"] += 1
+            return [("text", "I will write the file."), ("call", f"call-write-{STATS['requests']}", CALL_ARGS["write"]())]
+        last = answered[-1]
+        output = outputs[last]
+        if isinstance(output, dict):
+            output = output.get("content") or json.dumps(output)
+        if last.startswith("call-write-"):
+            STATS["writeResults"] += 1
+            return [("call", f"call-bash-{STATS['requests']}", CALL_ARGS["bash"]())]
+        if last.startswith("call-bash-"):
+            STATS["bashResults"].append({"result": str(output), "isError": "exited with code 0" not in str(output)})
+            return [("text", "All done.")]
+        return [("text", "ok")]
+
+
+CALL_ARGS = {
+    "write": lambda: {"cmd": f"printf '%s\\n' {shlex.quote(ARGS.file_content)} > {shlex.quote(ARGS.file)}"},
+    "bash": lambda: {
+        "cmd": ARGS.bash,
+        "sandbox_permissions": "require_escalated",
+        "justification": "Run the check",
+    },
+}
+
+
 def sse(event, data):
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
@@ -137,6 +195,9 @@ class Model(BaseHTTPRequestHandler):
             body = {}
         if path.endswith("/count_tokens"):
             self.reply(200, json.dumps({"input_tokens": 10}).encode(), "application/json")
+            return
+        if path.endswith("/v1/responses"):
+            self.stream_responses(choose_responses(body), body.get("model", "gpt-fixture"))
             return
         if not path.endswith("/v1/messages"):
             self.reply(404, b'{"type":"error","error":{"type":"not_found_error","message":"no such route"}}', "application/json")
@@ -190,6 +251,25 @@ class Model(BaseHTTPRequestHandler):
         self.wfile.flush()
         self.close_connection = True
 
+    def stream_responses(self, blocks, model):
+        rid = f"resp_fx{STATS['requests']}"
+        items = []
+        for i, block in enumerate(blocks):
+            if block[0] == "text":
+                items.append({"type": "message", "role": "assistant", "id": f"msg_{rid}_{i}", "status": "completed",
+                              "content": [{"type": "output_text", "text": block[1], "annotations": []}]})
+            else:
+                items.append({"type": "function_call", "id": f"fc_{rid}_{i}", "status": "completed",
+                              "call_id": block[1], "name": "exec_command", "arguments": json.dumps(block[2])})
+        events = [{"type": "response.created", "response": {"id": rid, "model": model, "status": "in_progress"}}]
+        for i, item in enumerate(items):
+            events.append({"type": "response.output_item.added", "output_index": i, "item": dict(item, status="in_progress")})
+            events.append({"type": "response.output_item.done", "output_index": i, "item": item})
+        events.append({"type": "response.completed", "response": {"id": rid, "model": model, "status": "completed", "output": items,
+                       "usage": {"input_tokens": 10, "output_tokens": 10, "total_tokens": 20}}})
+        body = b"".join(sse(e["type"], e) for e in events)
+        self.reply(200, body, "text/event-stream")
+
     def reply(self, code, body, ctype):
         self.send_response(code)
         self.send_header("content-type", ctype)
@@ -200,11 +280,17 @@ class Model(BaseHTTPRequestHandler):
 
 
 def refuse_proxy(listener):
-    """Counts every connection and closes it at once: nothing passes the proxy."""
+    """Counts every connection, notes its request line, and closes it: nothing passes."""
     while True:
         conn, _ = listener.accept()
+        conn.settimeout(2)
+        try:
+            first = conn.recv(1024).split(b"\r\n", 1)[0].decode("latin-1")
+        except OSError:
+            first = ""
         with LOCK:
             STATS["proxyConnections"] += 1
+            STATS["proxyRequests"].append(first)
         conn.close()
 
 

@@ -1137,6 +1137,28 @@ fn stop_and_start_wait_for_the_state_they_asked_for() {
         daemon.put_status("toggle", status);
         let run = finish(child, &[command]).ok();
         assert_eq!(run.stdout.lines().last(), Some(last_line), "{run:?}");
+        if phase == "Stopped" {
+            // The progress shows the phase reached, not the step it had got to.
+            assert!(
+                run.stdout.lines().any(|l| l == "toggle: Stopped"),
+                "{run:?}"
+            );
+            // Stopping it again changes nothing, and says so.
+            let again = daemon.berth(&["stop", "toggle", "--wait"]).ok();
+            assert_eq!(again.stdout, "project/toggle already stopped\n");
+            assert_eq!(generation(&daemon), current);
+            // An apply that waits says where it ended.
+            let file = daemon.file(
+                "stopped.yaml",
+                &project("toggle", "spec:\n  state: Stopped\n"),
+            );
+            let applied = daemon.berth(&["apply", "-f", &file, "--wait"]).ok();
+            assert_eq!(
+                applied.stdout.lines().last(),
+                Some("project/toggle stopped"),
+                "{applied:?}"
+            );
+        }
     }
 }
 
@@ -1613,5 +1635,251 @@ fn a_manifest_or_patch_carrying_a_force_is_refused_naming_it() {
             .get("berth.dev/forceDelete")
             .is_none(),
         "{stored}"
+    );
+}
+
+#[test]
+fn objects_are_named_as_kubectl_names_them_and_a_missing_one_stops_nothing() {
+    let daemon = Daemon::start();
+    let manifests: Vec<String> = ["kn-a", "kn-b", "kn-c", "kn-d"]
+        .iter()
+        .map(|name| {
+            let team = if *name == "kn-d" { "other" } else { "kn" };
+            project(name, &format!("  labels: {{team: {team}}}\n"))
+        })
+        .collect();
+    let file = daemon.file("kn.yaml", &manifests.join("---\n"));
+    daemon.berth(&["apply", "-f", &file]).ok();
+
+    // What `-o name` prints is taken back, and short names work.
+    let names = daemon
+        .berth(&["get", "projects", "-l", "team=kn", "-o", "name"])
+        .ok();
+    let listed: Vec<&str> = names.stdout.lines().collect();
+    assert_eq!(listed, ["project/kn-a", "project/kn-b", "project/kn-c"]);
+    let mut get = vec!["get"];
+    get.extend(&listed);
+    get.extend(["-o", "name"]);
+    assert_eq!(daemon.berth(&get).ok().stdout, names.stdout);
+    assert!(
+        daemon
+            .berth(&["get", "proj", "kn-a"])
+            .ok()
+            .stdout
+            .contains("kn-a")
+    );
+    let described = daemon.berth(&["describe", "proj/kn-a"]).ok();
+    assert!(described.stdout.contains("kn-a"), "{described:?}");
+    daemon.berth(&["get", "project/kn-a", "gs/x"]).fails(1);
+
+    // A missing one is reported; the others are deleted all the same.
+    let run = daemon
+        .berth(&["delete", "project/kn-a", "project/absent", "project/kn-b"])
+        .fails(1);
+    assert!(run.stderr.contains("absent"), "{run:?}");
+    assert!(run.stdout.contains("project/kn-a deleted"), "{run:?}");
+    assert!(run.stdout.contains("project/kn-b deleted"), "{run:?}");
+    let run = daemon
+        .berth(&["delete", "proj", "absent", "--ignore-not-found"])
+        .ok();
+    assert_eq!(run.stderr, "", "{run:?}");
+
+    // By label: kn-c goes, kn-d of another team stays.
+    let run = daemon.berth(&["delete", "project", "-l", "team=kn"]).ok();
+    assert_eq!(run.stdout, "project/kn-c deleted\n", "{run:?}");
+    let left = daemon.berth(&["get", "projects", "-o", "name"]).ok();
+    assert_eq!(left.stdout, "project/kn-d\n");
+    let run = daemon.berth(&["delete", "project", "-l", "team=kn"]).ok();
+    assert!(run.stdout.contains("No projects match"), "{run:?}");
+}
+
+#[test]
+fn logs_of_a_project_without_an_agent_say_so() {
+    let daemon = Daemon::start();
+    let file = daemon.file("plain.yaml", &project("plain", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    for args in [&["logs", "plain"][..], &["logs", "-f", "plain"]] {
+        let run = daemon.berth(args).fails(1);
+        assert!(run.stderr.contains("project plain has no agent"), "{run:?}");
+        assert_eq!(run.stdout, "", "{run:?}");
+    }
+}
+
+/// Lines a running `berth` prints, as they come.
+struct Lines {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Lines {
+    fn spawn(daemon: &Daemon, args: &[&str]) -> Lines {
+        let mut child = daemon
+            .command(args)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("run berth");
+        let stdout = child.stdout.take().expect("stdout pipe");
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a line that satisfies `wanted`, returning it.
+    #[track_caller]
+    fn until(&mut self, what: &str, wanted: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + COMMAND_DEADLINE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if wanted(&line) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "no line {what} within {COMMAND_DEADLINE:?}: {:?}",
+                    self.seen
+                ),
+            }
+        }
+    }
+}
+
+impl Drop for Lines {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn get_prints_jsonpath_labels_and_follows_changes() {
+    let daemon = Daemon::start();
+    let file = daemon.file("projects.yaml", TWO_PROJECTS);
+    daemon.berth(&["apply", "-f", &file]).ok();
+
+    let run = daemon
+        .berth(&[
+            "get",
+            "projects",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ])
+        .ok();
+    assert_eq!(run.stdout, "payments-api web");
+    let run = daemon
+        .berth(&["get", "proj/web", "-o", "jsonpath={.spec.image}{\"\\n\"}"])
+        .ok();
+    assert_eq!(run.stdout, "berth-base\n");
+    let run = daemon
+        .berth(&["get", "projects", "-o", "jsonpath={.items"])
+        .fails(2);
+    assert!(run.stderr.contains("jsonpath"), "{run:?}");
+
+    let run = daemon.berth(&["get", "projects", "--show-labels"]).ok();
+    let lines = names_in(&run);
+    assert!(lines[0].ends_with("LABELS"), "{lines:?}");
+    assert!(lines[1].ends_with("team=payments"), "{lines:?}");
+    assert!(lines[2].ends_with("team=frontend"), "{lines:?}");
+
+    // -w: the table, then a row per change; a selector keeps other projects out.
+    let mut watch = Lines::spawn(&daemon, &["get", "projects", "-w", "-l", "team=frontend"]);
+    watch.until("with the header", |l| l.starts_with("NAME"));
+    watch.until("listing web", |l| l.starts_with("web "));
+    daemon.put_status(
+        "payments-api",
+        json!({"observedGeneration": 1, "phase": "Ready", "step": "Seeded"}),
+    );
+    daemon.put_status(
+        "web",
+        json!({"observedGeneration": 1, "phase": "Ready", "step": "Seeded"}),
+    );
+    let row = watch.until("for web's change", |l| l.contains("Ready"));
+    assert!(row.starts_with("web "), "{row}");
+    assert!(
+        !watch.seen.iter().any(|l| l.starts_with("payments-api")),
+        "{:?}",
+        watch.seen
+    );
+}
+
+#[test]
+fn create_takes_the_common_fields_and_restart_waits_for_a_new_start() {
+    let daemon = Daemon::start();
+    let run = daemon
+        .berth(&[
+            "create",
+            "project",
+            "Flag Demo",
+            "--memory",
+            "1GiB",
+            "--cpu",
+            "2",
+            "--repo",
+            "file:///srv/app.git",
+            "--branch",
+            "dev",
+            "-o",
+            "json",
+        ])
+        .ok();
+    let created: Value = serde_json::from_str(&run.stdout).expect("JSON");
+    assert_eq!(created["metadata"]["name"], "flag-demo");
+    assert_eq!(created["spec"]["resources"]["memory"], "1GiB");
+    assert_eq!(created["spec"]["resources"]["cpu"], "2");
+    assert_eq!(created["spec"]["repo"]["url"], "file:///srv/app.git");
+    assert_eq!(created["spec"]["repo"]["branch"], "dev");
+    let run = daemon
+        .berth(&["create", "project", "No Repo", "--branch", "dev"])
+        .fails(2);
+    assert!(run.stderr.contains("--repo"), "{run:?}");
+
+    let ready = |pid: i64| {
+        json!({"observedGeneration": 1, "phase": "Ready", "step": "Seeded",
+               "container": {"name": "flag-demo", "pid": pid},
+               "conditions": [{"type": "Ready", "status": "True", "reason": "Seeded",
+                               "observedGeneration": 1,
+                               "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+    };
+    daemon.put_status("flag-demo", ready(100));
+    let child = daemon
+        .command(&["restart", "flag-demo", "--wait", "--timeout=60s"])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("run berth restart --wait");
+    // Ready before and after: only the new container process ends the wait.
+    let deadline = Instant::now() + COMMAND_DEADLINE;
+    while daemon.object("project", "flag-demo")["metadata"]["annotations"]["berth.dev/restartedAt"]
+        .is_null()
+    {
+        assert!(Instant::now() < deadline, "the restart was never requested");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    daemon.put_status("flag-demo", ready(100));
+    daemon.put_status("flag-demo", ready(200));
+    let run = finish(child, &["restart", "--wait"]).ok();
+    let lines = names_in(&run);
+    assert_eq!(
+        lines.first().map(String::as_str),
+        Some("project/flag-demo restart requested")
+    );
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("project/flag-demo running"),
+        "{lines:?}"
     );
 }

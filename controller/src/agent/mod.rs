@@ -37,7 +37,7 @@ pub use brief::{brief_finished, record_brief_progress, runner_env};
 pub use checkout::{CheckoutOutcome, checkout};
 pub use exec::sha256_hex;
 pub use runner::{
-    LogChunk, RESUME_SESSION_ENV, RunnerOutcome, TITLE_KNOWN_ENV, answer, runner_log,
+    LogChunk, RESUME_SESSION_ENV, RunnerOutcome, RunnerState, TITLE_KNOWN_ENV, answer, runner_log,
     runner_log_from, start_runner,
 };
 pub use seed::{

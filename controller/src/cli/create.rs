@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
+use super::progress::{self, Goal};
 use super::render::name_of;
 use super::{Context, render};
 use crate::client::Resource;
@@ -40,6 +41,24 @@ struct CreateProjectArgs {
     /// The agent's task.
     #[arg(long)]
     brief: Option<String>,
+    /// Memory limit, e.g. `4GiB` (spec.resources.memory).
+    #[arg(long)]
+    memory: Option<String>,
+    /// CPU limit, e.g. `2` (spec.resources.cpu).
+    #[arg(long)]
+    cpu: Option<String>,
+    /// Repository cloned into /workspace once (spec.repo.url), e.g. `file:///srv/app.git`.
+    #[arg(long)]
+    repo: Option<String>,
+    /// The branch of --repo to check out (spec.repo.branch).
+    #[arg(long, requires = "repo")]
+    branch: Option<String>,
+    /// Wait until the project is Ready, printing each step.
+    #[arg(long)]
+    wait: bool,
+    /// How long --wait waits.
+    #[arg(long, default_value = "5m", value_parser = super::duration::parse)]
+    timeout: std::time::Duration,
     /// A label, `KEY=VALUE` (repeatable).
     #[arg(short = 'l', long = "label", value_parser = parse_label, value_name = "KEY=VALUE")]
     labels: Vec<(String, String)>,
@@ -87,6 +106,22 @@ async fn create_project(context: &Context, args: CreateProjectArgs) -> anyhow::R
             spec.insert(key.into(), json!(value));
         }
     }
+    let mut resources = Map::new();
+    for (key, value) in [("memory", &args.memory), ("cpu", &args.cpu)] {
+        if let Some(value) = value {
+            resources.insert(key.into(), json!(value));
+        }
+    }
+    if !resources.is_empty() {
+        spec.insert("resources".into(), Value::Object(resources));
+    }
+    if let Some(url) = &args.repo {
+        let mut repo = json!({"url": url});
+        if let Some(branch) = &args.branch {
+            repo["branch"] = json!(branch);
+        }
+        spec.insert("repo".into(), repo);
+    }
     let labels: BTreeMap<String, String> = args.labels.into_iter().collect();
 
     for _ in 0..MAX_ATTEMPTS {
@@ -112,6 +147,16 @@ async fn create_project(context: &Context, args: CreateProjectArgs) -> anyhow::R
                     Some(render::OutputFormat::Json) => print!("{}", render::to_json(&created)),
                     Some(render::OutputFormat::Name) => println!("project/{name}"),
                     _ => println!("project/{name} created"),
+                }
+                if args.wait {
+                    let target = [(Resource::Project, name.clone())];
+                    let print = args.output.is_none();
+                    let reached =
+                        progress::wait_for(&client, &target, Goal::Ready, args.timeout, print)
+                            .await?;
+                    if print {
+                        println!("project/{name} {}", reached.word(&target[0]));
+                    }
                 }
                 return Ok(ExitCode::SUCCESS);
             }

@@ -1,6 +1,9 @@
 //! `berth events [KIND NAME]`: what happened recently, oldest first.
 
+use std::collections::HashSet;
+use std::io::Write as _;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use clap::Args;
@@ -8,21 +11,40 @@ use serde_json::Value;
 
 use super::Context;
 use super::duration::human_age;
-use super::get::parse_resource;
+use super::get::parse_objects;
 use super::render::{self, OutputFormat, str_at, time_at};
 use super::table::Table;
 use crate::client::Resource;
 
+/// How often `events -w` asks for new events.
+const WATCH_POLL: Duration = Duration::from_secs(2);
+
 #[derive(Debug, Args)]
 pub struct EventsArgs {
-    /// Only events about this kind of object (with NAME).
-    #[arg(value_parser = parse_resource, requires = "name")]
-    kind: Option<Resource>,
-    /// Only events about this object.
-    name: Option<String>,
+    /// Only events about one object: NAME (a project), KIND NAME or KIND/NAME.
+    #[arg(value_name = "[KIND] NAME", num_args = 0..=2)]
+    object: Vec<String>,
     /// Output format (yaml or json print the EventList).
     #[arg(short = 'o', long = "output", value_enum)]
     output: Option<OutputFormat>,
+    /// After the listing, print each new event as it comes, until interrupted.
+    #[arg(short = 'w', long)]
+    watch: bool,
+}
+
+/// The object `events` is about: none, `NAME` (a project), `KIND NAME` or `KIND/NAME`.
+fn object_of(words: &[String]) -> Result<Option<(Resource, String)>, String> {
+    match words {
+        [] => Ok(None),
+        [one] if !one.contains('/') => Ok(Some((Resource::Project, one.clone()))),
+        _ => {
+            let objects = parse_objects(words)?;
+            match objects.as_slice() {
+                [one] => Ok(Some(one.clone())),
+                _ => Err("events are about one object: [KIND] NAME or KIND/NAME".to_string()),
+            }
+        }
+    }
 }
 
 /// One event as the tables print it.
@@ -76,45 +98,108 @@ pub fn event_rows(events: &[Value], now: DateTime<Utc>) -> Vec<EventRow> {
 
 pub async fn run(context: &Context, args: EventsArgs) -> anyhow::Result<ExitCode> {
     let client = context.client()?;
-    let object = match (args.kind, args.name.as_deref()) {
-        (Some(kind), Some(name)) => Some((kind, name)),
-        _ => None,
-    };
+    let object = object_of(&args.object).map_err(anyhow::Error::msg)?;
+    let object = object.as_ref().map(|(kind, name)| (*kind, name.as_str()));
     let list = client.events(object).await?;
+    let mut events = items(&list);
     match args.output {
         Some(OutputFormat::Yaml) => print!("{}", render::to_yaml(&list)),
         Some(OutputFormat::Json) => print!("{}", render::to_json(&list)),
+        _ if events.is_empty() && !args.watch => eprintln!("No events found."),
         _ => {
-            let mut events = list
-                .get("items")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            if events.is_empty() {
-                eprintln!("No events found.");
-                return Ok(ExitCode::SUCCESS);
-            }
             events.sort_by_key(|e| str_at(e, "lastTimestamp").to_string());
-            let mut table = Table::new(["last seen", "type", "reason", "object", "message"]);
-            for row in event_rows(&events, Utc::now()) {
-                table.row(vec![
-                    row.last_seen,
-                    row.type_,
-                    row.reason,
-                    row.object,
-                    row.message,
-                ]);
-            }
-            print!("{}", table.render());
+            print!("{}", event_table(&events).render());
         }
     }
-    Ok(ExitCode::SUCCESS)
+    if !args.watch {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Events have no watch of their own: ask again every few seconds and print what is new
+    // (a new event, or one seen again).
+    let mut seen: HashSet<(String, i64)> = events.iter().map(event_key).collect();
+    let mut above = event_table(&events);
+    loop {
+        tokio::time::sleep(WATCH_POLL).await;
+        let mut fresh: Vec<Value> = items(&client.events(object).await?)
+            .into_iter()
+            .filter(|e| seen.insert(event_key(e)))
+            .collect();
+        if fresh.is_empty() {
+            continue;
+        }
+        fresh.sort_by_key(|e| str_at(e, "lastTimestamp").to_string());
+        let text = match args.output {
+            Some(OutputFormat::Yaml) => fresh
+                .iter()
+                .map(|e| format!("---\n{}", render::to_yaml(e)))
+                .collect(),
+            Some(OutputFormat::Json) => fresh.iter().map(render::to_json).collect(),
+            _ => {
+                let table = event_table(&fresh);
+                let text = if above.is_empty() {
+                    table.render()
+                } else {
+                    table.render_rows_under(&above)
+                };
+                above = table;
+                text
+            }
+        };
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes()).and_then(|()| out.flush())?;
+    }
+}
+
+fn items(list: &Value) -> Vec<Value> {
+    list.get("items")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// An event as it was seen: its name and how many times it had happened.
+fn event_key(event: &Value) -> (String, i64) {
+    (
+        str_at(event, "metadata.name").to_string(),
+        event.get("count").and_then(Value::as_i64).unwrap_or(1),
+    )
+}
+
+fn event_table(events: &[Value]) -> Table {
+    let mut table = Table::new(["last seen", "type", "reason", "object", "message"]);
+    for row in event_rows(events, Utc::now()) {
+        table.row(vec![
+            row.last_seen,
+            row.type_,
+            row.reason,
+            row.object,
+            row.message,
+        ]);
+    }
+    table
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn events_are_about_a_project_by_default_or_a_named_object() {
+        let words =
+            |text: &str| -> Vec<String> { text.split_whitespace().map(String::from).collect() };
+        let project = |name: &str| Some((Resource::Project, name.to_string()));
+        assert_eq!(object_of(&[]).unwrap(), None);
+        assert_eq!(object_of(&words("web")).unwrap(), project("web"));
+        assert_eq!(object_of(&words("proj web")).unwrap(), project("web"));
+        assert_eq!(object_of(&words("project/web")).unwrap(), project("web"));
+        assert_eq!(
+            object_of(&words("gs/fleet")).unwrap(),
+            Some((Resource::GitSource, "fleet".to_string()))
+        );
+        assert!(object_of(&words("project/a project/b")).is_err());
+        assert!(object_of(&words("pod web")).is_err());
+    }
 
     #[test]
     fn rows_show_counts_and_objects() {

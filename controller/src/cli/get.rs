@@ -1,34 +1,111 @@
 //! `berth get KIND [NAME]`: tables aligned like kubectl's, or the objects as YAML, JSON or names.
 
+use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::Value;
 
 use super::Context;
-use super::render::{self, OutputFormat, name_of};
+use super::jsonpath::Template;
+use super::render::{self, Columns, OutputFormat, name_of};
+use super::table::Table;
+use crate::api::selector::LabelSelector;
 use crate::client::Resource;
 
 #[derive(Debug, Args)]
 pub struct GetArgs {
-    /// project(s), agentprofile(s) or gitsource(s).
-    #[arg(value_parser = parse_resource)]
-    kind: Resource,
-    /// One or more objects; all of them when omitted.
+    /// project(s), agentprofile(s) or gitsource(s) (or proj, ap, gs); or KIND/NAME.
+    #[arg(value_name = "KIND|KIND/NAME")]
+    kind: String,
+    /// One or more objects (NAME, or KIND/NAME after one); all of them when omitted.
     names: Vec<String>,
     /// Label selector, e.g. `team=payments,tier!=dev` or `team in (payments,infra),!canary`.
     #[arg(short = 'l', long = "selector", value_name = "SELECTOR")]
     selector: Option<String>,
-    /// Output format.
-    #[arg(short = 'o', long = "output", value_enum)]
-    output: Option<OutputFormat>,
+    /// Output format: wide, yaml, json, name, or jsonpath=TEMPLATE (e.g.
+    /// `jsonpath={.status.phase}`).
+    #[arg(short = 'o', long = "output", value_parser = parse_output, value_name = "FORMAT")]
+    output: Option<GetOutput>,
+    /// A LABELS column in tables.
+    #[arg(long)]
+    show_labels: bool,
+    /// After the listing, print each change as it happens, until interrupted.
+    #[arg(short = 'w', long)]
+    watch: bool,
 }
 
-/// Accepts `project`, `projects`, `Project`, and the same for every kind.
+/// What `get -o` prints.
+#[derive(Debug, Clone)]
+enum GetOutput {
+    Format(OutputFormat),
+    JsonPath(Template),
+}
+
+fn parse_output(word: &str) -> Result<GetOutput, String> {
+    if let Some(template) = word.strip_prefix("jsonpath=") {
+        return Template::parse(template).map(GetOutput::JsonPath);
+    }
+    <OutputFormat as clap::ValueEnum>::from_str(word, false)
+        .map(GetOutput::Format)
+        .map_err(|_| {
+            format!("unknown output format {word:?} (expected wide, yaml, json, name or jsonpath=TEMPLATE)")
+        })
+}
+
+/// Accepts `project`, `projects`, `Project`, `proj`, and the same for every kind.
 pub fn parse_resource(word: &str) -> Result<Resource, String> {
     Resource::from_cli(word).ok_or_else(|| {
         format!("unknown kind {word:?} (expected project, agentprofile or gitsource)")
     })
+}
+
+/// `KIND [NAME...]` or `KIND/NAME...` of one kind: the kind, and the names (none for all).
+pub fn kind_and_names(first: &str, rest: &[String]) -> Result<(Resource, Vec<String>), String> {
+    if !first.contains('/') && rest.is_empty() {
+        return Ok((parse_resource(first)?, Vec::new()));
+    }
+    let words: Vec<String> = std::iter::once(first.to_string())
+        .chain(rest.iter().cloned())
+        .collect();
+    let objects = parse_objects(&words)?;
+    let kind = objects[0].0;
+    if objects.iter().any(|(k, _)| *k != kind) {
+        return Err("give objects of one kind at a time".to_string());
+    }
+    Ok((kind, objects.into_iter().map(|(_, name)| name).collect()))
+}
+
+/// The objects a command names, as kubectl takes them: `KIND NAME...` or `KIND/NAME...` (what
+/// `-o name` prints), never a mix.
+pub fn parse_objects(words: &[String]) -> Result<Vec<(Resource, String)>, String> {
+    let Some(first) = words.first() else {
+        return Ok(Vec::new());
+    };
+    if !first.contains('/') {
+        let kind = parse_resource(first)?;
+        return words[1..]
+            .iter()
+            .map(|name| match name.contains('/') {
+                true => Err(format!(
+                    "{name:?}: give either KIND NAME... or KIND/NAME..., not both"
+                )),
+                false => Ok((kind, name.clone())),
+            })
+            .collect();
+    }
+    words
+        .iter()
+        .map(|word| {
+            let (kind, name) = word
+                .split_once('/')
+                .ok_or_else(|| format!("{word:?}: expected KIND/NAME, as the others are"))?;
+            if name.is_empty() || name.contains('/') {
+                return Err(format!("{word:?}: expected KIND/NAME"));
+            }
+            Ok((parse_resource(kind)?, name.to_string()))
+        })
+        .collect()
 }
 
 pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
@@ -36,15 +113,16 @@ pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
     // Like kubectl: with several names, those found are printed and each missing one gets an
     // error line of its own.
     let mut missing = Vec::new();
-    let (objects, list) = match args.names.as_slice() {
+    let (kind, names) = kind_and_names(&args.kind, &args.names).map_err(anyhow::Error::msg)?;
+    let (objects, list) = match names.as_slice() {
         [name] => {
-            let object = client.get(args.kind, name).await?;
+            let object = client.get(kind, name).await?;
             (vec![object.clone()], object)
         }
         [_, _, ..] => {
-            let mut objects = Vec::with_capacity(args.names.len());
-            for name in &args.names {
-                match client.get(args.kind, name).await {
+            let mut objects = Vec::with_capacity(names.len());
+            for name in &names {
+                match client.get(kind, name).await {
                     Ok(object) => objects.push(object),
                     Err(err) if err.is_not_found() => missing.push(err),
                     Err(err) => return Err(err.into()),
@@ -54,7 +132,7 @@ pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
             (objects, list)
         }
         [] => {
-            let list = client.list(args.kind, args.selector.as_deref()).await?;
+            let list = client.list(kind, args.selector.as_deref()).await?;
             let items = list
                 .get("items")
                 .and_then(Value::as_array)
@@ -63,34 +141,156 @@ pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
             (items, list)
         }
     };
-    match args.output {
-        Some(OutputFormat::Yaml) => print!("{}", render::to_yaml(&list)),
-        Some(OutputFormat::Json) => print!("{}", render::to_json(&list)),
-        Some(OutputFormat::Name) => {
+    let columns = Columns {
+        wide: matches!(args.output, Some(GetOutput::Format(OutputFormat::Wide))),
+        labels: args.show_labels,
+    };
+    let mut shown = render::table(kind, &objects, columns, chrono::Utc::now());
+    match &args.output {
+        Some(GetOutput::Format(OutputFormat::Yaml)) => print!("{}", render::to_yaml(&list)),
+        Some(GetOutput::Format(OutputFormat::Json)) => print!("{}", render::to_json(&list)),
+        Some(GetOutput::JsonPath(template)) => print!("{}", template.render(&list)),
+        Some(GetOutput::Format(OutputFormat::Name)) => {
             for object in &objects {
-                println!("{}/{}", args.kind, name_of(object));
+                println!("{}/{}", kind, name_of(object));
             }
         }
-        format @ (None | Some(OutputFormat::Wide)) => {
-            if objects.is_empty() {
-                if missing.is_empty() {
-                    eprintln!("No resources found.");
-                }
-            } else {
-                let wide = format == Some(OutputFormat::Wide);
-                print!(
-                    "{}",
-                    render::table(args.kind, &objects, wide, chrono::Utc::now()).render()
-                );
+        None | Some(GetOutput::Format(OutputFormat::Wide)) => {
+            if !objects.is_empty() {
+                print!("{}", shown.render());
+            } else if missing.is_empty() && !args.watch {
+                eprintln!("No resources found.");
             }
         }
     }
     for err in &missing {
         eprintln!("{err}");
     }
+    if args.watch {
+        let seen: HashMap<String, String> = objects
+            .iter()
+            .map(|o| (name_of(o).to_string(), resource_version(o)))
+            .collect();
+        watch(context, kind, &names, &args, columns, seen, &mut shown).await?;
+    }
     Ok(if missing.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn resource_version(object: &Value) -> String {
+    render::str_at(object, "metadata.resourceVersion").to_string()
+}
+
+/// `get -w`: each change after the listing, one row (or document, or name) per change, until
+/// interrupted or the server ends the watch.
+async fn watch(
+    context: &Context,
+    kind: Resource,
+    names: &[String],
+    args: &GetArgs,
+    columns: Columns,
+    mut seen: HashMap<String, String>,
+    shown: &mut Table,
+) -> anyhow::Result<()> {
+    use futures::StreamExt as _;
+    use std::io::Write as _;
+
+    let client = context.client()?;
+    let selector = match &args.selector {
+        Some(s) => Some(LabelSelector::parse(s).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    let mut events = client.watch(kind).await?;
+    while let Some(event) = events.next().await {
+        let event = event?;
+        let object = &event.object;
+        let name = name_of(object).to_string();
+        if !names.is_empty() && !names.contains(&name) {
+            continue;
+        }
+        if let Some(selector) = &selector {
+            let labels: BTreeMap<String, String> = render::value_at(object, "metadata.labels")
+                .and_then(|l| serde_json::from_value(l.clone()).ok())
+                .unwrap_or_default();
+            if !selector.matches(&labels) {
+                continue;
+            }
+        }
+        // The watch starts with every object as it is: those listed above already show.
+        let version = resource_version(object);
+        if seen.get(&name) == Some(&version) {
+            continue;
+        }
+        seen.insert(name.clone(), version);
+        let text = match &args.output {
+            Some(GetOutput::Format(OutputFormat::Yaml)) => {
+                format!("---\n{}", render::to_yaml(object))
+            }
+            Some(GetOutput::Format(OutputFormat::Json)) => render::to_json(object),
+            Some(GetOutput::JsonPath(template)) => template.render(object),
+            Some(GetOutput::Format(OutputFormat::Name)) => format!("{kind}/{name}\n"),
+            None | Some(GetOutput::Format(OutputFormat::Wide)) => {
+                let row = render::table(
+                    kind,
+                    std::slice::from_ref(object),
+                    columns,
+                    chrono::Utc::now(),
+                );
+                let text = if shown.is_empty() {
+                    row.render()
+                } else {
+                    row.render_rows_under(shown)
+                };
+                *shown = row;
+                text
+            }
+        };
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes()).and_then(|()| out.flush())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(text: &str) -> Vec<String> {
+        text.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn objects_are_named_as_kubectl_names_them() {
+        let p = |name: &str| (Resource::Project, name.to_string());
+        assert_eq!(
+            parse_objects(&words("project a b")).unwrap(),
+            [p("a"), p("b")]
+        );
+        assert_eq!(
+            parse_objects(&words("proj/a projects/b")).unwrap(),
+            [p("a"), p("b")]
+        );
+        assert_eq!(
+            parse_objects(&words("gs/x ap/y")).unwrap(),
+            [
+                (Resource::GitSource, "x".to_string()),
+                (Resource::AgentProfile, "y".to_string())
+            ]
+        );
+        for bad in ["project a/b", "project/a b", "pod/a", "project/"] {
+            assert!(parse_objects(&words(bad)).is_err(), "{bad}");
+        }
+        assert_eq!(
+            kind_and_names("project/a", &words("project/b")).unwrap(),
+            (Resource::Project, words("a b"))
+        );
+        assert_eq!(
+            kind_and_names("proj", &[]).unwrap(),
+            (Resource::Project, Vec::new())
+        );
+        assert!(kind_and_names("project/a", &words("gs/b")).is_err());
+    }
 }

@@ -21,6 +21,7 @@ mod events;
 mod exec;
 mod get;
 mod gitsource;
+mod jsonpath;
 mod logs;
 mod manifest;
 mod members;
@@ -117,7 +118,7 @@ enum Command {
     Stop(power::StopArgs),
     /// Start a stopped or idled project.
     Start(power::StartArgs),
-    /// List the ports a project listens on, with their preview URLs.
+    /// List the ports a project listens on beyond loopback, with their preview URLs.
     Ports(ports::PortsArgs),
     /// Show what the reaper will do next to each project (`--dry-run`).
     Reap(reap::ReapArgs),

@@ -10,12 +10,11 @@ use serde_json::{Value, json};
 use super::Context;
 use super::duration;
 use super::progress::{self, Goal};
+use super::render;
 use berth_api::annotations::{RECREATE_REQUESTED_AT, RESTARTED_AT, WOKEN_AT};
 
 use crate::client::Resource;
 
-/// No `--wait`: a project that was Ready before a restart looks the same after it, so there is
-/// nothing a wait could tell apart; `berth describe` shows the container's new start.
 #[derive(Debug, Args)]
 pub struct RestartArgs {
     /// Project name.
@@ -23,6 +22,13 @@ pub struct RestartArgs {
     /// Replace the container from the image (the durable volumes stay).
     #[arg(long)]
     recreate: bool,
+    /// Wait until the container has started again (a new process, or with --recreate a new
+    /// container) and the project is Ready, printing each step.
+    #[arg(long)]
+    wait: bool,
+    /// How long --wait waits.
+    #[arg(long, default_value = "5m", value_parser = duration::parse)]
+    timeout: std::time::Duration,
 }
 
 #[derive(Debug, Args)]
@@ -104,17 +110,64 @@ pub async fn restart(context: &Context, args: RestartArgs) -> anyhow::Result<Exi
     } else {
         "restart requested"
     };
+    // What tells the restarted container apart from the one running now.
+    let path = if args.recreate {
+        "status.container.createdAt"
+    } else {
+        "status.container.pid"
+    };
+    let wait = match args.wait {
+        true => {
+            let project = context.client()?.get(Resource::Project, &args.name).await?;
+            let before = render::value_at(&project, path)
+                .cloned()
+                .unwrap_or_default();
+            let flags = WaitFlags {
+                wait: true,
+                timeout: args.timeout,
+            };
+            let goal = Goal::RunningAgain { path, before };
+            Some((
+                flags,
+                Outcome {
+                    goal,
+                    done: "running",
+                },
+            ))
+        }
+        false => None,
+    };
     let patch = restart_patch(args.recreate, &now());
-    patch_and_report(context, &args.name, patch, requested, None).await
+    patch_and_report(context, &args.name, patch, requested, wait).await
 }
 
 pub async fn stop(context: &Context, args: StopArgs) -> anyhow::Result<ExitCode> {
+    // Asked to stop and stopped already: say so, as kubectl says "unchanged".
+    let project = context.client()?.get(Resource::Project, &args.name).await?;
+    if already_stopped(&project) {
+        println!("project/{} already stopped", args.name);
+        return Ok(ExitCode::SUCCESS);
+    }
     let outcome = Outcome {
         goal: Goal::Stopped,
         done: "stopped",
     };
     let wait = Some((args.wait, outcome));
     patch_and_report(context, &args.name, stop_patch(), "stop requested", wait).await
+}
+
+/// Whether the project is meant to be stopped and is, for its current generation.
+fn already_stopped(project: &Value) -> bool {
+    let at = |pointer: &str| project.pointer(pointer).and_then(Value::as_str);
+    let generation = project
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    let observed = project
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64);
+    at("/spec/state") == Some("Stopped")
+        && at("/status/phase") == Some("Stopped")
+        && (generation.is_none() || observed >= generation)
 }
 
 pub async fn start(context: &Context, args: StartArgs) -> anyhow::Result<ExitCode> {
@@ -131,4 +184,22 @@ pub async fn start(context: &Context, args: StartArgs) -> anyhow::Result<ExitCod
         wait,
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_project_meant_stopped_and_seen_stopped_is_already_stopped() {
+        let project = |state: &str, phase: &str, generation: i64, observed: i64| {
+            json!({"metadata": {"generation": generation}, "spec": {"state": state},
+                   "status": {"phase": phase, "observedGeneration": observed}})
+        };
+        assert!(already_stopped(&project("Stopped", "Stopped", 2, 2)));
+        assert!(!already_stopped(&project("Stopped", "Ready", 2, 2)));
+        assert!(!already_stopped(&project("Running", "Stopped", 2, 2)));
+        // Stopped at an older generation: the stop of this one is still on its way.
+        assert!(!already_stopped(&project("Stopped", "Stopped", 3, 2)));
+    }
 }

@@ -2,7 +2,7 @@
 //! periodic re-read as a safety net, and polling with backoff when the watch is unavailable.
 //! Prints one progress line each time an object's step (or its blocking reason) changes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -22,6 +22,9 @@ pub enum Goal {
     Running,
     /// Stopped for the current generation (`berth stop --wait`).
     Stopped,
+    /// Running and ready again, with the field at `path` (the container's pid, or its creation
+    /// time) no longer what it was before (`berth restart --wait`).
+    RunningAgain { path: &'static str, before: Value },
     /// A condition of this type with this status (`True` by default).
     Condition { type_: String, status: String },
     /// The object is gone.
@@ -34,6 +37,7 @@ impl Goal {
             Goal::Ready => "to be ready".to_string(),
             Goal::Running => "to be running and ready".to_string(),
             Goal::Stopped => "to be stopped".to_string(),
+            Goal::RunningAgain { .. } => "to be running and ready again".to_string(),
             Goal::Condition { type_, status } => format!("to have condition {type_}={status}"),
             Goal::Deleted => "to be deleted".to_string(),
         }
@@ -80,6 +84,13 @@ pub fn evaluate(resource: Resource, goal: &Goal, object: Option<&Value>) -> Verd
             }
             _ => Verdict::Pending,
         },
+        Goal::RunningAgain { path, before } => {
+            let now = value_at(object, path).unwrap_or(&Value::Null);
+            if now.is_null() || now == before {
+                return Verdict::Pending;
+            }
+            evaluate(resource, &Goal::Running, Some(object))
+        }
         Goal::Ready | Goal::Running | Goal::Stopped => {
             // Only projects and git sources have a controller that reports readiness.
             if resource == Resource::AgentProfile {
@@ -136,7 +147,9 @@ pub fn summary(object: &Value) -> String {
     let mut line = match (step.is_empty(), phase) {
         (true, "") => return String::new(),
         (true, phase) => phase.to_string(),
-        (false, "Error" | "Missing" | "Stopped" | "Deleting") => format!("{step} ({phase})"),
+        // A stopped project's step says how far it got before; the phase is what it reached.
+        (false, "Stopped") => phase.to_string(),
+        (false, "Error" | "Missing" | "Deleting") => format!("{step} ({phase})"),
         (false, _) => step.to_string(),
     };
     for type_ in ["DeletionBlocked", "Ready"] {
@@ -165,6 +178,8 @@ struct Tracker {
     goal: Goal,
     /// Last progress line printed per object still awaited.
     pending: BTreeMap<Key, String>,
+    /// The awaited objects that were Stopped when their wait ended.
+    stopped: BTreeSet<Key>,
     print: bool,
 }
 
@@ -184,6 +199,9 @@ impl Tracker {
         match evaluate(key.0, &self.goal, object) {
             Verdict::Met => {
                 self.pending.remove(key);
+                if object.is_some_and(|o| str_at(o, "status.phase") == "Stopped") {
+                    self.stopped.insert(key.clone());
+                }
                 Ok(true)
             }
             Verdict::Pending => Ok(false),
@@ -245,19 +263,39 @@ pub async fn wait_for(
     goal: Goal,
     timeout: Duration,
     print_progress: bool,
-) -> Result<(), WaitError> {
+) -> Result<Reached, WaitError> {
     let deadline = Instant::now() + timeout;
     let mut tracker = Tracker {
         goal: goal.clone(),
         pending: targets.iter().map(|k| (k.clone(), String::new())).collect(),
+        stopped: BTreeSet::new(),
         print: print_progress,
     };
     let mut last_error = None;
     let outcome =
         tokio::time::timeout_at(deadline, follow(client, &mut tracker, &mut last_error)).await;
     match outcome {
-        Ok(result) => result,
+        Ok(result) => result.map(|()| Reached {
+            stopped: tracker.stopped,
+        }),
         Err(_) => Err(timeout_error(&tracker, &goal, timeout, last_error.as_ref())),
+    }
+}
+
+/// Where the awaited objects stood when their wait ended.
+#[derive(Debug, Default)]
+pub struct Reached {
+    stopped: BTreeSet<Key>,
+}
+
+impl Reached {
+    /// The word for where `target` ended: `stopped` for a Stopped project, `ready` otherwise.
+    pub fn word(&self, target: &(Resource, String)) -> &'static str {
+        if self.stopped.contains(target) {
+            "stopped"
+        } else {
+            "ready"
+        }
     }
 }
 
@@ -500,6 +538,7 @@ mod tests {
                        "conditions": [{"type": "Ready", "status": "True", "reason": "Seeded"}]}),
                 "Seeded",
             ),
+            (json!({"phase": "Stopped", "step": "Reachable"}), "Stopped"),
         ];
         for (status, expected) in cases {
             assert_eq!(summary(&json!({"status": status})), expected);

@@ -96,12 +96,34 @@ pub fn to_json(value: &Value) -> String {
     text
 }
 
-/// The table `get` prints for a kind; `wide` adds the columns that need a wide terminal.
-pub fn table(resource: Resource, objects: &[Value], wide: bool, now: DateTime<Utc>) -> Table {
+/// Which columns a table has beyond its kind's own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Columns {
+    /// The columns that need a wide terminal (`-o wide`).
+    pub wide: bool,
+    /// A LABELS column (`--show-labels`).
+    pub labels: bool,
+}
+
+#[cfg(test)]
+impl Columns {
+    pub const PLAIN: Columns = Columns {
+        wide: false,
+        labels: false,
+    };
+    pub const WIDE: Columns = Columns {
+        wide: true,
+        labels: false,
+    };
+}
+
+/// The table `get` prints for a kind.
+pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateTime<Utc>) -> Table {
+    let wide = columns.wide;
     let mut headers: Vec<&str> = match resource {
         Resource::Project => vec!["name", "display name", "phase", "step", "age"],
         Resource::AgentProfile => vec!["name", "home", "version", "age"],
-        Resource::GitSource => vec!["name", "url", "ref", "ready", "revision", "age"],
+        Resource::GitSource => vec!["name", "url", "ref", "ready", "revision", "age", "message"],
     };
     if wide {
         headers.extend(match resource {
@@ -134,8 +156,9 @@ pub fn table(resource: Resource, objects: &[Value], wide: bool, now: DateTime<Ut
                 condition(object, "Ready")
                     .map(|c| str_at(c, "status").to_string())
                     .unwrap_or_else(|| "Unknown".to_string()),
-                str_at(object, "status.lastAppliedRevision").to_string(),
+                short_revision(str_at(object, "status.lastAppliedRevision")),
                 age,
+                not_ready_message(object),
             ],
         };
         if wide {
@@ -157,9 +180,51 @@ pub fn table(resource: Resource, objects: &[Value], wide: bool, now: DateTime<Ut
                 ]),
             }
         }
+        if columns.labels {
+            row.push(labels_cell(object));
+        }
         table.row(row);
     }
+    if columns.labels {
+        table.push_header("labels");
+    }
     table
+}
+
+/// `key=value,...` of the object's labels, `<none>` without any, as kubectl shows them.
+fn labels_cell(object: &Value) -> String {
+    match value_at(object, "metadata.labels").and_then(Value::as_object) {
+        Some(labels) if !labels.is_empty() => labels
+            .iter()
+            .map(|(k, v)| format!("{k}={}", scalar(v)))
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => "<none>".to_string(),
+    }
+}
+
+/// A commit id as people read it (12 characters, as `git log --oneline` grows to on big
+/// repositories); anything else as it is.
+fn short_revision(revision: &str) -> String {
+    let is_sha = revision.len() >= 40 && revision.chars().all(|c| c.is_ascii_hexdigit());
+    match is_sha {
+        true => revision[..12].to_string(),
+        false => revision.to_string(),
+    }
+}
+
+/// Why an object is not Ready (`Reason: message`); empty when it is.
+fn not_ready_message(object: &Value) -> String {
+    match condition(object, "Ready") {
+        Some(c) if str_at(c, "status") != "True" => {
+            match (str_at(c, "reason"), str_at(c, "message")) {
+                ("", message) => message.to_string(),
+                (reason, "") => reason.to_string(),
+                (reason, message) => format!("{reason}: {message}"),
+            }
+        }
+        _ => String::new(),
+    }
 }
 
 /// The agent profile with what the agent last reported: `shell (done)`.
@@ -204,7 +269,7 @@ mod tests {
             json!({"metadata": {"name": "new", "creationTimestamp": "2026-01-01T11:59:30Z"},
                    "spec": {"displayName": "new"}}),
         ];
-        let plain = table(Resource::Project, &objects, false, now()).render();
+        let plain = table(Resource::Project, &objects, Columns::PLAIN, now()).render();
         assert_eq!(
             plain,
             "\
@@ -213,7 +278,7 @@ payments-api   Payments API   Ready     Briefed   5m
 new            new            Pending             30s
 "
         );
-        let wide = table(Resource::Project, &objects, true, now()).render();
+        let wide = table(Resource::Project, &objects, Columns::WIDE, now()).render();
         let first = wide.lines().nth(1).unwrap();
         assert!(
             first.ends_with(
@@ -233,16 +298,33 @@ new            new            Pending             30s
             "spec": {"home": "/root/.shell", "install": {"version": "1.0"},
                      "runner": {"command": ["run", "a,b", "{briefFile}"]}}});
         assert_eq!(
-            table(Resource::AgentProfile, &[profile], true, now()).render(),
+            table(Resource::AgentProfile, &[profile], Columns::WIDE, now()).render(),
             "NAME    HOME           VERSION   AGE   RUNNER\nshell   /root/.shell   1.0       60m   run a,b {briefFile}\n"
         );
-        let source = json!({"metadata": {"name": "fleet"},
+        let source = json!({"metadata": {"name": "fleet", "labels": {"team": "infra"}},
             "spec": {"url": "file:///srv/fleet.git", "ref": "main"},
             "status": {"lastAppliedRevision": "abc123", "conditions": [{"type": "Ready", "status": "True"}]}});
         assert_eq!(
-            table(Resource::GitSource, &[source], false, now()).render(),
-            "NAME    URL                     REF    READY   REVISION   AGE\nfleet   file:///srv/fleet.git   main   True    abc123     <unknown>\n"
+            table(Resource::GitSource, &[source], Columns::PLAIN, now()).render(),
+            "NAME    URL                     REF    READY   REVISION   AGE         MESSAGE\nfleet   file:///srv/fleet.git   main   True    abc123     <unknown>\n"
         );
+        let failing = json!({"metadata": {"name": "fleet"},
+            "spec": {"url": "file:///srv/fleet.git", "ref": "main"},
+            "status": {"lastAppliedRevision": "0123456789abcdef0123456789abcdef01234567",
+                       "conditions": [{"type": "Ready", "status": "False", "reason": "ApplyFailed",
+                                       "message": "project/a: spec.memory: too small"}]}});
+        let labelled = Columns {
+            wide: false,
+            labels: true,
+        };
+        let lines = table(Resource::GitSource, &[failing], labelled, now()).render();
+        let row = lines.lines().nth(1).unwrap();
+        assert!(row.contains(" 0123456789ab "), "{row}");
+        assert!(
+            row.ends_with("ApplyFailed: project/a: spec.memory: too small   <none>"),
+            "{row}"
+        );
+        assert!(lines.starts_with("NAME ") && lines.lines().next().unwrap().ends_with("LABELS"));
     }
 
     #[test]

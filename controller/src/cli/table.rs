@@ -22,6 +22,15 @@ impl Table {
         }
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Adds a column header at the end.
+    pub fn push_header(&mut self, header: impl Into<String>) {
+        self.headers.push(header.into());
+    }
+
     /// Adds a row; missing cells print as blanks, cells keep to one line.
     pub fn row(&mut self, cells: Vec<String>) {
         let cells = cells.into_iter().map(|c| one_line(&c)).collect();
@@ -29,6 +38,17 @@ impl Table {
     }
 
     pub fn render(&self) -> String {
+        let header_cells: Vec<String> = self.headers.iter().map(|h| h.to_uppercase()).collect();
+        self.lines(std::iter::once(&header_cells).chain(self.rows.iter()), None)
+    }
+
+    /// The rows without the header, each column at least as wide as in `above` (a table already
+    /// printed), as `get -w` prints the changes under its first table.
+    pub fn render_rows_under(&self, above: &Table) -> String {
+        self.lines(self.rows.iter(), Some(above))
+    }
+
+    fn widths(&self) -> Vec<usize> {
         let columns = self.headers.len();
         let mut widths: Vec<usize> = self.headers.iter().map(|h| width(h)).collect();
         for row in &self.rows {
@@ -36,9 +56,23 @@ impl Table {
                 widths[i] = widths[i].max(width(cell));
             }
         }
+        widths
+    }
+
+    fn lines<'a>(
+        &self,
+        rows: impl Iterator<Item = &'a Vec<String>>,
+        above: Option<&Table>,
+    ) -> String {
+        let columns = self.headers.len();
+        let mut widths = self.widths();
+        if let Some(above) = above {
+            for (w, a) in widths.iter_mut().zip(above.widths()) {
+                *w = (*w).max(a);
+            }
+        }
         let mut out = String::new();
-        let header_cells: Vec<String> = self.headers.iter().map(|h| h.to_uppercase()).collect();
-        for cells in std::iter::once(&header_cells).chain(self.rows.iter()) {
+        for cells in rows {
             let mut line = String::new();
             for (i, w) in widths.iter().enumerate() {
                 let cell = cells.get(i).map(String::as_str).unwrap_or("");

@@ -16,7 +16,7 @@ help:
 	@echo "make test    set up LXD and images, then run every test (unit, API, CLI, end-to-end on LXD)"
 	@echo "make bench   benchmarks, printed as tables"
 	@echo "make lint    cargo fmt --check and clippy -D warnings"
-	@echo "make images  rebuild the berth-base and berth-tiny LXD images"
+	@echo "make images  rebuild the berth-base, berth-tiny and berth-agents LXD images"
 	@echo "make stop    stop the daemon started by make run"
 	@echo "make deb     build the Debian package target/debian/berth_<version>_<arch>.deb"
 

@@ -3,3 +3,4 @@
 
 pub mod daemon;
 pub mod lxd;
+pub mod model_fixture;

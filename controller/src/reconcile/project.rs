@@ -630,6 +630,7 @@ impl Project<'_> {
         if let Some(root) = self.envelope.root_device(&settings.storage_pool, include) {
             devices.insert("root".to_string(), root);
         }
+        devices.extend(crate::agent::forwards::devices(&self.spec.forwards));
         CreateInstance {
             name: self.name().to_string(),
             image,
@@ -821,6 +822,9 @@ impl Project<'_> {
         // Limits that drifted (changed in the spec, or by hand) are applied live.
         if let Some(action) = self.converge_limits(&mut draft, &instance).await? {
             return Ok(action);
+        }
+        if self.converge_forwards(&instance).await? {
+            return Ok(Action::Requeue(Duration::ZERO));
         }
 
         // A restart request: host-driven (clean stop, then kill), so a wedged container restarts.
@@ -1144,6 +1148,34 @@ impl Project<'_> {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Host forwards (`spec.forwards`) added, changed or removed on the container; true when
+    /// something was changed.
+    async fn converge_forwards(&self, instance: &Instance) -> Result<bool, ReconcileError> {
+        let drift = crate::agent::forwards::drift(&self.spec.forwards, &instance.devices);
+        if drift.is_empty() {
+            return Ok(false);
+        }
+        let runtime = &*self.ctx.runtime;
+        if !drift.upsert.is_empty() {
+            let patch = InstancePatch {
+                config: BTreeMap::new(),
+                devices: drift.upsert.clone(),
+            };
+            runtime.patch_instance(self.name(), &patch).await?;
+        }
+        if !drift.remove.is_empty() {
+            let remove = drift.remove.clone();
+            runtime
+                .update_instance(self.name(), &move |edit| {
+                    for name in &remove {
+                        edit.devices.remove(name);
+                    }
+                })
+                .await?;
+        }
+        Ok(true)
     }
 
     async fn warn_normal(&self, reason: &str, message: &str) {

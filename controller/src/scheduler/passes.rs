@@ -352,6 +352,7 @@ impl DaemonPasses {
                 }
                 if let Some(report) = report {
                     status.agent = Some(activity::agent_status(report));
+                    crate::agent::record_brief_progress(status);
                 }
                 status.ports = ports::port_statuses(&project, &current.ports, &preview_domain);
             })
@@ -748,11 +749,14 @@ impl Passes for DaemonPasses {
     }
 }
 
-/// The status fields the scheduler writes; everything else is the reconciler's.
-const OWNED_FIELDS: [&str; 7] = [
+/// The status fields the scheduler writes; everything else is the reconciler's. The brief's
+/// progress moves with the agent's report (`crate::agent::record_brief_progress`).
+const OWNED_FIELDS: [&str; 9] = [
     "activity",
     "title",
     "agent",
+    "briefAcknowledged",
+    "briefFinished",
     "unsavedWork",
     "ports",
     "reap",

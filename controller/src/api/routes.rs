@@ -490,6 +490,12 @@ async fn logs(
         None => number("offset")?,
     };
     let tail = number("tailBytes")?.unwrap_or(64 * 1024);
+    // A container is looked at only once it is known to be berth's own; without a controller
+    // running, that no agent means no log still stands.
+    let runtime = container_runtime(state);
+    if let Ok(runtime) = &runtime {
+        crate::inspect::api::reach(state, runtime.as_ref(), &project).await?;
+    }
     if !project
         .spec
         .pointer("/agent")
@@ -501,8 +507,7 @@ async fn logs(
             format!("project {name} has no agent, so no runner log"),
         ));
     }
-    let runtime = container_runtime(state)?;
-    crate::inspect::api::reach(state, runtime.as_ref(), &project).await?;
+    let runtime = runtime?;
     let chunk = crate::agent::runner_log_from(
         &*runtime,
         project.name(),

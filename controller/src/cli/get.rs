@@ -17,7 +17,7 @@ use crate::client::Resource;
 #[derive(Debug, Args)]
 pub struct GetArgs {
     /// project(s), agentprofile(s) or gitsource(s) (or proj, ap, gs); or KIND/NAME.
-    #[arg(value_name = "KIND|KIND/NAME")]
+    #[arg(value_name = "KIND|KIND/NAME", value_parser = kind_word)]
     kind: String,
     /// One or more objects (NAME, or KIND/NAME after one); all of them when omitted.
     names: Vec<String>,
@@ -59,6 +59,12 @@ pub fn parse_resource(word: &str) -> Result<Resource, String> {
     Resource::from_cli(word).ok_or_else(|| {
         format!("unknown kind {word:?} (expected project, agentprofile or gitsource)")
     })
+}
+
+/// `KIND` or `KIND/NAME` of a kind berth knows, checked as the command line is read.
+pub fn kind_word(word: &str) -> Result<String, String> {
+    let kind = word.split_once('/').map_or(word, |(kind, _)| kind);
+    parse_resource(kind).map(|_| word.to_string())
 }
 
 /// `KIND [NAME...]` or `KIND/NAME...` of one kind: the kind, and the names (none for all).

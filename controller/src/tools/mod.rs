@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
-pub use call::{MAX_OUTPUT_BYTES, MAX_REQUEST_BYTES, Shell, Tool, ToolCall};
+pub use call::{MAX_OUTPUT_BYTES, MAX_REQUEST_BYTES, MAX_TIMEOUT, Shell, Tool, ToolCall};
 
 use crate::api::ApiError;
 use crate::inspect::reach::{Unreached, owned_container};

@@ -1137,6 +1137,28 @@ fn stop_and_start_wait_for_the_state_they_asked_for() {
         daemon.put_status("toggle", status);
         let run = finish(child, &[command]).ok();
         assert_eq!(run.stdout.lines().last(), Some(last_line), "{run:?}");
+        if phase == "Stopped" {
+            // The progress shows the phase reached, not the step it had got to.
+            assert!(
+                run.stdout.lines().any(|l| l == "toggle: Stopped"),
+                "{run:?}"
+            );
+            // Stopping it again changes nothing, and says so.
+            let again = daemon.berth(&["stop", "toggle", "--wait"]).ok();
+            assert_eq!(again.stdout, "project/toggle already stopped\n");
+            assert_eq!(generation(&daemon), current);
+            // An apply that waits says where it ended.
+            let file = daemon.file(
+                "stopped.yaml",
+                &project("toggle", "spec:\n  state: Stopped\n"),
+            );
+            let applied = daemon.berth(&["apply", "-f", &file, "--wait"]).ok();
+            assert_eq!(
+                applied.stdout.lines().last(),
+                Some("project/toggle stopped"),
+                "{applied:?}"
+            );
+        }
     }
 }
 
@@ -1377,6 +1399,8 @@ fn a_reader_that_goes_away_ends_any_output_quietly() {
         &["get", "projects", "-o", "yaml"],
         &["get", "projects", "-o", "json"],
         &["apply", "-f", &file],
+        &["completion", "bash"],
+        &["completion", "zsh"],
     ] {
         let mut child = daemon
             .command(args)
@@ -1390,7 +1414,9 @@ fn a_reader_that_goes_away_ends_any_output_quietly() {
         stdout.read_exact(&mut first).expect("some output");
         drop(stdout);
         let run = finish(child, args);
-        assert_eq!(run.code, 141, "{args:?}: {run:?}");
+        // A completion script may fit in the pipe whole before the reader goes away.
+        let fits = args[0] == "completion" && run.code == 0;
+        assert!(run.code == 141 || fits, "{args:?}: {run:?}");
         assert_eq!(run.stderr, "", "{args:?}");
     }
 }
@@ -1610,4 +1636,71 @@ fn a_manifest_or_patch_carrying_a_force_is_refused_naming_it() {
             .is_none(),
         "{stored}"
     );
+}
+
+#[test]
+fn objects_are_named_as_kubectl_names_them_and_a_missing_one_stops_nothing() {
+    let daemon = Daemon::start();
+    let manifests: Vec<String> = ["kn-a", "kn-b", "kn-c", "kn-d"]
+        .iter()
+        .map(|name| {
+            let team = if *name == "kn-d" { "other" } else { "kn" };
+            project(name, &format!("  labels: {{team: {team}}}\n"))
+        })
+        .collect();
+    let file = daemon.file("kn.yaml", &manifests.join("---\n"));
+    daemon.berth(&["apply", "-f", &file]).ok();
+
+    // What `-o name` prints is taken back, and short names work.
+    let names = daemon
+        .berth(&["get", "projects", "-l", "team=kn", "-o", "name"])
+        .ok();
+    let listed: Vec<&str> = names.stdout.lines().collect();
+    assert_eq!(listed, ["project/kn-a", "project/kn-b", "project/kn-c"]);
+    let mut get = vec!["get"];
+    get.extend(&listed);
+    get.extend(["-o", "name"]);
+    assert_eq!(daemon.berth(&get).ok().stdout, names.stdout);
+    assert!(
+        daemon
+            .berth(&["get", "proj", "kn-a"])
+            .ok()
+            .stdout
+            .contains("kn-a")
+    );
+    let described = daemon.berth(&["describe", "proj/kn-a"]).ok();
+    assert!(described.stdout.contains("kn-a"), "{described:?}");
+    daemon.berth(&["get", "project/kn-a", "gs/x"]).fails(1);
+
+    // A missing one is reported; the others are deleted all the same.
+    let run = daemon
+        .berth(&["delete", "project/kn-a", "project/absent", "project/kn-b"])
+        .fails(1);
+    assert!(run.stderr.contains("absent"), "{run:?}");
+    assert!(run.stdout.contains("project/kn-a deleted"), "{run:?}");
+    assert!(run.stdout.contains("project/kn-b deleted"), "{run:?}");
+    let run = daemon
+        .berth(&["delete", "proj", "absent", "--ignore-not-found"])
+        .ok();
+    assert_eq!(run.stderr, "", "{run:?}");
+
+    // By label: kn-c goes, kn-d of another team stays.
+    let run = daemon.berth(&["delete", "project", "-l", "team=kn"]).ok();
+    assert_eq!(run.stdout, "project/kn-c deleted\n", "{run:?}");
+    let left = daemon.berth(&["get", "projects", "-o", "name"]).ok();
+    assert_eq!(left.stdout, "project/kn-d\n");
+    let run = daemon.berth(&["delete", "project", "-l", "team=kn"]).ok();
+    assert!(run.stdout.contains("No projects match"), "{run:?}");
+}
+
+#[test]
+fn logs_of_a_project_without_an_agent_say_so() {
+    let daemon = Daemon::start();
+    let file = daemon.file("plain.yaml", &project("plain", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+    for args in [&["logs", "plain"][..], &["logs", "-f", "plain"]] {
+        let run = daemon.berth(args).fails(1);
+        assert!(run.stderr.contains("project plain has no agent"), "{run:?}");
+        assert_eq!(run.stdout, "", "{run:?}");
+    }
 }

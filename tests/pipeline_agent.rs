@@ -471,6 +471,19 @@ fn pipeline_blocked_agent_is_answered() {
         .json();
     assert_eq!(rest["text"], "");
     assert_eq!(rest["nextOffset"], end);
+    assert_eq!(rest["runner"], "Exited");
+    let last = berth_cli(&berth, &["logs", "--tail", "1", &name], "");
+    assert!(last.status.success(), "berth logs --tail 1: {last:?}");
+    let last = String::from_utf8_lossy(&last.stdout).into_owned();
+    assert_eq!(last.lines().count(), 1, "{last}");
+    assert!(text.ends_with(&last), "{last}");
+    // The runner has exited: following prints the log and ends.
+    let followed = berth_cli(&berth, &["logs", "-f", &name], "");
+    assert!(followed.status.success(), "berth logs -f: {followed:?}");
+    assert!(
+        String::from_utf8_lossy(&followed.stdout).contains("shell agent: answered"),
+        "{followed:?}"
+    );
 
     // A boot after the brief is done does not hand it over again.
     reboot(&berth, &name, 2);

@@ -64,12 +64,21 @@ impl Resource {
         }
     }
 
-    /// Accepts what a user types on the command line: `project`, `projects`, `Project`.
+    /// The short name kubectl users type (`proj`, `ap`, `gs`).
+    pub fn short(self) -> &'static str {
+        match self {
+            Resource::Project => "proj",
+            Resource::AgentProfile => "ap",
+            Resource::GitSource => "gs",
+        }
+    }
+
+    /// Accepts what a user types on the command line: `project`, `projects`, `Project`, `proj`.
     pub fn from_cli(word: &str) -> Option<Resource> {
         let lower = word.to_ascii_lowercase();
         Resource::ALL
             .into_iter()
-            .find(|r| lower == r.singular() || lower == r.plural())
+            .find(|r| lower == r.singular() || lower == r.plural() || lower == r.short())
     }
 
     /// Accepts the `kind` field of a manifest, exactly as the API spells it.
@@ -428,6 +437,11 @@ impl Client {
         deadline: Duration,
     ) -> Result<Value, ClientError> {
         self.call_within(method, path, query, body, deadline).await
+    }
+
+    /// `GET` any API path with a query.
+    pub async fn get_json(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, ClientError> {
+        self.call(Method::GET, path, query, None).await
     }
 
     /// `/apis/berth.dev/v1alpha1/projects[/NAME]`.

@@ -29,7 +29,9 @@ pub use bootstrap::sync_credentials;
 pub use bootstrap::{BootstrapReport, InstallOutcome, ProfileBootstrap, bootstrap};
 pub use checkout::{CheckoutOutcome, checkout};
 pub use exec::sha256_hex;
-pub use runner::{LogChunk, RunnerOutcome, answer, runner_log, runner_log_from, start_runner};
+pub use runner::{
+    LogChunk, RunnerOutcome, RunnerState, answer, runner_log, runner_log_from, start_runner,
+};
 pub use seed::{
     ENV_BLOCK_BEGIN, ENV_BLOCK_END, SeedReport, WrittenFiles, env_file_with_block, seed, sync_env,
 };

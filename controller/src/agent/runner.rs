@@ -224,6 +224,28 @@ pub struct LogChunk {
     pub text: String,
     /// Where the next read continues.
     pub next_offset: u64,
+    /// The runner as it was just before the log was read: when it had exited, nothing is
+    /// written after this chunk's end.
+    pub runner: RunnerState,
+}
+
+/// Whether the runner of this boot is running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunnerState {
+    Running,
+    Exited,
+    /// No runner was started in this boot.
+    NotStarted,
+}
+
+impl RunnerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunnerState::Running => "Running",
+            RunnerState::Exited => "Exited",
+            RunnerState::NotStarted => "NotStarted",
+        }
+    }
 }
 
 /// The runner log from byte `offset` on, at most `max_bytes` of it. When the log is shorter than
@@ -235,11 +257,15 @@ pub async fn runner_log_from(
     max_bytes: u64,
 ) -> Result<LogChunk> {
     const SCRIPT: &str = r#"
-log=$1 off=$2 max=$3
-if [ ! -f "$log" ]; then echo 0; exit 0; fi
+log=$1 off=$2 max=$3 pidfile=$4
+runner=NotStarted
+if [ -s "$pidfile" ]; then
+    if kill -0 "$(cat "$pidfile")" 2>/dev/null; then runner=Running; else runner=Exited; fi
+fi
+if [ ! -f "$log" ]; then echo "0 $runner"; exit 0; fi
 size=$(wc -c <"$log")
 [ "$off" -le "$size" ] || off=0
-echo "$off"
+echo "$off $runner"
 tail -c +$((off + 1)) "$log" | head -c "$max"
 "#;
     let (offset, max) = (offset.to_string(), max_bytes.to_string());
@@ -248,7 +274,7 @@ tail -c +$((off + 1)) "$log" | head -c "$max"
         instance,
         REASON,
         SCRIPT,
-        &[RUNNER_LOG, &offset, &max],
+        &[RUNNER_LOG, &offset, &max, RUNNER_PID_FILE],
         &BTreeMap::new(),
         RUNNER_TIMEOUT,
     )
@@ -264,13 +290,22 @@ tail -c +$((off + 1)) "$log" | head -c "$max"
         .iter()
         .position(|b| *b == b'\n')
         .ok_or_else(|| bad("no offset in the answer"))?;
-    let start: u64 = std::str::from_utf8(&out.stdout[..newline])
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
+    let head = std::str::from_utf8(&out.stdout[..newline]).unwrap_or_default();
+    let mut words = head.split_whitespace();
+    let start: u64 = words
+        .next()
+        .and_then(|s| s.parse().ok())
         .ok_or_else(|| bad("no offset in the answer"))?;
+    let runner = match words.next() {
+        Some("Running") => RunnerState::Running,
+        Some("Exited") => RunnerState::Exited,
+        Some("NotStarted") => RunnerState::NotStarted,
+        _ => return Err(bad("no runner state in the answer")),
+    };
     let data = &out.stdout[newline + 1..];
     Ok(LogChunk {
         text: String::from_utf8_lossy(data).into_owned(),
         next_offset: start + data.len() as u64,
+        runner,
     })
 }

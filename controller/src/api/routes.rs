@@ -491,6 +491,17 @@ async fn logs(
         None => number("offset")?,
     };
     let tail = number("tailBytes")?.unwrap_or(64 * 1024);
+    if !project
+        .spec
+        .pointer("/agent")
+        .is_some_and(|a| a.is_string())
+    {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NoAgent",
+            format!("project {name} has no agent, so no runner log"),
+        ));
+    }
     let runtime = container_runtime(state)?;
     crate::inspect::api::reach(state, runtime.as_ref(), &project).await?;
     let chunk = crate::agent::runner_log_from(
@@ -503,6 +514,8 @@ async fn logs(
     .map_err(agent_failure)?;
     let text = if offset.is_some() {
         chunk.text
+    } else if let Some(lines) = number("tailLines")? {
+        last_lines(&chunk.text, lines as usize).to_string()
     } else {
         let bytes = chunk.text.as_bytes();
         let from = bytes.len().saturating_sub(tail as usize);
@@ -516,8 +529,21 @@ async fn logs(
             "project": name,
             "text": text,
             "nextOffset": chunk.next_offset,
+            "runner": chunk.runner.as_str(),
         }),
     ))
+}
+
+/// The last `n` lines of `text` (a final line without its newline counts).
+fn last_lines(text: &str, n: usize) -> &str {
+    if n == 0 {
+        return "";
+    }
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    match body.rmatch_indices('\n').nth(n - 1) {
+        Some((at, _)) => &text[at + 1..],
+        None => text,
+    }
 }
 
 fn only(method: &Method, path: &str, allowed: Method) -> Result<(), ApiError> {
@@ -1239,4 +1265,18 @@ fn bytes_response(code: StatusCode, content_type: &'static str, bytes: Bytes) ->
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_lines;
+
+    #[test]
+    fn last_lines_counts_a_final_line_without_its_newline() {
+        assert_eq!(last_lines("a\nb\nc\n", 2), "b\nc\n");
+        assert_eq!(last_lines("a\nb\nc", 2), "b\nc");
+        assert_eq!(last_lines("a\nb\n", 5), "a\nb\n");
+        assert_eq!(last_lines("a\nb\n", 0), "");
+        assert_eq!(last_lines("", 3), "");
+    }
 }

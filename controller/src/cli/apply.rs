@@ -92,9 +92,9 @@ pub async fn run(context: &Context, args: ApplyArgs) -> anyhow::Result<ExitCode>
 
     if args.wait && !args.dry_run && !targets.is_empty() {
         let left = deadline.saturating_duration_since(Instant::now());
-        progress::wait_for(&client, &targets, Goal::Ready, left, true).await?;
-        for (resource, name) in &targets {
-            println!("{resource}/{name} ready");
+        let reached = progress::wait_for(&client, &targets, Goal::Ready, left, true).await?;
+        for target in &targets {
+            println!("{}/{} {}", target.0, target.1, reached.word(target));
         }
     }
     if held > 0 {
@@ -115,7 +115,7 @@ async fn prune_outcome(
 ) -> Result<(String, bool), ClientError> {
     let target = [(*resource, name.clone())];
     match progress::wait_for(client, &target, Goal::Deleted, timeout, false).await {
-        Ok(()) => Ok((format!("{resource}/{name} pruned"), false)),
+        Ok(_) => Ok((format!("{resource}/{name} pruned"), false)),
         Err(WaitError::Failed { message, .. }) => {
             let why = message
                 .strip_prefix("deletion blocked: ")

@@ -1,5 +1,6 @@
 //! `berth completion bash|zsh|fish`: a completion script on stdout.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Args, CommandFactory};
@@ -20,6 +21,10 @@ pub fn run(args: CompletionArgs) -> anyhow::Result<ExitCode> {
         _ => Shell::Fish,
     };
     let mut command = Cli::command();
-    clap_complete::generate(shell, &mut command, "berth", &mut std::io::stdout());
+    // Rendered whole first: the generator panics on a failed write (a closed pipe), while a
+    // write error here ends the command quietly.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "berth", &mut script);
+    std::io::stdout().write_all(&script)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,23 +1,39 @@
-//! `berth delete KIND NAME... | -f FILE`: asks for deletion, then waits until the objects are
-//! gone. A deletion the server holds (condition `DeletionBlocked`) ends the wait with its reason.
+//! `berth delete KIND NAME... | KIND/NAME... | KIND -l SELECTOR | -f FILE`: asks for deletion,
+//! then waits until the objects are gone. A deletion the server holds (condition
+//! `DeletionBlocked`) ends the wait with its reason. As kubectl does, a missing object is
+//! reported and the others are deleted all the same.
 
 use std::process::ExitCode;
 
 use clap::{ArgAction, Args};
+use serde_json::Value;
 
-use super::get::parse_resource;
+use super::get::{parse_objects, parse_resource};
 use super::progress::{self, Goal};
 use super::{Context, duration, manifest};
 use crate::client::Resource;
 
 #[derive(Debug, Args)]
 pub struct DeleteArgs {
-    /// project, agentprofile or gitsource (with NAME).
-    #[arg(value_parser = parse_resource, required_unless_present = "files", conflicts_with = "files")]
-    kind: Option<Resource>,
-    /// Objects to delete.
-    #[arg(requires = "kind")]
-    names: Vec<String>,
+    /// `KIND NAME...` or `KIND/NAME...` (kind: project, agentprofile or gitsource, or proj,
+    /// ap, gs); with --selector, only KIND.
+    #[arg(
+        value_name = "KIND NAME|KIND/NAME",
+        required_unless_present = "files",
+        conflicts_with = "files"
+    )]
+    objects: Vec<String>,
+    /// Delete the objects of KIND whose labels match (`team=payments,tier!=test`).
+    #[arg(
+        short = 'l',
+        long = "selector",
+        value_name = "SELECTOR",
+        conflicts_with = "files"
+    )]
+    selector: Option<String>,
+    /// A missing object is no error.
+    #[arg(long)]
+    ignore_not_found: bool,
     /// Delete the objects these manifests name.
     #[arg(short = 'f', long = "filename", value_name = "FILE|DIR|-")]
     files: Vec<String>,
@@ -40,33 +56,76 @@ pub struct DeleteArgs {
 }
 
 pub async fn run(context: &Context, args: DeleteArgs) -> anyhow::Result<ExitCode> {
-    let targets: Vec<(Resource, String)> = if args.files.is_empty() {
-        let kind = args.kind.expect("clap requires KIND without -f");
-        if args.names.is_empty() {
-            anyhow::bail!("delete {kind}: give at least one NAME");
-        }
-        args.names.iter().map(|n| (kind, n.clone())).collect()
-    } else {
+    let client = context.client()?;
+    let named: Vec<(Resource, String)> = if !args.files.is_empty() {
         manifest::load(&args.files, args.recursive)?
             .into_iter()
             .map(|m| (m.resource, m.name))
             .collect()
+    } else if let Some(selector) = &args.selector {
+        let [kind] = args.objects.as_slice() else {
+            anyhow::bail!(
+                "delete --selector: give only the KIND, e.g. delete project -l {selector}"
+            );
+        };
+        let kind = parse_resource(kind).map_err(anyhow::Error::msg)?;
+        let list = client.list(kind, Some(selector)).await?;
+        let names: Vec<(Resource, String)> = list
+            .get("items")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|item| item.pointer("/metadata/name")?.as_str())
+            .map(|name| (kind, name.to_string()))
+            .collect();
+        if names.is_empty() {
+            println!("No {} match {selector:?}.", kind.plural());
+            return Ok(ExitCode::SUCCESS);
+        }
+        names
+    } else {
+        let named = parse_objects(&args.objects).map_err(anyhow::Error::msg)?;
+        if named.is_empty() {
+            anyhow::bail!(
+                "delete {}: give at least one NAME, or --selector",
+                args.objects.join(" ")
+            );
+        }
+        named
     };
-    let client = context.client()?;
-    for (resource, name) in &targets {
-        client
-            .delete_with(*resource, name, args.force || args.purge, args.purge)
-            .await?;
-        if !args.wait {
-            println!("{resource}/{name} deletion requested");
+
+    // Each one asked for in turn; a missing one is reported and the rest go on.
+    let mut targets = Vec::with_capacity(named.len());
+    let mut missing = 0;
+    for (resource, name) in named {
+        match client
+            .delete_with(resource, &name, args.force || args.purge, args.purge)
+            .await
+        {
+            Ok(_) => {
+                if !args.wait {
+                    println!("{resource}/{name} deletion requested");
+                }
+                targets.push((resource, name));
+            }
+            Err(err) if err.is_not_found() => {
+                if !args.ignore_not_found {
+                    super::report(&anyhow::Error::from(err));
+                    missing += 1;
+                }
+            }
+            Err(err) => return Err(err.into()),
         }
     }
-    if !args.wait {
-        return Ok(ExitCode::SUCCESS);
+    if args.wait && !targets.is_empty() {
+        progress::wait_for(&client, &targets, Goal::Deleted, args.timeout, false).await?;
+        for (resource, name) in &targets {
+            println!("{resource}/{name} deleted");
+        }
     }
-    progress::wait_for(&client, &targets, Goal::Deleted, args.timeout, false).await?;
-    for (resource, name) in &targets {
-        println!("{resource}/{name} deleted");
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(if missing > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

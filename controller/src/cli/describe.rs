@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::Context;
 use super::events::event_rows;
-use super::get::parse_resource;
+use super::get::kind_and_names;
 use super::render::{age_at, str_at, to_yaml, value_at};
 use super::table::Table;
 use crate::client::Resource;
@@ -19,16 +19,21 @@ const RECENT_EVENTS: usize = 15;
 
 #[derive(Debug, Args)]
 pub struct DescribeArgs {
-    /// project, agentprofile or gitsource.
-    #[arg(value_parser = parse_resource)]
-    kind: Resource,
-    name: String,
+    /// project, agentprofile or gitsource (or proj, ap, gs); or KIND/NAME.
+    #[arg(value_name = "KIND|KIND/NAME")]
+    kind: String,
+    name: Option<String>,
 }
 
 pub async fn run(context: &Context, args: DescribeArgs) -> anyhow::Result<ExitCode> {
+    let (kind, names) =
+        kind_and_names(&args.kind, args.name.as_slice()).map_err(anyhow::Error::msg)?;
+    let [name] = names.as_slice() else {
+        anyhow::bail!("describe: name one object, as KIND NAME or KIND/NAME");
+    };
     let client = context.client()?;
-    let object = client.get(args.kind, &args.name).await?;
-    let events = match client.events(Some((args.kind, &args.name))).await {
+    let object = client.get(kind, name).await?;
+    let events = match client.events(Some((kind, name))).await {
         Ok(list) => Ok(list
             .get("items")
             .and_then(Value::as_array)
@@ -36,12 +41,12 @@ pub async fn run(context: &Context, args: DescribeArgs) -> anyhow::Result<ExitCo
             .unwrap_or_default()),
         Err(err) => Err(err.to_string()),
     };
-    print!("{}", describe(args.kind, &object, events, Utc::now()));
-    if args.kind == Resource::Project {
+    print!("{}", describe(kind, &object, events, Utc::now()));
+    if kind == Resource::Project {
         // Live figures only when the container runs; any failure just leaves the section out.
         let path = format!(
             "{}/runtime",
-            crate::client::Client::object_path(Resource::Project, Some(&args.name))
+            crate::client::Client::object_path(Resource::Project, Some(name))
         );
         if let Ok(figures) = client.request_json(reqwest::Method::GET, &path, None).await
             && let Some(section) = crate::inspect::render::runtime_section(&figures)

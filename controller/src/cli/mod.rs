@@ -118,7 +118,7 @@ enum Command {
     Stop(power::StopArgs),
     /// Start a stopped or idled project.
     Start(power::StartArgs),
-    /// List the ports a project listens on, with their preview URLs.
+    /// List the ports a project listens on beyond loopback, with their preview URLs.
     Ports(ports::PortsArgs),
     /// Show what the reaper will do next to each project (`--dry-run`).
     Reap(reap::ReapArgs),
@@ -248,11 +248,21 @@ pub fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // Whoever read the output went away (`| head`): end as quietly as a printing panic does.
+        Err(err) if closed_pipe(&err) => ExitCode::from(BROKEN_PIPE_EXIT as u8),
         Err(err) => {
             report(&err);
             ExitCode::FAILURE
         }
     }
+}
+
+fn closed_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn run_client_command(context: &Context, command: Command) -> anyhow::Result<ExitCode> {

@@ -1,5 +1,6 @@
-//! `berth ports NAME`: the ports a project's container listens on (outside loopback) and their
-//! preview URLs, as the scheduler's last inspection recorded them in `status.ports`.
+//! `berth ports NAME`: the ports a project's container listens on beyond loopback (a server bound
+//! to 127.0.0.1 is not listed: nothing outside could reach it) and their preview URLs, as the
+//! scheduler's last inspection recorded them in `status.ports`.
 
 use std::process::ExitCode;
 
@@ -28,9 +29,7 @@ pub async fn run(context: &Context, args: PortsArgs) -> anyhow::Result<ExitCode>
     match args.output {
         Some(OutputFormat::Yaml) => print!("{}", render::to_yaml(&serde_json::to_value(&ports)?)),
         Some(OutputFormat::Json) => print!("{}", render::to_json(&serde_json::to_value(&ports)?)),
-        _ if ports.is_empty() => {
-            eprintln!("No listening ports found in project {}.", args.name);
-        }
+        _ if ports.is_empty() => eprintln!("{}", nothing_listening(&args.name)),
         _ => print!("{}", ports_table(&ports)),
     }
     Ok(ExitCode::SUCCESS)
@@ -42,6 +41,15 @@ fn ports_of(project: &Value) -> anyhow::Result<Vec<PortStatus>> {
         Some(ports) => serde_json::from_value(ports.clone())
             .map_err(|e| anyhow::anyhow!("status.ports: unreadable: {e}")),
     }
+}
+
+/// What an empty answer means: only servers reachable from outside the container are listed.
+fn nothing_listening(name: &str) -> String {
+    format!(
+        "No ports listening beyond loopback in project {name}. Servers bound to 127.0.0.1 or ::1 \
+         are not listed (nothing outside the container could reach them); bind 0.0.0.0 to get a \
+         preview URL."
+    )
 }
 
 /// PORT, URL.
@@ -70,5 +78,8 @@ mod tests {
             "{text}"
         );
         assert!(ports_of(&json!({"status": {}})).unwrap().is_empty());
+        let empty = nothing_listening("web");
+        assert!(empty.contains("beyond loopback in project web"), "{empty}");
+        assert!(empty.contains("127.0.0.1"), "{empty}");
     }
 }

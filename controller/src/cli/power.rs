@@ -109,12 +109,32 @@ pub async fn restart(context: &Context, args: RestartArgs) -> anyhow::Result<Exi
 }
 
 pub async fn stop(context: &Context, args: StopArgs) -> anyhow::Result<ExitCode> {
+    // Asked to stop and stopped already: say so, as kubectl says "unchanged".
+    let project = context.client()?.get(Resource::Project, &args.name).await?;
+    if already_stopped(&project) {
+        println!("project/{} already stopped", args.name);
+        return Ok(ExitCode::SUCCESS);
+    }
     let outcome = Outcome {
         goal: Goal::Stopped,
         done: "stopped",
     };
     let wait = Some((args.wait, outcome));
     patch_and_report(context, &args.name, stop_patch(), "stop requested", wait).await
+}
+
+/// Whether the project is meant to be stopped and is, for its current generation.
+fn already_stopped(project: &Value) -> bool {
+    let at = |pointer: &str| project.pointer(pointer).and_then(Value::as_str);
+    let generation = project
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    let observed = project
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64);
+    at("/spec/state") == Some("Stopped")
+        && at("/status/phase") == Some("Stopped")
+        && (generation.is_none() || observed >= generation)
 }
 
 pub async fn start(context: &Context, args: StartArgs) -> anyhow::Result<ExitCode> {
@@ -131,4 +151,22 @@ pub async fn start(context: &Context, args: StartArgs) -> anyhow::Result<ExitCod
         wait,
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_project_meant_stopped_and_seen_stopped_is_already_stopped() {
+        let project = |state: &str, phase: &str, generation: i64, observed: i64| {
+            json!({"metadata": {"generation": generation}, "spec": {"state": state},
+                   "status": {"phase": phase, "observedGeneration": observed}})
+        };
+        assert!(already_stopped(&project("Stopped", "Stopped", 2, 2)));
+        assert!(!already_stopped(&project("Stopped", "Ready", 2, 2)));
+        assert!(!already_stopped(&project("Running", "Stopped", 2, 2)));
+        // Stopped at an older generation: the stop of this one is still on its way.
+        assert!(!already_stopped(&project("Stopped", "Stopped", 3, 2)));
+    }
 }

@@ -2,7 +2,7 @@
 //! periodic re-read as a safety net, and polling with backoff when the watch is unavailable.
 //! Prints one progress line each time an object's step (or its blocking reason) changes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -136,7 +136,9 @@ pub fn summary(object: &Value) -> String {
     let mut line = match (step.is_empty(), phase) {
         (true, "") => return String::new(),
         (true, phase) => phase.to_string(),
-        (false, "Error" | "Missing" | "Stopped" | "Deleting") => format!("{step} ({phase})"),
+        // A stopped project's step says how far it got before; the phase is what it reached.
+        (false, "Stopped") => phase.to_string(),
+        (false, "Error" | "Missing" | "Deleting") => format!("{step} ({phase})"),
         (false, _) => step.to_string(),
     };
     for type_ in ["DeletionBlocked", "Ready"] {
@@ -165,6 +167,8 @@ struct Tracker {
     goal: Goal,
     /// Last progress line printed per object still awaited.
     pending: BTreeMap<Key, String>,
+    /// The awaited objects that were Stopped when their wait ended.
+    stopped: BTreeSet<Key>,
     print: bool,
 }
 
@@ -184,6 +188,9 @@ impl Tracker {
         match evaluate(key.0, &self.goal, object) {
             Verdict::Met => {
                 self.pending.remove(key);
+                if object.is_some_and(|o| str_at(o, "status.phase") == "Stopped") {
+                    self.stopped.insert(key.clone());
+                }
                 Ok(true)
             }
             Verdict::Pending => Ok(false),
@@ -245,19 +252,39 @@ pub async fn wait_for(
     goal: Goal,
     timeout: Duration,
     print_progress: bool,
-) -> Result<(), WaitError> {
+) -> Result<Reached, WaitError> {
     let deadline = Instant::now() + timeout;
     let mut tracker = Tracker {
         goal: goal.clone(),
         pending: targets.iter().map(|k| (k.clone(), String::new())).collect(),
+        stopped: BTreeSet::new(),
         print: print_progress,
     };
     let mut last_error = None;
     let outcome =
         tokio::time::timeout_at(deadline, follow(client, &mut tracker, &mut last_error)).await;
     match outcome {
-        Ok(result) => result,
+        Ok(result) => result.map(|()| Reached {
+            stopped: tracker.stopped,
+        }),
         Err(_) => Err(timeout_error(&tracker, &goal, timeout, last_error.as_ref())),
+    }
+}
+
+/// Where the awaited objects stood when their wait ended.
+#[derive(Debug, Default)]
+pub struct Reached {
+    stopped: BTreeSet<Key>,
+}
+
+impl Reached {
+    /// The word for where `target` ended: `stopped` for a Stopped project, `ready` otherwise.
+    pub fn word(&self, target: &(Resource, String)) -> &'static str {
+        if self.stopped.contains(target) {
+            "stopped"
+        } else {
+            "ready"
+        }
     }
 }
 
@@ -500,6 +527,7 @@ mod tests {
                        "conditions": [{"type": "Ready", "status": "True", "reason": "Seeded"}]}),
                 "Seeded",
             ),
+            (json!({"phase": "Stopped", "step": "Reachable"}), "Stopped"),
         ];
         for (status, expected) in cases {
             assert_eq!(summary(&json!({"status": status})), expected);

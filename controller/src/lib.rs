@@ -11,6 +11,7 @@ pub mod file_roots;
 pub mod gitops;
 pub mod inspect;
 pub mod lxd;
+pub mod mcp;
 pub mod metrics;
 pub mod reconcile;
 pub mod runtime;

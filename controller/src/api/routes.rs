@@ -239,6 +239,7 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
         }
         ["projects", name, "tools", rest @ ..] => {
             let project = access::member_project(state, caller, name)?;
+            crate::tools::check_uid(&project, query.get("uid"))?;
             let Some(tools) = &state.tools else {
                 return Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,

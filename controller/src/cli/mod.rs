@@ -25,6 +25,7 @@ mod gitsource;
 mod jsonpath;
 mod logs;
 mod manifest;
+mod mcp;
 mod members;
 mod ports;
 mod power;
@@ -138,6 +139,8 @@ enum Command {
     Reconcile(reconcile::ReconcileArgs),
     /// Run a workspace tool (Read, Glob, Grep, Write, Edit, Bash) in a project's container.
     Tool(tool::ToolArgs),
+    /// Serve a project's workspace tools to a local agent over MCP (stdio).
+    Mcp(mcp::McpArgs),
     /// List, add or remove a project's members.
     Members(members::MembersArgs),
     /// Add, list or remove users of the TCP listener (admins only).
@@ -298,6 +301,7 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Gitsource(args) => gitsource::run(context, args).await,
             Command::Reconcile(args) => reconcile::run(context, args).await,
             Command::Tool(args) => tool::run(context, args).await,
+            Command::Mcp(args) => mcp::run(context, args).await,
             Command::Members(args) => members::run(context, args).await,
             Command::User(args) => user::run(context, args).await,
             Command::Answer(args) => answer::run(context, args).await,

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
-pub use call::{MAX_OUTPUT_BYTES, MAX_REQUEST_BYTES, Shell, Tool, ToolCall};
+pub use call::{MAX_OUTPUT_BYTES, MAX_REQUEST_BYTES, MAX_TIMEOUT, Shell, Tool, ToolCall};
 
 use crate::api::ApiError;
 use crate::inspect::reach::{Unreached, owned_container};
@@ -493,6 +493,26 @@ impl Tools {
     }
 }
 
+/// `?uid=UID` on a tools route: the project the caller resolved must still be the one under
+/// its name. One deleted and created again is another project: 409 `ProjectReplaced`, and
+/// nothing runs.
+pub fn check_uid(project: &StoredObject, uid: Option<&str>) -> Result<(), ApiError> {
+    match uid {
+        None => Ok(()),
+        Some("") => Err(ApiError::bad_request("uid: must not be empty")),
+        Some(uid) if uid == project.uid() => Ok(()),
+        Some(uid) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "ProjectReplaced",
+            format!(
+                "project {:?} was replaced: uid {uid} was asked for, the project of that name now has uid {}; nothing ran",
+                project.name(),
+                project.uid()
+            ),
+        )),
+    }
+}
+
 /// The LXD client settings of the daemon's `lxd:` configuration.
 pub fn lxd_config(settings: &crate::config::LxdConfig) -> Result<LxdConfig, RuntimeError> {
     let path = |s: &str| (!s.is_empty()).then(|| std::path::PathBuf::from(s));
@@ -673,6 +693,32 @@ mod tests {
             redacted,
             json!({"output": "token=[REDACTED]", "nested": ["[REDACTED]"]})
         );
+    }
+
+    #[test]
+    fn a_uid_other_than_the_projects_is_project_replaced() {
+        let metadata: berth_api::ObjectMeta =
+            serde_json::from_value(json!({"name": "p", "uid": "u-now"})).unwrap();
+        let project = StoredObject {
+            kind: crate::reconcile::PROJECT_KIND.to_string(),
+            metadata,
+            spec: json!({}).into(),
+            status: json!({}).into(),
+        };
+        // (the uid asked for, the answer's reason or None when the call goes on)
+        let cases = [
+            (None, None),
+            (Some("u-now"), None),
+            (Some("u-before"), Some("ProjectReplaced")),
+            (Some(""), Some("BadRequest")),
+        ];
+        for (uid, want) in cases {
+            let got = check_uid(&project, uid).err().map(|err| err.reason);
+            assert_eq!(got, want, "{uid:?}");
+        }
+        let err = check_uid(&project, Some("u-before")).unwrap_err();
+        assert_eq!(err.code, StatusCode::CONFLICT);
+        assert!(err.message.contains("nothing ran"), "{}", err.message);
     }
 
     #[test]

@@ -9,15 +9,16 @@ BERTH_SOCKET ?= /run/berth/berth.sock
 BERTH_DATA_DIR ?= /var/lib/berth
 BERTH_LOG_FILE ?= /var/log/berth/berth.log
 
-.PHONY: help run stop test unit bench lint images schemas build
+.PHONY: help run stop test unit bench lint images schemas build deb
 
 help:
 	@echo "make run     set up LXD and images, start the daemon, apply the quickstart project (Ready)"
 	@echo "make test    set up LXD and images, then run every test (unit, API, CLI, end-to-end on LXD)"
 	@echo "make bench   benchmarks, printed as tables"
 	@echo "make lint    cargo fmt --check and clippy -D warnings"
-	@echo "make images  rebuild the berth-base and berth-tiny LXD images"
+	@echo "make images  rebuild the berth-base, berth-tiny and berth-agents LXD images"
 	@echo "make stop    stop the daemon started by make run"
+	@echo "make deb     build the Debian package target/debian/berth_<version>_<arch>.deb"
 
 build:
 	$(CARGO) build --release -p berth
@@ -55,3 +56,6 @@ images:
 
 schemas:
 	BERTH_UPDATE_SCHEMAS=1 $(CARGO) test -p berth-api schema
+
+deb:
+	bash scripts/build-deb

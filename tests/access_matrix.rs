@@ -64,6 +64,10 @@ fn rows() -> Vec<Row> {
         },
         Row {
             expect: [200; 5],
+            ..row("livez", "GET", "/livez", "", [200; 3])
+        },
+        Row {
+            expect: [200; 5],
             ..row("readyz", "GET", "/readyz", "", [200; 3])
         },
         row(

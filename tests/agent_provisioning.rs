@@ -213,6 +213,7 @@ fn shell_profile() -> AgentProfileSpec {
                 "/usr/local/lib/berth/shell-agent".into(),
                 "{briefFile}".into(),
             ],
+            protocol: Default::default(),
         },
         ..AgentProfileSpec::default()
     }
@@ -244,6 +245,7 @@ fn installable_profile() -> AgentProfileSpec {
         }),
         runner: AgentRunner {
             command: vec!["fake-cli".into()],
+            protocol: Default::default(),
         },
     }
 }
@@ -972,6 +974,7 @@ async fn the_runner_log_is_capped_by_rotation() {
                 "-c".into(),
                 "i=0; while [ $i -lt 2000 ]; do echo \"line $i of a chatty agent\"; i=$((i+1)); done".into(),
             ],
+            protocol: Default::default(),
         },
         ..AgentProfileSpec::default()
     };

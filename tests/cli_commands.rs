@@ -1882,3 +1882,40 @@ fn create_takes_the_common_fields_and_restart_waits_for_a_new_start() {
         "{lines:?}"
     );
 }
+
+#[test]
+fn colour_only_on_a_terminal_and_never_with_no_color() {
+    let daemon = Daemon::start();
+    let file = daemon.file("projects.yaml", TWO_PROJECTS);
+    daemon.berth(&["apply", "-f", &file]).ok();
+    daemon.put_status(
+        "web",
+        json!({"observedGeneration": 1, "phase": "Ready", "step": "Seeded"}),
+    );
+    // `script` gives berth a terminal for its stdout.
+    let on_a_terminal = |no_color: Option<&str>| -> String {
+        let mut command = Command::new("script");
+        command
+            .args(["-qec", &format!("{BERTH} get projects"), "/dev/null"])
+            .env("BERTH_SERVER", daemon.socket())
+            .env_remove("BERTH_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        match no_color {
+            Some(value) => command.env("NO_COLOR", value),
+            None => command.env_remove("NO_COLOR"),
+        };
+        let child = command.spawn().expect("run script");
+        finish(child, &["get", "projects"]).ok().stdout
+    };
+    let coloured = on_a_terminal(None);
+    assert!(coloured.contains("\x1b[32mReady\x1b[0m"), "{coloured:?}");
+    let plain = on_a_terminal(Some("1"));
+    assert!(
+        plain.contains("Ready") && !plain.contains('\x1b'),
+        "{plain:?}"
+    );
+    let piped = daemon.berth(&["get", "projects"]).ok();
+    assert!(!piped.stdout.contains('\x1b'), "{piped:?}");
+}

@@ -452,6 +452,45 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
         s["metadata"]["annotations"] = json!({"berth.dev/requestedAt": "2026-01-01T00:00:01Z"});
     });
     wait_applied(&daemon, "fleet", &fourth);
+
+    // `berth reconcile gitsource` asks and waits for the answer, news or not.
+    let reconcile = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("--server")
+            .arg(&daemon.socket)
+            .args(["reconcile", "gitsource", "fleet", "--timeout=60s"])
+            .output()
+            .expect("berth reconcile");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = reconcile();
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.ends_with(&format!("gitsource/fleet synced: revision {fourth}\n")),
+        "{stdout}"
+    );
+    repo.write("epsilon.yaml", &profile("epsilon", ""));
+    let fifth = repo.commit("epsilon");
+    let (code, stdout, stderr) = reconcile();
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains(&fifth), "{stdout}");
+    assert!(get(&client, "agentprofiles", "epsilon").is_some());
+    // A commit that does not apply: the command fails saying why.
+    repo.write(
+        "epsilon.yaml",
+        &profile("epsilon", "").replace("  install:", "  instal:"),
+    );
+    repo.commit("typo");
+    let (code, stdout, stderr) = reconcile();
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("gitsource/fleet is not ready") && stderr.contains("instal"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -34,6 +34,14 @@ const CONTRACT: &[&str] = &[
     "berth_lxd_request_duration_seconds",
     "berth_scheduler_pass_duration_seconds",
     "berth_build_info",
+    "berth_deletions_held",
+    "berth_deletion_held_oldest_seconds",
+    "berth_projects_step_timeout",
+    "process_resident_memory_bytes",
+    "process_cpu_seconds_total",
+    "process_open_fds",
+    "process_max_fds",
+    "process_start_time_seconds",
 ];
 
 /// The value of the sample written exactly as `series`, if exposed.

@@ -130,6 +130,10 @@ pub struct GitSourceStatus {
     pub last_attempted_revision: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_synced_at: Option<DateTime<Utc>>,
+    /// The value of the `berth.dev/requestedAt` annotation the last sync answered, so whoever
+    /// asked for a sync (`berth reconcile gitsource`) can tell it has run, news or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
     /// Objects applied from the repository, as `Kind/name`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inventory: Vec<String>,

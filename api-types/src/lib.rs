@@ -64,13 +64,13 @@ pub use naming::{derive_name, display_name_key, slugify, validate_env_key, valid
 pub use object::{Kind, Object, decode_manifest, decode_stored};
 pub use profile::{
     AgentInstall, AgentInstructions, AgentProfile, AgentProfileSpec, AgentProfileStatus,
-    AgentRunner, CredentialRef, RuntimeAsset,
+    AgentRunner, CredentialRef, RunnerProtocol, RuntimeAsset,
 };
 pub use project::{
     ActivitySource, ActivityStatus, AgentState, AgentStatus, ContainerStatus, DEFAULTED_FIELDS,
-    Defaults, IdleAction, Phase, PortStatus, PowerState, Project, ProjectSpec, ProjectStatus,
-    ProtectionReason, ReapAction, ReapPolicy, ReapStatus, Repo, ResolvedReapPolicy, Resources,
-    SeedFile, Step, UnsavedWork,
+    Defaults, Forward, IdleAction, Phase, PortStatus, PowerState, Project, ProjectSpec,
+    ProjectStatus, ProtectionReason, ReapAction, ReapPolicy, ReapStatus, Repo, ResolvedReapPolicy,
+    Resources, SeedFile, Step, UnsavedWork,
 };
 pub use quantity::{CpuQuantity, Quantity};
 pub use schema::schemas;

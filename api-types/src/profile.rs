@@ -132,6 +132,38 @@ pub struct AgentRunner {
     #[serde(default)]
     #[schemars(length(min = 1), extend("x-berth-required" = true))]
     pub command: Vec<String>,
+    /// How the runner reports: it writes berth's status file itself (`status-file`), or berth's
+    /// agent adapter runs it and reads its machine-readable output.
+    #[serde(default, skip_serializing_if = "RunnerProtocol::is_status_file")]
+    pub protocol: RunnerProtocol,
+}
+
+/// How a runner's CLI reports its progress (`spec.runner.protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunnerProtocol {
+    /// The runner writes `/run/berth/agent.json` itself (the offline `shell` agent).
+    #[default]
+    StatusFile,
+    /// Claude Code's `-p --output-format stream-json`; permission requests come through a
+    /// permission-prompt tool the adapter serves.
+    ClaudeStreamJson,
+    /// Codex's app server (JSON-RPC over stdio); approvals arrive as requests.
+    CodexAppServer,
+}
+
+impl RunnerProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunnerProtocol::StatusFile => "status-file",
+            RunnerProtocol::ClaudeStreamJson => "claude-stream-json",
+            RunnerProtocol::CodexAppServer => "codex-app-server",
+        }
+    }
+
+    pub fn is_status_file(&self) -> bool {
+        *self == RunnerProtocol::StatusFile
+    }
 }
 
 /// Observed state of a profile (conditions only).

@@ -133,6 +133,34 @@ pub struct ProjectSpec {
     /// When an unused project is stopped or deleted.
     #[serde(default, skip_serializing_if = "ReapPolicy::is_empty")]
     pub reap: ReapPolicy,
+    /// Host addresses reachable from inside the container at `127.0.0.1:PORT` (admins only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forwards: Vec<Forward>,
+}
+
+/// `127.0.0.1:port` inside the container reaches the host address `to` (an LXD proxy device
+/// bound in the instance: no NIC needed).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Forward {
+    /// The port inside the container, 1 to 65535.
+    #[serde(default)]
+    #[schemars(extend("x-berth-required" = true))]
+    pub port: u16,
+    /// `HOST:PORT` on the berth host: an IP address (IPv6 in brackets) and a port.
+    #[serde(default)]
+    #[schemars(extend("x-berth-required" = true))]
+    pub to: String,
+}
+
+impl Forward {
+    /// The target as a socket address, `None` when `to` is not `IP:PORT`.
+    pub fn target(&self) -> Option<std::net::SocketAddr> {
+        self.to
+            .parse()
+            .ok()
+            .filter(|a: &std::net::SocketAddr| a.port() != 0)
+    }
 }
 
 impl ProjectSpec {
@@ -446,6 +474,13 @@ pub struct ProjectStatus {
     /// The id of the current brief, recorded before it is delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub brief_id: Option<String>,
+    /// The last brief the agent acknowledged (its status file carried the id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brief_acknowledged: Option<String>,
+    /// The last brief the agent finished (`done` or `failed`): never handed over again, after
+    /// a reboot, a wake or a replaced container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brief_finished: Option<String>,
     /// Files berth wrote under /workspace (path to lowercase hex SHA-256 of the content), so a
     /// file holding exactly that content is berth's, not the user's unsaved work.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -585,6 +620,12 @@ pub struct AgentStatus {
     pub brief_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<DateTime<Utc>>,
+    /// The agent CLI's own session id, which resumes the brief after an interruption.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The runner's exit code, once it ended (`done` or `failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
 }
 
 /// The agent's state as it reports it.
@@ -595,6 +636,7 @@ pub enum AgentState {
     Blocked,
     Idle,
     Done,
+    Failed,
     #[default]
     Unknown,
 }
@@ -606,6 +648,7 @@ impl AgentState {
             AgentState::Blocked => "blocked",
             AgentState::Idle => "idle",
             AgentState::Done => "done",
+            AgentState::Failed => "failed",
             AgentState::Unknown => "unknown",
         }
     }
@@ -617,6 +660,7 @@ impl AgentState {
             "blocked" => AgentState::Blocked,
             "idle" => AgentState::Idle,
             "done" => AgentState::Done,
+            "failed" => AgentState::Failed,
             _ => AgentState::Unknown,
         }
     }
@@ -873,6 +917,28 @@ pub(crate) fn validate_project(p: &Project, errs: &mut ValidationErrors) {
         }
     }
     validate_reap(&s.reap, "spec.reap", errs);
+    let mut ports = std::collections::BTreeSet::new();
+    for (i, forward) in s.forwards.iter().enumerate() {
+        if forward.port == 0 {
+            errs.push(format!("spec.forwards[{i}].port"), "must be 1 to 65535");
+        } else if !ports.insert(forward.port) {
+            errs.push(
+                format!("spec.forwards[{i}].port"),
+                format!("{} is forwarded twice", forward.port),
+            );
+        }
+        if forward.to.is_empty() {
+            errs.push(format!("spec.forwards[{i}].to"), "required");
+        } else if forward.target().is_none() {
+            errs.push(
+                format!("spec.forwards[{i}].to"),
+                format!(
+                    "{:?} must be IP:PORT (IPv6 as [ADDR]:PORT) with a port from 1 to 65535",
+                    forward.to
+                ),
+            );
+        }
+    }
 }
 
 fn check_profile_name(name: &str, field: &str, errs: &mut ValidationErrors) {

@@ -294,6 +294,19 @@ impl Client {
         self.call(method, path, &[], body).await
     }
 
+    /// Any API path with a query and a deadline of the caller's: a workspace tool call may run
+    /// longer than an ordinary request.
+    pub async fn request_json_within(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<(&'static str, Vec<u8>)>,
+        deadline: Duration,
+    ) -> Result<Value, ClientError> {
+        self.call_within(method, path, query, body, deadline).await
+    }
+
     /// `GET` any API path with a query.
     pub async fn get_json(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, ClientError> {
         self.call(Method::GET, path, query, None).await
@@ -385,12 +398,24 @@ impl Client {
         query: &[(&str, &str)],
         body: Option<(&'static str, Vec<u8>)>,
     ) -> Result<Value, ClientError> {
+        self.call_within(method, path, query, body, REQUEST_TIMEOUT)
+            .await
+    }
+
+    async fn call_within(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<(&'static str, Vec<u8>)>,
+        deadline: Duration,
+    ) -> Result<Value, ClientError> {
         if let Server::Unix(socket) = &self.server {
             check_socket(socket, &self.server)?;
         }
         let mut request = self
             .request(method.clone(), path, query)
-            .timeout(REQUEST_TIMEOUT)
+            .timeout(deadline)
             .header(reqwest::header::ACCEPT, "application/json");
         if let Some((content_type, bytes)) = body {
             request = request

@@ -40,6 +40,8 @@ pub struct Config {
     pub preview_domain: String,
     /// Host paths that `file://` repositories may name.
     pub allowed_file_roots: Vec<PathBuf>,
+    /// Host addresses (`HOST:PORT`) besides loopback that `spec.forwards` may reach.
+    pub allowed_forward_targets: Vec<String>,
     pub secrets: SecretsConfig,
     /// How long a deleted project's volumes are kept before housekeeping purges them.
     pub trash: TrashConfig,
@@ -57,6 +59,7 @@ impl Default for Config {
             scheduler: SchedulerConfig::default(),
             preview_domain: "localhost".to_string(),
             allowed_file_roots: Vec::new(),
+            allowed_forward_targets: Vec::new(),
             secrets: SecretsConfig::default(),
             trash: TrashConfig::default(),
             paused: false,
@@ -251,6 +254,14 @@ impl Config {
                     self.lxd.endpoint
                 ),
             ));
+        }
+        for (i, target) in self.allowed_forward_targets.iter().enumerate() {
+            if target.parse::<std::net::SocketAddr>().is_err() {
+                return Err(invalid(
+                    &format!("allowedForwardTargets[{i}]"),
+                    &format!("{target:?} must be IP:PORT (IPv6 as [ADDR]:PORT)"),
+                ));
+            }
         }
         if self.listen.socket.as_os_str().is_empty() {
             return Err(invalid("listen.socket", "must not be empty"));

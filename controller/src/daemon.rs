@@ -231,6 +231,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         shutdown.clone(),
     )
     .with_allowed_file_roots(config.allowed_file_roots.clone())
+    .with_allowed_forward_targets(config.allowed_forward_targets.clone())
     .with_metrics({
         let metrics = Arc::clone(&metrics);
         Arc::new(move || metrics.encode())

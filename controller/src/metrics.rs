@@ -2,13 +2,18 @@
 //!
 //! Names are registered without the `berth_` prefix, the `_total` suffix and the unit:
 //! prometheus-client adds them. No label carries a project name, so the number of series stays
-//! bounded however many projects the store holds.
+//! bounded however many projects the store holds. The standard `process_*` figures every exporter
+//! has are read from `/proc/self` at each scrape ([`ProcessCollector`]).
 
-use prometheus_client::encoding::EncodeLabelSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
@@ -132,6 +137,12 @@ pub struct Metrics {
     /// Open API connections, and those refused past `listen.maxConnections`, by listener.
     pub api_connections: Family<ListenerLabels, Gauge>,
     pub api_connections_refused: Family<ListenerLabels, Counter>,
+    /// Deletions held because the workspace holds work no person forced past, and when the
+    /// oldest of them was asked for (its age is computed at each scrape).
+    pub deletions_held: Gauge,
+    pub deletion_held_since: HeldSince,
+    /// Projects whose status says a step ran past its deadline.
+    pub projects_step_timeout: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -148,7 +159,6 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("berth");
         let m = Metrics {
             registry: Registry::default(),
             reconcile: Family::default(),
@@ -174,8 +184,15 @@ impl Metrics {
             build_info: Family::default(),
             api_connections: Family::default(),
             api_connections_refused: Family::default(),
+            deletions_held: Gauge::default(),
+            deletion_held_since: HeldSince::default(),
+            projects_step_timeout: Gauge::default(),
         };
 
+        // `process_*` carry no prefix; everything else is `berth_*`.
+        let mut root = Registry::default();
+        root.register_collector(Box::new(ProcessCollector));
+        let registry = root.sub_registry_with_prefix("berth");
         registry.register(
             "reconcile",
             "Reconciles finished, by result",
@@ -295,6 +312,18 @@ impl Metrics {
             "API connections closed at once because the listener had listen.maxConnections open",
             m.api_connections_refused.clone(),
         );
+        registry.register(
+            "deletions_held",
+            "Projects whose deletion is held because their workspace holds work (DeletionBlocked)",
+            m.deletions_held.clone(),
+        );
+        registry.register_collector(Box::new(m.deletion_held_since.clone()));
+        registry.register(
+            "projects_step_timeout",
+            "Projects stuck in one step past its deadline (StepTimeout, BootTimeout, \
+             BriefNotAcknowledged)",
+            m.projects_step_timeout.clone(),
+        );
 
         // Series a dashboard expects from the first scrape, before anything happened.
         for result in ReconcileResult::ALL {
@@ -332,7 +361,10 @@ impl Metrics {
             })
             .set(1);
 
-        Metrics { registry, ..m }
+        Metrics {
+            registry: root,
+            ..m
+        }
     }
 
     /// The OpenMetrics text exposition served on `/metrics`.
@@ -413,6 +445,187 @@ impl Metrics {
     }
 }
 
+impl Metrics {
+    /// Sets `deletions_held` and when the oldest held deletion was asked for (`None`: none held).
+    pub fn set_deletions_held(&self, count: i64, oldest: Option<chrono::DateTime<chrono::Utc>>) {
+        self.deletions_held.set(count);
+        self.deletion_held_since.set(oldest);
+    }
+}
+
+/// When the oldest held deletion was asked for, as `berth_deletion_held_oldest_seconds`: its age
+/// at the moment of the scrape (0 when none is held), so the figure grows between recounts.
+#[derive(Debug, Clone, Default)]
+pub struct HeldSince(Arc<AtomicI64>);
+
+/// Stored for "no held deletion": no deletion is asked for at the epoch.
+const NONE_HELD: i64 = 0;
+
+impl HeldSince {
+    fn set(&self, since: Option<chrono::DateTime<chrono::Utc>>) {
+        let millis = since.map_or(NONE_HELD, |t| t.timestamp_millis().max(1));
+        self.0.store(millis, Ordering::Relaxed);
+    }
+
+    fn age_seconds(&self, now: chrono::DateTime<chrono::Utc>) -> f64 {
+        match self.0.load(Ordering::Relaxed) {
+            NONE_HELD => 0.0,
+            since => ((now.timestamp_millis() - since).max(0) as f64) / 1000.0,
+        }
+    }
+}
+
+impl Collector for HeldSince {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let gauge = ConstGauge::new(self.age_seconds(chrono::Utc::now()));
+        let metric = encoder.encode_descriptor(
+            "deletion_held_oldest",
+            "Age of the oldest deletion held because its workspace holds work; 0 when none is held",
+            Some(&Unit::Seconds),
+            gauge.metric_type(),
+        )?;
+        gauge.encode(metric)
+    }
+}
+
+/// The standard process metrics (`process_resident_memory_bytes`, `process_cpu_seconds_total`,
+/// `process_open_fds`, `process_max_fds`, `process_start_time_seconds`), read from `/proc/self`
+/// at each scrape. A figure that cannot be read is left out rather than reported as 0.
+#[derive(Debug)]
+pub struct ProcessCollector;
+
+/// The kernel reports CPU times in `/proc` in USER_HZ, fixed at 100 for user space on Linux.
+const USER_HZ: f64 = 100.0;
+
+/// What one scrape reads about this process.
+#[derive(Debug, Default, PartialEq)]
+pub struct ProcessFigures {
+    pub resident_memory_bytes: Option<f64>,
+    pub cpu_seconds: Option<f64>,
+    pub open_fds: Option<i64>,
+    pub max_fds: Option<i64>,
+    pub start_time_seconds: Option<f64>,
+}
+
+impl ProcessFigures {
+    pub fn read() -> ProcessFigures {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok();
+        let stat = stat.as_deref().and_then(parse_stat);
+        let boot_time = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|text| parse_boot_time(&text));
+        ProcessFigures {
+            resident_memory_bytes: std::fs::read_to_string("/proc/self/status")
+                .ok()
+                .and_then(|text| parse_vm_rss(&text)),
+            cpu_seconds: stat.map(|s| (s.utime + s.stime) as f64 / USER_HZ),
+            open_fds: std::fs::read_dir("/proc/self/fd")
+                .ok()
+                .map(|entries| entries.count() as i64),
+            max_fds: nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+                .ok()
+                .map(|(soft, _)| i64::try_from(soft).unwrap_or(i64::MAX)),
+            start_time_seconds: stat
+                .zip(boot_time)
+                .map(|(s, boot)| boot as f64 + s.start_ticks as f64 / USER_HZ),
+        }
+    }
+}
+
+/// The fields of `/proc/self/stat` berth reports: user and system CPU time and the start time,
+/// in ticks (the start time since boot).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Stat {
+    utime: u64,
+    stime: u64,
+    start_ticks: u64,
+}
+
+/// Fields 14, 15 and 22 of `/proc/PID/stat`, counted after the command name, which is in
+/// parentheses and may itself hold spaces and parentheses.
+fn parse_stat(text: &str) -> Option<Stat> {
+    let after_comm = &text[text.rfind(')')? + 1..];
+    // After the name come field 3 (state) onwards.
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    Some(Stat {
+        utime: field(14)?,
+        stime: field(15)?,
+        start_ticks: field(22)?,
+    })
+}
+
+/// `btime` of `/proc/stat`: when the machine booted, in seconds since the epoch.
+fn parse_boot_time(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("btime "))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// `VmRSS` of `/proc/self/status` (in kB there), in bytes.
+fn parse_vm_rss(text: &str) -> Option<f64> {
+    let line = text.lines().find_map(|line| line.strip_prefix("VmRSS:"))?;
+    let kb: f64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    Some(kb * 1024.0)
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let figures = ProcessFigures::read();
+        if let Some(bytes) = figures.resident_memory_bytes {
+            let gauge = ConstGauge::new(bytes);
+            let metric = encoder.encode_descriptor(
+                "process_resident_memory",
+                "Resident memory size in bytes",
+                Some(&Unit::Bytes),
+                gauge.metric_type(),
+            )?;
+            gauge.encode(metric)?;
+        }
+        if let Some(seconds) = figures.cpu_seconds {
+            let counter = ConstCounter::new(seconds);
+            let metric = encoder.encode_descriptor(
+                "process_cpu",
+                "Total user and system CPU time spent in seconds",
+                Some(&Unit::Seconds),
+                counter.metric_type(),
+            )?;
+            counter.encode(metric)?;
+        }
+        if let Some(open) = figures.open_fds {
+            let gauge = ConstGauge::new(open);
+            let metric = encoder.encode_descriptor(
+                "process_open_fds",
+                "Number of open file descriptors",
+                None,
+                gauge.metric_type(),
+            )?;
+            gauge.encode(metric)?;
+        }
+        if let Some(max) = figures.max_fds {
+            let gauge = ConstGauge::new(max);
+            let metric = encoder.encode_descriptor(
+                "process_max_fds",
+                "Maximum number of open file descriptors",
+                None,
+                gauge.metric_type(),
+            )?;
+            gauge.encode(metric)?;
+        }
+        if let Some(start) = figures.start_time_seconds {
+            let gauge = ConstGauge::new(start);
+            let metric = encoder.encode_descriptor(
+                "process_start_time",
+                "Start time of the process since unix epoch in seconds",
+                Some(&Unit::Seconds),
+                gauge.metric_type(),
+            )?;
+            gauge.encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
 /// The classic Prometheus text format (0.0.4) of an OpenMetrics exposition, for scrapers that
 /// do not ask for OpenMetrics (promtool, curl): counters are declared under their `_total`
 /// name, and the `# UNIT` and `# EOF` lines that format does not know are left out.
@@ -481,6 +694,14 @@ mod tests {
         "berth_scheduler_pass_duration_seconds",
         "berth_scheduler_panics_total",
         "berth_build_info",
+        "berth_deletions_held",
+        "berth_deletion_held_oldest_seconds",
+        "berth_projects_step_timeout",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
     ];
 
     #[test]
@@ -554,5 +775,90 @@ mod tests {
         let text = metrics.encode();
         assert!(text.contains("berth_reconcile_total{result=\"error\"} 1"));
         assert!(text.contains("berth_reconcile_errors_total 1"));
+    }
+
+    #[test]
+    fn process_figures_are_this_process() {
+        let figures = ProcessFigures::read();
+        let rss = figures.resident_memory_bytes.expect("VmRSS");
+        assert!(rss > 1024.0 * 1024.0, "{figures:?}");
+        assert!(figures.cpu_seconds.expect("cpu") >= 0.0);
+        let open = figures.open_fds.expect("open fds");
+        let max = figures.max_fds.expect("max fds");
+        assert!(open >= 3 && open <= max, "{figures:?}");
+        let now = chrono::Utc::now().timestamp() as f64;
+        let start = figures.start_time_seconds.expect("start time");
+        // Started before now, and not before the test binary could have been built today.
+        assert!(
+            start <= now + 1.0 && start > now - 86_400.0,
+            "{start} vs {now}"
+        );
+    }
+
+    #[test]
+    fn stat_fields_are_counted_after_the_command_name() {
+        let line = "4242 (a (odd) name) S 1 4242 4242 0 -1 4194560 1500 0 0 0 \
+                    250 75 0 0 20 0 9 0 123456 1000000 2000 18446744073709551615";
+        assert_eq!(
+            parse_stat(line),
+            Some(Stat {
+                utime: 250,
+                stime: 75,
+                start_ticks: 123456
+            })
+        );
+        assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(
+            parse_boot_time("cpu 1 2 3\nbtime 1700000000\n"),
+            Some(1_700_000_000)
+        );
+        assert_eq!(
+            parse_vm_rss("Name:\tberth\nVmRSS:\t   2048 kB\n"),
+            Some(2048.0 * 1024.0)
+        );
+    }
+
+    #[test]
+    fn process_metrics_carry_no_prefix_and_counters_end_in_total() {
+        let text = to_prometheus_text(&Metrics::new().encode());
+        assert!(
+            text.contains("# TYPE process_cpu_seconds_total counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE process_resident_memory_bytes gauge"),
+            "{text}"
+        );
+        assert!(!text.contains("berth_process_"), "{text}");
+    }
+
+    #[test]
+    fn held_deletion_age_is_measured_at_the_scrape() {
+        let metrics = Metrics::new();
+        let text = metrics.encode();
+        assert!(text.contains("berth_deletions_held 0\n"), "{text}");
+        assert!(
+            text.contains("berth_deletion_held_oldest_seconds 0.0\n"),
+            "{text}"
+        );
+
+        let asked = chrono::Utc::now() - chrono::Duration::hours(25);
+        metrics.set_deletions_held(2, Some(asked));
+        let text = metrics.encode();
+        assert!(text.contains("berth_deletions_held 2\n"), "{text}");
+        let age: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("berth_deletion_held_oldest_seconds "))
+            .expect("age line")
+            .parse()
+            .expect("a number");
+        assert!((90_000.0..90_060.0).contains(&age), "{age}");
+
+        metrics.set_deletions_held(0, None);
+        assert!(
+            metrics
+                .encode()
+                .contains("berth_deletion_held_oldest_seconds 0.0\n")
+        );
     }
 }

@@ -69,6 +69,9 @@ properties:
   berth.image: $name
   berth.revision: "$BERTH_IMAGE_REVISION"
 EOF
+    if [[ $name == berth-agents ]]; then
+        echo "  berth.pins: \"$BERTH_AGENTS_NPM_PINS\"" >>"$dir/meta/metadata.yaml"
+    fi
     tar -C "$dir/meta" --numeric-owner -czf "$dir/metadata.tar.gz" metadata.yaml
 }
 
@@ -106,9 +109,10 @@ build_tiny_rootfs() {
 }
 
 # berth-base: Debian minbase with git and the tools berth runs inside, plus berth's init.
-# Writes DIR/rootfs.tar.gz.
+# Writes DIR/rootfs.tar.gz. With a third argument (a directory), its contents are laid over
+# /usr/local of the rootfs, and the second argument adds packages (berth-agents).
 build_base_rootfs() {
-    local dir=$1 mirror security
+    local dir=$1 extra_packages=${2:-} usr_local=${3:-} mirror security
     local mirrors=()
     mirror=$(host_debian_mirror)
     security=$(host_debian_security_mirror)
@@ -129,15 +133,70 @@ build_base_rootfs() {
 mkdir -p \"\$1/run/berth\" \"\$1/var/log/berth\" \"\$1/workspace\"
 [ -s \"\$1/etc/hosts\" ] || printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >\"\$1/etc/hosts\"
 rm -rf \"\$1\"/usr/share/doc/* \"\$1\"/usr/share/man/* \"\$1\"/usr/share/info/* \"\$1\"/var/cache/apt/*.bin"
+    if [[ -n $usr_local ]]; then
+        hook+="
+cp -a '$usr_local'/. \"\$1/usr/local/\""
+    fi
+    local packages=$BERTH_BASE_PACKAGES
+    [[ -n $extra_packages ]] && packages+=",$extra_packages"
     if ! mmdebstrap --quiet --mode=root --variant=minbase \
-        --include="$BERTH_BASE_PACKAGES" \
+        --include="$packages" \
         "${aptopts[@]}" \
         --customize-hook="$hook" \
         "$BERTH_BASE_SUITE" "$dir/rootfs.tar.gz" "${mirrors[@]}" >"$dir/mmdebstrap.log" 2>&1; then
         tail -n 20 "$dir/mmdebstrap.log" >&2
-        die "mmdebstrap failed building berth-base (mirror: ${mirror:-default})"
+        die "mmdebstrap failed building ${usr_local:+berth-agents from }berth-base (mirror: ${mirror:-default})"
     fi
-    write_image_metadata berth-base "$dir" "berth base (Debian $BERTH_BASE_SUITE minbase)" debian "$BERTH_BASE_SUITE"
+    if [[ -z $usr_local ]]; then
+        write_image_metadata berth-base "$dir" "berth base (Debian $BERTH_BASE_SUITE minbase)" debian "$BERTH_BASE_SUITE"
+    fi
+}
+
+# The agent CLIs berth-agents carries, pinned. Changing a pin rebuilds the image (its
+# berth.pins property records what it was built with). Kimi and MiniMax run through Codex;
+# Antigravity is on no npm registry and keeps its own install command.
+BERTH_AGENTS_NPM_PINS=${BERTH_AGENTS_NPM_PINS:-@anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0}
+
+# The pins recorded on the image ALIAS points to; empty when it has none.
+image_recorded_pins() {
+    # LXD quotes the value with single quotes when it starts with '@', with double ones or none
+    # otherwise.
+    lxc_t image show "$1" 2>/dev/null | sed -n "s/^  berth\\.pins: *[\"']\\{0,1\\}\\([^\"']*\\)[\"']\\{0,1\\}\$/\\1/p" | head -n1
+}
+
+# npm's name for this machine's CPU, for the CLIs' native platform packages.
+npm_cpu() {
+    case $(uname -m) in
+    x86_64) echo x64 ;;
+    aarch64) echo arm64 ;;
+    *) die "berth-agents: no agent CLI builds for $(uname -m)" ;;
+    esac
+}
+
+# berth-agents: berth-base's packages plus Node, and the pinned agent CLIs installed here on
+# the host from the npm registry into the image's /usr/local (containers have no network, so
+# nothing is installed in them). Writes DIR/rootfs.tar.gz.
+build_agents_rootfs() {
+    local dir=$1 cpu prefix
+    have npm || die "berth-agents: npm is needed on the host to fetch the agent CLIs (apt-get install npm)"
+    cpu=$(npm_cpu)
+    prefix=$dir/usr-local
+    mkdir -p "$prefix"
+    # The CLIs' own install scripts are not run: Claude Code's only copies its native binary
+    # out of the platform package, which is linked below instead; Codex has none.
+    # shellcheck disable=SC2086 # the pins are words
+    if ! npm install --global --prefix "$prefix" --ignore-scripts --no-fund --no-audit \
+        --no-update-notifier --os=linux --cpu="$cpu" $BERTH_AGENTS_NPM_PINS >"$dir/npm.log" 2>&1; then
+        tail -n 20 "$dir/npm.log" >&2
+        die "berth-agents: npm install of $BERTH_AGENTS_NPM_PINS failed"
+    fi
+    local claude_bin=lib/node_modules/@anthropic-ai/claude-code/node_modules/@anthropic-ai/claude-code-linux-$cpu/claude
+    [[ -x $prefix/$claude_bin ]] || die "berth-agents: the Claude Code native binary is not at $claude_bin"
+    ln -sfn "../$claude_bin" "$prefix/bin/claude"
+    [[ -e $prefix/bin/codex ]] || die "berth-agents: npm installed no codex command"
+    build_base_rootfs "$dir" nodejs "$prefix"
+    rm -rf "$prefix"
+    write_image_metadata berth-agents "$dir" "berth agents (berth-base + Node, $BERTH_AGENTS_NPM_PINS)" debian "$BERTH_BASE_SUITE"
 }
 
 # Fingerprint of the image that ALIAS points to, or nothing.
@@ -170,7 +229,7 @@ import_image() {
     IMPORTED_FINGERPRINT=$fp
 }
 
-# Builds image NAME (berth-tiny or berth-base) in a temporary directory and imports it.
+# Builds image NAME (berth-tiny, berth-base or berth-agents) in a temporary directory and imports it.
 build_and_import_image() {
     local name=$1 dir started=$SECONDS
     dir=$(mktemp -d "${TMPDIR:-/tmp}/berth-image-$name.XXXXXX")
@@ -178,7 +237,8 @@ build_and_import_image() {
     case $name in
     berth-tiny) build_tiny_rootfs "$dir" ;;
     berth-base) build_base_rootfs "$dir" ;;
-    *) die "unknown image $name (known: berth-tiny, berth-base)" ;;
+    berth-agents) build_agents_rootfs "$dir" ;;
+    *) die "unknown image $name (known: berth-tiny, berth-base, berth-agents)" ;;
     esac
     local size
     size=$(du -h "$dir/rootfs.tar.gz" | cut -f1)

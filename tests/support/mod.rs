@@ -3,6 +3,7 @@
 
 pub mod daemon;
 pub mod lxd;
+pub mod model_fixture;
 
 use std::time::{Duration, Instant};
 

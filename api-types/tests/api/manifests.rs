@@ -12,7 +12,7 @@ const BAD: &[(&str, &str, &[&str])] = &[
         "unknown field at spec level",
         "kind: Project\nmetadata: {name: p}\nspec: {imgae: x}\n",
         &[
-            "spec.imgae: unknown field (expected one of `displayName`, `state`, `image`, `resources`, `agent`, `agents`, `repo`, `seedFiles`, `env`, `brief`, `reap`)",
+            "spec.imgae: unknown field (expected one of `displayName`, `state`, `image`, `resources`, `agent`, `agents`, `repo`, `seedFiles`, `env`, `brief`, `reap`, `forwards`)",
         ],
     ),
     (
@@ -125,6 +125,17 @@ const BAD: &[(&str, &str, &[&str])] = &[
             "spec.seedFiles[6].mode: \"0888\" is not an octal file mode (write e.g. \"0644\")",
             "spec.seedFiles[7].merge: \"prepend\" is not a valid value (expected `replace` or `append`)",
             "spec.seedFiles[8].mode: the number 420 is ambiguous as a file mode: write the octal mode in quotes, e.g. \"0644\"",
+        ],
+    ),
+    (
+        "bad forwards",
+        "kind: Project\nmetadata: {name: p}\nspec:\n  forwards:\n    - {port: 0, to: '127.0.0.1:1'}\n    - {port: 8080, to: 'localhost:11434'}\n    - {port: 8080, to: '127.0.0.1:0'}\n    - {port: 9000}\n    - {port: 9001, to: '[::1]:80'}\n",
+        &[
+            "spec.forwards[0].port: must be 1 to 65535",
+            "spec.forwards[1].to: \"localhost:11434\" must be IP:PORT (IPv6 as [ADDR]:PORT) with a port from 1 to 65535",
+            "spec.forwards[2].port: 8080 is forwarded twice",
+            "spec.forwards[2].to: \"127.0.0.1:0\" must be IP:PORT (IPv6 as [ADDR]:PORT) with a port from 1 to 65535",
+            "spec.forwards[3].to: required",
         ],
     ),
     (
@@ -255,7 +266,7 @@ const BAD: &[(&str, &str, &[&str])] = &[
             "spec.agent: \"Shell\" is not a valid name (must be lower-case letters, digits and '-', start with a letter, end with a letter or digit, at most 63 characters)",
             "spec.displayName: must not be blank",
             "spec.env.A-B: \"A-B\" is not a valid environment variable name (letters, digits and '_', not starting with a digit)",
-            "spec.extra: unknown field (expected one of `displayName`, `state`, `image`, `resources`, `agent`, `agents`, `repo`, `seedFiles`, `env`, `brief`, `reap`)",
+            "spec.extra: unknown field (expected one of `displayName`, `state`, `image`, `resources`, `agent`, `agents`, `repo`, `seedFiles`, `env`, `brief`, `reap`, `forwards`)",
             "spec.image: \"two words\" must not contain whitespace",
             "spec.reap.idleAfter: must be more than 0",
             "spec.resources.cpu: must be more than 0",

@@ -10,8 +10,8 @@ use berth_api::{AgentProfileSpec, FileMode};
 
 use super::exec::{output_tail, parent_dir, run_script, shell_quote, write_file};
 use super::{
-    AgentError, CREDENTIALS_FILE_NAME, NamedProfile, RUN_DIR, RUNNER_WRAPPER_PATH, Result,
-    SHELL_AGENT_PATH, SUPPORT_DIR,
+    ADAPTER_PATH, AgentError, CREDENTIALS_FILE_NAME, NamedProfile, RUN_DIR, RUNNER_WRAPPER_PATH,
+    Result, SHELL_AGENT_PATH, SUPPORT_DIR,
 };
 use crate::runtime::Runtime;
 
@@ -25,6 +25,8 @@ const PREPARE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const SHELL_AGENT_SCRIPT: &str = include_str!("shell-agent.sh");
 /// Wraps every runner: appends its output to the capped runner log.
 pub const RUNNER_WRAPPER_SCRIPT: &str = include_str!("runner.sh");
+/// Runs the CLIs of the other runner protocols and keeps the status contract for them.
+pub const ADAPTER_SCRIPT: &str = include_str!("adapter.js");
 
 /// Whether a profile's CLI was there already or had to be installed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +57,38 @@ pub struct ProfileBootstrap {
 pub struct BootstrapReport {
     pub profiles: Vec<ProfileBootstrap>,
     pub warnings: Vec<String>,
+    /// Best-effort profiles (listed only in `agents`) that failed, with why; the project goes
+    /// on without them.
+    pub failed: Vec<(String, String)>,
+}
+
+/// Bootstraps the project's own agent profile `agent`, which must succeed (its failure is the
+/// step's), then every other profile on its own, best effort: one that fails for good (install,
+/// credentials, an invalid spec) is listed in [`BootstrapReport::failed`] and blocks nothing.
+/// A transient failure (LXD unreachable, a timeout) fails the step, to be retried.
+pub async fn bootstrap_best_effort(
+    rt: &dyn Runtime,
+    instance: &str,
+    agent: Option<&str>,
+    profiles: &[NamedProfile<'_>],
+    secrets: &BTreeMap<String, String>,
+) -> Result<BootstrapReport> {
+    let (required, optional): (Vec<_>, Vec<_>) = profiles
+        .iter()
+        .copied()
+        .partition(|(name, _)| Some(*name) == agent);
+    let mut report = bootstrap(rt, instance, &required, secrets).await?;
+    for profile in optional {
+        match bootstrap(rt, instance, &[profile], secrets).await {
+            Ok(one) => {
+                report.profiles.extend(one.profiles);
+                report.warnings.extend(one.warnings);
+            }
+            Err(e) if e.is_transient() => return Err(e),
+            Err(e) => report.failed.push((profile.0.to_string(), e.to_string())),
+        }
+    }
+    Ok(report)
 }
 
 /// Converges every profile in `profiles` in the container. Idempotent: a second run finds the
@@ -267,7 +301,8 @@ place() {
 mkdir -p "$SUPPORT_DIR" /var/log/berth "$RUN_DIR"
 place "$SHELL_AGENT" 0755 "$1"
 place "$RUNNER" 0755 "$2"
-shift 2
+place "$ADAPTER" 0755 "$3"
+shift 3
 for dir in "$@"; do mkdir -p "$dir"; done
 "#;
     let mut dirs = BTreeSet::new();
@@ -277,13 +312,14 @@ for dir in "$@"; do mkdir -p "$dir"; done
             dirs.insert(parent_dir(&asset.path).to_string());
         }
     }
-    let mut args = vec![SHELL_AGENT_SCRIPT, RUNNER_WRAPPER_SCRIPT];
+    let mut args = vec![SHELL_AGENT_SCRIPT, RUNNER_WRAPPER_SCRIPT, ADAPTER_SCRIPT];
     args.extend(dirs.iter().map(String::as_str));
     let env = BTreeMap::from([
         ("SUPPORT_DIR".to_string(), SUPPORT_DIR.to_string()),
         ("RUN_DIR".to_string(), RUN_DIR.to_string()),
         ("SHELL_AGENT".to_string(), SHELL_AGENT_PATH.to_string()),
         ("RUNNER".to_string(), RUNNER_WRAPPER_PATH.to_string()),
+        ("ADAPTER".to_string(), ADAPTER_PATH.to_string()),
     ]);
     let out = run_script(rt, instance, REASON, SCRIPT, &args, &env, PREPARE_TIMEOUT).await?;
     if !out.success() {

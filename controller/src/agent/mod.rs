@@ -8,17 +8,21 @@
 //! safe, and returns an [`AgentError`] whose [`AgentError::reason`] goes into a condition.
 //!
 //! Paths berth owns inside a container:
-//! - `/usr/local/lib/berth/`: the runner wrapper and the offline `shell` agent (bootstrap);
+//! - `/usr/local/lib/berth/`: the runner wrapper, the agent adapter and the offline `shell`
+//!   agent (bootstrap);
 //! - `<home>/.berth-credentials.env` (0600): the profile's credentials as `export KEY='value'`
 //!   lines, for a person or tool working in the container; the runner gets them in its
 //!   environment directly;
-//! - `/run/berth/` (tmpfs): `brief.md`, `brief.id`, `runner.pid`, `agent.json`, `answer`;
+//! - `/run/berth/` (tmpfs): `brief.md`, `brief.id`, `runner.pid`, `agent.json`, `answer`,
+//!   `pending.json` (the adapter's question waiting for a person);
 //! - `/var/log/berth/runner.log`: the runner's output, capped at [`RUNNER_LOG_CAP`] bytes
 //!   (one older generation is kept as `runner.log.1`).
 
 mod bootstrap;
+mod brief;
 mod checkout;
 mod exec;
+pub mod forwards;
 mod runner;
 mod seed;
 mod status;
@@ -26,11 +30,15 @@ mod status;
 use crate::runtime::RuntimeError;
 
 pub use bootstrap::sync_credentials;
-pub use bootstrap::{BootstrapReport, InstallOutcome, ProfileBootstrap, bootstrap};
+pub use bootstrap::{
+    BootstrapReport, InstallOutcome, ProfileBootstrap, bootstrap, bootstrap_best_effort,
+};
+pub use brief::{brief_finished, record_brief_progress, runner_env};
 pub use checkout::{CheckoutOutcome, checkout};
 pub use exec::sha256_hex;
 pub use runner::{
-    LogChunk, RunnerOutcome, RunnerState, answer, runner_log, runner_log_from, start_runner,
+    LogChunk, RESUME_SESSION_ENV, RunnerOutcome, RunnerState, TITLE_KNOWN_ENV, answer, runner_log,
+    runner_log_from, start_runner,
 };
 pub use seed::{
     ENV_BLOCK_BEGIN, ENV_BLOCK_END, SeedReport, WrittenFiles, env_file_with_block, seed, sync_env,
@@ -43,6 +51,9 @@ pub const SUPPORT_DIR: &str = "/usr/local/lib/berth";
 pub const SHELL_AGENT_PATH: &str = "/usr/local/lib/berth/shell-agent";
 /// Runs a profile's runner with its output appended to the capped runner log.
 pub const RUNNER_WRAPPER_PATH: &str = "/usr/local/lib/berth/runner";
+/// The agent adapter (a Node script): runs a CLI whose `runner.protocol` is not `status-file`
+/// and keeps the status contract for it.
+pub const ADAPTER_PATH: &str = "/usr/local/lib/berth/adapter";
 /// The tmpfs directory of the agent status contract.
 pub const RUN_DIR: &str = "/run/berth";
 pub const BRIEF_FILE: &str = "/run/berth/brief.md";

@@ -11,12 +11,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use berth_api::AgentProfileSpec;
+use berth_api::{AgentProfileSpec, RunnerProtocol};
 
 use super::exec::{output_tail, run_script};
 use super::{
-    ANSWER_FILE, AgentError, BRIEF_FILE, BRIEF_ID_FILE, RUN_DIR, RUNNER_LOG, RUNNER_PID_FILE,
-    RUNNER_WRAPPER_PATH, Result, STATUS_FILE,
+    ADAPTER_PATH, ANSWER_FILE, AgentError, BRIEF_FILE, BRIEF_ID_FILE, RUN_DIR, RUNNER_LOG,
+    RUNNER_PID_FILE, RUNNER_WRAPPER_PATH, Result, STATUS_FILE,
 };
 use crate::runtime::Runtime;
 
@@ -24,6 +24,11 @@ const REASON: &str = "RunnerFailed";
 const RUNNER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Briefs travel as one command-line argument, which Linux caps at 128 KiB.
 pub const MAX_BRIEF_BYTES: usize = 100_000;
+/// In the runner's environment: the agent CLI's session of an interrupted brief, which the
+/// adapter resumes instead of starting over.
+pub const RESUME_SESSION_ENV: &str = "BERTH_RESUME_SESSION";
+/// In the runner's environment when berth has recorded a title: the adapter does not ask again.
+pub const TITLE_KNOWN_ENV: &str = "BERTH_TITLE_KNOWN";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunnerOutcome {
@@ -40,6 +45,10 @@ pub enum RunnerOutcome {
 /// brief's path. Its environment is `env` with `secrets` on top, plus `BERTH_BRIEF_ID`,
 /// `BERTH_BRIEF_FILE`, `BERTH_STATUS_FILE` and `BERTH_ANSWER_FILE`. The status file and answer
 /// an earlier brief's runner left are removed first: neither belongs to this brief.
+///
+/// A profile whose `runner.protocol` is not `status-file` runs under the agent adapter
+/// (`node /usr/local/lib/berth/adapter run PROTOCOL -- COMMAND...`), which needs Node in the
+/// image (berth-agents has it); without Node the start fails saying so.
 pub async fn start_runner(
     rt: &dyn Runtime,
     instance: &str,
@@ -94,17 +103,27 @@ printf '%s' "$id" >"$BRIEF_ID_FILE.tmp" && mv -f "$BRIEF_ID_FILE.tmp" "$BRIEF_ID
 export BERTH_BRIEF_ID="$id" BERTH_BRIEF_FILE="$BRIEF_FILE" BERTH_STATUS_FILE="$STATUS_FILE" BERTH_ANSWER_FILE="$ANSWER_FILE"
 pidfile=$PID_FILE
 unset RUN_DIR PID_FILE BRIEF_FILE BRIEF_ID_FILE STATUS_FILE ANSWER_FILE
+if [ "$NEEDS_NODE" = 1 ] && ! command -v node >/dev/null 2>&1; then
+    echo "runner.protocol $PROTOCOL runs under berth's agent adapter, which needs node in the image (use the image berth-agents)" >&2
+    exit 43
+fi
+unset NEEDS_NODE PROTOCOL
 setsid "$WRAPPER" "$@" </dev/null >/dev/null 2>&1 9>&- &
 pid=$!
 echo "$pid" >"$pidfile"
 echo "started $pid"
 "#;
-    let command: Vec<String> = profile
+    let mut command: Vec<String> = profile
         .runner
         .command
         .iter()
         .map(|arg| arg.replace("{briefFile}", BRIEF_FILE))
         .collect();
+    let protocol = profile.runner.protocol;
+    if protocol != RunnerProtocol::StatusFile {
+        let adapter = ["node", ADAPTER_PATH, "run", protocol.as_str(), "--"];
+        command.splice(0..0, adapter.iter().map(|s| s.to_string()));
+    }
     let mut args = vec![brief_id, brief];
     args.extend(command.iter().map(String::as_str));
 
@@ -119,6 +138,15 @@ echo "started $pid"
         ("STATUS_FILE", STATUS_FILE),
         ("ANSWER_FILE", ANSWER_FILE),
         ("WRAPPER", RUNNER_WRAPPER_PATH),
+        ("PROTOCOL", protocol.as_str()),
+        (
+            "NEEDS_NODE",
+            if protocol == RunnerProtocol::StatusFile {
+                "0"
+            } else {
+                "1"
+            },
+        ),
     ] {
         exec_env.insert(key.to_string(), value.to_string());
     }

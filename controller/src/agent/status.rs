@@ -62,6 +62,11 @@ pub fn parse_agent_status(bytes: &[u8]) -> AgentReport {
             message: text("message").unwrap_or_default(),
             brief_id: text("briefId"),
             updated_at,
+            session_id: text("sessionId"),
+            exit_code: map
+                .get("exitCode")
+                .and_then(Value::as_i64)
+                .and_then(|c| i32::try_from(c).ok()),
         },
         title: text("title"),
     }

@@ -155,6 +155,9 @@ pub fn check_write(
     desired: &Desired,
     current: Option<&StoredObject>,
 ) -> Result<(), ApiError> {
+    if desired.kind == PROJECT {
+        check_forwards(state, caller, desired, current)?;
+    }
     if caller.admin {
         return Ok(());
     }
@@ -187,6 +190,44 @@ pub fn check_write(
     let current_spec = current.map(|c| c.spec.value()).unwrap_or_default();
     if url != repo_url(&current_spec) {
         check_file_url(state, caller, "spec.repo.url", url)?;
+    }
+    Ok(())
+}
+
+/// `spec.forwards` open a path from the container to the host: only an admin sets or changes
+/// them, and only towards loopback or the config's `allowedForwardTargets`.
+fn check_forwards(
+    state: &ApiState,
+    caller: &Caller,
+    desired: &Desired,
+    current: Option<&StoredObject>,
+) -> Result<(), ApiError> {
+    let wanted = desired.spec.get("forwards").unwrap_or(&Value::Null);
+    let had = current
+        .and_then(|c| c.spec.get("forwards"))
+        .unwrap_or(Value::Null);
+    if *wanted == had {
+        return Ok(());
+    }
+    if !caller.admin {
+        return Err(ApiError::forbidden(format!(
+            "user {:?} may not set spec.forwards of project {:?}: host forwards are set by admins only",
+            caller.identity, desired.name
+        ))
+        .with_object(PROJECT, &desired.name));
+    }
+    for (i, forward) in wanted.as_array().into_iter().flatten().enumerate() {
+        let to = forward.get("to").and_then(Value::as_str).unwrap_or("");
+        let field = format!("spec.forwards[{i}].to");
+        if let Err(message) =
+            crate::agent::forwards::check_target(to, &state.allowed_forward_targets)
+        {
+            return Err(ApiError::invalid(
+                Some(PROJECT),
+                Some(&desired.name),
+                vec![super::error::Cause::new(field, message)],
+            ));
+        }
     }
     Ok(())
 }

@@ -221,6 +221,12 @@ pub(super) async fn logs(
         None => number("offset")?,
     };
     let tail = number("tailBytes")?.unwrap_or(64 * 1024);
+    // A container is looked at only once it is known to be berth's own; without a controller
+    // running, that no agent means no log still stands.
+    let reached = match container_runtime(state) {
+        Ok(_) => Ok(state.inspector.reach(&project).await?.0),
+        Err(e) => Err(e),
+    };
     if !project
         .spec
         .pointer("/agent")
@@ -232,7 +238,7 @@ pub(super) async fn logs(
             format!("project {name} has no agent, so no runner log"),
         ));
     }
-    let runtime = agent_runtime(state, &project).await?;
+    let runtime = reached?;
     let chunk = crate::agent::runner_log_from(
         &*runtime,
         project.name(),

@@ -84,6 +84,8 @@ pub struct ApiState {
     pub admission: Admission,
     /// Host paths under which a non-admin may name a `file://` repository.
     pub allowed_file_roots: Vec<PathBuf>,
+    /// Host addresses besides loopback that `spec.forwards` may reach.
+    pub allowed_forward_targets: Vec<String>,
     pub readiness: Vec<(String, ReadinessCheck)>,
     /// Serves `/metrics` when set; the metrics registry plugs in here.
     pub metrics: Option<MetricsRenderer>,
@@ -115,6 +117,7 @@ impl ApiState {
             secrets,
             admission,
             allowed_file_roots: Vec::new(),
+            allowed_forward_targets: Vec::new(),
             readiness: Vec::new(),
             metrics: None,
             shutdown,
@@ -151,6 +154,12 @@ impl ApiState {
     /// Lets non-admins name `file://` repositories under these host paths.
     pub fn with_allowed_file_roots(mut self, roots: Vec<PathBuf>) -> Self {
         self.allowed_file_roots = roots;
+        self
+    }
+
+    /// Lets `spec.forwards` reach these host addresses besides loopback.
+    pub fn with_allowed_forward_targets(mut self, targets: Vec<String>) -> Self {
+        self.allowed_forward_targets = targets;
         self
     }
 

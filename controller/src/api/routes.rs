@@ -176,7 +176,7 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             secrets::gitsource_route(state, caller, &method, name, Some(key), req).await
         }
         ["projects", name, "tools", rest @ ..] => {
-            tools::route(state, caller, &method, name, rest, req).await
+            tools::route(state, caller, &method, name, rest, &query, req).await
         }
         ["projects", name, "runtime"] => {
             only(&method, &path, Method::GET)?;

@@ -6,7 +6,7 @@ use hyper::{Method, Request, StatusCode};
 use serde_json::json;
 
 use super::error::ApiError;
-use super::routes::{Outcome, json_response};
+use super::routes::{Outcome, Query, json_response};
 use super::{ApiState, Caller, access, body};
 use crate::tools::{self, Reason, Reply, Tool, ToolCall, ToolError};
 
@@ -17,9 +17,11 @@ pub(super) async fn route(
     method: &Method,
     name: &str,
     rest: &[&str],
+    query: &Query,
     req: Request<Incoming>,
 ) -> Outcome {
     let project = access::member_project(state, caller, name)?;
+    tools::check_uid(&project, query.get("uid")).map_err(api_error)?;
     let Some(tools) = &state.tools else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -84,6 +86,7 @@ fn api_error(err: ToolError) -> ApiError {
         Reason::ShellMismatch => (StatusCode::PRECONDITION_FAILED, "ShellMismatch"),
         Reason::Unreachable => (StatusCode::SERVICE_UNAVAILABLE, "Unreachable"),
         Reason::NameConflict => (StatusCode::CONFLICT, "NameConflict"),
+        Reason::ProjectReplaced => (StatusCode::CONFLICT, "ProjectReplaced"),
         Reason::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
         Reason::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
     };
@@ -109,6 +112,7 @@ mod tests {
             (Reason::ShellMismatch, 412, "ShellMismatch"),
             (Reason::Unreachable, 503, "Unreachable"),
             (Reason::NameConflict, 409, "NameConflict"),
+            (Reason::ProjectReplaced, 409, "ProjectReplaced"),
         ] {
             let err = api_error(ToolError::new(reason, "why"));
             assert_eq!((err.code.as_u16(), err.reason), (code, name));

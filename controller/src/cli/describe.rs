@@ -20,7 +20,7 @@ const RECENT_EVENTS: usize = 15;
 #[derive(Debug, Args)]
 pub struct DescribeArgs {
     /// project, agentprofile or gitsource (or proj, ap, gs); or KIND/NAME.
-    #[arg(value_name = "KIND|KIND/NAME")]
+    #[arg(value_name = "KIND|KIND/NAME", value_parser = super::get::kind_word)]
     kind: String,
     name: Option<String>,
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::{Map, Value, json};
 
+use super::colour;
 use super::render::{name_of, to_yaml};
 use super::{Context, manifest, report, textdiff};
 use crate::client::{ApplyOptions, ApplyOutcome, Client, ClientError, Resource};
@@ -86,7 +87,11 @@ async fn differences(context: &Context, args: &DiffArgs) -> anyhow::Result<bool>
         );
         if !diff.is_empty() {
             differs = true;
-            print!("{diff}");
+            if colour::stdout() {
+                print!("{}", colour::diff(&diff));
+            } else {
+                print!("{diff}");
+            }
         }
     }
     Ok(differs)

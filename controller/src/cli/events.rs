@@ -10,6 +10,7 @@ use clap::Args;
 use serde_json::Value;
 
 use super::Context;
+use super::colour;
 use super::duration::human_age;
 use super::get::parse_objects;
 use super::render::{self, OutputFormat, str_at, time_at};
@@ -176,7 +177,7 @@ fn event_table(events: &[Value]) -> Table {
             row.message,
         ]);
     }
-    table
+    table.paint("type", colour::event_type, colour::stdout())
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use clap::Args;
 use serde_json::Value;
 
 use super::Context;
+use super::colour;
 use super::jsonpath::Template;
 use super::render::{self, Columns, OutputFormat, name_of};
 use super::table::Table;
@@ -16,7 +17,7 @@ use crate::client::Resource;
 #[derive(Debug, Args)]
 pub struct GetArgs {
     /// project(s), agentprofile(s) or gitsource(s) (or proj, ap, gs); or KIND/NAME.
-    #[arg(value_name = "KIND|KIND/NAME")]
+    #[arg(value_name = "KIND|KIND/NAME", value_parser = kind_word)]
     kind: String,
     /// One or more objects (NAME, or KIND/NAME after one); all of them when omitted.
     names: Vec<String>,
@@ -58,6 +59,12 @@ pub fn parse_resource(word: &str) -> Result<Resource, String> {
     Resource::from_cli(word).ok_or_else(|| {
         format!("unknown kind {word:?} (expected project, agentprofile or gitsource)")
     })
+}
+
+/// `KIND` or `KIND/NAME` of a kind berth knows, checked as the command line is read.
+pub fn kind_word(word: &str) -> Result<String, String> {
+    let kind = word.split_once('/').map_or(word, |(kind, _)| kind);
+    parse_resource(kind).map(|_| word.to_string())
 }
 
 /// `KIND [NAME...]` or `KIND/NAME...` of one kind: the kind, and the names (none for all).
@@ -145,7 +152,7 @@ pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
         wide: matches!(args.output, Some(GetOutput::Format(OutputFormat::Wide))),
         labels: args.show_labels,
     };
-    let mut shown = render::table(kind, &objects, columns, chrono::Utc::now());
+    let mut shown = coloured(render::table(kind, &objects, columns, chrono::Utc::now()));
     match &args.output {
         Some(GetOutput::Format(OutputFormat::Yaml)) => print!("{}", render::to_yaml(&list)),
         Some(GetOutput::Format(OutputFormat::Json)) => print!("{}", render::to_json(&list)),
@@ -178,6 +185,11 @@ pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// A table with its phases coloured on a terminal.
+fn coloured(table: Table) -> Table {
+    table.paint("phase", colour::phase, colour::stdout())
 }
 
 fn resource_version(object: &Value) -> String {
@@ -233,12 +245,12 @@ async fn watch(
             Some(GetOutput::JsonPath(template)) => template.render(object),
             Some(GetOutput::Format(OutputFormat::Name)) => format!("{kind}/{name}\n"),
             None | Some(GetOutput::Format(OutputFormat::Wide)) => {
-                let row = render::table(
+                let row = coloured(render::table(
                     kind,
                     std::slice::from_ref(object),
                     columns,
                     chrono::Utc::now(),
-                );
+                ));
                 let text = if shown.is_empty() {
                     row.render()
                 } else {

@@ -11,6 +11,7 @@ use crate::client::{Client, ClientError, Server};
 
 mod answer;
 mod apply;
+mod colour;
 mod completion;
 mod create;
 mod delete;
@@ -24,11 +25,13 @@ mod gitsource;
 mod jsonpath;
 mod logs;
 mod manifest;
+mod mcp;
 mod members;
 mod ports;
 mod power;
 mod progress;
 mod reap;
+mod reconcile;
 mod render;
 mod restore;
 mod secret;
@@ -132,8 +135,12 @@ enum Command {
     Secret(secret::SecretArgs),
     /// Set, list or delete a GitSource's credentials (`gitsource secret`, admins only).
     Gitsource(gitsource::GitSourceArgs),
+    /// Sync a GitSource now (`reconcile gitsource NAME`) and wait for the outcome.
+    Reconcile(reconcile::ReconcileArgs),
     /// Run a workspace tool (Read, Glob, Grep, Write, Edit, Bash) in a project's container.
     Tool(tool::ToolArgs),
+    /// Serve a project's workspace tools to a local agent over MCP (stdio).
+    Mcp(mcp::McpArgs),
     /// List, add or remove a project's members.
     Members(members::MembersArgs),
     /// Add, list or remove users of the TCP listener (admins only).
@@ -144,6 +151,9 @@ enum Command {
     Logs(logs::LogsArgs),
     /// Print a shell completion script.
     Completion(completion::CompletionArgs),
+    /// Print berth's man page (roff).
+    #[command(hide = true)]
+    Man(completion::ManArgs),
 }
 
 /// What a client subcommand needs: the parsed global options and a way to reach the server.
@@ -242,6 +252,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Completion(args) => completion::run(args),
+        Command::Man(args) => completion::man(args),
         command => run_client_command(&context, command),
     };
     match result {
@@ -288,12 +299,14 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Version(args) => version::run(context, args).await,
             Command::Secret(args) => secret::run(context, args).await,
             Command::Gitsource(args) => gitsource::run(context, args).await,
+            Command::Reconcile(args) => reconcile::run(context, args).await,
             Command::Tool(args) => tool::run(context, args).await,
+            Command::Mcp(args) => mcp::run(context, args).await,
             Command::Members(args) => members::run(context, args).await,
             Command::User(args) => user::run(context, args).await,
             Command::Answer(args) => answer::run(context, args).await,
             Command::Logs(args) => logs::run(context, args).await,
-            Command::Serve(_) | Command::Completion(_) => {
+            Command::Serve(_) | Command::Completion(_) | Command::Man(_) => {
                 unreachable!("dispatched before the runtime starts")
             }
         }

@@ -4,10 +4,17 @@
 /// Column gap kubectl's tabwriter uses.
 const GAP: usize = 3;
 
+use super::colour::Colour;
+
+/// Picks a cell's colour from its text.
+pub type Painter = fn(&str) -> Option<Colour>;
+
 #[derive(Debug, Clone, Default)]
 pub struct Table {
     headers: Vec<String>,
     rows: Vec<Vec<String>>,
+    /// Per column, how its cells are coloured; nothing is coloured unless asked.
+    painters: Vec<(usize, Painter)>,
 }
 
 impl Table {
@@ -19,7 +26,18 @@ impl Table {
         Table {
             headers: headers.into_iter().map(Into::into).collect(),
             rows: Vec::new(),
+            painters: Vec::new(),
         }
+    }
+
+    /// Colours the cells of the column headed `header` (when `on`: a terminal that wants it).
+    pub fn paint(mut self, header: &str, painter: Painter, on: bool) -> Table {
+        if let Some(column) = self.headers.iter().position(|h| h == header)
+            && on
+        {
+            self.painters.push((column, painter));
+        }
+        self
     }
 
     pub fn is_empty(&self) -> bool {
@@ -76,7 +94,16 @@ impl Table {
             let mut line = String::new();
             for (i, w) in widths.iter().enumerate() {
                 let cell = cells.get(i).map(String::as_str).unwrap_or("");
-                line.push_str(cell);
+                let colour = self
+                    .painters
+                    .iter()
+                    .find(|(column, _)| *column == i)
+                    .and_then(|(_, painter)| painter(cell));
+                match colour {
+                    // Headers are upper case: never a painted value.
+                    Some(colour) => line.push_str(&colour.paint(cell)),
+                    None => line.push_str(cell),
+                }
                 if i + 1 < columns {
                     line.push_str(&" ".repeat(w - width(cell) + GAP));
                 }

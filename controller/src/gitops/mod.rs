@@ -25,7 +25,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::Admission;
 use crate::secrets::Secrets;
-use crate::store::{Action, AppliedSet, ChangeType, Desired, EventType, Store, StoredObject};
+use crate::store::{
+    Action, AppliedSet, ChangeType, Desired, EventType, FieldManager, StatusWrite, StatusWritten,
+    Store, StoredObject,
+};
 
 use git::{Checkout, Credentials};
 use manifests::Manifest;
@@ -288,6 +291,7 @@ impl GitOps {
                 generation,
                 now,
             );
+            status.last_handled_reconcile_at = requested_at(&object);
             self.write_status(&object, &before, status);
             return None;
         }
@@ -363,6 +367,7 @@ impl GitOps {
                 );
             }
         }
+        status.last_handled_reconcile_at = requested_at(&object);
         self.write_status(&object, &before, status);
         // Capped: a source stored before intervals were must not overflow the next due time.
         Some(spec.interval.capped())
@@ -509,16 +514,22 @@ impl GitOps {
             }
         };
         // Guard on the uid: a GitSource deleted and recreated under the same name meanwhile is
-        // another object.
-        match self.store.get(KIND, object.name()) {
-            Some(current) if current.uid() == object.uid() => {}
-            _ => return before.clone(),
-        }
-        match self
-            .store
-            .update_status(KIND, object.name(), None, value, false)
-        {
-            Ok(_) => status,
+        // another object, whose status stays as it is.
+        let mut replaced = false;
+        let written = self.store.write_status(
+            StatusWrite::new(KIND, object.name(), FieldManager::Server),
+            |latest| {
+                replaced = latest.uid() != object.uid();
+                if replaced {
+                    latest.status.value()
+                } else {
+                    value.clone()
+                }
+            },
+        );
+        match written {
+            Ok(StatusWritten::Written(_) | StatusWritten::Unchanged(_)) if !replaced => status,
+            Ok(_) => before.clone(),
             Err(err) => {
                 tracing::warn!(gitsource = object.name(), %err, "cannot write the GitSource status");
                 before.clone()

@@ -600,6 +600,7 @@ impl Project<'_> {
         if let Some(root) = self.envelope.root_device(&settings.storage_pool, include) {
             devices.insert("root".to_string(), root);
         }
+        devices.extend(crate::agent::forwards::devices(&self.spec.forwards));
         CreateInstance {
             name: self.name().to_string(),
             image,
@@ -676,6 +677,9 @@ impl Project<'_> {
             return Ok(action);
         }
         if let Next::Return(action) = self.converge_limits(&mut draft, &instance).await? {
+            return Ok(action);
+        }
+        if let Next::Return(action) = self.converge_forwards(&mut draft, &instance).await? {
             return Ok(action);
         }
         if let Next::Return(action) = self.restart_when_asked(&mut draft, &instance).await? {
@@ -1155,6 +1159,33 @@ impl Project<'_> {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Host forwards (`spec.forwards`) added, changed or removed on the container.
+    async fn converge_forwards(&self, draft: &mut Draft, instance: &Instance) -> Concern {
+        let drift = crate::agent::forwards::drift(&self.spec.forwards, &instance.devices);
+        if drift.is_empty() {
+            return Ok(Next::Continue);
+        }
+        let runtime = &*self.ctx.runtime;
+        if !drift.upsert.is_empty() {
+            let patch = InstancePatch {
+                config: BTreeMap::new(),
+                devices: drift.upsert.clone(),
+            };
+            runtime.patch_instance(self.name(), &patch).await?;
+        }
+        if !drift.remove.is_empty() {
+            let remove = drift.remove.clone();
+            runtime
+                .update_instance(self.name(), &move |edit| {
+                    for name in &remove {
+                        edit.devices.remove(name);
+                    }
+                })
+                .await?;
+        }
+        self.commit_and_go_on(draft).await
     }
 
     async fn warn_normal(&self, reason: &str, message: &str) {

@@ -870,3 +870,50 @@ async fn an_idled_project_stays_stopped_until_woken() {
     h.assert_ready("p");
     assert!(h.status("p").reap.unwrap().idled_at.is_none());
 }
+
+#[tokio::test]
+async fn host_forwards_go_in_with_the_create_and_follow_the_spec() {
+    let h = Harness::new();
+    let forwards = |list: Value| json!({"image": "berth-tiny", "forwards": list});
+    h.apply(
+        "p",
+        forwards(json!([{"port": 8080, "to": "127.0.0.1:11434"}])),
+    );
+    h.converge("p").await;
+    h.assert_ready("p");
+    let devices = h.fake.instance("p").unwrap().devices;
+    let proxy = &devices["berth-forward-8080"];
+    assert_eq!(proxy["type"], "proxy");
+    assert_eq!(proxy["bind"], "instance");
+    assert_eq!(proxy["listen"], "tcp:127.0.0.1:8080");
+    assert_eq!(proxy["connect"], "tcp:127.0.0.1:11434");
+    assert_eq!(h.fake.count("patch_instance"), 0);
+
+    // A changed target and a new port are patched onto the running container.
+    h.apply(
+        "p",
+        forwards(json!([
+            {"port": 8080, "to": "127.0.0.1:11435"},
+            {"port": 9000, "to": "[::1]:9000"}
+        ])),
+    );
+    h.converge("p").await;
+    let devices = h.fake.instance("p").unwrap().devices;
+    assert_eq!(
+        devices["berth-forward-8080"]["connect"],
+        "tcp:127.0.0.1:11435"
+    );
+    assert_eq!(devices["berth-forward-9000"]["connect"], "tcp:[::1]:9000");
+
+    // Dropped from the spec: removed, and the other devices stay.
+    h.apply("p", tiny());
+    h.converge("p").await;
+    let devices = h.fake.instance("p").unwrap().devices;
+    assert!(
+        !devices.keys().any(|d| d.starts_with("berth-forward-")),
+        "{devices:?}"
+    );
+    assert!(devices.contains_key("workspace"));
+    h.assert_ready("p");
+    assert_eq!(h.fake.count("create_instance"), 1);
+}

@@ -160,9 +160,12 @@ pub async fn watch_phases(ctx: Arc<Context>, cancel: CancellationToken) {
     }
 }
 
-/// Sets `berth_projects{phase}` from the phases the store holds.
+/// Sets `berth_projects{phase}` from the phases the store holds, and from the conditions the
+/// held deletions (`berth_deletions_held`, `berth_deletion_held_oldest_seconds`) and the steps
+/// past their deadline (`berth_projects_step_timeout`).
 pub fn count_phases(store: &crate::store::Store, metrics: &crate::metrics::Metrics) {
     let mut counts: std::collections::HashMap<&'static str, i64> = std::collections::HashMap::new();
+    let (mut held, mut oldest_held, mut timed_out) = (0, None, 0);
     for project in store.list(PROJECT_KIND) {
         let phase = project
             .status
@@ -170,6 +173,161 @@ pub fn count_phases(store: &crate::store::Store, metrics: &crate::metrics::Metri
             .and_then(|p| serde_json::from_value::<berth_api::Phase>(p).ok())
             .unwrap_or_default();
         *counts.entry(phase.as_str()).or_default() += 1;
+        let conditions: Vec<berth_api::Condition> = project
+            .status
+            .get("conditions")
+            .and_then(|c| serde_json::from_value(c).ok())
+            .unwrap_or_default();
+        let is_true = |c: &berth_api::Condition| c.status == berth_api::ConditionStatus::True;
+        if let Some(asked) = project.metadata.deletion_timestamp
+            && conditions.iter().any(|c| {
+                c.type_ == berth_api::conditions::condition_types::DELETION_BLOCKED && is_true(c)
+            })
+        {
+            held += 1;
+            oldest_held =
+                Some(oldest_held.map_or(asked, |o: chrono::DateTime<chrono::Utc>| o.min(asked)));
+        }
+        if conditions
+            .iter()
+            .any(|c| !is_true(c) && STEP_DEADLINE_REASONS.contains(&c.reason.as_str()))
+        {
+            timed_out += 1;
+        }
     }
     metrics.set_project_phases(counts);
+    metrics.set_deletions_held(held, oldest_held);
+    metrics.projects_step_timeout.set(timed_out);
+}
+
+/// Condition reasons saying a step ran past its deadline.
+const STEP_DEADLINE_REASONS: [&str; 3] = [
+    berth_api::conditions::reasons::STEP_TIMEOUT,
+    berth_api::conditions::reasons::BOOT_TIMEOUT,
+    berth_api::conditions::reasons::BRIEF_NOT_ACKNOWLEDGED,
+];
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::store::{Desired, Store};
+
+    fn project(store: &Store, name: &str, status: serde_json::Value) {
+        store
+            .apply(
+                Desired {
+                    kind: PROJECT_KIND.into(),
+                    name: name.into(),
+                    labels: BTreeMap::new(),
+                    annotations: BTreeMap::new(),
+                    finalizers: Some(vec!["berth.dev/teardown".into()]),
+                    spec: json!({"image": "berth-base"}),
+                },
+                false,
+            )
+            .unwrap();
+        store
+            .update_status(PROJECT_KIND, name, None, status, false)
+            .unwrap();
+    }
+
+    fn condition(type_: &str, status: &str, reason: &str) -> serde_json::Value {
+        json!({"type": type_, "status": status, "reason": reason, "message": "",
+               "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    }
+
+    fn sample(text: &str, name: &str) -> f64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn held_deletions_and_steps_past_their_deadline_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("berth.db")).unwrap();
+        let metrics = Metrics::new();
+        let held = json!({"phase": "Deleting",
+                          "conditions": [condition("DeletionBlocked", "True", "UnsavedWork")]});
+        project(&store, "held-a", held.clone());
+        project(&store, "held-b", held);
+        // Asked to go, but not held: the teardown is under way.
+        project(
+            &store,
+            "going",
+            json!({"phase": "Deleting",
+                 "conditions": [condition("DeletionBlocked", "False", "Forced")]}),
+        );
+        project(
+            &store,
+            "boot",
+            json!({"phase": "Error",
+                 "conditions": [condition("Ready", "False", "BootTimeout")]}),
+        );
+        project(
+            &store,
+            "step",
+            json!({"phase": "Provisioning",
+                 "conditions": [condition("Ready", "False", "StepTimeout")]}),
+        );
+        project(
+            &store,
+            "fine",
+            json!({"phase": "Ready",
+                 "conditions": [condition("Ready", "True", "Reachable")]}),
+        );
+        // Held, but not (yet) deleting: not a held deletion.
+        project(
+            &store,
+            "idle",
+            json!({"phase": "Stopped",
+                 "conditions": [condition("DeletionBlocked", "True", "UnsavedWork")]}),
+        );
+        for name in ["held-a", "held-b", "going"] {
+            store
+                .delete(PROJECT_KIND, name, None, BTreeMap::new(), false)
+                .unwrap();
+        }
+
+        count_phases(&store, &metrics);
+        let text = metrics.encode();
+        assert_eq!(sample(&text, "berth_deletions_held"), 2.0);
+        assert_eq!(sample(&text, "berth_projects_step_timeout"), 2.0);
+        let age = sample(&text, "berth_deletion_held_oldest_seconds");
+        assert!(age > 0.0 && age < 600.0, "{age}");
+
+        store
+            .update_status(
+                PROJECT_KIND,
+                "step",
+                None,
+                json!({"phase": "Ready", "conditions": [condition("Ready", "True", "Reachable")]}),
+                false,
+            )
+            .unwrap();
+        for name in ["held-a", "held-b"] {
+            store
+                .update_status(
+                    PROJECT_KIND,
+                    name,
+                    None,
+                    json!({"phase": "Deleting",
+                           "conditions": [condition("DeletionBlocked", "False", "Clean")]}),
+                    false,
+                )
+                .unwrap();
+        }
+        count_phases(&store, &metrics);
+        let text = metrics.encode();
+        assert_eq!(sample(&text, "berth_deletions_held"), 0.0);
+        assert_eq!(sample(&text, "berth_deletion_held_oldest_seconds"), 0.0);
+        assert_eq!(sample(&text, "berth_projects_step_timeout"), 1.0);
+    }
 }

@@ -160,6 +160,8 @@ pub fn agent_status(report: &AgentReport) -> AgentStatus {
         message: report.message.as_deref().map(sanitize).unwrap_or_default(),
         brief_id: report.brief_id.as_deref().map(sanitize),
         updated_at: report.updated_at,
+        session_id: report.session_id.as_deref().map(sanitize),
+        exit_code: report.exit_code,
     }
 }
 

@@ -15,6 +15,8 @@ fn inspection(cpu_ms: u64, newest: i64, agent: Option<(AgentState, i64)>) -> Ins
             title: None,
             message: None,
             updated_at: Some(t(updated)),
+            session_id: None,
+            exit_code: None,
         }),
         agent_unreadable: false,
         kind: WorkspaceKind::Git,
@@ -224,6 +226,8 @@ fn title_is_recorded_once() {
         title: Some("Fix\nflaky checkout test".into()),
         message: Some("Which\u{0}DB?".into()),
         updated_at: None,
+        session_id: None,
+        exit_code: None,
     };
     assert_eq!(
         title_to_record(None, Some(&report)).as_deref(),

@@ -352,6 +352,7 @@ impl DaemonPasses {
                 }
                 if let Some(report) = report {
                     status.agent = Some(activity::agent_status(report));
+                    crate::agent::record_brief_progress(status);
                 }
                 status.ports = ports::port_statuses(&project, &current.ports, &preview_domain);
             })

@@ -102,6 +102,8 @@ mod tests {
                 title: None,
                 message: None,
                 updated_at: None,
+                session_id: None,
+                exit_code: None,
             }),
             agent_unreadable: false,
             kind: WorkspaceKind::Git,

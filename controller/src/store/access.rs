@@ -53,11 +53,12 @@ pub(super) fn load_members(
 }
 
 /// Deletes everything held for a project (or a GitSource's credentials): part of the
-/// transaction that removes it.
+/// transaction that removes it. Its tool execution records and their outputs go with it.
 pub(super) fn forget_project(tx: &Transaction<'_>, uid: &str) -> Result<(), StoreError> {
     tx.execute("DELETE FROM secrets WHERE project_uid = ?1", [uid])?;
     tx.execute("DELETE FROM secret_revisions WHERE project_uid = ?1", [uid])?;
     tx.execute("DELETE FROM members WHERE project_uid = ?1", [uid])?;
+    tx.execute("DELETE FROM executions WHERE project_uid = ?1", [uid])?;
     Ok(())
 }
 

@@ -84,6 +84,9 @@ pub const PROJECT_FIELDS: &[Field] = &[
     field("title", &[Scheduler, AgentSteps]),
     field("agent", &[Scheduler, AgentSteps]),
     field("briefId", &[AgentSteps]),
+    // The brief's progress moves with the agent's report, which both record.
+    field("briefAcknowledged", &[Scheduler, AgentSteps]),
+    field("briefFinished", &[Scheduler, AgentSteps]),
     field("seededFiles", &[AgentSteps]),
     field("provisionedProfiles", &[AgentSteps]),
 ];

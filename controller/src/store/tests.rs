@@ -729,6 +729,31 @@ fn an_execution_is_recorded_once_and_expires() {
 }
 
 #[test]
+fn a_deleted_project_takes_its_tool_executions_with_it() {
+    let (_dir, store) = open();
+    let a = store.create(project("a", json!({})), false).unwrap();
+    let b = store.create(project("b", json!({})), false).unwrap();
+    let now = chrono::Utc::now();
+    let outcome = json!({"output": "secret output"});
+    for uid in [a.uid(), b.uid()] {
+        store.begin_execution(uid, "e1", "Bash", now).unwrap();
+        store
+            .finish_execution(uid, "e1", "Bash", &outcome, now)
+            .unwrap();
+    }
+    assert!(matches!(
+        store
+            .delete("Project", "a", None, BTreeMap::new(), false)
+            .unwrap(),
+        Deletion::Deleted(_)
+    ));
+    assert!(store.execution(a.uid(), "e1").unwrap().is_none());
+    assert_eq!(store.last_tool_call(a.uid()).unwrap(), None);
+    // Another project's records stay.
+    assert!(store.execution(b.uid(), "e1").unwrap().is_some());
+}
+
+#[test]
 fn a_restored_project_keeps_its_uid_and_first_status() {
     let (_dir, store) = open();
     let restored = store

@@ -38,6 +38,8 @@ pub enum Reason {
     Unreachable,
     /// A container of the project's name that is not the project's.
     NameConflict,
+    /// The project under the name is not the one the caller resolved (`?uid=`).
+    ProjectReplaced,
     /// The store cannot be written now.
     Unavailable,
     Internal,

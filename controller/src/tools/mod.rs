@@ -22,7 +22,7 @@ use chrono::Utc;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-pub use call::{MAX_OUTPUT_BYTES, MAX_REQUEST_BYTES, Shell, Tool, ToolCall};
+pub use call::{MAX_OUTPUT_BYTES, MAX_REQUEST_BYTES, MAX_TIMEOUT, Shell, Tool, ToolCall};
 pub use error::{Reason, ToolError};
 
 use crate::inspect::reach::owned_container;
@@ -439,6 +439,25 @@ impl Tools {
     }
 }
 
+/// `?uid=UID` on a tools route: the project the caller resolved must still be the one under
+/// its name. One deleted and created again is another project: `ProjectReplaced`, and
+/// nothing runs.
+pub fn check_uid(project: &StoredObject, uid: Option<&str>) -> Result<(), ToolError> {
+    match uid {
+        None => Ok(()),
+        Some("") => Err(ToolError::bad_request("uid: must not be empty")),
+        Some(uid) if uid == project.uid() => Ok(()),
+        Some(uid) => Err(ToolError::new(
+            Reason::ProjectReplaced,
+            format!(
+                "project {:?} was replaced: uid {uid} was asked for, the project of that name now has uid {}; nothing ran",
+                project.name(),
+                project.uid()
+            ),
+        )),
+    }
+}
+
 /// Removes a call from the running ones however its request ends.
 struct Registered {
     tools: Arc<Tools>,
@@ -603,6 +622,31 @@ mod tests {
             redacted,
             json!({"output": "token=[REDACTED]", "nested": ["[REDACTED]"]})
         );
+    }
+
+    #[test]
+    fn a_uid_other_than_the_projects_is_project_replaced() {
+        let metadata: berth_api::ObjectMeta =
+            serde_json::from_value(json!({"name": "p", "uid": "u-now"})).unwrap();
+        let project = StoredObject {
+            kind: crate::reconcile::PROJECT_KIND.to_string(),
+            metadata,
+            spec: json!({}).into(),
+            status: json!({}).into(),
+        };
+        // (the uid asked for, the answer's reason or None when the call goes on)
+        let cases = [
+            (None, None),
+            (Some("u-now"), None),
+            (Some("u-before"), Some(Reason::ProjectReplaced)),
+            (Some(""), Some(Reason::BadRequest)),
+        ];
+        for (uid, want) in cases {
+            let got = check_uid(&project, uid).err().map(|err| err.reason);
+            assert_eq!(got, want, "{uid:?}");
+        }
+        let err = check_uid(&project, Some("u-before")).unwrap_err();
+        assert!(err.message.contains("nothing ran"), "{}", err.message);
     }
 
     #[test]

@@ -224,16 +224,16 @@ impl Run<'_> {
             .file_write(self.instance, &staged)
             .await
             .map_err(|err| self.lxd_error(err))?;
-        let output = self
-            .script(
-                script::WRITE,
-                [
-                    ("BERTH_PATH", path.to_string()),
-                    ("BERTH_SOURCE", source),
-                    ("BERTH_EXPECT", expect.unwrap_or_default()),
-                ],
-            )
-            .await?;
+        let env = [
+            ("BERTH_PATH", path.to_string()),
+            ("BERTH_SOURCE", source),
+            ("BERTH_EXPECT", expect.unwrap_or_default()),
+        ];
+        let env = env.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let output = self.exec_as(script::WRITE, env, Effect::Changes).await?;
+        if Verdict::of(output.exit_code) == Verdict::Cancelled {
+            return Err(ToolError::cancelled(&self.call.execution_id));
+        }
         if !output.success() {
             return Err(self.failure(&output));
         }
@@ -252,7 +252,7 @@ impl Run<'_> {
             "BERTH_MAX_BYTES".into(),
             (crate::tools::MAX_OUTPUT_BYTES + 1).to_string(),
         );
-        let output = self.exec(script::BASH, env).await?;
+        let output = self.exec_as(script::BASH, env, Effect::Changes).await?;
         let Some((stderr, code)) = split_exit(&output.stderr).filter(|_| output.exit_code == 0)
         else {
             return Err(self.failure(&output));
@@ -335,7 +335,18 @@ impl Run<'_> {
     async fn exec(
         &self,
         body: &str,
+        env: BTreeMap<String, String>,
+    ) -> Result<ExecOutput, ToolError> {
+        self.exec_as(body, env, Effect::Reads).await
+    }
+
+    /// Runs `body`; for the exec that changes the workspace, an error that does not show LXD
+    /// refused it leaves the change unknown: it may have run.
+    async fn exec_as(
+        &self,
+        body: &str,
         mut env: BTreeMap<String, String>,
+        effect: Effect,
     ) -> Result<ExecOutput, ToolError> {
         env.insert("BERTH_WORKSPACE".into(), self.call.workspace.clone());
         env.insert("BERTH_PIDFILE".into(), self.pidfile.to_string());
@@ -349,7 +360,22 @@ impl Run<'_> {
         self.runtime
             .exec(self.instance, &request)
             .await
-            .map_err(|err| self.lxd_error(err))
+            .map_err(|err| match effect {
+                Effect::Changes if may_have_run(&err) => self.outcome_unknown(&err),
+                _ => self.lxd_error(err),
+            })
+    }
+
+    /// A mutation whose exec was sent but whose answer was lost with the connection to LXD.
+    fn outcome_unknown(&self, err: &RuntimeError) -> ToolError {
+        ToolError::new(
+            Reason::OutcomeUnknown,
+            format!(
+                "{}: {err}; execution {:?} was sent to the container but its answer was lost, so inspect the workspace instead of running it again",
+                self.call.tool.as_str(),
+                self.call.execution_id
+            ),
+        )
     }
 
     fn lxd_error(&self, err: RuntimeError) -> ToolError {
@@ -372,6 +398,29 @@ impl Run<'_> {
             ),
             err => exec_error(self.instance, &format!("running {tool}"), &err),
         }
+    }
+}
+
+/// Whether an exec changes the workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    Reads,
+    Changes,
+}
+
+/// An exec error after which the command may have run: the connection broke, the operation
+/// vanished, or the answer made no sense. LXD's own refusals (a missing or stopped container,
+/// a missing command) and the exec's deadline (what it started is killed) say otherwise.
+fn may_have_run(err: &RuntimeError) -> bool {
+    match err {
+        RuntimeError::Transport { .. }
+        | RuntimeError::OperationVanished { .. }
+        | RuntimeError::Protocol { .. } => true,
+        RuntimeError::OperationFailed { message, .. } => {
+            !(message.contains("Command not found")
+                || message.contains("executable file not found"))
+        }
+        _ => false,
     }
 }
 
@@ -605,6 +654,110 @@ mod tests {
                 (String::from_utf8(out).unwrap(), n),
                 (want.to_string(), count),
                 "{text}"
+            );
+        }
+    }
+
+    /// Only the exec that changes the workspace leaves an outcome unknown when LXD's answer is
+    /// lost; a lost read, a lost staging write or LXD's refusal is "unreachable": nothing ran.
+    #[cfg(feature = "testing")]
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_answer_is_outcome_unknown_only_once_a_mutation_was_sent() {
+        use crate::runtime::fake::{FakeRuntime, Fault};
+        use crate::runtime::{Instance, InstanceStatus};
+
+        let fake = Arc::new(FakeRuntime::new());
+        fake.insert_instance(Instance {
+            name: "p".into(),
+            status: InstanceStatus::Running,
+            status_code: 103,
+            location: "none".into(),
+            profiles: Vec::new(),
+            config: Default::default(),
+            devices: Default::default(),
+            created_at: None,
+            last_used_at: None,
+            state: None,
+        });
+        let runtime: Arc<dyn Runtime> = fake.clone();
+        let refused = || {
+            Fault::Fail(RuntimeError::Rejected {
+                what: "exec".into(),
+                status: 400,
+                message: "Instance is not running".into(),
+            })
+        };
+        let broken = || {
+            Fault::Fail(RuntimeError::Transport {
+                what: "file_write".into(),
+                message: "connection reset".into(),
+            })
+        };
+        let write = json!({"file_path": "a.txt", "content": "x"});
+        let edit = json!({"file_path": "a.txt", "old_string": "a", "new_string": "b"});
+        let bash = json!({"command": "touch /workspace/x"});
+        // (tool, arguments, faulted method, fault, the answer's reason)
+        let cases = [
+            (
+                Tool::Bash,
+                bash.clone(),
+                "exec",
+                Fault::LoseReply,
+                Reason::OutcomeUnknown,
+            ),
+            (
+                Tool::Write,
+                write.clone(),
+                "exec",
+                Fault::LoseReply,
+                Reason::OutcomeUnknown,
+            ),
+            (
+                Tool::Write,
+                write.clone(),
+                "file_write",
+                broken(),
+                Reason::Unreachable,
+            ),
+            (
+                Tool::Edit,
+                edit.clone(),
+                "exec",
+                Fault::LoseReply,
+                Reason::Unreachable,
+            ),
+            (
+                Tool::Bash,
+                bash.clone(),
+                "exec",
+                refused(),
+                Reason::Unreachable,
+            ),
+            (
+                Tool::Read,
+                json!({"file_path": "a.txt"}),
+                "exec",
+                Fault::LoseReply,
+                Reason::Unreachable,
+            ),
+        ];
+        for (tool, arguments, method, fault, want) in cases {
+            fake.clear_faults();
+            fake.fault_method(method, fault);
+            let body = json!({"executionId": "e1", "arguments": arguments});
+            let call = ToolCall::parse(tool, body.to_string().as_bytes()).unwrap();
+            let run = Run {
+                runtime: &runtime,
+                instance: "p",
+                call: &call,
+                pidfile: "/run/berth-tool-test.pid",
+                env: BTreeMap::new(),
+            };
+            let err = run.tool().await.expect_err("the call fails");
+            assert_eq!(
+                err.reason, want,
+                "{tool:?} with {method} faulted: {}",
+                err.message
             );
         }
     }

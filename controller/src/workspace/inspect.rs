@@ -101,6 +101,8 @@ pub struct AgentReport {
     pub title: Option<String>,
     pub message: Option<String>,
     pub updated_at: Option<DateTime<Utc>>,
+    pub session_id: Option<String>,
+    pub exit_code: Option<i32>,
 }
 
 /// One listening socket.
@@ -614,6 +616,10 @@ struct AgentFile {
     message: Option<String>,
     #[serde(default)]
     updated_at: Option<String>,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    exit_code: Option<i32>,
 }
 
 /// The agent status file; `None` when it is not the JSON object of the contract (an agent
@@ -632,6 +638,8 @@ fn parse_agent(bytes: &[u8]) -> Option<AgentReport> {
             .updated_at
             .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
             .map(|t| t.with_timezone(&Utc)),
+        session_id: file.session_id,
+        exit_code: file.exit_code,
     })
 }
 

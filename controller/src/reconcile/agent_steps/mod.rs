@@ -43,6 +43,8 @@ pub const BRIEF_NOT_ACKNOWLEDGED: &str = "BriefNotAcknowledged";
 pub const RUNNER_BUSY: &str = "RunnerBusy";
 /// Reason of `Provisioned=True`: every profile's CLI verified and its files placed.
 pub const BOOTSTRAPPED: &str = "Bootstrapped";
+/// `Provisioned` reason: a profile listed only in `agents` failed; the project goes on without it.
+pub const PROFILE_FAILED: &str = "ProfileFailed";
 
 /// How long a failed step waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(15);
@@ -239,7 +241,16 @@ impl AgentSteps {
         let named: Vec<agent::NamedProfile<'_>> =
             profiles.iter().map(|(n, p, _)| (n.as_str(), p)).collect();
         let values = self.secret_values(project.uid)?;
-        match agent::bootstrap(&*self.runtime, project.name, &named, &values).await {
+        let agent_name = project.spec.agent.as_deref();
+        match agent::bootstrap_best_effort(
+            &*self.runtime,
+            project.name,
+            agent_name,
+            &named,
+            &values,
+        )
+        .await
+        {
             Ok(report) => {
                 // The revisions read with the specs just provisioned: a profile changed
                 // meanwhile is found changed on the next look.
@@ -255,11 +266,20 @@ impl AgentSteps {
                         warning,
                     );
                 }
+                let (status, reason) = if report.failed.is_empty() {
+                    (ConditionStatus::True, BOOTSTRAPPED)
+                } else {
+                    (ConditionStatus::False, PROFILE_FAILED)
+                };
+                for (profile, why) in &report.failed {
+                    self.event(project.name, EventType::Warning, PROFILE_FAILED, why);
+                    tracing::warn!(project = project.name, profile, "{why}");
+                }
                 self.record_with_condition(
                     project.name,
                     condition_types::PROVISIONED,
-                    ConditionStatus::True,
-                    BOOTSTRAPPED,
+                    status,
+                    reason,
                     &provisioned_message(&report),
                     |s| s.provisioned_profiles = provisioned.clone(),
                 )?;
@@ -383,13 +403,12 @@ impl AgentSteps {
             self.record(project.name, |s| s.brief_id = Some(brief_id.clone()))
                 .map_err(StepError::recording("the brief id"))?;
         }
-        // After a boot the brief is handed again only while the agent has not finished it.
-        let finished = status.agent.as_ref().is_some_and(|a| {
-            a.state == berth_api::AgentState::Done && a.brief_id.as_deref() == Some(&brief_id)
-        });
-        if finished {
+        // After a boot, a wake or a replaced container the brief is handed again only while
+        // the agent has not finished it; one it had taken up resumes the CLI's session.
+        if agent::brief_finished(&status, &brief_id) {
             return Ok(StepOutcome::Done);
         }
+        let env = agent::runner_env(&project.spec.env, &status, &brief_id);
         let values = self.secret_values(project.uid)?;
         match agent::start_runner(
             &*self.runtime,
@@ -397,7 +416,7 @@ impl AgentSteps {
             &profile,
             &brief_id,
             &project.spec.brief,
-            &project.spec.env,
+            &env,
             &values,
         )
         .await
@@ -456,9 +475,7 @@ impl AgentSteps {
             return Ok(StepOutcome::Done);
         }
         // A finished brief is not handed again after a boot; its report stays in status.
-        if status.agent.as_ref().is_some_and(|a| {
-            a.state == berth_api::AgentState::Done && a.brief_id.as_deref() == Some(&current)
-        }) {
+        if agent::brief_finished(&status, &current) {
             return Ok(StepOutcome::Done);
         }
         let since = step_started_at(&object).unwrap_or_else(Utc::now);
@@ -620,7 +637,16 @@ fn provisioned_message(report: &agent::BootstrapReport) -> String {
             format!("{}: {version}{installed}", p.profile)
         })
         .collect();
-    format!("verified {}", profiles.join("; "))
+    let mut message = format!("verified {}", profiles.join("; "));
+    if profiles.is_empty() {
+        message = String::from("no profile verified");
+    }
+    for (profile, why) in &report.failed {
+        message.push_str(&format!(
+            "; profile {profile} failed and the project goes on without it: {why}"
+        ));
+    }
+    message
 }
 
 fn decode_status(object: &StoredObject) -> ProjectStatus {
@@ -636,16 +662,25 @@ fn step_started_at(object: &StoredObject) -> Option<DateTime<Utc>> {
 }
 
 fn agent_changed(status: &ProjectStatus, report: &agent::AgentReport) -> bool {
-    let agent = Some(&report.status) != status.agent.as_ref();
-    let title = status.title.is_none() && report.title.is_some();
-    agent || title
+    let mut applied = status.clone();
+    apply_report(&mut applied, report);
+    applied != *status
 }
 
 fn apply_report(status: &mut ProjectStatus, report: &agent::AgentReport) {
-    status.agent = Some(report.status.clone());
+    let mut agent = report.status.clone();
+    // A fresh status file after a boot may not carry the session yet: the recorded one stays.
+    if agent.session_id.is_none()
+        && let Some(had) = &status.agent
+        && had.brief_id == agent.brief_id
+    {
+        agent.session_id = had.session_id.clone();
+    }
+    status.agent = Some(agent);
     if status.title.is_none() {
         status.title = report.title.clone();
     }
+    agent::record_brief_progress(status);
 }
 
 #[cfg(test)]
@@ -685,6 +720,7 @@ mod tests {
                 profile("shell", None, None, agent::InstallOutcome::Present),
             ],
             warnings: Vec::new(),
+            failed: Vec::new(),
         };
         assert_eq!(
             provisioned_message(&report),
@@ -1149,5 +1185,61 @@ mod fake_runtime_tests {
         assert_eq!(provisioned.status, ConditionStatus::True);
         assert_eq!(provisioned.reason, BOOTSTRAPPED);
         assert_eq!(provisioned.message, "verified shell: v9");
+    }
+
+    /// A profile listed only in `agents` that fails is reported and blocks nothing; the
+    /// project's own agent profile must succeed.
+    #[tokio::test]
+    async fn a_failing_best_effort_profile_is_reported_and_blocks_nothing() {
+        let setup = setup(json!({"agent": "shell", "agents": ["extra"]}));
+        setup
+            .store
+            .apply(
+                desired(
+                    PROFILE_KIND,
+                    "extra",
+                    json!({"home": "/root/.extra", "install": {"check": "extra-check"},
+                        "runner": {"command": ["true"]}}),
+                ),
+                false,
+            )
+            .unwrap();
+        container(&setup, crate::runtime::InstanceStatus::Running);
+        let failing = Arc::new(std::sync::Mutex::new("extra-check"));
+        let which = failing.clone();
+        setup.fake.on_exec(move |_, request| {
+            let is_check = request.command.iter().any(|a| a.contains("passes()"));
+            let fails = *which.lock().unwrap();
+            let this_one = request.command.iter().any(|a| a == fails);
+            is_check.then(|| {
+                Ok(crate::runtime::ExecOutput {
+                    exit_code: if this_one { 20 } else { 0 },
+                    stdout: if this_one {
+                        Vec::new()
+                    } else {
+                        b"reported v9\npresent\n".to_vec()
+                    },
+                    stderr: b"install.check failed".to_vec(),
+                })
+            })
+        });
+        assert_eq!(run(&setup, Step::Bootstrapped).await, StepOutcome::Done);
+        let provisioned = condition(&setup, condition_types::PROVISIONED).unwrap();
+        assert_eq!(provisioned.status, ConditionStatus::False);
+        assert_eq!(provisioned.reason, PROFILE_FAILED);
+        assert!(
+            provisioned
+                .message
+                .starts_with("verified shell: v9; profile extra failed"),
+            "{}",
+            provisioned.message
+        );
+
+        // The project's own agent failing fails the step.
+        *failing.lock().unwrap() = "true";
+        assert_eq!(
+            reason(&run(&setup, Step::Bootstrapped).await),
+            "InstallFailed"
+        );
     }
 }

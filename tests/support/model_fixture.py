@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""A scripted local model for end-to-end tests of real agent CLIs, on loopback only.
+
+    model_fixture.py --title TITLE --file PATH --file-content TEXT --bash COMMAND
+
+Serves, on one port:
+- Anthropic Messages (`POST /v1/messages`, streaming SSE when the request asks for it), as
+  Claude Code calls it;
+- OpenAI Responses (`POST /v1/responses`, streaming SSE), as Codex calls it: the file is
+  written by an `exec_command` call, and the command that needs a permission asks for
+  `require_escalated`, which Codex's default approval policy (on-request) puts to a person;
+- `GET /_fixture/stats`: what was asked, as JSON.
+and on a second port an HTTPS_PROXY that refuses and counts every connection.
+
+It prints `model PORT` and `proxy PORT` on stdout, one line each, once both listen.
+
+The reply is chosen from the request, so the fixture holds no conversation state and any
+number of side requests are harmless:
+- a request asking for a summary in at most six words gets TITLE;
+- the brief (no tool result yet) gets a Write tool call creating PATH with TEXT;
+- the Write's result gets a Bash tool call running COMMAND, which needs a permission in the
+  CLI's default mode;
+- the Bash's result is recorded (`bashResults`) and answered with a final text;
+- anything else gets a short text.
+"""
+
+import argparse
+import json
+import shlex
+import socket
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LOCK = threading.Lock()
+STATS = {
+    "requests": 0,
+    "titleRequests": 0,
+    "briefRequests": 0,
+    "writeResults": 0,
+    "bashResults": [],
+    "proxyConnections": 0,
+    "proxyRequests": [],
+    "repeatedCalls": 0,
+    "paths": [],
+}
+ARGS = None
+TITLE_MARK = "at most six words"
+
+
+def text_of(content):
+    """The text of a message's content (a string or a list of blocks)."""
+    if isinstance(content, str):
+        return content
+    out = []
+    for block in content or []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text":
+            out.append(block.get("text", ""))
+        elif block.get("type") == "tool_result":
+            out.append(text_of(block.get("content")))
+    return "\n".join(out)
+
+
+def tool_results(messages):
+    """(tool name, result text) of every tool result in the conversation, in order."""
+    names = {}
+    results = []
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use":
+                names[block.get("id")] = block.get("name")
+            elif block.get("type") == "tool_result":
+                results.append((names.get(block.get("tool_use_id")), text_of(block.get("content")), block.get("is_error", False)))
+    return results
+
+
+def choose(body):
+    """The blocks to answer with: a list of ("text", str) or ("tool", name, input)."""
+    messages = body.get("messages") or []
+    first_user = ""
+    for message in messages:
+        if message.get("role") == "user":
+            first_user = text_of(message.get("content"))
+            break
+    last_user = text_of(messages[-1].get("content")) if messages else ""
+    results = tool_results(messages)
+    with LOCK:
+        if TITLE_MARK in first_user or TITLE_MARK in last_user:
+            STATS["titleRequests"] += 1
+            return [("text", ARGS.title)]
+        if ARGS.brief_mark not in first_user:
+            return [("text", "ok")]
+        if not results:
+            STATS["briefRequests"] += 1
+            return [("text", "I will write the file."), ("tool", "Write", {"file_path": ARGS.file, "content": ARGS.file_content})]
+        name, result, is_error = results[-1]
+        if name == "Write":
+            STATS["writeResults"] += 1
+            return [("tool", "Bash", {"command": ARGS.bash, "description": "Run the check"})]
+        if name == "Bash":
+            STATS["bashResults"].append({"result": result, "isError": bool(is_error)})
+            return [("text", "All done.")]
+        return [("text", "ok")]
+
+
+def responses_text(item):
+    """The text of a Responses input message."""
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "\n".join(c.get("text", "") for c in content or [] if isinstance(c, dict))
+
+
+def choose_responses(body):
+    """The output items answering a Responses request: ("text", str) or ("call", id, args)."""
+    items = [i for i in body.get("input") or [] if isinstance(i, dict)]
+    users = [responses_text(i) for i in items if i.get("type", "message") == "message" and i.get("role") == "user"]
+    outputs = {i.get("call_id"): i.get("output") for i in items if i.get("type") == "function_call_output"}
+    calls = [i.get("call_id") for i in items if i.get("type") == "function_call"]
+    with LOCK:
+        if any(TITLE_MARK in u for u in users):
+            STATS["titleRequests"] += 1
+            return [("text", ARGS.title)]
+        if not any(ARGS.brief_mark in u for u in users):
+            return [("text", "ok")]
+        answered = [c for c in calls if c in outputs]
+        if not answered:
+            if calls:
+                # A call whose result the CLI lost (it was interrupted): asked again.
+                STATS["repeatedCalls"] += 1
+                return [("call", calls[-1], CALL_ARGS[calls[-1].split("-")[1]]())]
+            STATS["briefRequests"] += 1
+            return [("text", "I will write the file."), ("call", f"call-write-{STATS['requests']}", CALL_ARGS["write"]())]
+        last = answered[-1]
+        output = outputs[last]
+        if isinstance(output, dict):
+            output = output.get("content") or json.dumps(output)
+        if last.startswith("call-write-"):
+            STATS["writeResults"] += 1
+            return [("call", f"call-bash-{STATS['requests']}", CALL_ARGS["bash"]())]
+        if last.startswith("call-bash-"):
+            STATS["bashResults"].append({"result": str(output), "isError": "exited with code 0" not in str(output)})
+            return [("text", "All done.")]
+        return [("text", "ok")]
+
+
+CALL_ARGS = {
+    "write": lambda: {"cmd": f"printf '%s\\n' {shlex.quote(ARGS.file_content)} > {shlex.quote(ARGS.file)}"},
+    "bash": lambda: {
+        "cmd": ARGS.bash,
+        "sandbox_permissions": "require_escalated",
+        "justification": "Run the check",
+    },
+}
+
+
+def sse(event, data):
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+class Model(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        sys.stderr.write("fixture: " + (fmt % args) + "\n")
+
+    def do_GET(self):
+        if self.path.startswith("/_fixture/stats"):
+            with LOCK:
+                body = json.dumps(STATS).encode()
+            self.reply(200, body, "application/json")
+        else:
+            self.reply(404, b'{"error":"not found"}', "application/json")
+
+    def do_HEAD(self):
+        self.reply(200, b"", "text/plain")
+
+    def do_POST(self):
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        with LOCK:
+            STATS["requests"] += 1
+            STATS["paths"].append(self.path)
+        path = self.path.split("?")[0]
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            body = {}
+        if path.endswith("/count_tokens"):
+            self.reply(200, json.dumps({"input_tokens": 10}).encode(), "application/json")
+            return
+        if path.endswith("/v1/responses"):
+            self.stream_responses(choose_responses(body), body.get("model", "gpt-fixture"))
+            return
+        if not path.endswith("/v1/messages"):
+            self.reply(404, b'{"type":"error","error":{"type":"not_found_error","message":"no such route"}}', "application/json")
+            return
+        blocks = choose(body)
+        model = body.get("model", "claude-fixture")
+        if body.get("stream"):
+            self.stream(blocks, model)
+        else:
+            self.reply(200, json.dumps(self.message(blocks, model)).encode(), "application/json")
+
+    def message(self, blocks, model):
+        content = []
+        for i, block in enumerate(blocks):
+            if block[0] == "text":
+                content.append({"type": "text", "text": block[1]})
+            else:
+                content.append({"type": "tool_use", "id": f"toolu_fx{STATS['requests']}_{i}", "name": block[1], "input": block[2]})
+        stop = "tool_use" if any(b[0] == "tool" for b in blocks) else "end_turn"
+        return {
+            "id": f"msg_fx{STATS['requests']}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 10},
+        }
+
+    def stream(self, blocks, model):
+        msg = self.message(blocks, model)
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+        start = dict(msg, content=[], stop_reason=None)
+        out = [sse("message_start", {"type": "message_start", "message": start})]
+        for i, block in enumerate(msg["content"]):
+            if block["type"] == "text":
+                out.append(sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}))
+                out.append(sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": block["text"]}}))
+            else:
+                out.append(sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}))
+                out.append(sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}}))
+            out.append(sse("content_block_stop", {"type": "content_block_stop", "index": i}))
+        out.append(sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None}, "usage": {"output_tokens": 10}}))
+        out.append(sse("message_stop", {"type": "message_stop"}))
+        self.wfile.write(b"".join(out))
+        self.wfile.flush()
+        self.close_connection = True
+
+    def stream_responses(self, blocks, model):
+        rid = f"resp_fx{STATS['requests']}"
+        items = []
+        for i, block in enumerate(blocks):
+            if block[0] == "text":
+                items.append({"type": "message", "role": "assistant", "id": f"msg_{rid}_{i}", "status": "completed",
+                              "content": [{"type": "output_text", "text": block[1], "annotations": []}]})
+            else:
+                items.append({"type": "function_call", "id": f"fc_{rid}_{i}", "status": "completed",
+                              "call_id": block[1], "name": "exec_command", "arguments": json.dumps(block[2])})
+        events = [{"type": "response.created", "response": {"id": rid, "model": model, "status": "in_progress"}}]
+        for i, item in enumerate(items):
+            events.append({"type": "response.output_item.added", "output_index": i, "item": dict(item, status="in_progress")})
+            events.append({"type": "response.output_item.done", "output_index": i, "item": item})
+        events.append({"type": "response.completed", "response": {"id": rid, "model": model, "status": "completed", "output": items,
+                       "usage": {"input_tokens": 10, "output_tokens": 10, "total_tokens": 20}}})
+        body = b"".join(sse(e["type"], e) for e in events)
+        self.reply(200, body, "text/event-stream")
+
+    def reply(self, code, body, ctype):
+        self.send_response(code)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+
+def refuse_proxy(listener):
+    """Counts every connection, notes its request line, and closes it: nothing passes."""
+    while True:
+        conn, _ = listener.accept()
+        conn.settimeout(2)
+        try:
+            first = conn.recv(1024).split(b"\r\n", 1)[0].decode("latin-1")
+        except OSError:
+            first = ""
+        with LOCK:
+            STATS["proxyConnections"] += 1
+            STATS["proxyRequests"].append(first)
+        conn.close()
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--title", required=True)
+    p.add_argument("--brief-mark", required=True, help="a string only the brief contains")
+    p.add_argument("--file", required=True)
+    p.add_argument("--file-content", required=True)
+    p.add_argument("--bash", required=True)
+    ARGS = p.parse_args()
+    model = ThreadingHTTPServer(("127.0.0.1", 0), Model)
+    model.daemon_threads = True
+    proxy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    proxy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    proxy.bind(("127.0.0.1", 0))
+    proxy.listen(64)
+    threading.Thread(target=refuse_proxy, args=(proxy,), daemon=True).start()
+    print(f"model {model.server_address[1]}", flush=True)
+    print(f"proxy {proxy.getsockname()[1]}", flush=True)
+    model.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

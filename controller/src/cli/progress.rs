@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::duration;
-use super::render::{condition, str_at, value_at};
+use super::render::{condition, reason_and_message, str_at, value_at};
 use crate::client::{Client, ClientError, Resource, WatchStream};
 
 /// What the wait is for.
@@ -75,13 +75,7 @@ pub fn evaluate(resource: Resource, goal: &Goal, object: Option<&Value>) -> Verd
     match goal {
         Goal::Deleted => match condition(object, "DeletionBlocked") {
             Some(c) if str_at(c, "status") == "True" => {
-                let reason = str_at(c, "reason");
-                let message = str_at(c, "message");
-                Verdict::Failed(match (reason.is_empty(), message.is_empty()) {
-                    (false, false) => format!("deletion blocked: {reason}: {message}"),
-                    (false, true) => format!("deletion blocked: {reason}"),
-                    _ => format!("deletion blocked: {message}"),
-                })
+                Verdict::Failed(format!("deletion blocked: {}", reason_and_message(c)))
             }
             _ => Verdict::Pending,
         },

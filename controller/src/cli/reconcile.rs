@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::Context;
 use super::duration;
-use super::render::{condition, str_at};
+use super::render::{condition, reason_and_message, str_at};
 use crate::client::Resource;
 
 #[derive(Debug, Args)]
@@ -85,10 +85,8 @@ pub async fn run(context: &Context, args: ReconcileArgs) -> anyhow::Result<ExitC
             Ok(ExitCode::SUCCESS)
         }
         ready => {
-            let (reason, message) = ready
-                .map(|c| (str_at(c, "reason"), str_at(c, "message")))
-                .unwrap_or(("Unknown", ""));
-            eprintln!("error: gitsource/{name} is not ready: {reason}: {message}");
+            let why = ready.map_or_else(|| "Unknown".to_string(), reason_and_message);
+            eprintln!("error: gitsource/{name} is not ready: {why}");
             Ok(ExitCode::FAILURE)
         }
     }

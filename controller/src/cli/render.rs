@@ -216,14 +216,17 @@ fn short_revision(revision: &str) -> String {
 /// Why an object is not Ready (`Reason: message`); empty when it is.
 fn not_ready_message(object: &Value) -> String {
     match condition(object, "Ready") {
-        Some(c) if str_at(c, "status") != "True" => {
-            match (str_at(c, "reason"), str_at(c, "message")) {
-                ("", message) => message.to_string(),
-                (reason, "") => reason.to_string(),
-                (reason, message) => format!("{reason}: {message}"),
-            }
-        }
+        Some(c) if str_at(c, "status") != "True" => reason_and_message(c),
         _ => String::new(),
+    }
+}
+
+/// A condition's `Reason: message`, or whichever of the two it has.
+pub fn reason_and_message(condition: &Value) -> String {
+    match (str_at(condition, "reason"), str_at(condition, "message")) {
+        ("", message) => message.to_string(),
+        (reason, "") => reason.to_string(),
+        (reason, message) => format!("{reason}: {message}"),
     }
 }
 

@@ -18,11 +18,9 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use berth::lxd::LxdClient;
-use berth::runtime::{ExecRequest, Runtime};
 use serde_json::{Value, json};
 use support::daemon::Daemon;
-use support::lxd::{BASE, Cleanup, OP_TIMEOUT, client, create, request, unique_name};
+use support::lxd::{BASE, Workspace, unique_name};
 
 const P: &str = "/apis/berth.dev/v1alpha1";
 /// One answer of the driver: a tool call on a busy LXD host can take tens of seconds.
@@ -170,69 +168,6 @@ impl Drop for Driver {
     }
 }
 
-/// A running container named like the project, with an empty /workspace.
-struct Workspace {
-    name: String,
-    lxd: std::sync::Arc<LxdClient>,
-    rt: tokio::runtime::Runtime,
-    _cleanup: Cleanup,
-}
-
-impl Workspace {
-    fn new(name: &str) -> Workspace {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let lxd = rt.block_on(client());
-        let mut cleanup = Cleanup::new();
-        cleanup.instance(name);
-        rt.block_on(create(&lxd, &request(name, BASE)));
-        if let Err(err) = rt.block_on(lxd.start_instance(name, OP_TIMEOUT)) {
-            assert!(err.is_transient(), "start the container: {err}");
-            wait_for("the container to run", || {
-                rt.block_on(lxd.get_instance(name))
-                    .ok()
-                    .flatten()
-                    .is_some_and(|i| i.is_running())
-            });
-        }
-        let ws = Workspace {
-            name: name.to_string(),
-            lxd,
-            rt,
-            _cleanup: cleanup,
-        };
-        ws.sh("mkdir -p /workspace");
-        ws
-    }
-
-    /// Runs an idempotent shell command in the container by the test's own hand.
-    fn sh(&self, command: &str) -> String {
-        let request = ExecRequest::new(["sh", "-c", command], Duration::from_secs(60));
-        let mut attempts = 0;
-        let output = loop {
-            attempts += 1;
-            match self.rt.block_on(self.lxd.exec(&self.name, &request)) {
-                Ok(output) => break output,
-                Err(err) if err.is_transient() && attempts < 4 => continue,
-                Err(err) => panic!("{command}: {err}"),
-            }
-        };
-        assert!(
-            output.success(),
-            "{command}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-
-    fn running(&self, pattern: &str) -> bool {
-        !self.sh(&format!("pgrep -f '{pattern}' || true")).is_empty()
-    }
-}
-
 /// Creates the project and labels the test's container with its uid; returns the uid.
 fn project(daemon: &Daemon, name: &str) -> String {
     let reply = daemon.client().post_json(
@@ -269,7 +204,7 @@ fn property_names(schema: &Value) -> Vec<String> {
 #[test]
 fn an_mcp_client_runs_every_tool_in_the_remote_workspace_and_nowhere_else() {
     let name = unique_name();
-    let ws = Workspace::new(&name);
+    let ws = Workspace::new(&name, BASE);
     let daemon = Daemon::start();
     project(&daemon, &name);
     let mut mcp = Driver::start(&daemon, Some(&name));
@@ -451,7 +386,7 @@ fn an_mcp_client_runs_every_tool_in_the_remote_workspace_and_nowhere_else() {
 #[test]
 fn a_daemon_killed_mid_bash_is_outcome_unknown_and_nothing_reruns() {
     let name = unique_name();
-    let ws = Workspace::new(&name);
+    let ws = Workspace::new(&name, BASE);
     let mut daemon = Daemon::start();
     project(&daemon, &name);
     let mut mcp = Driver::start(&daemon, Some(&name));
@@ -494,7 +429,7 @@ fn a_daemon_killed_mid_bash_is_outcome_unknown_and_nothing_reruns() {
 #[test]
 fn a_session_without_a_project_takes_it_per_call_and_refuses_a_replaced_one() {
     let name = unique_name();
-    let ws = Workspace::new(&name);
+    let ws = Workspace::new(&name, BASE);
     let daemon = Daemon::start();
     let first_uid = project(&daemon, &name);
     let mut mcp = Driver::start(&daemon, None);
@@ -631,7 +566,7 @@ impl Drop for ModelFixture {
 #[test]
 fn claude_code_on_this_host_works_a_brief_whose_edits_land_only_in_the_remote_workspace() {
     let name = unique_name();
-    let ws = Workspace::new(&name);
+    let ws = Workspace::new(&name, BASE);
     let daemon = Daemon::start();
     project(&daemon, &name);
     ws.sh("printf 'Keep notes in notes/.\\n' > /workspace/AGENTS.md");

@@ -16,80 +16,11 @@ mod harness;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use berth::lxd::LxdClient;
-use berth::runtime::{ExecRequest, Runtime};
 use serde_json::{Value, json};
 use support::daemon::{Client, Daemon, TcpClient};
-use support::lxd::{BASE, Cleanup, OP_TIMEOUT, TINY, client, create, request, unique_name};
+use support::lxd::{BASE, TINY, Workspace, unique_name};
 
 const P: &str = "/apis/berth.dev/v1alpha1";
-
-struct Workspace {
-    name: String,
-    lxd: std::sync::Arc<LxdClient>,
-    rt: tokio::runtime::Runtime,
-    _cleanup: Cleanup,
-}
-
-impl Workspace {
-    /// A running container from `image` named `name` with an empty `/workspace`.
-    fn new(name: &str, image: &str) -> Workspace {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let lxd = rt.block_on(client());
-        let mut cleanup = Cleanup::new();
-        cleanup.instance(name);
-        rt.block_on(create(&lxd, &request(name, image)));
-        // On a busy host the start call can outlast its request deadline while the start
-        // itself goes on: judge by the instance's state.
-        if let Err(err) = rt.block_on(lxd.start_instance(name, OP_TIMEOUT)) {
-            assert!(err.is_transient(), "start the container: {err}");
-            let until = Instant::now() + OP_TIMEOUT;
-            while !rt
-                .block_on(lxd.get_instance(name))
-                .ok()
-                .flatten()
-                .is_some_and(|i| i.is_running())
-            {
-                assert!(Instant::now() < until, "the container did not start: {err}");
-                std::thread::sleep(Duration::from_millis(500));
-            }
-        }
-        let ws = Workspace {
-            name: name.to_string(),
-            lxd,
-            rt,
-            _cleanup: cleanup,
-        };
-        ws.sh("mkdir -p /workspace");
-        ws
-    }
-
-    /// Runs a shell command in the container as the test's own hand (not through berth).
-    /// Every command given is idempotent, so one that outlasted its deadline on a busy host is
-    /// simply run again.
-    fn sh(&self, command: &str) -> String {
-        let request = ExecRequest::new(["sh", "-c", command], Duration::from_secs(60));
-        let mut attempts = 0;
-        let output = loop {
-            attempts += 1;
-            match self.rt.block_on(self.lxd.exec(&self.name, &request)) {
-                Ok(output) => break output,
-                Err(err) if err.is_transient() && attempts < 4 => continue,
-                Err(err) => panic!("{command}: {err}"),
-            }
-        };
-        assert!(
-            output.success(),
-            "{command}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-}
 
 /// Creates the project; a container the test made for it beforehand is then labelled with the
 /// project's uid, as berth labels the containers it makes (the endpoint reaches no other).

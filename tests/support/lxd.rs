@@ -2,10 +2,10 @@
 //! created even when the test fails.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use berth::lxd::{Endpoint, LxdClient, LxdConfig};
-use berth::runtime::{CreateInstance, Created, ImageSource, Runtime, StopOptions};
+use berth::runtime::{CreateInstance, Created, ExecRequest, ImageSource, Runtime, StopOptions};
 
 /// The fast busybox image; `berth-base` (Debian) when bash or git are needed.
 pub const TINY: &str = "berth-tiny";
@@ -197,5 +197,77 @@ where
             "timed out after {deadline:?} waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub struct Workspace {
+    pub name: String,
+    pub lxd: Arc<LxdClient>,
+    pub rt: tokio::runtime::Runtime,
+    _cleanup: Cleanup,
+}
+
+impl Workspace {
+    /// A running container from `image` named `name` with an empty `/workspace`.
+    pub fn new(name: &str, image: &str) -> Workspace {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let lxd = rt.block_on(client());
+        let mut cleanup = Cleanup::new();
+        cleanup.instance(name);
+        rt.block_on(create(&lxd, &request(name, image)));
+        // On a busy host the start call can outlast its request deadline while the start
+        // itself goes on: judge by the instance's state.
+        if let Err(err) = rt.block_on(lxd.start_instance(name, OP_TIMEOUT)) {
+            assert!(err.is_transient(), "start the container: {err}");
+            let until = Instant::now() + OP_TIMEOUT;
+            while !rt
+                .block_on(lxd.get_instance(name))
+                .ok()
+                .flatten()
+                .is_some_and(|i| i.is_running())
+            {
+                assert!(Instant::now() < until, "the container did not start: {err}");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+        let ws = Workspace {
+            name: name.to_string(),
+            lxd,
+            rt,
+            _cleanup: cleanup,
+        };
+        ws.sh("mkdir -p /workspace");
+        ws
+    }
+
+    /// Runs a shell command in the container as the test's own hand (not through berth).
+    /// Every command given is idempotent, so one that outlasted its deadline on a busy host is
+    /// simply run again.
+    pub fn sh(&self, command: &str) -> String {
+        let request = ExecRequest::new(["sh", "-c", command], Duration::from_secs(60));
+        let mut attempts = 0;
+        let output = loop {
+            attempts += 1;
+            match self.rt.block_on(self.lxd.exec(&self.name, &request)) {
+                Ok(output) => break output,
+                Err(err) if err.is_transient() && attempts < 4 => continue,
+                Err(err) => panic!("{command}: {err}"),
+            }
+        };
+        assert!(
+            output.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Whether a process whose command line matches `pattern` runs in the container.
+    pub fn running(&self, pattern: &str) -> bool {
+        !self.sh(&format!("pgrep -f '{pattern}' || true")).is_empty()
     }
 }

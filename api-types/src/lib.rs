@@ -68,7 +68,7 @@ pub use profile::{
 };
 pub use project::{
     ActivitySource, ActivityStatus, AgentState, AgentStatus, ContainerStatus, DEFAULTED_FIELDS,
-    Defaults, Forward, IdleAction, Phase, PortStatus, PowerState, Project, ProjectSpec,
+    Defaults, DeletionHold, Forward, IdleAction, Phase, PortStatus, PowerState, Project, ProjectSpec,
     ProjectStatus, ProtectionReason, ReapAction, ReapPolicy, ReapStatus, Repo, ResolvedReapPolicy,
     Resources, SeedFile, Step, UnsavedWork,
 };

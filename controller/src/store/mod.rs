@@ -576,6 +576,32 @@ impl Store {
         })
     }
 
+    /// Asks the finalizer for a fresh look at a project being deleted: records `stamp` as its
+    /// [`berth_api::annotations::LOOK_REQUESTED_AT`] (a metadata write, so the controller runs).
+    /// An object not being deleted is a conflict: this never starts a deletion.
+    pub fn request_look(
+        &self,
+        kind: &str,
+        name: &str,
+        stamp: &str,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        self.write(false, |inner, pending| {
+            let current = inner.existing(kind, name, None)?;
+            if current.metadata.deletion_timestamp.is_none() {
+                return Err(StoreError::conflict(
+                    kind,
+                    name,
+                    format!("{kind} {name:?} is not being deleted: nothing to look at again"),
+                ));
+            }
+            let annotations = BTreeMap::from([(
+                berth_api::annotations::LOOK_REQUESTED_AT.to_string(),
+                stamp.to_string(),
+            )]);
+            Ok(inner.delete(pending, current, annotations).object().clone())
+        })
+    }
+
     /// The inventory recorded for applyset `name`: `Kind/name` of every object it applied last.
     pub fn applyset_inventory(&self, name: &str) -> Vec<String> {
         self.lock().applysets.get(name).cloned().unwrap_or_default()

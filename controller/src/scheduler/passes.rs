@@ -83,6 +83,8 @@ pub struct DaemonPasses {
     reported_orphans: Mutex<BTreeSet<(String, String)>>,
     /// The trash whose expired entries housekeeping purges.
     trash: Option<Arc<crate::trash::Trash>>,
+    /// `events.retention`: how long a gone object's events stay before housekeeping prunes them.
+    event_retention: Duration,
 }
 
 impl std::fmt::Debug for DaemonPasses {
@@ -117,6 +119,15 @@ impl DaemonPasses {
             round: Mutex::new(BTreeMap::new()),
             reported_orphans: Mutex::new(BTreeSet::new()),
             trash: None,
+            event_retention: crate::config::EVENT_RETENTION,
+        }
+    }
+
+    /// Housekeeping prunes the events of objects gone longer than `retention` ago.
+    pub fn with_event_retention(self, retention: Duration) -> DaemonPasses {
+        DaemonPasses {
+            event_retention: retention,
+            ..self
         }
     }
 
@@ -630,8 +641,23 @@ impl DaemonPasses {
 
     /// Reports containers berth labelled whose project is gone, once per orphan episode (an
     /// event and the `orphan_containers` gauge); never deletes them.
+    /// Drops the events of objects that went longer than `events.retention` ago.
+    async fn prune_events(&self) {
+        let retention = chrono::Duration::from_std(self.event_retention)
+            .unwrap_or(chrono::Duration::MAX);
+        let Some(before) = self.now().checked_sub_signed(retention) else {
+            return;
+        };
+        match self.store.call(move |s| s.prune_gone_events(before)).await {
+            Ok(0) => {}
+            Ok(pruned) => tracing::debug!(pruned, "pruned the events of objects gone"),
+            Err(e) => tracing::warn!(error = %e, "pruning the events of objects gone failed"),
+        }
+    }
+
     async fn housekeeping(&self) {
         self.purge_trash().await;
+        self.prune_events().await;
         // Projects read on both sides of the list: one created or deleted meanwhile has its
         // uid in one of them, so its container is not taken for an orphan.
         let mut uids = self.uids();

@@ -44,4 +44,10 @@ pub const REAPED_BY: &str = "berth.dev/reapedBy";
 pub const LOOK_REQUESTED_AT: &str = "berth.dev/lookRequestedAt";
 
 /// Annotations only the server writes (see [`FORCE_DELETE`]).
-pub const SERVER_OWNED: [&str; 5] = [FORCE_DELETE, PURGE, DELETED_BY, REAPED_BY, LOOK_REQUESTED_AT];
+pub const SERVER_OWNED: [&str; 5] = [
+    FORCE_DELETE,
+    PURGE,
+    DELETED_BY,
+    REAPED_BY,
+    LOOK_REQUESTED_AT,
+];

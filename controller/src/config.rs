@@ -362,9 +362,7 @@ impl Config {
             Err(e) => return Err(invalid("trash.retention", &e.to_string())),
         }
         match self.events.retention.parse::<berth_api::BerthDuration>() {
-            Ok(d) => d
-                .check_cap()
-                .map_err(|e| invalid("events.retention", &e))?,
+            Ok(d) => d.check_cap().map_err(|e| invalid("events.retention", &e))?,
             Err(e) => return Err(invalid("events.retention", &e.to_string())),
         }
         Ok(())

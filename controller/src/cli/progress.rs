@@ -129,7 +129,8 @@ fn hold_answers_request(object: &Value) -> bool {
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(annotations::LOOK_REQUESTED_AT))
         .and_then(Value::as_str);
-    requested.is_none() || requested == value_at(object, "status.deletionHold.answered").and_then(Value::as_str)
+    requested.is_none()
+        || requested == value_at(object, "status.deletionHold.answered").and_then(Value::as_str)
 }
 
 /// `; looked at again at 23:15:02 UTC (in 4m)`, from `status.deletionHold.nextLookAt`.

@@ -480,7 +480,10 @@ impl DaemonPasses {
                     Some(first) => (
                         ConditionStatus::True,
                         first.as_str(),
-                        format!("reaping declines: {} ({cause})", reasons_text(&protected_by)),
+                        format!(
+                            "reaping declines: {} ({cause})",
+                            reasons_text(&protected_by)
+                        ),
                     ),
                     None => (ConditionStatus::False, "NotProtected", String::new()),
                 };
@@ -643,8 +646,8 @@ impl DaemonPasses {
     /// event and the `orphan_containers` gauge); never deletes them.
     /// Drops the events of objects that went longer than `events.retention` ago.
     async fn prune_events(&self) {
-        let retention = chrono::Duration::from_std(self.event_retention)
-            .unwrap_or(chrono::Duration::MAX);
+        let retention =
+            chrono::Duration::from_std(self.event_retention).unwrap_or(chrono::Duration::MAX);
         let Some(before) = self.now().checked_sub_signed(retention) else {
             return;
         };

@@ -520,7 +520,11 @@ fn a_removed_objects_events_stay_until_pruned() {
             .unwrap(),
         1
     );
-    assert_eq!(store.events_for("Project", "b").unwrap().len(), 1, "b is alive");
+    assert_eq!(
+        store.events_for("Project", "b").unwrap().len(),
+        1,
+        "b is alive"
+    );
     assert!(
         store
             .recent_events(10)

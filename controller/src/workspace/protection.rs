@@ -220,17 +220,23 @@ mod tests {
             // A held deletion, which no reap pass looks at.
             (
                 json!({"conditions": [{"type": "DeletionBlocked", "status": "True",
-                                       "reason": "UnsavedWork", "message": "held"}]}),
+                                       "reason": "UnsavedWork", "message": "held",
+                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
                 vec![ProtectionReason::UnsavedWork],
             ),
             (
                 json!({"conditions": [{"type": "DeletionBlocked", "status": "False",
-                                       "reason": "WorkSaved", "message": ""}]}),
+                                       "reason": "WorkSaved", "message": "",
+                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
                 vec![],
             ),
         ];
         for (recorded_status, want) in cases {
-            assert_eq!(recorded(&status(recorded_status.clone())), want, "{recorded_status}");
+            assert_eq!(
+                recorded(&status(recorded_status.clone())),
+                want,
+                "{recorded_status}"
+            );
         }
     }
 
@@ -243,9 +249,17 @@ mod tests {
             commits: vec!["1a2b3c4 on refs/heads/main".into()],
             ..UnsavedWork::default()
         };
-        let reasons = [ProtectionReason::AgentBlocked, ProtectionReason::UnsavedWork];
+        let reasons = [
+            ProtectionReason::AgentBlocked,
+            ProtectionReason::UnsavedWork,
+        ];
         assert_eq!(
-            cause(&reasons, &Evidence::Inspected(work), None, Some("Which port?\nmore")),
+            cause(
+                &reasons,
+                &Evidence::Inspected(work),
+                None,
+                Some("Which port?\nmore")
+            ),
             "the agent asks: Which port?; 1 untracked files, 1 commits on no remote; \
              files: notes.txt; commits on no remote: 1a2b3c4 on refs/heads/main"
         );

@@ -462,8 +462,10 @@ mod tests {
             Duration::from_secs(300),
         );
         assert!(
-            message.contains("files: f0.txt, f1.txt, f2.txt, f3.txt, f4.txt, f5.txt, f6.txt, \
-                              f7.txt, f8.txt, f9.txt and 20 more;"),
+            message.contains(
+                "files: f0.txt, f1.txt, f2.txt, f3.txt, f4.txt, f5.txt, f6.txt, \
+                              f7.txt, f8.txt, f9.txt and 20 more;"
+            ),
             "{message}"
         );
         assert!(

@@ -465,6 +465,10 @@ pub struct ProjectStatus {
     pub activity: Option<ActivityStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsaved_work: Option<UnsavedWork>,
+    /// While a deletion is held: when the workspace was last looked at, when it is looked at
+    /// next, and which request for a fresh look that look answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_hold: Option<DeletionHold>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reap: Option<ReapStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -738,6 +742,26 @@ pub struct UnsavedWork {
     /// relative to /workspace, sanitised).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<String>,
+    /// Some of the commits on no remote, `HASH on REF` (at most [`UnsavedWork::MAX_FILES`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commits: Vec<String>,
+}
+
+/// A held deletion's schedule (`status.deletionHold`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletionHold {
+    /// When the workspace was last looked at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub looked_at: Option<DateTime<Utc>>,
+    /// When it is looked at again (sooner when a person asks: `berth delete` or `berth wait
+    /// --for=delete` on it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_look_at: Option<DateTime<Utc>>,
+    /// The value of the `berth.dev/lookRequestedAt` annotation this look answered: a client
+    /// that asked for a fresh look reads the hold as the answer only once it matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -168,7 +168,7 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
                     str_at(object, "spec.image").to_string(),
                     agent_cell(object),
                     str_at(object, "status.title").to_string(),
-                    joined_at(object, "status.reap.protectedBy", None),
+                    protected_cell(object),
                     joined_at(object, "status.ports", Some("port")),
                 ]),
                 Resource::AgentProfile => {
@@ -243,6 +243,20 @@ pub fn reason_and_message(condition: &Value) -> String {
     }
 }
 
+/// What protects a project, read as every view reads it
+/// ([`crate::workspace::protection::recorded`]): `AgentBlocked,UnsavedWork`.
+fn protected_cell(object: &Value) -> String {
+    let status: berth_api::ProjectStatus = object
+        .get("status")
+        .and_then(|s| serde_json::from_value(s.clone()).ok())
+        .unwrap_or_default();
+    crate::workspace::protection::recorded(&status)
+        .iter()
+        .map(|r| r.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The agent profile with what the agent last reported: `shell (done)`.
 fn agent_cell(object: &Value) -> String {
     let agent = str_at(object, "spec.agent");
@@ -298,7 +312,7 @@ new            new            Pending             30s
         let first = wide.lines().nth(1).unwrap();
         assert!(
             first.ends_with(
-                "berth-base   shell (blocked)   Fix the test   UnsavedWork,AgentBlocked   3000,8080"
+                "berth-base   shell (blocked)   Fix the test   AgentBlocked,UnsavedWork   3000,8080"
             ),
             "{first:?}"
         );

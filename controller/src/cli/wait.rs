@@ -81,6 +81,15 @@ pub async fn run(context: &Context, args: WaitArgs) -> anyhow::Result<ExitCode> 
         // Waiting on an object that does not exist would only ever time out.
         client.get(resource, &name).await?;
     }
+    if args.for_ == Goal::Deleted && resource == Resource::Project {
+        // A held deletion is looked at again now, so the wait reads a fresh answer; a project
+        // not being deleted (409) or gone (404) needs no look.
+        match client.request_look(&name).await {
+            Ok(_) => {}
+            Err(err) if err.is_not_found() || err.is_conflict() => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
     let target = [(resource, name.clone())];
     progress::wait_for(&client, &target, args.for_.clone(), args.timeout, true).await?;
     match args.for_ {

@@ -880,3 +880,47 @@ async fn a_project_whose_reaping_panics_does_not_stop_the_others() {
     assert!(s.status("a-broken")["reap"]["idledAt"].is_null());
     assert_eq!(s.metric("berth_scheduler_panics_total{pass=\"reap\"}"), 1.0);
 }
+
+/// A deleted project's events stay listed for `events.retention` after it went, then the
+/// housekeeping pass prunes them; a live project's events stay whatever their age.
+#[tokio::test(start_paused = true)]
+async fn housekeeping_prunes_the_events_of_objects_gone_past_the_retention() {
+    let mut s = setup();
+    s.passes = s.passes.with_event_retention(Duration::from_secs(3600));
+    // No containers: housekeeping has no orphan to report about the one that went.
+    for name in ["gone", "live"] {
+        s.store
+            .apply(
+                Desired {
+                    kind: PROJECT_KIND.into(),
+                    name: name.into(),
+                    labels: BTreeMap::new(),
+                    annotations: BTreeMap::new(),
+                    finalizers: None,
+                    spec: json!({"image": "berth-base"}),
+                },
+                false,
+            )
+            .unwrap();
+    }
+    for name in ["gone", "live"] {
+        let object = s.store.get(PROJECT_KIND, name).unwrap();
+        s.store
+            .record_event(&object, EventType::Warning, "Tested", "an event")
+            .unwrap();
+    }
+    s.store
+        .delete(PROJECT_KIND, "gone", None, BTreeMap::new(), false)
+        .unwrap();
+    assert!(s.store.get(PROJECT_KIND, "gone").is_none());
+    let listed = |name: &str| s.store.events_for(PROJECT_KIND, name).unwrap().len();
+
+    tokio::time::advance(Duration::from_secs(3500)).await;
+    s.passes.run(Pass::Housekeeping).await;
+    assert_eq!(listed("gone"), 1, "kept within the retention");
+
+    tokio::time::advance(Duration::from_secs(200)).await;
+    s.passes.run(Pass::Housekeeping).await;
+    assert_eq!(listed("gone"), 0, "pruned after the retention");
+    assert_eq!(listed("live"), 1, "a live object's events stay");
+}

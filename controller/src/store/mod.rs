@@ -576,6 +576,32 @@ impl Store {
         })
     }
 
+    /// Asks the finalizer for a fresh look at a project being deleted: records `stamp` as its
+    /// [`berth_api::annotations::LOOK_REQUESTED_AT`] (a metadata write, so the controller runs).
+    /// An object not being deleted is a conflict: this never starts a deletion.
+    pub fn request_look(
+        &self,
+        kind: &str,
+        name: &str,
+        stamp: &str,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        self.write(false, |inner, pending| {
+            let current = inner.existing(kind, name, None)?;
+            if current.metadata.deletion_timestamp.is_none() {
+                return Err(StoreError::conflict(
+                    kind,
+                    name,
+                    format!("{kind} {name:?} is not being deleted: nothing to look at again"),
+                ));
+            }
+            let annotations = BTreeMap::from([(
+                berth_api::annotations::LOOK_REQUESTED_AT.to_string(),
+                stamp.to_string(),
+            )]);
+            Ok(inner.delete(pending, current, annotations).object().clone())
+        })
+    }
+
     /// The inventory recorded for applyset `name`: `Kind/name` of every object it applied last.
     pub fn applyset_inventory(&self, name: &str) -> Vec<String> {
         self.lock().applysets.get(name).cloned().unwrap_or_default()
@@ -712,14 +738,26 @@ impl Store {
             uid: object.uid().to_string(),
         };
         let mut inner = self.lock();
-        let result = events::record(&mut inner.conn, &target, type_, reason, message, Utc::now());
+        let gone = !inner.uids.contains_key(object.uid());
+        let now = Utc::now();
+        let result = events::record(&mut inner.conn, &target, type_, reason, message, now, gone);
         inner.note_write(&result);
         result
     }
 
-    /// Events about `kind`/`name`, oldest first.
+    /// Events about `kind`/`name`, oldest first: the existing object's, or when there is none,
+    /// those of the objects of that name that went in the last `events.retention`.
     pub fn events_for(&self, kind: &str, name: &str) -> Result<Vec<Event>, StoreError> {
-        events::for_object(&self.lock().conn, kind, name)
+        let inner = self.lock();
+        let uid = inner.get(kind, name).map(|o| o.uid().to_string());
+        events::for_object(&inner.conn, kind, name, uid.as_deref())
+    }
+
+    /// Deletes the events of objects that went before `before` (housekeeping, after
+    /// `events.retention`); answers how many.
+    pub fn prune_gone_events(&self, before: DateTime<Utc>) -> Result<usize, StoreError> {
+        let inner = self.lock();
+        events::prune_gone(&inner.conn, before)
     }
 
     /// The latest `limit` events about anything, oldest first.
@@ -1254,7 +1292,7 @@ impl Inner {
                     }
                     Write::Remove { kind, name, uid } => {
                         remove.execute(params![kind, name])?;
-                        events::forget_object(&tx, uid)?;
+                        events::mark_gone(&tx, uid, Utc::now())?;
                         if kind == PROJECT_KIND || kind == berth_api::GitSource::KIND {
                             access::forget_project(&tx, uid)?;
                         }

@@ -491,7 +491,7 @@ fn events_repeat_by_counting() {
 }
 
 #[test]
-fn removing_an_object_removes_its_events() {
+fn a_removed_objects_events_stay_until_pruned() {
     let (_dir, store) = open();
     let a = store.create(project("a", json!({})), false).unwrap();
     let b = store.create(project("b", json!({})), false).unwrap();
@@ -500,14 +500,38 @@ fn removing_an_object_removes_its_events() {
             .record_event(object, EventType::Normal, "Created", "container created")
             .unwrap();
     }
+    let before_delete = chrono::Utc::now();
     store
         .delete("Project", "a", None, BTreeMap::new(), false)
         .unwrap();
-    assert!(store.events_for("Project", "a").unwrap().is_empty());
-    assert_eq!(store.events_for("Project", "b").unwrap().len(), 1);
+    let after_delete = chrono::Utc::now();
+    // Still listed under its name once it is gone.
+    let kept = store.events_for("Project", "a").unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].involved_object.uid, a.uid());
     // A project re-created under the same name starts without the old one's history.
     store.create(project("a", json!({})), false).unwrap();
     assert!(store.events_for("Project", "a").unwrap().is_empty());
+    // Nothing went before the object did; once the cutoff passes it, its events go.
+    assert_eq!(store.prune_gone_events(before_delete).unwrap(), 0);
+    assert_eq!(
+        store
+            .prune_gone_events(after_delete + chrono::Duration::seconds(1))
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store.events_for("Project", "b").unwrap().len(),
+        1,
+        "b is alive"
+    );
+    assert!(
+        store
+            .recent_events(10)
+            .unwrap()
+            .iter()
+            .all(|e| e.involved_object.uid != a.uid())
+    );
 }
 
 #[test]

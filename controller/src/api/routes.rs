@@ -921,6 +921,7 @@ async fn apply_list(
                     .map(|applied| AppliedSet {
                         applied,
                         pruned: Vec::new(),
+                        conflicts: Vec::new(),
                     })
             }
         };

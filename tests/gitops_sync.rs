@@ -503,6 +503,8 @@ fn refs_resolve_to_branches_tags_and_commits_and_fetch_failures_are_reported() {
     git(&repo.work, &["tag", "v1"]);
     git(&repo.work, &["push", "--quiet", "origin", "v1"]);
     repo.write("b/beta.yaml", &profile("beta", ""));
+    // Each source applies a directory of its own: a GitSource leaves another's objects alone.
+    repo.write("d/delta.yaml", &profile("delta", ""));
     let head = repo.commit("beta");
     git(&repo.work, &["checkout", "--quiet", "-b", "feature"]);
     repo.write("c/gamma.yaml", &profile("gamma", ""));
@@ -514,7 +516,7 @@ fn refs_resolve_to_branches_tags_and_commits_and_fetch_failures_are_reported() {
         ("by-tag", "v1", "a", &tagged),
         ("by-commit", head.as_str(), "b", &head),
         ("by-branch", "feature", "c", &feature),
-        ("by-default", "", "b", &head),
+        ("by-default", "", "d", &head),
     ] {
         let reply = client.post_json(
             &format!("{API}/gitsources"),

@@ -63,6 +63,8 @@ pub mod reasons {
     pub const FETCH_FAILED: &str = "FetchFailed";
     pub const APPLY_FAILED: &str = "ApplyFailed";
     pub const PRUNE_FAILED: &str = "PruneFailed";
+    /// Manifests naming objects another applyset owns, which are left to it.
+    pub const APPLYSET_CONFLICT: &str = "ApplysetConflict";
     pub const SUSPENDED: &str = "Suspended";
 }
 

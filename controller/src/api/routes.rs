@@ -950,6 +950,7 @@ async fn apply_list(
                     .map(|applied| AppliedSet {
                         applied,
                         pruned: Vec::new(),
+                        conflicts: Vec::new(),
                     })
             }
         };

@@ -29,6 +29,13 @@ pub enum Goal {
     RunningAgain { path: &'static str, before: Value },
     /// A condition of this type with this status (`True` by default).
     Condition { type_: String, status: String },
+    /// `jsonpath={.status.agent.state}=blocked`: the template, as `-o jsonpath` prints it,
+    /// prints `value` (`expression` is the template as given, for messages).
+    JsonPath {
+        expression: String,
+        template: super::jsonpath::Template,
+        value: String,
+    },
     /// The object is gone.
     Deleted,
 }
@@ -41,6 +48,9 @@ impl Goal {
             Goal::Stopped => "to be stopped".to_string(),
             Goal::RunningAgain { .. } => "to be running and ready again".to_string(),
             Goal::Condition { type_, status } => format!("to have condition {type_}={status}"),
+            Goal::JsonPath {
+                expression, value, ..
+            } => format!("to have {expression}={value}"),
             Goal::Deleted => "to be deleted".to_string(),
         }
     }
@@ -118,6 +128,12 @@ pub fn evaluate(resource: Resource, goal: &Goal, object: Option<&Value>) -> Verd
                 Verdict::Met
             }
             _ => Verdict::Pending,
+        },
+        Goal::JsonPath {
+            template, value, ..
+        } => match template.render(object) == *value {
+            true => Verdict::Met,
+            false => Verdict::Pending,
         },
     }
 }

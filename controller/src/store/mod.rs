@@ -111,6 +111,27 @@ pub struct StatusUpdate {
 pub struct AppliedSet {
     pub applied: Vec<(Arc<StoredObject>, Action)>,
     pub pruned: Vec<Deletion>,
+    /// Objects of the batch left alone because another applyset owns them
+    /// ([`Takeover::Refuse`]).
+    pub conflicts: Vec<SetConflict>,
+}
+
+/// What a set does with an object of its batch that another applyset owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takeover {
+    /// Apply it and take it into this set, as `berth apply --applyset` does when told to.
+    Adopt,
+    /// Leave it to its owner, and report it (a GitSource, as Flux does without `force`).
+    Refuse,
+}
+
+/// An object a set's batch held that another applyset owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetConflict {
+    pub kind: String,
+    pub name: String,
+    /// The applyset that owns it (`berth.dev/applyset`).
+    pub owner: String,
 }
 
 /// A batch write failed, at `items[index]` when one item was the cause; nothing of the batch
@@ -632,7 +653,20 @@ impl Store {
         dry_run: bool,
     ) -> Result<AppliedSet, BatchFailure> {
         let batch = batch.into_iter().map(|desired| (desired, None)).collect();
-        self.apply_set_expecting(creator, set, batch, prune, dry_run)
+        self.apply_set_expecting(creator, set, batch, prune, dry_run, Takeover::Adopt)
+    }
+
+    /// [`Store::apply_set_by`], leaving every object another applyset owns to that set: it is
+    /// neither written nor taken into this set's inventory, and is listed in
+    /// [`AppliedSet::conflicts`]. Decided in the same transaction as the writes.
+    pub fn apply_set_refusing_takeover(
+        &self,
+        set: &str,
+        batch: Vec<Desired>,
+        prune: bool,
+    ) -> Result<AppliedSet, BatchFailure> {
+        let batch = batch.into_iter().map(|desired| (desired, None)).collect();
+        self.apply_set_expecting(None, set, batch, prune, false, Takeover::Refuse)
     }
 
     /// [`Store::apply_set_by`], each object written only while it is still as expected.
@@ -645,7 +679,7 @@ impl Store {
         dry_run: bool,
     ) -> Result<AppliedSet, BatchFailure> {
         let batch = batch.into_iter().map(|(d, e)| (d, Some(e))).collect();
-        self.apply_set_expecting(creator, set, batch, prune, dry_run)
+        self.apply_set_expecting(creator, set, batch, prune, dry_run, Takeover::Adopt)
     }
 
     fn apply_set_expecting(
@@ -655,15 +689,32 @@ impl Store {
         batch: Vec<(Desired, Option<Expected>)>,
         prune: bool,
         dry_run: bool,
+        takeover: Takeover,
     ) -> Result<AppliedSet, BatchFailure> {
         let mut failed_at = None;
         self.write_as(creator, dry_run, |inner, pending| {
             let mut inventory: Vec<String> = Vec::with_capacity(batch.len());
             let mut applied = Vec::with_capacity(batch.len());
+            // The batch index of each applied object, for naming the item a check refuses.
+            let mut applied_index = Vec::with_capacity(batch.len());
+            let mut conflicts = Vec::new();
             for (index, (desired, expected)) in batch.into_iter().enumerate() {
                 failed_at = Some(index);
+                if takeover == Takeover::Refuse
+                    && let Some(owner) = inner
+                        .get(&desired.kind, &desired.name)
+                        .and_then(|current| owner_of(&current).filter(|o| o != set))
+                {
+                    conflicts.push(SetConflict {
+                        kind: desired.kind,
+                        name: desired.name,
+                        owner,
+                    });
+                    continue;
+                }
                 inventory.push(format!("{}/{}", desired.kind, desired.name));
                 applied.push(inner.upsert(pending, desired, Mode::Apply(expected))?);
+                applied_index.push(index);
             }
             inventory.sort();
             inventory.dedup();
@@ -673,8 +724,11 @@ impl Store {
                 // Without pruning, what the set applied before stays in its inventory so a later
                 // prune still finds it.
                 inventory.extend(previous.into_iter().filter(|key| {
-                    key.split_once('/')
-                        .is_some_and(|(kind, name)| inner.get(kind, name).is_some())
+                    key.split_once('/').is_some_and(|(kind, name)| {
+                        inner
+                            .get(kind, name)
+                            .is_some_and(|current| owner_of(&current).is_none_or(|o| o == set))
+                    })
                 }));
                 inventory.sort();
                 inventory.dedup();
@@ -696,9 +750,7 @@ impl Store {
                         .get(berth_api::annotations::PRUNE)
                         .map(String::as_str)
                         == Some(berth_api::annotations::PRUNE_DISABLED);
-                    let moved = annotations
-                        .get(berth_api::annotations::APPLYSET)
-                        .is_some_and(|owner| owner != set);
+                    let moved = owner_of(&current).is_some_and(|owner| owner != set);
                     if opted_out || moved || current.is_deleting() {
                         // Still ours to track until it is gone or handed over.
                         if opted_out && !moved {
@@ -713,11 +765,16 @@ impl Store {
             }
             inner.record_inventory(pending, set, inventory);
             // Checked on the end state: what the batch renamed or pruned no longer holds a name.
-            failed_at = inner.check_display_names(&applied).err();
-            if let Some(index) = failed_at {
+            if let Err(index) = inner.check_display_names(&applied) {
+                failed_at = Some(applied_index[index]);
                 return Err(inner.display_name_conflict(&applied[index].0));
             }
-            Ok(AppliedSet { applied, pruned })
+            failed_at = None;
+            Ok(AppliedSet {
+                applied,
+                pruned,
+                conflicts,
+            })
         })
         .map_err(|error| BatchFailure {
             index: failed_at,
@@ -1378,6 +1435,15 @@ fn check_rv(current: &StoredObject, expected_rv: Option<u64>) -> Result<(), Stor
 
 fn json_text<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
+}
+
+/// The applyset that owns `object` (`berth.dev/applyset`), if any.
+fn owner_of(object: &StoredObject) -> Option<String> {
+    object
+        .metadata
+        .annotations
+        .get(berth_api::annotations::APPLYSET)
+        .cloned()
 }
 
 fn load_applysets(conn: &Connection) -> Result<HashMap<String, Vec<String>>, StoreError> {

@@ -668,6 +668,78 @@ fn applysets_prune_only_their_previous_inventory() {
 }
 
 #[test]
+fn a_set_refusing_takeover_leaves_other_sets_objects_alone() {
+    let (_dir, store) = open();
+    let in_set = |set: &str, name: &str, spec: Value| {
+        let mut desired = project(name, spec);
+        desired
+            .annotations
+            .insert(berth_api::annotations::APPLYSET.into(), set.into());
+        desired
+    };
+    store
+        .apply_set(
+            "cli",
+            vec![in_set("cli", "shared", json!({"displayName": "CLI"}))],
+            true,
+            false,
+        )
+        .unwrap();
+    store.create(project("unowned", json!({})), false).unwrap();
+
+    let batch = vec![
+        in_set("git", "mine", json!({})),
+        in_set("git", "shared", json!({"displayName": "Git"})),
+        in_set("git", "unowned", json!({})),
+    ];
+    let applied = store
+        .apply_set_refusing_takeover("git", batch, true)
+        .unwrap();
+    assert_eq!(
+        applied.conflicts,
+        [SetConflict {
+            kind: "Project".into(),
+            name: "shared".into(),
+            owner: "cli".into(),
+        }]
+    );
+    let names: Vec<_> = applied.applied.iter().map(|(o, _)| o.name()).collect();
+    assert_eq!(
+        names,
+        ["mine", "unowned"],
+        "an object of no set is taken in"
+    );
+    let shared = store.get("Project", "shared").unwrap();
+    assert_eq!(
+        shared.spec.value()["displayName"],
+        "CLI",
+        "left as its owner wrote it"
+    );
+    assert_eq!(
+        shared.metadata.annotations[berth_api::annotations::APPLYSET],
+        "cli"
+    );
+    assert_eq!(
+        store.applyset_inventory("git"),
+        ["Project/mine", "Project/unowned"]
+    );
+    assert_eq!(store.applyset_inventory("cli"), ["Project/shared"]);
+
+    // A set that adopts (the CLI's) still takes it over, and then the other set's inventory
+    // no longer lists it, pruned or not.
+    store
+        .apply_set(
+            "git",
+            vec![in_set("git", "shared", json!({}))],
+            false,
+            false,
+        )
+        .unwrap();
+    store.apply_set("cli", vec![], false, false).unwrap();
+    assert_eq!(store.applyset_inventory("cli"), Vec::<String>::new());
+}
+
+#[test]
 fn status_batches_commit_together_and_fail_per_update() {
     let (_dir, store) = open();
     let a = store.create(project("a", json!({})), false).unwrap();

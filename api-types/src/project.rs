@@ -678,7 +678,8 @@ pub struct ActivityStatus {
     pub last_active_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<ActivitySource>,
-    /// When the activity pass last inspected the project.
+    /// When an inspection last recorded something: the first one, or one that changed the
+    /// status. An inspection that finds nothing new writes nothing, so this is not the latest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inspected_at: Option<DateTime<Utc>>,
 }

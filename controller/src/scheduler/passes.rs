@@ -287,6 +287,7 @@ impl DaemonPasses {
 
     /// Logs a failing inspection once when it begins, at debug level while it goes on.
     fn note_inspection(&self, object: &StoredObject, result: &Result<Inspection, InspectError>) {
+        self.metrics.count_inspection(result.is_ok());
         let begins = self
             .memory()
             .inspection_failed(object.uid(), result.is_err());
@@ -345,6 +346,7 @@ impl DaemonPasses {
         let now = self.now();
         let write = self
             .update_status(object.name(), move |status, _| {
+                let before = status.clone();
                 status.activity = Some(activity::update_activity(&ActivityInputs {
                     now,
                     previous_status: status.activity.as_ref(),
@@ -366,6 +368,7 @@ impl DaemonPasses {
                     crate::agent::record_brief_progress(status);
                 }
                 status.ports = ports::port_statuses(&project, &current.ports, &preview_domain);
+                keep_inspected_at_unless_changed(&before, status);
             })
             .await;
         match write {
@@ -773,6 +776,8 @@ impl Passes for DaemonPasses {
 
     fn pass_finished(&self, pass: Pass, took: Duration) {
         self.metrics.observe_pass(pass.label(), took.as_secs_f64());
+        self.metrics
+            .pass_finished_at(pass.label(), self.now().timestamp());
     }
 
     fn overrun(&self, took: Duration) {
@@ -782,6 +787,26 @@ impl Passes for DaemonPasses {
 
     fn pass_panicked(&self, pass: Pass, _message: &str) {
         self.metrics.count_scheduler_panic(pass.label());
+    }
+}
+
+/// Leaves `status.activity.inspectedAt` as `before` had it when an inspection changed nothing
+/// else, so a steady fleet costs no store write and no watch event per pass. A project's first
+/// inspection is recorded (the reaper's plan tells "not inspected yet" by it), and any other
+/// change carries the new time along. When the passes last looked is in
+/// `berth_scheduler_last_pass_timestamp_seconds`.
+fn keep_inspected_at_unless_changed(before: &ProjectStatus, status: &mut ProjectStatus) {
+    let Some(inspected_at) = before.activity.as_ref().and_then(|a| a.inspected_at) else {
+        return;
+    };
+    let Some(activity) = status.activity.as_mut() else {
+        return;
+    };
+    let now = activity.inspected_at.replace(inspected_at);
+    if status != before
+        && let Some(activity) = status.activity.as_mut()
+    {
+        activity.inspected_at = now;
     }
 }
 

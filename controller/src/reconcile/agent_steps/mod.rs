@@ -751,6 +751,7 @@ mod tests {
 
 #[cfg(all(test, feature = "testing"))]
 mod fake_runtime_tests {
+    use crate::store::Commit;
     use serde_json::json;
 
     use super::*;
@@ -781,7 +782,7 @@ mod fake_runtime_tests {
         let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
         let secrets = Arc::new(Secrets::open(store.clone(), dir.path()).unwrap());
         store
-            .apply(desired(PROJECT_KIND, "p", spec), false)
+            .apply(desired(PROJECT_KIND, "p", spec), Commit::Persist)
             .unwrap();
         store
             .apply(
@@ -791,7 +792,7 @@ mod fake_runtime_tests {
                     json!({"home": "/root/.shell", "install": {"check": "true"},
                         "runner": {"command": ["true"]}}),
                 ),
-                false,
+                Commit::Persist,
             )
             .unwrap();
         let fake = Arc::new(FakeRuntime::new());
@@ -828,7 +829,7 @@ mod fake_runtime_tests {
     fn write_status(setup: &Setup, status: Value) {
         setup
             .store
-            .update_status(PROJECT_KIND, "p", None, status, false)
+            .update_status(PROJECT_KIND, "p", None, status, Commit::Persist)
             .unwrap();
     }
 
@@ -996,7 +997,7 @@ mod fake_runtime_tests {
                 .extend(extra.as_object().unwrap().clone());
             setup
                 .store
-                .apply(desired(PROFILE_KIND, "shell", spec), false)
+                .apply(desired(PROFILE_KIND, "shell", spec), Commit::Persist)
                 .unwrap();
         };
         let outdated = || {
@@ -1042,13 +1043,13 @@ mod fake_runtime_tests {
                     json!({"home": "/root/.extra", "install": {"check": "true"},
                         "runner": {"command": ["true"]}}),
                 ),
-                false,
+                Commit::Persist,
             )
             .unwrap();
         let project = |spec: Value| {
             setup
                 .store
-                .apply(desired(PROJECT_KIND, "p", spec), false)
+                .apply(desired(PROJECT_KIND, "p", spec), Commit::Persist)
                 .unwrap();
         };
         project(json!({"agent": "shell", "agents": ["extra"]}));
@@ -1201,7 +1202,7 @@ mod fake_runtime_tests {
                     json!({"home": "/root/.extra", "install": {"check": "extra-check"},
                         "runner": {"command": ["true"]}}),
                 ),
-                false,
+                Commit::Persist,
             )
             .unwrap();
         container(&setup, crate::runtime::InstanceStatus::Running);

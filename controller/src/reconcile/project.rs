@@ -1153,7 +1153,7 @@ impl Project<'_> {
                     &message,
                 );
                 self.commit(draft).await?;
-                Err(ReconcileError::Failed(format!(
+                Err(ReconcileError::Spec(format!(
                     "LXD refused the limits: {message}"
                 )))
             }

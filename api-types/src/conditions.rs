@@ -38,6 +38,8 @@ pub mod reasons {
     pub const IMAGE_NOT_FOUND: &str = "ImageNotFound";
     pub const BOOT_TIMEOUT: &str = "BootTimeout";
     pub const STEP_TIMEOUT: &str = "StepTimeout";
+    /// A step failed; the message names the step and carries the cause.
+    pub const STEP_FAILED: &str = "StepFailed";
     pub const MEMBER_OFFLINE: &str = "MemberOffline";
     pub const QUOTA_NOT_ENFORCED: &str = "QuotaNotEnforced";
     pub const BRIEF_NOT_ACKNOWLEDGED: &str = "BriefNotAcknowledged";

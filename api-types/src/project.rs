@@ -949,9 +949,25 @@ fn check_profile_name(name: &str, field: &str, errs: &mut ValidationErrors) {
     }
 }
 
+/// The least `resources.memory` admission accepts: below it LXD's `forkstart` cannot start the
+/// container (1KiB fails every start), and little runs in a few MiB anyway.
+pub const MIN_MEMORY_BYTES: u64 = 32 * 1024 * 1024;
+
 fn validate_resources(r: &Resources, prefix: &str, errs: &mut ValidationErrors) {
     if r.cpu.as_ref().is_some_and(|c| c.millis() == 0) {
         errs.push(format!("{prefix}.cpu"), "must be more than 0");
+    }
+    if let Some(memory) = &r.memory
+        && memory.as_bytes() > 0
+        && memory.as_bytes() < MIN_MEMORY_BYTES
+    {
+        errs.push(
+            format!("{prefix}.memory"),
+            format!(
+                "{:?} is below the minimum of 32MiB: LXD cannot start a container with less",
+                memory.as_str()
+            ),
+        );
     }
     for (name, q) in [
         ("memory", &r.memory),

@@ -121,7 +121,7 @@ impl Columns {
 pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateTime<Utc>) -> Table {
     let wide = columns.wide;
     let mut headers: Vec<&str> = match resource {
-        Resource::Project => vec!["name", "display name", "phase", "step", "age"],
+        Resource::Project => vec!["name", "display name", "phase", "step", "age", "message"],
         Resource::AgentProfile => vec!["name", "home", "version", "age"],
         Resource::GitSource => vec!["name", "url", "ref", "ready", "revision", "age", "message"],
     };
@@ -142,6 +142,7 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
                 or_default(str_at(object, "status.phase"), "Pending"),
                 str_at(object, "status.step").to_string(),
                 age,
+                held_message(object),
             ],
             Resource::AgentProfile => vec![
                 name_of(object).to_string(),
@@ -213,6 +214,18 @@ fn short_revision(revision: &str) -> String {
     }
 }
 
+/// Why a project is held (`Reason: message`, its first line): empty when it is Ready or its
+/// Ready condition has no message (the step or phase says it all).
+fn held_message(object: &Value) -> String {
+    match condition(object, "Ready") {
+        Some(c) if str_at(c, "status") != "True" && !str_at(c, "message").is_empty() => {
+            let why = reason_and_message(c);
+            why.lines().next().unwrap_or_default().to_string()
+        }
+        _ => String::new(),
+    }
+}
+
 /// Why an object is not Ready (`Reason: message`); empty when it is.
 fn not_ready_message(object: &Value) -> String {
     match condition(object, "Ready") {
@@ -276,7 +289,7 @@ mod tests {
         assert_eq!(
             plain,
             "\
-NAME           DISPLAY NAME   PHASE     STEP      AGE
+NAME           DISPLAY NAME   PHASE     STEP      AGE   MESSAGE
 payments-api   Payments API   Ready     Briefed   5m
 new            new            Pending             30s
 "

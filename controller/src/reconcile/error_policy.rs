@@ -14,7 +14,9 @@ pub const BUSY_RETRY: Duration = Duration::from_secs(2);
 /// else is retried after the backoff.
 pub fn error_policy(_name: &str, error: &ReconcileError, backoff: Duration) -> Action {
     match error {
-        ReconcileError::Runtime(e) if e.is_busy() => Action::Requeue(backoff.min(BUSY_RETRY)),
+        ReconcileError::Runtime(e) | ReconcileError::StepCall { source: e, .. } if e.is_busy() => {
+            Action::Requeue(backoff.min(BUSY_RETRY))
+        }
         ReconcileError::Spec(_) => Action::Done,
         _ => Action::Requeue(backoff),
     }
@@ -40,6 +42,17 @@ mod tests {
         let cases: Vec<(ReconcileError, Duration, Action)> = vec![
             (busy(), long, Action::Requeue(BUSY_RETRY)),
             (busy(), short, Action::Requeue(short)),
+            (
+                ReconcileError::StepCall {
+                    step: berth_api::Step::Started,
+                    source: RuntimeError::Busy {
+                        what: "instance p".into(),
+                        message: "busy".into(),
+                    },
+                },
+                long,
+                Action::Requeue(BUSY_RETRY),
+            ),
             (
                 ReconcileError::Spec("LXD refused the limits".into()),
                 long,

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use berth_api::{
-    AgentState, ConditionStatus, ObjectMeta, ProjectSpec, ProjectStatus, ProtectionReason,
-    ReapAction, Step, condition_types, set_condition,
+    AgentState, ConditionStatus, ObjectMeta, Phase, ProjectSpec, ProjectStatus, ProtectionReason,
+    ReapAction, Step, condition_types, find_condition, set_condition,
 };
 use chrono::{DateTime, Utc};
 use futures::{FutureExt, StreamExt};
@@ -756,6 +756,8 @@ struct Facts {
     policy: berth_api::ResolvedReapPolicy,
     created_at: DateTime<Utc>,
     last_active_at: Option<DateTime<Utc>>,
+    ready_since: Option<DateTime<Utc>>,
+    building: bool,
     agent: AgentState,
     evidence: Evidence,
     ever_reachable: bool,
@@ -794,6 +796,10 @@ impl Facts {
             policy: spec.reap.resolve(),
             created_at: object.metadata.creation_timestamp.unwrap_or_else(Utc::now),
             last_active_at: status.activity.as_ref().and_then(|a| a.last_active_at),
+            ready_since: find_condition(&status.conditions, condition_types::READY)
+                .filter(|c| c.status == ConditionStatus::True)
+                .map(|c| c.last_transition_time),
+            building: matches!(status.phase, Phase::Pending | Phase::Provisioning),
             agent,
             evidence,
             ever_reachable: crate::reconcile::status::ever_reachable(&status),
@@ -807,6 +813,8 @@ impl Facts {
             policy: &self.policy,
             created_at: self.created_at,
             last_active_at: self.last_active_at,
+            ready_since: self.ready_since,
+            building: self.building,
             agent: self.agent,
             evidence: self.evidence.clone(),
             ever_reachable: self.ever_reachable,

@@ -24,7 +24,7 @@ use berth::runtime::{EventKind, ExecOutput, Runtime, RuntimeEvent};
 use berth::scheduler::passes::{
     DaemonPasses, FakeWorkspace, PassSettings, inspection_report, is_inspection,
 };
-use berth::store::{Desired, Store, StoredObject};
+use berth::store::{Commit, Desired, Store, StoredObject};
 use rand::Rng;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -97,7 +97,7 @@ async fn main() -> anyhow::Result<()> {
     for chunk in names.chunks(BATCH) {
         let batch = chunk.iter().map(|name| desired(name, "8h")).collect();
         store
-            .apply_batch(batch, false)
+            .apply_batch(batch, Commit::Persist)
             .map_err(|f| anyhow::anyhow!("seeding the store: {}", f.error))?;
     }
 
@@ -234,7 +234,7 @@ async fn main() -> anyhow::Result<()> {
         match kind {
             Kind::SpecChange => {
                 store
-                    .apply(desired(name, "9h"), false)
+                    .apply(desired(name, "9h"), Commit::Persist)
                     .map_err(|e| anyhow::anyhow!("changing {name}'s spec: {e}"))?;
             }
             Kind::Vanished => {

@@ -15,7 +15,7 @@ use berth::reconcile::{
 };
 use berth::runtime::Runtime;
 use berth::runtime::fake::FakeRuntime;
-use berth::store::{Desired, Store};
+use berth::store::{Commit, Desired, Store};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -62,7 +62,7 @@ async fn main() -> anyhow::Result<()> {
             })
             .collect();
         store
-            .apply_batch(batch, false)
+            .apply_batch(batch, Commit::Persist)
             .map_err(|f| anyhow::anyhow!("seeding the store: {}", f.error))?;
     }
     let seeded = t.elapsed();

@@ -8,7 +8,6 @@
 pub mod git;
 pub mod manifests;
 
-use crate::store::Commit;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -665,7 +664,7 @@ mod tests {
     use berth_api::ObjectMeta;
 
     use super::*;
-    use crate::store::Deletion;
+    use crate::store::{Commit, Deletion};
 
     fn object(kind: &str, name: &str) -> Arc<StoredObject> {
         Arc::new(StoredObject {

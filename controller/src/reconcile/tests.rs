@@ -947,7 +947,7 @@ async fn a_failing_start_is_retried_on_its_backoff_and_says_why() {
                 finalizers: None,
                 spec: tiny(),
             },
-            false,
+            Commit::Persist,
         )
         .unwrap();
     let tick = Duration::from_millis(100);

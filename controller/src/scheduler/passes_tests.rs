@@ -900,7 +900,7 @@ async fn housekeeping_prunes_the_events_of_objects_gone_past_the_retention() {
                     finalizers: None,
                     spec: json!({"image": "berth-base"}),
                 },
-                false,
+                Commit::Persist,
             )
             .unwrap();
     }
@@ -911,7 +911,7 @@ async fn housekeeping_prunes_the_events_of_objects_gone_past_the_retention() {
             .unwrap();
     }
     s.store
-        .delete(PROJECT_KIND, "gone", None, BTreeMap::new(), false)
+        .delete(PROJECT_KIND, "gone", None, BTreeMap::new(), Commit::Persist)
         .unwrap();
     assert!(s.store.get(PROJECT_KIND, "gone").is_none());
     let listed = |name: &str| s.store.events_for(PROJECT_KIND, name).unwrap().len();

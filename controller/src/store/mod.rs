@@ -618,7 +618,7 @@ impl Store {
         name: &str,
         stamp: &str,
     ) -> Result<Arc<StoredObject>, StoreError> {
-        self.write(false, |inner, pending| {
+        self.write(Commit::Persist, |inner, pending| {
             let current = inner.existing(kind, name, None)?;
             if current.metadata.deletion_timestamp.is_none() {
                 return Err(StoreError::conflict(

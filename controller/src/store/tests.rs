@@ -764,10 +764,10 @@ fn a_set_refusing_takeover_leaves_other_sets_objects_alone() {
             "cli",
             vec![in_set("cli", "shared", json!({"displayName": "CLI"}))],
             true,
-            false,
+            Commit::Persist,
         )
         .unwrap();
-    store.create(project("unowned", json!({})), false).unwrap();
+    store.create(project("unowned", json!({})), Commit::Persist).unwrap();
 
     let batch = vec![
         in_set("git", "mine", json!({})),
@@ -814,10 +814,10 @@ fn a_set_refusing_takeover_leaves_other_sets_objects_alone() {
             "git",
             vec![in_set("git", "shared", json!({}))],
             false,
-            false,
+            Commit::Persist,
         )
         .unwrap();
-    store.apply_set("cli", vec![], false, false).unwrap();
+    store.apply_set("cli", vec![], false, Commit::Persist).unwrap();
     assert_eq!(store.applyset_inventory("cli"), Vec::<String>::new());
 }
 

@@ -15,6 +15,7 @@ pub mod layout;
 pub mod lxd;
 pub mod mcp;
 pub mod metrics;
+pub mod preview;
 pub mod reconcile;
 pub mod runtime;
 pub mod runtime_handle;

@@ -162,14 +162,18 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 
     let secrets = Arc::new(Secrets::open(Arc::clone(&store), &config.data_dir)?);
 
-    let tls = match config.listen.http.as_str() {
-        "" => None,
+    // One certificate for both TCP listeners (the API and previews), read when either is on.
+    let tls_acceptor = match (config.listen.http.as_str(), config.listen.preview.as_str()) {
+        ("", "") => None,
         _ if config.listen.tls.is_configured() => Some(api::tls_acceptor(
             Path::new(&config.listen.tls.cert),
             Path::new(&config.listen.tls.key),
         )?),
         _ => None,
     };
+    let tls = tls_acceptor
+        .clone()
+        .filter(|_| !config.listen.http.is_empty());
     let listeners = Listeners {
         unix: api::bind_unix(&config.listen.socket).await?,
         unix_path: config.listen.socket.clone(),
@@ -190,14 +194,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
 
     // Bound before the controller starts: `status.ports` carries the listener's port.
-    let preview_tls = match config.listen.preview.as_str() {
-        "" => None,
-        _ if config.listen.tls.is_configured() => Some(api::tls_acceptor(
-            Path::new(&config.listen.tls.cert),
-            Path::new(&config.listen.tls.key),
-        )?),
-        _ => None,
-    };
+    let preview_tls = tls_acceptor.filter(|_| !config.listen.preview.is_empty());
     let preview_listener = match config.listen.preview.as_str() {
         "" => None,
         addr => Some(api::bind_preview(addr, preview_tls.is_some()).await?),

@@ -21,8 +21,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{
-    AUTHORIZATION, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, COOKIE, HOST, HeaderValue, LOCATION,
-    SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SET_COOKIE, UPGRADE,
+    AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, COOKIE, HOST, HeaderValue, LOCATION, SET_COOKIE,
 };
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -511,13 +510,7 @@ pub(super) async fn port_forward(
         .and_then(|p| p.parse::<u16>().ok())
         .filter(|p| *p > 0)
         .ok_or_else(|| ApiError::bad_request("port: a port number from 1 to 65535 is required"))?;
-    let upgrade = req
-        .headers()
-        .get(UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    let key = req.headers().get(SEC_WEBSOCKET_KEY).cloned();
-    let (true, Some(key)) = (upgrade, key) else {
+    let Some(key) = super::attach::websocket_key(&req) else {
         return Err(ApiError::bad_request(
             "portforward needs a websocket upgrade (Upgrade: websocket, Sec-WebSocket-Key)",
         ));
@@ -544,7 +537,6 @@ pub(super) async fn port_forward(
             })?;
     tracing::info!(project = name, port, caller = %caller.identity, "port-forward");
     let session = state.inspector.activity.open(project.uid(), "preview");
-    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     tokio::spawn(async move {
         let _session = session;
         if let Ok(upgraded) = hyper::upgrade::on(req).await {
@@ -553,20 +545,7 @@ pub(super) async fn port_forward(
             crate::preview::relay::relay(socket, upstream).await;
         }
     });
-    let mut response = Response::new(
-        http_body_util::Empty::new()
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let headers = response.headers_mut();
-    headers.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
-    headers.insert(UPGRADE, HeaderValue::from_static("websocket"));
-    headers.insert(
-        SEC_WEBSOCKET_ACCEPT,
-        HeaderValue::from_str(&accept).map_err(|e| ApiError::internal(e.to_string()))?,
-    );
-    Ok(response)
+    super::attach::switching_protocols(&key)
 }
 
 #[cfg(test)]

@@ -86,6 +86,16 @@ fn add_user(berth: &Berth, name: &str) -> String {
     reply.json()["token"].as_str().unwrap().to_string()
 }
 
+fn add_member(berth: &Berth, project: &str, user: &str) {
+    let reply = berth.client().request(
+        "PUT",
+        &format!("{PROJECTS}/{project}/members/{user}"),
+        None,
+        b"",
+    );
+    assert!(reply.status < 300, "add {user}: {}", reply.text());
+}
+
 /// Busybox servers inside the container: `httpd` on 8000, an upgrade that echoes on 8001, and
 /// a response that sends its second half only once `/tmp/go` exists on 8002.
 const SERVERS: &str = r#"
@@ -137,13 +147,7 @@ fn members_reach_a_containers_servers_through_the_preview_listener() {
     berth.create_project(&name, json!({"image": "berth-tiny"}));
     let alice = add_user(&berth, &format!("alice-{name}"));
     let bob = add_user(&berth, &format!("bob-{name}"));
-    let reply = berth.client().request(
-        "PUT",
-        &format!("{PROJECTS}/{name}/members/alice-{name}"),
-        None,
-        b"",
-    );
-    assert!(reply.status < 300, "add alice: {}", reply.text());
+    add_member(&berth, &name, &format!("alice-{name}"));
     berth.wait_ready(&name);
     start_servers(&name);
     let host = format!("{name}--8000.localhost:{port}");
@@ -377,13 +381,7 @@ fn a_preview_request_wakes_an_idled_project_and_counts_as_activity() {
         json!({"image": "berth-tiny", "reap": {"idleAfter": "4s", "idleAction": "Stop"}}),
     );
     let alice = add_user(&berth, &format!("alice-{name}"));
-    let reply = berth.client().request(
-        "PUT",
-        &format!("{PROJECTS}/{name}/members/alice-{name}"),
-        None,
-        b"",
-    );
-    assert!(reply.status < 300, "add alice: {}", reply.text());
+    add_member(&berth, &name, &format!("alice-{name}"));
     berth.wait_for(&name, "idled and stopped", |p| {
         idled(p).is_some() && harness::instance_state(&name).as_deref() == Some("STOPPED")
     });

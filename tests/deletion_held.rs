@@ -28,6 +28,8 @@ use support::daemon::{Client, Daemon, spawn_serve_args, wait_with_deadline};
 const HOLD_DEADLINE: Duration = Duration::from_secs(240);
 /// No scheduler pass runs after the projects are made; a held deletion looks again every 3s.
 const CONFIG: &str = "scheduler: {interval: 1h, workers: 2, recheckInterval: 3s}\n";
+/// A held deletion looks again only after an hour, unless a person asks.
+const SLOW_RECHECK: &str = "scheduler: {interval: 1h, workers: 2, recheckInterval: 1h}\n";
 
 /// `berth-t-del-<random>`: unique on this machine.
 fn unique_name() -> String {
@@ -45,8 +47,12 @@ struct Deleter {
 
 impl Deleter {
     fn start() -> Deleter {
+        Deleter::start_with(CONFIG)
+    }
+
+    fn start_with(config: &str) -> Deleter {
         Deleter {
-            daemon: Daemon::start_running_with_config(CONFIG),
+            daemon: Daemon::start_running_with_config(config),
             projects: Vec::new(),
             own_instances: Vec::new(),
         }
@@ -449,4 +455,74 @@ fn a_write_during_the_stop_is_not_lost() {
         volumes_of(&uid)
     );
     assert_eq!(instance_count(&name), 0);
+}
+
+/// A held deletion says what holds it (the untracked file, the unpushed commit), that the
+/// project stays Deleting and when it is looked at next; every view of its protection agrees;
+/// once the work is gone, asking again deletes it at once, without waiting for the hour-long
+/// recheck interval; and its events are still listed after it is gone.
+#[test]
+fn a_held_deletion_names_its_work_and_a_second_delete_looks_again() {
+    let mut berth = Deleter::start_with(SLOW_RECHECK);
+    let name = unique_name();
+    berth.create_ready(&name, "berth-base");
+    workspace(
+        &name,
+        "git init -q && echo draft > notes.txt && git add notes.txt && \
+         git commit -qm 'local only' && echo more > todo-later.txt",
+    );
+    let commit = workspace(&name, "git rev-parse --short HEAD")
+        .trim()
+        .to_string();
+
+    let delete = berth.cli(&["delete", "project", &name]);
+    let text = said(&delete);
+    assert_eq!(delete.status.code(), Some(1), "{text}");
+    for expected in [
+        "UnsavedWork",
+        "todo-later.txt",
+        commit.as_str(),
+        "stays Deleting",
+        "next look at ",
+        "(in ",
+    ] {
+        assert!(text.contains(expected), "{expected:?} not in: {text}");
+    }
+    let held = berth.wait_held(&name, "UnsavedWork");
+    assert!(
+        held["status"]["deletionHold"]["nextLookAt"].is_string(),
+        "{}",
+        held["status"]
+    );
+
+    // Every view says what protects it: the wide listing and the reaper's plan alike.
+    let wide = berth.cli(&["get", "projects", "-o", "wide"]);
+    let row = String::from_utf8_lossy(&wide.stdout)
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .unwrap_or_default()
+        .to_string();
+    assert!(row.contains("UnsavedWork"), "{}", said(&wide));
+    let plan = berth.cli(&["reap", "--dry-run"]);
+    let planned = String::from_utf8_lossy(&plan.stdout)
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .unwrap_or_default()
+        .to_string();
+    assert!(planned.contains("UnsavedWork"), "{}", said(&plan));
+
+    // The work is discarded by hand; a second delete looks again now and deletes it.
+    workspace(&name, "rm -rf .git notes.txt todo-later.txt");
+    let again = berth.cli(&["delete", "project", &name, "--timeout=3m"]);
+    assert!(again.status.success(), "{}", said(&again));
+    assert!(berth.get(&name).is_none(), "deleted");
+
+    // Its events outlive it (events.retention, an hour by default).
+    let events = berth.cli(&["events", &name]);
+    assert!(events.status.success(), "{}", said(&events));
+    assert!(
+        String::from_utf8_lossy(&events.stdout).contains("DeletionBlocked"),
+        "{}",
+        said(&events)
+    );
 }

@@ -503,6 +503,8 @@ fn refs_resolve_to_branches_tags_and_commits_and_fetch_failures_are_reported() {
     git(&repo.work, &["tag", "v1"]);
     git(&repo.work, &["push", "--quiet", "origin", "v1"]);
     repo.write("b/beta.yaml", &profile("beta", ""));
+    // Each source applies a directory of its own: a GitSource leaves another's objects alone.
+    repo.write("d/delta.yaml", &profile("delta", ""));
     let head = repo.commit("beta");
     git(&repo.work, &["checkout", "--quiet", "-b", "feature"]);
     repo.write("c/gamma.yaml", &profile("gamma", ""));
@@ -514,7 +516,7 @@ fn refs_resolve_to_branches_tags_and_commits_and_fetch_failures_are_reported() {
         ("by-tag", "v1", "a", &tagged),
         ("by-commit", head.as_str(), "b", &head),
         ("by-branch", "feature", "c", &feature),
-        ("by-default", "", "b", &head),
+        ("by-default", "", "d", &head),
     ] {
         let reply = client.post_json(
             &format!("{API}/gitsources"),
@@ -740,4 +742,150 @@ fn projects_from_a_repository_come_up_change_and_a_prune_keeps_unsaved_work() {
     assert_eq!(harness::instance_count(&keep), 0);
     let reply = client.delete(&format!("{API}/agentprofiles/{profile_name}"));
     assert_eq!(reply.status, 200, "{}", reply.text());
+}
+
+/// Runs the real `berth` client against `daemon`; returns its stdout, failing on a non-zero exit.
+fn berth_cli(daemon: &Daemon, args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(args)
+        .env("BERTH_SERVER", &daemon.socket)
+        .env("NO_COLOR", "1")
+        .env_remove("BERTH_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run berth");
+    assert!(
+        output.status.success(),
+        "berth {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn objects_another_applyset_owns_are_left_to_it_and_named() {
+    let daemon = Daemon::start_running(&[]);
+    let client = daemon.client();
+
+    // `taken-by-git` belongs to GitSource `first`; `taken-by-cli` to a CLI applyset.
+    let first_repo = Repo::new();
+    first_repo.write("m/taken-by-git.yaml", &profile("taken-by-git", ""));
+    let first_revision = first_repo.commit("first");
+    let reply = client.post_json(
+        &format!("{API}/gitsources"),
+        &gitsource("first", &first_repo.url(), "main", "m", "1s"),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    wait_applied(&daemon, "first", &first_revision);
+    let by_cli = daemon.dir.path().join("taken-by-cli.yaml");
+    std::fs::write(&by_cli, profile("taken-by-cli", "")).unwrap();
+    berth_cli(
+        &daemon,
+        &[
+            "apply",
+            "-f",
+            by_cli.to_str().unwrap(),
+            "--prune",
+            "--applyset",
+            "cli-fleet",
+        ],
+    );
+    let git_owned = must_get(&client, "agentprofiles", "taken-by-git");
+    let cli_owned = must_get(&client, "agentprofiles", "taken-by-cli");
+
+    // A second GitSource whose manifests name both, and one object of its own, with another
+    // home so a takeover would show.
+    let repo = Repo::new();
+    let other_home = |name: &str| profile(name, "").replace("/home/agent", "/home/second");
+    repo.write("m/a-taken-by-cli.yaml", &other_home("taken-by-cli"));
+    repo.write("m/b-taken-by-git.yaml", &other_home("taken-by-git"));
+    repo.write("m/c-own.yaml", &other_home("own"));
+    let revision = repo.commit("overlapping");
+    let reply = client.post_json(
+        &format!("{API}/gitsources"),
+        &gitsource("second", &repo.url(), "main", "m", "1s"),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let source = wait_for(&daemon, "the conflicts to be reported", || {
+        let source = get(&client, "gitsources", "second")?;
+        (source["status"]["lastAppliedRevision"] == revision
+            && condition(&source, "Ready")?["reason"] == "ApplysetConflict")
+            .then_some(source)
+    });
+    let ready = condition(&source, "Ready").unwrap();
+    assert_eq!(ready["status"], "False");
+    let message = ready["message"].as_str().unwrap();
+    for named in [
+        "AgentProfile/taken-by-cli (applyset cli-fleet)",
+        "AgentProfile/taken-by-git (applyset gitsource-first)",
+    ] {
+        assert!(message.contains(named), "{named} not in {message}");
+    }
+    assert!(!message.contains("AgentProfile/own"), "{message}");
+
+    // Neither is taken over: same object, same owner; the set's own object is applied.
+    for (owned, set) in [(&git_owned, "gitsource-first"), (&cli_owned, "cli-fleet")] {
+        let name = owned["metadata"]["name"].as_str().unwrap();
+        let now = must_get(&client, "agentprofiles", name);
+        assert_eq!(rv(&now), rv(owned), "{name} was written");
+        assert_eq!(now["metadata"]["annotations"]["berth.dev/applyset"], set);
+    }
+    let own = must_get(&client, "agentprofiles", "own");
+    assert_eq!(own["spec"]["home"], "/home/second");
+    assert_eq!(source["status"]["inventory"], json!(["AgentProfile/own"]));
+    // The first GitSource still holds its object and goes on syncing it.
+    let first = must_get(&client, "gitsources", "first");
+    assert_eq!(
+        first["status"]["inventory"],
+        json!(["AgentProfile/taken-by-git"])
+    );
+
+    // A Warning event names them, once for this revision, however many polls follow.
+    let warnings = || {
+        let events = client
+            .get(&format!("{API}/gitsources/second/events"))
+            .json();
+        events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "Warning" && e["reason"] == "ApplysetConflict")
+            .map(|e| e["message"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let before = syncs(&daemon, "second");
+    wait_for(&daemon, "two more syncs of the same revision", || {
+        (syncs(&daemon, "second") >= before + 2).then_some(())
+    });
+    assert_eq!(warnings(), [message.to_string()]);
+
+    // The CLI shows it: the table's MESSAGE column and describe's conditions and events.
+    let table = berth_cli(&daemon, &["get", "gitsources"]);
+    let row = table
+        .lines()
+        .find(|line| line.starts_with("second "))
+        .unwrap_or_else(|| panic!("no row for second:\n{table}"));
+    assert!(
+        row.contains("ApplysetConflict: applied revision")
+            && row.contains("AgentProfile/taken-by-cli (applyset cli-fleet)"),
+        "{row}"
+    );
+    let described = berth_cli(&daemon, &["describe", "gitsource", "second"]);
+    assert!(
+        described.contains("ApplysetConflict")
+            && described.contains("AgentProfile/taken-by-git (applyset gitsource-first)")
+            && described.contains("Warning"),
+        "{described}"
+    );
+
+    // Dropping the overlapping manifests makes it Ready again.
+    repo.remove("m/a-taken-by-cli.yaml");
+    repo.remove("m/b-taken-by-git.yaml");
+    let clean = repo.commit("only our own");
+    let source = wait_applied(&daemon, "second", &clean);
+    assert_eq!(condition(&source, "Ready").unwrap()["reason"], "Succeeded");
+    assert_eq!(
+        must_get(&client, "agentprofiles", "taken-by-cli")["metadata"]["annotations"]["berth.dev/applyset"],
+        "cli-fleet"
+    );
 }

@@ -13,6 +13,7 @@ mod support;
 #[path = "reconcile_harness.rs"]
 mod harness;
 
+use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -850,4 +851,109 @@ fn stopped_work_due_for_delete_and_pruned_work_are_kept() {
     assert!(forced.status.success(), "{}", said(&forced));
     assert!(reaper.get(&pruned).is_none());
     assert!(live_volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
+}
+
+/// The list's resourceVersion: it moves with every write of any object in the store.
+fn list_version(reaper: &Reaper) -> u64 {
+    let list = reaper.client().get(PROJECTS).json();
+    list["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no resourceVersion on the list: {}", list["metadata"]))
+}
+
+#[test]
+fn a_steady_fleet_writes_nothing_and_a_touched_file_shows_within_two_passes() {
+    let mut reaper = Reaper::start("{interval: 2s, workers: 4}");
+    let names = [unique_name(), unique_name()];
+    for name in &names {
+        reaper.create(
+            name,
+            json!({"image": "berth-tiny", "reap": {"idleAfter": "1h", "idleAction": "Stop"}}),
+        );
+    }
+    for name in &names {
+        reaper.wait_reachable(name);
+        reaper.wait_for(name, "Ready with an inspection", READY_DEADLINE, |p| {
+            condition(p, "Ready")["status"] == "True"
+                && p["status"]["activity"]["inspectedAt"].is_string()
+        });
+    }
+
+    // Every watch event from here on, kept by a reader that lives as long as the daemon.
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let mut watch = reaper.client().watch(&format!("{PROJECTS}?watch=true"));
+    let seen = events.clone();
+    std::thread::spawn(move || {
+        while let Some(event) = watch.next_event() {
+            seen.lock().unwrap().push(event);
+        }
+    });
+    let changed_since = |version: u64| -> Vec<Value> {
+        events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                e["object"]["metadata"]["resourceVersion"]
+                    .as_str()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .is_some_and(|v| v > version)
+            })
+            .cloned()
+            .collect()
+    };
+
+    // Steady once two passes in a row wrote nothing (what is left of starting up settles
+    // first); then it stays so for three more.
+    let until = Instant::now() + NOTICE_DEADLINE;
+    let mut version = list_version(&reaper);
+    loop {
+        reaper.wait_passes(2);
+        let now = list_version(&reaper);
+        if now == version {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the fleet never settled: {:?}",
+            changed_since(version)
+        );
+        version = now;
+    }
+    let inspections = reaper.metric("berth_scheduler_inspections_total{result=\"ok\"}");
+    reaper.wait_passes(3);
+    assert_eq!(
+        list_version(&reaper),
+        version,
+        "a steady fleet wrote: {:?}",
+        changed_since(version)
+    );
+    assert_eq!(changed_since(version), Vec::<Value>::new());
+    assert!(
+        reaper.metric("berth_scheduler_inspections_total{result=\"ok\"}") >= inspections + 4.0,
+        "the passes kept inspecting both projects"
+    );
+
+    // A file touched in one workspace: its lastActiveAt moves within two passes.
+    let before = reaper.get(&names[0]).expect("project")["status"]["activity"].clone();
+    let touched = chrono::Utc::now() - chrono::Duration::seconds(1);
+    exec(&names[0], "echo work > /workspace/notes.txt").expect("touch a file");
+    reaper.wait_passes(2);
+    let project = reaper.get(&names[0]).expect("project");
+    let activity = &project["status"]["activity"];
+    let last_active: chrono::DateTime<chrono::Utc> = activity["lastActiveAt"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no lastActiveAt: {activity} (before: {before})"));
+    assert!(
+        last_active >= touched,
+        "{activity} (before: {before}, touched at {touched})"
+    );
+    assert_eq!(activity["source"], "files", "{activity}");
+    let written: BTreeSet<String> = changed_since(version)
+        .iter()
+        .filter_map(|e| e["object"]["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(written, BTreeSet::from([names[0].clone()]));
 }

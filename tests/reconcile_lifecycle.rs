@@ -260,3 +260,112 @@ fn delete_removes_the_container_and_trashes_the_volumes() {
     assert_ne!(uid_of(&again), uid);
     assert!(exec(&name, "test -e /workspace/f").is_err());
 }
+
+/// Runs the `berth` client against the test's daemon.
+fn berth_cli(berth: &Berth, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(args)
+        .env("BERTH_SERVER", &berth.socket)
+        .env_remove("BERTH_TOKEN")
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run berth")
+}
+
+#[test]
+fn a_start_lxd_refuses_is_explained_by_get_describe_events_and_wait() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    berth.create_project(&name, json!({"image": "berth-tiny"}));
+    berth.wait_ready(&name);
+    berth.patch_project(&name, json!({"spec": {"state": "Stopped"}}));
+    berth.wait_for(&name, "Stopped", |p| p["status"]["phase"] == "Stopped");
+
+    // A host directory bound into the container, then removed: LXD refuses every start.
+    let source = berth.dir.path().join("bound");
+    std::fs::create_dir(&source).unwrap();
+    lxc_when_idle(&[
+        "config",
+        "device",
+        "add",
+        &name,
+        "gone",
+        "disk",
+        &format!("source={}", source.display()),
+        "path=/mnt/gone",
+    ])
+    .unwrap();
+    std::fs::remove_dir(&source).unwrap();
+    let cause = "Missing source path";
+
+    berth.patch_project(&name, json!({"spec": {"state": "Running"}}));
+    let failed = berth.wait_for(&name, "StepFailed", |p| {
+        ready_reason(p).is_some_and(|(_, reason)| reason == "StepFailed")
+    });
+    let message = failed["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.starts_with("step Started failed: ") && message.contains(cause),
+        "{message}"
+    );
+
+    let text = |out: std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let get = text(berth_cli(&berth, &["get", "project", &name]));
+    assert!(
+        get.contains("StepFailed: step Started failed") && get.contains(cause),
+        "{get}"
+    );
+    let describe = text(berth_cli(&berth, &["describe", "project", &name]));
+    assert!(
+        describe.contains("StepFailed") && describe.contains(cause),
+        "{describe}"
+    );
+    // One row, whatever the number of attempts: repeats count on it.
+    let events = text(berth_cli(&berth, &["events"]));
+    let rows: Vec<&str> = events
+        .lines()
+        .filter(|l| l.contains("StepFailed"))
+        .collect();
+    assert_eq!(rows.len(), 1, "{events}");
+    assert!(
+        rows[0].contains("Warning") && rows[0].contains(cause),
+        "{events}"
+    );
+    let waited = berth_cli(
+        &berth,
+        &[
+            "wait",
+            &format!("project/{name}"),
+            "--for=condition=Ready",
+            "--timeout=2s",
+        ],
+    );
+    assert_eq!(waited.status.code(), Some(1));
+    let waited = text(waited);
+    assert!(
+        waited.contains("timed out") && waited.contains("StepFailed") && waited.contains(cause),
+        "{waited}"
+    );
+
+    // Once the device is gone the next retry starts it, and the message clears.
+    lxc_when_idle(&["config", "device", "remove", &name, "gone"]).unwrap();
+    let ready = berth.wait_ready(&name);
+    let (_, reason) = ready_reason(&ready).unwrap();
+    assert_ne!(reason, "StepFailed");
+    let get = text(berth_cli(&berth, &["get", "project", &name]));
+    assert!(!get.contains(cause), "{get}");
+}

@@ -1104,6 +1104,26 @@ impl Running {
         }
     }
 
+    /// Waits until `n` more activity passes have finished (status shows no pass that found
+    /// nothing new).
+    fn wait_activity_passes(&self, n: u32) {
+        let passes = || {
+            let text = self.client().get("/metrics").text();
+            text.lines()
+                .find_map(|l| {
+                    l.strip_prefix(
+                        "berth_scheduler_pass_duration_seconds_count{pass=\"activity\"} ",
+                    )?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                })
+                .unwrap_or_else(|| panic!("no activity pass count on /metrics:\n{text}"))
+        };
+        let target = passes() + f64::from(n);
+        wait_for("more activity passes", || passes() >= target);
+    }
+
     /// Runs `berth tool NAME TOOL --args ARGS [EXTRA...]`.
     fn cli(
         &self,
@@ -1245,7 +1265,7 @@ fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
 
     // Kept up from here on; a new spec wakes it too.
     berth.patch(&name, json!({"spec": {"reap": {"idleAfter": "1h"}}}));
-    let project = berth.wait_for(&name, "running with the new spec", |p, state| {
+    berth.wait_for(&name, "running with the new spec", |p, state| {
         idled(p).is_none()
             && state == Some("RUNNING")
             && p["status"]["observedGeneration"] == p["metadata"]["generation"]
@@ -1254,13 +1274,7 @@ fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
 
     // A tool call is activity: the scheduler's next pass records it as such. Two passes
     // first, so the boot is behind the inspection that follows the call.
-    let mut seen = project["status"]["activity"]["inspectedAt"].clone();
-    for _ in 0..2 {
-        let project = berth.wait_for(&name, "another activity pass", |p, _| {
-            p["status"]["activity"]["inspectedAt"] != seen
-        });
-        seen = project["status"]["activity"]["inspectedAt"].clone();
-    }
+    berth.wait_activity_passes(2);
     let called_at = chrono::Utc::now() - chrono::Duration::seconds(1);
     let out = ok(
         &berth.daemon.socket,

@@ -38,5 +38,16 @@ pub const DELETED_BY: &str = "berth.dev/deletedBy";
 /// or `prune` (an applyset or GitSource no longer holds it).
 pub const REAPED_BY: &str = "berth.dev/reapedBy";
 
+/// On a Project being deleted: changing its value asks the finalizer to look at a held
+/// workspace again now rather than at its next interval. The server sets it on every delete
+/// request of a Project and on `POST .../projects/NAME/look` (`berth wait --for=delete`).
+pub const LOOK_REQUESTED_AT: &str = "berth.dev/lookRequestedAt";
+
 /// Annotations only the server writes (see [`FORCE_DELETE`]).
-pub const SERVER_OWNED: [&str; 4] = [FORCE_DELETE, PURGE, DELETED_BY, REAPED_BY];
+pub const SERVER_OWNED: [&str; 5] = [
+    FORCE_DELETE,
+    PURGE,
+    DELETED_BY,
+    REAPED_BY,
+    LOOK_REQUESTED_AT,
+];

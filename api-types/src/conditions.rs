@@ -38,6 +38,8 @@ pub mod reasons {
     pub const IMAGE_NOT_FOUND: &str = "ImageNotFound";
     pub const BOOT_TIMEOUT: &str = "BootTimeout";
     pub const STEP_TIMEOUT: &str = "StepTimeout";
+    /// A step failed; the message names the step and carries the cause.
+    pub const STEP_FAILED: &str = "StepFailed";
     pub const MEMBER_OFFLINE: &str = "MemberOffline";
     pub const QUOTA_NOT_ENFORCED: &str = "QuotaNotEnforced";
     pub const BRIEF_NOT_ACKNOWLEDGED: &str = "BriefNotAcknowledged";
@@ -61,6 +63,8 @@ pub mod reasons {
     pub const FETCH_FAILED: &str = "FetchFailed";
     pub const APPLY_FAILED: &str = "ApplyFailed";
     pub const PRUNE_FAILED: &str = "PruneFailed";
+    /// Manifests naming objects another applyset owns, which are left to it.
+    pub const APPLYSET_CONFLICT: &str = "ApplysetConflict";
     pub const SUSPENDED: &str = "Suspended";
 }
 

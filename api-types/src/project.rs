@@ -465,6 +465,10 @@ pub struct ProjectStatus {
     pub activity: Option<ActivityStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsaved_work: Option<UnsavedWork>,
+    /// While a deletion is held: when the workspace was last looked at, when it is looked at
+    /// next, and which request for a fresh look that look answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_hold: Option<DeletionHold>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reap: Option<ReapStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -674,7 +678,8 @@ pub struct ActivityStatus {
     pub last_active_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<ActivitySource>,
-    /// When the activity pass last inspected the project.
+    /// When an inspection last recorded something: the first one, or one that changed the
+    /// status. An inspection that finds nothing new writes nothing, so this is not the latest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inspected_at: Option<DateTime<Utc>>,
 }
@@ -741,6 +746,26 @@ pub struct UnsavedWork {
     /// relative to /workspace, sanitised).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<String>,
+    /// Some of the commits on no remote, `HASH on REF` (at most [`UnsavedWork::MAX_FILES`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commits: Vec<String>,
+}
+
+/// A held deletion's schedule (`status.deletionHold`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletionHold {
+    /// When the workspace was last looked at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub looked_at: Option<DateTime<Utc>>,
+    /// When it is looked at again (sooner when a person asks: `berth delete` or `berth wait
+    /// --for=delete` on it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_look_at: Option<DateTime<Utc>>,
+    /// The value of the `berth.dev/lookRequestedAt` annotation this look answered: a client
+    /// that asked for a fresh look reads the hold as the answer only once it matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -952,9 +977,25 @@ fn check_profile_name(name: &str, field: &str, errs: &mut ValidationErrors) {
     }
 }
 
+/// The least `resources.memory` admission accepts: below it LXD's `forkstart` cannot start the
+/// container (1KiB fails every start), and little runs in a few MiB anyway.
+pub const MIN_MEMORY_BYTES: u64 = 32 * 1024 * 1024;
+
 fn validate_resources(r: &Resources, prefix: &str, errs: &mut ValidationErrors) {
     if r.cpu.as_ref().is_some_and(|c| c.millis() == 0) {
         errs.push(format!("{prefix}.cpu"), "must be more than 0");
+    }
+    if let Some(memory) = &r.memory
+        && memory.as_bytes() > 0
+        && memory.as_bytes() < MIN_MEMORY_BYTES
+    {
+        errs.push(
+            format!("{prefix}.memory"),
+            format!(
+                "{:?} is below the minimum of 32MiB: LXD cannot start a container with less",
+                memory.as_str()
+            ),
+        );
     }
     for (name, q) in [
         ("memory", &r.memory),

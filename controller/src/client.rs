@@ -204,6 +204,10 @@ impl ClientError {
     pub fn is_not_found(&self) -> bool {
         self.status().is_some_and(ApiStatus::is_not_found)
     }
+
+    pub fn is_conflict(&self) -> bool {
+        self.status().is_some_and(|s| s.code == 409)
+    }
 }
 
 /// One line of a `?watch=true` stream, its object as JSON.
@@ -527,6 +531,13 @@ impl Client {
             None,
         )
         .await
+    }
+
+    /// Asks for a fresh look at the workspace of a project being deleted (a held deletion is
+    /// looked at again now); answers the project, or 409 when it is not being deleted.
+    pub async fn request_look(&self, name: &str) -> Result<Value, ClientError> {
+        let path = format!("{}/look", Self::object_path(Resource::Project, Some(name)));
+        self.call(Method::POST, &path, &[], None).await
     }
 
     /// Sends every object in one all-or-nothing call.

@@ -45,6 +45,8 @@ pub struct Config {
     pub secrets: SecretsConfig,
     /// How long a deleted project's volumes are kept before housekeeping purges them.
     pub trash: TrashConfig,
+    /// How long the events of a deleted or pruned object stay listed.
+    pub events: EventsConfig,
     /// Serve the API and the store, but let the controller act on nothing.
     pub paused: bool,
 }
@@ -62,6 +64,7 @@ impl Default for Config {
             allowed_forward_targets: Vec::new(),
             secrets: SecretsConfig::default(),
             trash: TrashConfig::default(),
+            events: EventsConfig::default(),
             paused: false,
         }
     }
@@ -190,6 +193,35 @@ impl Default for TrashConfig {
         TrashConfig {
             retention: "7d".to_string(),
         }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct EventsConfig {
+    /// How long the events of an object that went (deleted, pruned) stay listed (`berth events
+    /// NAME`) before housekeeping prunes them; `0s` prunes them at the next pass.
+    pub retention: String,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        EventsConfig {
+            retention: "1h".to_string(),
+        }
+    }
+}
+
+/// How long a gone object's events stay unless `events.retention` says otherwise.
+pub const EVENT_RETENTION: std::time::Duration = std::time::Duration::from_secs(3600);
+
+impl EventsConfig {
+    /// `retention` as a duration (validated at load, so the default stands in otherwise).
+    pub fn retention(&self) -> std::time::Duration {
+        self.retention
+            .parse::<berth_api::BerthDuration>()
+            .map(|d| d.as_std())
+            .unwrap_or(EVENT_RETENTION)
     }
 }
 
@@ -356,6 +388,10 @@ impl Config {
             Ok(_) => {}
             Err(e) => return Err(invalid("trash.retention", &e.to_string())),
         }
+        match self.events.retention.parse::<berth_api::BerthDuration>() {
+            Ok(d) => d.check_cap().map_err(|e| invalid("events.retention", &e))?,
+            Err(e) => return Err(invalid("events.retention", &e.to_string())),
+        }
         Ok(())
     }
 
@@ -497,7 +533,14 @@ secrets: {mirrorToLxd: false}
             std::time::Duration::from_secs(180)
         );
         assert_eq!(config.defaults, Defaults::default());
+        assert_eq!(config.events.retention(), EVENT_RETENTION);
         config.validate().unwrap();
+        let config = Config::parse("events: {retention: 10m}\n").unwrap();
+        config.validate().unwrap();
+        assert_eq!(
+            config.events.retention(),
+            std::time::Duration::from_secs(600)
+        );
     }
 
     #[test]
@@ -545,6 +588,7 @@ secrets: {mirrorToLxd: false}
             ("listen: {preview: 'nonsense'}", "listen.preview"),
             ("lxd: {endpoint: 'tcp://x'}", "lxd.endpoint"),
             ("scheduler: {workers: 0}", "scheduler.workers"),
+            ("events: {retention: soon}", "events.retention"),
             (
                 "scheduler: {recheckInterval: soon}",
                 "scheduler.recheckInterval",

@@ -387,6 +387,7 @@ fn start_controller(
         }
     };
     let lxd = Arc::clone(lxd);
+    let event_retention = config.events.retention();
     let pass_settings = crate::scheduler::passes::PassSettings {
         workers: config.scheduler.workers.max(1) as usize,
         inspect_timeout: SCHEDULER_INSPECT_TIMEOUT,
@@ -435,7 +436,8 @@ fn start_controller(
                 activity,
                 pass_settings,
             )
-            .with_trash(trash);
+            .with_trash(trash)
+            .with_event_retention(event_retention);
             let scheduler = tokio::spawn(crate::scheduler::run(
                 Arc::new(passes),
                 interval,

@@ -133,6 +133,11 @@ pub struct Metrics {
     pub lxd_request_duration: Histogram,
     pub scheduler_pass_duration: Family<PassLabels, Histogram, fn() -> Histogram>,
     pub scheduler_panics: Family<PassLabels, Counter>,
+    /// When each pass last finished (Unix seconds): status no longer shows when the activity
+    /// pass last looked, since a look that finds nothing new writes nothing.
+    pub scheduler_last_pass: Family<PassLabels, Gauge>,
+    /// Workspace inspections the scheduler made, by result (`ok`, `failed`).
+    pub scheduler_inspections: Family<ResultLabels, Counter>,
     pub build_info: Family<VersionLabels, Gauge>,
     /// Open API connections, and those refused past `listen.maxConnections`, by listener.
     pub api_connections: Family<ListenerLabels, Gauge>,
@@ -181,6 +186,8 @@ impl Metrics {
             lxd_request_duration: seconds_histogram(),
             scheduler_pass_duration: Family::new_with_constructor(seconds_histogram),
             scheduler_panics: Family::default(),
+            scheduler_last_pass: Family::default(),
+            scheduler_inspections: Family::default(),
             build_info: Family::default(),
             api_connections: Family::default(),
             api_connections_refused: Family::default(),
@@ -294,6 +301,16 @@ impl Metrics {
             "Scheduler passes that panicked, by pass (the loop goes on)",
             m.scheduler_panics.clone(),
         );
+        registry.register(
+            "scheduler_last_pass_timestamp_seconds",
+            "When each scheduler pass last finished, in Unix seconds",
+            m.scheduler_last_pass.clone(),
+        );
+        registry.register(
+            "scheduler_inspections",
+            "Workspace inspections the scheduler made, by result",
+            m.scheduler_inspections.clone(),
+        );
         // A gauge rather than an OpenMetrics info metric: the classic text parser (and promtool)
         // reads it too.
         registry.register(
@@ -349,6 +366,12 @@ impl Metrics {
                 .scheduler_pass_duration
                 .get_or_create(&PassLabels { pass });
             let _created = m.scheduler_panics.get_or_create(&PassLabels { pass });
+            let _created = m.scheduler_last_pass.get_or_create(&PassLabels { pass });
+        }
+        for result in ["ok", "failed"] {
+            let _created = m
+                .scheduler_inspections
+                .get_or_create(&ResultLabels { result });
         }
         for listener in LISTENERS {
             let labels = ListenerLabels { listener };
@@ -398,6 +421,21 @@ impl Metrics {
         self.scheduler_pass_duration
             .get_or_create(&PassLabels { pass })
             .observe(seconds);
+    }
+
+    /// `pass` finished at `unix_seconds`.
+    pub fn pass_finished_at(&self, pass: &'static str, unix_seconds: i64) {
+        self.scheduler_last_pass
+            .get_or_create(&PassLabels { pass })
+            .set(unix_seconds);
+    }
+
+    /// One more `scheduler_inspections_total{result}`.
+    pub fn count_inspection(&self, ok: bool) {
+        let result = if ok { "ok" } else { "failed" };
+        self.scheduler_inspections
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     /// One more `scheduler_panics_total{pass}`.
@@ -693,6 +731,8 @@ mod tests {
         "berth_lxd_request_duration_seconds",
         "berth_scheduler_pass_duration_seconds",
         "berth_scheduler_panics_total",
+        "berth_scheduler_last_pass_timestamp_seconds",
+        "berth_scheduler_inspections_total",
         "berth_build_info",
         "berth_deletions_held",
         "berth_deletion_held_oldest_seconds",

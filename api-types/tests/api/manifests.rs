@@ -45,6 +45,13 @@ const BAD: &[(&str, &str, &[&str])] = &[
         ],
     ),
     (
+        "memory below what LXD can start",
+        "kind: Project\nmetadata: {name: p}\nspec:\n  resources: {memory: 1KiB}\n",
+        &[
+            "spec.resources.memory: \"1KiB\" is below the minimum of 32MiB: LXD cannot start a container with less",
+        ],
+    ),
+    (
         "bad durations",
         "kind: Project\nmetadata: {name: p}\nspec:\n  reap: {idleAfter: 2 hours, idleAction: Pause, maxAge: forever}\n",
         &[

@@ -210,6 +210,10 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             only(&method, &path, Method::GET)?;
             preview::port_forward(state, caller, name, &query, req).await
         }
+        ["projects", name, "look"] => {
+            only(&method, &path, Method::POST)?;
+            request_look(state, caller, name).await
+        }
         ["projects", name, "members"] => members::route(state, caller, &method, name, None).await,
         ["projects", name, "members", user] => {
             members::route(state, caller, &method, name, Some(user)).await
@@ -691,6 +695,10 @@ async fn delete(
     if purge {
         annotations.insert(annotations::PURGE.to_string(), "true".to_string());
     }
+    // Asking again for a held deletion is asking for a fresh look at the workspace now.
+    if kind.as_str() == PROJECT {
+        annotations.insert(annotations::LOOK_REQUESTED_AT.to_string(), look_stamp());
+    }
     let rv = match query.get("resourceVersion") {
         Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
             ApiError::bad_request(format!("resourceVersion: {rv:?} is not a resourceVersion"))
@@ -723,6 +731,27 @@ async fn delete(
         }
     }
     Ok(serialized(code, deletion.object().as_ref()))
+}
+
+/// A request for a fresh look, unique per request: the time, to the nanosecond.
+fn look_stamp() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+/// `POST .../projects/NAME/look`: a member asks the finalizer to look at the workspace of a
+/// held deletion again now (`berth wait --for=delete`); 409 when the project is not being
+/// deleted. Answers the project, carrying the request in `berth.dev/lookRequestedAt`.
+async fn request_look(state: &Arc<ApiState>, caller: &Caller, name: &str) -> Outcome {
+    may_read(state, caller, Kind::Project, name)?;
+    let store = Arc::clone(&state.store);
+    let name_owned = name.to_string();
+    let object = blocking(move || store.request_look(PROJECT, &name_owned, &look_stamp()))
+        .await?
+        .map_err(|err| match err {
+            crate::store::StoreError::NotFound { .. } => not_found(Kind::Project, name),
+            other => other.into(),
+        })?;
+    Ok(serialized(StatusCode::OK, object.as_ref()))
 }
 
 async fn put_status(
@@ -929,6 +958,7 @@ async fn apply_list(
                     .map(|applied| AppliedSet {
                         applied,
                         pruned: Vec::new(),
+                        conflicts: Vec::new(),
                     })
             }
         };

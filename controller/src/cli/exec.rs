@@ -102,7 +102,15 @@ pub async fn run(context: &Context, args: ExecArgs) -> anyhow::Result<ExitCode> 
 /// Runs the command with its streams connected over a websocket; exits with its exit code.
 async fn interactive(context: &Context, args: &ExecArgs) -> anyhow::Result<ExitCode> {
     let client = context.client()?;
-    let terminal = args.tty.then(local_terminal_size);
+    // `-it` with input that is not a terminal (a pipe, /dev/null) runs without one, as
+    // kubectl does: a terminal would never pass the input's end on, so the command would wait
+    // for more forever.
+    let input_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stdin());
+    let tty = args.tty && (!args.stdin || input_is_terminal);
+    if args.tty && !tty {
+        eprintln!("warning: input is not a terminal: running without one (-t ignored)");
+    }
+    let terminal = tty.then(local_terminal_size);
     let mut query = url::form_urlencoded::Serializer::new(String::new());
     for word in &args.command {
         query.append_pair("command", word);
@@ -132,7 +140,7 @@ async fn interactive(context: &Context, args: &ExecArgs) -> anyhow::Result<ExitC
     )
     .await?;
     // Raw mode only when a person types: piped input stays as it is.
-    let _raw = if args.tty && args.stdin {
+    let _raw = if tty && args.stdin {
         RawMode::enter()?
     } else {
         None
@@ -161,7 +169,7 @@ async fn interactive(context: &Context, args: &ExecArgs) -> anyhow::Result<ExitC
     } else {
         drop(input_tx);
     }
-    let mut resizes = if args.tty {
+    let mut resizes = if tty {
         Some(tokio::signal::unix::signal(
             tokio::signal::unix::SignalKind::window_change(),
         )?)

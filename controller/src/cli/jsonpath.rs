@@ -8,13 +8,13 @@ use serde_json::Value;
 use super::render::scalar;
 
 /// One piece of a template.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Piece {
     Text(String),
     Path(Vec<Step>),
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Step {
     Field(String),
     Index(i64),
@@ -22,7 +22,7 @@ enum Step {
 }
 
 /// A parsed template.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template(Vec<Piece>);
 
 impl Template {

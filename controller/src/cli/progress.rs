@@ -5,13 +5,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use berth_api::WatchEventType;
+use berth_api::{WatchEventType, annotations};
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use super::duration;
-use super::render::{condition, reason_and_message, str_at, value_at};
+use super::render::{condition, reason_and_message, str_at, time_at, value_at};
 use crate::client::{Client, ClientError, Resource, WatchStream};
 
 /// What the wait is for.
@@ -28,6 +29,13 @@ pub enum Goal {
     RunningAgain { path: &'static str, before: Value },
     /// A condition of this type with this status (`True` by default).
     Condition { type_: String, status: String },
+    /// `jsonpath={.status.agent.state}=blocked`: the template, as `-o jsonpath` prints it,
+    /// prints `value` (`expression` is the template as given, for messages).
+    JsonPath {
+        expression: String,
+        template: super::jsonpath::Template,
+        value: String,
+    },
     /// The object is gone.
     Deleted,
 }
@@ -40,6 +48,9 @@ impl Goal {
             Goal::Stopped => "to be stopped".to_string(),
             Goal::RunningAgain { .. } => "to be running and ready again".to_string(),
             Goal::Condition { type_, status } => format!("to have condition {type_}={status}"),
+            Goal::JsonPath {
+                expression, value, ..
+            } => format!("to have {expression}={value}"),
             Goal::Deleted => "to be deleted".to_string(),
         }
     }
@@ -74,8 +85,13 @@ pub fn evaluate(resource: Resource, goal: &Goal, object: Option<&Value>) -> Verd
     };
     match goal {
         Goal::Deleted => match condition(object, "DeletionBlocked") {
-            Some(c) if str_at(c, "status") == "True" => {
-                Verdict::Failed(format!("deletion blocked: {}", reason_and_message(c)))
+            // A hold that has not answered the last request for a fresh look is an old answer.
+            Some(c) if str_at(c, "status") == "True" && hold_answers_request(object) => {
+                Verdict::Failed(format!(
+                    "deletion blocked: {}{}",
+                    reason_and_message(c),
+                    next_look(object, Utc::now())
+                ))
             }
             _ => Verdict::Pending,
         },
@@ -113,7 +129,41 @@ pub fn evaluate(resource: Resource, goal: &Goal, object: Option<&Value>) -> Verd
             }
             _ => Verdict::Pending,
         },
+        Goal::JsonPath {
+            template, value, ..
+        } => match template.render(object) == *value {
+            true => Verdict::Met,
+            false => Verdict::Pending,
+        },
     }
+}
+
+/// Whether the held deletion's last look answered the last request for one
+/// (`berth.dev/lookRequestedAt`, set by every delete request and `wait --for=delete`).
+fn hold_answers_request(object: &Value) -> bool {
+    let requested = object
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(annotations::LOOK_REQUESTED_AT))
+        .and_then(Value::as_str);
+    requested.is_none()
+        || requested == value_at(object, "status.deletionHold.answered").and_then(Value::as_str)
+}
+
+/// `; looked at again at 23:15:02 UTC (in 4m)`, from `status.deletionHold.nextLookAt`.
+pub fn next_look(object: &Value, now: DateTime<Utc>) -> String {
+    let Some(at) = time_at(object, "status.deletionHold.nextLookAt") else {
+        return String::new();
+    };
+    let wait = (at - now).num_seconds();
+    let when = if wait > 0 {
+        format!("in {}", duration::human_age(wait))
+    } else {
+        "due now".to_string()
+    };
+    format!(
+        "; next look at {} ({when})",
+        at.format("%Y-%m-%d %H:%M:%S UTC")
+    )
 }
 
 fn generation(object: &Value) -> Option<i64> {

@@ -121,7 +121,7 @@ impl Columns {
 pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateTime<Utc>) -> Table {
     let wide = columns.wide;
     let mut headers: Vec<&str> = match resource {
-        Resource::Project => vec!["name", "display name", "phase", "step", "age"],
+        Resource::Project => vec!["name", "display name", "phase", "step", "age", "message"],
         Resource::AgentProfile => vec!["name", "home", "version", "age"],
         Resource::GitSource => vec!["name", "url", "ref", "ready", "revision", "age", "message"],
     };
@@ -142,6 +142,7 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
                 or_default(str_at(object, "status.phase"), "Pending"),
                 str_at(object, "status.step").to_string(),
                 age,
+                held_message(object),
             ],
             Resource::AgentProfile => vec![
                 name_of(object).to_string(),
@@ -167,7 +168,7 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
                     str_at(object, "spec.image").to_string(),
                     agent_cell(object),
                     str_at(object, "status.title").to_string(),
-                    joined_at(object, "status.reap.protectedBy", None),
+                    protected_cell(object),
                     joined_at(object, "status.ports", Some("port")),
                 ]),
                 Resource::AgentProfile => {
@@ -213,6 +214,18 @@ fn short_revision(revision: &str) -> String {
     }
 }
 
+/// Why a project is held (`Reason: message`, its first line): empty when it is Ready or its
+/// Ready condition has no message (the step or phase says it all).
+fn held_message(object: &Value) -> String {
+    match condition(object, "Ready") {
+        Some(c) if str_at(c, "status") != "True" && !str_at(c, "message").is_empty() => {
+            let why = reason_and_message(c);
+            why.lines().next().unwrap_or_default().to_string()
+        }
+        _ => String::new(),
+    }
+}
+
 /// Why an object is not Ready (`Reason: message`); empty when it is.
 fn not_ready_message(object: &Value) -> String {
     match condition(object, "Ready") {
@@ -228,6 +241,20 @@ pub fn reason_and_message(condition: &Value) -> String {
         (reason, "") => reason.to_string(),
         (reason, message) => format!("{reason}: {message}"),
     }
+}
+
+/// What protects a project, read as every view reads it
+/// ([`crate::workspace::protection::recorded`]): `AgentBlocked,UnsavedWork`.
+fn protected_cell(object: &Value) -> String {
+    let status: berth_api::ProjectStatus = object
+        .get("status")
+        .and_then(|s| serde_json::from_value(s.clone()).ok())
+        .unwrap_or_default();
+    crate::workspace::protection::recorded(&status)
+        .iter()
+        .map(|r| r.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The agent profile with what the agent last reported: `shell (done)`.
@@ -276,7 +303,7 @@ mod tests {
         assert_eq!(
             plain,
             "\
-NAME           DISPLAY NAME   PHASE     STEP      AGE
+NAME           DISPLAY NAME   PHASE     STEP      AGE   MESSAGE
 payments-api   Payments API   Ready     Briefed   5m
 new            new            Pending             30s
 "
@@ -285,7 +312,7 @@ new            new            Pending             30s
         let first = wide.lines().nth(1).unwrap();
         assert!(
             first.ends_with(
-                "berth-base   shell (blocked)   Fix the test   UnsavedWork,AgentBlocked   3000,8080"
+                "berth-base   shell (blocked)   Fix the test   AgentBlocked,UnsavedWork   3000,8080"
             ),
             "{first:?}"
         );

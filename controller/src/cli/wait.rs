@@ -1,5 +1,5 @@
-//! `berth wait KIND/NAME --for=condition=Ready|--for=delete --timeout=5m`, printing each step
-//! while it waits.
+//! `berth wait KIND/NAME --for=condition=Ready|--for=delete|--for=jsonpath={.path}=VALUE
+//! --timeout=5m`, printing each step while it waits.
 
 use std::process::ExitCode;
 
@@ -14,8 +14,13 @@ pub struct WaitArgs {
     /// `project/NAME`, or `project NAME`.
     #[arg(required = true, num_args = 1..=2, value_name = "KIND/NAME")]
     object: Vec<String>,
-    /// `condition=TYPE[=STATUS]` (STATUS defaults to True), or `delete`.
-    #[arg(long = "for", value_parser = parse_goal, value_name = "condition=TYPE|delete")]
+    /// `condition=TYPE[=STATUS]` (STATUS defaults to True), `delete`, or
+    /// `jsonpath={.status.agent.state}=VALUE` (what `-o jsonpath` would print).
+    #[arg(
+        long = "for",
+        value_parser = parse_goal,
+        value_name = "condition=TYPE|delete|jsonpath={PATH}=VALUE"
+    )]
     for_: Goal,
     /// Give up after this long (exit 1).
     #[arg(long, default_value = "5m", value_parser = duration::parse)]
@@ -26,9 +31,12 @@ pub fn parse_goal(text: &str) -> Result<Goal, String> {
     if text == "delete" {
         return Ok(Goal::Deleted);
     }
+    if let Some(rest) = text.strip_prefix("jsonpath=") {
+        return parse_jsonpath_goal(rest);
+    }
     let Some(rest) = text.strip_prefix("condition=") else {
         return Err(format!(
-            "{text:?}: expected condition=TYPE[=STATUS] or delete"
+            "{text:?}: expected condition=TYPE[=STATUS], jsonpath={{PATH}}=VALUE or delete"
         ));
     };
     let (type_, status) = match rest.split_once('=') {
@@ -53,6 +61,23 @@ pub fn parse_goal(text: &str) -> Result<Goal, String> {
     Ok(Goal::Condition {
         type_: type_.to_string(),
         status: status.to_string(),
+    })
+}
+
+/// `{.status.phase}=Ready`, as kubectl takes it: the template up to its last `}`, then `=VALUE`.
+fn parse_jsonpath_goal(text: &str) -> Result<Goal, String> {
+    let expected = || format!("jsonpath={text:?}: expected jsonpath={{PATH}}=VALUE");
+    let close = text.rfind('}').ok_or_else(expected)?;
+    let (expression, rest) = text.split_at(close + 1);
+    let value = rest.strip_prefix('=').ok_or_else(expected)?;
+    if !expression.starts_with('{') || value.is_empty() {
+        return Err(expected());
+    }
+    let template = super::jsonpath::Template::parse(expression)?;
+    Ok(Goal::JsonPath {
+        expression: expression.to_string(),
+        template,
+        value: value.to_string(),
     })
 }
 
@@ -81,6 +106,15 @@ pub async fn run(context: &Context, args: WaitArgs) -> anyhow::Result<ExitCode> 
         // Waiting on an object that does not exist would only ever time out.
         client.get(resource, &name).await?;
     }
+    if args.for_ == Goal::Deleted && resource == Resource::Project {
+        // A held deletion is looked at again now, so the wait reads a fresh answer; a project
+        // not being deleted (409) or gone (404) needs no look.
+        match client.request_look(&name).await {
+            Ok(_) => {}
+            Err(err) if err.is_not_found() || err.is_conflict() => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
     let target = [(resource, name.clone())];
     progress::wait_for(&client, &target, args.for_.clone(), args.timeout, true).await?;
     match args.for_ {
@@ -108,6 +142,28 @@ mod tests {
         assert!(parse_goal("ready").is_err());
         assert!(parse_goal("condition=").is_err());
         assert!(parse_goal("condition=Ready=maybe").is_err());
+        let Ok(Goal::JsonPath {
+            expression,
+            template,
+            value,
+        }) = parse_goal("jsonpath={.status.agent.state}=blocked")
+        else {
+            panic!("a jsonpath goal")
+        };
+        assert_eq!(
+            (expression.as_str(), value.as_str()),
+            ("{.status.agent.state}", "blocked")
+        );
+        let object = serde_json::json!({"status": {"agent": {"state": "blocked"}}});
+        assert_eq!(template.render(&object), "blocked");
+        for bad in [
+            "jsonpath=",
+            "jsonpath={.a}",
+            "jsonpath={.a}=",
+            "jsonpath=.a=b",
+        ] {
+            assert!(parse_goal(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

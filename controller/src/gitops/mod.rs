@@ -26,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 use crate::api::Admission;
 use crate::secrets::Secrets;
 use crate::store::{
-    Action, AppliedSet, ChangeType, Desired, EventType, FieldManager, StatusWrite, StatusWritten,
-    Store, StoredObject,
+    Action, AppliedSet, ChangeType, Desired, EventType, FieldManager, SetConflict, StatusWrite,
+    StatusWritten, Store, StoredObject,
 };
 
 use git::{Checkout, Credentials};
@@ -307,12 +307,26 @@ impl GitOps {
                 status.last_attempted_revision = Some(revision.clone());
                 status.last_applied_revision = Some(revision.clone());
                 status.inventory = self.store.applyset_inventory(&applyset_name(name));
-                let message = format!("applied revision {revision}");
+                let (ready, reason, message) = match conflicts_message(&applied.conflicts) {
+                    None => (
+                        ConditionStatus::True,
+                        reasons::SUCCEEDED,
+                        format!("applied revision {revision}"),
+                    ),
+                    Some(conflicts) => (
+                        ConditionStatus::False,
+                        reasons::APPLYSET_CONFLICT,
+                        format!("applied revision {revision} but {conflicts}"),
+                    ),
+                };
+                let news = !before.conditions.iter().any(|c| {
+                    c.type_ == condition_types::READY && c.reason == reason && c.message == message
+                });
                 set_condition(
                     &mut status.conditions,
                     condition_types::READY,
-                    ConditionStatus::True,
-                    reasons::SUCCEEDED,
+                    ready,
+                    reason,
                     &message,
                     generation,
                     now,
@@ -321,12 +335,22 @@ impl GitOps {
                     &mut status.conditions,
                     condition_types::RECONCILING,
                     ConditionStatus::False,
-                    reasons::SUCCEEDED,
+                    reason,
                     &message,
                     generation,
                     now,
                 );
                 tracing::info!(gitsource = %name, %revision, "GitSource synced");
+                if !applied.conflicts.is_empty() && news {
+                    // Once per revision and set of conflicts, not once per poll.
+                    tracing::warn!(gitsource = %name, %message, "objects of another applyset");
+                    self.event(
+                        &object,
+                        EventType::Warning,
+                        reasons::APPLYSET_CONFLICT,
+                        &message,
+                    );
+                }
                 if let Some(summary) = summarize(&applied) {
                     self.event(
                         &object,
@@ -426,8 +450,10 @@ impl GitOps {
         let prune = spec.prune;
         let result = tokio::task::spawn_blocking(move || {
             // The GitSource was written by an admin, and acts as one; Projects it creates get
-            // no member, so only admins see them until members are added.
-            store.apply_set_by(None, &set_name, batch, prune, false)
+            // no member, so only admins see them until members are added. An object another
+            // applyset owns is left to it: taking it over would have its owner's next prune
+            // and this set's fight over it.
+            store.apply_set_refusing_takeover(&set_name, batch, prune)
         })
         .await
         .map_err(|err| Failure::apply(&revision, format!("applying: {err}")))?;
@@ -571,6 +597,26 @@ impl Failure {
     }
 }
 
+/// `left 2 objects to the applysets that own them: Project/a (applyset cli), ...`, naming every
+/// one, or `None` without conflicts.
+fn conflicts_message(conflicts: &[SetConflict]) -> Option<String> {
+    if conflicts.is_empty() {
+        return None;
+    }
+    let named: Vec<String> = conflicts
+        .iter()
+        .map(|c| format!("{}/{} (applyset {})", c.kind, c.name, c.owner))
+        .collect();
+    let count = match conflicts.len() {
+        1 => "1 object".to_string(),
+        n => format!("{n} objects"),
+    };
+    Some(format!(
+        "left {count} to the applysets that own them (not taken over): {}",
+        named.join(", ")
+    ))
+}
+
 /// `created AgentProfile/a; configured Project/b; pruned Project/c`, or `None` when the apply
 /// changed nothing.
 fn summarize(applied: &AppliedSet) -> Option<String> {
@@ -640,6 +686,7 @@ mod tests {
         let unchanged = AppliedSet {
             applied: vec![(object("Project", "a"), Action::Unchanged)],
             pruned: vec![],
+            conflicts: vec![],
         };
         assert_eq!(summarize(&unchanged), None);
         let changed = AppliedSet {
@@ -649,6 +696,7 @@ mod tests {
                 (object("AgentProfile", "c"), Action::Configured),
             ],
             pruned: vec![Deletion::Deleted(object("Project", "d"))],
+            conflicts: vec![],
         };
         assert_eq!(
             summarize(&changed).unwrap(),
@@ -659,6 +707,7 @@ mod tests {
                 .map(|i| (object("Project", &format!("p{i:02}")), Action::Created))
                 .collect(),
             pruned: vec![],
+            conflicts: vec![],
         };
         assert!(
             summarize(&many)

@@ -116,6 +116,13 @@ impl Default for ControllerSettings {
 pub enum ReconcileError {
     #[error("LXD: {0}")]
     Runtime(#[from] RuntimeError),
+    /// LXD failed the call that performs `step` (starting the container for `Started`).
+    #[error("LXD: {source}")]
+    StepCall {
+        step: berth_api::Step,
+        #[source]
+        source: RuntimeError,
+    },
     #[error("store: {0}")]
     Store(#[from] StoreError),
     /// The store refuses writes: acting now could not be recorded, so nothing is done.
@@ -126,6 +133,22 @@ pub enum ReconcileError {
     Step(StepError),
     #[error("{0}")]
     Failed(String),
+    /// Failed, and the status already says why (its own reason and message).
+    #[error("{0}")]
+    Recorded(String),
+}
+
+impl ReconcileError {
+    /// Whether the failure belongs in the project's status as a failed step: not when the
+    /// status already says it, nor when the store is what failed (it could not be written).
+    pub fn is_step_failure(&self) -> bool {
+        !matches!(
+            self,
+            ReconcileError::Recorded(_)
+                | ReconcileError::Store(_)
+                | ReconcileError::StoreUnwritable(_)
+        )
+    }
 }
 
 impl From<StepError> for ReconcileError {

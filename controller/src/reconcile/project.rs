@@ -38,7 +38,52 @@ const CONSOLE_TAIL_BYTES: usize = 2048;
 /// Reconciles the project `name`. The queue calls this; it never runs twice at once for a name.
 pub async fn reconcile(ctx: &Context, name: &str) -> Result<Action, ReconcileError> {
     let span = tracing::info_span!("reconcile", project = name, step = tracing::field::Empty);
-    reconcile_project(ctx, name).instrument(span).await
+    async {
+        let result = reconcile_project(ctx, name).await;
+        if let Err(error) = &result
+            && error.is_step_failure()
+        {
+            record_step_failure(ctx, name, error).await;
+        }
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+/// Puts a failed step's cause where a person looks: the Ready condition (reason
+/// `StepFailed`, the step and the cause in its message, until a later step replaces it) and a
+/// Warning event, which a repeat of the same message counts instead of adding. Secret values
+/// and URL credentials are redacted first. A project being deleted reports through its
+/// finalizer instead.
+async fn record_step_failure(ctx: &Context, name: &str, error: &ReconcileError) {
+    let Some(object) = ctx.store.get(PROJECT_KIND, name) else {
+        return;
+    };
+    if object.is_deleting() {
+        return;
+    }
+    let mut draft = Draft::from_object(&object);
+    let step = match error {
+        ReconcileError::StepCall { step, .. } => *step,
+        _ => draft.step().next().unwrap_or(draft.step()),
+    };
+    let cause = ctx.later_steps.redact(object.uid(), &error.to_string());
+    let message = format!("step {} failed: {cause}", step.as_str());
+    let phase = draft.status.phase;
+    draft.set_not_ready(phase, reasons::STEP_FAILED, &message);
+    if let Err(e) = commit(ctx, &object, &mut draft).await {
+        tracing::warn!(error = %e, "could not record the failed step in status");
+    }
+    store_call(ctx, move |store| {
+        store.record_or_warn(
+            &object,
+            crate::store::EventType::Warning,
+            reasons::STEP_FAILED,
+            &message,
+        )
+    })
+    .await;
 }
 
 /// Runs a store call on the blocking pool: store writes commit to SQLite synchronously.
@@ -548,7 +593,7 @@ impl Project<'_> {
             &format!("creating the container failed: {message}"),
         );
         self.commit(&mut draft).await?;
-        Err(ReconcileError::Failed(format!(
+        Err(ReconcileError::Recorded(format!(
             "creating the container failed: {message}"
         )))
     }
@@ -856,7 +901,11 @@ impl Project<'_> {
             InstanceStatus::Stopped => {
                 runtime
                     .start_instance(self.name(), settings.timeouts.start)
-                    .await?;
+                    .await
+                    .map_err(|source| ReconcileError::StepCall {
+                        step: Step::Started,
+                        source,
+                    })?;
                 self.booted(draft);
                 draft.set_not_ready(Phase::Provisioning, Step::Started.as_str(), "");
                 self.commit_and_go_on(draft).await

@@ -5,7 +5,9 @@
 //! time (a request that arrives while it runs is held and runs once more afterwards); at most
 //! `concurrency` keys run together; the outcome decides when the key runs next: a requeue after
 //! the delay the reconciler asked for, an error after a per-key exponential backoff with jitter
-//! that a success resets. Other components (the reaper) take a key's slot with [`WorkQueue::lock`]
+//! that a success resets. A key backing off after an error is not run sooner because something
+//! was observed about it (an LXD event its own failed call caused, a resync): only a change to
+//! what it asks for ([`WorkQueue::request_change`]) runs it before its retry. Other components (the reaper) take a key's slot with [`WorkQueue::lock`]
 //! so their work and a reconcile of the same project never overlap.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -92,12 +94,30 @@ struct State {
     locked: HashSet<String>,
     /// Consecutive errors per key.
     failures: HashMap<String, u32>,
+    /// Keys backing off after an error: no observed event runs them before this time.
+    retry_at: HashMap<String, Instant>,
+    /// Keys whose pending request is for a change to what they ask for: it keeps its time even
+    /// when the key is backing off.
+    changed: HashSet<String>,
     seq: u64,
 }
 
 impl State {
     fn busy(&self, key: &str) -> bool {
         self.running.contains(key) || self.locked.contains(key)
+    }
+
+    /// When an observation about `key` may run it: not before its backoff ends.
+    fn observed_at(&self, key: &str, at: Instant) -> Instant {
+        self.retry_at.get(key).map_or(at, |&retry| retry.max(at))
+    }
+
+    /// Drops `key`'s pending request.
+    fn unrequest(&mut self, key: &str) {
+        if let Some((at, seq)) = self.pending.remove(key) {
+            self.order.remove(&(at, seq, key.to_string()));
+        }
+        self.changed.remove(key);
     }
 
     /// Records a request; an earlier one already pending wins.
@@ -124,6 +144,7 @@ impl State {
             .cloned()?;
         self.order.remove(&found);
         self.pending.remove(&found.2);
+        self.changed.remove(&found.2);
         Some((found.2, found.0))
     }
 
@@ -203,22 +224,43 @@ impl WorkQueue {
         }
     }
 
-    /// Asks for `key` to be reconciled now.
+    /// Asks for `key` to be reconciled now, or once its backoff ends: something was observed
+    /// about it (an LXD event, a resync), which is no reason to retry a failing key sooner.
     pub fn request_now(&self, key: &str) {
         self.request_at(key, Instant::now());
     }
 
-    /// Asks for `key` to be reconciled after `delay`.
+    /// Asks for `key` to be reconciled after `delay` (or once its backoff ends, if later).
     pub fn request_after(&self, key: &str, delay: Duration) {
         self.request_at(key, Instant::now() + delay);
     }
 
-    /// Asks for `key` to be reconciled at `at`; an earlier request already pending wins.
+    /// Asks for `key` to be reconciled at `at`, or once its backoff ends if that is later; an
+    /// earlier request already pending wins.
     pub fn request_at(&self, key: &str, at: Instant) {
+        self.add(key, at, false);
+    }
+
+    /// Asks for `key` to be reconciled now because what it asks for changed (its spec, its
+    /// metadata): this runs it even while it backs off, since the change may be the fix.
+    pub fn request_change(&self, key: &str) {
+        self.add(key, Instant::now(), true);
+    }
+
+    fn add(&self, key: &str, at: Instant, change: bool) {
         let shared = &self.shared;
         shared.metrics.workqueue_adds.inc();
         let mut state = shared.lock_state();
-        if state.request(key, at) {
+        let at = if change {
+            at
+        } else {
+            state.observed_at(key, at)
+        };
+        let added = state.request(key, at);
+        if change {
+            state.changed.insert(key.to_string());
+        }
+        if added {
             shared.update_depth(&state);
             drop(state);
             shared.runner_wake.notify_one();
@@ -233,10 +275,9 @@ impl WorkQueue {
     /// Forgets a key's pending request and backoff (the project is gone).
     pub fn forget(&self, key: &str) {
         let mut state = self.shared.lock_state();
-        if let Some((at, seq)) = state.pending.remove(key) {
-            state.order.remove(&(at, seq, key.to_string()));
-        }
+        state.unrequest(key);
         state.failures.remove(key);
+        state.retry_at.remove(key);
         self.shared.update_depth(&state);
     }
 
@@ -368,10 +409,12 @@ impl WorkQueue {
         let result = match outcome {
             Ok(Action::Done) => {
                 state.failures.remove(key);
+                state.retry_at.remove(key);
                 ReconcileResult::Success
             }
             Ok(Action::Requeue(delay)) => {
                 state.failures.remove(key);
+                state.retry_at.remove(key);
                 state.request(key, now + delay);
                 ReconcileResult::Requeue
             }
@@ -379,10 +422,25 @@ impl WorkQueue {
                 let failures = state.failures.entry(key.to_string()).or_insert(0);
                 *failures = failures.saturating_add(1);
                 let backoff = shared.backoff.delay(*failures);
-                match next(backoff) {
+                let next = next(backoff);
+                let retry = now
+                    + match next {
+                        Action::Requeue(delay) => delay,
+                        Action::Done => backoff,
+                    };
+                state.retry_at.insert(key.to_string(), retry);
+                // What was observed while it ran (often the events of its own failed call)
+                // waits for the backoff too; a change to the key keeps its time.
+                if !state.changed.contains(key)
+                    && let Some(&(at, _)) = state.pending.get(key)
+                {
+                    state.unrequest(key);
+                    state.request(key, at.max(retry));
+                }
+                match next {
                     Action::Requeue(delay) => {
                         tracing::warn!(project = key, error = %message, retry_in = ?delay, "reconcile failed");
-                        state.request(key, now + delay);
+                        state.request(key, retry);
                         shared.metrics.workqueue_retries.inc();
                     }
                     Action::Done => {
@@ -609,6 +667,44 @@ mod tests {
         // 1, 2, 4, 8, capped at 8; the success requeues after 100; the next error starts again at 1.
         assert_eq!(gaps, [1, 2, 4, 8, 8, 100, 1]);
         assert_eq!(queue.failures("a"), 0);
+        cancel.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_observation_waits_for_the_backoff_and_a_change_does_not() {
+        // Every run fails; backoff 1, 2, 4, 8, 8 seconds.
+        let (queue, script, cancel) =
+            start(
+                1,
+                Duration::from_millis(100),
+                |_, _| Err("boom".to_string()),
+            );
+        let t0 = Instant::now();
+        queue.request_now("a");
+        // Something is observed about the key while it runs (its own failed call's events)
+        // and every 10ms afterwards (more events, a resync): none of it runs it sooner.
+        advance(Duration::from_millis(50)).await;
+        queue.request_now("a");
+        for _ in 0..2_000 {
+            advance(Duration::from_millis(10)).await;
+            queue.request_now("a");
+        }
+        let calls = script.calls();
+        let gaps: Vec<u64> = calls
+            .windows(2)
+            .map(|w| (w[1].1 - w[0].1).as_millis() as u64)
+            .collect();
+        assert_eq!(gaps, [1_100, 2_100, 4_100, 8_100], "runs at {calls:?}");
+        // A change to what the key asks for runs it at once, backoff or not.
+        // The fifth run (15.4s) failed; its retry is due at 23.5s.
+        advance(Duration::from_secs(2)).await;
+        let changed_at = Instant::now();
+        assert!(changed_at - t0 < Duration::from_millis(23_500));
+        queue.request_change("a");
+        advance(Duration::from_millis(1)).await;
+        let calls = script.calls();
+        assert_eq!(calls.len(), 6);
+        assert_eq!(calls[5].1, changed_at);
         cancel.cancel();
     }
 

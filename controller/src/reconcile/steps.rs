@@ -79,6 +79,12 @@ pub trait LaterSteps: Send + Sync {
 
     /// Performs `step`. Every call it makes must be idempotent: after a crash it runs again.
     async fn run(&self, project: &StepContext<'_>, step: Step) -> Result<StepOutcome, StepError>;
+
+    /// `text` (an error about the project, for its status and events) without the project's
+    /// secret values or credentials in URLs.
+    fn redact(&self, _project_uid: &str, text: &str) -> String {
+        berth_api::redact_credentials(text).into_owned()
+    }
 }
 
 /// Whether the spec asks anything of `step`, by DESIGN.md's rules for skipping.

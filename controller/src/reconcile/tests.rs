@@ -917,3 +917,117 @@ async fn host_forwards_go_in_with_the_create_and_follow_the_spec() {
     h.assert_ready("p");
     assert_eq!(h.fake.count("create_instance"), 1);
 }
+
+/// LXD's answer when `forkstart` cannot run the container (here: a memory limit too small).
+const FORKSTART_FAILED: &str = "Failed to run: /usr/bin/lxd forkstart p /var/lib/lxd/containers /var/log/lxd/p/lxc.conf: exit status 1";
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_start_is_retried_on_its_backoff_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+    let fake = Arc::new(FakeRuntime::new());
+    // Each failed start sends LXD's operation events about the container, as LXD does.
+    fake.fail_start("p", Some(FORKSTART_FAILED));
+    let controller = super::spawn_controller(
+        store.clone(),
+        fake.clone(),
+        Arc::new(Metrics::new()),
+        ControllerSettings::default(),
+        Arc::new(NoLaterSteps),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    store
+        .apply(
+            Desired {
+                kind: PROJECT_KIND.into(),
+                name: "p".into(),
+                labels: BTreeMap::new(),
+                annotations: BTreeMap::new(),
+                finalizers: None,
+                spec: tiny(),
+            },
+            false,
+        )
+        .unwrap();
+    let tick = Duration::from_millis(100);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    while fake.count("start_instance") == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never started");
+        tokio::time::sleep(tick).await;
+    }
+
+    // 70 seconds of a start that keeps failing: the backoff (0.5s doubling, up to a quarter
+    // taken off) allows at most 8 attempts; the events of each failed start must not add more.
+    // Woken by LXD's events too, so a loop that never lets paused time move is caught as well.
+    use futures::StreamExt;
+    let mut events = Some(fake.events().await.unwrap());
+    let window_end = tokio::time::Instant::now() + Duration::from_secs(70);
+    while tokio::time::Instant::now() < window_end && fake.count("start_instance") <= 8 {
+        let event = async {
+            match events.as_mut() {
+                Some(stream) => stream.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(tick) => {}
+            // A lagging subscriber only missed events; an ended stream wakes no one.
+            event = event => if event.is_none() { events = None },
+        }
+    }
+    let attempts = fake.count("start_instance");
+    assert!(
+        (3..=8).contains(&attempts),
+        "{attempts} start attempts in 70s"
+    );
+
+    // The failure is in the Ready condition, naming the step and LXD's cause.
+    let ready = |store: &Store| {
+        let status: ProjectStatus = store
+            .get(PROJECT_KIND, "p")
+            .unwrap()
+            .status
+            .decode()
+            .unwrap();
+        berth_api::find_condition(&status.conditions, "Ready")
+            .cloned()
+            .expect("Ready")
+    };
+    let condition = ready(&store);
+    assert_eq!(condition.reason, berth_api::reasons::STEP_FAILED);
+    assert!(
+        condition.message.contains("Started") && condition.message.contains(FORKSTART_FAILED),
+        "{}",
+        condition.message
+    );
+    // One Warning event counting every attempt, with the same cause.
+    let warnings: Vec<_> = store
+        .events_for(PROJECT_KIND, "p")
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.reason == berth_api::reasons::STEP_FAILED)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].type_, crate::store::EventType::Warning);
+    assert!(warnings[0].message.contains(FORKSTART_FAILED));
+    assert_eq!(warnings[0].count as usize, attempts);
+
+    // Once the start works, the next retry makes it Ready and the message is gone.
+    fake.fail_start("p", None);
+    while store
+        .get(PROJECT_KIND, "p")
+        .and_then(|o| o.status.decode::<ProjectStatus>().ok())
+        .is_none_or(|s| s.phase != Phase::Ready)
+    {
+        assert!(tokio::time::Instant::now() < deadline, "never Ready");
+        tokio::time::sleep(tick).await;
+    }
+    let condition = ready(&store);
+    assert_eq!(condition.status, berth_api::ConditionStatus::True);
+    assert!(
+        !condition.message.contains("forkstart"),
+        "{}",
+        condition.message
+    );
+    controller.shutdown().await;
+}

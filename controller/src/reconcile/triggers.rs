@@ -32,7 +32,7 @@ pub async fn watch_store(ctx: Arc<Context>, cancel: CancellationToken) {
         match change {
             Ok(change) if change.kind == PROJECT_KIND => {
                 if change.spec_or_metadata_changed {
-                    ctx.queue.request_now(&change.name);
+                    ctx.queue.request_change(&change.name);
                 }
             }
             Ok(change) if change.kind == PROFILE_KIND => request_all(&ctx),

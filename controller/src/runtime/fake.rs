@@ -82,6 +82,9 @@ struct State {
     /// forgets the oldest ones (`OPERATIONS_KEPT`), which then answer as vanished.
     operations: BTreeMap<String, std::result::Result<(), String>>,
     next_pid: i64,
+    /// Instances (existing or not yet) whose start fails inside LXD's operation with this
+    /// message (`forkstart` refusing a limit, a missing device).
+    start_failures: BTreeMap<String, String>,
     /// The most recent calls (`CALLS_KEPT`), as `method subject` or `method`.
     calls: VecDeque<String>,
     /// Every call counted by method, however many there were.
@@ -173,6 +176,7 @@ impl FakeRuntime {
                 pool_drivers: BTreeMap::new(),
                 operations: BTreeMap::new(),
                 next_pid: 1000,
+                start_failures: BTreeMap::new(),
                 calls: VecDeque::new(),
                 counts: BTreeMap::new(),
             }),
@@ -246,6 +250,17 @@ impl FakeRuntime {
         if let Some(i) = lock(&self.state).instances.get_mut(name) {
             i.wedged = wedged;
         }
+    }
+
+    /// Makes every start of the instance fail the way LXD's does when the container cannot
+    /// run: the operation is created, runs and fails with `message`, each step sent on the
+    /// event stream. `None` lets it start again.
+    pub fn fail_start(&self, name: &str, message: Option<&str>) {
+        let mut state = lock(&self.state);
+        match message {
+            Some(message) => state.start_failures.insert(name.into(), message.into()),
+            None => state.start_failures.remove(name),
+        };
     }
 
     /// Sets the status of an instance behind the client's back (e.g. Frozen, Error, Stopped
@@ -427,6 +442,18 @@ impl FakeRuntime {
             state.operations.pop_first();
         }
         id
+    }
+
+    /// An `operation` event about `name`, as LXD sends for each state of an operation.
+    fn operation_event(&self, description: &str, status: &str, name: &str) {
+        self.emit(RuntimeEvent {
+            kind: EventKind::Operation,
+            action: format!("{description} ({status})"),
+            source: "/1.0/operations/fake".into(),
+            instance: Some(name.to_string()),
+            location: "none".into(),
+            timestamp: Some(Utc::now()),
+        });
     }
 
     fn lifecycle(&self, action: &str, name: &str) {
@@ -614,8 +641,15 @@ impl Runtime for FakeRuntime {
             let mut state = lock(&self.state);
             state.next_pid += 1;
             let pid = state.next_pid;
+            let failure = state.start_failures.get(name).cloned();
             match state.instances.get_mut(name) {
                 None => Err(not_found(format!("instance {name}"))),
+                Some(i) if i.instance.status != InstanceStatus::Running && failure.is_some() => {
+                    Err(RuntimeError::OperationFailed {
+                        what: format!("start instance {name}"),
+                        message: failure.unwrap_or_default(),
+                    })
+                }
                 Some(i) => {
                     if i.instance.status != InstanceStatus::Running {
                         set_status(&mut i.instance, InstanceStatus::Running, pid);
@@ -625,8 +659,14 @@ impl Runtime for FakeRuntime {
                 }
             }
         };
-        if result.is_ok() {
-            self.lifecycle("instance-started", name);
+        match &result {
+            Ok(()) => self.lifecycle("instance-started", name),
+            Err(RuntimeError::OperationFailed { .. }) => {
+                for status in ["Pending", "Running", "Failure"] {
+                    self.operation_event("Starting instance", status, name);
+                }
+            }
+            Err(_) => {}
         }
         Self::reply("start_instance", lose, result)
     }

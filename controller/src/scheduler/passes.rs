@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use berth_api::{
-    AgentState, ConditionStatus, ObjectMeta, ProjectSpec, ProjectStatus, ProtectionReason,
-    ReapAction, Step, condition_types, set_condition,
+    AgentState, ConditionStatus, ObjectMeta, Phase, ProjectSpec, ProjectStatus, ProtectionReason,
+    ReapAction, Step, condition_types, find_condition, set_condition,
 };
 use chrono::{DateTime, Utc};
 use futures::{FutureExt, StreamExt};
@@ -39,7 +39,7 @@ use crate::store::{
     Doc, EventType, FieldManager, StatusWrite, StatusWritten, Store, StoreError, StoredObject,
 };
 use crate::workspace::inspect::{InspectError, Inspection};
-use crate::workspace::protection::reasons_text;
+use crate::workspace::protection::{self, reasons_text};
 
 /// The annotation a deletion the reaper asked for carries, so that events and audits tell it
 /// from a person's.
@@ -83,6 +83,8 @@ pub struct DaemonPasses {
     reported_orphans: Mutex<BTreeSet<(String, String)>>,
     /// The trash whose expired entries housekeeping purges.
     trash: Option<Arc<crate::trash::Trash>>,
+    /// `events.retention`: how long a gone object's events stay before housekeeping prunes them.
+    event_retention: Duration,
 }
 
 impl std::fmt::Debug for DaemonPasses {
@@ -117,6 +119,15 @@ impl DaemonPasses {
             round: Mutex::new(BTreeMap::new()),
             reported_orphans: Mutex::new(BTreeSet::new()),
             trash: None,
+            event_retention: crate::config::EVENT_RETENTION,
+        }
+    }
+
+    /// Housekeeping prunes the events of objects gone longer than `retention` ago.
+    pub fn with_event_retention(self, retention: Duration) -> DaemonPasses {
+        DaemonPasses {
+            event_retention: retention,
+            ..self
         }
     }
 
@@ -276,6 +287,7 @@ impl DaemonPasses {
 
     /// Logs a failing inspection once when it begins, at debug level while it goes on.
     fn note_inspection(&self, object: &StoredObject, result: &Result<Inspection, InspectError>) {
+        self.metrics.count_inspection(result.is_ok());
         let begins = self
             .memory()
             .inspection_failed(object.uid(), result.is_err());
@@ -340,6 +352,7 @@ impl DaemonPasses {
         let now = self.now();
         let write = self
             .update_status(object.name(), move |status, _| {
+                let before = status.clone();
                 status.activity = Some(activity::update_activity(&ActivityInputs {
                     now,
                     previous_status: status.activity.as_ref(),
@@ -361,6 +374,7 @@ impl DaemonPasses {
                     crate::agent::record_brief_progress(status);
                 }
                 status.ports = ports::port_statuses(&project, &current.ports, &preview_site);
+                keep_inspected_at_unless_changed(&before, status);
             })
             .await;
         match write {
@@ -404,7 +418,14 @@ impl DaemonPasses {
         let verdict = policy::decide(&facts.subject(self.now(), previous_due));
         self.memory().record_verdict(object.uid(), &verdict);
         self.count_refusals(object.uid(), &verdict);
-        if let Err(e) = self.record_verdict(object, &verdict).await {
+        let failure = match round.get(object.uid()) {
+            Some(Err(e)) => Some(e.clone()),
+            _ => None,
+        };
+        if let Err(e) = self
+            .record_verdict(object, &verdict, facts.evidence.clone(), failure)
+            .await
+        {
             tracing::warn!(project = object.name(), error = %e, "recording the reap verdict failed");
         }
         if let Some(action) = verdict.act().filter(|_| !paused(object)) {
@@ -427,11 +448,14 @@ impl DaemonPasses {
     }
 
     /// `status.reap` and the `ReapProtected` condition; a Warning event when protection begins
-    /// or changes reason.
+    /// or changes reason, with its cause (the files and commits, the agent's question, the
+    /// inspection's error: `evidence` and `failure` are what the verdict was judged on).
     async fn record_verdict(
         &self,
         object: &StoredObject,
         verdict: &Verdict,
+        evidence: Evidence,
+        failure: Option<String>,
     ) -> Result<(), StoreError> {
         let verdict = verdict.clone();
         let changed = Arc::new(Mutex::new(None::<String>));
@@ -441,18 +465,34 @@ impl DaemonPasses {
             .update_status(object.name(), move |status, generation| {
                 let idled_at = status.reap.as_ref().and_then(|r| r.idled_at);
                 status.reap = Some(reap::reap_status(&verdict, idled_at));
-                let protected = !verdict.protected_by.is_empty();
+                // The one reading of what protects it, as `get` and `reap --dry-run` show it.
+                let protected_by = protection::recorded(status);
+                if let Some(reap) = status.reap.as_mut() {
+                    reap.protected_by = protected_by.clone();
+                }
+                let protected = !protected_by.is_empty();
                 let had =
                     berth_api::find_condition(&status.conditions, condition_types::REAP_PROTECTED)
                         .is_some();
                 if !protected && !had {
                     return;
                 }
-                let (cond, reason, message) = match verdict.protected_by.first() {
+                let question = status.agent.as_ref().map(|a| a.message.as_str());
+                let cause =
+                    protection::cause(&protected_by, &evidence, failure.as_deref(), question);
+                let (cond, reason, message) = match protected_by.first() {
+                    Some(first) if cause.is_empty() => (
+                        ConditionStatus::True,
+                        first.as_str(),
+                        format!("reaping declines: {}", reasons_text(&protected_by)),
+                    ),
                     Some(first) => (
                         ConditionStatus::True,
                         first.as_str(),
-                        format!("reaping declines: {}", reasons_text(&verdict.protected_by)),
+                        format!(
+                            "reaping declines: {} ({cause})",
+                            reasons_text(&protected_by)
+                        ),
                     ),
                     None => (ConditionStatus::False, "NotProtected", String::new()),
                 };
@@ -533,7 +573,14 @@ impl DaemonPasses {
                 "the re-check holds the project"
             );
             self.count_refusals(&uid, &verdict);
-            if let Err(e) = self.record_verdict(&object, &verdict).await {
+            let (evidence, failure) = match &checked.result {
+                Ok(inspection) => (Evidence::Inspected(inspection.unsaved.clone()), None),
+                Err(e) => (Evidence::Failed, Some(e.to_string())),
+            };
+            if let Err(e) = self
+                .record_verdict(&object, &verdict, evidence, failure)
+                .await
+            {
                 tracing::warn!(project = name, error = %e, "recording the re-check failed");
             }
             return;
@@ -606,8 +653,23 @@ impl DaemonPasses {
 
     /// Reports containers berth labelled whose project is gone, once per orphan episode (an
     /// event and the `orphan_containers` gauge); never deletes them.
+    /// Drops the events of objects that went longer than `events.retention` ago.
+    async fn prune_events(&self) {
+        let retention =
+            chrono::Duration::from_std(self.event_retention).unwrap_or(chrono::Duration::MAX);
+        let Some(before) = self.now().checked_sub_signed(retention) else {
+            return;
+        };
+        match self.store.call(move |s| s.prune_gone_events(before)).await {
+            Ok(0) => {}
+            Ok(pruned) => tracing::debug!(pruned, "pruned the events of objects gone"),
+            Err(e) => tracing::warn!(error = %e, "pruning the events of objects gone failed"),
+        }
+    }
+
     async fn housekeeping(&self) {
         self.purge_trash().await;
+        self.prune_events().await;
         // Projects read on both sides of the list: one created or deleted meanwhile has its
         // uid in one of them, so its container is not taken for an orphan.
         let mut uids = self.uids();
@@ -720,6 +782,8 @@ impl Passes for DaemonPasses {
 
     fn pass_finished(&self, pass: Pass, took: Duration) {
         self.metrics.observe_pass(pass.label(), took.as_secs_f64());
+        self.metrics
+            .pass_finished_at(pass.label(), self.now().timestamp());
     }
 
     fn overrun(&self, took: Duration) {
@@ -729,6 +793,26 @@ impl Passes for DaemonPasses {
 
     fn pass_panicked(&self, pass: Pass, _message: &str) {
         self.metrics.count_scheduler_panic(pass.label());
+    }
+}
+
+/// Leaves `status.activity.inspectedAt` as `before` had it when an inspection changed nothing
+/// else, so a steady fleet costs no store write and no watch event per pass. A project's first
+/// inspection is recorded (the reaper's plan tells "not inspected yet" by it), and any other
+/// change carries the new time along. When the passes last looked is in
+/// `berth_scheduler_last_pass_timestamp_seconds`.
+fn keep_inspected_at_unless_changed(before: &ProjectStatus, status: &mut ProjectStatus) {
+    let Some(inspected_at) = before.activity.as_ref().and_then(|a| a.inspected_at) else {
+        return;
+    };
+    let Some(activity) = status.activity.as_mut() else {
+        return;
+    };
+    let now = activity.inspected_at.replace(inspected_at);
+    if status != before
+        && let Some(activity) = status.activity.as_mut()
+    {
+        activity.inspected_at = now;
     }
 }
 
@@ -761,6 +845,8 @@ struct Facts {
     policy: berth_api::ResolvedReapPolicy,
     created_at: DateTime<Utc>,
     last_active_at: Option<DateTime<Utc>>,
+    ready_since: Option<DateTime<Utc>>,
+    building: bool,
     agent: AgentState,
     evidence: Evidence,
     ever_reachable: bool,
@@ -799,6 +885,10 @@ impl Facts {
             policy: spec.reap.resolve(),
             created_at: object.metadata.creation_timestamp.unwrap_or_else(Utc::now),
             last_active_at: status.activity.as_ref().and_then(|a| a.last_active_at),
+            ready_since: find_condition(&status.conditions, condition_types::READY)
+                .filter(|c| c.status == ConditionStatus::True)
+                .map(|c| c.last_transition_time),
+            building: matches!(status.phase, Phase::Pending | Phase::Provisioning),
             agent,
             evidence,
             ever_reachable: crate::reconcile::status::ever_reachable(&status),
@@ -812,6 +902,8 @@ impl Facts {
             policy: &self.policy,
             created_at: self.created_at,
             last_active_at: self.last_active_at,
+            ready_since: self.ready_since,
+            building: self.building,
             agent: self.agent,
             evidence: self.evidence.clone(),
             ever_reachable: self.ever_reachable,
@@ -851,7 +943,7 @@ pub fn plan<'a>(projects: impl IntoIterator<Item = &'a StoredObject>) -> Vec<Pla
                 name: object.name().to_string(),
                 next_action: reap.next_action,
                 next_action_at: reap.next_action_at,
-                protected_by: reap.protected_by,
+                protected_by: protection::recorded(&status),
                 reason,
             }
         })
@@ -867,8 +959,9 @@ fn plan_reason(object: &StoredObject, status: &ProjectStatus) -> String {
         return blocked.message.clone();
     }
     let reap = status.reap.clone().unwrap_or_default();
-    if !reap.protected_by.is_empty() {
-        return format!("protected by {}", reasons_text(&reap.protected_by));
+    let protected_by = protection::recorded(status);
+    if !protected_by.is_empty() {
+        return format!("protected by {}", reasons_text(&protected_by));
     }
     if object.is_deleting() {
         return "being deleted".to_string();

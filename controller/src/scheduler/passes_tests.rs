@@ -880,3 +880,131 @@ async fn a_project_whose_reaping_panics_does_not_stop_the_others() {
     assert!(s.status("a-broken")["reap"]["idledAt"].is_null());
     assert_eq!(s.metric("berth_scheduler_panics_total{pass=\"reap\"}"), 1.0);
 }
+
+/// A deleted project's events stay listed for `events.retention` after it went, then the
+/// housekeeping pass prunes them; a live project's events stay whatever their age.
+#[tokio::test(start_paused = true)]
+async fn housekeeping_prunes_the_events_of_objects_gone_past_the_retention() {
+    let mut s = setup();
+    s.passes = s.passes.with_event_retention(Duration::from_secs(3600));
+    // No containers: housekeeping has no orphan to report about the one that went.
+    for name in ["gone", "live"] {
+        s.store
+            .apply(
+                Desired {
+                    kind: PROJECT_KIND.into(),
+                    name: name.into(),
+                    labels: BTreeMap::new(),
+                    annotations: BTreeMap::new(),
+                    finalizers: None,
+                    spec: json!({"image": "berth-base"}),
+                },
+                false,
+            )
+            .unwrap();
+    }
+    for name in ["gone", "live"] {
+        let object = s.store.get(PROJECT_KIND, name).unwrap();
+        s.store
+            .record_event(&object, EventType::Warning, "Tested", "an event")
+            .unwrap();
+    }
+    s.store
+        .delete(PROJECT_KIND, "gone", None, BTreeMap::new(), false)
+        .unwrap();
+    assert!(s.store.get(PROJECT_KIND, "gone").is_none());
+    let listed = |name: &str| s.store.events_for(PROJECT_KIND, name).unwrap().len();
+
+    tokio::time::advance(Duration::from_secs(3500)).await;
+    s.passes.run(Pass::Housekeeping).await;
+    assert_eq!(listed("gone"), 1, "kept within the retention");
+
+    tokio::time::advance(Duration::from_secs(200)).await;
+    s.passes.run(Pass::Housekeeping).await;
+    assert_eq!(listed("gone"), 0, "pruned after the retention");
+    assert_eq!(listed("live"), 1, "a live object's events stay");
+}
+
+/// A fleet where nothing happens costs no store write and no watch event, however many passes
+/// look at it; a file touched in one workspace shows in its `lastActiveAt` within two passes.
+#[tokio::test(start_paused = true)]
+async fn a_steady_fleet_writes_nothing_until_a_file_is_touched() {
+    let s = setup();
+    let kept = json!({"idleAfter": "30d", "idleAction": "Stop"});
+    for name in ["steady-a", "steady-b", "steady-c"] {
+        s.project(name, kept.clone(), true);
+        script_inspection(&s.fake, name, FakeWorkspace::default());
+    }
+    s.project("steady-dirty", kept.clone(), true);
+    script_inspection(&s.fake, "steady-dirty", dirty(2));
+    s.project("steady-blocked", kept, true);
+    script_inspection(
+        &s.fake,
+        "steady-blocked",
+        FakeWorkspace {
+            agent_json: Some(r#"{"state":"blocked","message":"may I?"}"#.into()),
+            ports: vec![8080],
+            ..FakeWorkspace::default()
+        },
+    );
+    // The first passes record what they find.
+    for _ in 0..2 {
+        tokio::time::advance(Duration::from_secs(30)).await;
+        s.round().await;
+    }
+    let first = s.status("steady-a");
+    assert!(
+        time_at(&first, "/activity/inspectedAt").is_some(),
+        "{first}"
+    );
+    assert_eq!(protected_by(&s.status("steady-blocked")), ["AgentBlocked"]);
+
+    let version = s.store.resource_version();
+    let mut changes = s.store.subscribe();
+    let inspections = s.metric("berth_scheduler_inspections_total{result=\"ok\"}");
+    for _ in 0..5 {
+        tokio::time::advance(Duration::from_secs(30)).await;
+        s.round().await;
+    }
+    assert_eq!(s.store.resource_version(), version, "a steady fleet wrote");
+    assert!(
+        matches!(
+            changes.try_recv(),
+            Err(tokio::sync::broadcast::error::TryRecvError::Empty)
+        ),
+        "a steady fleet made a watch event"
+    );
+    assert_eq!(
+        s.metric("berth_scheduler_inspections_total{result=\"ok\"}"),
+        inspections + 25.0,
+        "every pass still inspected every project"
+    );
+    assert_eq!(s.status("steady-a"), first);
+
+    // A file touched in one workspace: its lastActiveAt moves, and only it is written.
+    let touched = s.now();
+    script_inspection(
+        &s.fake,
+        "steady-b",
+        FakeWorkspace {
+            newest_mtime: Some(touched),
+            ..FakeWorkspace::default()
+        },
+    );
+    for _ in 0..2 {
+        tokio::time::advance(Duration::from_secs(30)).await;
+        s.round().await;
+    }
+    let status = s.status("steady-b");
+    assert_eq!(
+        time_at(&status, "/activity/lastActiveAt"),
+        Some(touched),
+        "{status}"
+    );
+    assert_eq!(status["activity"]["source"], "files");
+    let mut written = BTreeSet::new();
+    while let Ok(change) = changes.try_recv() {
+        written.insert(change.name);
+    }
+    assert_eq!(written, BTreeSet::from(["steady-b".to_string()]));
+}

@@ -7,7 +7,10 @@
 //! - a project is reaped only when two consecutive passes agree it is due;
 //! - a blocked agent, unsaved work and a failed inspection each refuse, for both actions;
 //! - a project that never became Reachable (no `status.firstReachableAt`, whatever its step says
-//!   now) has nothing to lose, so nothing protects it.
+//!   now) has nothing to lose, so nothing protects it;
+//! - a build in progress (phase Pending or Provisioning) is berth's own work, not idleness: no idle
+//!   action comes while it lasts, and the idle window counts from when the project became Ready at
+//!   the earliest, so a slow first build is never stopped or deleted for being idle.
 
 use berth_api::{AgentState, IdleAction, ProtectionReason, ReapAction, ResolvedReapPolicy};
 use chrono::{DateTime, Utc};
@@ -21,8 +24,15 @@ pub struct ReapSubject<'a> {
     pub policy: &'a ResolvedReapPolicy,
     /// `metadata.creationTimestamp`: the project's age counts from here.
     pub created_at: DateTime<Utc>,
-    /// `status.activity.lastActiveAt`; a project never seen active is idle since its creation.
+    /// `status.activity.lastActiveAt`; a project never seen active is idle since its creation
+    /// (or since it became Ready, see [`ReapSubject::ready_since`]).
     pub last_active_at: Option<DateTime<Utc>>,
+    /// When the `Ready` condition last became true, if it is true now: the idle window starts
+    /// there at the earliest.
+    pub ready_since: Option<DateTime<Utc>>,
+    /// The reconciler is building the project (phase Pending or Provisioning): no idle action is
+    /// due while it does.
+    pub building: bool,
     /// The agent's reported state; `Blocked` protects the project.
     pub agent: AgentState,
     pub evidence: Evidence,
@@ -113,9 +123,10 @@ pub fn decide(subject: &ReapSubject<'_>) -> Verdict {
 /// The next action and the time it becomes due, ignoring protections.
 fn schedule(subject: &ReapSubject<'_>) -> (Option<ReapAction>, Option<DateTime<Utc>>) {
     let policy = subject.policy;
-    let last_active = subject
-        .last_active_at
-        .map_or(subject.created_at, |t| t.max(subject.created_at));
+    let last_active = [subject.last_active_at, subject.ready_since]
+        .into_iter()
+        .flatten()
+        .fold(subject.created_at, DateTime::max);
     let idle_at = policy.idle_after.after(last_active);
     // maxAge waits for the idle window too: an active project is never deleted for its age.
     let aged_at = policy
@@ -123,6 +134,8 @@ fn schedule(subject: &ReapSubject<'_>) -> (Option<ReapAction>, Option<DateTime<U
         .limit()
         .map(|limit| limit.after(subject.created_at).max(idle_at));
     let idle_action = match policy.idle_action {
+        // A build in progress is not idleness.
+        _ if subject.building => None,
         // Already stopped by the reaper: stopping again does nothing.
         IdleAction::Stop if subject.stopped => None,
         IdleAction::Stop => Some(ReapAction::Stop),

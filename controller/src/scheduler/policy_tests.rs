@@ -320,6 +320,8 @@ fn decision_table() {
             policy: &r.policy,
             created_at: now - Span::hours(r.age_hours),
             last_active_at: r.idle_hours.map(|h| now - Span::hours(h)),
+            ready_since: None,
+            building: false,
             agent: r.agent,
             evidence: r.evidence.clone(),
             ever_reachable: r.reachable,
@@ -347,6 +349,8 @@ fn status_shows_next_action_and_protections_before_due() {
         policy: &p,
         created_at: created,
         last_active_at: Some(active),
+        ready_since: None,
+        building: false,
         agent: Blocked,
         evidence: unsaved(0, 0, 1, 0),
         ever_reachable: true,
@@ -388,6 +392,8 @@ fn activity_before_creation_counts_from_creation() {
         policy: &p,
         created_at: created,
         last_active_at: Some(created - Span::days(10)),
+        ready_since: None,
+        building: false,
         agent: Idle,
         evidence: clean(),
         ever_reachable: true,
@@ -395,6 +401,51 @@ fn activity_before_creation_counts_from_creation() {
         previous_due: Some(Stop),
     });
     assert_eq!(v.decision, Decision::Keep);
+}
+
+#[test]
+fn a_slow_build_is_not_idleness() {
+    // idleAfter 2h, and the first build takes 5h: nothing is due while it builds, and once the
+    // project is Ready the idle window counts from then, not from its creation.
+    let p = policy(2, IdleAction::Delete, None);
+    let created = t0();
+    let building = ReapSubject {
+        now: created + Span::hours(5),
+        policy: &p,
+        created_at: created,
+        last_active_at: None,
+        ready_since: None,
+        building: true,
+        agent: Unknown,
+        evidence: clean(),
+        ever_reachable: true,
+        stopped: false,
+        previous_due: Some(Delete),
+    };
+    let v = decide(&building);
+    assert_eq!(v.decision, Decision::Keep);
+    assert_eq!((v.next_action, v.next_action_at), (None, None));
+
+    let ready_at = created + Span::hours(5);
+    let ready = ReapSubject {
+        now: ready_at + Span::hours(1),
+        building: false,
+        ready_since: Some(ready_at),
+        ..building.clone()
+    };
+    let v = decide(&ready);
+    assert_eq!(v.decision, Decision::Keep);
+    assert_eq!(v.next_action, Some(Delete));
+    assert_eq!(v.next_action_at, Some(ready_at + Span::hours(2)));
+
+    // A build never suspends maxAge.
+    let aged = policy(2, IdleAction::Stop, Some(1));
+    let v = decide(&ReapSubject {
+        now: created + Span::days(2),
+        policy: &aged,
+        ..building
+    });
+    assert_eq!(v.decision, Decision::Act { action: Delete });
 }
 
 #[test]
@@ -535,6 +586,8 @@ fn randomized_simulation_never_reaps_protected_work() {
                     policy: &world.policy,
                     created_at: world.created_at,
                     last_active_at: world.last_active_at,
+                    ready_since: None,
+                    building: false,
                     agent: world.agent,
                     evidence,
                     ever_reachable: crate::reconcile::status::ever_reachable(&world.status),
@@ -632,6 +685,8 @@ fn randomized_simulation_reaps_unprotected_idle_projects_promptly() {
             policy: &p,
             created_at: created,
             last_active_at: Some(last),
+            ready_since: None,
+            building: false,
             agent: Done,
             evidence: clean(),
             ever_reachable: true,
@@ -668,6 +723,8 @@ fn durations_stored_before_the_cap_decide_without_overflow() {
                     policy: &policy,
                     created_at: now - Span::days(400),
                     last_active_at: Some(now - Span::days(300)),
+                    ready_since: None,
+                    building: false,
                     agent: Idle,
                     evidence: clean(),
                     ever_reachable: true,

@@ -239,6 +239,21 @@ fn check_value(value: &[u8]) -> Result<(), SecretsError> {
     Ok(())
 }
 
+/// Secret values shorter than this are not redacted: they would mask ordinary words.
+pub const REDACT_MIN_LEN: usize = 3;
+
+/// `text` with every one of `secrets` (of at least [`REDACT_MIN_LEN`] bytes) replaced by
+/// `[REDACTED]`.
+pub fn redact<'a>(text: &str, secrets: impl IntoIterator<Item = &'a String>) -> String {
+    let mut text = text.to_string();
+    for secret in secrets {
+        if secret.len() >= REDACT_MIN_LEN && text.contains(secret.as_str()) {
+            text = text.replace(secret.as_str(), "[REDACTED]");
+        }
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,8 @@
 //! Events: what happened to an object, for `describe` and `berth events`. A repeat of the same
 //! type, reason and message bumps the count and last time of the earlier one instead of adding
 //! a row, and an object keeps only its latest [`KEPT_PER_OBJECT`] distinct events, so a project
-//! stuck in a retry loop cannot fill the disk.
+//! stuck in a retry loop cannot fill the disk. When the object goes (deleted, pruned) its events
+//! stay, marked with when it went, until housekeeping prunes them after `events.retention`.
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -81,6 +82,8 @@ pub const KEPT_PER_OBJECT: i64 = 100;
 const COLUMNS: &str = "id, object_kind, object_name, object_uid, type, reason, message, count, \
                        first_timestamp, last_timestamp";
 
+/// Records an event about `object`; `gone`: the object no longer exists (an event about what
+/// was left of it, e.g. its trash purged), so the event is kept only for the retention.
 pub(super) fn record(
     conn: &mut Connection,
     object: &EventObject,
@@ -88,9 +91,11 @@ pub(super) fn record(
     reason: &str,
     message: &str,
     now: DateTime<Utc>,
+    gone: bool,
 ) -> Result<Event, StoreError> {
     let tx = conn.transaction()?;
     let now = stamp(now);
+    let gone_at = gone.then(|| now.clone());
     let earlier: Option<i64> = tx
         .query_row(
             "SELECT id FROM events WHERE object_uid = ?1 AND reason = ?2 AND type = ?3 \
@@ -102,15 +107,17 @@ pub(super) fn record(
     let id = match earlier {
         Some(id) => {
             tx.execute(
-                "UPDATE events SET count = count + 1, last_timestamp = ?2 WHERE id = ?1",
-                params![id, now],
+                "UPDATE events SET count = count + 1, last_timestamp = ?2, \
+                 gone_at = coalesce(?3, gone_at) WHERE id = ?1",
+                params![id, now, gone_at],
             )?;
             id
         }
         None => {
             tx.execute(
                 "INSERT INTO events (object_kind, object_name, object_uid, type, reason, message, \
-                 count, first_timestamp, last_timestamp) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7)",
+                 count, first_timestamp, last_timestamp, gone_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?8)",
                 params![
                     object.kind,
                     object.name,
@@ -118,7 +125,8 @@ pub(super) fn record(
                     type_.as_str(),
                     reason,
                     message,
-                    now
+                    now,
+                    gone_at
                 ],
             )?;
             let id = tx.last_insert_rowid();
@@ -145,18 +153,34 @@ fn stamp(time: DateTime<Utc>) -> String {
     time.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
 }
 
-/// Events about `kind`/`name`, oldest first (by when they last happened).
+/// Events about `kind`/`name`, oldest first (by when they last happened): those of the object
+/// `uid` when one of that name exists now (a project created again under the same name starts
+/// with no history of the old one), else those of every object of that name that went.
 pub(super) fn for_object(
     conn: &Connection,
     kind: &str,
     name: &str,
+    uid: Option<&str>,
 ) -> Result<Vec<Event>, StoreError> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM events WHERE object_kind = ?1 AND object_name = ?2 \
-         ORDER BY last_timestamp, id"
-    ))?;
-    let rows = stmt.query_map([kind, name], from_row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    let rows = match uid {
+        Some(uid) => {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM events WHERE object_kind = ?1 AND object_name = ?2 \
+                 AND object_uid = ?3 ORDER BY last_timestamp, id"
+            ))?;
+            stmt.query_map([kind, name, uid], from_row)?
+                .collect::<Result<_, _>>()?
+        }
+        None => {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM events WHERE object_kind = ?1 AND object_name = ?2 \
+                 ORDER BY last_timestamp, id"
+            ))?;
+            stmt.query_map([kind, name], from_row)?
+                .collect::<Result<_, _>>()?
+        }
+    };
+    Ok(rows)
 }
 
 /// The most recent `limit` events about anything, oldest first.
@@ -200,11 +224,26 @@ pub(super) fn timestamp(row: &Row<'_>, index: usize) -> rusqlite::Result<DateTim
         })
 }
 
-/// Deletes every event about an object: part of the transaction that removes it, so a project
-/// re-created under the same name starts with no history of the old one.
-pub(super) fn forget_object(tx: &rusqlite::Transaction<'_>, uid: &str) -> Result<(), StoreError> {
-    tx.execute("DELETE FROM events WHERE object_uid = ?1", [uid])?;
+/// Marks every event about an object as its object's gone at `now`: part of the transaction
+/// that removes it. They are listed (`berth events NAME`) until [`prune_gone`] drops them.
+pub(super) fn mark_gone(
+    tx: &rusqlite::Transaction<'_>,
+    uid: &str,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE events SET gone_at = ?2 WHERE object_uid = ?1 AND gone_at IS NULL",
+        params![uid, stamp(now)],
+    )?;
     Ok(())
+}
+
+/// Deletes the events whose object went before `before`; answers how many.
+pub(super) fn prune_gone(conn: &Connection, before: DateTime<Utc>) -> Result<usize, StoreError> {
+    Ok(conn.execute(
+        "DELETE FROM events WHERE gone_at IS NOT NULL AND gone_at < ?1",
+        [stamp(before)],
+    )?)
 }
 
 #[cfg(test)]

@@ -111,6 +111,27 @@ pub struct StatusUpdate {
 pub struct AppliedSet {
     pub applied: Vec<(Arc<StoredObject>, Action)>,
     pub pruned: Vec<Deletion>,
+    /// Objects of the batch left alone because another applyset owns them
+    /// ([`Takeover::Refuse`]).
+    pub conflicts: Vec<SetConflict>,
+}
+
+/// What a set does with an object of its batch that another applyset owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takeover {
+    /// Apply it and take it into this set, as `berth apply --applyset` does when told to.
+    Adopt,
+    /// Leave it to its owner, and report it (a GitSource, as Flux does without `force`).
+    Refuse,
+}
+
+/// An object a set's batch held that another applyset owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetConflict {
+    pub kind: String,
+    pub name: String,
+    /// The applyset that owns it (`berth.dev/applyset`).
+    pub owner: String,
 }
 
 /// A batch write failed, at `items[index]` when one item was the cause; nothing of the batch
@@ -576,6 +597,32 @@ impl Store {
         })
     }
 
+    /// Asks the finalizer for a fresh look at a project being deleted: records `stamp` as its
+    /// [`berth_api::annotations::LOOK_REQUESTED_AT`] (a metadata write, so the controller runs).
+    /// An object not being deleted is a conflict: this never starts a deletion.
+    pub fn request_look(
+        &self,
+        kind: &str,
+        name: &str,
+        stamp: &str,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        self.write(false, |inner, pending| {
+            let current = inner.existing(kind, name, None)?;
+            if current.metadata.deletion_timestamp.is_none() {
+                return Err(StoreError::conflict(
+                    kind,
+                    name,
+                    format!("{kind} {name:?} is not being deleted: nothing to look at again"),
+                ));
+            }
+            let annotations = BTreeMap::from([(
+                berth_api::annotations::LOOK_REQUESTED_AT.to_string(),
+                stamp.to_string(),
+            )]);
+            Ok(inner.delete(pending, current, annotations).object().clone())
+        })
+    }
+
     /// The inventory recorded for applyset `name`: `Kind/name` of every object it applied last.
     pub fn applyset_inventory(&self, name: &str) -> Vec<String> {
         self.lock().applysets.get(name).cloned().unwrap_or_default()
@@ -606,7 +653,20 @@ impl Store {
         dry_run: bool,
     ) -> Result<AppliedSet, BatchFailure> {
         let batch = batch.into_iter().map(|desired| (desired, None)).collect();
-        self.apply_set_expecting(creator, set, batch, prune, dry_run)
+        self.apply_set_expecting(creator, set, batch, prune, dry_run, Takeover::Adopt)
+    }
+
+    /// [`Store::apply_set_by`], leaving every object another applyset owns to that set: it is
+    /// neither written nor taken into this set's inventory, and is listed in
+    /// [`AppliedSet::conflicts`]. Decided in the same transaction as the writes.
+    pub fn apply_set_refusing_takeover(
+        &self,
+        set: &str,
+        batch: Vec<Desired>,
+        prune: bool,
+    ) -> Result<AppliedSet, BatchFailure> {
+        let batch = batch.into_iter().map(|desired| (desired, None)).collect();
+        self.apply_set_expecting(None, set, batch, prune, false, Takeover::Refuse)
     }
 
     /// [`Store::apply_set_by`], each object written only while it is still as expected.
@@ -619,7 +679,7 @@ impl Store {
         dry_run: bool,
     ) -> Result<AppliedSet, BatchFailure> {
         let batch = batch.into_iter().map(|(d, e)| (d, Some(e))).collect();
-        self.apply_set_expecting(creator, set, batch, prune, dry_run)
+        self.apply_set_expecting(creator, set, batch, prune, dry_run, Takeover::Adopt)
     }
 
     fn apply_set_expecting(
@@ -629,15 +689,32 @@ impl Store {
         batch: Vec<(Desired, Option<Expected>)>,
         prune: bool,
         dry_run: bool,
+        takeover: Takeover,
     ) -> Result<AppliedSet, BatchFailure> {
         let mut failed_at = None;
         self.write_as(creator, dry_run, |inner, pending| {
             let mut inventory: Vec<String> = Vec::with_capacity(batch.len());
             let mut applied = Vec::with_capacity(batch.len());
+            // The batch index of each applied object, for naming the item a check refuses.
+            let mut applied_index = Vec::with_capacity(batch.len());
+            let mut conflicts = Vec::new();
             for (index, (desired, expected)) in batch.into_iter().enumerate() {
                 failed_at = Some(index);
+                if takeover == Takeover::Refuse
+                    && let Some(owner) = inner
+                        .get(&desired.kind, &desired.name)
+                        .and_then(|current| owner_of(&current).filter(|o| o != set))
+                {
+                    conflicts.push(SetConflict {
+                        kind: desired.kind,
+                        name: desired.name,
+                        owner,
+                    });
+                    continue;
+                }
                 inventory.push(format!("{}/{}", desired.kind, desired.name));
                 applied.push(inner.upsert(pending, desired, Mode::Apply(expected))?);
+                applied_index.push(index);
             }
             inventory.sort();
             inventory.dedup();
@@ -647,8 +724,11 @@ impl Store {
                 // Without pruning, what the set applied before stays in its inventory so a later
                 // prune still finds it.
                 inventory.extend(previous.into_iter().filter(|key| {
-                    key.split_once('/')
-                        .is_some_and(|(kind, name)| inner.get(kind, name).is_some())
+                    key.split_once('/').is_some_and(|(kind, name)| {
+                        inner
+                            .get(kind, name)
+                            .is_some_and(|current| owner_of(&current).is_none_or(|o| o == set))
+                    })
                 }));
                 inventory.sort();
                 inventory.dedup();
@@ -670,9 +750,7 @@ impl Store {
                         .get(berth_api::annotations::PRUNE)
                         .map(String::as_str)
                         == Some(berth_api::annotations::PRUNE_DISABLED);
-                    let moved = annotations
-                        .get(berth_api::annotations::APPLYSET)
-                        .is_some_and(|owner| owner != set);
+                    let moved = owner_of(&current).is_some_and(|owner| owner != set);
                     if opted_out || moved || current.is_deleting() {
                         // Still ours to track until it is gone or handed over.
                         if opted_out && !moved {
@@ -687,11 +765,16 @@ impl Store {
             }
             inner.record_inventory(pending, set, inventory);
             // Checked on the end state: what the batch renamed or pruned no longer holds a name.
-            failed_at = inner.check_display_names(&applied).err();
-            if let Some(index) = failed_at {
+            if let Err(index) = inner.check_display_names(&applied) {
+                failed_at = Some(applied_index[index]);
                 return Err(inner.display_name_conflict(&applied[index].0));
             }
-            Ok(AppliedSet { applied, pruned })
+            failed_at = None;
+            Ok(AppliedSet {
+                applied,
+                pruned,
+                conflicts,
+            })
         })
         .map_err(|error| BatchFailure {
             index: failed_at,
@@ -712,14 +795,26 @@ impl Store {
             uid: object.uid().to_string(),
         };
         let mut inner = self.lock();
-        let result = events::record(&mut inner.conn, &target, type_, reason, message, Utc::now());
+        let gone = !inner.uids.contains_key(object.uid());
+        let now = Utc::now();
+        let result = events::record(&mut inner.conn, &target, type_, reason, message, now, gone);
         inner.note_write(&result);
         result
     }
 
-    /// Events about `kind`/`name`, oldest first.
+    /// Events about `kind`/`name`, oldest first: the existing object's, or when there is none,
+    /// those of the objects of that name that went in the last `events.retention`.
     pub fn events_for(&self, kind: &str, name: &str) -> Result<Vec<Event>, StoreError> {
-        events::for_object(&self.lock().conn, kind, name)
+        let inner = self.lock();
+        let uid = inner.get(kind, name).map(|o| o.uid().to_string());
+        events::for_object(&inner.conn, kind, name, uid.as_deref())
+    }
+
+    /// Deletes the events of objects that went before `before` (housekeeping, after
+    /// `events.retention`); answers how many.
+    pub fn prune_gone_events(&self, before: DateTime<Utc>) -> Result<usize, StoreError> {
+        let inner = self.lock();
+        events::prune_gone(&inner.conn, before)
     }
 
     /// The latest `limit` events about anything, oldest first.
@@ -1254,7 +1349,7 @@ impl Inner {
                     }
                     Write::Remove { kind, name, uid } => {
                         remove.execute(params![kind, name])?;
-                        events::forget_object(&tx, uid)?;
+                        events::mark_gone(&tx, uid, Utc::now())?;
                         if kind == PROJECT_KIND || kind == berth_api::GitSource::KIND {
                             access::forget_project(&tx, uid)?;
                         }
@@ -1340,6 +1435,15 @@ fn check_rv(current: &StoredObject, expected_rv: Option<u64>) -> Result<(), Stor
 
 fn json_text<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
+}
+
+/// The applyset that owns `object` (`berth.dev/applyset`), if any.
+fn owner_of(object: &StoredObject) -> Option<String> {
+    object
+        .metadata
+        .annotations
+        .get(berth_api::annotations::APPLYSET)
+        .cloned()
 }
 
 fn load_applysets(conn: &Connection) -> Result<HashMap<String, Vec<String>>, StoreError> {

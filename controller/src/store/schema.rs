@@ -99,6 +99,10 @@ const MIGRATIONS: &[&str] = &[
          value TEXT NOT NULL
      );
      INSERT INTO settings (name, value) VALUES ('controllerId', lower(hex(randomblob(8))));",
+    // v7: when an event's object went (deleted, pruned): its events are kept for
+    // `events.retention` after it, then pruned by housekeeping.
+    "ALTER TABLE events ADD COLUMN gone_at TEXT;
+     CREATE INDEX events_by_gone ON events (gone_at);",
 ];
 
 /// The schema version this binary writes.

@@ -79,6 +79,7 @@ pub const PROJECT_FIELDS: &[Field] = &[
     // A deletion's look records its findings; waking clears the idle record.
     field("unsavedWork", &[Scheduler, Reconciler]),
     field("reap", &[Scheduler, Reconciler]),
+    field("deletionHold", &[Reconciler]),
     field("activity", &[Scheduler]),
     field("ports", &[Scheduler]),
     field("title", &[Scheduler, AgentSteps]),

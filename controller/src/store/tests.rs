@@ -491,7 +491,7 @@ fn events_repeat_by_counting() {
 }
 
 #[test]
-fn removing_an_object_removes_its_events() {
+fn a_removed_objects_events_stay_until_pruned() {
     let (_dir, store) = open();
     let a = store.create(project("a", json!({})), false).unwrap();
     let b = store.create(project("b", json!({})), false).unwrap();
@@ -500,14 +500,38 @@ fn removing_an_object_removes_its_events() {
             .record_event(object, EventType::Normal, "Created", "container created")
             .unwrap();
     }
+    let before_delete = chrono::Utc::now();
     store
         .delete("Project", "a", None, BTreeMap::new(), false)
         .unwrap();
-    assert!(store.events_for("Project", "a").unwrap().is_empty());
-    assert_eq!(store.events_for("Project", "b").unwrap().len(), 1);
+    let after_delete = chrono::Utc::now();
+    // Still listed under its name once it is gone.
+    let kept = store.events_for("Project", "a").unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].involved_object.uid, a.uid());
     // A project re-created under the same name starts without the old one's history.
     store.create(project("a", json!({})), false).unwrap();
     assert!(store.events_for("Project", "a").unwrap().is_empty());
+    // Nothing went before the object did; once the cutoff passes it, its events go.
+    assert_eq!(store.prune_gone_events(before_delete).unwrap(), 0);
+    assert_eq!(
+        store
+            .prune_gone_events(after_delete + chrono::Duration::seconds(1))
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store.events_for("Project", "b").unwrap().len(),
+        1,
+        "b is alive"
+    );
+    assert!(
+        store
+            .recent_events(10)
+            .unwrap()
+            .iter()
+            .all(|e| e.involved_object.uid != a.uid())
+    );
 }
 
 #[test]
@@ -641,6 +665,78 @@ fn applysets_prune_only_their_previous_inventory() {
     assert!(store.get("Project", "a").is_some());
     assert!(store.get("Project", "c").is_none());
     assert_eq!(store.applyset_inventory("s"), ["Project/a"]);
+}
+
+#[test]
+fn a_set_refusing_takeover_leaves_other_sets_objects_alone() {
+    let (_dir, store) = open();
+    let in_set = |set: &str, name: &str, spec: Value| {
+        let mut desired = project(name, spec);
+        desired
+            .annotations
+            .insert(berth_api::annotations::APPLYSET.into(), set.into());
+        desired
+    };
+    store
+        .apply_set(
+            "cli",
+            vec![in_set("cli", "shared", json!({"displayName": "CLI"}))],
+            true,
+            false,
+        )
+        .unwrap();
+    store.create(project("unowned", json!({})), false).unwrap();
+
+    let batch = vec![
+        in_set("git", "mine", json!({})),
+        in_set("git", "shared", json!({"displayName": "Git"})),
+        in_set("git", "unowned", json!({})),
+    ];
+    let applied = store
+        .apply_set_refusing_takeover("git", batch, true)
+        .unwrap();
+    assert_eq!(
+        applied.conflicts,
+        [SetConflict {
+            kind: "Project".into(),
+            name: "shared".into(),
+            owner: "cli".into(),
+        }]
+    );
+    let names: Vec<_> = applied.applied.iter().map(|(o, _)| o.name()).collect();
+    assert_eq!(
+        names,
+        ["mine", "unowned"],
+        "an object of no set is taken in"
+    );
+    let shared = store.get("Project", "shared").unwrap();
+    assert_eq!(
+        shared.spec.value()["displayName"],
+        "CLI",
+        "left as its owner wrote it"
+    );
+    assert_eq!(
+        shared.metadata.annotations[berth_api::annotations::APPLYSET],
+        "cli"
+    );
+    assert_eq!(
+        store.applyset_inventory("git"),
+        ["Project/mine", "Project/unowned"]
+    );
+    assert_eq!(store.applyset_inventory("cli"), ["Project/shared"]);
+
+    // A set that adopts (the CLI's) still takes it over, and then the other set's inventory
+    // no longer lists it, pruned or not.
+    store
+        .apply_set(
+            "git",
+            vec![in_set("git", "shared", json!({}))],
+            false,
+            false,
+        )
+        .unwrap();
+    store.apply_set("cli", vec![], false, false).unwrap();
+    assert_eq!(store.applyset_inventory("cli"), Vec::<String>::new());
 }
 
 #[test]

@@ -291,7 +291,7 @@ impl Tools {
     /// Replaces every secret value of the project in the outcome's strings.
     fn redact(&self, uid: &str, value: &Value) -> Value {
         let values: Vec<String> = match self.secrets.values(uid) {
-            Ok(values) => values.into_values().filter(|v| v.len() >= 3).collect(),
+            Ok(values) => values.into_values().collect(),
             // Without the values nothing can be redacted: keep no output at all.
             Err(_) => return json!({"redacted": "the outcome could not be redacted"}),
         };
@@ -558,15 +558,7 @@ pub(crate) fn capped(bytes: &[u8]) -> String {
 
 fn redact_with(value: &Value, secrets: &[String]) -> Value {
     match value {
-        Value::String(s) => {
-            let mut s = s.clone();
-            for secret in secrets {
-                if s.contains(secret.as_str()) {
-                    s = s.replace(secret.as_str(), "[REDACTED]");
-                }
-            }
-            Value::String(s)
-        }
+        Value::String(s) => Value::String(crate::secrets::redact(s, secrets)),
         Value::Array(items) => {
             Value::Array(items.iter().map(|v| redact_with(v, secrets)).collect())
         }

@@ -389,6 +389,25 @@ impl Work {
         }
     }
 
+    /// Names an unpushed commit (`HASH on REF`; untrusted, bounded as `files` is), up to
+    /// [`UnsavedWork::MAX_FILES`].
+    fn note_commit(&mut self, hash: &str, reference: &str) {
+        let commits = &mut self.unsaved.commits;
+        if commits.len() >= UnsavedWork::MAX_FILES
+            || hash.is_empty()
+            || !hash.chars().all(|c| c.is_ascii_hexdigit())
+        {
+            return;
+        }
+        let reference: String = reference
+            .chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .take(MAX_NAME)
+            .collect();
+        let hash: String = hash.chars().take(40).collect();
+        commits.push(format!("{hash} on {reference}"));
+    }
+
     /// One `repo` line: `KIND DIR PORCELAIN STASHES UNPUSHED FLAGGED IGNORED`, `-` for empty.
     fn add_repo(
         &mut self,
@@ -447,16 +466,21 @@ impl Work {
             self.note(&within("refs/stash"));
         }
 
+        // `COUNT REF [HASH...]`: the commits only REF reaches, the first few named.
         for entry in decode_list(unpushed, b'\n', "unpushed")? {
-            let (n, reference) = entry
-                .trim_start()
-                .split_once(' ')
-                .ok_or_else(|| parse_err("malformed unpushed line"))?;
+            let mut words = entry.split_whitespace();
+            let (Some(n), Some(reference)) = (words.next(), words.next()) else {
+                return Err(parse_err("malformed unpushed line"));
+            };
             let n: u32 = n
                 .parse()
                 .map_err(|_| parse_err("unpushed is not a count"))?;
             self.unsaved.unpushed = self.unsaved.unpushed.saturating_add(n);
-            self.note(&within(reference));
+            let reference = within(reference);
+            for hash in words {
+                self.note_commit(hash, &reference);
+            }
+            self.note(&reference);
         }
 
         for path in decode_list(flagged, b'\n', "flagged")? {

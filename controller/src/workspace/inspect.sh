@@ -131,11 +131,13 @@ repo() {
       done
       case $trusted in *" $owner "*) [ -n "$owner" ] && echo "^$ref" >> "$t/revs" ;; esac
     done < "$t/tracking"
-    g log --source --format=%S --stdin < "$t/revs" > "$t/sources" || exit 3
+    g log --source --format='%S %h' --stdin < "$t/revs" > "$t/sources" || exit 3
   else
     : > "$t/sources"
   fi
-  awk '{ n[$0]++ } END { for (r in n) print n[r], r }' "$t/sources" > "$t/unpushed" || exit 3
+  # Per ref: how many commits only it reaches, then the first few of them (abbreviated).
+  awk '{ n[$1]++; if (n[$1] <= 10) h[$1] = h[$1] " " $2 }
+    END { for (r in n) print n[r], r h[r] }' "$t/sources" > "$t/unpushed" || exit 3
   # Changes git hides: files marked skip-worktree (S) or assume-unchanged (lower case) whose
   # content differs from the index. A name git had to quote cannot be compared: it counts.
   : > "$t/flagged"

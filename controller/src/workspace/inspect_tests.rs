@@ -202,11 +202,19 @@ fn git_states_are_counted() {
     let report = Report::main(Repo {
         porcelain,
         stashes: "2",
-        unpushed: "2 refs/heads/main\n1 refs/tags/v1\n",
+        unpushed: "2 refs/heads/main 1a2b3c4 5d6e7f8\n1 refs/tags/v1 9abcdef\n",
         ..Repo::default()
     });
     let got = parse_report(&report.render(), &known()).unwrap();
     assert_eq!(counts(&got.unsaved), [4, 2, 2, 3, 0, 0, 0]);
+    assert_eq!(
+        got.unsaved.commits,
+        [
+            "1a2b3c4 on refs/heads/main",
+            "5d6e7f8 on refs/heads/main",
+            "9abcdef on refs/tags/v1"
+        ]
+    );
     assert_eq!(
         got.unsaved.files,
         [

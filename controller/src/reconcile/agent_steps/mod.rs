@@ -515,6 +515,19 @@ impl LaterSteps for AgentSteps {
         asked_for(spec, step)
     }
 
+    fn redact(&self, project_uid: &str, text: &str) -> String {
+        match self.secret_values(project_uid) {
+            Ok(values) => {
+                berth_api::redact_credentials(&crate::secrets::redact(text, values.values()))
+                    .into_owned()
+            }
+            // Without the values nothing can be redacted: keep nothing of the text.
+            Err(e) => {
+                format!("the cause is withheld: the project's secrets could not be read ({e})")
+            }
+        }
+    }
+
     /// Secrets propagation and the agent's report, when the project is due for them.
     async fn follow(&self, project: &StepContext<'_>) {
         self.follow_project(project.name).await;

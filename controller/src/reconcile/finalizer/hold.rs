@@ -1,9 +1,12 @@
 //! Held deletions: a deletion no person forced (a plain `berth delete`, a GitOps prune, the
 //! reaper) waits while the workspace holds work that exists nowhere else, or an agent waits for
 //! a person. The container and volumes stay as they are; status shows `DeletionBlocked=True`
-//! with the protection as reason (Ready's message says why), and the workspace is inspected
-//! again every few minutes (`scheduler.recheckInterval`) until the work is saved. `berth delete
-//! --force` (annotation `berth.dev/forceDelete: "true"`) deletes at once.
+//! with the protection as reason (Ready's message says why: the files and commits that hold the
+//! work), `status.deletionHold` says when it was looked at and when it is looked at next, and
+//! the workspace is inspected again every few minutes (`scheduler.recheckInterval`) until the
+//! work is saved, or at once when a person asks (`berth delete` again, or `berth wait
+//! --for=delete`: the annotation `berth.dev/lookRequestedAt` changed). `berth delete --force`
+//! (annotation `berth.dev/forceDelete: "true"`) deletes at once.
 //!
 //! Every such deletion of a workspace that was ever reachable (`status.firstReachableAt`, not
 //! the current step) looks first, wherever the workspace is: in the project's container, where
@@ -16,8 +19,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use berth_api::{
-    AgentState, ConditionStatus, Phase, ProjectStatus, ProtectionReason, annotations,
-    condition_types, reasons,
+    AgentState, BerthDuration, ConditionStatus, DeletionHold, Phase, ProjectStatus,
+    ProtectionReason, annotations, condition_types, reasons,
 };
 use tokio::time::Instant;
 
@@ -43,24 +46,33 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// `DeletionBlocked=False` after a person forced the deletion.
 const FORCED: &str = "Forced";
 
-/// When each held deletion was last inspected, in this controller (its [`Context`]).
-/// Forgetting (a restart) only means one inspection sooner.
+/// When each held deletion was last inspected, in this controller (its [`Context`]), and the
+/// request for a fresh look (`berth.dev/lookRequestedAt`) that look answered. Forgetting (a
+/// restart) only means one inspection sooner.
 #[derive(Debug, Default)]
-pub struct HeldDeletions(Mutex<HashMap<String, Instant>>);
+pub struct HeldDeletions(Mutex<HashMap<String, (Instant, Option<String>)>>);
 
 impl HeldDeletions {
     /// How long until the held deletion of `uid` is due for another look, when it is not due
-    /// yet; otherwise records that it is looked at now.
-    fn wait_or_look(&self, uid: &str, blocked_now: bool, every: Duration) -> Option<Duration> {
+    /// yet (a request no look answered yet makes it due); otherwise records that it is looked
+    /// at now, answering `request`.
+    fn wait_or_look(
+        &self,
+        uid: &str,
+        blocked_now: bool,
+        every: Duration,
+        request: Option<&str>,
+    ) -> Option<Duration> {
         let now = Instant::now();
         let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if blocked_now
-            && let Some(at) = held.get(uid)
+            && let Some((at, answered)) = held.get(uid)
+            && answered.as_deref() == request
             && now.duration_since(*at) < every
         {
             return Some(every - now.duration_since(*at));
         }
-        held.insert(uid.to_string(), now);
+        held.insert(uid.to_string(), (now, request.map(str::to_string)));
         None
     }
 
@@ -68,6 +80,16 @@ impl HeldDeletions {
     pub fn forget(&self, uid: &str) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
     }
+}
+
+/// The request for a fresh look a person made last (`berth delete` again, `berth wait
+/// --for=delete`), if any.
+fn look_requested(object: &StoredObject) -> Option<&str> {
+    object
+        .metadata
+        .annotations
+        .get(annotations::LOOK_REQUESTED_AT)
+        .map(String::as_str)
 }
 
 /// Whether a deletion asked for the workspace to go whatever it holds.
@@ -106,7 +128,8 @@ pub async fn hold(
         .map(|c| c.reason.clone());
     let blocked_now = blocked.is_some();
     let every = ctx.settings.held_recheck;
-    if let Some(wait) = ctx.held.wait_or_look(uid, blocked_now, every) {
+    let request = look_requested(object);
+    if let Some(wait) = ctx.held.wait_or_look(uid, blocked_now, every, request) {
         return Ok(Some(wait));
     }
 
@@ -131,7 +154,22 @@ pub async fn hold(
         return Ok(go_ahead(ctx, draft, blocked_now, uid));
     };
     let failure = result.as_ref().err().map(ToString::to_string);
-    let message = blocked_message(&reasons, &evidence, failure.as_deref());
+    let question = draft.status.agent.as_ref().map(|a| a.message.clone());
+    let message = blocked_message(
+        &reasons,
+        &evidence,
+        failure.as_deref(),
+        question.as_deref(),
+        every,
+    );
+    // Every view of what protects the project reads this (`policy::recorded`).
+    draft.status.reap.get_or_insert_default().protected_by = reasons.clone();
+    let looked_at = draft.now();
+    draft.status.deletion_hold = Some(DeletionHold {
+        looked_at: Some(looked_at),
+        next_look_at: Some(BerthDuration::from_std(every).after(looked_at)),
+        answered: request.map(str::to_string),
+    });
     let already = draft
         .condition(condition_types::DELETION_BLOCKED)
         .is_some_and(|c| c.status == ConditionStatus::True && c.message == message);
@@ -165,6 +203,7 @@ pub async fn hold(
 
 /// The deletion goes ahead: a hold it had is released.
 fn go_ahead(ctx: &Context, draft: &mut Draft, blocked_now: bool, uid: &str) -> Option<Duration> {
+    draft.status.deletion_hold = None;
     if blocked_now {
         draft.set_condition(
             condition_types::DELETION_BLOCKED,
@@ -351,38 +390,30 @@ pub fn release_forced(store: &Store, name: &str) -> Result<StatusWritten, StoreE
     )
 }
 
+/// Why the deletion is held and by what (the files, the commits, the agent's question, the
+/// inspection's error: [`policy::cause`]), that the project stays Deleting, and when it is
+/// looked at again: one line, the same at every look that finds the same (the next look's time
+/// is `status.deletionHold.nextLookAt`).
 fn blocked_message(
     reasons: &[ProtectionReason],
     evidence: &policy::Evidence,
     failure: Option<&str>,
+    question: Option<&str>,
+    every: Duration,
 ) -> String {
-    let detail = match (evidence, failure) {
-        (policy::Evidence::Inspected(u), _) if u.any() => {
-            format!(" ({}{})", u.summary(), named_files(&u.files))
-        }
-        (policy::Evidence::Failed, Some(why)) => {
-            format!(" (the workspace could not be inspected: {why})")
-        }
-        _ => String::new(),
+    let cause = policy::cause(reasons, evidence, failure, question);
+    let detail = if cause.is_empty() {
+        String::new()
+    } else {
+        format!(" ({cause})")
     };
     format!(
-        "deletion held by {}{detail}: save the work, or delete with --force to discard it",
-        reasons_text(reasons)
+        "deletion held by {}{detail}: it stays Deleting and is looked at again every {} (at once \
+         on `berth delete` or `berth wait --for=delete`); save the work, or delete with --force \
+         to discard it",
+        reasons_text(reasons),
+        BerthDuration::from_std(every).as_str()
     )
-}
-
-/// The first few files and refs that hold the work, for a one-line message (status lists up to
-/// 20; `berth describe` shows them all).
-fn named_files(files: &[String]) -> String {
-    const SHOWN: usize = 5;
-    if files.is_empty() {
-        return String::new();
-    }
-    let mut text = format!(": {}", files[..files.len().min(SHOWN)].join(", "));
-    if files.len() > SHOWN {
-        text.push_str(&format!(" and {} more", files.len() - SHOWN));
-    }
-    text
 }
 
 #[cfg(test)]
@@ -396,10 +427,52 @@ mod tests {
             unpushed: 2,
             ..UnsavedWork::default()
         });
-        let message = blocked_message(&[ProtectionReason::UnsavedWork], &evidence, None);
+        let message = blocked_message(
+            &[ProtectionReason::UnsavedWork],
+            &evidence,
+            None,
+            None,
+            Duration::from_secs(300),
+        );
         assert!(message.contains("UnsavedWork"), "{message}");
         assert!(message.contains("2 commits on no remote"), "{message}");
         assert!(message.contains("--force"), "{message}");
+        assert!(message.contains("stays Deleting"), "{message}");
+        assert!(message.contains("looked at again every 5m"), "{message}");
+    }
+
+    #[test]
+    fn the_message_names_a_bounded_list_of_files_and_commits() {
+        let files: Vec<String> = (0..12)
+            .map(|i| format!("f{i}.txt"))
+            .chain(["refs/heads/main".to_string()])
+            .collect();
+        let evidence = policy::Evidence::Inspected(UnsavedWork {
+            untracked: 30,
+            unpushed: 1,
+            files,
+            commits: vec!["1a2b3c4 on refs/heads/main".to_string()],
+            ..UnsavedWork::default()
+        });
+        let message = blocked_message(
+            &[ProtectionReason::UnsavedWork],
+            &evidence,
+            None,
+            None,
+            Duration::from_secs(300),
+        );
+        assert!(
+            message.contains(
+                "files: f0.txt, f1.txt, f2.txt, f3.txt, f4.txt, f5.txt, f6.txt, \
+                              f7.txt, f8.txt, f9.txt and 20 more;"
+            ),
+            "{message}"
+        );
+        assert!(
+            message.contains("commits on no remote: 1a2b3c4 on refs/heads/main)"),
+            "{message}"
+        );
+        assert!(!message.contains("f10.txt"), "{message}");
     }
 }
 

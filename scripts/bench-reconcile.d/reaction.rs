@@ -1,0 +1,345 @@
+//! Reaction-time benchmark against the fake runtime: a fleet of N Ready projects (default
+//! 1,000) on a real store, driven by the real controller and the real scheduler loop at its
+//! default interval (`scheduler.interval: 30s`). Events land on random projects at random
+//! moments over about two scheduler rounds, and each is timed from the moment it happened to
+//! the first status write that reflects it:
+//!   - a spec change: `status.observedGeneration` reaches the new generation;
+//!   - a container that vanished (deleted behind berth's back, with LXD's `instance-deleted`
+//!     event): phase `Missing`;
+//!   - an agent that went blocked (its status file says so): `status.agent.state: blocked`.
+//!
+//! Prints p50 and p99 per event. Run with `scripts/bench-reconcile` (or `cargo run --release -p
+//! berth --features testing --example bench-reaction -- [N] [SAMPLES]`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use berth::activity_log::ActivityLog;
+use berth::metrics::Metrics;
+use berth::reconcile::{ControllerSettings, NoLaterSteps, PROJECT_KIND, spawn_controller};
+use berth::runtime::fake::FakeRuntime;
+use berth::runtime::{EventKind, ExecOutput, Runtime, RuntimeEvent};
+use berth::scheduler::passes::{
+    DaemonPasses, FakeWorkspace, PassSettings, inspection_report, is_inspection,
+};
+use berth::store::{Desired, Store, StoredObject};
+use rand::Rng;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// The scheduler's default `interval`.
+const INTERVAL: Duration = Duration::from_secs(30);
+/// The goal for p99.
+const TARGET: Duration = Duration::from_secs(1);
+/// Events are spread over this long: two scheduler rounds and a bit.
+const SPREAD: Duration = Duration::from_secs(70);
+const CONVERGE_DEADLINE: Duration = Duration::from_secs(300);
+const BATCH: usize = 1000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    SpecChange,
+    Vanished,
+    AgentBlocked,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::SpecChange => "spec change -> observedGeneration",
+            Kind::Vanished => "container vanished -> Missing",
+            Kind::AgentBlocked => "agent blocked -> agent.state",
+        }
+    }
+
+    /// Whether the stored object's status reflects the event.
+    fn reflected(self, object: &StoredObject, generation: i64) -> bool {
+        let status = object.status.value();
+        match self {
+            Kind::SpecChange => status["observedGeneration"].as_i64() >= Some(generation),
+            Kind::Vanished => status["phase"] == "Missing",
+            Kind::AgentBlocked => status["agent"]["state"] == "blocked",
+        }
+    }
+}
+
+/// An event that happened and is not reflected yet: when, and the generation it needs.
+struct Pending {
+    kind: Kind,
+    at: Instant,
+    generation: i64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let count: usize = match args.next() {
+        Some(n) => n.parse().context("N must be a number of projects")?,
+        None => 1_000,
+    };
+    let samples: usize = match args.next() {
+        Some(n) => n
+            .parse()
+            .context("SAMPLES must be a number of events per kind")?,
+        None => 60,
+    };
+    if samples * 3 > count {
+        bail!(
+            "{samples} events of each of 3 kinds need at least {} projects",
+            samples * 3
+        );
+    }
+    let dir = tempfile::tempdir().context("creating a temp dir for the store")?;
+    let store = Arc::new(Store::open(&dir.path().join("berth.db")).context("opening the store")?);
+    let names: Vec<String> = (0..count).map(|i| format!("react-{i:05}")).collect();
+    for chunk in names.chunks(BATCH) {
+        let batch = chunk.iter().map(|name| desired(name, "8h")).collect();
+        store
+            .apply_batch(batch, false)
+            .map_err(|f| anyhow::anyhow!("seeding the store: {}", f.error))?;
+    }
+
+    // Every workspace answers the inspection as a clean one; a blocked agent's answers change.
+    let fake = Arc::new(FakeRuntime::new());
+    let reports: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let clean = inspection_report(&FakeWorkspace::default());
+    let answers = reports.clone();
+    fake.on_exec(move |name, request| {
+        is_inspection(request).then(|| {
+            let report = answers
+                .lock()
+                .unwrap()
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| clean.clone());
+            Ok(ExecOutput {
+                exit_code: 0,
+                stdout: report.into_bytes(),
+                stderr: Vec::new(),
+            })
+        })
+    });
+
+    let metrics = Arc::new(Metrics::new());
+    let cancel = CancellationToken::new();
+    let controller = spawn_controller(
+        store.clone(),
+        fake.clone() as Arc<dyn Runtime>,
+        metrics.clone(),
+        ControllerSettings::default(),
+        Arc::new(NoLaterSteps),
+        cancel.clone(),
+    );
+    let deadline = Instant::now() + CONVERGE_DEADLINE;
+    while ready_count(&store) < count || controller.queue.depth() > 0 {
+        if Instant::now() > deadline {
+            bail!("only {} of {count} projects Ready", ready_count(&store));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    let passes = DaemonPasses::new(
+        store.clone(),
+        fake.clone(),
+        controller.queue.clone(),
+        metrics,
+        Arc::new(ActivityLog::default()),
+        PassSettings {
+            workers: 8,
+            inspect_timeout: Duration::from_secs(30),
+            preview_domain: "localhost".into(),
+            recheck_interval: Duration::from_secs(180),
+        },
+    );
+    let scheduler = tokio::spawn(berth::scheduler::run(
+        Arc::new(passes),
+        INTERVAL,
+        cancel.child_token(),
+        Arc::default(),
+    ));
+
+    // Each event on a project of its own, at a random moment within SPREAD.
+    let mut rng = rand::rng();
+    let mut plan: Vec<(Duration, Kind, String)> = Vec::new();
+    let mut shuffled = names.clone();
+    for i in (1..shuffled.len()).rev() {
+        shuffled.swap(i, rng.random_range(0..=i));
+    }
+    let mut targets = shuffled.into_iter();
+    for kind in [Kind::SpecChange, Kind::Vanished, Kind::AgentBlocked] {
+        for _ in 0..samples {
+            let at = SPREAD.mul_f64(rng.random::<f64>());
+            plan.push((at, kind, targets.next().expect("enough projects")));
+        }
+    }
+    plan.sort();
+
+    let pending: Arc<Mutex<BTreeMap<String, Pending>>> = Arc::default();
+    let took: Arc<Mutex<Vec<(Kind, Duration)>>> = Arc::default();
+    let watcher = {
+        let (pending, took, store) = (pending.clone(), took.clone(), store.clone());
+        let mut changes = store.subscribe();
+        tokio::spawn(async move {
+            loop {
+                let name = match changes.recv().await {
+                    Ok(change) => Some(change.name),
+                    // Missed writes: look at every pending project instead.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                    Err(_) => return,
+                };
+                let seen = Instant::now();
+                let mut pending = pending.lock().unwrap();
+                let names: Vec<String> = match name {
+                    Some(name) => vec![name],
+                    None => pending.keys().cloned().collect(),
+                };
+                for name in names {
+                    let Some(event) = pending.get(&name) else {
+                        continue;
+                    };
+                    let Some(object) = store.get(PROJECT_KIND, &name) else {
+                        continue;
+                    };
+                    if event.kind.reflected(&object, event.generation) {
+                        took.lock().unwrap().push((event.kind, seen - event.at));
+                        pending.remove(&name);
+                    }
+                }
+            }
+        })
+    };
+
+    let blocked = inspection_report(&FakeWorkspace {
+        agent_json: Some(r#"{"state":"blocked","message":"which database?"}"#.into()),
+        ..FakeWorkspace::default()
+    });
+    let started = Instant::now();
+    for (offset, kind, name) in &plan {
+        tokio::time::sleep_until((started + *offset).into()).await;
+        // Registered before the event happens, so no write that reflects it goes unseen.
+        let generation = match kind {
+            Kind::SpecChange => store.get(PROJECT_KIND, name).map_or(0, |o| o.generation()) + 1,
+            _ => 0,
+        };
+        pending.lock().unwrap().insert(
+            name.clone(),
+            Pending {
+                kind: *kind,
+                at: Instant::now(),
+                generation,
+            },
+        );
+        match kind {
+            Kind::SpecChange => {
+                store
+                    .apply(desired(name, "9h"), false)
+                    .map_err(|e| anyhow::anyhow!("changing {name}'s spec: {e}"))?;
+            }
+            Kind::Vanished => {
+                fake.vanish(name);
+                fake.emit(RuntimeEvent {
+                    kind: EventKind::Lifecycle,
+                    action: "instance-deleted".into(),
+                    source: format!("/1.0/instances/{name}"),
+                    instance: Some(name.clone()),
+                    location: "none".into(),
+                    timestamp: None,
+                });
+            }
+            Kind::AgentBlocked => {
+                reports
+                    .lock()
+                    .unwrap()
+                    .insert(name.clone(), blocked.clone());
+            }
+        }
+    }
+    // Two rounds of the scheduler past the last event, and a margin.
+    let deadline = Instant::now() + 2 * INTERVAL + Duration::from_secs(30);
+    while !pending.lock().unwrap().is_empty() {
+        if Instant::now() > deadline {
+            let left: Vec<String> = pending
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(n, e)| format!("{n} ({})", e.kind.label()))
+                .take(5)
+                .collect();
+            bail!("events not reflected in status: {}", left.join(", "));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cancel.cancel();
+    watcher.abort();
+    let _ = scheduler.await;
+    controller.shutdown().await;
+
+    println!(
+        "reaction time with the fake runtime, {count} projects, scheduler interval {}s, {samples} events of each kind",
+        INTERVAL.as_secs()
+    );
+    println!(
+        "{:<38} {:>10} {:>10} {:>10} {:>7}",
+        "event -> status", "p50", "p99", "target", "result"
+    );
+    let took = took.lock().unwrap();
+    for kind in [Kind::SpecChange, Kind::Vanished, Kind::AgentBlocked] {
+        let mut times: Vec<Duration> = took
+            .iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, t)| *t)
+            .collect();
+        times.sort();
+        let (p50, p99) = (percentile(&times, 0.50), percentile(&times, 0.99));
+        println!(
+            "{:<38} {:>10} {:>10} {:>10} {:>7}",
+            kind.label(),
+            ms(p50),
+            ms(p99),
+            format!("< {}", ms(TARGET)),
+            if p99 < TARGET { "ok" } else { "SLOW" }
+        );
+    }
+    Ok(())
+}
+
+/// A project as admission stores it, with `idleAfter` as its only variable.
+fn desired(name: &str, idle_after: &str) -> Desired {
+    let mut project = berth_api::Project::new(
+        name,
+        serde_json::from_value(json!({"image": "berth-tiny", "reap": {"idleAfter": idle_after}}))
+            .expect("a valid spec"),
+    );
+    project.apply_defaults(&berth_api::Defaults::default());
+    Desired {
+        kind: PROJECT_KIND.into(),
+        name: name.to_string(),
+        labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+        finalizers: None,
+        spec: serde_json::to_value(&project.spec).expect("a spec serializes"),
+    }
+}
+
+fn ready_count(store: &Store) -> usize {
+    store
+        .list(PROJECT_KIND)
+        .iter()
+        .filter(|p| p.status.get_str("phase").as_deref() == Some("Ready"))
+        .count()
+}
+
+/// The value below which `q` of the sorted `times` lie (nearest rank).
+fn percentile(times: &[Duration], q: f64) -> Duration {
+    if times.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((q * times.len() as f64).ceil() as usize).clamp(1, times.len());
+    times[rank - 1]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1e3)
+}

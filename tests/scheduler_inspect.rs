@@ -489,6 +489,8 @@ async fn recheck_before_acting_on_real_workspaces() {
         policy: &policy,
         created_at: now - chrono::Duration::days(3),
         last_active_at: Some(now - chrono::Duration::days(2)),
+        ready_since: None,
+        building: false,
         agent: AgentState::Done,
         evidence: Evidence::Failed,
         ever_reachable: true,

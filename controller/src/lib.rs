@@ -13,6 +13,7 @@ pub mod gitops;
 pub mod inspect;
 pub mod layout;
 pub mod lxd;
+pub mod manifests;
 pub mod mcp;
 pub mod metrics;
 pub mod preview;

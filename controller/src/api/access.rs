@@ -282,6 +282,7 @@ pub fn check_file_url(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Commit;
 
     fn desired(kind: &str, name: &str, spec: Value) -> Desired {
         Desired {
@@ -300,7 +301,10 @@ mod tests {
         let store = crate::store::Store::open(&dir.path().join("berth.db")).unwrap();
         let project = |name: &str| {
             store
-                .create(desired(PROJECT, name, serde_json::json!({})), false)
+                .create(
+                    desired(PROJECT, name, serde_json::json!({})),
+                    Commit::Persist,
+                )
                 .unwrap()
         };
         let mine = project("mine");
@@ -312,7 +316,7 @@ mod tests {
             let source = store
                 .create(
                     desired(GITSOURCE, name, serde_json::json!({"url": url})),
-                    false,
+                    Commit::Persist,
                 )
                 .unwrap();
             let batch = vec![desired(PROJECT, manages, serde_json::json!({}))];
@@ -321,7 +325,7 @@ mod tests {
                     &berth_api::GitSource::applyset_name(name),
                     batch,
                     false,
-                    false,
+                    Commit::Persist,
                 )
                 .unwrap();
             source
@@ -329,7 +333,10 @@ mod tests {
         let fleet = gitsource("fleet", "mine");
         let other = gitsource("other", "theirs");
         let profile = store
-            .create(desired("AgentProfile", "p", serde_json::json!({})), false)
+            .create(
+                desired("AgentProfile", "p", serde_json::json!({})),
+                Commit::Persist,
+            )
             .unwrap();
 
         let alice = Visibility::of_user(&store, "alice");

@@ -26,7 +26,7 @@ use super::{
     tools, trash, users,
 };
 use crate::store::{
-    Action, AppliedSet, Deletion, Expected, FieldManager, StatusWrite, StoredObject,
+    Action, AppliedSet, Commit, Deletion, Expected, FieldManager, StatusWrite, StoredObject,
 };
 
 /// How many events `GET .../events` returns without `?limit=`.
@@ -112,10 +112,10 @@ impl Query {
     }
 
     /// `?dryRun=All`: validate and admit, write nothing.
-    fn dry_run(&self) -> Result<bool, ApiError> {
+    fn commit(&self) -> Result<Commit, ApiError> {
         match self.get("dryRun") {
-            None | Some("") => Ok(false),
-            Some("All") => Ok(true),
+            None | Some("") => Ok(Commit::Persist),
+            Some("All") => Ok(Commit::DryRun),
             Some(other) => Err(ApiError::bad_request(format!(
                 "dryRun: {other:?} is not supported; use dryRun=All"
             ))),
@@ -486,7 +486,7 @@ async fn create(
     req: Request<Incoming>,
     query: &Query,
 ) -> Outcome {
-    let dry_run = query.dry_run()?;
+    let commit = query.commit()?;
     let admitted = admit_one(state, kind, None, req).await?;
     let mut desired = admitted.desired;
     desired.finalizers = admitted.finalizers;
@@ -494,7 +494,7 @@ async fn create(
     access::check_write(state, caller, &desired, current.as_deref())?;
     let store = Arc::clone(&state.store);
     let creator = caller.identity.clone();
-    let object = blocking(move || store.create_by(Some(&creator), desired, dry_run)).await??;
+    let object = blocking(move || store.create_by(Some(&creator), desired, commit)).await??;
     Ok(serialized(StatusCode::CREATED, object.as_ref()))
 }
 
@@ -506,7 +506,7 @@ async fn replace(
     req: Request<Incoming>,
     query: &Query,
 ) -> Outcome {
-    let dry_run = query.dry_run()?;
+    let commit = query.commit()?;
     let admitted = admit_one(state, kind, Some(name), req).await?;
     let current = state.store.get(kind.as_str(), name);
     access::check_write(state, caller, &admitted.desired, current.as_deref())?;
@@ -514,7 +514,7 @@ async fn replace(
     desired.finalizers = admitted.finalizers;
     let rv = admitted.resource_version;
     let store = Arc::clone(&state.store);
-    let (object, _) = blocking(move || store.replace(desired, rv, dry_run)).await??;
+    let (object, _) = blocking(move || store.replace(desired, rv, commit)).await??;
     Ok(serialized(StatusCode::OK, object.as_ref()))
 }
 
@@ -526,7 +526,7 @@ async fn patch(
     req: Request<Incoming>,
     query: &Query,
 ) -> Outcome {
-    let dry_run = query.dry_run()?;
+    let commit = query.commit()?;
     let media = body::media_type(req.headers()).unwrap_or_default();
     let store = Arc::clone(&state.store);
     match media.as_str() {
@@ -545,7 +545,7 @@ async fn patch(
                 let desired = admitted.desired.clone();
                 let writer = Arc::clone(&store);
                 let written = blocking(move || {
-                    writer.apply_checked_by(Some(&creator), desired, expected, dry_run)
+                    writer.apply_checked_by(Some(&creator), desired, expected, commit)
                 })
                 .await?;
                 match written {
@@ -583,7 +583,7 @@ async fn patch(
                     .unwrap_or(current.resource_version());
                 let writer = Arc::clone(&store);
                 let written =
-                    blocking(move || writer.replace(admitted.desired, Some(rv), dry_run)).await?;
+                    blocking(move || writer.replace(admitted.desired, Some(rv), commit)).await?;
                 let moved = || {
                     store
                         .get(kind.as_str(), name)
@@ -676,7 +676,7 @@ async fn delete(
         access::member_project(state, caller, name)?;
     }
     access::require_admin(caller, &format!("delete {} objects", kind.as_str()))?;
-    let dry_run = query.dry_run()?;
+    let commit = query.commit()?;
     let force = query.flag("force")?;
     let purge = query.flag("purge")?;
     if purge {
@@ -707,13 +707,12 @@ async fn delete(
     };
     let store = Arc::clone(&state.store);
     let (kind_name, name_owned) = (kind.as_str().to_string(), name.to_string());
-    let deletion =
-        blocking(move || store.delete(&kind_name, &name_owned, rv, annotations, dry_run))
-            .await?
-            .map_err(|err| match err {
-                crate::store::StoreError::NotFound { .. } => not_found(kind, name),
-                other => other.into(),
-            })?;
+    let deletion = blocking(move || store.delete(&kind_name, &name_owned, rv, annotations, commit))
+        .await?
+        .map_err(|err| match err {
+            crate::store::StoreError::NotFound { .. } => not_found(kind, name),
+            other => other.into(),
+        })?;
     // Like Kubernetes: 200 with the last state when gone, 202 with the object (carrying
     // deletionTimestamp) while finalizers hold it.
     let code = match deletion {
@@ -722,7 +721,11 @@ async fn delete(
     };
     // A forced deletion of a held project no longer waits on what held it; saying so at once
     // keeps a waiting client from reading the old hold as the answer.
-    if force && !dry_run && code == StatusCode::ACCEPTED && kind.as_str() == "Project" {
+    if force
+        && commit == Commit::Persist
+        && code == StatusCode::ACCEPTED
+        && kind.as_str() == "Project"
+    {
         let (store, name) = (Arc::clone(&state.store), name.to_string());
         let released =
             blocking(move || crate::reconcile::finalizer::release_forced(&store, &name)).await??;
@@ -767,7 +770,7 @@ async fn put_status(
             "status is written only by the controller",
         ));
     }
-    let dry_run = query.dry_run()?;
+    let commit = query.commit()?;
     let media = body::media_type(req.headers());
     let (parts, incoming) = req.into_parts();
     let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT).await?;
@@ -815,7 +818,7 @@ async fn put_status(
     let object = blocking(move || {
         let write = StatusWrite::new(&kind_name, &name_owned, FieldManager::Server)
             .pinned(rv)
-            .dry_run(dry_run);
+            .commit(commit);
         store
             .write_status(write, |_| status.clone())?
             .require(&kind_name, &name_owned)
@@ -832,7 +835,7 @@ async fn apply_list(
     req: Request<Incoming>,
     query: &Query,
 ) -> Outcome {
-    let dry_run = query.dry_run()?;
+    let commit = query.commit()?;
     let prune = query.flag("prune")?;
     if prune {
         // Pruning deletes, and deleting is for admins.
@@ -948,12 +951,12 @@ async fn apply_list(
         let written = match applyset.clone() {
             Some(set) => {
                 blocking(move || {
-                    store.apply_set_checked_by(Some(&creator), &set, checked, prune, dry_run)
+                    store.apply_set_checked_by(Some(&creator), &set, checked, prune, commit)
                 })
                 .await?
             }
             None => {
-                blocking(move || store.apply_batch_checked_by(Some(&creator), checked, dry_run))
+                blocking(move || store.apply_batch_checked_by(Some(&creator), checked, commit))
                     .await?
                     .map(|applied| AppliedSet {
                         applied,

@@ -14,17 +14,8 @@ use crate::client::{ApplyOptions, Client, ClientError, Resource};
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
-    /// Manifest file, directory, or `-` for stdin (repeatable).
-    #[arg(
-        short = 'f',
-        long = "filename",
-        required = true,
-        value_name = "FILE|DIR|-"
-    )]
-    files: Vec<String>,
-    /// Read directories recursively.
-    #[arg(short = 'R', long)]
-    recursive: bool,
+    #[command(flatten)]
+    manifests: manifest::Files,
     /// Validate and show what would change, writing nothing.
     #[arg(long)]
     dry_run: bool,
@@ -43,17 +34,11 @@ pub struct ApplyArgs {
 }
 
 pub async fn run(context: &Context, args: ApplyArgs) -> anyhow::Result<ExitCode> {
-    let manifests = manifest::load(&args.files, args.recursive)?;
-    let client = context.client()?;
     let options = ApplyOptions {
         dry_run: args.dry_run,
         applyset: args.applyset.map(|name| (name, args.prune)),
     };
-    let items = manifests.iter().map(|m| m.object.clone()).collect();
-    let outcomes = client
-        .apply(items, &options)
-        .await
-        .map_err(|err| manifest::locate_errors(err, &manifests, &args.files))?;
+    let (client, outcomes) = args.manifests.apply(context, &options).await?;
 
     let suffix = if args.dry_run { " (dry run)" } else { "" };
     let deadline = Instant::now() + args.timeout;

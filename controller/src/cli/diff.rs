@@ -14,17 +14,8 @@ use crate::client::{ApplyOptions, ApplyOutcome, Client, ClientError, Resource};
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
-    /// Manifest file, directory, or `-` for stdin (repeatable).
-    #[arg(
-        short = 'f',
-        long = "filename",
-        required = true,
-        value_name = "FILE|DIR|-"
-    )]
-    files: Vec<String>,
-    /// Read directories recursively.
-    #[arg(short = 'R', long)]
-    recursive: bool,
+    #[command(flatten)]
+    manifests: manifest::Files,
     /// Also show the objects `apply --prune` would delete from the applyset.
     #[arg(long, requires = "applyset")]
     prune: bool,
@@ -48,18 +39,11 @@ pub async fn run(context: &Context, args: DiffArgs) -> anyhow::Result<ExitCode> 
 
 /// Prints the diff of every object; true when any differs.
 async fn differences(context: &Context, args: &DiffArgs) -> anyhow::Result<bool> {
-    let manifests = manifest::load(&args.files, args.recursive)?;
-    let client = context.client()?;
     let options = ApplyOptions {
         dry_run: true,
         applyset: args.applyset.clone().map(|name| (name, args.prune)),
     };
-    let items = manifests.iter().map(|m| m.object.clone()).collect();
-    // The same errors as apply's, naming file and document.
-    let outcomes = client
-        .apply(items, &options)
-        .await
-        .map_err(|err| manifest::locate_errors(err, &manifests, &args.files))?;
+    let (client, outcomes) = args.manifests.apply(context, &options).await?;
     let live_objects = LiveObjects::read(&client, &outcomes).await?;
     let mut differs = false;
     for outcome in outcomes {

@@ -8,6 +8,7 @@
 pub mod git;
 pub mod manifests;
 
+use crate::store::Commit;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -763,7 +764,7 @@ mod tests {
         let fleet = store
             .create(
                 desired(KIND, "fleet", serde_json::json!({"url": url})),
-                false,
+                Commit::Persist,
             )
             .unwrap();
         let spec = |secret_ref: &str| GitSourceSpec {
@@ -803,11 +804,14 @@ mod tests {
 
         // Only projects and GitSources hold secrets; a GitSource's go when it goes.
         let profile = store
-            .create(desired("AgentProfile", "p", serde_json::json!({})), false)
+            .create(
+                desired("AgentProfile", "p", serde_json::json!({})),
+                Commit::Persist,
+            )
             .unwrap();
         assert!(secrets.set(profile.uid(), CREDENTIAL_TOKEN, b"x").is_err());
         store
-            .delete(KIND, "fleet", None, Default::default(), false)
+            .delete(KIND, "fleet", None, Default::default(), Commit::Persist)
             .unwrap();
         assert!(secrets.values(fleet.uid()).unwrap().is_empty());
         assert!(secrets.set(fleet.uid(), CREDENTIAL_TOKEN, b"x").is_err());

@@ -11,6 +11,7 @@
 
 pub mod agent_steps;
 pub mod envelope;
+pub mod error_policy;
 pub mod fault;
 pub mod finalizer;
 pub mod fleet;
@@ -111,7 +112,7 @@ impl Default for ControllerSettings {
     }
 }
 
-/// Why a reconcile failed; the queue retries it with backoff.
+/// Why a reconcile failed; [`error_policy::error_policy`] says when the queue tries again.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     #[error("LXD: {0}")]
@@ -131,6 +132,9 @@ pub enum ReconcileError {
     /// A later step failed for another reason than LXD (the store, the secrets).
     #[error("{0}")]
     Step(StepError),
+    /// The spec asks for what LXD refuses: trying again fails the same way until it changes.
+    #[error("{0}")]
+    Spec(String),
     #[error("{0}")]
     Failed(String),
     /// Failed, and the status already says why (its own reason and message).
@@ -231,10 +235,14 @@ pub fn spawn_controller(
     tasks.push(tokio::spawn(async move {
         let queue = ctx.queue.clone();
         queue
-            .run(run_cancel, move |name: String| {
-                let ctx = ctx.clone();
-                async move { project::reconcile(&ctx, &name).await }
-            })
+            .run_with_policy(
+                run_cancel,
+                move |name: String| {
+                    let ctx = ctx.clone();
+                    async move { project::reconcile(&ctx, &name).await }
+                },
+                error_policy::error_policy,
+            )
             .await;
     }));
     tasks.push(tokio::spawn(triggers::watch_store(

@@ -1202,7 +1202,7 @@ impl Project<'_> {
                     &message,
                 );
                 self.commit(draft).await?;
-                Err(ReconcileError::Failed(format!(
+                Err(ReconcileError::Spec(format!(
                     "LXD refused the limits: {message}"
                 )))
             }

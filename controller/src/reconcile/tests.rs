@@ -1,6 +1,7 @@
 //! The reconcile against the fake runtime and a real store: convergence, no repeated side
 //! effects under lost replies and failing calls, drift, the fleet guard, conflicts, deletion.
 
+use crate::store::Commit;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,7 +76,7 @@ impl Harness {
                     finalizers: None,
                     spec,
                 },
-                false,
+                Commit::Persist,
             )
             .unwrap();
     }
@@ -212,7 +213,7 @@ async fn status_another_writer_records_during_a_reconcile_survives_its_commits()
                     name,
                     Some(object.resource_version()),
                     status,
-                    false,
+                    Commit::Persist,
                 )
                 .unwrap();
         }
@@ -398,7 +399,7 @@ async fn a_same_named_container_without_the_label_is_never_touched() {
 
     // Deleting the project leaves the stranger as it was.
     h.store
-        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), false)
+        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), Commit::Persist)
         .unwrap();
     h.converge("p").await;
     assert!(h.store.get(PROJECT_KIND, "p").is_none());
@@ -414,7 +415,7 @@ async fn deletion_removes_container_and_volumes_then_the_object() {
     let uid = h.uid("p");
     // Forced: the fake workspace cannot be inspected, which would hold a plain delete.
     h.store
-        .delete(PROJECT_KIND, "p", None, forced(), false)
+        .delete(PROJECT_KIND, "p", None, forced(), Commit::Persist)
         .unwrap();
     // A lost reply on the delete: the teardown runs again and finishes.
     h.fake.fault_method("delete_instance", Fault::LoseReply);
@@ -444,7 +445,7 @@ async fn a_plain_delete_of_a_workspace_that_cannot_be_inspected_is_held() {
     let uid = h.uid("p");
     // The fake answers no inspection: "could not tell" must hold the deletion, not finish it.
     h.store
-        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), false)
+        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), Commit::Persist)
         .unwrap();
     for _ in 0..5 {
         let _ = project::reconcile(&h.ctx, "p").await;
@@ -745,7 +746,7 @@ async fn the_running_controller_follows_the_store_and_lxd_events() {
                 finalizers: None,
                 spec: tiny(),
             },
-            false,
+            Commit::Persist,
         )
         .unwrap();
     eventually("p Ready", || ready("p")).await;
@@ -770,7 +771,7 @@ async fn the_running_controller_follows_the_store_and_lxd_events() {
 
     // Deletion runs the finalizer and the object goes.
     store
-        .delete(PROJECT_KIND, "p", None, forced(), false)
+        .delete(PROJECT_KIND, "p", None, forced(), Commit::Persist)
         .unwrap();
     eventually("p gone", || store.get(PROJECT_KIND, "p").is_none()).await;
     assert!(fake.instance("p").is_none());
@@ -818,7 +819,7 @@ async fn the_event_stream_is_subscribed_again_after_it_failed() {
                 finalizers: None,
                 spec: tiny(),
             },
-            false,
+            Commit::Persist,
         )
         .unwrap();
     eventually("p created", || fake.instance("p").is_some()).await;
@@ -853,7 +854,7 @@ async fn an_idled_project_stays_stopped_until_woken() {
     let idled_at = chrono::Utc::now() - chrono::Duration::seconds(60);
     status["reap"] = json!({"idledAt": idled_at});
     h.store
-        .update_status(PROJECT_KIND, "p", None, status, false)
+        .update_status(PROJECT_KIND, "p", None, status, Commit::Persist)
         .unwrap();
     h.converge("p").await;
     assert_eq!(h.status("p").phase, Phase::Stopped);

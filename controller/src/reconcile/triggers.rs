@@ -209,6 +209,7 @@ const STEP_DEADLINE_REASONS: [&str; 3] = [
 
 #[cfg(test)]
 mod tests {
+    use crate::store::Commit;
     use std::collections::BTreeMap;
 
     use serde_json::json;
@@ -228,11 +229,11 @@ mod tests {
                     finalizers: Some(vec!["berth.dev/teardown".into()]),
                     spec: json!({"image": "berth-base"}),
                 },
-                false,
+                Commit::Persist,
             )
             .unwrap();
         store
-            .update_status(PROJECT_KIND, name, None, status, false)
+            .update_status(PROJECT_KIND, name, None, status, Commit::Persist)
             .unwrap();
     }
 
@@ -292,7 +293,7 @@ mod tests {
         );
         for name in ["held-a", "held-b", "going"] {
             store
-                .delete(PROJECT_KIND, name, None, BTreeMap::new(), false)
+                .delete(PROJECT_KIND, name, None, BTreeMap::new(), Commit::Persist)
                 .unwrap();
         }
 
@@ -309,7 +310,7 @@ mod tests {
                 "step",
                 None,
                 json!({"phase": "Ready", "conditions": [condition("Ready", "True", "Reachable")]}),
-                false,
+                Commit::Persist,
             )
             .unwrap();
         for name in ["held-a", "held-b"] {
@@ -320,7 +321,7 @@ mod tests {
                     None,
                     json!({"phase": "Deleting",
                            "conditions": [condition("DeletionBlocked", "False", "Clean")]}),
-                    false,
+                    Commit::Persist,
                 )
                 .unwrap();
         }

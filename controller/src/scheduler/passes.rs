@@ -11,6 +11,7 @@
 //! and the next pass all decide on the latest findings, and a refusal shows the moment it
 //! happens.
 
+use crate::store::Commit;
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -636,7 +637,7 @@ impl DaemonPasses {
             .call(move |store| {
                 let annotations =
                     BTreeMap::from([(REAPED_ANNOTATION.to_string(), "reaper".into())]);
-                store.delete(PROJECT_KIND, &name, Some(rv), annotations, false)
+                store.delete(PROJECT_KIND, &name, Some(rv), annotations, Commit::Persist)
             })
             .await
             .map(|_| ())

@@ -4,6 +4,7 @@ use crate::layout::UID_LABEL;
 use crate::reconcile::Backoff;
 use crate::runtime::fake::FakeRuntime;
 use crate::runtime::{Instance, InstanceStatus};
+use crate::store::Commit;
 use crate::store::Desired;
 use berth_api::UnsavedWork;
 use serde_json::Value;
@@ -88,7 +89,7 @@ impl Setup {
                     finalizers: None,
                     spec: json!({"image": "berth-base", "reap": reap}),
                 },
-                false,
+                Commit::Persist,
             )
             .unwrap();
         let object = self.store.get(PROJECT_KIND, name).unwrap();
@@ -105,7 +106,7 @@ impl Setup {
                 json!({"phase": if running { "Ready" } else { "Stopped" }, "step": "Reachable",
                        "container": container,
                        "controller": {"image": "berth-base"}}),
-                false,
+                Commit::Persist,
             )
             .unwrap();
         self.fake.insert_instance(Instance {
@@ -145,7 +146,7 @@ impl Setup {
             }
         }
         self.store
-            .update_status(PROJECT_KIND, name, None, status, false)
+            .update_status(PROJECT_KIND, name, None, status, Commit::Persist)
             .unwrap();
     }
 
@@ -683,7 +684,7 @@ async fn a_paused_project_is_neither_booted_nor_reaped() {
                     finalizers: None,
                     spec: object.spec.value(),
                 },
-                false,
+                Commit::Persist,
             )
             .unwrap();
         script_inspection(&s.fake, name, FakeWorkspace::default());

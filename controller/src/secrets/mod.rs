@@ -257,6 +257,7 @@ pub fn redact<'a>(text: &str, secrets: impl IntoIterator<Item = &'a String>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Commit;
     use crate::store::Desired;
 
     fn project(store: &Store, name: &str) -> String {
@@ -270,7 +271,7 @@ mod tests {
                     finalizers: None,
                     spec: serde_json::json!({}),
                 },
-                false,
+                Commit::Persist,
             )
             .unwrap()
             .uid()
@@ -320,7 +321,7 @@ mod tests {
         assert_eq!(secrets.revision(&uid).unwrap(), 2);
         secrets.set(&uid, "A", b"1").unwrap();
         store
-            .delete("Project", "pay", None, Default::default(), false)
+            .delete("Project", "pay", None, Default::default(), Commit::Persist)
             .unwrap();
         assert!(secrets.values(&uid).unwrap().is_empty());
         assert_eq!(secrets.revision(&uid).unwrap(), 0);

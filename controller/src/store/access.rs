@@ -417,6 +417,7 @@ fn user_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<User> {
 mod tests {
     use super::super::Desired;
     use super::*;
+    use crate::store::Commit;
 
     fn project(name: &str, display: &str) -> Desired {
         Desired {
@@ -435,24 +436,24 @@ mod tests {
         let path = dir.path().join("berth.db");
         let store = Store::open(&path).unwrap();
         let dry = store
-            .create_by(Some("ana"), project("dry", "Dry"), true)
+            .create_by(Some("ana"), project("dry", "Dry"), Commit::DryRun)
             .unwrap();
         assert!(store.members(dry.uid()).is_empty());
         let made = store
-            .create_by(Some("ana"), project("pay", "Pay"), false)
+            .create_by(Some("ana"), project("pay", "Pay"), Commit::Persist)
             .unwrap();
         assert_eq!(store.members(made.uid()), ["ana"]);
         // A batch that fails leaves no membership behind.
         let failed = store.apply_batch_by(
             Some("bob"),
             vec![project("one", "One"), project("two", "Pay")],
-            false,
+            Commit::Persist,
         );
         assert!(failed.is_err());
         assert!(store.projects_of("bob").is_empty());
         // Applying over an existing project adds nobody.
         store
-            .apply_by(Some("bob"), project("pay", "Pay"), false)
+            .apply_by(Some("bob"), project("pay", "Pay"), Commit::Persist)
             .unwrap();
         assert_eq!(store.members(made.uid()), ["ana"]);
 
@@ -468,7 +469,13 @@ mod tests {
         store.remove_user("bob").unwrap();
         assert_eq!(store.members(made.uid()), ["ana"]);
         store
-            .delete(PROJECT_KIND, "pay", None, Default::default(), false)
+            .delete(
+                PROJECT_KIND,
+                "pay",
+                None,
+                Default::default(),
+                Commit::Persist,
+            )
             .unwrap();
         assert!(store.projects_of("ana").is_empty());
         drop(store);
@@ -487,13 +494,13 @@ mod tests {
         assert!(seen.is_none());
         // Ana creates it between Bob's check and Bob's write.
         let anas = store
-            .create_by(Some("ana"), project("pay", "Ana's"), false)
+            .create_by(Some("ana"), project("pay", "Ana's"), Commit::Persist)
             .unwrap();
         let moved = store.apply_checked_by(
             Some("bob"),
             project("pay", "Bob's"),
             Expected::of(seen.as_deref()),
-            false,
+            Commit::Persist,
         );
         assert!(matches!(moved, Err(StoreError::Moved { .. })), "{moved:?}");
         let now = store.get(PROJECT_KIND, "pay").unwrap();
@@ -506,7 +513,7 @@ mod tests {
                 (project("other", "Other"), Expected::Absent),
                 (project("pay", "Bob's"), Expected::Absent),
             ],
-            false,
+            Commit::Persist,
         );
         assert!(matches!(
             failed,
@@ -519,10 +526,15 @@ mod tests {
         // Against the version read, it is written; against a stale one, it is not.
         let read = Expected::of(Some(&now));
         store
-            .apply_checked_by(Some("ana"), project("pay", "Ana's too"), read, false)
+            .apply_checked_by(
+                Some("ana"),
+                project("pay", "Ana's too"),
+                read,
+                Commit::Persist,
+            )
             .unwrap();
         assert!(matches!(
-            store.apply_checked_by(Some("ana"), project("pay", "stale"), read, false),
+            store.apply_checked_by(Some("ana"), project("pay", "stale"), read, Commit::Persist),
             Err(StoreError::Moved { .. })
         ));
         // Absent and still absent: created.
@@ -531,7 +543,7 @@ mod tests {
                 Some("bob"),
                 project("free", "Free"),
                 Expected::Absent,
-                false,
+                Commit::Persist,
             )
             .unwrap();
         assert_eq!(

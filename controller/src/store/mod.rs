@@ -35,6 +35,14 @@ pub use status::{
     FieldManager, PROJECT_FIELDS, STATUS_WRITE_ATTEMPTS, StatusWrite, StatusWritten, lay_owned,
 };
 
+/// Whether a write is kept. A dry run makes every check a real write would, then puts memory
+/// back and commits nothing (the API's `?dryRun`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    Persist,
+    DryRun,
+}
+
 /// The kind whose `spec.displayName` must be unique.
 const PROJECT_KIND: &str = "Project";
 /// Room for a burst of writes (a 10,000-object apply) before a slow subscriber lags; a lagging
@@ -363,8 +371,12 @@ impl Store {
             .and_then(|holders| holders.first().cloned())
     }
 
-    pub fn create(&self, desired: Desired, dry_run: bool) -> Result<Arc<StoredObject>, StoreError> {
-        self.create_by(None, desired, dry_run)
+    pub fn create(
+        &self,
+        desired: Desired,
+        commit: Commit,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        self.create_by(None, desired, commit)
     }
 
     /// [`Store::create`]; a Project it creates has `creator` as its first member.
@@ -372,9 +384,9 @@ impl Store {
         &self,
         creator: Option<&str>,
         desired: Desired,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<Arc<StoredObject>, StoreError> {
-        self.write_as(creator, dry_run, |inner, pending| {
+        self.write_as(creator, commit, |inner, pending| {
             let (object, _) = inner.upsert(pending, desired, Mode::Create)?;
             inner.check_display_name(&object)?;
             Ok(object)
@@ -395,7 +407,7 @@ impl Store {
             uid: uid.to_string(),
             status,
         };
-        self.write_as(Some(creator), false, |inner, pending| {
+        self.write_as(Some(creator), Commit::Persist, |inner, pending| {
             let (object, _) = inner.upsert(pending, desired, mode)?;
             inner.check_display_name(&object)?;
             Ok(object)
@@ -407,9 +419,9 @@ impl Store {
         &self,
         desired: Desired,
         expected_rv: Option<u64>,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<(Arc<StoredObject>, Action), StoreError> {
-        self.write(dry_run, |inner, pending| {
+        self.write(commit, |inner, pending| {
             let written = inner.upsert(pending, desired, Mode::Replace(expected_rv))?;
             inner.check_display_name(&written.0)?;
             Ok(written)
@@ -420,9 +432,9 @@ impl Store {
     pub fn apply(
         &self,
         desired: Desired,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<(Arc<StoredObject>, Action), StoreError> {
-        self.apply_by(None, desired, dry_run)
+        self.apply_by(None, desired, commit)
     }
 
     /// [`Store::apply`]; a Project it creates has `creator` as its first member.
@@ -430,9 +442,9 @@ impl Store {
         &self,
         creator: Option<&str>,
         desired: Desired,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<(Arc<StoredObject>, Action), StoreError> {
-        self.apply_expecting(creator, desired, None, dry_run)
+        self.apply_expecting(creator, desired, None, commit)
     }
 
     /// [`Store::apply_by`], written only while the object is still as `expected`: a write
@@ -442,9 +454,9 @@ impl Store {
         creator: Option<&str>,
         desired: Desired,
         expected: Expected,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<(Arc<StoredObject>, Action), StoreError> {
-        self.apply_expecting(creator, desired, Some(expected), dry_run)
+        self.apply_expecting(creator, desired, Some(expected), commit)
     }
 
     fn apply_expecting(
@@ -452,9 +464,9 @@ impl Store {
         creator: Option<&str>,
         desired: Desired,
         expected: Option<Expected>,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<(Arc<StoredObject>, Action), StoreError> {
-        self.write_as(creator, dry_run, |inner, pending| {
+        self.write_as(creator, commit, |inner, pending| {
             let written = inner.upsert(pending, desired, Mode::Apply(expected))?;
             inner.check_display_name(&written.0)?;
             Ok(written)
@@ -466,9 +478,9 @@ impl Store {
     pub fn apply_batch(
         &self,
         batch: Vec<Desired>,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
-        self.apply_batch_by(None, batch, dry_run)
+        self.apply_batch_by(None, batch, commit)
     }
 
     /// [`Store::apply_batch`]; Projects it creates have `creator` as their first member.
@@ -476,10 +488,10 @@ impl Store {
         &self,
         creator: Option<&str>,
         batch: Vec<Desired>,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
         let batch = batch.into_iter().map(|desired| (desired, None)).collect();
-        self.apply_batch_expecting(creator, batch, dry_run)
+        self.apply_batch_expecting(creator, batch, commit)
     }
 
     /// [`Store::apply_batch_by`], each object written only while it is still as expected.
@@ -487,20 +499,20 @@ impl Store {
         &self,
         creator: Option<&str>,
         batch: Vec<(Desired, Expected)>,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
         let batch = batch.into_iter().map(|(d, e)| (d, Some(e))).collect();
-        self.apply_batch_expecting(creator, batch, dry_run)
+        self.apply_batch_expecting(creator, batch, commit)
     }
 
     fn apply_batch_expecting(
         &self,
         creator: Option<&str>,
         batch: Vec<(Desired, Option<Expected>)>,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
         let mut failed_at = None;
-        self.write_as(creator, dry_run, |inner, pending| {
+        self.write_as(creator, commit, |inner, pending| {
             let mut results = Vec::with_capacity(batch.len());
             for (index, (desired, expected)) in batch.into_iter().enumerate() {
                 failed_at = Some(index);
@@ -525,9 +537,9 @@ impl Store {
         name: &str,
         expected_rv: Option<u64>,
         status: Value,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<Arc<StoredObject>, StoreError> {
-        self.write(dry_run, |inner, pending| {
+        self.write(commit, |inner, pending| {
             inner.set_status(
                 pending,
                 StatusUpdate {
@@ -547,7 +559,7 @@ impl Store {
         &self,
         updates: Vec<StatusUpdate>,
     ) -> Result<Vec<Result<Arc<StoredObject>, StoreError>>, StoreError> {
-        self.write(false, |inner, pending| {
+        self.write(Commit::Persist, |inner, pending| {
             Ok(updates
                 .into_iter()
                 .map(|update| inner.set_status(pending, update))
@@ -564,7 +576,7 @@ impl Store {
         expected_rv: Option<u64>,
         finalizers: Vec<String>,
     ) -> Result<Option<Arc<StoredObject>>, StoreError> {
-        self.write(false, |inner, pending| {
+        self.write(Commit::Persist, |inner, pending| {
             let current = inner.existing(kind, name, expected_rv)?;
             let desired = Desired {
                 kind: kind.to_string(),
@@ -589,9 +601,9 @@ impl Store {
         name: &str,
         expected_rv: Option<u64>,
         annotations: BTreeMap<String, String>,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<Deletion, StoreError> {
-        self.write(dry_run, |inner, pending| {
+        self.write(commit, |inner, pending| {
             let current = inner.existing(kind, name, expected_rv)?;
             Ok(inner.delete(pending, current, annotations))
         })
@@ -638,9 +650,9 @@ impl Store {
         set: &str,
         batch: Vec<Desired>,
         prune: bool,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<AppliedSet, BatchFailure> {
-        self.apply_set_by(None, set, batch, prune, dry_run)
+        self.apply_set_by(None, set, batch, prune, commit)
     }
 
     /// [`Store::apply_set`]; Projects it creates have `creator` as their first member.
@@ -650,10 +662,10 @@ impl Store {
         set: &str,
         batch: Vec<Desired>,
         prune: bool,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<AppliedSet, BatchFailure> {
         let batch = batch.into_iter().map(|desired| (desired, None)).collect();
-        self.apply_set_expecting(creator, set, batch, prune, dry_run, Takeover::Adopt)
+        self.apply_set_expecting(creator, set, batch, prune, commit, Takeover::Adopt)
     }
 
     /// [`Store::apply_set_by`], leaving every object another applyset owns to that set: it is
@@ -666,7 +678,7 @@ impl Store {
         prune: bool,
     ) -> Result<AppliedSet, BatchFailure> {
         let batch = batch.into_iter().map(|desired| (desired, None)).collect();
-        self.apply_set_expecting(None, set, batch, prune, false, Takeover::Refuse)
+        self.apply_set_expecting(None, set, batch, prune, Commit::Persist, Takeover::Refuse)
     }
 
     /// [`Store::apply_set_by`], each object written only while it is still as expected.
@@ -676,10 +688,10 @@ impl Store {
         set: &str,
         batch: Vec<(Desired, Expected)>,
         prune: bool,
-        dry_run: bool,
+        commit: Commit,
     ) -> Result<AppliedSet, BatchFailure> {
         let batch = batch.into_iter().map(|(d, e)| (d, Some(e))).collect();
-        self.apply_set_expecting(creator, set, batch, prune, dry_run, Takeover::Adopt)
+        self.apply_set_expecting(creator, set, batch, prune, commit, Takeover::Adopt)
     }
 
     fn apply_set_expecting(
@@ -688,11 +700,11 @@ impl Store {
         set: &str,
         batch: Vec<(Desired, Option<Expected>)>,
         prune: bool,
-        dry_run: bool,
+        commit: Commit,
         takeover: Takeover,
     ) -> Result<AppliedSet, BatchFailure> {
         let mut failed_at = None;
-        self.write_as(creator, dry_run, |inner, pending| {
+        self.write_as(creator, commit, |inner, pending| {
             let mut inventory: Vec<String> = Vec::with_capacity(batch.len());
             let mut applied = Vec::with_capacity(batch.len());
             // The batch index of each applied object, for naming the item a check refuses.
@@ -848,17 +860,17 @@ impl Store {
     /// publishes the changes; on any failure (or a dry run) memory is put back as it was.
     fn write<T>(
         &self,
-        dry_run: bool,
+        commit: Commit,
         op: impl FnOnce(&mut Inner, &mut Pending) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.write_as(None, dry_run, op)
+        self.write_as(None, commit, op)
     }
 
     /// [`Store::write`] on behalf of `creator`, who becomes a member of the projects it creates.
     fn write_as<T>(
         &self,
         creator: Option<&str>,
-        dry_run: bool,
+        commit: Commit,
         op: impl FnOnce(&mut Inner, &mut Pending) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut inner = self.lock();
@@ -873,7 +885,7 @@ impl Store {
         };
         let result = op(&mut inner, &mut pending);
         let value = match result {
-            Ok(value) if !dry_run => value,
+            Ok(value) if commit == Commit::Persist => value,
             other => {
                 inner.undo(pending);
                 return other;

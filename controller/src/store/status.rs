@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{Store, StoreError, StoredObject};
+use super::{Commit, Store, StoreError, StoredObject};
 
 /// How often a status write re-reads and applies its change again when other writers keep
 /// winning the race.
@@ -156,8 +156,8 @@ pub struct StatusWrite<'a> {
     pub manager: FieldManager,
     /// A resourceVersion the caller read and insists on: a conflict is then final, not retried.
     pub pinned: Option<u64>,
-    /// Judge the write, write nothing.
-    pub dry_run: bool,
+    /// [`Commit::DryRun`]: judge the write, write nothing.
+    pub commit: Commit,
 }
 
 impl<'a> StatusWrite<'a> {
@@ -167,7 +167,7 @@ impl<'a> StatusWrite<'a> {
             name,
             manager,
             pinned: None,
-            dry_run: false,
+            commit: Commit::Persist,
         }
     }
 
@@ -178,8 +178,8 @@ impl<'a> StatusWrite<'a> {
         }
     }
 
-    pub fn dry_run(self, dry_run: bool) -> Self {
-        StatusWrite { dry_run, ..self }
+    pub fn commit(self, commit: Commit) -> Self {
+        StatusWrite { commit, ..self }
     }
 }
 
@@ -242,7 +242,7 @@ impl Store {
                 return Ok(StatusWritten::Unchanged(latest));
             }
             let expected = write.pinned.or(Some(latest.resource_version()));
-            match self.update_status(write.kind, write.name, expected, next, write.dry_run) {
+            match self.update_status(write.kind, write.name, expected, next, write.commit) {
                 Ok(object) if object.resource_version() == latest.resource_version() => {
                     return Ok(StatusWritten::Unchanged(object));
                 }

@@ -29,7 +29,7 @@ fn create_assigns_server_metadata_and_reopens_identical() {
     let created = {
         let store = Store::open(&path).unwrap();
         let created = store
-            .create(project("a", json!({"state": "Running"})), false)
+            .create(project("a", json!({"state": "Running"})), Commit::Persist)
             .unwrap();
         assert_eq!(created.generation(), 1);
         assert_eq!(created.resource_version(), 1);
@@ -42,7 +42,7 @@ fn create_assigns_server_metadata_and_reopens_identical() {
     assert_eq!(store.get_by_uid(created.uid()).unwrap(), created);
     assert_eq!(store.resource_version(), 1);
     store
-        .delete("Project", "a", None, BTreeMap::new(), false)
+        .delete("Project", "a", None, BTreeMap::new(), Commit::Persist)
         .unwrap();
     assert!(store.get_by_uid(created.uid()).is_none());
     use std::os::unix::fs::PermissionsExt;
@@ -54,29 +54,33 @@ fn create_assigns_server_metadata_and_reopens_identical() {
 fn generation_moves_only_with_spec_and_rv_on_every_write() {
     let (_dir, store) = open();
     let a = store
-        .create(project("a", json!({"image": "x"})), false)
+        .create(project("a", json!({"image": "x"})), Commit::Persist)
         .unwrap();
     let mut labelled = project("a", json!({"image": "x"}));
     labelled.labels.insert("team".into(), "pay".into());
-    let (b, action) = store.replace(labelled.clone(), None, false).unwrap();
+    let (b, action) = store
+        .replace(labelled.clone(), None, Commit::Persist)
+        .unwrap();
     assert_eq!(action, Action::Configured);
     assert_eq!(b.generation(), a.generation());
     assert!(b.resource_version() > a.resource_version());
 
     // Nothing changed: nothing written, same resourceVersion.
-    let (same, action) = store.apply(labelled.clone(), false).unwrap();
+    let (same, action) = store.apply(labelled.clone(), Commit::Persist).unwrap();
     assert_eq!(action, Action::Unchanged);
     assert_eq!(same.resource_version(), b.resource_version());
     assert_eq!(store.resource_version(), b.resource_version());
 
     labelled.spec = json!({"image": "y"});
-    let (c, _) = store.apply(labelled, false).unwrap();
+    let (c, _) = store.apply(labelled, Commit::Persist).unwrap();
     assert_eq!(c.generation(), 2);
     assert!(c.resource_version() > b.resource_version());
     assert_eq!(c.uid(), a.uid());
 
     // The counter is global: another object's write takes the next number.
-    let other = store.create(project("b", json!({})), false).unwrap();
+    let other = store
+        .create(project("b", json!({})), Commit::Persist)
+        .unwrap();
     assert_eq!(other.resource_version(), c.resource_version() + 1);
 }
 
@@ -84,13 +88,15 @@ fn generation_moves_only_with_spec_and_rv_on_every_write() {
 fn two_writers_with_the_same_resource_version_one_gets_conflict() {
     let (_dir, store) = open();
     let store = Arc::new(store);
-    let a = store.create(project("a", json!({"n": 0})), false).unwrap();
+    let a = store
+        .create(project("a", json!({"n": 0})), Commit::Persist)
+        .unwrap();
     let rv = a.resource_version();
     let handles: Vec<_> = (1..=2)
         .map(|n| {
             let store = Arc::clone(&store);
             std::thread::spawn(move || {
-                store.replace(project("a", json!({"n": n})), Some(rv), false)
+                store.replace(project("a", json!({"n": n})), Some(rv), Commit::Persist)
             })
         })
         .collect();
@@ -107,13 +113,15 @@ fn two_writers_with_the_same_resource_version_one_gets_conflict() {
 #[test]
 fn create_twice_is_already_exists_and_replace_missing_is_not_found() {
     let (_dir, store) = open();
-    store.create(project("a", json!({})), false).unwrap();
+    store
+        .create(project("a", json!({})), Commit::Persist)
+        .unwrap();
     assert!(matches!(
-        store.create(project("a", json!({})), false),
+        store.create(project("a", json!({})), Commit::Persist),
         Err(StoreError::AlreadyExists { .. })
     ));
     assert!(matches!(
-        store.replace(project("zz", json!({})), None, false),
+        store.replace(project("zz", json!({})), None, Commit::Persist),
         Err(StoreError::NotFound { .. })
     ));
 }
@@ -122,10 +130,16 @@ fn create_twice_is_already_exists_and_replace_missing_is_not_found() {
 fn status_and_spec_paths_are_separate() {
     let (_dir, store) = open();
     let a = store
-        .create(project("a", json!({"image": "x"})), false)
+        .create(project("a", json!({"image": "x"})), Commit::Persist)
         .unwrap();
     let with_status = store
-        .update_status("Project", "a", None, json!({"phase": "Ready"}), false)
+        .update_status(
+            "Project",
+            "a",
+            None,
+            json!({"phase": "Ready"}),
+            Commit::Persist,
+        )
         .unwrap();
     assert_eq!(with_status.generation(), a.generation());
     assert!(with_status.resource_version() > a.resource_version());
@@ -133,20 +147,32 @@ fn status_and_spec_paths_are_separate() {
 
     // Same status again: nothing written.
     let again = store
-        .update_status("Project", "a", None, json!({"phase": "Ready"}), false)
+        .update_status(
+            "Project",
+            "a",
+            None,
+            json!({"phase": "Ready"}),
+            Commit::Persist,
+        )
         .unwrap();
     assert_eq!(again.resource_version(), with_status.resource_version());
 
     // A spec write keeps the status.
     let (b, _) = store
-        .apply(project("a", json!({"image": "y"})), false)
+        .apply(project("a", json!({"image": "y"})), Commit::Persist)
         .unwrap();
     assert_eq!(b.status, json!({"phase": "Ready"}));
     assert_eq!(b.generation(), 2);
 
     // A stale status write conflicts.
     assert!(matches!(
-        store.update_status("Project", "a", Some(a.resource_version()), json!({}), false),
+        store.update_status(
+            "Project",
+            "a",
+            Some(a.resource_version()),
+            json!({}),
+            Commit::Persist
+        ),
         Err(StoreError::Conflict { .. })
     ));
 }
@@ -154,20 +180,27 @@ fn status_and_spec_paths_are_separate() {
 #[test]
 fn finalizers_hold_a_deletion_until_the_last_is_removed() {
     let (_dir, store) = open();
-    store.create(project("a", json!({})), false).unwrap();
+    store
+        .create(project("a", json!({})), Commit::Persist)
+        .unwrap();
     store
         .set_finalizers("Project", "a", None, vec!["berth.dev/workspace".into()])
         .unwrap();
     let mut force = BTreeMap::new();
     force.insert("berth.dev/forceDelete".to_string(), "true".to_string());
-    let Deletion::Deleting(held) = store.delete("Project", "a", None, force, false).unwrap() else {
+    let Deletion::Deleting(held) = store
+        .delete("Project", "a", None, force, Commit::Persist)
+        .unwrap()
+    else {
         panic!("a finalizer must hold the deletion");
     };
     assert!(held.is_deleting());
     assert_eq!(held.metadata.annotations["berth.dev/forceDelete"], "true");
 
     // Applying the manifest again neither revives it nor drops the finalizer.
-    let (still, _) = store.apply(project("a", json!({})), false).unwrap();
+    let (still, _) = store
+        .apply(project("a", json!({})), Commit::Persist)
+        .unwrap();
     assert_eq!(
         still.metadata.finalizers,
         vec!["berth.dev/workspace".to_string()]
@@ -180,16 +213,18 @@ fn finalizers_hold_a_deletion_until_the_last_is_removed() {
     );
     assert!(store.get("Project", "a").is_none());
 
-    store.create(project("b", json!({})), false).unwrap();
+    store
+        .create(project("b", json!({})), Commit::Persist)
+        .unwrap();
     assert!(matches!(
         store
-            .delete("Project", "b", None, BTreeMap::new(), false)
+            .delete("Project", "b", None, BTreeMap::new(), Commit::Persist)
             .unwrap(),
         Deletion::Deleted(_)
     ));
     assert!(store.get("Project", "b").is_none());
     assert!(matches!(
-        store.delete("Project", "b", None, BTreeMap::new(), false),
+        store.delete("Project", "b", None, BTreeMap::new(), Commit::Persist),
         Err(StoreError::NotFound { .. })
     ));
 }
@@ -208,12 +243,15 @@ fn writes_keep_what_the_delete_request_recorded_and_never_add_it() {
     };
     // Whatever reaches the store (admission refuses it first), a write never arms a force.
     let (created, _) = store
-        .apply(with("a", &[(FORCE_DELETE, "true"), ("team", "x")]), false)
+        .apply(
+            with("a", &[(FORCE_DELETE, "true"), ("team", "x")]),
+            Commit::Persist,
+        )
         .unwrap();
     assert_eq!(created.metadata.annotations.get(FORCE_DELETE), None);
     assert_eq!(created.metadata.annotations["team"], "x");
     let (armed, _) = store
-        .apply(with("a", &[(REAPED_BY, "reaper")]), false)
+        .apply(with("a", &[(REAPED_BY, "reaper")]), Commit::Persist)
         .unwrap();
     assert_eq!(armed.metadata.annotations.get(REAPED_BY), None);
 
@@ -224,18 +262,24 @@ fn writes_keep_what_the_delete_request_recorded_and_never_add_it() {
         (FORCE_DELETE.to_string(), "true".to_string()),
         (DELETED_BY.to_string(), "unix:ann".to_string()),
     ]);
-    store.delete("Project", "a", None, recorded, false).unwrap();
+    store
+        .delete("Project", "a", None, recorded, Commit::Persist)
+        .unwrap();
 
     // A re-apply of the manifest (without them, or changing them) neither drops nor moves them.
     for pairs in [&[][..], &[(DELETED_BY, "mallory"), ("team", "y")][..]] {
-        let (after, _) = store.apply(with("a", pairs), false).unwrap();
+        let (after, _) = store.apply(with("a", pairs), Commit::Persist).unwrap();
         assert_eq!(after.metadata.annotations[FORCE_DELETE], "true");
         assert_eq!(after.metadata.annotations[DELETED_BY], "unix:ann");
         assert!(after.is_deleting());
     }
     let current = store.get("Project", "a").unwrap();
     let (replaced, _) = store
-        .replace(with("a", &[]), Some(current.resource_version()), false)
+        .replace(
+            with("a", &[]),
+            Some(current.resource_version()),
+            Commit::Persist,
+        )
         .unwrap();
     assert_eq!(replaced.metadata.annotations[FORCE_DELETE], "true");
     assert_eq!(replaced.metadata.annotations.get("team"), None);
@@ -247,21 +291,24 @@ fn display_names_are_unique_case_insensitively_after_trimming() {
     store
         .create(
             project("payments-api", json!({"displayName": "Payments API"})),
-            false,
+            Commit::Persist,
         )
         .unwrap();
     let clash = store.create(
         project("other", json!({"displayName": "  payments api "})),
-        false,
+        Commit::Persist,
     );
     assert!(
         matches!(clash, Err(StoreError::Conflict { .. })),
         "{clash:?}"
     );
     // A name used as the default display name clashes too.
-    let clash = store.create(project("x", json!({"displayName": "PAYMENTS-API2"})), false);
+    let clash = store.create(
+        project("x", json!({"displayName": "PAYMENTS-API2"})),
+        Commit::Persist,
+    );
     assert!(clash.is_ok());
-    let clash = store.create(project("payments-api2", json!({})), false);
+    let clash = store.create(project("payments-api2", json!({})), Commit::Persist);
     assert!(
         matches!(clash, Err(StoreError::Conflict { .. })),
         "{clash:?}"
@@ -269,25 +316,28 @@ fn display_names_are_unique_case_insensitively_after_trimming() {
 
     // Renaming into a taken display name conflicts; renaming away frees the old one.
     let other = store
-        .create(project("other", json!({"displayName": "Other"})), false)
+        .create(
+            project("other", json!({"displayName": "Other"})),
+            Commit::Persist,
+        )
         .unwrap();
     assert!(matches!(
         store.apply(
             project("other", json!({"displayName": "payments API"})),
-            false
+            Commit::Persist
         ),
         Err(StoreError::Conflict { .. })
     ));
     store
         .apply(
             project("payments-api", json!({"displayName": "Payments"})),
-            false,
+            Commit::Persist,
         )
         .unwrap();
     store
         .apply(
             project("other", json!({"displayName": "payments API"})),
-            false,
+            Commit::Persist,
         )
         .unwrap();
     assert_eq!(
@@ -306,7 +356,7 @@ fn display_names_are_unique_in_a_batch_end_state() {
                 project("a", json!({"displayName": "Alpha"})),
                 project("b", json!({"displayName": "Beta"})),
             ],
-            false,
+            Commit::Persist,
         )
         .unwrap();
     // (batch of (name, displayName), failing index wanted)
@@ -325,7 +375,7 @@ fn display_names_are_unique_in_a_batch_end_state() {
             .iter()
             .map(|(name, display)| project(name, json!({"displayName": display})))
             .collect();
-        let result = store.apply_batch(desired, false);
+        let result = store.apply_batch(desired, Commit::Persist);
         match wanted {
             None => {
                 result.unwrap_or_else(|f| panic!("{batch:?}: {f}"));
@@ -354,7 +404,10 @@ fn a_failing_batch_writes_nothing() {
     let path = dir.path().join("berth.db");
     let store = Store::open(&path).unwrap();
     store
-        .create(project("taken", json!({"displayName": "Taken"})), false)
+        .create(
+            project("taken", json!({"displayName": "Taken"})),
+            Commit::Persist,
+        )
         .unwrap();
     let rv = store.resource_version();
     let mut feed = store.subscribe();
@@ -363,7 +416,7 @@ fn a_failing_batch_writes_nothing() {
         project("b", json!({})),
         project("c", json!({"displayName": "taken"})),
     ];
-    let failure = store.apply_batch(batch, false).unwrap_err();
+    let failure = store.apply_batch(batch, Commit::Persist).unwrap_err();
     assert_eq!(failure.index, Some(2));
     assert!(matches!(failure.error, StoreError::Conflict { .. }));
     assert!(store.get("Project", "a").is_none());
@@ -378,7 +431,9 @@ fn a_failing_batch_writes_nothing() {
 #[test]
 fn a_batch_is_one_transaction_and_reports_actions() {
     let (_dir, store) = open();
-    store.create(project("a", json!({"n": 1})), false).unwrap();
+    store
+        .create(project("a", json!({"n": 1})), Commit::Persist)
+        .unwrap();
     let results = store
         .apply_batch(
             vec![
@@ -386,7 +441,7 @@ fn a_batch_is_one_transaction_and_reports_actions() {
                 project("b", json!({})),
                 project("a-2", json!({})),
             ],
-            false,
+            Commit::Persist,
         )
         .unwrap();
     let actions: Vec<_> = results.iter().map(|(_, a)| *a).collect();
@@ -405,13 +460,17 @@ fn a_batch_is_one_transaction_and_reports_actions() {
 #[test]
 fn dry_run_writes_nothing() {
     let (_dir, store) = open();
-    let would = store.create(project("a", json!({})), true).unwrap();
+    let would = store
+        .create(project("a", json!({})), Commit::DryRun)
+        .unwrap();
     assert_eq!(would.name(), "a");
     assert!(store.get("Project", "a").is_none());
     assert_eq!(store.resource_version(), 0);
-    store.create(project("a", json!({})), false).unwrap();
     store
-        .delete("Project", "a", None, BTreeMap::new(), true)
+        .create(project("a", json!({})), Commit::Persist)
+        .unwrap();
+    store
+        .delete("Project", "a", None, BTreeMap::new(), Commit::DryRun)
         .unwrap();
     assert!(store.get("Project", "a").is_some());
 }
@@ -420,13 +479,23 @@ fn dry_run_writes_nothing() {
 fn the_change_feed_reports_every_write_in_order() {
     let (_dir, store) = open();
     let mut feed = store.subscribe();
-    store.create(project("a", json!({})), false).unwrap();
     store
-        .update_status("Project", "a", None, json!({"phase": "Ready"}), false)
+        .create(project("a", json!({})), Commit::Persist)
         .unwrap();
-    store.apply(project("a", json!({"x": 1})), false).unwrap();
     store
-        .delete("Project", "a", None, BTreeMap::new(), false)
+        .update_status(
+            "Project",
+            "a",
+            None,
+            json!({"phase": "Ready"}),
+            Commit::Persist,
+        )
+        .unwrap();
+    store
+        .apply(project("a", json!({"x": 1})), Commit::Persist)
+        .unwrap();
+    store
+        .delete("Project", "a", None, BTreeMap::new(), Commit::Persist)
         .unwrap();
     let got: Vec<_> = std::iter::from_fn(|| feed.try_recv().ok())
         .map(|c| {
@@ -452,7 +521,9 @@ fn the_change_feed_reports_every_write_in_order() {
 #[test]
 fn events_repeat_by_counting() {
     let (_dir, store) = open();
-    let a = store.create(project("a", json!({})), false).unwrap();
+    let a = store
+        .create(project("a", json!({})), Commit::Persist)
+        .unwrap();
     store
         .record_event(&a, EventType::Normal, "Created", "container created")
         .unwrap();
@@ -493,8 +564,12 @@ fn events_repeat_by_counting() {
 #[test]
 fn a_removed_objects_events_stay_until_pruned() {
     let (_dir, store) = open();
-    let a = store.create(project("a", json!({})), false).unwrap();
-    let b = store.create(project("b", json!({})), false).unwrap();
+    let a = store
+        .create(project("a", json!({})), Commit::Persist)
+        .unwrap();
+    let b = store
+        .create(project("b", json!({})), Commit::Persist)
+        .unwrap();
     for object in [&a, &b] {
         store
             .record_event(object, EventType::Normal, "Created", "container created")
@@ -502,7 +577,7 @@ fn a_removed_objects_events_stay_until_pruned() {
     }
     let before_delete = chrono::Utc::now();
     store
-        .delete("Project", "a", None, BTreeMap::new(), false)
+        .delete("Project", "a", None, BTreeMap::new(), Commit::Persist)
         .unwrap();
     let after_delete = chrono::Utc::now();
     // Still listed under its name once it is gone.
@@ -510,7 +585,9 @@ fn a_removed_objects_events_stay_until_pruned() {
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0].involved_object.uid, a.uid());
     // A project re-created under the same name starts without the old one's history.
-    store.create(project("a", json!({})), false).unwrap();
+    store
+        .create(project("a", json!({})), Commit::Persist)
+        .unwrap();
     assert!(store.events_for("Project", "a").unwrap().is_empty());
     // Nothing went before the object did; once the cutoff passes it, its events go.
     assert_eq!(store.prune_gone_events(before_delete).unwrap(), 0);
@@ -614,13 +691,15 @@ fn applysets_prune_only_their_previous_inventory() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("berth.db");
     let store = Store::open(&path).unwrap();
-    store.create(project("outside", json!({})), false).unwrap();
+    store
+        .create(project("outside", json!({})), Commit::Persist)
+        .unwrap();
     let applied = store
         .apply_set(
             "s",
             vec![project("a", json!({})), project("b", json!({}))],
             true,
-            false,
+            Commit::Persist,
         )
         .unwrap();
     assert_eq!(applied.applied.len(), 2);
@@ -632,7 +711,7 @@ fn applysets_prune_only_their_previous_inventory() {
         .set_finalizers("Project", "b", None, vec!["berth.dev/workspace".into()])
         .unwrap();
     let applied = store
-        .apply_set("s", vec![project("a", json!({}))], true, false)
+        .apply_set("s", vec![project("a", json!({}))], true, Commit::Persist)
         .unwrap();
     assert!(matches!(applied.pruned.as_slice(), [Deletion::Deleting(o)] if o.name() == "b"));
     assert_eq!(
@@ -648,7 +727,10 @@ fn applysets_prune_only_their_previous_inventory() {
     let store = Store::open(&path).unwrap();
     assert_eq!(store.applyset_inventory("s"), ["Project/a"]);
     store
-        .create(project("taken", json!({"displayName": "Taken"})), false)
+        .create(
+            project("taken", json!({"displayName": "Taken"})),
+            Commit::Persist,
+        )
         .unwrap();
     let failure = store
         .apply_set(
@@ -658,7 +740,7 @@ fn applysets_prune_only_their_previous_inventory() {
                 project("d", json!({"displayName": "taken"})),
             ],
             true,
-            false,
+            Commit::Persist,
         )
         .unwrap_err();
     assert_eq!(failure.index, Some(1));
@@ -742,8 +824,12 @@ fn a_set_refusing_takeover_leaves_other_sets_objects_alone() {
 #[test]
 fn status_batches_commit_together_and_fail_per_update() {
     let (_dir, store) = open();
-    let a = store.create(project("a", json!({})), false).unwrap();
-    store.create(project("b", json!({})), false).unwrap();
+    let a = store
+        .create(project("a", json!({})), Commit::Persist)
+        .unwrap();
+    store
+        .create(project("b", json!({})), Commit::Persist)
+        .unwrap();
     let mut feed = store.subscribe();
     let update = |name: &str, rv: Option<u64>, phase: &str| StatusUpdate {
         kind: "Project".into(),
@@ -827,8 +913,12 @@ fn an_execution_is_recorded_once_and_expires() {
 #[test]
 fn a_deleted_project_takes_its_tool_executions_with_it() {
     let (_dir, store) = open();
-    let a = store.create(project("a", json!({})), false).unwrap();
-    let b = store.create(project("b", json!({})), false).unwrap();
+    let a = store
+        .create(project("a", json!({})), Commit::Persist)
+        .unwrap();
+    let b = store
+        .create(project("b", json!({})), Commit::Persist)
+        .unwrap();
     let now = chrono::Utc::now();
     let outcome = json!({"output": "secret output"});
     for uid in [a.uid(), b.uid()] {
@@ -839,7 +929,7 @@ fn a_deleted_project_takes_its_tool_executions_with_it() {
     }
     assert!(matches!(
         store
-            .delete("Project", "a", None, BTreeMap::new(), false)
+            .delete("Project", "a", None, BTreeMap::new(), Commit::Persist)
             .unwrap(),
         Deletion::Deleted(_)
     ));

@@ -4,6 +4,7 @@
 //! it back to Reachable. A project stopped by its own `spec.state: Stopped` is never started
 //! by a tool call.
 
+use crate::store::Commit;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -149,7 +150,7 @@ async fn wake(store: &Arc<Store>, project: &StoredObject, by: &str) -> Result<()
                 finalizers: None,
                 spec: current.spec.value(),
             };
-            match store.replace(desired, Some(current.resource_version()), false) {
+            match store.replace(desired, Some(current.resource_version()), Commit::Persist) {
                 Ok((object, _)) => {
                     store.record_or_warn(&object, EventType::Normal, "WakeRequested", &message);
                     return Ok(());

@@ -2,6 +2,7 @@
 //! volumes aside and never lose one under injected crashes; restores bring them back under the
 //! same or a new uid; housekeeping purges what expired.
 
+use crate::store::Commit;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,7 +78,7 @@ impl Setup {
                     finalizers: None,
                     spec: json!({"image": "berth-tiny", "displayName": format!("{name} display")}),
                 },
-                false,
+                Commit::Persist,
             )
             .unwrap();
         self.converge(name).await;
@@ -128,7 +129,7 @@ impl Setup {
             annotations.insert(k.to_string(), v.to_string());
         }
         self.store
-            .delete(PROJECT_KIND, name, None, annotations, false)
+            .delete(PROJECT_KIND, name, None, annotations, Commit::Persist)
             .unwrap();
     }
 

@@ -764,6 +764,7 @@ mod tests {
 
 #[cfg(all(test, feature = "testing"))]
 mod fake_runtime_tests {
+    use crate::store::Commit;
     use serde_json::json;
 
     use super::*;
@@ -794,7 +795,7 @@ mod fake_runtime_tests {
         let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
         let secrets = Arc::new(Secrets::open(store.clone(), dir.path()).unwrap());
         store
-            .apply(desired(PROJECT_KIND, "p", spec), false)
+            .apply(desired(PROJECT_KIND, "p", spec), Commit::Persist)
             .unwrap();
         store
             .apply(
@@ -804,7 +805,7 @@ mod fake_runtime_tests {
                     json!({"home": "/root/.shell", "install": {"check": "true"},
                         "runner": {"command": ["true"]}}),
                 ),
-                false,
+                Commit::Persist,
             )
             .unwrap();
         let fake = Arc::new(FakeRuntime::new());
@@ -841,7 +842,7 @@ mod fake_runtime_tests {
     fn write_status(setup: &Setup, status: Value) {
         setup
             .store
-            .update_status(PROJECT_KIND, "p", None, status, false)
+            .update_status(PROJECT_KIND, "p", None, status, Commit::Persist)
             .unwrap();
     }
 
@@ -1009,7 +1010,7 @@ mod fake_runtime_tests {
                 .extend(extra.as_object().unwrap().clone());
             setup
                 .store
-                .apply(desired(PROFILE_KIND, "shell", spec), false)
+                .apply(desired(PROFILE_KIND, "shell", spec), Commit::Persist)
                 .unwrap();
         };
         let outdated = || {
@@ -1055,13 +1056,13 @@ mod fake_runtime_tests {
                     json!({"home": "/root/.extra", "install": {"check": "true"},
                         "runner": {"command": ["true"]}}),
                 ),
-                false,
+                Commit::Persist,
             )
             .unwrap();
         let project = |spec: Value| {
             setup
                 .store
-                .apply(desired(PROJECT_KIND, "p", spec), false)
+                .apply(desired(PROJECT_KIND, "p", spec), Commit::Persist)
                 .unwrap();
         };
         project(json!({"agent": "shell", "agents": ["extra"]}));
@@ -1214,7 +1215,7 @@ mod fake_runtime_tests {
                     json!({"home": "/root/.extra", "install": {"check": "extra-check"},
                         "runner": {"command": ["true"]}}),
                 ),
-                false,
+                Commit::Persist,
             )
             .unwrap();
         container(&setup, crate::runtime::InstanceStatus::Running);

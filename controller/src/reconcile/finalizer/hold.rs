@@ -482,6 +482,7 @@ mod looks;
 
 #[cfg(all(test, feature = "testing"))]
 mod held {
+    use crate::store::Commit;
     use std::collections::BTreeMap;
 
     use super::*;
@@ -540,7 +541,7 @@ mod held {
                         finalizers: Some(vec!["berth.dev/teardown".into()]),
                         spec: json!({"image": "berth-base"}),
                     },
-                    false,
+                    Commit::Persist,
                 )
                 .unwrap();
             store
@@ -549,7 +550,7 @@ mod held {
                     name,
                     None,
                     json!({"phase": "Ready", "step": "Reachable"}),
-                    false,
+                    Commit::Persist,
                 )
                 .unwrap();
             let uid = store.get(PROJECT_KIND, name).unwrap().uid().to_string();
@@ -566,7 +567,7 @@ mod held {
                 state: None,
             });
             store
-                .delete(PROJECT_KIND, name, None, annotations, false)
+                .delete(PROJECT_KIND, name, None, annotations, Commit::Persist)
                 .unwrap();
             store.get(PROJECT_KIND, name).unwrap()
         }
@@ -725,7 +726,7 @@ mod held {
         status["controller"] = json!({"image": "berth-base"});
         s.ctx
             .store
-            .update_status(PROJECT_KIND, "p", None, status, false)
+            .update_status(PROJECT_KIND, "p", None, status, Commit::Persist)
             .unwrap();
         let released = release_forced(&s.ctx.store, "p").unwrap();
         let StatusWritten::Written(released) = released else {

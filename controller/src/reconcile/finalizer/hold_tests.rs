@@ -3,6 +3,7 @@
 //! written while the container stops. The teardown runs against the fake runtime, whose
 //! inspections answer with what the workspace volume holds, wherever it is attached.
 
+use crate::store::Commit;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -112,11 +113,11 @@ impl Setup {
                     finalizers: Some(vec!["berth.dev/teardown".into()]),
                     spec: json!({"image": "berth-base"}),
                 },
-                false,
+                Commit::Persist,
             )
             .unwrap();
         store
-            .update_status(PROJECT_KIND, name, None, status, false)
+            .update_status(PROJECT_KIND, name, None, status, Commit::Persist)
             .unwrap();
         let uid = store.get(PROJECT_KIND, name).unwrap().uid().to_string();
         let volume = DurableLayout::workspace_volume(&uid);
@@ -173,7 +174,7 @@ impl Setup {
             });
         }
         store
-            .delete(PROJECT_KIND, name, None, BTreeMap::new(), false)
+            .delete(PROJECT_KIND, name, None, BTreeMap::new(), Commit::Persist)
             .unwrap();
         store.get(PROJECT_KIND, name).unwrap()
     }
@@ -585,7 +586,7 @@ async fn an_image_changed_to_a_typo_still_has_its_deletion_held() {
                     finalizers,
                     spec: json!({ "image": image }),
                 },
-                false,
+                Commit::Persist,
             )
             .unwrap();
     };
@@ -620,7 +621,7 @@ async fn an_image_changed_to_a_typo_still_has_its_deletion_held() {
     // A plain delete inspects the volume and holds.
     s.ctx
         .store
-        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), false)
+        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), Commit::Persist)
         .unwrap();
     reconcile(&s, "p", 3).await;
     assert_eq!(s.blocked("p").map(|b| b.0), Some("UnsavedWork".to_string()));
@@ -658,7 +659,7 @@ async fn a_leftover_inspection_instance_does_not_strand_a_forced_deletion() {
     annotations.insert(berth_api::annotations::FORCE_DELETE.into(), "true".into());
     s.ctx
         .store
-        .delete(PROJECT_KIND, "p", None, annotations, false)
+        .delete(PROJECT_KIND, "p", None, annotations, Commit::Persist)
         .unwrap();
     assert!(matches!(s.teardown("p").await, Action::Done));
     assert!(!s.workspace_kept(&uid));

@@ -94,6 +94,7 @@ impl Berth {
             .arg(&self.data_dir)
             .arg("--socket")
             .arg(&self.socket)
+            .args(crate::support::daemon::free_preview_port(&self.args))
             .args(&self.args)
             .env("BERTH_LOG", "info")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -130,6 +131,11 @@ impl Berth {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The address the preview listener serves on (as the daemon logged it).
+    pub fn preview_addr(&self) -> String {
+        crate::support::daemon::logged_addr(&self.log_text(), "serving previews")
     }
 
     pub fn client(&self) -> Client {

@@ -698,6 +698,8 @@ pub enum ActivitySource {
     Exec,
     /// A workspace tool call.
     Tool,
+    /// A request through the preview listener or `berth port-forward`.
+    Preview,
 }
 
 impl ActivitySource {
@@ -708,6 +710,7 @@ impl ActivitySource {
             ActivitySource::Files => "files",
             ActivitySource::Exec => "exec",
             ActivitySource::Tool => "tool",
+            ActivitySource::Preview => "preview",
         }
     }
 }

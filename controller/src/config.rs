@@ -77,10 +77,17 @@ pub struct ListenConfig {
     /// TCP address for the API, e.g. `127.0.0.1:7480`; empty serves the unix socket only.
     pub http: String,
     pub tls: TlsConfig,
+    /// The preview listener's TCP address (`<name>--<port>.<previewDomain>` routed to that
+    /// port in the project's container, for members); empty disables it. HTTPS with
+    /// `listen.tls`, and only then on a non-loopback address.
+    pub preview: String,
     /// The most connections each listener (the unix socket, the TCP address) holds open at
     /// once; more are closed as soon as they are accepted.
     pub max_connections: usize,
 }
+
+/// The preview listener's address when the configuration says nothing.
+pub const DEFAULT_PREVIEW_LISTEN: &str = "127.0.0.1:7481";
 
 impl Default for ListenConfig {
     fn default() -> Self {
@@ -88,6 +95,7 @@ impl Default for ListenConfig {
             socket: default_socket_path(),
             http: String::new(),
             tls: TlsConfig::default(),
+            preview: DEFAULT_PREVIEW_LISTEN.to_string(),
             max_connections: 512,
         }
     }
@@ -312,6 +320,25 @@ impl Config {
                 "required when the other of listen.tls.cert and listen.tls.key is set",
             ));
         }
+        if !self.listen.preview.is_empty() {
+            let addr = parse_listen_addr(&self.listen.preview).ok_or_else(|| {
+                invalid(
+                    "listen.preview",
+                    &format!(
+                        "{:?} is not an address like 127.0.0.1:7481 (\"\" disables previews)",
+                        self.listen.preview
+                    ),
+                )
+            })?;
+            if !addr.ip().is_loopback() && !self.listen.tls.is_configured() {
+                return Err(invalid(
+                    "listen.preview",
+                    &format!(
+                        "{addr} is not a loopback address; listen.tls.cert and listen.tls.key are required"
+                    ),
+                ));
+            }
+        }
         if !self.listen.http.is_empty() {
             let addr = parse_listen_addr(&self.listen.http).ok_or_else(|| {
                 invalid(
@@ -462,6 +489,7 @@ listen:
   socket: /run/berth/berth.sock
   http: ""
   tls: {cert: "", key: ""}
+  preview: 127.0.0.1:7481
 lxd:
   endpoint: unix:///var/lib/lxd/unix.socket
   project: default
@@ -556,6 +584,8 @@ secrets: {mirrorToLxd: false}
             ("listen: {http: '0.0.0.0:7480'}", "listen.http"),
             ("listen: {http: 'nonsense'}", "listen.http"),
             ("listen: {maxConnections: 0}", "listen.maxConnections"),
+            ("listen: {preview: '0.0.0.0:7481'}", "listen.preview"),
+            ("listen: {preview: 'nonsense'}", "listen.preview"),
             ("lxd: {endpoint: 'tcp://x'}", "lxd.endpoint"),
             ("scheduler: {workers: 0}", "scheduler.workers"),
             ("events: {retention: soon}", "events.retention"),

@@ -25,6 +25,7 @@ pub struct DaemonOptions {
     pub data_dir: Option<PathBuf>,
     pub socket: Option<PathBuf>,
     pub listen: Option<String>,
+    pub preview: Option<String>,
     pub paused: bool,
     pub log_format: String,
 }
@@ -40,6 +41,9 @@ pub fn effective_config(opts: &DaemonOptions) -> anyhow::Result<Config> {
     }
     if let Some(listen) = &opts.listen {
         config.listen.http = listen.clone();
+    }
+    if let Some(preview) = &opts.preview {
+        config.listen.preview = preview.clone();
     }
     config.paused |= opts.paused;
     config.validate()?;
@@ -158,14 +162,18 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 
     let secrets = Arc::new(Secrets::open(Arc::clone(&store), &config.data_dir)?);
 
-    let tls = match config.listen.http.as_str() {
-        "" => None,
+    // One certificate for both TCP listeners (the API and previews), read when either is on.
+    let tls_acceptor = match (config.listen.http.as_str(), config.listen.preview.as_str()) {
+        ("", "") => None,
         _ if config.listen.tls.is_configured() => Some(api::tls_acceptor(
             Path::new(&config.listen.tls.cert),
             Path::new(&config.listen.tls.key),
         )?),
         _ => None,
     };
+    let tls = tls_acceptor
+        .clone()
+        .filter(|_| !config.listen.http.is_empty());
     let listeners = Listeners {
         unix: api::bind_unix(&config.listen.socket).await?,
         unix_path: config.listen.socket.clone(),
@@ -184,6 +192,33 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             .context("reading the TCP listener's address")?;
         tracing::info!(%addr, tls = listeners.tls.is_some(), "serving the API over TCP");
     }
+
+    // Bound before the controller starts: `status.ports` carries the listener's port.
+    let preview_tls = tls_acceptor.filter(|_| !config.listen.preview.is_empty());
+    let preview_listener = match config.listen.preview.as_str() {
+        "" => None,
+        addr => Some(api::bind_preview(addr, preview_tls.is_some()).await?),
+    };
+    let preview_port = match &preview_listener {
+        Some(listener) => {
+            let addr = listener
+                .local_addr()
+                .context("reading the preview listener's address")?;
+            tracing::info!(%addr, tls = preview_tls.is_some(), domain = %config.preview_domain, "serving previews");
+            Some(addr.port())
+        }
+        None => None,
+    };
+    let previews = Arc::new(crate::preview::Previews {
+        site: crate::preview::PreviewSite::new(
+            &config.preview_domain,
+            preview_tls.is_some(),
+            preview_port,
+        ),
+        listening: preview_listener.is_some(),
+        tickets: Default::default(),
+        upstreams: crate::preview::upstream::Upstreams::new(config.data_dir.join("preview")),
+    });
 
     let shutdown = CancellationToken::new();
     let readiness = ControllerReadiness::default();
@@ -219,7 +254,16 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_metrics(Arc::clone(&metrics)),
     );
     let controller = start_controller(
-        &config, &store, &secrets, &metrics, &lxd, &activity, &trash, &shutdown, &readiness,
+        &config,
+        &store,
+        &secrets,
+        &metrics,
+        &lxd,
+        &activity,
+        &trash,
+        &shutdown,
+        &readiness,
+        previews.site.clone(),
     );
 
     let started = Arc::clone(&readiness.started);
@@ -238,6 +282,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     })
     .with_inspector(Arc::clone(&inspector))
     .with_trash(trash)
+    .with_previews(previews)
     .with_readiness_check(
         "controller",
         Arc::new(move || {
@@ -262,10 +307,21 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         let inspector = Arc::clone(&inspector);
         state.with_readiness_check("lxd", Arc::new(move || inspector.reachability()))
     };
-    let server = tokio::spawn(api::serve(Arc::new(state), listeners));
+    let state = Arc::new(state);
+    let preview_server = preview_listener.map(|listener| {
+        tokio::spawn(api::serve_previews(
+            Arc::clone(&state),
+            listener,
+            preview_tls,
+            config.listen.max_connections,
+            Some(Arc::clone(&metrics)),
+        ))
+    });
+    let server = tokio::spawn(api::serve(state, listeners));
     tracing::info!(
         socket = %config.listen.socket.display(),
         http = %config.listen.http,
+        preview = %config.listen.preview,
         tls = config.listen.tls.is_configured(),
         paused = config.paused,
         "berth is serving"
@@ -278,6 +334,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         let _ = controller.await;
     }
     server.await.context("the API server stopped abnormally")?;
+    if let Some(preview_server) = preview_server {
+        let _ = preview_server.await;
+    }
     drop(store);
     tracing::info!("stopped");
     Ok(())
@@ -303,6 +362,7 @@ fn start_controller(
     trash: &Arc<crate::trash::Trash>,
     shutdown: &CancellationToken,
     readiness: &ControllerReadiness,
+    preview_site: crate::preview::PreviewSite,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if config.paused {
         tracing::info!("paused: the controller acts on nothing");
@@ -331,7 +391,7 @@ fn start_controller(
     let pass_settings = crate::scheduler::passes::PassSettings {
         workers: config.scheduler.workers.max(1) as usize,
         inspect_timeout: SCHEDULER_INSPECT_TIMEOUT,
-        preview_domain: config.preview_domain.clone(),
+        preview_site,
         recheck_interval: config.scheduler.recheck(),
     };
     let store = Arc::clone(store);

@@ -16,6 +16,7 @@ pub mod lxd;
 pub mod manifests;
 pub mod mcp;
 pub mod metrics;
+pub mod preview;
 pub mod reconcile;
 pub mod runtime;
 pub mod runtime_handle;

@@ -114,6 +114,11 @@ impl Daemon {
         self.child.as_ref().map(Child::id).unwrap_or_default()
     }
 
+    /// The address the preview listener serves on (as the daemon logged it).
+    pub fn preview_addr(&self) -> String {
+        logged_addr(&self.log_text(), "serving previews")
+    }
+
     /// The TCP address the daemon serves on (as it logged it), for `--listen 127.0.0.1:0`.
     pub fn tcp_addr(&self) -> String {
         let log = self.log_text();
@@ -219,6 +224,16 @@ impl Drop for Daemon {
     }
 }
 
+/// `--preview 127.0.0.1:0` unless the test chose the preview listener itself: test daemons run
+/// side by side, so none takes the default port.
+pub fn free_preview_port(args: &[impl AsRef<str>]) -> Vec<&'static str> {
+    if args.iter().any(|a| a.as_ref().starts_with("--preview")) {
+        Vec::new()
+    } else {
+        vec!["--preview", "127.0.0.1:0"]
+    }
+}
+
 /// Spawns `berth serve --paused` without waiting for it.
 pub fn spawn_serve(data_dir: &Path, socket: &Path, log: &Path, extra: &[&str]) -> Child {
     let mut args = vec!["--paused"];
@@ -250,6 +265,7 @@ fn spawn_serve_env(
         .arg(data_dir)
         .arg("--socket")
         .arg(socket)
+        .args(free_preview_port(args))
         .args(args)
         .env("BERTH_LOG", "info")
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -636,4 +652,17 @@ pub fn assert_nowhere_under(dir: &Path, needle: &[u8]) {
         }
     }
     assert!(files > 0, "nothing under {}", dir.display());
+}
+
+/// The `addr=` of the last log line containing `message`.
+pub fn logged_addr(log: &str, message: &str) -> String {
+    log.lines()
+        .rev()
+        .filter(|line| line.contains(message))
+        .find_map(|line| {
+            line.split_whitespace()
+                .find_map(|word| word.strip_prefix("addr="))
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| panic!("the daemon logged no {message:?} address:\n{log}"))
 }

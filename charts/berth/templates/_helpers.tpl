@@ -48,7 +48,8 @@ fingerprint is a placeholder the init container fills in from the LXD Secret.
   "listen" (dict
     "socket" "/run/berth/berth.sock"
     "http" (printf "0.0.0.0:%d" (int .Values.service.port))
-    "tls" (dict "cert" "/etc/berth/tls/tls.crt" "key" "/etc/berth/tls/tls.key"))
+    "tls" (dict "cert" "/etc/berth/tls/tls.crt" "key" "/etc/berth/tls/tls.key")
+    "preview" .Values.preview.listen)
   "lxd" (dict
     "endpoint" (required "lxd.endpoint is required (https://HOST:8443)" .Values.lxd.endpoint)
     "project" .Values.lxd.project

@@ -118,13 +118,7 @@ pub(super) async fn attach(
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
     let project = access::member_project(state, caller, name)?;
-    let upgrade = req
-        .headers()
-        .get(UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    let key = req.headers().get(SEC_WEBSOCKET_KEY).cloned();
-    let (true, Some(key)) = (upgrade, key) else {
+    let Some(key) = websocket_key(&req) else {
         return Err(ApiError::bad_request(
             "GET exec needs a websocket upgrade (Upgrade: websocket, Sec-WebSocket-Key); \
              use POST for a command that runs to completion",
@@ -139,7 +133,6 @@ pub(super) async fn attach(
         .inspector
         .exec_interactive(&project, &request, attach.terminal)
         .await?;
-    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     let project_name = name.to_string();
     tokio::spawn(async move {
         let _session_open = session_open;
@@ -155,6 +148,24 @@ pub(super) async fn attach(
             }
         }
     });
+    switching_protocols(&key)
+}
+
+/// The `Sec-WebSocket-Key` of a request asking for a websocket upgrade; `None` for any other.
+pub(super) fn websocket_key(req: &Request<Incoming>) -> Option<HeaderValue> {
+    let upgrade = req
+        .headers()
+        .get(UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    upgrade
+        .then(|| req.headers().get(SEC_WEBSOCKET_KEY).cloned())
+        .flatten()
+}
+
+/// The 101 that accepts the websocket of `key`.
+pub(super) fn switching_protocols(key: &HeaderValue) -> Result<Response<Body>, ApiError> {
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     let mut response = Response::new(
         http_body_util::Empty::new()
             .map_err(|never| match never {})

@@ -9,6 +9,7 @@ mod containers;
 pub mod error;
 mod members;
 mod merge_patch;
+mod preview;
 mod probes;
 mod routes;
 mod secrets;
@@ -30,7 +31,8 @@ use tokio_util::sync::CancellationToken;
 pub use admission::Admission;
 pub use body::{APPLY_LIMIT, OBJECT_LIMIT};
 pub use error::{ApiError, Cause};
-pub use server::{ListenError, Listeners, bind_tcp, bind_unix, serve, tls_acceptor};
+pub use preview::serve_previews;
+pub use server::{ListenError, Listeners, bind_preview, bind_tcp, bind_unix, serve, tls_acceptor};
 
 use crate::secrets::Secrets;
 use crate::store::Store;
@@ -97,6 +99,8 @@ pub struct ApiState {
     pub inspector: Arc<crate::inspect::Inspector>,
     /// The trash of deleted projects; without it the trash routes answer 503.
     pub trash: Option<Arc<crate::trash::Trash>>,
+    /// Preview tickets and the way into containers' ports; without it port-forward answers 503.
+    pub previews: Option<Arc<crate::preview::Previews>>,
 }
 
 impl ApiState {
@@ -124,12 +128,19 @@ impl ApiState {
             tools: None,
             inspector,
             trash: None,
+            previews: None,
         }
     }
 
     /// Serves the trash routes.
     pub fn with_trash(mut self, trash: Arc<crate::trash::Trash>) -> Self {
         self.trash = Some(trash);
+        self
+    }
+
+    /// Issues preview tickets and forwards ports through `previews`.
+    pub fn with_previews(mut self, previews: Arc<crate::preview::Previews>) -> Self {
+        self.previews = Some(previews);
         self
     }
 

@@ -22,8 +22,8 @@ use super::merge_patch;
 use super::selector::LabelSelector;
 use super::watch;
 use super::{
-    ApiState, Body, Caller, Transport, attach, containers, members, probes, secrets, tools, trash,
-    users,
+    ApiState, Body, Caller, Transport, attach, containers, members, preview, probes, secrets,
+    tools, trash, users,
 };
 use crate::store::{
     Action, AppliedSet, Commit, Deletion, Expected, FieldManager, StatusWrite, StoredObject,
@@ -89,7 +89,7 @@ pub async fn handle(
 pub(super) struct Query(HashMap<String, String>);
 
 impl Query {
-    fn parse(query: Option<&str>) -> Query {
+    pub(super) fn parse(query: Option<&str>) -> Query {
         Query(
             url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
                 .into_owned()
@@ -201,6 +201,14 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
         ["projects", name, "logs", offset] => {
             only(&method, &path, Method::GET)?;
             containers::logs(state, caller, name, &query, Some(offset)).await
+        }
+        ["projects", name, "previewtickets"] => {
+            only(&method, &path, Method::POST)?;
+            preview::issue_ticket(state, caller, name, req).await
+        }
+        ["projects", name, "portforward"] => {
+            only(&method, &path, Method::GET)?;
+            preview::port_forward(state, caller, name, &query, req).await
         }
         ["projects", name, "look"] => {
             only(&method, &path, Method::POST)?;

@@ -23,7 +23,7 @@ use super::{ApiState, Caller, Transport, routes};
 /// How long shutdown waits for requests in flight before giving up on them.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 /// How long a TLS client may take to finish its handshake before it is dropped.
-const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
+pub(super) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 /// How long a client may take to send a request's headers, also between the requests of a
 /// kept-alive connection: an idle or trickling client frees its slot after this.
 pub const HEADER_DEADLINE: Duration = Duration::from_secs(10);
@@ -43,6 +43,12 @@ pub enum ListenError {
     },
     #[error("listen.http {addr}: {source}")]
     Tcp {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("listen.preview {addr}: {source}")]
+    Preview {
         addr: String,
         #[source]
         source: std::io::Error,
@@ -72,20 +78,20 @@ pub struct Listeners {
 /// The connection slots of one listener. A connection past the cap is accepted and closed at
 /// once, so it holds a file descriptor for no longer than that.
 #[derive(Clone)]
-struct Slots {
+pub(super) struct Slots {
     listener: &'static str,
     free: Arc<Semaphore>,
     metrics: Option<Arc<Metrics>>,
 }
 
 /// One open connection's slot, given back when the connection ends.
-struct Slot {
+pub(super) struct Slot {
     _permit: OwnedSemaphorePermit,
     slots: Slots,
 }
 
 impl Slots {
-    fn new(listener: &'static str, max: usize, metrics: Option<Arc<Metrics>>) -> Slots {
+    pub(super) fn new(listener: &'static str, max: usize, metrics: Option<Arc<Metrics>>) -> Slots {
         Slots {
             listener,
             free: Arc::new(Semaphore::new(max)),
@@ -93,7 +99,7 @@ impl Slots {
         }
     }
 
-    fn take(&self) -> Option<Slot> {
+    pub(super) fn take(&self) -> Option<Slot> {
         let Ok(permit) = Arc::clone(&self.free).try_acquire_owned() else {
             if let Some(metrics) = &self.metrics {
                 metrics
@@ -239,6 +245,22 @@ pub async fn bind_tcp(addr: &str, tls: bool) -> Result<TcpListener, ListenError>
         )));
     }
     TcpListener::bind(parsed).await.map_err(tcp_err)
+}
+
+/// Binds the preview listener (`listen.preview`); without TLS only on a loopback address.
+pub async fn bind_preview(addr: &str, tls: bool) -> Result<TcpListener, ListenError> {
+    let preview_err = |source| ListenError::Preview {
+        addr: addr.to_string(),
+        source,
+    };
+    let parsed: SocketAddr = crate::config::parse_listen_addr(addr)
+        .ok_or_else(|| preview_err(std::io::Error::other("not an address like 127.0.0.1:7481")))?;
+    if !tls && !parsed.ip().is_loopback() {
+        return Err(preview_err(std::io::Error::other(
+            "only loopback addresses are served without TLS (set listen.tls.cert and listen.tls.key)",
+        )));
+    }
+    TcpListener::bind(parsed).await.map_err(preview_err)
 }
 
 /// Serves until `state.shutdown` is cancelled, then drains connections and removes the socket.

@@ -241,11 +241,11 @@ struct SessionEnd {
     error: Option<String>,
 }
 
-trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+pub(super) trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
 
 /// Opens the connection and upgrades it; a refusal reads like any other server error.
-async fn connect(
+pub(super) async fn connect(
     server: &Server,
     token: Option<&str>,
     certificate_authority: Option<&std::path::Path>,
@@ -293,7 +293,7 @@ async fn connect(
     };
     let mut request = url
         .into_client_request()
-        .context("exec: building the websocket request")?;
+        .context("building the websocket request")?;
     if let Some(token) = token.filter(|t| !t.is_empty()) {
         request.headers_mut().insert(
             reqwest::header::AUTHORIZATION,
@@ -310,7 +310,7 @@ async fn connect(
             let body = response.body().clone().unwrap_or_default();
             Err(ClientError::Api(crate::client::status_of(code, &body)).into())
         }
-        Err(e) => Err(anyhow::anyhow!("exec: upgrading the connection: {e}")),
+        Err(e) => Err(anyhow::anyhow!("upgrading the connection: {e}")),
     }
 }
 

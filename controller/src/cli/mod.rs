@@ -27,6 +27,7 @@ mod logs;
 mod manifest;
 mod mcp;
 mod members;
+mod port_forward;
 mod ports;
 mod power;
 mod progress;
@@ -123,6 +124,8 @@ enum Command {
     Start(power::StartArgs),
     /// List the ports a project listens on beyond loopback, with their preview URLs.
     Ports(ports::PortsArgs),
+    /// Forward a local port to a port inside a project's container (members only).
+    PortForward(port_forward::PortForwardArgs),
     /// Show what the reaper will do next to each project (`--dry-run`).
     Reap(reap::ReapArgs),
     /// List what deletions put in the trash (`trash list`).
@@ -293,6 +296,7 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Stop(args) => power::stop(context, args).await,
             Command::Start(args) => power::start(context, args).await,
             Command::Ports(args) => ports::run(context, args).await,
+            Command::PortForward(args) => port_forward::run(context, args).await,
             Command::Reap(args) => reap::run(context, args).await,
             Command::Trash(args) => trash::run(context, args).await,
             Command::Restore(args) => restore::run(context, args).await,

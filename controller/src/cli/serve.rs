@@ -19,6 +19,10 @@ pub struct ServeArgs {
     /// Also serve the API on this TCP address (token auth), e.g. 127.0.0.1:7480.
     #[arg(long)]
     listen: Option<String>,
+    /// Serve previews on this TCP address (listen.preview), e.g. 127.0.0.1:0 for a free port;
+    /// "" disables them.
+    #[arg(long)]
+    preview: Option<String>,
     /// Serve the API and store, but let the controller act on nothing.
     #[arg(long)]
     paused: bool,
@@ -33,6 +37,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         data_dir: args.data_dir,
         socket: args.socket,
         listen: args.listen,
+        preview: args.preview,
         paused: args.paused,
         log_format: args.log_format,
     })?;

@@ -35,6 +35,8 @@ pub struct Touches {
     pub exec: Option<DateTime<Utc>>,
     /// The last workspace tool call.
     pub tool: Option<DateTime<Utc>>,
+    /// The last request through the preview listener or `berth port-forward`.
+    pub preview: Option<DateTime<Utc>>,
 }
 
 /// Everything one activity update looks at.
@@ -71,6 +73,7 @@ pub fn update_activity(inputs: &ActivityInputs<'_>) -> ActivityStatus {
     }
     candidates.extend(inputs.touches.exec.map(|t| (t, ActivitySource::Exec)));
     candidates.extend(inputs.touches.tool.map(|t| (t, ActivitySource::Tool)));
+    candidates.extend(inputs.touches.preview.map(|t| (t, ActivitySource::Preview)));
 
     // A container clock ahead of the host must not push activity into the future.
     let newest = candidates

@@ -92,6 +92,7 @@ fn each_signal_is_named() {
             Touches {
                 exec: Some(t(30)),
                 tool: Some(t(20)),
+                preview: Some(t(25)),
             },
             (t(30), ActivitySource::Exec),
         ),
@@ -101,8 +102,19 @@ fn each_signal_is_named() {
             Touches {
                 exec: None,
                 tool: Some(t(55)),
+                preview: None,
             },
             (t(55), ActivitySource::Tool),
+        ),
+        (
+            "preview",
+            inspection(5_000, 40, None),
+            Touches {
+                exec: Some(t(50)),
+                tool: None,
+                preview: Some(t(57)),
+            },
+            (t(57), ActivitySource::Preview),
         ),
     ];
     for (name, current, touches, (at, source)) in cases {
@@ -202,6 +214,7 @@ fn a_failed_inspection_keeps_what_was_known() {
         Touches {
             exec: Some(t(45)),
             tool: None,
+            preview: None,
         },
     );
     assert_eq!(got.last_active_at, Some(t(45)));

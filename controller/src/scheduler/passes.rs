@@ -53,8 +53,8 @@ pub struct PassSettings {
     pub workers: usize,
     /// One inspection's deadline.
     pub inspect_timeout: Duration,
-    /// `previewDomain`: the domain of the preview URLs in `status.ports`.
-    pub preview_domain: String,
+    /// `previewDomain` and the preview listener: what the URLs in `status.ports` look like.
+    pub preview_site: crate::preview::PreviewSite,
     /// `scheduler.recheckInterval`: how long what a stopped project's inspection found stands
     /// before the project is booted to be inspected again.
     pub recheck_interval: Duration,
@@ -73,7 +73,7 @@ pub struct DaemonPasses {
     activity_log: Arc<dyn PeopleActivity>,
     workers: usize,
     inspect_timeout: Duration,
-    preview_domain: String,
+    preview_site: crate::preview::PreviewSite,
     recheck_interval: Duration,
     clock: Clock,
     memory: Mutex<Memory>,
@@ -113,7 +113,7 @@ impl DaemonPasses {
             activity_log,
             workers: settings.workers.max(1),
             inspect_timeout: settings.inspect_timeout,
-            preview_domain: settings.preview_domain,
+            preview_site: settings.preview_site,
             recheck_interval: settings.recheck_interval,
             clock: Arc::new(Utc::now),
             memory: Mutex::new(Memory::new()),
@@ -305,8 +305,8 @@ impl DaemonPasses {
         }
     }
 
-    /// Exec and tool calls made through berth, the latest of each. An interactive exec still
-    /// open is activity now, whenever it started.
+    /// Exec, tool calls and previews made through berth, the latest of each. An interactive
+    /// exec or a relayed preview connection still open is activity now, whenever it started.
     fn touches(&self, uid: &str) -> Touches {
         let last = self.activity_log.last(uid);
         let at = |source: &str| last.filter(|(_, s)| *s == source).map(|(at, _)| at);
@@ -317,9 +317,15 @@ impl DaemonPasses {
         };
         let tool_logged = at("tool");
         let tool_stored = self.store.last_tool_call(uid).ok().flatten();
+        let preview = if self.activity_log.is_open(uid, "preview") {
+            Some(self.now())
+        } else {
+            at("preview")
+        };
         Touches {
             exec,
             tool: tool_logged.max(tool_stored),
+            preview,
         }
     }
 
@@ -343,7 +349,7 @@ impl DaemonPasses {
         let current = result.as_ref().ok().cloned();
         let unsaved_work = reap::unsaved_work_status(result);
         let project = object.name().to_string();
-        let preview_domain = self.preview_domain.clone();
+        let preview_site = self.preview_site.clone();
         let now = self.now();
         let write = self
             .update_status(object.name(), move |status, _| {
@@ -368,7 +374,7 @@ impl DaemonPasses {
                     status.agent = Some(activity::agent_status(report));
                     crate::agent::record_brief_progress(status);
                 }
-                status.ports = ports::port_statuses(&project, &current.ports, &preview_domain);
+                status.ports = ports::port_statuses(&project, &current.ports, &preview_site);
                 keep_inspected_at_unless_changed(&before, status);
             })
             .await;

@@ -55,7 +55,7 @@ pub(super) fn setup_with(recheck_interval: Duration) -> Setup {
         PassSettings {
             workers: 2,
             inspect_timeout: Duration::from_secs(10),
-            preview_domain: "localhost".into(),
+            preview_site: crate::preview::PreviewSite::new("localhost", false, None),
             recheck_interval,
         },
     )

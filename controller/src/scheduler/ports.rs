@@ -2,9 +2,10 @@
 
 use berth_api::PortStatus;
 
-/// One entry per port, `http://<name>--<port>.<previewDomain>`, in port order.
-pub fn port_statuses(project: &str, ports: &[u16], preview_domain: &str) -> Vec<PortStatus> {
-    let domain = preview_domain.trim().trim_matches('.');
+use crate::preview::PreviewSite;
+
+/// One entry per port, `http://<name>--<port>.<previewDomain>[:<listener port>]`, in port order.
+pub fn port_statuses(project: &str, ports: &[u16], site: &PreviewSite) -> Vec<PortStatus> {
     let mut ports = ports.to_vec();
     ports.sort_unstable();
     ports.dedup();
@@ -12,7 +13,7 @@ pub fn port_statuses(project: &str, ports: &[u16], preview_domain: &str) -> Vec<
         .into_iter()
         .map(|port| PortStatus {
             port,
-            url: format!("http://{project}--{port}.{domain}"),
+            url: site.url(project, port),
         })
         .collect()
 }
@@ -23,7 +24,11 @@ mod tests {
 
     #[test]
     fn urls_name_project_and_port() {
-        let got = port_statuses("payments-api", &[8080, 3000, 3000], "localhost");
+        let got = port_statuses(
+            "payments-api",
+            &[8080, 3000, 3000],
+            &PreviewSite::new("localhost", false, Some(80)),
+        );
         assert_eq!(
             got,
             vec![
@@ -38,9 +43,14 @@ mod tests {
             ]
         );
         assert_eq!(
-            port_statuses("web", &[5173], ".dev.example.")[0].url,
+            port_statuses(
+                "web",
+                &[5173],
+                &PreviewSite::new(".dev.example.", false, Some(80))
+            )[0]
+            .url,
             "http://web--5173.dev.example"
         );
-        assert!(port_statuses("web", &[], "localhost").is_empty());
+        assert!(port_statuses("web", &[], &PreviewSite::new("localhost", false, None)).is_empty());
     }
 }

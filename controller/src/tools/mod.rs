@@ -11,7 +11,7 @@ mod error;
 mod pattern;
 mod run;
 mod script;
-mod wake;
+pub mod wake;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -175,8 +175,18 @@ impl Tools {
     ) -> Result<Value, ToolError> {
         let total = call.timeout;
         let deadline = tokio::time::Instant::now() + total;
-        let woke =
-            wake::ensure_awake(&self.store, project, deadline, cancel, &call.execution_id).await?;
+        let woke = wake::ensure_awake(
+            &self.store,
+            project,
+            deadline,
+            cancel,
+            &call.execution_id,
+            wake::Waker {
+                by: "a tool call",
+                retry: "call again with a new executionId",
+            },
+        )
+        .await?;
         if woke {
             tracing::info!(project = project.name(), execution = %call.execution_id, "a tool call woke the idled project");
         }

@@ -1,7 +1,8 @@
-//! A tool call on a project the reaper idled wakes it the way `berth start` does (the
-//! `berth.dev/wokenAt` annotation, later than the idling; spec is never written) and waits,
-//! within the call's deadline, for the reconciler to bring it back to Reachable. A project
-//! stopped by its own `spec.state: Stopped` is never started by a tool call.
+//! A tool call (also a preview request or a port-forward) on a project the reaper idled wakes
+//! it the way `berth start` does (the `berth.dev/wokenAt` annotation, later than the idling;
+//! spec is never written) and waits, within the call's deadline, for the reconciler to bring
+//! it back to Reachable. A project stopped by its own `spec.state: Stopped` is never started
+//! by a tool call.
 
 use crate::store::Commit;
 use std::sync::Arc;
@@ -61,6 +62,15 @@ fn power(object: &StoredObject) -> Power {
     Power::Up
 }
 
+/// Who wakes a project, for its event and for the advice when it does not come up in time.
+#[derive(Debug, Clone, Copy)]
+pub struct Waker<'a> {
+    /// `a tool call`, `a preview request`.
+    pub by: &'a str,
+    /// What to do when the project was not up in time.
+    pub retry: &'a str,
+}
+
 /// Makes sure the project can take the call by `deadline`: wakes an idled one and waits for
 /// it; refuses a stopped one. Returns whether it woke the project.
 pub async fn ensure_awake(
@@ -69,6 +79,7 @@ pub async fn ensure_awake(
     deadline: Instant,
     cancel: &CancellationToken,
     execution_id: &str,
+    waker: Waker<'_>,
 ) -> Result<bool, ToolError> {
     let current = fresh(store, project)?;
     let woke = match power(&current) {
@@ -77,7 +88,7 @@ pub async fn ensure_awake(
         Power::Deleting => return Err(deleting()),
         Power::Starting => false,
         Power::Idled => {
-            wake(store, project).await?;
+            wake(store, project, waker.by).await?;
             true
         }
     };
@@ -91,13 +102,14 @@ pub async fn ensure_awake(
         }
         if Instant::now() + POLL > deadline {
             let how = if woke {
-                "this call woke it from idle"
+                "this request woke it from idle"
             } else {
                 "it was woken"
             };
             return Err(ToolError::unreachable(format!(
-                "project {:?} is starting ({how}) and was not reachable within the call's timeout; call again with a new executionId",
-                project.name()
+                "project {:?} is starting ({how}) and was not reachable within the call's timeout; {}",
+                project.name(),
+                waker.retry
             )));
         }
         tokio::select! {
@@ -116,8 +128,9 @@ fn fresh(store: &Store, project: &StoredObject) -> Result<Arc<StoredObject>, Too
 }
 
 /// Sets `berth.dev/wokenAt` to now, as `berth start` does; the reconciler reads it.
-async fn wake(store: &Arc<Store>, project: &StoredObject) -> Result<(), ToolError> {
+async fn wake(store: &Arc<Store>, project: &StoredObject, by: &str) -> Result<(), ToolError> {
     let store = Arc::clone(store);
+    let message = format!("{by} woke the idled project");
     let (name, uid) = (project.name().to_string(), project.uid().to_string());
     blocking(move || {
         let at = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
@@ -139,12 +152,7 @@ async fn wake(store: &Arc<Store>, project: &StoredObject) -> Result<(), ToolErro
             };
             match store.replace(desired, Some(current.resource_version()), Commit::Persist) {
                 Ok((object, _)) => {
-                    store.record_or_warn(
-                        &object,
-                        EventType::Normal,
-                        "WakeRequested",
-                        "a tool call woke the idled project",
-                    );
+                    store.record_or_warn(&object, EventType::Normal, "WakeRequested", &message);
                     return Ok(());
                 }
                 Err(StoreError::Conflict { .. }) => continue,

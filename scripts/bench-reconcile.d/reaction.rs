@@ -149,7 +149,7 @@ async fn main() -> anyhow::Result<()> {
         PassSettings {
             workers: 8,
             inspect_timeout: Duration::from_secs(30),
-            preview_domain: "localhost".into(),
+            preview_site: berth::preview::PreviewSite::new("localhost", false, None),
             recheck_interval: Duration::from_secs(180),
         },
     );

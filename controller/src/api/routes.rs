@@ -955,15 +955,13 @@ async fn apply_list(
                 })
                 .await?
             }
-            None => {
-                blocking(move || store.apply_batch_checked_by(Some(&creator), checked, commit))
-                    .await?
-                    .map(|applied| AppliedSet {
-                        applied,
-                        pruned: Vec::new(),
-                        conflicts: Vec::new(),
-                    })
-            }
+            None => blocking(move || store.apply_batch_checked_by(Some(&creator), checked, commit))
+                .await?
+                .map(|applied| AppliedSet {
+                    applied,
+                    pruned: Vec::new(),
+                    conflicts: Vec::new(),
+                }),
         };
         match written {
             Err(failure)

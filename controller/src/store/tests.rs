@@ -767,7 +767,9 @@ fn a_set_refusing_takeover_leaves_other_sets_objects_alone() {
             Commit::Persist,
         )
         .unwrap();
-    store.create(project("unowned", json!({})), Commit::Persist).unwrap();
+    store
+        .create(project("unowned", json!({})), Commit::Persist)
+        .unwrap();
 
     let batch = vec![
         in_set("git", "mine", json!({})),
@@ -817,7 +819,9 @@ fn a_set_refusing_takeover_leaves_other_sets_objects_alone() {
             Commit::Persist,
         )
         .unwrap();
-    store.apply_set("cli", vec![], false, Commit::Persist).unwrap();
+    store
+        .apply_set("cli", vec![], false, Commit::Persist)
+        .unwrap();
     assert_eq!(store.applyset_inventory("cli"), Vec::<String>::new());
 }
 

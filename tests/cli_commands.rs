@@ -515,13 +515,19 @@ fn a_held_deletion_exits_1_with_its_reason() {
         .stdin(Stdio::null())
         .spawn()
         .expect("run berth delete");
-    // Once the deletion is marked, the controller reports why it holds it.
+    // Once the deletion is marked, the controller reports why it holds it, answering the
+    // fresh look the delete asked for.
     wait_until(|| !daemon.object("project", "held")["metadata"]["deletionTimestamp"].is_null());
+    let requested =
+        daemon.object("project", "held")["metadata"]["annotations"]["berth.dev/lookRequestedAt"]
+            .clone();
+    assert!(requested.is_string(), "a delete asks for a fresh look");
     daemon.put_status(
         "held",
         json!({"phase": "Deleting", "conditions": [{
             "type": "DeletionBlocked", "status": "True", "reason": "UnsavedWork",
-            "message": "2 uncommitted files", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+            "message": "2 uncommitted files", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "deletionHold": {"answered": requested}}),
     );
     let run = finish(child, &["delete"]).fails(1);
     assert!(

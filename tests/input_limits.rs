@@ -327,3 +327,63 @@ fn a_thousand_idle_sockets_neither_exhaust_the_daemon_nor_outlive_the_header_dea
     });
     assert_eq!(tcp.get(&format!("{API}/projects")).status, 200);
 }
+
+/// Limits the host cannot back are admitted with a warning the CLI prints to stderr, as kubectl
+/// prints an admission warning; memory under the floor LXD can start is refused naming the field.
+#[test]
+fn resources_beyond_the_host_are_warned_of_and_below_the_floor_refused() {
+    let daemon = Daemon::start_running(&[]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let name = format!("huge-{}", std::process::id());
+    let manifest = dir.path().join("project.yaml");
+    let apply = |memory: &str| {
+        std::fs::write(
+            &manifest,
+            format!(
+                "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: {name}\n\
+                 spec:\n  image: berth-tiny\n  resources:\n    memory: {memory}\n    cpu: \"4096\"\n"
+            ),
+        )
+        .expect("write the manifest");
+        let socket = daemon.socket.to_str().expect("utf-8 socket path");
+        let manifest = manifest.to_str().expect("utf-8 manifest path");
+        Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["--server", socket, "apply", "--dry-run", "-f", manifest])
+            .output()
+            .expect("run berth apply")
+    };
+
+    // The daemon reads the host's capacity from LXD once it answers; until then it warns of
+    // nothing.
+    let stderr = wait_for(&daemon, "a warning about the host's capacity", || {
+        let out = apply("1024GiB");
+        assert!(out.status.success(), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        stderr.contains("Warning: ").then_some(stderr)
+    });
+    assert!(
+        stderr.contains(&format!(
+            "Warning: Project/{name}: spec.resources.memory 1024GiB is more than this host has ("
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "Warning: Project/{name}: spec.resources.cpu 4096 is more than this host has ("
+        )),
+        "{stderr}"
+    );
+    assert!(
+        get(&daemon.client(), "projects", &name).is_none(),
+        "a dry run"
+    );
+
+    let out = apply("1KiB");
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("spec.resources.memory") && stderr.contains("32MiB"),
+        "{stderr}"
+    );
+    assert!(get(&daemon.client(), "projects", &name).is_none());
+}

@@ -362,6 +362,12 @@ impl Client {
             .await
             .map_err(|err| self.transport(&method, path, err))?;
         let code = response.status();
+        // As kubectl does: the server's warnings go to stderr, and the command carries on.
+        for warning in response.headers().get_all(reqwest::header::WARNING) {
+            if let Some(text) = warning.to_str().ok().and_then(warning_text) {
+                eprintln!("Warning: {text}");
+            }
+        }
         let body = response
             .bytes()
             .await
@@ -754,10 +760,37 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     current.to_string()
 }
 
+/// The text of a `Warning` header the API sends (`299 - "text"`, RFC 7234's quoting undone);
+/// `None` for other codes or a malformed value.
+fn warning_text(header: &str) -> Option<String> {
+    let quoted = header.strip_prefix("299 - \"")?;
+    let mut text = String::with_capacity(quoted.len());
+    let mut chars = quoted.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => text.push(chars.next()?),
+            '"' => return Some(text),
+            c => text.push(c),
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use berth_api::WatchEventType;
+
+    #[test]
+    fn a_warning_header_reads_back_as_its_text() {
+        assert_eq!(
+            warning_text(r#"299 - "spec.resources.cpu 16 is \"more\" than this host has""#),
+            Some(r#"spec.resources.cpu 16 is "more" than this host has"#.to_string())
+        );
+        assert_eq!(warning_text(r#"199 - "misc""#), None);
+        assert_eq!(warning_text(r#"299 - "unterminated"#), None);
+    }
 
     #[test]
     fn servers_parse_as_sockets_or_urls() {

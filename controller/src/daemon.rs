@@ -268,10 +268,18 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 
     let started = Arc::clone(&readiness.started);
     let scheduler_health = Arc::clone(&readiness.scheduler);
+    let admission = Admission::new(config.defaults.clone());
+    if !config.paused {
+        tokio::spawn(read_host_capacity(
+            Arc::clone(&lxd),
+            admission.host_slot(),
+            shutdown.clone(),
+        ));
+    }
     let state = ApiState::new(
         Arc::clone(&store),
         Arc::clone(&secrets),
-        Admission::new(config.defaults.clone()),
+        admission,
         shutdown.clone(),
     )
     .with_allowed_file_roots(config.allowed_file_roots.clone())
@@ -486,4 +494,36 @@ async fn wait_for_signal() -> anyhow::Result<()> {
         _ = int.recv() => {}
     }
     Ok(())
+}
+
+/// Reads the host's capacity for admission's warnings once LXD answers; until then, and if it
+/// never does, admission warns of nothing.
+async fn read_host_capacity(
+    lxd: Arc<RuntimeHandle>,
+    slot: api::admission::HostSlot,
+    shutdown: CancellationToken,
+) {
+    const TRY_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+    loop {
+        let read = async { lxd.connect().await?.host_capacity().await };
+        match tokio::time::timeout(TRY_EVERY, read).await {
+            Ok(Ok(host)) => {
+                tracing::debug!(
+                    memory_bytes = host.memory_bytes,
+                    cpus = host.cpus,
+                    "host capacity"
+                );
+                *slot
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(host);
+                return;
+            }
+            Ok(Err(err)) => tracing::debug!(error = %err, "cannot read the host's capacity yet"),
+            Err(_) => tracing::debug!("reading the host's capacity timed out"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(TRY_EVERY) => {}
+        }
+    }
 }

@@ -7,14 +7,57 @@
 //! and the others of [`SERVER_OWNED`]) comes from the delete request alone.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use berth_api::annotations::{self, OVERRIDES, SERVER_OWNED};
 use berth_api::{DEFAULTED_FIELDS, Defaults, Kind, Object};
 use serde_json::{Map, Value};
 
 use super::error::{ApiError, Cause};
+use crate::runtime::HostCapacity;
 use crate::store::{Desired, Store, StoredObject};
+
+/// The host's capacity once LXD has told it (`None` until then, or when it cannot be read):
+/// filled by the daemon, read by admission's warnings.
+pub type HostSlot = Arc<RwLock<Option<HostCapacity>>>;
+
+/// The warnings for a project's `spec.resources` beyond what `host` has.
+fn over_capacity(name: &str, spec: &Value, host: HostCapacity) -> Vec<String> {
+    let Some(resources) = spec
+        .get("resources")
+        .and_then(|r| serde_json::from_value::<berth_api::Resources>(r.clone()).ok())
+    else {
+        return Vec::new();
+    };
+    let mut warnings = Vec::new();
+    if let Some(memory) = resources
+        .memory
+        .filter(|m| m.as_bytes() > host.memory_bytes)
+    {
+        warnings.push(format!(
+            "Project/{name}: spec.resources.memory {memory} is more than this host has ({}): \
+             LXD starts it, but the host cannot back it",
+            gib(host.memory_bytes)
+        ));
+    }
+    if let Some(cpu) = resources
+        .cpu
+        .filter(|c| c.millis() > host.cpus.saturating_mul(1000))
+    {
+        warnings.push(format!(
+            "Project/{name}: spec.resources.cpu {cpu} is more than this host has ({} CPUs): \
+             LXD starts it on the CPUs there are",
+            host.cpus
+        ));
+    }
+    warnings
+}
+
+/// `bytes` in GiB, one decimal where it has one.
+fn gib(bytes: u64) -> String {
+    let tenths = (bytes as f64 / f64::from(1u32 << 30) * 10.0).round() / 10.0;
+    format!("{tenths}GiB")
+}
 
 /// The kind served under `/apis/berth.dev/v1alpha1/<plural>`.
 pub fn kind_by_plural(plural: &str) -> Option<Kind> {
@@ -88,6 +131,7 @@ pub struct Admission {
     defaults: Defaults,
     /// The spec a project naming nothing gets: what each defaulted field starts from.
     defaulted_spec: Value,
+    host: HostSlot,
 }
 
 impl Admission {
@@ -98,6 +142,25 @@ impl Admission {
         Admission {
             defaults,
             defaulted_spec,
+            host: HostSlot::default(),
+        }
+    }
+
+    /// Where the daemon puts the host's capacity once LXD answers.
+    pub fn host_slot(&self) -> HostSlot {
+        Arc::clone(&self.host)
+    }
+
+    /// What the API answers beside an admitted object as `Warning` headers: limits the host
+    /// cannot back. LXD starts such a container, so they are warned of, not refused; nothing is
+    /// said while the host's capacity is unknown.
+    pub fn warnings(&self, desired: &Desired) -> Vec<String> {
+        let host = *self.host.read().unwrap_or_else(PoisonError::into_inner);
+        match host {
+            Some(host) if desired.kind == Kind::Project.as_str() => {
+                over_capacity(&desired.name, &desired.spec, host)
+            }
+            _ => Vec::new(),
         }
     }
 
@@ -358,6 +421,45 @@ mod tests {
 
     fn admit(manifest: Value) -> Result<Admitted, Refusal> {
         Admission::new(Defaults::default()).admit_new(&manifest)
+    }
+
+    #[test]
+    fn limits_beyond_the_host_are_warned_of_once_its_capacity_is_known() {
+        let admission = Admission::new(Defaults::default());
+        let project = |resources: Value| {
+            admission
+                .admit_new(&json!({
+                    "apiVersion": "berth.dev/v1alpha1", "kind": "Project",
+                    "metadata": {"name": "big"},
+                    "spec": {"resources": resources},
+                }))
+                .unwrap()
+                .desired
+        };
+        let huge = project(json!({"memory": "100GiB", "cpu": "16"}));
+        assert_eq!(
+            admission.warnings(&huge),
+            Vec::<String>::new(),
+            "capacity unknown"
+        );
+
+        *admission.host_slot().write().unwrap() = Some(HostCapacity {
+            memory_bytes: 24 << 30,
+            cpus: 2,
+        });
+        assert_eq!(
+            admission.warnings(&huge),
+            vec![
+                "Project/big: spec.resources.memory 100GiB is more than this host has (24GiB): \
+                 LXD starts it, but the host cannot back it"
+                    .to_string(),
+                "Project/big: spec.resources.cpu 16 is more than this host has (2 CPUs): LXD \
+                 starts it on the CPUs there are"
+                    .to_string(),
+            ]
+        );
+        let fits = project(json!({"memory": "24GiB", "cpu": "2"}));
+        assert!(admission.warnings(&fits).is_empty());
     }
 
     #[test]

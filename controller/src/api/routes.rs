@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::header::{CONTENT_TYPE, HeaderValue, WARNING};
 use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -488,6 +488,7 @@ async fn create(
 ) -> Outcome {
     let commit = query.commit()?;
     let admitted = admit_one(state, kind, None, req).await?;
+    let warnings = state.admission.warnings(&admitted.desired);
     let mut desired = admitted.desired;
     desired.finalizers = admitted.finalizers;
     let current = state.store.get(&desired.kind, &desired.name);
@@ -495,7 +496,10 @@ async fn create(
     let store = Arc::clone(&state.store);
     let creator = caller.identity.clone();
     let object = blocking(move || store.create_by(Some(&creator), desired, commit)).await??;
-    Ok(serialized(StatusCode::CREATED, object.as_ref()))
+    Ok(warned(
+        serialized(StatusCode::CREATED, object.as_ref()),
+        &warnings,
+    ))
 }
 
 async fn replace(
@@ -508,6 +512,7 @@ async fn replace(
 ) -> Outcome {
     let commit = query.commit()?;
     let admitted = admit_one(state, kind, Some(name), req).await?;
+    let warnings = state.admission.warnings(&admitted.desired);
     let current = state.store.get(kind.as_str(), name);
     access::check_write(state, caller, &admitted.desired, current.as_deref())?;
     let mut desired = admitted.desired;
@@ -515,7 +520,10 @@ async fn replace(
     let rv = admitted.resource_version;
     let store = Arc::clone(&state.store);
     let (object, _) = blocking(move || store.replace(desired, rv, commit)).await??;
-    Ok(serialized(StatusCode::OK, object.as_ref()))
+    Ok(warned(
+        serialized(StatusCode::OK, object.as_ref()),
+        &warnings,
+    ))
 }
 
 async fn patch(
@@ -532,6 +540,7 @@ async fn patch(
     match media.as_str() {
         APPLY_PATCH => {
             let admitted = admit_one(state, kind, Some(name), req).await?;
+            let warnings = state.admission.warnings(&admitted.desired);
             // Access is decided on the object as read; the store writes only while it is still
             // that object (or still absent), so a create never lands on a project another user
             // made meanwhile. Moved: judged again on what is there now.
@@ -558,7 +567,7 @@ async fn patch(
             } else {
                 StatusCode::OK
             };
-            Ok(serialized(code, object.as_ref()))
+            Ok(warned(serialized(code, object.as_ref()), &warnings))
         }
         MERGE_PATCH => {
             let (parts, incoming) = req.into_parts();
@@ -576,6 +585,7 @@ async fn patch(
                     .ok_or_else(|| not_found(kind, name))?;
                 let merged = merged_user_form(&current, &patch)?;
                 let admitted = admit_value(state, kind, Some(name), &merged)?;
+                let warnings = state.admission.warnings(&admitted.desired);
                 access::check_write(state, caller, &admitted.desired, Some(&current))?;
                 let pinned = admitted.resource_version.is_some();
                 let rv = admitted
@@ -597,7 +607,10 @@ async fn patch(
                     }
                     written => {
                         let (object, _) = written?;
-                        return Ok(serialized(StatusCode::OK, object.as_ref()));
+                        return Ok(warned(
+                            serialized(StatusCode::OK, object.as_ref()),
+                            &warnings,
+                        ));
                     }
                 }
             }
@@ -889,6 +902,7 @@ async fn apply_list(
     // A server-owned annotation anywhere makes the batch a bad request (400), not an invalid one.
     let mut server_owned = Vec::new();
     let mut batch = Vec::with_capacity(items.len());
+    let mut warnings = Vec::new();
     let mut seen: HashMap<(String, String), usize> = HashMap::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
         match state.admission.admit(item, &state.store) {
@@ -900,6 +914,7 @@ async fn apply_list(
                         format!("{:?} is also items[{first}]", admitted.desired.name),
                     ));
                 }
+                warnings.extend(state.admission.warnings(&admitted.desired));
                 batch.push(admitted.desired);
             }
             Err(refusal) => {
@@ -987,7 +1002,7 @@ async fn apply_list(
         kind: "ApplyResult",
         items: applied.chain(pruned).collect(),
     };
-    Ok(serialized(StatusCode::OK, &body))
+    Ok(warned(serialized(StatusCode::OK, &body), &warnings))
 }
 
 /// One object of a batch may hold no more than one object sent alone.
@@ -1057,6 +1072,18 @@ fn event_list(events: Vec<crate::store::Event>) -> Response<Body> {
 
 pub(super) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
     serialized(code, value)
+}
+
+/// `response` with each warning as a `Warning: 299 - "..."` header (RFC 7234), as Kubernetes
+/// answers admission warnings; a client prints them and carries on.
+fn warned(mut response: Response<Body>, warnings: &[String]) -> Response<Body> {
+    for warning in warnings {
+        let quoted = warning.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(value) = HeaderValue::from_str(&format!("299 - \"{quoted}\"")) {
+            response.headers_mut().append(WARNING, value);
+        }
+    }
+    response
 }
 
 pub(super) fn serialized<T: Serialize + ?Sized>(code: StatusCode, value: &T) -> Response<Body> {

@@ -12,15 +12,17 @@ use tokio::time::Instant;
 
 use crate::runtime::{
     CreateInstance, CreateVolume, Created, EventStream, ExecOutput, ExecRequest, FileWrite,
-    ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch, InstanceState,
-    InteractiveExec, Mkdir, Operation, OperationStatus, Result, Runtime, RuntimeError, ServerInfo,
-    StopOptions, StoragePool, TerminalSize, Volume,
+    HostCapacity, ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch,
+    InstanceState, InteractiveExec, Mkdir, Operation, OperationStatus, Result, Runtime,
+    RuntimeError, ServerInfo, StopOptions, StoragePool, TerminalSize, Volume,
 };
 
 use super::endpoint::{Endpoint, LxdConfig};
 use super::exec_capture::Capture;
 use super::transport::{Call, Keep, Reply, Transport, decode, parse_envelope};
-use super::wire::{InstanceJson, MemberJson, OperationJson, ServerJson, StateJson, VolumeJson};
+use super::wire::{
+    InstanceJson, MemberJson, OperationJson, ResourcesJson, ServerJson, StateJson, VolumeJson,
+};
 use super::{events, exec_ws, tls};
 
 /// Characters escaped in a path segment (instance, volume, pool and alias names).
@@ -302,6 +304,18 @@ impl Runtime for LxdClient {
             info.members = members.into_iter().map(Into::into).collect();
         }
         Ok(info)
+    }
+
+    async fn host_capacity(&self) -> Result<HostCapacity> {
+        let resources: ResourcesJson = self
+            .transport
+            .call(Method::GET, "/1.0/resources", "read the host's resources")
+            .get()
+            .await?;
+        Ok(HostCapacity {
+            memory_bytes: resources.memory.total,
+            cpus: resources.cpu.total,
+        })
     }
 
     async fn list_instances(

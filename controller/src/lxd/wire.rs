@@ -30,6 +30,18 @@ pub(crate) struct ServerEnvironmentJson {
     pub server_name: String,
 }
 
+/// `/1.0/resources`, the totals only.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ResourcesJson {
+    pub cpu: TotalJson,
+    pub memory: TotalJson,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct TotalJson {
+    pub total: u64,
+}
+
 #[derive(Debug, Deserialize)]
 pub(crate) struct MemberJson {
     #[serde(default)]

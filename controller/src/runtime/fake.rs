@@ -20,9 +20,10 @@ use tokio::sync::broadcast;
 
 use super::{
     CreateInstance, CreateVolume, Created, EventKind, EventStream, ExecOutput, ExecRequest,
-    FileWrite, ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch, InstanceState,
-    InstanceStatus, InteractiveExec, Mkdir, Operation, OperationStatus, Result, Runtime,
-    RuntimeError, RuntimeEvent, ServerInfo, StopOptions, StoragePool, TerminalSize, Volume,
+    FileWrite, HostCapacity, ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch,
+    InstanceState, InstanceStatus, InteractiveExec, Mkdir, Operation, OperationStatus, Result,
+    Runtime, RuntimeError, RuntimeEvent, ServerInfo, StopOptions, StoragePool, TerminalSize,
+    Volume,
 };
 
 /// What an injected fault does to a call.
@@ -70,6 +71,7 @@ struct Faults {
 
 struct State {
     server: ServerInfo,
+    host: HostCapacity,
     instances: BTreeMap<String, FakeInstance>,
     volumes: BTreeMap<(String, String), Volume>,
     /// Bytes used by a volume, where a test said; a volume without is one the pool cannot size.
@@ -168,6 +170,10 @@ impl FakeRuntime {
                     clustered: false,
                     server_name: "none".into(),
                     members: Vec::new(),
+                },
+                host: HostCapacity {
+                    memory_bytes: 8 << 30,
+                    cpus: 4,
                 },
                 instances: BTreeMap::new(),
                 volumes: BTreeMap::new(),
@@ -302,6 +308,10 @@ impl FakeRuntime {
 
     pub fn set_server(&self, server: ServerInfo) {
         lock(&self.state).server = server;
+    }
+
+    pub fn set_host_capacity(&self, host: HostCapacity) {
+        lock(&self.state).host = host;
     }
 
     pub fn set_console(&self, name: &str, log: &str) {
@@ -517,6 +527,12 @@ impl Runtime for FakeRuntime {
         let lose = self.enter("server_info", "").await?;
         let server = lock(&self.state).server.clone();
         Self::reply("server_info", lose, Ok(server))
+    }
+
+    async fn host_capacity(&self) -> Result<HostCapacity> {
+        let lose = self.enter("host_capacity", "").await?;
+        let host = lock(&self.state).host;
+        Self::reply("host_capacity", lose, Ok(host))
     }
 
     async fn list_instances(

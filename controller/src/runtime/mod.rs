@@ -41,6 +41,9 @@ pub trait Runtime: Send + Sync {
     /// (members are re-read on every call).
     async fn server_info(&self) -> Result<ServerInfo>;
 
+    /// The memory and CPU threads of the host that answers (`/1.0/resources`).
+    async fn host_capacity(&self) -> Result<HostCapacity>;
+
     /// All instances in one call, with state when `with_state` (running ones only carry it).
     /// With a `config_prefix`, only instances that have a config key starting with it
     /// (for example `user.berth.`) are returned.

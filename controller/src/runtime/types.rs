@@ -27,6 +27,15 @@ impl ServerInfo {
     }
 }
 
+/// What the host (the LXD member that answers) has to give its containers: LXD's
+/// `/1.0/resources`, totals only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostCapacity {
+    pub memory_bytes: u64,
+    /// CPU threads, what `limits.cpu` counts.
+    pub cpus: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterMember {
     pub name: String,

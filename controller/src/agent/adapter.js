@@ -132,20 +132,24 @@ class Status {
 
   // Follows the pending-question file: blocked while it holds a question.
   watchPending() {
-    const timer = setInterval(() => {
-      let question = null;
-      try {
-        question = JSON.parse(fs.readFileSync(PENDING_FILE, 'utf8')).question || 'waiting for a person';
-      } catch (e) {
-        question = null;
-      }
-      if (question !== this.pending) {
-        this.pending = question;
-        log(question === null ? 'answered; working' : `blocked: ${question}`);
-        this.write();
-      }
-    }, POLL_MS);
+    const timer = setInterval(() => this.checkPending(), POLL_MS);
     timer.unref();
+  }
+
+  // Reads the pending-question file now. Called also right after an answer this process
+  // waited for, so a turn that ends within a poll still records that it was answered.
+  checkPending() {
+    let question = null;
+    try {
+      question = JSON.parse(fs.readFileSync(PENDING_FILE, 'utf8')).question || 'waiting for a person';
+    } catch (e) {
+      question = null;
+    }
+    if (question !== this.pending) {
+      this.pending = question;
+      log(question === null ? 'answered; working' : `blocked: ${question}`);
+      this.write();
+    }
   }
 }
 
@@ -430,7 +434,10 @@ function runCodex(command, args) {
     setTimeout(() => child.kill('SIGTERM'), 2000).unref();
   };
   const approval = async (req, what) => {
-    const answer = await waitForAnswer(what);
+    const asked = waitForAnswer(what); // writes the pending question at once
+    status.checkPending(); // blocked from now, not from the next poll
+    const answer = await asked;
+    status.checkPending(); // answered, even when the turn ends within a poll
     const verdict = decide(answer);
     send({ jsonrpc: '2.0', id: req.id, result: { decision: verdict.allow ? 'accept' : 'decline' } });
   };

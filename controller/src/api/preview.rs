@@ -23,10 +23,8 @@ use hyper::body::Incoming;
 use hyper::header::{
     AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, COOKIE, HOST, HeaderValue, LOCATION, SET_COOKIE,
 };
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use serde_json::json;
 use tokio::net::{TcpListener, UnixStream};
 use tokio_rustls::TlsAcceptor;
@@ -35,7 +33,7 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 
 use super::error::ApiError;
 use super::routes::{Outcome, Query, serialized};
-use super::server::{HANDSHAKE_DEADLINE, HEADER_DEADLINE, Slots};
+use super::server::{HANDSHAKE_DEADLINE, Slots, serve_http1};
 use super::{ApiState, Body, Caller, Transport, access};
 use crate::inspect::reach::Unreached;
 use crate::preview::Previews;
@@ -142,29 +140,12 @@ async fn serve_connection<S>(
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let shutdown = state.shutdown.clone();
-    let service = service_fn(move |req| {
+    serve_http1(stream, shutdown, "preview connection", move |req| {
         let state = Arc::clone(&state);
         let previews = Arc::clone(&previews);
-        async move { Ok::<_, Infallible>(handle(&state, &previews, req, peer).await) }
-    });
-    let conn = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_DEADLINE)
-        .serve_connection(TokioIo::new(stream), service)
-        .with_upgrades();
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        result = conn.as_mut() => result,
-        _ = shutdown.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-    };
-    if let Err(err) = result
-        && !err.is_incomplete_message()
-    {
-        tracing::debug!(error = %err, "preview connection ended with an error");
-    }
+        async move { handle(&state, &previews, req, peer).await }
+    })
+    .await;
 }
 
 /// One preview request: who asks, for which port, then through to the container.

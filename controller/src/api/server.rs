@@ -8,13 +8,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
+use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{ListenerLabels, Metrics};
 
@@ -394,31 +397,51 @@ fn spawn_connection<S>(
         let _alive = alive;
         let _slot = slot;
         let shutdown = state.shutdown.clone();
-        let service = service_fn(move |req| {
-            let state = Arc::clone(&state);
-            let caller = caller.clone();
-            async move { Ok::<_, Infallible>(routes::handle(state, caller, req).await) }
-        });
-        let conn = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_DEADLINE)
-            .serve_connection(TokioIo::new(stream), service)
-            // `berth exec -i` upgrades its connection to a websocket.
-            .with_upgrades();
-        tokio::pin!(conn);
-        let result = tokio::select! {
-            result = conn.as_mut() => result,
-            _ = shutdown.cancelled() => {
-                conn.as_mut().graceful_shutdown();
-                conn.await
-            }
-        };
-        if let Err(err) = result
-            && !err.is_incomplete_message()
-        {
-            tracing::debug!(error = %err, "connection ended with an error");
-        }
+        serve_http1(stream, shutdown, "connection", move |req| {
+            routes::handle(Arc::clone(&state), caller.clone(), req)
+        })
+        .await;
     });
+}
+
+/// Serves one HTTP/1 connection with `handle`: headers within [`HEADER_DEADLINE`], upgrades
+/// allowed (`berth exec -i`, port-forward and previews relay websockets), and at shutdown the
+/// request in flight finishes before the connection closes. `what` names it in the debug log.
+pub(super) async fn serve_http1<S, F, Fut, B>(
+    stream: S,
+    shutdown: CancellationToken,
+    what: &'static str,
+    handle: F,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    F: Fn(Request<Incoming>) -> Fut + Send + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let service = service_fn(move |req| {
+        let response = handle(req);
+        async move { Ok::<_, Infallible>(response.await) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_DEADLINE)
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        result = conn.as_mut() => result,
+        _ = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(err) = result
+        && !err.is_incomplete_message()
+    {
+        tracing::debug!(error = %err, "{what} ended with an error");
+    }
 }
 
 /// `unix:<user>` of the peer, from its socket credentials; the daemon's own user if the

@@ -485,92 +485,59 @@ mod held {
     use crate::store::Commit;
     use std::collections::BTreeMap;
 
+    use super::looks::{Setup, setup};
     use super::*;
     use crate::config::HELD_RECHECK;
     use crate::layout::UID_LABEL;
-    use crate::metrics::Metrics;
-    use crate::reconcile::{Backoff, ControllerSettings, NoLaterSteps, WorkQueue};
-    use crate::runtime::fake::FakeRuntime;
     use crate::runtime::{Instance, InstanceStatus};
     use crate::scheduler::passes::{FakeWorkspace, script_inspection};
-    use crate::store::{Desired, Store};
+    use crate::store::Desired;
     use berth_api::UnsavedWork;
     use serde_json::json;
     use std::sync::Arc;
 
-    struct Setup {
-        _dir: tempfile::TempDir,
-        fake: Arc<FakeRuntime>,
-        ctx: Context,
-    }
-
-    fn setup() -> Setup {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
-        let fake = Arc::new(FakeRuntime::new());
-        let metrics = Arc::new(Metrics::new());
-        let ctx = Context {
-            store,
-            runtime: fake.clone(),
-            metrics: metrics.clone(),
-            settings: ControllerSettings::default(),
-            later_steps: Arc::new(NoLaterSteps),
-            fleet: Default::default(),
-            snapshot: Default::default(),
-            queue: WorkQueue::new(1, Backoff::default(), metrics),
-            held: Default::default(),
-        };
-        Setup {
-            _dir: dir,
-            fake,
-            ctx,
-        }
-    }
-
-    impl Setup {
-        /// A reachable project with a running container, asked to be deleted.
-        fn deleting(&self, name: &str, annotations: BTreeMap<String, String>) -> Arc<StoredObject> {
-            let store = &self.ctx.store;
-            store
-                .apply(
-                    Desired {
-                        kind: PROJECT_KIND.into(),
-                        name: name.into(),
-                        labels: BTreeMap::new(),
-                        annotations: BTreeMap::new(),
-                        finalizers: Some(vec!["berth.dev/teardown".into()]),
-                        spec: json!({"image": "berth-base"}),
-                    },
-                    Commit::Persist,
-                )
-                .unwrap();
-            store
-                .update_status(
-                    PROJECT_KIND,
-                    name,
-                    None,
-                    json!({"phase": "Ready", "step": "Reachable"}),
-                    Commit::Persist,
-                )
-                .unwrap();
-            let uid = store.get(PROJECT_KIND, name).unwrap().uid().to_string();
-            self.fake.insert_instance(Instance {
-                name: name.into(),
-                status: InstanceStatus::Running,
-                status_code: 103,
-                location: "none".into(),
-                profiles: Vec::new(),
-                config: BTreeMap::from([(UID_LABEL.to_string(), uid)]),
-                devices: Default::default(),
-                created_at: None,
-                last_used_at: None,
-                state: None,
-            });
-            store
-                .delete(PROJECT_KIND, name, None, annotations, Commit::Persist)
-                .unwrap();
-            store.get(PROJECT_KIND, name).unwrap()
-        }
+    /// A reachable project with a running container, asked to be deleted.
+    fn deleting(s: &Setup, name: &str, annotations: BTreeMap<String, String>) -> Arc<StoredObject> {
+        let store = &s.ctx.store;
+        store
+            .apply(
+                Desired {
+                    kind: PROJECT_KIND.into(),
+                    name: name.into(),
+                    labels: BTreeMap::new(),
+                    annotations: BTreeMap::new(),
+                    finalizers: Some(vec!["berth.dev/teardown".into()]),
+                    spec: json!({"image": "berth-base"}),
+                },
+                Commit::Persist,
+            )
+            .unwrap();
+        store
+            .update_status(
+                PROJECT_KIND,
+                name,
+                None,
+                json!({"phase": "Ready", "step": "Reachable"}),
+                Commit::Persist,
+            )
+            .unwrap();
+        let uid = store.get(PROJECT_KIND, name).unwrap().uid().to_string();
+        s.fake.insert_instance(Instance {
+            name: name.into(),
+            status: InstanceStatus::Running,
+            status_code: 103,
+            location: "none".into(),
+            profiles: Vec::new(),
+            config: BTreeMap::from([(UID_LABEL.to_string(), uid)]),
+            devices: Default::default(),
+            created_at: None,
+            last_used_at: None,
+            state: None,
+        });
+        store
+            .delete(PROJECT_KIND, name, None, annotations, Commit::Persist)
+            .unwrap();
+        store.get(PROJECT_KIND, name).unwrap()
     }
 
     fn condition(draft: &Draft) -> Option<(ConditionStatus, String)> {
@@ -598,7 +565,7 @@ mod held {
     #[tokio::test(start_paused = true)]
     async fn unpushed_work_holds_a_plain_delete_and_is_looked_at_again_only_later() {
         let s = setup();
-        let object = s.deleting("p", BTreeMap::new());
+        let object = deleting(&s, "p", BTreeMap::new());
         script_inspection(
             &s.fake,
             "p",
@@ -654,7 +621,7 @@ mod held {
     async fn the_recheck_interval_is_the_configured_one() {
         let mut s = setup();
         s.ctx.settings.held_recheck = Duration::from_secs(5);
-        let object = s.deleting("p", BTreeMap::new());
+        let object = deleting(&s, "p", BTreeMap::new());
         script_inspection(
             &s.fake,
             "p",
@@ -677,7 +644,8 @@ mod held {
     #[tokio::test]
     async fn a_forced_delete_and_a_clean_workspace_go_ahead() {
         let s = setup();
-        let forced = s.deleting(
+        let forced = deleting(
+            &s,
             "forced",
             BTreeMap::from([(annotations::FORCE_DELETE.to_string(), "true".to_string())]),
         );
@@ -695,14 +663,14 @@ mod held {
         );
         assert_eq!(s.fake.count("exec"), 0, "a forced delete inspects nothing");
 
-        let clean = s.deleting("clean", BTreeMap::new());
+        let clean = deleting(&s, "clean", BTreeMap::new());
         script_inspection(&s.fake, "clean", FakeWorkspace::default());
         let mut draft = Draft::from_object(&clean);
         assert_eq!(hold(&s.ctx, &clean, &mut draft).await.unwrap(), None);
         assert_eq!(condition(&draft), None);
 
         // An inspection that cannot be read holds the deletion.
-        let unknown = s.deleting("unknown", BTreeMap::new());
+        let unknown = deleting(&s, "unknown", BTreeMap::new());
         let mut draft = Draft::from_object(&unknown);
         assert!(hold(&s.ctx, &unknown, &mut draft).await.unwrap().is_some());
         assert_eq!(
@@ -714,7 +682,7 @@ mod held {
     #[tokio::test]
     async fn releasing_a_forced_hold_keeps_the_rest_of_the_status() {
         let s = setup();
-        let object = s.deleting("p", BTreeMap::new());
+        let object = deleting(&s, "p", BTreeMap::new());
         let mut draft = Draft::from_object(&object);
         draft.set_condition(
             condition_types::DELETION_BLOCKED,

@@ -8,7 +8,9 @@ use std::time::Duration;
 use berth_api::files::{WORKSPACE_DIR, absolute_path, is_within};
 use berth_api::{AgentProfileSpec, FileMode};
 
-use super::exec::{output_tail, parent_dir, run_script, shell_quote, write_file};
+use super::exec::{
+    exit_failure, output_tail, parent_dir, run_script, run_script_with_env, shell_quote, write_file,
+};
 use super::{
     ADAPTER_PATH, AgentError, CREDENTIALS_FILE_NAME, NamedProfile, RUN_DIR, RUNNER_WRAPPER_PATH,
     Result, SHELL_AGENT_PATH, SUPPORT_DIR,
@@ -321,15 +323,12 @@ for dir in "$@"; do mkdir -p "$dir"; done
         ("RUNNER".to_string(), RUNNER_WRAPPER_PATH.to_string()),
         ("ADAPTER".to_string(), ADAPTER_PATH.to_string()),
     ]);
-    let out = run_script(rt, instance, REASON, SCRIPT, &args, &env, PREPARE_TIMEOUT).await?;
+    let out =
+        run_script_with_env(rt, instance, REASON, SCRIPT, &args, &env, PREPARE_TIMEOUT).await?;
     if !out.success() {
         return Err(AgentError::InstallFailed {
             profile: "(berth support files)".to_string(),
-            message: format!(
-                "preparing directories failed (exit {}): {}",
-                out.exit_code,
-                output_tail(&out, 5)
-            ),
+            message: exit_failure("preparing directories", &out),
         });
     }
     Ok(())
@@ -353,24 +352,11 @@ done
         args.push(path.clone());
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run_script(
-        rt,
-        instance,
-        REASON,
-        SCRIPT,
-        &args,
-        &BTreeMap::new(),
-        PREPARE_TIMEOUT,
-    )
-    .await?;
+    let out = run_script(rt, instance, REASON, SCRIPT, &args, PREPARE_TIMEOUT).await?;
     if !out.success() {
         return Err(AgentError::InstallFailed {
             profile: "(file modes)".to_string(),
-            message: format!(
-                "chmod failed (exit {}): {}",
-                out.exit_code,
-                output_tail(&out, 5)
-            ),
+            message: exit_failure("chmod", &out),
         });
     }
     Ok(())
@@ -412,16 +398,7 @@ echo installed
     let install = plan.spec.install.command.as_deref().unwrap_or("");
     let lock = format!("{RUN_DIR}/install-{}.lock", plan.name);
     let args = [plan.spec.install.check.as_str(), install, lock.as_str()];
-    let out = run_script(
-        rt,
-        instance,
-        REASON,
-        SCRIPT,
-        &args,
-        &BTreeMap::new(),
-        INSTALL_TIMEOUT,
-    )
-    .await?;
+    let out = run_script(rt, instance, REASON, SCRIPT, &args, INSTALL_TIMEOUT).await?;
     let said = out.stdout_str();
     let reported = said
         .lines()

@@ -10,13 +10,12 @@
 //! `/workspace/.git` exists only for a finished checkout, which is what makes a later call keep
 //! it instead of cloning again.
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::DirBuilderExt;
 use std::time::Duration;
 
 use berth_api::{Repo, file_url_path};
 
-use super::exec::{output_tail, run_script, write_file};
+use super::exec::{exit_failure, run_script, write_file};
 use super::{AgentError, Result};
 use crate::file_roots::FileRoots;
 use crate::runtime::Runtime;
@@ -64,7 +63,6 @@ pub async fn checkout(
             REASON,
             "test -d /workspace/.git",
             &[],
-            &BTreeMap::new(),
             PROBE_TIMEOUT,
         )
         .await?;
@@ -141,16 +139,11 @@ echo "cloned $(git -C /workspace rev-parse HEAD) $(git -C /workspace symbolic-re
         REASON,
         SCRIPT,
         &[&source, url, branch, bundle],
-        &BTreeMap::new(),
         CHECKOUT_TIMEOUT,
     )
     .await?;
     if !out.success() {
-        return Err(failed(format!(
-            "git clone in the container failed (exit {}): {}",
-            out.exit_code,
-            output_tail(&out, 5)
-        )));
+        return Err(failed(exit_failure("git clone in the container", &out)));
     }
     let said = out.stdout_str();
     let last = said.lines().last().unwrap_or("");

@@ -10,7 +10,7 @@ use super::{AgentError, Result};
 use crate::runtime::{ExecOutput, ExecRequest, FileWrite, Runtime};
 
 /// `sh -c SCRIPT berth ARGS...`: inside the script `$0` is `berth` and `$1...` are `args`.
-pub(crate) async fn run_script(
+pub(crate) async fn run_script_with_env(
     rt: &dyn Runtime,
     instance: &str,
     reason: &'static str,
@@ -31,6 +31,28 @@ pub(crate) async fn run_script(
             what: format!("exec in {instance}"),
             source,
         })
+}
+
+/// [`run_script_with_env`] with no environment beyond the container's.
+pub(crate) async fn run_script(
+    rt: &dyn Runtime,
+    instance: &str,
+    reason: &'static str,
+    script: &str,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<ExecOutput> {
+    let env = BTreeMap::new();
+    run_script_with_env(rt, instance, reason, script, args, &env, timeout).await
+}
+
+/// `WHAT failed (exit N): LAST LINES`: how a script that exited non-zero is reported.
+pub(crate) fn exit_failure(what: &str, out: &ExecOutput) -> String {
+    format!(
+        "{what} failed (exit {}): {}",
+        out.exit_code,
+        output_tail(out, 5)
+    )
 }
 
 /// Writes a whole file through the runtime's file API (contents never travel in a command line).

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use berth_api::{AgentProfileSpec, RunnerProtocol};
 
-use super::exec::{output_tail, run_script};
+use super::exec::{output_tail, run_script, run_script_with_env};
 use super::{
     ADAPTER_PATH, ANSWER_FILE, AgentError, BRIEF_FILE, BRIEF_ID_FILE, RUN_DIR, RUNNER_LOG,
     RUNNER_PID_FILE, RUNNER_WRAPPER_PATH, Result, STATUS_FILE,
@@ -150,7 +150,7 @@ echo "started $pid"
     ] {
         exec_env.insert(key.to_string(), value.to_string());
     }
-    let out = run_script(
+    let out = run_script_with_env(
         rt,
         instance,
         REASON,
@@ -211,7 +211,6 @@ mkdir -p "$(dirname "$2")" && printf '%s' "$1" >"$2.tmp" && mv -f "$2.tmp" "$2"
         REASON,
         SCRIPT,
         &[text, ANSWER_FILE],
-        &BTreeMap::new(),
         RUNNER_TIMEOUT,
     )
     .await?;
@@ -233,7 +232,6 @@ pub async fn runner_log(rt: &dyn Runtime, instance: &str, tail_bytes: u64) -> Re
         REASON,
         SCRIPT,
         &[&bytes, RUNNER_LOG],
-        &BTreeMap::new(),
         RUNNER_TIMEOUT,
     )
     .await?;
@@ -303,7 +301,6 @@ tail -c +$((off + 1)) "$log" | head -c "$max"
         REASON,
         SCRIPT,
         &[RUNNER_LOG, &offset, &max, RUNNER_PID_FILE],
-        &BTreeMap::new(),
         RUNNER_TIMEOUT,
     )
     .await?;

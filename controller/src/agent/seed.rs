@@ -16,7 +16,7 @@ use std::time::Duration;
 use berth_api::{FileMode, MergeMode, ProjectSpec};
 use serde::{Deserialize, Serialize};
 
-use super::exec::{output_tail, run_script, sha256_hex, write_file};
+use super::exec::{exit_failure, run_script, sha256_hex, write_file};
 use super::{AgentError, NamedProfile, Result};
 use crate::runtime::Runtime;
 
@@ -467,24 +467,11 @@ for p; do
     fi
 done
 "#;
-    let out = run_script(
-        rt,
-        instance,
-        REASON,
-        SCRIPT,
-        paths,
-        &BTreeMap::new(),
-        SEED_TIMEOUT,
-    )
-    .await?;
+    let out = run_script(rt, instance, REASON, SCRIPT, paths, SEED_TIMEOUT).await?;
     if !out.success() {
         return Err(AgentError::SeedFailed {
             path: "/workspace".to_string(),
-            message: format!(
-                "inspecting the workspace failed (exit {}): {}",
-                out.exit_code,
-                output_tail(&out, 5)
-            ),
+            message: exit_failure("inspecting the workspace", &out),
         });
     }
     Ok(parse_probe(&out.stdout_str()))
@@ -545,24 +532,11 @@ done
     }
     args.extend(written.files.keys().filter_map(|p| exclude_pattern(p)));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run_script(
-        rt,
-        instance,
-        REASON,
-        SCRIPT,
-        &args,
-        &BTreeMap::new(),
-        SEED_TIMEOUT,
-    )
-    .await?;
+    let out = run_script(rt, instance, REASON, SCRIPT, &args, SEED_TIMEOUT).await?;
     if !out.success() {
         return Err(AgentError::SeedFailed {
             path: "/workspace".to_string(),
-            message: format!(
-                "setting modes and .git/info/exclude failed (exit {}): {}",
-                out.exit_code,
-                output_tail(&out, 5)
-            ),
+            message: exit_failure("setting modes and .git/info/exclude", &out),
         });
     }
     Ok(())

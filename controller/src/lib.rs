@@ -23,6 +23,8 @@ pub mod runtime_handle;
 pub mod scheduler;
 pub mod secrets;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod tools;
 pub mod trash;
 pub mod workspace;

@@ -21,10 +21,9 @@ use berth::metrics::Metrics;
 use berth::reconcile::{ControllerSettings, NoLaterSteps, spawn_controller};
 use berth::runtime::fake::FakeRuntime;
 use berth::runtime::{EventKind, ExecOutput, Runtime, RuntimeEvent};
-use berth::scheduler::passes::{
-    DaemonPasses, FakeWorkspace, PassSettings, inspection_report, is_inspection,
-};
+use berth::scheduler::passes::{DaemonPasses, PassSettings};
 use berth::store::{Commit, Desired, Store, StoredObject};
+use berth::testing::inspection::{FakeWorkspace, inspection_report, is_inspection};
 use rand::Rng;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

@@ -284,17 +284,6 @@ mod tests {
     use super::*;
     use crate::store::Commit;
 
-    fn desired(kind: Kind, name: &str, spec: Value) -> Desired {
-        Desired {
-            kind,
-            name: name.into(),
-            labels: Default::default(),
-            annotations: Default::default(),
-            finalizers: None,
-            spec,
-        }
-    }
-
     #[test]
     fn a_user_sees_its_projects_and_the_gitsources_that_manage_them() {
         let dir = tempfile::tempdir().unwrap();
@@ -302,7 +291,7 @@ mod tests {
         let project = |name: &str| {
             store
                 .create(
-                    desired(Kind::Project, name, serde_json::json!({})),
+                    Desired::project(name, serde_json::json!({})),
                     Commit::Persist,
                 )
                 .unwrap()
@@ -315,11 +304,11 @@ mod tests {
             let url = format!("https://git.example/{name}.git");
             let source = store
                 .create(
-                    desired(Kind::GitSource, name, serde_json::json!({"url": url})),
+                    Desired::of(Kind::GitSource, name, serde_json::json!({"url": url})),
                     Commit::Persist,
                 )
                 .unwrap();
-            let batch = vec![desired(Kind::Project, manages, serde_json::json!({}))];
+            let batch = vec![Desired::project(manages, serde_json::json!({}))];
             store
                 .apply_set(
                     &berth_api::GitSource::applyset_name(name),
@@ -334,7 +323,7 @@ mod tests {
         let other = gitsource("other", "theirs");
         let profile = store
             .create(
-                desired(Kind::AgentProfile, "p", serde_json::json!({})),
+                Desired::of(Kind::AgentProfile, "p", serde_json::json!({})),
                 Commit::Persist,
             )
             .unwrap();

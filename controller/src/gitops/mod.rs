@@ -736,17 +736,6 @@ mod tests {
         assert!(!tracked.wants_sync(&asked));
     }
 
-    fn desired(kind: Kind, name: &str, spec: serde_json::Value) -> crate::store::Desired {
-        crate::store::Desired {
-            kind,
-            name: name.into(),
-            labels: Default::default(),
-            annotations: Default::default(),
-            finalizers: None,
-            spec,
-        }
-    }
-
     #[test]
     fn secret_ref_hands_git_the_sealed_credentials_and_they_go_with_their_gitsource() {
         let dir = tempfile::tempdir().unwrap();
@@ -761,7 +750,7 @@ mod tests {
         let url = "https://git.example/fleet.git";
         let fleet = store
             .create(
-                desired(Kind::GitSource, "fleet", serde_json::json!({"url": url})),
+                Desired::of(Kind::GitSource, "fleet", serde_json::json!({"url": url})),
                 Commit::Persist,
             )
             .unwrap();
@@ -803,7 +792,7 @@ mod tests {
         // Only projects and GitSources hold secrets; a GitSource's go when it goes.
         let profile = store
             .create(
-                desired(Kind::AgentProfile, "p", serde_json::json!({})),
+                Desired::of(Kind::AgentProfile, "p", serde_json::json!({})),
                 Commit::Persist,
             )
             .unwrap();

@@ -68,14 +68,7 @@ impl Harness {
     fn apply_with(&self, name: &str, spec: Value, annotations: BTreeMap<String, String>) {
         self.store
             .apply(
-                Desired {
-                    kind: Kind::Project,
-                    name: name.into(),
-                    labels: BTreeMap::new(),
-                    annotations,
-                    finalizers: None,
-                    spec,
-                },
+                Desired::project(name, spec).with_annotations(annotations),
                 Commit::Persist,
             )
             .unwrap();
@@ -737,17 +730,7 @@ async fn the_running_controller_follows_the_store_and_lxd_events() {
 
     // A spec written to the store is picked up from the change feed.
     store
-        .apply(
-            Desired {
-                kind: Kind::Project,
-                name: "p".into(),
-                labels: BTreeMap::new(),
-                annotations: BTreeMap::new(),
-                finalizers: None,
-                spec: tiny(),
-            },
-            Commit::Persist,
-        )
+        .apply(Desired::project("p", tiny()), Commit::Persist)
         .unwrap();
     eventually("p Ready", || ready("p")).await;
 
@@ -810,17 +793,7 @@ async fn the_event_stream_is_subscribed_again_after_it_failed() {
         tokio_util::sync::CancellationToken::new(),
     );
     store
-        .apply(
-            Desired {
-                kind: Kind::Project,
-                name: "p".into(),
-                labels: BTreeMap::new(),
-                annotations: BTreeMap::new(),
-                finalizers: None,
-                spec: tiny(),
-            },
-            Commit::Persist,
-        )
+        .apply(Desired::project("p", tiny()), Commit::Persist)
         .unwrap();
     eventually("p created", || fake.instance("p").is_some()).await;
     eventually("subscribed again", || fake.count("events") >= 2).await;
@@ -938,17 +911,7 @@ async fn a_failing_start_is_retried_on_its_backoff_and_says_why() {
         tokio_util::sync::CancellationToken::new(),
     );
     store
-        .apply(
-            Desired {
-                kind: Kind::Project,
-                name: "p".into(),
-                labels: BTreeMap::new(),
-                annotations: BTreeMap::new(),
-                finalizers: None,
-                spec: tiny(),
-            },
-            Commit::Persist,
-        )
+        .apply(Desired::project("p", tiny()), Commit::Persist)
         .unwrap();
     let tick = Duration::from_millis(100);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(600);

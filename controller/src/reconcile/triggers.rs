@@ -217,26 +217,8 @@ mod tests {
 
     use super::*;
     use crate::metrics::Metrics;
-    use crate::store::{Desired, Store};
-
-    fn project(store: &Store, name: &str, status: serde_json::Value) {
-        store
-            .apply(
-                Desired {
-                    kind: Kind::Project,
-                    name: name.into(),
-                    labels: BTreeMap::new(),
-                    annotations: BTreeMap::new(),
-                    finalizers: Some(vec!["berth.dev/teardown".into()]),
-                    spec: json!({"image": "berth-base"}),
-                },
-                Commit::Persist,
-            )
-            .unwrap();
-        store
-            .update_status(Kind::Project, name, None, status, Commit::Persist)
-            .unwrap();
-    }
+    use crate::store::Store;
+    use crate::testing::fixtures::finalized_project;
 
     fn condition(type_: &str, status: &str, reason: &str) -> serde_json::Value {
         json!({"type": type_, "status": status, "reason": reason, "message": "",
@@ -258,35 +240,35 @@ mod tests {
         let metrics = Metrics::new();
         let held = json!({"phase": "Deleting",
                           "conditions": [condition("DeletionBlocked", "True", "UnsavedWork")]});
-        project(&store, "held-a", held.clone());
-        project(&store, "held-b", held);
+        finalized_project(&store, "held-a", held.clone());
+        finalized_project(&store, "held-b", held);
         // Asked to go, but not held: the teardown is under way.
-        project(
+        finalized_project(
             &store,
             "going",
             json!({"phase": "Deleting",
                  "conditions": [condition("DeletionBlocked", "False", "Forced")]}),
         );
-        project(
+        finalized_project(
             &store,
             "boot",
             json!({"phase": "Error",
                  "conditions": [condition("Ready", "False", "BootTimeout")]}),
         );
-        project(
+        finalized_project(
             &store,
             "step",
             json!({"phase": "Provisioning",
                  "conditions": [condition("Ready", "False", "StepTimeout")]}),
         );
-        project(
+        finalized_project(
             &store,
             "fine",
             json!({"phase": "Ready",
                  "conditions": [condition("Ready", "True", "Reachable")]}),
         );
         // Held, but not (yet) deleting: not a held deletion.
-        project(
+        finalized_project(
             &store,
             "idle",
             json!({"phase": "Stopped",

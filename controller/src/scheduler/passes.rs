@@ -140,12 +140,6 @@ impl DaemonPasses {
         }
     }
 
-    /// The same passes reading the time from `clock` (a simulation's days pass in moments).
-    #[cfg(feature = "testing")]
-    pub fn with_clock(self, clock: Clock) -> DaemonPasses {
-        DaemonPasses { clock, ..self }
-    }
-
     fn now(&self) -> DateTime<Utc> {
         (self.clock)()
     }
@@ -988,126 +982,6 @@ fn plan_reason(object: &StoredObject, status: &ProjectStatus) -> String {
         }
         None => String::new(),
     }
-}
-
-/// What a scripted inspection reports (see [`script_inspection`]).
-#[cfg(feature = "testing")]
-#[derive(Debug, Clone, Default)]
-pub struct FakeWorkspace {
-    pub unsaved: berth_api::UnsavedWork,
-    /// The agent status file's JSON, if the agent wrote one.
-    pub agent_json: Option<String>,
-    pub ports: Vec<u16>,
-    /// The newest file modification time under /workspace, if any.
-    pub newest_mtime: Option<DateTime<Utc>>,
-}
-
-#[cfg(feature = "testing")]
-impl FakeWorkspace {
-    /// A workspace holding `unsaved` and nothing else of note.
-    pub fn with_unsaved(unsaved: berth_api::UnsavedWork) -> Self {
-        FakeWorkspace {
-            unsaved,
-            ..FakeWorkspace::default()
-        }
-    }
-}
-
-/// The report the inspection script prints for `workspace`, a git repository.
-#[cfg(feature = "testing")]
-pub fn inspection_report(workspace: &FakeWorkspace) -> String {
-    use base64::Engine;
-    use base64::engine::general_purpose::STANDARD as B64;
-    let b64 = |text: &str| B64.encode(text.as_bytes());
-    let mut porcelain = String::new();
-    for i in 0..workspace.unsaved.uncommitted {
-        porcelain.push_str(&format!(" M changed-{i}\0"));
-    }
-    for i in 0..workspace.unsaved.untracked {
-        porcelain.push_str(&format!("?? new-{i}\0"));
-    }
-    let mut tcp = String::from(
-        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n",
-    );
-    for (i, port) in workspace.ports.iter().enumerate() {
-        tcp.push_str(&format!(
-            "   {i}: 00000000:{port:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0\n"
-        ));
-    }
-    let newest = workspace.newest_mtime.map_or("-".to_string(), |t| {
-        format!("{}.{:09}", t.timestamp(), t.timestamp_subsec_nanos())
-    });
-    let list = |names: Vec<String>, separator: &str| {
-        if names.is_empty() {
-            "-".to_string()
-        } else {
-            b64(&names
-                .iter()
-                .map(|n| format!("{n}{separator}"))
-                .collect::<String>())
-        }
-    };
-    let unsaved = &workspace.unsaved;
-    let unpushed = (unsaved.unpushed > 0)
-        .then(|| format!("{} refs/heads/main", unsaved.unpushed))
-        .into_iter()
-        .collect();
-    let ignored = (0..unsaved.ignored)
-        .map(|i| format!("kept-{i}.db"))
-        .collect();
-    let mut repos = vec![format!(
-        "repo main {} {} {} {} - {}",
-        b64("."),
-        list(vec![porcelain], ""),
-        unsaved.stashes,
-        list(unpushed, "\n"),
-        list(ignored, "\0"),
-    )];
-    for i in 0..unsaved.worktrees {
-        repos.push(format!(
-            "repo outside {} - 0 - - -",
-            b64(&format!("/tmp/wt-{i}"))
-        ));
-    }
-    format!(
-        "{}\nagent {}\nenv_mine 0\ngit repo\n{}\n\
-         tcp {}\ntcp6 \ncpu_ticks 0\nclk_tck 100\nnewest_mtime {newest}\nend\n",
-        crate::workspace::inspect::HEADER,
-        workspace.agent_json.as_deref().map_or("-".to_string(), b64),
-        repos.join("\n"),
-        b64(&tcp),
-    )
-}
-
-/// Whether an exec request is the workspace inspection.
-#[cfg(feature = "testing")]
-pub fn is_inspection(request: &crate::runtime::ExecRequest) -> bool {
-    request
-        .command
-        .iter()
-        .any(|arg| arg.contains(crate::workspace::inspect::HEADER))
-}
-
-/// Makes every inspection of `instance` in the fake runtime answer with `workspace`, as the
-/// inspection script would in a git workspace. Without it, the fake's empty exec output is an
-/// unreadable report, which protects the workspace like any failed inspection.
-#[cfg(feature = "testing")]
-pub fn script_inspection(
-    fake: &crate::runtime::fake::FakeRuntime,
-    instance: &str,
-    workspace: FakeWorkspace,
-) {
-    let report = inspection_report(&workspace);
-    let instance = instance.to_string();
-    fake.on_exec(move |name, request| {
-        (name == instance && is_inspection(request)).then(|| {
-            Ok(crate::runtime::ExecOutput {
-                exit_code: 0,
-                stdout: report.clone().into_bytes(),
-                stderr: Vec::new(),
-            })
-        })
-    });
 }
 
 #[cfg(all(test, feature = "testing"))]

@@ -6,6 +6,7 @@ use crate::runtime::fake::FakeRuntime;
 use crate::runtime::{Instance, InstanceStatus};
 use crate::store::Commit;
 use crate::store::Desired;
+use crate::testing::inspection::{FakeWorkspace, is_inspection, script_inspection};
 use berth_api::UnsavedWork;
 use serde_json::Value;
 use serde_json::json;
@@ -58,8 +59,9 @@ pub(super) fn setup_with(recheck_interval: Duration) -> Setup {
             preview_site: crate::preview::PreviewSite::new("localhost", false, None),
             recheck_interval,
         },
-    )
-    .with_clock(clock);
+    );
+    // The passes read the simulated clock (the field is theirs; only tests replace it).
+    let passes = DaemonPasses { clock, ..passes };
     Setup {
         _dir: dir,
         store,
@@ -81,14 +83,7 @@ impl Setup {
     pub fn project(&self, name: &str, reap: Value, running: bool) -> String {
         self.store
             .apply(
-                Desired {
-                    kind: Kind::Project,
-                    name: name.into(),
-                    labels: BTreeMap::new(),
-                    annotations: BTreeMap::new(),
-                    finalizers: None,
-                    spec: json!({"image": "berth-base", "reap": reap}),
-                },
+                Desired::project(name, json!({"image": "berth-base", "reap": reap})),
                 Commit::Persist,
             )
             .unwrap();
@@ -673,17 +668,10 @@ async fn a_paused_project_is_neither_booted_nor_reaped() {
         let object = s.store.get(Kind::Project, name).unwrap();
         s.store
             .apply(
-                Desired {
-                    kind: Kind::Project,
-                    name: name.into(),
-                    labels: BTreeMap::new(),
-                    annotations: BTreeMap::from([(
-                        berth_api::annotations::RECONCILE.to_string(),
-                        berth_api::annotations::RECONCILE_PAUSED.to_string(),
-                    )]),
-                    finalizers: None,
-                    spec: object.spec.value(),
-                },
+                Desired::project(name, object.spec.value()).with_annotations(BTreeMap::from([(
+                    berth_api::annotations::RECONCILE.to_string(),
+                    berth_api::annotations::RECONCILE_PAUSED.to_string(),
+                )])),
                 Commit::Persist,
             )
             .unwrap();
@@ -892,14 +880,7 @@ async fn housekeeping_prunes_the_events_of_objects_gone_past_the_retention() {
     for name in ["gone", "live"] {
         s.store
             .apply(
-                Desired {
-                    kind: Kind::Project,
-                    name: name.into(),
-                    labels: BTreeMap::new(),
-                    annotations: BTreeMap::new(),
-                    finalizers: None,
-                    spec: json!({"image": "berth-base"}),
-                },
+                Desired::project(name, json!({"image": "berth-base"})),
                 Commit::Persist,
             )
             .unwrap();

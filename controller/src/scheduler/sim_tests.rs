@@ -16,9 +16,9 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use super::tests::{Setup, setup_with};
-use super::{FakeWorkspace, inspection_report, is_inspection};
 use crate::runtime::{ExecOutput, InstanceStatus};
 use crate::scheduler::{Pass, Passes};
+use crate::testing::inspection::{FakeWorkspace, inspection_report, is_inspection};
 use berth_api::Kind;
 
 /// The true state of one workspace, which the passes only learn by inspecting it.

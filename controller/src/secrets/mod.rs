@@ -264,14 +264,7 @@ mod tests {
     fn project(store: &Store, name: &str) -> String {
         store
             .create(
-                Desired {
-                    kind: Kind::Project,
-                    name: name.into(),
-                    labels: Default::default(),
-                    annotations: Default::default(),
-                    finalizers: None,
-                    spec: serde_json::json!({}),
-                },
+                Desired::project(name, serde_json::json!({})),
                 Commit::Persist,
             )
             .unwrap()

@@ -419,14 +419,7 @@ mod tests {
     use crate::store::Commit;
 
     fn project(name: &str, display: &str) -> Desired {
-        Desired {
-            kind: Kind::Project,
-            name: name.into(),
-            labels: Default::default(),
-            annotations: Default::default(),
-            finalizers: None,
-            spec: serde_json::json!({"displayName": display}),
-        }
+        Desired::project(name, serde_json::json!({"displayName": display}))
     }
 
     #[test]

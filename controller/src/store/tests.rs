@@ -12,14 +12,7 @@ fn open() -> (tempfile::TempDir, Store) {
 }
 
 fn project(name: &str, spec: Value) -> Desired {
-    Desired {
-        kind: Kind::Project,
-        name: name.into(),
-        labels: BTreeMap::new(),
-        annotations: BTreeMap::new(),
-        finalizers: None,
-        spec,
-    }
+    Desired::project(name, spec)
 }
 
 #[test]

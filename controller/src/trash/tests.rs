@@ -69,14 +69,11 @@ impl Setup {
     async fn project(&self, name: &str) -> String {
         self.store
             .apply(
-                Desired {
-                    kind: Kind::Project,
-                    name: name.into(),
-                    labels: BTreeMap::from([("team".into(), "pay".into())]),
-                    annotations: BTreeMap::new(),
-                    finalizers: None,
-                    spec: json!({"image": "berth-tiny", "displayName": format!("{name} display")}),
-                },
+                Desired::project(
+                    name,
+                    json!({"image": "berth-tiny", "displayName": format!("{name} display")}),
+                )
+                .with_labels(BTreeMap::from([("team".into(), "pay".into())])),
                 Commit::Persist,
             )
             .unwrap();

@@ -781,27 +781,16 @@ mod fake_runtime_tests {
         steps: AgentSteps,
     }
 
-    fn desired(kind: Kind, name: &str, spec: Value) -> Desired {
-        Desired {
-            kind,
-            name: name.into(),
-            labels: BTreeMap::new(),
-            annotations: BTreeMap::new(),
-            finalizers: None,
-            spec,
-        }
-    }
-
     fn setup(spec: Value) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
         let secrets = Arc::new(Secrets::open(store.clone(), dir.path()).unwrap());
         store
-            .apply(desired(Kind::Project, "p", spec), Commit::Persist)
+            .apply(Desired::project("p", spec), Commit::Persist)
             .unwrap();
         store
             .apply(
-                desired(
+                Desired::of(
                     Kind::AgentProfile,
                     "shell",
                     json!({"home": "/root/.shell", "install": {"check": "true"},
@@ -1012,7 +1001,10 @@ mod fake_runtime_tests {
                 .extend(extra.as_object().unwrap().clone());
             setup
                 .store
-                .apply(desired(Kind::AgentProfile, "shell", spec), Commit::Persist)
+                .apply(
+                    Desired::of(Kind::AgentProfile, "shell", spec),
+                    Commit::Persist,
+                )
                 .unwrap();
         };
         let outdated = || {
@@ -1052,7 +1044,7 @@ mod fake_runtime_tests {
         setup
             .store
             .apply(
-                desired(
+                Desired::of(
                     Kind::AgentProfile,
                     "extra",
                     json!({"home": "/root/.extra", "install": {"check": "true"},
@@ -1064,7 +1056,7 @@ mod fake_runtime_tests {
         let project = |spec: Value| {
             setup
                 .store
-                .apply(desired(Kind::Project, "p", spec), Commit::Persist)
+                .apply(Desired::project("p", spec), Commit::Persist)
                 .unwrap();
         };
         project(json!({"agent": "shell", "agents": ["extra"]}));
@@ -1211,7 +1203,7 @@ mod fake_runtime_tests {
         setup
             .store
             .apply(
-                desired(
+                Desired::of(
                     Kind::AgentProfile,
                     "extra",
                     json!({"home": "/root/.extra", "install": {"check": "extra-check"},

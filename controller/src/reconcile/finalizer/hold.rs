@@ -490,8 +490,8 @@ mod held {
     use crate::config::HELD_RECHECK;
     use crate::layout::UID_LABEL;
     use crate::runtime::{Instance, InstanceStatus};
-    use crate::scheduler::passes::{FakeWorkspace, script_inspection};
-    use crate::store::Desired;
+    use crate::testing::fixtures::{delete_project, finalized_project};
+    use crate::testing::inspection::{FakeWorkspace, script_inspection};
     use berth_api::UnsavedWork;
     use serde_json::json;
     use std::sync::Arc;
@@ -499,29 +499,8 @@ mod held {
     /// A reachable project with a running container, asked to be deleted.
     fn deleting(s: &Setup, name: &str, annotations: BTreeMap<String, String>) -> Arc<StoredObject> {
         let store = &s.ctx.store;
-        store
-            .apply(
-                Desired {
-                    kind: Kind::Project,
-                    name: name.into(),
-                    labels: BTreeMap::new(),
-                    annotations: BTreeMap::new(),
-                    finalizers: Some(vec!["berth.dev/teardown".into()]),
-                    spec: json!({"image": "berth-base"}),
-                },
-                Commit::Persist,
-            )
-            .unwrap();
-        store
-            .update_status(
-                Kind::Project,
-                name,
-                None,
-                json!({"phase": "Ready", "step": "Reachable"}),
-                Commit::Persist,
-            )
-            .unwrap();
-        let uid = store.get(Kind::Project, name).unwrap().uid().to_string();
+        let status = json!({"phase": "Ready", "step": "Reachable"});
+        let uid = finalized_project(store, name, status).uid().to_string();
         s.fake.insert_instance(Instance {
             name: name.into(),
             status: InstanceStatus::Running,
@@ -534,10 +513,7 @@ mod held {
             last_used_at: None,
             state: None,
         });
-        store
-            .delete(Kind::Project, name, None, annotations, Commit::Persist)
-            .unwrap();
-        store.get(Kind::Project, name).unwrap()
+        delete_project(store, name, annotations).unwrap()
     }
 
     fn condition(draft: &Draft) -> Option<(ConditionStatus, String)> {

@@ -16,8 +16,9 @@ use crate::metrics::Metrics;
 use crate::reconcile::{Action, Backoff, ControllerSettings, NoLaterSteps, WorkQueue};
 use crate::runtime::fake::FakeRuntime;
 use crate::runtime::{CreateVolume, ExecOutput, Instance, InstanceStatus, Runtime};
-use crate::scheduler::passes::{FakeWorkspace, inspection_report, is_inspection};
 use crate::store::Desired;
+use crate::testing::fixtures::{delete_project, finalized_project};
+use crate::testing::inspection::{FakeWorkspace, inspection_report, is_inspection};
 use crate::workspace::inspection_instance::{INSPECTS_LABEL, instance_name};
 
 pub(super) struct Setup {
@@ -103,23 +104,7 @@ impl Setup {
         workspace: FakeWorkspace,
     ) -> Arc<StoredObject> {
         let store = &self.ctx.store;
-        store
-            .apply(
-                Desired {
-                    kind: Kind::Project,
-                    name: name.into(),
-                    labels: BTreeMap::new(),
-                    annotations: BTreeMap::new(),
-                    finalizers: Some(vec!["berth.dev/teardown".into()]),
-                    spec: json!({"image": "berth-base"}),
-                },
-                Commit::Persist,
-            )
-            .unwrap();
-        store
-            .update_status(Kind::Project, name, None, status, Commit::Persist)
-            .unwrap();
-        let uid = store.get(Kind::Project, name).unwrap().uid().to_string();
+        let uid = finalized_project(store, name, status).uid().to_string();
         let volume = DurableLayout::workspace_volume(&uid);
         futures::executor::block_on(self.fake.create_volume(&CreateVolume {
             pool: "default".into(),
@@ -173,10 +158,7 @@ impl Setup {
                 state: None,
             });
         }
-        store
-            .delete(Kind::Project, name, None, BTreeMap::new(), Commit::Persist)
-            .unwrap();
-        store.get(Kind::Project, name).unwrap()
+        delete_project(store, name, BTreeMap::new()).unwrap()
     }
 
     /// One teardown attempt, as the reconciler runs it.
@@ -578,14 +560,7 @@ async fn an_image_changed_to_a_typo_still_has_its_deletion_held() {
         s.ctx
             .store
             .apply(
-                Desired {
-                    kind: Kind::Project,
-                    name: "p".into(),
-                    labels: BTreeMap::new(),
-                    annotations: BTreeMap::new(),
-                    finalizers,
-                    spec: json!({ "image": image }),
-                },
+                Desired::project("p", json!({ "image": image })).with_finalizers(finalizers),
                 Commit::Persist,
             )
             .unwrap();

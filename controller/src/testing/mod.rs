@@ -1,0 +1,6 @@
+//! Test support: fakes and fixtures for the crate's unit tests, its integration tests and the
+//! benchmarks (feature `testing`). Nothing in production code uses it.
+
+pub mod fixtures;
+#[cfg(feature = "testing")]
+pub mod inspection;

@@ -1004,6 +1004,49 @@ async fn shipped_cli_profiles_say_why_they_cannot_install_without_network() {
     );
 }
 
+/// The image berth-agents has every shipped CLI on no registry's say-so: with no network, each
+/// profile's `install.check` passes and nothing is installed; antigravity, on no registry,
+/// fails saying what it needs.
+#[tokio::test(flavor = "multi_thread")]
+async fn berth_agents_has_the_shipped_clis_without_network() {
+    let ws = Workspace::from_image("berth-agents", false).await;
+    let names = ["claude", "codex", "kimi", "minimax", "antigravity"];
+    let specs: Vec<AgentProfileSpec> = names.iter().map(|n| shipped_profile(n)).collect();
+    let profiles: Vec<(&str, &AgentProfileSpec)> = names.iter().copied().zip(&specs).collect();
+    let values = secrets(&[
+        ("ANTHROPIC_API_KEY", "sk-a"),
+        ("OPENAI_API_KEY", "sk-o"),
+        ("MOONSHOT_API_KEY", "sk-m"),
+        ("MINIMAX_API_KEY", "sk-x"),
+        ("GEMINI_API_KEY", "sk-g"),
+    ]);
+    let report =
+        agent::bootstrap_best_effort(ws.rt(), &ws.name, Some("claude"), &profiles, &values)
+            .await
+            .unwrap();
+    let present: Vec<_> = report
+        .profiles
+        .iter()
+        .map(|p| (p.profile.as_str(), p.install))
+        .collect();
+    assert_eq!(
+        present,
+        [
+            ("claude", InstallOutcome::Present),
+            ("codex", InstallOutcome::Present),
+            ("kimi", InstallOutcome::Present),
+            ("minimax", InstallOutcome::Present),
+        ]
+    );
+    assert_eq!(report.failed.len(), 1, "{:?}", report.failed);
+    let (name, why) = &report.failed[0];
+    assert_eq!(name, "antigravity");
+    assert!(
+        why.contains("network access to storage.googleapis.com"),
+        "{why}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_runner_log_is_capped_by_rotation() {
     let ws = Workspace::from_image(TINY, false).await;

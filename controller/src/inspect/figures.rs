@@ -407,18 +407,7 @@ mod tests {
 
     #[test]
     fn the_script_output_becomes_figures() {
-        let mut figures = from_instance(&Instance {
-            name: "payments".to_string(),
-            status: crate::runtime::InstanceStatus::Running,
-            status_code: 103,
-            location: "none".to_string(),
-            profiles: vec![],
-            config: BTreeMap::new(),
-            devices: BTreeMap::new(),
-            created_at: None,
-            last_used_at: None,
-            state: None,
-        });
+        let mut figures = from_instance(&Instance::running("payments", BTreeMap::new()));
         apply_inside(&mut figures, Inside::parse(OUTPUT), &probes());
         let os = figures.os.as_ref().unwrap();
         assert_eq!(os.distribution, "Debian GNU/Linux 12 (bookworm)");

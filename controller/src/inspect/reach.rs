@@ -90,25 +90,6 @@ pub async fn owned_container(
 mod tests {
     use super::*;
     use crate::layout::UID_LABEL;
-    use crate::runtime::InstanceStatus;
-
-    fn instance(labels: &[(&str, &str)]) -> Instance {
-        Instance {
-            name: "web".into(),
-            status: InstanceStatus::Running,
-            status_code: 103,
-            location: "none".into(),
-            profiles: Vec::new(),
-            config: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            devices: Default::default(),
-            created_at: None,
-            last_used_at: None,
-            state: None,
-        }
-    }
 
     #[test]
     fn only_the_projects_own_container_is_reached() {
@@ -124,7 +105,7 @@ mod tests {
             (&[(UID, "u1"), (BY, "c2")], false),
         ];
         for (labels, reached) in table {
-            let outcome = check_owner(&instance(labels), "u1", "c1");
+            let outcome = check_owner(&Instance::labelled("web", labels), "u1", "c1");
             assert_eq!(outcome.is_ok(), reached, "{labels:?}");
             if let Err(refusal) = outcome {
                 // Answered 409 NameConflict (`api::containers`).

@@ -104,22 +104,12 @@ impl Snapshot {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
-    use crate::runtime::InstanceStatus;
 
     fn instance(name: &str) -> Instance {
-        Instance {
-            name: name.into(),
-            status: InstanceStatus::Running,
-            status_code: 103,
-            location: "none".into(),
-            profiles: Vec::new(),
-            config: Default::default(),
-            devices: Default::default(),
-            created_at: None,
-            last_used_at: None,
-            state: None,
-        }
+        Instance::running(name, BTreeMap::new())
     }
 
     #[tokio::test(start_paused = true)]

@@ -49,39 +49,20 @@ pub fn orphans(
 mod tests {
     use super::*;
     use crate::layout::UID_LABEL;
-    use crate::runtime::InstanceStatus;
-
-    fn instance(name: &str, labels: &[(&str, &str)]) -> Instance {
-        Instance {
-            name: name.to_string(),
-            status: InstanceStatus::Running,
-            status_code: 103,
-            location: "none".into(),
-            profiles: Vec::new(),
-            config: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            devices: Default::default(),
-            created_at: None,
-            last_used_at: None,
-            state: None,
-        }
-    }
 
     #[test]
     fn only_labelled_containers_without_an_object_are_reported() {
         const KEY: &str = UID_LABEL;
         const BY: &str = CONTROLLER_LABEL;
         let instances = vec![
-            instance("web", &[(KEY, "u1"), (BY, "c1")]),
-            instance("gone-b", &[(KEY, "u9"), (BY, "c1")]),
-            instance("gone-a", &[(KEY, "u8")]),
-            instance("someone-elses", &[("user.other", "x")]),
-            instance("blank", &[(KEY, "")]),
-            instance("another-berths", &[(KEY, "u7"), (BY, "c2")]),
+            Instance::labelled("web", &[(KEY, "u1"), (BY, "c1")]),
+            Instance::labelled("gone-b", &[(KEY, "u9"), (BY, "c1")]),
+            Instance::labelled("gone-a", &[(KEY, "u8")]),
+            Instance::labelled("someone-elses", &[("user.other", "x")]),
+            Instance::labelled("blank", &[(KEY, "")]),
+            Instance::labelled("another-berths", &[(KEY, "u7"), (BY, "c2")]),
             // An inspection instance looking at a workspace volume is no project's container.
-            instance(
+            Instance::labelled(
                 "berth-inspect-u6",
                 &[
                     (crate::workspace::inspection_instance::INSPECTS_LABEL, "u6"),

@@ -296,22 +296,11 @@ impl Drop for Decrement {
 #[tokio::test(start_paused = true)]
 async fn inspect_all_turns_a_hung_exec_into_inspection_failed() {
     use crate::runtime::fake::FakeRuntime;
-    use crate::runtime::{ExecOutput, Instance, InstanceStatus};
+    use crate::runtime::{ExecOutput, Instance};
 
     let fake = Arc::new(FakeRuntime::new());
     for name in ["slow", "fast"] {
-        fake.insert_instance(Instance {
-            name: name.to_string(),
-            status: InstanceStatus::Running,
-            status_code: 103,
-            location: "none".into(),
-            profiles: Vec::new(),
-            config: Default::default(),
-            devices: Default::default(),
-            created_at: None,
-            last_used_at: None,
-            state: None,
-        });
+        fake.insert_instance(Instance::running(name, BTreeMap::new()));
     }
     // "fast" answers with garbage (a parse failure); "slow" never gets a chance to answer
     // because every exec is delayed past the timeout.

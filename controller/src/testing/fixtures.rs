@@ -1,5 +1,6 @@
-//! Objects as tests write them to a store: the user-written part built in one line, and a
-//! project as the reconciler leaves it once it holds the teardown finalizer.
+//! Objects as tests write them to a store (the user-written part built in one line, a project
+//! as the reconciler leaves it once it holds the teardown finalizer) and containers as LXD
+//! lists them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use berth_api::Kind;
 use serde_json::{Value, json};
 
 use crate::layout::FINALIZER;
+use crate::runtime::{Instance, InstanceStatus};
 use crate::store::{Commit, Desired, Store, StoredObject};
 
 impl Desired {
@@ -41,6 +43,34 @@ impl Desired {
 
     pub fn with_finalizers(self, finalizers: Option<Vec<String>>) -> Desired {
         Desired { finalizers, ..self }
+    }
+}
+
+impl Instance {
+    /// A running container on a standalone server, with `config` (its `user.*` labels among
+    /// them) and no profiles, devices or state.
+    pub fn running(name: &str, config: BTreeMap<String, String>) -> Instance {
+        Instance {
+            name: name.to_string(),
+            status: InstanceStatus::Running,
+            status_code: InstanceStatus::Running.code(),
+            location: "none".to_string(),
+            profiles: Vec::new(),
+            config,
+            devices: BTreeMap::new(),
+            created_at: None,
+            last_used_at: None,
+            state: None,
+        }
+    }
+
+    /// A running container labelled with `labels` (`user.*` keys and their values).
+    pub fn labelled(name: &str, labels: &[(&str, &str)]) -> Instance {
+        let config = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Instance::running(name, config)
     }
 }
 

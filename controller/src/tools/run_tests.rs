@@ -41,22 +41,11 @@ fn edits_replace_exact_bytes_and_count_every_occurrence() {
 #[cfg(feature = "testing")]
 #[tokio::test(start_paused = true)]
 async fn a_lost_answer_is_outcome_unknown_only_once_a_mutation_was_sent() {
+    use crate::runtime::Instance;
     use crate::runtime::fake::{FakeRuntime, Fault};
-    use crate::runtime::{Instance, InstanceStatus};
 
     let fake = Arc::new(FakeRuntime::new());
-    fake.insert_instance(Instance {
-        name: "p".into(),
-        status: InstanceStatus::Running,
-        status_code: 103,
-        location: "none".into(),
-        profiles: Vec::new(),
-        config: Default::default(),
-        devices: Default::default(),
-        created_at: None,
-        last_used_at: None,
-        state: None,
-    });
+    fake.insert_instance(Instance::running("p", BTreeMap::new()));
     let runtime: Arc<dyn Runtime> = fake.clone();
     let refused = || {
         Fault::Fail(RuntimeError::Rejected {

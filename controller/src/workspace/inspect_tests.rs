@@ -560,22 +560,11 @@ fn known_files_are_given_in_sha256sum_format() {
 #[cfg(feature = "testing")]
 mod on_fake_runtime {
     use super::*;
+    use crate::runtime::Instance;
     use crate::runtime::fake::FakeRuntime;
-    use crate::runtime::{Instance, InstanceStatus};
 
     fn running(fake: &FakeRuntime, name: &str) {
-        fake.insert_instance(Instance {
-            name: name.to_string(),
-            status: InstanceStatus::Running,
-            status_code: 103,
-            location: "none".into(),
-            profiles: Vec::new(),
-            config: Default::default(),
-            devices: Default::default(),
-            created_at: None,
-            last_used_at: None,
-            state: None,
-        });
+        fake.insert_instance(Instance::running(name, BTreeMap::new()));
     }
 
     #[tokio::test(start_paused = true)]

@@ -489,7 +489,7 @@ mod held {
     use super::*;
     use crate::config::HELD_RECHECK;
     use crate::layout::UID_LABEL;
-    use crate::runtime::{Instance, InstanceStatus};
+    use crate::runtime::Instance;
     use crate::testing::fixtures::{delete_project, finalized_project};
     use crate::testing::inspection::{FakeWorkspace, script_inspection};
     use berth_api::UnsavedWork;
@@ -501,18 +501,10 @@ mod held {
         let store = &s.ctx.store;
         let status = json!({"phase": "Ready", "step": "Reachable"});
         let uid = finalized_project(store, name, status).uid().to_string();
-        s.fake.insert_instance(Instance {
-            name: name.into(),
-            status: InstanceStatus::Running,
-            status_code: 103,
-            location: "none".into(),
-            profiles: Vec::new(),
-            config: BTreeMap::from([(UID_LABEL.to_string(), uid)]),
-            devices: Default::default(),
-            created_at: None,
-            last_used_at: None,
-            state: None,
-        });
+        s.fake.insert_instance(Instance::running(
+            name,
+            BTreeMap::from([(UID_LABEL.to_string(), uid)]),
+        ));
         delete_project(store, name, annotations).unwrap()
     }
 

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::access;
 use super::error::ApiError;
-use super::routes::{Outcome, blocking, json_response};
+use super::routes::{Outcome, blocking, json_response, success};
 use super::{ApiState, Caller};
 
 pub(super) async fn route(
@@ -71,13 +71,9 @@ pub(super) async fn route(
                     }
                     other => other.into(),
                 })?;
-            Ok(json_response(
-                StatusCode::OK,
-                &json!({
-                    "kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,
-                    "message": format!("{user:?} is no longer a member of project {name:?}"),
-                }),
-            ))
+            Ok(success(format!(
+                "{user:?} is no longer a member of project {name:?}"
+            )))
         }
         _ => Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,

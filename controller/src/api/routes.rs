@@ -1061,6 +1061,19 @@ pub(super) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
     serialized(code, value)
 }
 
+/// 200 with a `Success` Status saying what was done, as Kubernetes answers a delete of a
+/// thing that is not an object.
+pub(super) fn success(message: impl Into<String>) -> Response<Body> {
+    let message = message.into();
+    serialized(
+        StatusCode::OK,
+        &json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,
+            "message": message,
+        }),
+    )
+}
+
 /// `response` with each warning as a `Warning: 299 - "..."` header (RFC 7234), as Kubernetes
 /// answers admission warnings; a client prints them and carries on.
 fn warned(mut response: Response<Body>, warnings: &[String]) -> Response<Body> {

@@ -16,9 +16,9 @@ use serde_json::{Value, json};
 use super::access;
 use super::body;
 use super::error::{ApiError, Cause};
-use super::routes::{Outcome, blocking, json_response};
+use super::routes::{Outcome, blocking, json_response, success};
 use super::{ApiState, Caller};
-use crate::secrets::{MAX_VALUE_BYTES, SecretsError};
+use crate::secrets::{MAX_VALUE_BYTES, Secrets, SecretsError};
 use crate::store::{EventType, StoredObject};
 
 pub(super) async fn route(
@@ -42,21 +42,10 @@ pub(super) async fn route(
     match (key, method) {
         (None, &Method::GET) => {
             let revision = secrets.revision(&uid).map_err(from_secrets)?;
-            let items: Vec<Value> = secrets
-                .list(&uid)
-                .map_err(from_secrets)?
-                .into_iter()
-                .map(|e| json!({"key": e.key, "updateTime": e.updated.to_rfc3339()}))
-                .collect();
-            Ok(json_response(
-                StatusCode::OK,
-                &json!({
-                    "apiVersion": berth_api::API_VERSION,
-                    "kind": "SecretKeyList",
-                    "metadata": {"project": name, "revision": revision.to_string()},
-                    "items": items,
-                }),
-            ))
+            holder.key_list(
+                &secrets,
+                json!({"project": name, "revision": revision.to_string()}),
+            )
         }
         (Some(key), &Method::GET) => {
             let value = secrets
@@ -102,7 +91,6 @@ pub(super) async fn gitsource_route(
     let gitsource = state.store.get(KIND, name).ok_or_else(|| {
         ApiError::not_found(format!("{KIND} {name:?} not found")).with_object(KIND, name)
     })?;
-    let uid = gitsource.uid().to_string();
     let secrets = Arc::clone(&state.secrets);
     let holder = Holder {
         object: &gitsource,
@@ -111,23 +99,7 @@ pub(super) async fn gitsource_route(
         noun: "credential",
     };
     match (key, method) {
-        (None, &Method::GET) => {
-            let items: Vec<Value> = secrets
-                .list(&uid)
-                .map_err(from_secrets)?
-                .into_iter()
-                .map(|e| json!({"key": e.key, "updateTime": e.updated.to_rfc3339()}))
-                .collect();
-            Ok(json_response(
-                StatusCode::OK,
-                &json!({
-                    "apiVersion": berth_api::API_VERSION,
-                    "kind": "SecretKeyList",
-                    "metadata": {"gitSource": name},
-                    "items": items,
-                }),
-            ))
-        }
+        (None, &Method::GET) => holder.key_list(&secrets, json!({"gitSource": name})),
         (Some(key), &Method::PUT) => {
             if !berth_api::gitsource::CREDENTIAL_KEYS.contains(&key) {
                 return Err(ApiError::invalid(
@@ -208,6 +180,26 @@ struct Holder<'a> {
 }
 
 impl Holder<'_> {
+    /// `SecretKeyList`: every key it holds and when it last changed, never a value;
+    /// `metadata` names the holder.
+    fn key_list(&self, secrets: &Secrets, metadata: Value) -> Outcome {
+        let items: Vec<Value> = secrets
+            .list(self.object.uid())
+            .map_err(from_secrets)?
+            .into_iter()
+            .map(|e| json!({"key": e.key, "updateTime": e.updated.to_rfc3339()}))
+            .collect();
+        Ok(json_response(
+            StatusCode::OK,
+            &json!({
+                "apiVersion": berth_api::API_VERSION,
+                "kind": "SecretKeyList",
+                "metadata": metadata,
+                "items": items,
+            }),
+        ))
+    }
+
     fn missing(&self, key: &str) -> ApiError {
         let (kind, name, noun) = (self.kind, self.object.name(), self.noun);
         ApiError::not_found(format!("{kind} {name:?} has no {noun} {key:?}"))
@@ -258,13 +250,9 @@ impl Holder<'_> {
         let message = format!("{} {key} deleted by {}", self.noun, caller.identity);
         audit(state, self.object, "SecretDeleted", message).await;
         let (kind, name, noun) = (self.kind, self.object.name(), self.noun);
-        Ok(json_response(
-            StatusCode::OK,
-            &json!({
-                "kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,
-                "message": format!("{noun} {key:?} of {kind} {name:?} deleted"),
-            }),
-        ))
+        Ok(success(format!(
+            "{noun} {key:?} of {kind} {name:?} deleted"
+        )))
     }
 }
 

@@ -240,14 +240,7 @@ pub async fn bind_tcp(addr: &str, tls: bool) -> Result<TcpListener, ListenError>
         addr: addr.to_string(),
         source,
     };
-    let parsed: SocketAddr = crate::config::parse_listen_addr(addr)
-        .ok_or_else(|| tcp_err(std::io::Error::other("not an address like 127.0.0.1:7480")))?;
-    if !tls && !parsed.ip().is_loopback() {
-        return Err(tcp_err(std::io::Error::other(
-            "only loopback addresses are served without TLS (set listen.tls.cert and listen.tls.key)",
-        )));
-    }
-    TcpListener::bind(parsed).await.map_err(tcp_err)
+    bind_loopback_unless_tls(addr, tls, "127.0.0.1:7480", tcp_err).await
 }
 
 /// Binds the preview listener (`listen.preview`); without TLS only on a loopback address.
@@ -256,14 +249,27 @@ pub async fn bind_preview(addr: &str, tls: bool) -> Result<TcpListener, ListenEr
         addr: addr.to_string(),
         source,
     };
-    let parsed: SocketAddr = crate::config::parse_listen_addr(addr)
-        .ok_or_else(|| preview_err(std::io::Error::other("not an address like 127.0.0.1:7481")))?;
+    bind_loopback_unless_tls(addr, tls, "127.0.0.1:7481", preview_err).await
+}
+
+/// Binds `addr` (an address like `example`), refusing one off loopback without TLS.
+async fn bind_loopback_unless_tls(
+    addr: &str,
+    tls: bool,
+    example: &str,
+    err: impl Fn(std::io::Error) -> ListenError,
+) -> Result<TcpListener, ListenError> {
+    let parsed: SocketAddr = crate::config::parse_listen_addr(addr).ok_or_else(|| {
+        err(std::io::Error::other(format!(
+            "not an address like {example}"
+        )))
+    })?;
     if !tls && !parsed.ip().is_loopback() {
-        return Err(preview_err(std::io::Error::other(
+        return Err(err(std::io::Error::other(
             "only loopback addresses are served without TLS (set listen.tls.cert and listen.tls.key)",
         )));
     }
-    TcpListener::bind(parsed).await.map_err(preview_err)
+    TcpListener::bind(parsed).await.map_err(err)
 }
 
 /// Serves until `state.shutdown` is cancelled, then drains connections and removes the socket.

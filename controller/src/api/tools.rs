@@ -3,10 +3,9 @@
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
-use serde_json::json;
 
 use super::error::ApiError;
-use super::routes::{Outcome, Query, json_response};
+use super::routes::{Outcome, Query, json_response, success};
 use super::{ApiState, Caller, access, body};
 use crate::tools::{self, Reason, Reply, Tool, ToolCall, ToolError};
 
@@ -36,10 +35,7 @@ pub(super) async fn route(
         (["instructions"], &Method::GET) => tools.instructions(&project).await.map(Reply::Output),
         (["executions", id], &Method::DELETE) => {
             let message = tools.cancel(&project, id).map_err(api_error)?;
-            return Ok(json_response(
-                StatusCode::OK,
-                &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200, "message": message}),
-            ));
+            return Ok(success(message));
         }
         ([tool], &Method::POST) => {
             let call = Tool::parse(tool).and_then(|tool| ToolCall::parse(tool, &bytes));

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::access;
 use super::body::{self, OBJECT_LIMIT};
 use super::error::{ApiError, Cause};
-use super::routes::{Outcome, blocking, json_response};
+use super::routes::{Outcome, blocking, json_response, success};
 use super::{ApiState, Caller};
 use crate::store::User;
 
@@ -44,13 +44,9 @@ pub(super) async fn route(
                     crate::store::StoreError::NotFound { .. } => missing(name),
                     other => other.into(),
                 })?;
-            Ok(json_response(
-                StatusCode::OK,
-                &json!({
-                    "kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200,
-                    "message": format!("user {name:?} removed; its token no longer works"),
-                }),
-            ))
+            Ok(success(format!(
+                "user {name:?} removed; its token no longer works"
+            )))
         }
         _ => Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,

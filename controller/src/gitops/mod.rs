@@ -321,24 +321,7 @@ impl GitOps {
                 let news = !before.conditions.iter().any(|c| {
                     c.type_ == condition_types::READY && c.reason == reason && c.message == message
                 });
-                set_condition(
-                    &mut status.conditions,
-                    condition_types::READY,
-                    ready,
-                    reason,
-                    &message,
-                    generation,
-                    now,
-                );
-                set_condition(
-                    &mut status.conditions,
-                    condition_types::RECONCILING,
-                    ConditionStatus::False,
-                    reason,
-                    &message,
-                    generation,
-                    now,
-                );
+                settled(&mut status, ready, reason, &message, generation, now);
                 tracing::info!(gitsource = %name, %revision, "GitSource synced");
                 if !applied.conflicts.is_empty() && news {
                     // Once per revision and set of conflicts, not once per poll.
@@ -363,18 +346,8 @@ impl GitOps {
                 if let Some(revision) = &failure.revision {
                     status.last_attempted_revision = Some(revision.clone());
                 }
-                set_condition(
-                    &mut status.conditions,
-                    condition_types::READY,
-                    ConditionStatus::False,
-                    failure.reason,
-                    &failure.message,
-                    generation,
-                    now,
-                );
-                set_condition(
-                    &mut status.conditions,
-                    condition_types::RECONCILING,
+                settled(
+                    &mut status,
                     ConditionStatus::False,
                     failure.reason,
                     &failure.message,
@@ -598,6 +571,31 @@ impl Failure {
 
 /// `left 2 objects to the applysets that own them: Project/a (applyset cli), ...`, naming every
 /// one, or `None` without conflicts.
+/// A sync that ended: Ready as `ready` says, and no longer Reconciling, for one reason.
+fn settled(
+    status: &mut GitSourceStatus,
+    ready: ConditionStatus,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: chrono::DateTime<Utc>,
+) {
+    for (type_, value) in [
+        (condition_types::READY, ready),
+        (condition_types::RECONCILING, ConditionStatus::False),
+    ] {
+        set_condition(
+            &mut status.conditions,
+            type_,
+            value,
+            reason,
+            message,
+            generation,
+            now,
+        );
+    }
+}
+
 fn conflicts_message(conflicts: &[SetConflict]) -> Option<String> {
     if conflicts.is_empty() {
         return None;

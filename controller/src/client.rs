@@ -401,6 +401,19 @@ impl Client {
         }
     }
 
+    /// [`Client::call`] on one kind's collection (`name` `None`) or one object of it.
+    async fn object_call(
+        &self,
+        method: Method,
+        resource: Resource,
+        name: Option<&str>,
+        query: &[(&str, &str)],
+        body: Option<(&'static str, Vec<u8>)>,
+    ) -> Result<Value, ClientError> {
+        let path = Self::object_path(resource, name);
+        self.call(method, &path, query, body).await
+    }
+
     async fn call(
         &self,
         method: Method,
@@ -444,13 +457,8 @@ impl Client {
     }
 
     pub async fn get(&self, resource: Resource, name: &str) -> Result<Value, ClientError> {
-        self.call(
-            Method::GET,
-            &Self::object_path(resource, Some(name)),
-            &[],
-            None,
-        )
-        .await
+        self.object_call(Method::GET, resource, Some(name), &[], None)
+            .await
     }
 
     /// `None` when the object does not exist.
@@ -473,19 +481,15 @@ impl Client {
         selector: Option<&str>,
     ) -> Result<Value, ClientError> {
         let query: Vec<(&str, &str)> = selector.map(|s| ("labelSelector", s)).into_iter().collect();
-        self.call(
-            Method::GET,
-            &Self::object_path(resource, None),
-            &query,
-            None,
-        )
-        .await
+        self.object_call(Method::GET, resource, None, &query, None)
+            .await
     }
 
     pub async fn create(&self, resource: Resource, object: &Value) -> Result<Value, ClientError> {
-        self.call(
+        self.object_call(
             Method::POST,
-            &Self::object_path(resource, None),
+            resource,
+            None,
             &[],
             Some(("application/json", to_json(object))),
         )
@@ -499,9 +503,10 @@ impl Client {
         name: &str,
         patch: &Value,
     ) -> Result<Value, ClientError> {
-        self.call(
+        self.object_call(
             Method::PATCH,
-            &Self::object_path(resource, Some(name)),
+            resource,
+            Some(name),
             &[],
             Some(("application/merge-patch+json", to_json(patch))),
         )

@@ -1132,8 +1132,8 @@ async fn a_target_restricts_placement_and_an_unavailable_one_waits() {
     assert_eq!(h.fake.instance("p").unwrap().location, "m2");
 }
 
-#[tokio::test]
-async fn an_evacuated_member_keeps_its_projects_stopped_until_restored() {
+/// A project placed on a two-member cluster whose member then turns `state`.
+async fn placed_then(state: &str) -> (Harness, String) {
     let h = Harness::new();
     cluster(&h, &[("m1", "Online"), ("m2", "Online")]);
     h.apply("p", tiny());
@@ -1141,9 +1141,15 @@ async fn an_evacuated_member_keeps_its_projects_stopped_until_restored() {
     let member = h.status("p").location.unwrap();
     let members: Vec<(&str, &str)> = ["m1", "m2"]
         .iter()
-        .map(|m| (*m, if *m == member { "Evacuated" } else { "Online" }))
+        .map(|m| (*m, if *m == member { state } else { "Online" }))
         .collect();
     cluster(&h, &members);
+    (h, member)
+}
+
+#[tokio::test]
+async fn an_evacuated_member_keeps_its_projects_stopped_until_restored() {
+    let (h, member) = placed_then("Evacuated").await;
     h.fake.set_status("p", InstanceStatus::Stopped);
     let starts = h.fake.count("start_instance");
     let action = project::reconcile(&h.ctx, "p").await.unwrap();
@@ -1166,18 +1172,9 @@ async fn an_evacuated_member_keeps_its_projects_stopped_until_restored() {
 
 #[tokio::test]
 async fn a_container_missing_from_a_list_on_an_offline_member_is_not_recreated() {
-    let h = Harness::new();
-    cluster(&h, &[("m1", "Online"), ("m2", "Online")]);
-    h.apply("p", tiny());
-    h.converge("p").await;
-    let member = h.status("p").location.unwrap();
+    let (h, member) = placed_then("Offline").await;
     // An offline member's containers are listed without their config, so berth's list lacks
     // them, and reading one fails.
-    let members: Vec<(&str, &str)> = ["m1", "m2"]
-        .iter()
-        .map(|m| (*m, if *m == member { "Offline" } else { "Online" }))
-        .collect();
-    cluster(&h, &members);
     let kept = h.fake.instance("p").unwrap();
     h.fake.vanish("p");
     let action = project::reconcile(&h.ctx, "p").await.unwrap();
@@ -1191,6 +1188,7 @@ async fn a_container_missing_from_a_list_on_an_offline_member_is_not_recreated()
     h.converge("p").await;
     h.assert_ready("p");
     assert_eq!(h.fake.count("create_instance"), 1);
+    assert_eq!(h.status("p").location, Some(member));
 }
 
 #[tokio::test]

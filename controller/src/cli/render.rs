@@ -127,7 +127,7 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
     };
     if wide {
         headers.extend(match resource {
-            Resource::Project => &["image", "member", "agent", "title", "protected", "ports"][..],
+            Resource::Project => &["image", "agent", "title", "protected", "ports", "member"][..],
             Resource::AgentProfile => &["runner"][..],
             Resource::GitSource => &["path", "interval", "suspend"][..],
         });
@@ -166,11 +166,12 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
             match resource {
                 Resource::Project => row.extend([
                     str_at(object, "spec.image").to_string(),
-                    str_at(object, "status.location").to_string(),
                     agent_cell(object),
                     str_at(object, "status.title").to_string(),
                     protected_cell(object),
                     joined_at(object, "status.ports", Some("port")),
+                    // The cluster member, last: empty on a single LXD server.
+                    str_at(object, "status.location").to_string(),
                 ]),
                 Resource::AgentProfile => {
                     row.push(joined_with(object, "spec.runner.command", None, " "))
@@ -314,13 +315,13 @@ new            new            Pending             30s
         let first = wide.lines().nth(1).unwrap();
         assert!(
             first.ends_with(
-                "berth-base   m2       shell (blocked)   Fix the test   AgentBlocked,UnsavedWork   3000,8080"
+                "berth-base   shell (blocked)   Fix the test   AgentBlocked,UnsavedWork   3000,8080   m2"
             ),
             "{first:?}"
         );
         assert!(wide.starts_with("NAME "));
         assert!(wide.lines().next().unwrap().ends_with(
-            "IMAGE        MEMBER   AGENT             TITLE          PROTECTED                  PORTS"
+            "IMAGE        AGENT             TITLE          PROTECTED                  PORTS       MEMBER"
         ));
     }
 

@@ -20,9 +20,16 @@ pub fn esc(text: &str) -> String {
     out
 }
 
+/// What a path segment keeps as it is: RFC 3986's unreserved characters.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// A path segment for an href (project names are DNS labels, but nothing is assumed).
 pub fn seg(text: &str) -> String {
-    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+    percent_encoding::utf8_percent_encode(text, SEGMENT).to_string()
 }
 
 /// The signed-in person shown in the header, with the sign-out form.

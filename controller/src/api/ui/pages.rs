@@ -611,7 +611,7 @@ pub fn project_summary(project: &Project, events: &Value, now: DateTime<Utc>) ->
 pub fn runtime_figures(answer: Result<&Value, &str>) -> String {
     match answer {
         Ok(figures) => format!(
-            "<pre class=\"figures\">{}</pre>",
+            "<pre class=\"figures\" tabindex=\"0\" aria-label=\"Runtime figures\">{}</pre>",
             esc(&serde_json::to_string_pretty(figures).unwrap_or_default())
         ),
         Err(why) => format!("<p class=\"sub\">{}</p>", esc(why)),
@@ -621,7 +621,7 @@ pub fn runtime_figures(answer: Result<&Value, &str>) -> String {
 /// The spec, as YAML-like pretty JSON.
 pub fn spec(project: &Project) -> String {
     format!(
-        "<pre class=\"spec\">{}</pre>",
+        "<pre class=\"spec\" tabindex=\"0\" aria-label=\"Spec\">{}</pre>",
         esc(&serde_json::to_string_pretty(&project.raw["spec"]).unwrap_or_default())
     )
 }

@@ -9,6 +9,9 @@
 
 mod support;
 
+#[path = "reconcile_harness.rs"]
+mod harness;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,21 +38,6 @@ fn python() -> PathBuf {
         path.display()
     );
     path
-}
-
-fn exec(name: &str, script: &str) -> Result<String, String> {
-    let out = Command::new("timeout")
-        .args([
-            "-k", "5", "120", "lxc", "exec", name, "--", "sh", "-c", script,
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run lxc");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
 }
 
 /// The daemon and what the test made in it, removed when the test ends however it ends.
@@ -183,7 +171,7 @@ fn the_console_in_chromium_marks_answers_and_follows_live() {
         "mkdir -p /www && printf '{INDEX}\\n' > /www/index.html && busybox httpd -p 8000 -h /www \
          && echo draft > /workspace/{FILE}"
     );
-    exec(&dirty, &servers).expect("the file and the server");
+    harness::exec(&dirty, &servers).expect("the file and the server");
     fleet.wait_for(&dirty, "the file and the port seen", |p| {
         p["status"]["unsavedWork"]["files"]
             .as_array()
@@ -229,7 +217,7 @@ fn the_console_in_chromium_marks_answers_and_follows_live() {
     assert!(said.contains("all steps passed"), "{said}");
 
     // The answer reached the agent through the same path as `berth answer`.
-    let log = exec(&asker, "cat /run/berth/shell.log").unwrap_or_default();
+    let log = harness::exec(&asker, "cat /run/berth/shell.log").unwrap_or_default();
     assert!(log.contains("answer: blue"), "{log}");
     for shot in ["console-fleet.png", "console-project.png"] {
         let bytes = std::fs::metadata(artifacts.join(shot)).map(|m| m.len());

@@ -86,6 +86,16 @@ struct Lines {
 }
 
 impl Lines {
+    /// Tells the browser how soon to reconnect, then reads `body`; `None` once the page left.
+    async fn start(body: hyper::body::Incoming, tx: &mpsc::Sender<Bytes>) -> Option<Lines> {
+        let retry = Bytes::from(format!("retry: {RETRY_MS}\n\n"));
+        tx.send(retry).await.ok()?;
+        Some(Lines {
+            body,
+            buffer: Vec::new(),
+        })
+    }
+
     async fn next(&mut self) -> Option<Value> {
         loop {
             if let Some(at) = self.buffer.iter().position(|b| *b == b'\n') {
@@ -113,17 +123,9 @@ pub async fn fleet(
     let body = watch(state, caller, &format!("{API_PREFIX}/projects?watch=true")).await?;
     let (tx, rx) = mpsc::channel::<Bytes>(BUFFERED);
     tokio::spawn(async move {
-        let mut lines = Lines {
-            body,
-            buffer: Vec::new(),
-        };
-        if tx
-            .send(Bytes::from(format!("retry: {RETRY_MS}\n\n")))
-            .await
-            .is_err()
-        {
+        let Some(mut lines) = Lines::start(body, &tx).await else {
             return;
-        }
+        };
         while let Some(change) = lines.next().await {
             let message = match change["type"].as_str() {
                 Some("ERROR") | None => return,
@@ -168,17 +170,9 @@ pub async fn project(
     let state = Arc::clone(state);
     let caller = caller.clone();
     tokio::spawn(async move {
-        let mut lines = Lines {
-            body,
-            buffer: Vec::new(),
-        };
-        if tx
-            .send(Bytes::from(format!("retry: {RETRY_MS}\n\n")))
-            .await
-            .is_err()
-        {
+        let Some(mut lines) = Lines::start(body, &tx).await else {
             return;
-        }
+        };
         let mut offset = offset;
         let mut follow = tokio::time::interval(LOG_FOLLOW);
         follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

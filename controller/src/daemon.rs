@@ -315,6 +315,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         let inspector = Arc::clone(&inspector);
         state.with_readiness_check("lxd", Arc::new(move || inspector.reachability()))
     };
+    // The console's cookies are `Secure` where the TCP listener speaks HTTPS.
+    let state = if listeners.tls.is_some() {
+        state.with_console_over_tls()
+    } else {
+        state
+    };
     let state = Arc::new(state);
     let preview_server = preview_listener.map(|listener| {
         tokio::spawn(api::serve_previews(

@@ -486,7 +486,8 @@ fn lxd_client_config(
     )?;
     let mut config = crate::lxd::LxdConfig::new(endpoint);
     config.project = settings.project.clone();
-    config.target = Some(settings.target.trim().to_string()).filter(|t| !t.is_empty());
+    // No default target: the controller places each project on a member itself
+    // (`reconcile::placement`) and names it in every call that creates something.
     config.observer = Some(Arc::clone(metrics) as Arc<dyn crate::lxd::RequestObserver>);
     Ok(config)
 }

@@ -54,6 +54,9 @@ with sync_playwright() as p:
     browser = p.chromium.launch(executable_path=cfg["chromium"], args=["--no-sandbox"])
     # The console's CSP admits only its own scripts; the test's axe-core is let in.
     alice = browser.new_context(viewport={"width": 1400, "height": 900}, bypass_csp=True)
+    # The project page reads the runtime figures and the runner log from LXD before it answers:
+    # on a loaded machine that takes longer than Playwright's 30 s default.
+    alice.set_default_navigation_timeout(WAIT)
     page = alice.new_page()
 
     step("alice signs in with her token")
@@ -101,7 +104,9 @@ with sync_playwright() as p:
     expect(page.locator("#log")).to_contain_text("answered", timeout=WAIT)
 
     step("bob, no member, sees nothing of alice's projects")
-    bob = browser.new_context(bypass_csp=True).new_page()
+    bob_context = browser.new_context(bypass_csp=True)
+    bob_context.set_default_navigation_timeout(WAIT)
+    bob = bob_context.new_page()
     sign_in(bob, cfg["bob"])
     fleet = bob.content()
     for name in (cfg["dirty"], cfg["asker"]):

@@ -1036,7 +1036,7 @@ impl Project<'_> {
     /// and shows the console's last lines.
     async fn reach(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
         let settings = &self.ctx.settings;
-        let probe = ExecRequest::new(["true"], settings.timeouts.exec);
+        let probe = ExecRequest::new(["true"], settings.timeouts.exec).discarding_output();
         let answered = match self.ctx.runtime.exec(self.name(), &probe).await {
             Ok(out) => out.success(),
             Err(e) if e.is_transient() || matches!(e, RuntimeError::Rejected { .. }) => false,

@@ -321,6 +321,7 @@ impl Project<'_> {
 
     async fn converge(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
         let runtime = &*self.ctx.runtime;
+        let looked_at = tokio::time::Instant::now();
         let snapshot = self
             .ctx
             .snapshot
@@ -381,7 +382,7 @@ impl Project<'_> {
         }
 
         match instance {
-            None => self.converge_absent(draft).await,
+            None => self.converge_absent(draft, looked_at).await,
             Some(instance) => self.converge_present(draft, instance, from_snapshot).await,
         }
     }
@@ -401,7 +402,12 @@ impl Project<'_> {
     }
 
     /// No container: create one, or, when one existed, judge whether it is safe to recreate.
-    async fn converge_absent(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
+    /// `looked_at`: when the read that found no container began.
+    async fn converge_absent(
+        &self,
+        mut draft: Draft,
+        looked_at: tokio::time::Instant,
+    ) -> Result<Action, ReconcileError> {
         let recreate_requested = self.recreate_requested(&draft);
         if draft.step() >= Step::Created {
             if !recreate_requested {
@@ -409,7 +415,7 @@ impl Project<'_> {
                 let (verdict, report) = self
                     .ctx
                     .fleet
-                    .judge(&*self.ctx.runtime, self.uid(), &expected)
+                    .judge(&*self.ctx.runtime, self.uid(), looked_at, &expected)
                     .await?;
                 match verdict {
                     Verdict::Present => return Ok(Action::Requeue(Duration::ZERO)),

@@ -193,6 +193,25 @@ async fn a_project_without_agent_is_ready_once_reachable() {
 }
 
 #[tokio::test]
+async fn a_missing_container_is_judged_by_a_list_that_began_after_it_was_missed() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    h.apply("q", tiny());
+    h.converge("q").await;
+    // A list made while both were there answers for neither once q is found missing.
+    crate::reconcile::triggers::resync_pass(&h.ctx).await;
+    h.fake.vanish("q");
+    // As LXD's instance-deleted event does.
+    h.ctx.snapshot.forget("q");
+    let lists = h.fake.count("list_instances");
+    assert!(h.converge("q").await.is_empty());
+    assert!(h.fake.count("list_instances") > lists, "listed again");
+    assert_eq!(h.fake.count("create_instance"), 3, "q recreated");
+    h.assert_ready("q");
+}
+
+#[tokio::test]
 async fn status_another_writer_records_during_a_reconcile_survives_its_commits() {
     let h = Harness::new();
     h.apply("p", tiny());

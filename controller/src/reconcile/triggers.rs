@@ -121,7 +121,7 @@ pub async fn resync_pass(ctx: &Context) {
     let listed_at = tokio::time::Instant::now();
     match ctx.runtime.list_instances(Some(LABEL_PREFIX), true).await {
         Ok(listed) => {
-            ctx.fleet.seed(&listed).await;
+            ctx.fleet.seed(&listed, listed_at).await;
             let projects = ctx.store.list(PROJECT_KIND);
             ctx.snapshot
                 .replace(projects.iter().map(|p| p.name()), listed, listed_at);

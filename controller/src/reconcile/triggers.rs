@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Context, PROFILE_KIND, PROJECT_KIND};
 use crate::layout::LABEL_PREFIX;
+use crate::runtime::EventKind;
 
 /// Requests every project: after missed changes, a reconnect, or on the resync timer.
 pub fn request_all(ctx: &Context) {
@@ -68,7 +69,12 @@ pub async fn watch_lxd_events(ctx: Arc<Context>, cancel: CancellationToken) {
                     };
                     match event {
                         Some(Ok(event)) => {
-                            if let Some(name) = event.instance
+                            // A lifecycle event follows every change to an instance, whoever
+                            // made it; the operation events around it (several per call, most
+                            // of them about berth's own calls, which it waits on itself) would
+                            // only run the same reconcile again.
+                            if event.kind == EventKind::Lifecycle
+                                && let Some(name) = event.instance
                                 && ctx.store.get(PROJECT_KIND, &name).is_some()
                             {
                                 ctx.snapshot.forget(&name);

@@ -958,6 +958,95 @@ async fn the_shell_agent_also_runs_on_busybox() {
     assert_eq!(report.title.as_deref(), Some("Tiny brief"));
 }
 
+/// A shipped profile as `berth apply` reads it.
+fn shipped_profile(name: &str) -> AgentProfileSpec {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../manifests/agents/{name}.yaml"));
+    let value: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    match berth_api::decode_manifest(value).unwrap() {
+        berth_api::Object::AgentProfile(profile) => profile.spec,
+        other => panic!("{}: {other:?}", path.display()),
+    }
+}
+
+/// On an image without the CLIs and a container without network, the shipped npm profiles
+/// fail as best-effort profiles with a reason a person can act on, and hold nothing up.
+#[tokio::test(flavor = "multi_thread")]
+async fn shipped_cli_profiles_say_why_they_cannot_install_without_network() {
+    let ws = Workspace::from_image(BASE, false).await;
+    let shell = shell_profile();
+    let claude = shipped_profile("claude");
+    let codex = shipped_profile("codex");
+    let profiles = [("shell", &shell), ("claude", &claude), ("codex", &codex)];
+    let values = secrets(&[("ANTHROPIC_API_KEY", "sk-a"), ("OPENAI_API_KEY", "sk-o")]);
+    let report = agent::bootstrap_best_effort(ws.rt(), &ws.name, Some("shell"), &profiles, &values)
+        .await
+        .unwrap();
+    let failed: Vec<&str> = report
+        .failed
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(failed, ["claude", "codex"], "{:?}", report.failed);
+    for (name, why) in &report.failed {
+        assert!(
+            why.contains("could not install (no network")
+                && why.contains("use the image berth-agents"),
+            "{name}: {why}"
+        );
+    }
+    assert_eq!(report.profiles.len(), 1, "{:?}", report.profiles);
+    assert_eq!(
+        ws.ok("for c in claude codex; do command -v $c; done; true")
+            .await,
+        ""
+    );
+}
+
+/// The image berth-agents has every shipped CLI on no registry's say-so: with no network, each
+/// profile's `install.check` passes and nothing is installed; antigravity, on no registry,
+/// fails saying what it needs.
+#[tokio::test(flavor = "multi_thread")]
+async fn berth_agents_has_the_shipped_clis_without_network() {
+    let ws = Workspace::from_image("berth-agents", false).await;
+    let names = ["claude", "codex", "kimi", "minimax", "antigravity"];
+    let specs: Vec<AgentProfileSpec> = names.iter().map(|n| shipped_profile(n)).collect();
+    let profiles: Vec<(&str, &AgentProfileSpec)> = names.iter().copied().zip(&specs).collect();
+    let values = secrets(&[
+        ("ANTHROPIC_API_KEY", "sk-a"),
+        ("OPENAI_API_KEY", "sk-o"),
+        ("MOONSHOT_API_KEY", "sk-m"),
+        ("MINIMAX_API_KEY", "sk-x"),
+        ("GEMINI_API_KEY", "sk-g"),
+    ]);
+    let report =
+        agent::bootstrap_best_effort(ws.rt(), &ws.name, Some("claude"), &profiles, &values)
+            .await
+            .unwrap();
+    let present: Vec<_> = report
+        .profiles
+        .iter()
+        .map(|p| (p.profile.as_str(), p.install))
+        .collect();
+    assert_eq!(
+        present,
+        [
+            ("claude", InstallOutcome::Present),
+            ("codex", InstallOutcome::Present),
+            ("kimi", InstallOutcome::Present),
+            ("minimax", InstallOutcome::Present),
+        ]
+    );
+    assert_eq!(report.failed.len(), 1, "{:?}", report.failed);
+    let (name, why) = &report.failed[0];
+    assert_eq!(name, "antigravity");
+    assert!(
+        why.contains("network access to storage.googleapis.com"),
+        "{why}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_runner_log_is_capped_by_rotation() {
     let ws = Workspace::from_image(TINY, false).await;

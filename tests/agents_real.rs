@@ -11,10 +11,11 @@
 //! finished neither start a second runner nor run the brief again; nothing went through the
 //! proxy. A second project is interrupted mid-brief (a daemon kill -9 and a reboot while it
 //! waits for a permission): the brief is handed over once more, resuming the CLI's session
-//! rather than starting over. A third project runs Codex (the shipped `kimi` profile, its
-//! provider pointed at the fixture) through the same walk: its approval request, from a command
-//! asking for escalation under Codex's default policy, is what blocks it; after it finished,
-//! a wake (stop, start) and a replaced container do not run the brief again either.
+//! rather than starting over; Codex is interrupted the same way and resumes its thread. A
+//! project runs Codex (the shipped `codex` profile: the built-in OpenAI provider, which speaks
+//! to the fixture over its Responses WebSocket) through the same walk: its approval request,
+//! from a command asking for escalation under Codex's default policy, is what blocks it; after
+//! it finished, a wake (stop, start) and a replaced container do not run the brief again either.
 
 mod support;
 
@@ -267,9 +268,13 @@ struct Setup {
 enum Cli {
     /// The shipped `claude` profile, pointed at the fixture with ANTHROPIC_BASE_URL.
     Claude,
-    /// The shipped `kimi` profile (the pinned Codex CLI under the adapter's app server), its
-    /// provider's base_url pointed at the fixture.
+    /// The shipped `codex` profile (the pinned Codex CLI under the adapter's app server, with
+    /// Codex's built-in OpenAI provider, which opens a WebSocket), its `openai_base_url`
+    /// pointed at the fixture.
     Codex,
+    /// The shipped `kimi` profile (Codex with a provider that streams over HTTP), its
+    /// provider's base_url pointed at the fixture.
+    Kimi,
 }
 
 /// `extra` is laid over the project's spec.
@@ -300,6 +305,15 @@ fn agent_project(cli: Cli, extra: Value) -> Setup {
             ("claude", "ANTHROPIC_API_KEY")
         }
         Cli::Codex => {
+            apply_profile_with(
+                &berth,
+                "codex",
+                "model_provider = \"openai\"\n",
+                &format!("model_provider = \"openai\"\n        openai_base_url = \"{model}/v1\"\n"),
+            );
+            ("codex", "OPENAI_API_KEY")
+        }
+        Cli::Kimi => {
             apply_profile_with(
                 &berth,
                 "kimi",
@@ -364,6 +378,19 @@ fn apply_profile_with(berth: &Berth, name: &str, from: &str, to: &str) {
 
 #[test]
 fn an_interrupted_brief_resumes_the_cli_session_after_a_crash_and_a_reboot() {
+    an_interrupted_brief_resumes(Cli::Claude, "resuming session");
+}
+
+#[test]
+fn an_interrupted_codex_brief_resumes_its_thread_after_a_crash_and_a_reboot() {
+    an_interrupted_brief_resumes(Cli::Kimi, "resuming thread");
+}
+
+/// Interrupted while blocked on its permission request (so mid-brief, with the Write done):
+/// the daemon dies and the container reboots; the runner started again resumes the CLI's
+/// session (`resumed` is how the runner log says so) and the model never sees the brief start
+/// over.
+fn an_interrupted_brief_resumes(cli: Cli, resumed: &str) {
     let Setup {
         mut berth,
         fixture,
@@ -371,8 +398,8 @@ fn an_interrupted_brief_resumes_the_cli_session_after_a_crash_and_a_reboot() {
         content,
         _config,
         ..
-    } = claude_project(json!({}));
-    let blocked = berth.wait_for(&name, "blocked on the Bash call", |p| {
+    } = agent_project(cli, json!({}));
+    let blocked = berth.wait_for(&name, "blocked on the permission request", |p| {
         p["status"]["agent"]["state"] == "blocked"
             && p["status"]["briefAcknowledged"].is_string()
             && p["status"]["agent"]["sessionId"].is_string()
@@ -412,7 +439,7 @@ fn an_interrupted_brief_resumes_the_cli_session_after_a_crash_and_a_reboot() {
     let deadline = Instant::now() + DEADLINE;
     loop {
         let log = exec(&name, "cat /var/log/berth/runner.log").unwrap_or_default();
-        if log.contains(&format!("resuming session {session}")) {
+        if log.contains(&format!("{resumed} {session}")) {
             break;
         }
         assert!(
@@ -474,6 +501,16 @@ fn codex_works_a_brief_blocks_on_an_approval_and_finishes_once() {
     assert_eq!(stats["writeResults"], 1, "{stats}");
     assert_eq!(stats["bashResults"], json!([]), "{stats}");
     assert!(exec(&name, "test -e /workspace/scratch").is_err());
+    // The built-in provider spoke over its WebSocket, without falling back to HTTP.
+    assert!(stats["websocketRequests"].as_u64() > Some(0), "{stats}");
+    assert!(
+        !stats["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str().is_some_and(|p| p.ends_with("/responses"))),
+        "{stats}"
+    );
 
     let titled = berth.wait_for(&name, "titled", |p| p["status"]["title"].is_string());
     assert_eq!(titled["status"]["title"], title.as_str());

@@ -61,7 +61,7 @@ pub use gitsource::{
 };
 pub use meta::{API_VERSION, Condition, ConditionStatus, ObjectMeta};
 pub use naming::{derive_name, display_name_key, slugify, validate_env_key, validate_name};
-pub use object::{Kind, Object, decode_manifest, decode_stored};
+pub use object::{Kind, Object, UnknownKind, decode_manifest, decode_stored};
 pub use profile::{
     AgentInstall, AgentInstructions, AgentProfile, AgentProfileSpec, AgentProfileStatus,
     AgentRunner, CredentialRef, RunnerProtocol, RuntimeAsset,

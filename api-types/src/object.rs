@@ -60,6 +60,23 @@ impl Kind {
     }
 }
 
+/// A kind's exact name, as `kind` is written in manifests and stored (`"Project"`).
+impl std::str::FromStr for Kind {
+    type Err = UnknownKind;
+
+    fn from_str(s: &str) -> Result<Kind, UnknownKind> {
+        Kind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == s)
+            .ok_or_else(|| UnknownKind(s.to_string()))
+    }
+}
+
+/// A name that is no kind's exact name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a known kind (Project, AgentProfile or GitSource)")]
+pub struct UnknownKind(pub String);
+
 impl Serialize for Kind {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())
@@ -493,9 +510,9 @@ fn check_header(
             errs.push("kind", "required");
             Err(errs.clone())
         }
-        Some(Value::String(k)) => match Kind::ALL.into_iter().find(|kind| kind.as_str() == k) {
-            Some(kind) => Ok(kind),
-            None => {
+        Some(Value::String(k)) => match k.parse::<Kind>() {
+            Ok(kind) => Ok(kind),
+            Err(_) => {
                 let message = match Kind::parse(k) {
                     Some(kind) => format!("{k:?} is not a known kind (did you mean {kind}?)"),
                     None => unknown_kind_message(k),

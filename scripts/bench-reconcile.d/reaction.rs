@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use berth::activity_log::ActivityLog;
 use berth::metrics::Metrics;
-use berth::reconcile::{ControllerSettings, NoLaterSteps, PROJECT_KIND, spawn_controller};
+use berth::reconcile::{ControllerSettings, NoLaterSteps, spawn_controller};
 use berth::runtime::fake::FakeRuntime;
 use berth::runtime::{EventKind, ExecOutput, Runtime, RuntimeEvent};
 use berth::scheduler::passes::{
@@ -201,7 +201,7 @@ async fn main() -> anyhow::Result<()> {
                     let Some(event) = pending.get(&name) else {
                         continue;
                     };
-                    let Some(object) = store.get(PROJECT_KIND, &name) else {
+                    let Some(object) = store.get(berth_api::Kind::Project, &name) else {
                         continue;
                     };
                     if event.kind.reflected(&object, event.generation) {
@@ -222,7 +222,12 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep_until((started + *offset).into()).await;
         // Registered before the event happens, so no write that reflects it goes unseen.
         let generation = match kind {
-            Kind::SpecChange => store.get(PROJECT_KIND, name).map_or(0, |o| o.generation()) + 1,
+            Kind::SpecChange => {
+                store
+                    .get(berth_api::Kind::Project, name)
+                    .map_or(0, |o| o.generation())
+                    + 1
+            }
             _ => 0,
         };
         pending.lock().unwrap().insert(
@@ -327,7 +332,7 @@ fn desired(name: &str, idle_after: &str) -> Desired {
     );
     project.apply_defaults(&berth_api::Defaults::default());
     Desired {
-        kind: PROJECT_KIND.into(),
+        kind: berth_api::Kind::Project,
         name: name.to_string(),
         labels: BTreeMap::new(),
         annotations: BTreeMap::new(),
@@ -338,7 +343,7 @@ fn desired(name: &str, idle_after: &str) -> Desired {
 
 fn ready_count(store: &Store) -> usize {
     store
-        .list(PROJECT_KIND)
+        .list(berth_api::Kind::Project)
         .iter()
         .filter(|p| p.status.get_str("phase").as_deref() == Some("Ready"))
         .count()

@@ -10,12 +10,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use berth::metrics::Metrics;
-use berth::reconcile::{
-    ControllerSettings, NoLaterSteps, PROJECT_KIND, spawn_controller, triggers,
-};
+use berth::reconcile::{ControllerSettings, NoLaterSteps, spawn_controller, triggers};
 use berth::runtime::Runtime;
 use berth::runtime::fake::FakeRuntime;
 use berth::store::{Commit, Desired, Store};
+use berth_api::Kind;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -55,7 +54,7 @@ async fn main() -> anyhow::Result<()> {
         let batch = chunk
             .iter()
             .map(|name| Desired {
-                kind: PROJECT_KIND.into(),
+                kind: Kind::Project,
                 name: name.clone(),
                 labels: BTreeMap::from([("team".to_string(), "bench".to_string())]),
                 annotations: BTreeMap::new(),
@@ -170,7 +169,7 @@ async fn main() -> anyhow::Result<()> {
 
 fn ready_count(store: &Store) -> usize {
     store
-        .list(PROJECT_KIND)
+        .list(Kind::Project)
         .iter()
         .filter(|p| p.status.get_str("phase").as_deref() == Some("Ready"))
         .count()

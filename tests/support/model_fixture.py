@@ -6,9 +6,11 @@
 Serves, on one port:
 - Anthropic Messages (`POST /v1/messages`, streaming SSE when the request asks for it), as
   Claude Code calls it;
-- OpenAI Responses (`POST /v1/responses`, streaming SSE), as Codex calls it: the file is
-  written by an `exec_command` call, and the command that needs a permission asks for
-  `require_escalated`, which Codex's default approval policy (on-request) puts to a person;
+- OpenAI Responses (`POST /v1/responses`, streaming SSE, and the same endpoint as a WebSocket,
+  which Codex's built-in OpenAI provider opens first: each `response.create` frame is answered
+  with the stream's events as text frames), as Codex calls it: the file is written by an
+  `exec_command` call, and the command that needs a permission asks for `require_escalated`,
+  which Codex's default approval policy (on-request) puts to a person;
 - `GET /_fixture/stats`: what was asked, as JSON.
 and on a second port an HTTPS_PROXY that refuses and counts every connection.
 
@@ -25,6 +27,8 @@ number of side requests are harmless:
 """
 
 import argparse
+import base64
+import hashlib
 import json
 import shlex
 import socket
@@ -43,7 +47,13 @@ STATS = {
     "proxyRequests": [],
     "repeatedCalls": 0,
     "paths": [],
+    "websocketConnections": 0,
+    "websocketRequests": 0,
 }
+# Every answered Responses request by its response id: the whole conversation so far (input
+# and output items), so that a request continuing one (`previous_response_id`, sending only
+# the new items) is read as the whole conversation.
+CONVERSATIONS = {}
 ARGS = None
 TITLE_MARK = "at most six words"
 
@@ -161,6 +171,73 @@ CALL_ARGS = {
 }
 
 
+def responses_events(body):
+    """The events answering a Responses request, as SSE data or WebSocket frames carry them."""
+    with LOCK:
+        rid = f"resp_fx{STATS['requests']}"
+        earlier = CONVERSATIONS.get(body.get("previous_response_id"), [])
+    whole = dict(body, input=earlier + list(body.get("input") or []))
+    model = body.get("model", "gpt-fixture")
+    items = []
+    for i, block in enumerate(choose_responses(whole)):
+        if block[0] == "text":
+            items.append({"type": "message", "role": "assistant", "id": f"msg_{rid}_{i}", "status": "completed",
+                          "content": [{"type": "output_text", "text": block[1], "annotations": []}]})
+        else:
+            items.append({"type": "function_call", "id": f"fc_{rid}_{i}", "status": "completed",
+                          "call_id": block[1], "name": "exec_command", "arguments": json.dumps(block[2])})
+    with LOCK:
+        CONVERSATIONS[rid] = whole["input"] + items
+    events = [{"type": "response.created", "response": {"id": rid, "model": model, "status": "in_progress"}}]
+    for i, item in enumerate(items):
+        events.append({"type": "response.output_item.added", "output_index": i, "item": dict(item, status="in_progress")})
+        events.append({"type": "response.output_item.done", "output_index": i, "item": item})
+    events.append({"type": "response.completed", "response": {"id": rid, "model": model, "status": "completed", "output": items,
+                   "usage": {"input_tokens": 10, "output_tokens": 10, "total_tokens": 20}}})
+    return events
+
+
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def ws_read(stream):
+    """One WebSocket frame from a client (masked, as RFC 6455 requires): (opcode, payload), or
+    None when the connection ended. Fragmented messages are joined."""
+    payload = b""
+    while True:
+        head = stream.read(2)
+        if len(head) < 2:
+            return None
+        fin, opcode = head[0] & 0x80, head[0] & 0x0F
+        length = head[1] & 0x7F
+        if length == 126:
+            length = int.from_bytes(stream.read(2), "big")
+        elif length == 127:
+            length = int.from_bytes(stream.read(8), "big")
+        mask = stream.read(4) if head[1] & 0x80 else b"\0\0\0\0"
+        data = stream.read(length)
+        if len(data) < length:
+            return None
+        payload += bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+        if opcode:
+            first = opcode
+        if fin:
+            return first, payload
+
+
+def ws_write(stream, opcode, payload):
+    """One unmasked frame to the client."""
+    n = len(payload)
+    if n < 126:
+        head = bytes([0x80 | opcode, n])
+    elif n < 1 << 16:
+        head = bytes([0x80 | opcode, 126]) + n.to_bytes(2, "big")
+    else:
+        head = bytes([0x80 | opcode, 127]) + n.to_bytes(8, "big")
+    stream.write(head + payload)
+    stream.flush()
+
+
 def sse(event, data):
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
@@ -172,7 +249,9 @@ class Model(BaseHTTPRequestHandler):
         sys.stderr.write("fixture: " + (fmt % args) + "\n")
 
     def do_GET(self):
-        if self.path.startswith("/_fixture/stats"):
+        if self.headers.get("upgrade", "").lower() == "websocket" and self.path.split("?")[0].endswith("/v1/responses"):
+            self.websocket()
+        elif self.path.startswith("/_fixture/stats"):
             with LOCK:
                 body = json.dumps(STATS).encode()
             self.reply(200, body, "application/json")
@@ -197,7 +276,7 @@ class Model(BaseHTTPRequestHandler):
             self.reply(200, json.dumps({"input_tokens": 10}).encode(), "application/json")
             return
         if path.endswith("/v1/responses"):
-            self.stream_responses(choose_responses(body), body.get("model", "gpt-fixture"))
+            self.stream_responses(body)
             return
         if not path.endswith("/v1/messages"):
             self.reply(404, b'{"type":"error","error":{"type":"not_found_error","message":"no such route"}}', "application/json")
@@ -251,24 +330,47 @@ class Model(BaseHTTPRequestHandler):
         self.wfile.flush()
         self.close_connection = True
 
-    def stream_responses(self, blocks, model):
-        rid = f"resp_fx{STATS['requests']}"
-        items = []
-        for i, block in enumerate(blocks):
-            if block[0] == "text":
-                items.append({"type": "message", "role": "assistant", "id": f"msg_{rid}_{i}", "status": "completed",
-                              "content": [{"type": "output_text", "text": block[1], "annotations": []}]})
-            else:
-                items.append({"type": "function_call", "id": f"fc_{rid}_{i}", "status": "completed",
-                              "call_id": block[1], "name": "exec_command", "arguments": json.dumps(block[2])})
-        events = [{"type": "response.created", "response": {"id": rid, "model": model, "status": "in_progress"}}]
-        for i, item in enumerate(items):
-            events.append({"type": "response.output_item.added", "output_index": i, "item": dict(item, status="in_progress")})
-            events.append({"type": "response.output_item.done", "output_index": i, "item": item})
-        events.append({"type": "response.completed", "response": {"id": rid, "model": model, "status": "completed", "output": items,
-                       "usage": {"input_tokens": 10, "output_tokens": 10, "total_tokens": 20}}})
-        body = b"".join(sse(e["type"], e) for e in events)
-        self.reply(200, body, "text/event-stream")
+    def stream_responses(self, body):
+        events = responses_events(body)
+        self.reply(200, b"".join(sse(e["type"], e) for e in events), "text/event-stream")
+
+    def websocket(self):
+        """Serves the Responses WebSocket: a `response.create` text frame per request."""
+        key = self.headers.get("sec-websocket-key", "")
+        accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
+        self.send_response(101)
+        self.send_header("upgrade", "websocket")
+        self.send_header("connection", "Upgrade")
+        self.send_header("sec-websocket-accept", accept)
+        self.end_headers()
+        self.wfile.flush()
+        with LOCK:
+            STATS["websocketConnections"] += 1
+        self.close_connection = True
+        while True:
+            frame = ws_read(self.rfile)
+            if frame is None:
+                return
+            opcode, payload = frame
+            if opcode == 0x8:
+                ws_write(self.wfile, 0x8, payload[:2])
+                return
+            if opcode == 0x9:
+                ws_write(self.wfile, 0xA, payload)
+                continue
+            if opcode != 0x1:
+                continue
+            try:
+                request = json.loads(payload)
+            except ValueError:
+                continue
+            if request.get("type") != "response.create":
+                continue
+            with LOCK:
+                STATS["requests"] += 1
+                STATS["websocketRequests"] += 1
+            for event in responses_events(request):
+                ws_write(self.wfile, 0x1, json.dumps(event).encode())
 
     def reply(self, code, body, ctype):
         self.send_response(code)

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
+use berth_api::Kind;
 use hyper::StatusCode;
 use hyper::header::{AUTHORIZATION, HeaderMap};
 use serde_json::Value;
@@ -17,9 +18,6 @@ use serde_json::Value;
 use super::error::ApiError;
 use super::{ApiState, Caller, Transport};
 use crate::store::{Desired, Store, StoredObject};
-
-const PROJECT: &str = "Project";
-const GITSOURCE: &str = berth_api::GitSource::KIND;
 
 /// Paths the TCP listener serves without a token: they hold no secrets and no project names.
 pub fn is_public(path: &str) -> bool {
@@ -63,7 +61,8 @@ pub fn require_admin(caller: &Caller, what: &str) -> Result<(), ApiError> {
 /// that does not exist, so outsiders cannot tell which names are taken. 403 is for members
 /// lacking a right.
 fn not_a_member(project: &str) -> ApiError {
-    ApiError::not_found(format!("Project {project:?} not found")).with_object(PROJECT, project)
+    ApiError::not_found(format!("Project {project:?} not found"))
+        .with_object(Kind::Project, project)
 }
 
 /// The project `name`, if it exists and the caller is a member or an admin; 404 otherwise.
@@ -74,7 +73,7 @@ pub fn member_project(
 ) -> Result<Arc<StoredObject>, ApiError> {
     let project = state
         .store
-        .get(PROJECT, name)
+        .get(Kind::Project, name)
         .ok_or_else(|| not_a_member(name))?;
     if caller.admin || state.store.is_member(project.uid(), &caller.identity) {
         Ok(project)
@@ -107,7 +106,7 @@ impl Visibility {
     pub fn of_user(store: &Store, user: &str) -> Visibility {
         let projects = store.projects_of(user);
         let gitsources = store
-            .list(GITSOURCE)
+            .list(Kind::GitSource)
             .iter()
             .filter(|g| manages_one_of(store, g.name(), &projects))
             .map(|g| g.uid().to_string())
@@ -118,16 +117,16 @@ impl Visibility {
         }
     }
 
-    pub fn shows(&self, kind: &str, uid: &str) -> bool {
+    pub fn shows(&self, kind: Kind, uid: &str) -> bool {
         match self {
             Visibility::All => true,
             Visibility::Some {
                 projects,
                 gitsources,
             } => match kind {
-                PROJECT => projects.contains(uid),
-                GITSOURCE => gitsources.contains(uid),
-                _ => true,
+                Kind::Project => projects.contains(uid),
+                Kind::GitSource => gitsources.contains(uid),
+                Kind::AgentProfile => true,
             },
         }
     }
@@ -139,13 +138,14 @@ fn manages_one_of(store: &Store, name: &str, project_uids: &BTreeSet<String>) ->
         .applyset_inventory(&berth_api::GitSource::applyset_name(name))
         .iter()
         .filter_map(|entry| entry.strip_prefix("Project/"))
-        .filter_map(|project| store.get(PROJECT, project))
+        .filter_map(|project| store.get(Kind::Project, project))
         .any(|project| project_uids.contains(project.uid()))
 }
 
 /// Whether `user` (not an admin) may see GitSource `name`: it manages a project of theirs.
 pub fn gitsource_visible(store: &Store, name: &str, user: &str) -> bool {
-    store.get(GITSOURCE, name).is_some() && manages_one_of(store, name, &store.projects_of(user))
+    store.get(Kind::GitSource, name).is_some()
+        && manages_one_of(store, name, &store.projects_of(user))
 }
 
 /// Whether `caller` may write `desired` over `current` (absent when it would be created).
@@ -155,13 +155,13 @@ pub fn check_write(
     desired: &Desired,
     current: Option<&StoredObject>,
 ) -> Result<(), ApiError> {
-    if desired.kind == PROJECT {
+    if desired.kind == Kind::Project {
         check_forwards(state, caller, desired, current)?;
     }
     if caller.admin {
         return Ok(());
     }
-    if desired.kind != PROJECT {
+    if desired.kind != Kind::Project {
         // Re-applying what is already there changes nothing, so a member's GitOps directory
         // may carry the admin's profiles.
         if current.is_some_and(|c| unchanged(desired, c)) {
@@ -184,7 +184,7 @@ pub fn check_write(
             "user {:?} may not set spec.resources of project {:?}: resource limits are changed by admins only",
             caller.identity, desired.name
         ))
-        .with_object(PROJECT, &desired.name));
+        .with_object(Kind::Project, &desired.name));
     }
     let url = repo_url(&desired.spec);
     let current_spec = current.map(|c| c.spec.value()).unwrap_or_default();
@@ -214,7 +214,7 @@ fn check_forwards(
             "user {:?} may not set spec.forwards of project {:?}: host forwards are set by admins only",
             caller.identity, desired.name
         ))
-        .with_object(PROJECT, &desired.name));
+        .with_object(Kind::Project, &desired.name));
     }
     for (i, forward) in wanted.as_array().into_iter().flatten().enumerate() {
         let to = forward.get("to").and_then(Value::as_str).unwrap_or("");
@@ -223,7 +223,7 @@ fn check_forwards(
             crate::agent::forwards::check_target(to, &state.allowed_forward_targets)
         {
             return Err(ApiError::invalid(
-                Some(PROJECT),
+                Some(Kind::Project.as_str()),
                 Some(&desired.name),
                 vec![super::error::Cause::new(field, message)],
             ));
@@ -284,9 +284,9 @@ mod tests {
     use super::*;
     use crate::store::Commit;
 
-    fn desired(kind: &str, name: &str, spec: Value) -> Desired {
+    fn desired(kind: Kind, name: &str, spec: Value) -> Desired {
         Desired {
-            kind: kind.into(),
+            kind,
             name: name.into(),
             labels: Default::default(),
             annotations: Default::default(),
@@ -302,7 +302,7 @@ mod tests {
         let project = |name: &str| {
             store
                 .create(
-                    desired(PROJECT, name, serde_json::json!({})),
+                    desired(Kind::Project, name, serde_json::json!({})),
                     Commit::Persist,
                 )
                 .unwrap()
@@ -315,11 +315,11 @@ mod tests {
             let url = format!("https://git.example/{name}.git");
             let source = store
                 .create(
-                    desired(GITSOURCE, name, serde_json::json!({"url": url})),
+                    desired(Kind::GitSource, name, serde_json::json!({"url": url})),
                     Commit::Persist,
                 )
                 .unwrap();
-            let batch = vec![desired(PROJECT, manages, serde_json::json!({}))];
+            let batch = vec![desired(Kind::Project, manages, serde_json::json!({}))];
             store
                 .apply_set(
                     &berth_api::GitSource::applyset_name(name),
@@ -334,18 +334,18 @@ mod tests {
         let other = gitsource("other", "theirs");
         let profile = store
             .create(
-                desired("AgentProfile", "p", serde_json::json!({})),
+                desired(Kind::AgentProfile, "p", serde_json::json!({})),
                 Commit::Persist,
             )
             .unwrap();
 
         let alice = Visibility::of_user(&store, "alice");
         let table = [
-            (PROJECT, mine.uid(), true),
-            (PROJECT, theirs.uid(), false),
-            (GITSOURCE, fleet.uid(), true),
-            (GITSOURCE, other.uid(), false),
-            ("AgentProfile", profile.uid(), true),
+            (Kind::Project, mine.uid(), true),
+            (Kind::Project, theirs.uid(), false),
+            (Kind::GitSource, fleet.uid(), true),
+            (Kind::GitSource, other.uid(), false),
+            (Kind::AgentProfile, profile.uid(), true),
         ];
         for (kind, uid, shown) in table {
             assert_eq!(alice.shows(kind, uid), shown, "{kind} {uid}");

@@ -157,7 +157,7 @@ impl Admission {
     pub fn warnings(&self, desired: &Desired) -> Vec<String> {
         let host = *self.host.read().unwrap_or_else(PoisonError::into_inner);
         match host {
-            Some(host) if desired.kind == Kind::Project.as_str() => {
+            Some(host) if desired.kind == Kind::Project => {
                 over_capacity(&desired.name, &desired.spec, host)
             }
             _ => Vec::new(),
@@ -188,7 +188,7 @@ impl Admission {
     fn admit_over(
         &self,
         manifest: &Value,
-        stored: impl FnOnce(&str, &str) -> Option<Arc<StoredObject>>,
+        stored: impl FnOnce(Kind, &str) -> Option<Arc<StoredObject>>,
     ) -> Result<Admitted, Refusal> {
         let empty = Map::new();
         let metadata = manifest
@@ -219,7 +219,7 @@ impl Admission {
         let meta = object.metadata_mut();
         let name = std::mem::take(&mut meta.name);
         let mut annotations = std::mem::take(&mut meta.annotations);
-        let current = stored(kind.as_str(), &name);
+        let current = stored(kind, &name);
         check_server_owned(&annotations, current.as_deref()).map_err(Refusal::ServerOwned)?;
         if let Some(given) = given {
             let overrides =
@@ -231,7 +231,7 @@ impl Admission {
         }
         Ok(Admitted {
             desired: Desired {
-                kind: kind.as_str().to_string(),
+                kind,
                 name,
                 labels: std::mem::take(&mut meta.labels),
                 annotations,
@@ -521,7 +521,7 @@ mod tests {
                 .insert(OVERRIDES.to_string(), overrides.to_string());
         }
         StoredObject {
-            kind: "Project".into(),
+            kind: Kind::Project,
             metadata,
             spec: spec.into(),
             status: crate::store::Doc::null(),

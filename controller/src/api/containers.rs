@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use berth_api::Kind;
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use serde_json::{Value, json};
@@ -20,7 +21,6 @@ use crate::inspect::reach::Unreached;
 use crate::runtime::{ExecRequest, Runtime, RuntimeError};
 use crate::store::StoredObject;
 
-const AGENT_PROFILE: &str = "AgentProfile";
 /// The most an answer may hold.
 const ANSWER_LIMIT: usize = 64 * 1024;
 /// The most one `logs` reply carries: the runner log is capped at about this size anyway.
@@ -106,7 +106,7 @@ fn agent_probes(state: &ApiState, project: &StoredObject) -> Vec<AgentProbe> {
     names
         .iter()
         .filter_map(|name| {
-            let profile = state.store.get(AGENT_PROFILE, name)?;
+            let profile = state.store.get(Kind::AgentProfile, name)?;
             Some(AgentProbe::from_spec(name, &profile.spec.value()))
         })
         .collect()
@@ -303,7 +303,7 @@ impl From<Unreached> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "NameConflict", unreached.to_string())
             }
             Unreached::Absent(name) => {
-                ApiError::not_found(unreached.to_string()).with_object("Project", name)
+                ApiError::not_found(unreached.to_string()).with_object(Kind::Project, name)
             }
             Unreached::Runtime { .. } => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -328,7 +328,7 @@ fn runtime_error(name: &str, e: &RuntimeError) -> ApiError {
             format!("{name}: the container is not running: {e}"),
         ),
         RuntimeError::NotFound { .. } => {
-            ApiError::not_found(format!("{name}: {e}")).with_object("Project", name)
+            ApiError::not_found(format!("{name}: {e}")).with_object(Kind::Project, name)
         }
         _ => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

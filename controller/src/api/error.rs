@@ -110,10 +110,12 @@ impl ApiError {
         }
     }
 
-    pub fn with_object(mut self, kind: &str, name: &str) -> Self {
+    /// `kind`: a stored object's `Kind`, or another thing an API names ("User", "Secret").
+    pub fn with_object(mut self, kind: impl std::fmt::Display, name: &str) -> Self {
+        let kind = kind.to_string();
         self.subject = (!kind.is_empty()).then(|| {
             Box::new(Subject {
-                kind: kind.to_string(),
+                kind,
                 name: (!name.is_empty()).then(|| name.to_string()),
             })
         });

@@ -67,7 +67,7 @@ pub(super) async fn route(
                 .map_err(|err| match err {
                     crate::store::StoreError::NotFound { .. } => not_member(&name, user),
                     crate::store::StoreError::Conflict { message, .. } => {
-                        ApiError::forbidden(message).with_object("Project", &name)
+                        ApiError::forbidden(message).with_object(berth_api::Kind::Project, &name)
                     }
                     other => other.into(),
                 })?;

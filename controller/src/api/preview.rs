@@ -165,7 +165,7 @@ async fn handle(
     let Some((name, port, host)) = previews.site.parse_host(&host) else {
         return refused(Refusal::NotFound);
     };
-    let Some(project) = state.store.get(crate::reconcile::PROJECT_KIND, &name) else {
+    let Some(project) = state.store.get(berth_api::Kind::Project, &name) else {
         return refused(Refusal::NotFound);
     };
     let query = Query::parse(req.uri().query());

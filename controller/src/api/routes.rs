@@ -34,8 +34,6 @@ const DEFAULT_EVENT_LIMIT: usize = 1000;
 
 pub(super) type Outcome = Result<Response<Body>, ApiError>;
 
-const PROJECT: &str = "Project";
-
 pub async fn handle(
     state: Arc<ApiState>,
     caller: Caller,
@@ -255,18 +253,18 @@ fn recent_events(state: &ApiState, caller: &Caller, query: &Query) -> Outcome {
     };
     let visible = Visibility::of(state, caller);
     let mut events = state.store.recent_events(limit)?;
-    events.retain(|e| visible.shows(&e.involved_object.kind, &e.involved_object.uid));
+    events.retain(|e| visible.shows(e.involved_object.kind, &e.involved_object.uid));
     Ok(event_list(events))
 }
 
 /// `GET .../reap`: what the reaper would do now with the projects the caller may see.
 fn reap_plan(state: &ApiState, caller: &Caller) -> Outcome {
     let visible = Visibility::of(state, caller);
-    let projects = state.store.list(crate::reconcile::PROJECT_KIND);
+    let projects = state.store.list(Kind::Project);
     let plan = crate::scheduler::passes::plan(
         projects
             .iter()
-            .filter(|o| visible.shows(&o.kind, o.uid()))
+            .filter(|o| visible.shows(o.kind, o.uid()))
             .map(|o| o.as_ref()),
     );
     Ok(serialized(StatusCode::OK, &json!({"items": plan})))
@@ -320,7 +318,7 @@ async fn resource(
         ([_, "status"], _) => Err(ApiError::method_not_allowed(&method, &path)),
         ([name, "events"], &Method::GET) => {
             may_read(state, caller, kind, name)?;
-            Ok(event_list(state.store.events_for(kind.as_str(), name)?))
+            Ok(event_list(state.store.events_for(kind, name)?))
         }
         ([_, "events"], _) => Err(ApiError::method_not_allowed(&method, &path)),
         _ => Err(ApiError::not_found(format!("no route for {path}"))),
@@ -332,7 +330,7 @@ async fn resource(
 /// kinds by every user.
 fn may_read(state: &ApiState, caller: &Caller, kind: Kind, name: &str) -> Result<(), ApiError> {
     // An admin may read the events of a project already gone.
-    if kind.as_str() == PROJECT && !caller.admin {
+    if kind == Kind::Project && !caller.admin {
         access::member_project(state, caller, name)?;
     }
     if kind == Kind::GitSource
@@ -352,14 +350,10 @@ fn watch_filter(state: &ApiState, caller: &Caller) -> Option<watch::Filter> {
     }
     let store = Arc::clone(&state.store);
     let identity = caller.identity.clone();
-    Some(Box::new(move |object: &StoredObject| {
-        match object.kind.as_str() {
-            PROJECT => store.is_member(object.uid(), &identity),
-            berth_api::GitSource::KIND => {
-                access::gitsource_visible(&store, object.name(), &identity)
-            }
-            _ => true,
-        }
+    Some(Box::new(move |object: &StoredObject| match object.kind {
+        Kind::Project => store.is_member(object.uid(), &identity),
+        Kind::GitSource => access::gitsource_visible(&store, object.name(), &identity),
+        Kind::AgentProfile => true,
     }))
 }
 
@@ -374,7 +368,7 @@ fn only(method: &Method, path: &str, allowed: Method) -> Result<(), ApiError> {
 fn list(state: &ApiState, caller: &Caller, kind: Kind, query: &Query) -> Outcome {
     let selector = query.selector()?;
     let visible = Visibility::of(state, caller);
-    let objects = state.store.list(kind.as_str());
+    let objects = state.store.list(kind);
     let body = ObjectList {
         api_version: berth_api::API_VERSION.to_string(),
         kind: kind.list_kind().to_string(),
@@ -384,7 +378,7 @@ fn list(state: &ApiState, caller: &Caller, kind: Kind, query: &Query) -> Outcome
         items: objects
             .iter()
             .map(Arc::as_ref)
-            .filter(|o| selector.matches(&o.metadata.labels) && visible.shows(&o.kind, o.uid()))
+            .filter(|o| selector.matches(&o.metadata.labels) && visible.shows(o.kind, o.uid()))
             .collect::<Vec<_>>(),
     };
     Ok(serialized(StatusCode::OK, &body))
@@ -393,14 +387,13 @@ fn list(state: &ApiState, caller: &Caller, kind: Kind, query: &Query) -> Outcome
 fn get(state: &ApiState, kind: Kind, name: &str) -> Outcome {
     let object = state
         .store
-        .get(kind.as_str(), name)
+        .get(kind, name)
         .ok_or_else(|| not_found(kind, name))?;
     Ok(serialized(StatusCode::OK, object.as_ref()))
 }
 
 fn not_found(kind: Kind, name: &str) -> ApiError {
-    ApiError::not_found(format!("{} {name:?} not found", kind.as_str()))
-        .with_object(kind.as_str(), name)
+    ApiError::not_found(format!("{} {name:?} not found", kind.as_str())).with_object(kind, name)
 }
 
 /// Reads and admits one object sent for `kind` (and `name`, when the URL names one).
@@ -462,7 +455,7 @@ fn admit_value(
         return Err(ApiError::bad_request(format!(
             "metadata.name {sent_name:?} does not match the name in the URL, {name:?}"
         ))
-        .with_object(kind.as_str(), name));
+        .with_object(kind, name));
     }
     state
         .admission
@@ -491,7 +484,7 @@ async fn create(
     let warnings = state.admission.warnings(&admitted.desired);
     let mut desired = admitted.desired;
     desired.finalizers = admitted.finalizers;
-    let current = state.store.get(&desired.kind, &desired.name);
+    let current = state.store.get(desired.kind, &desired.name);
     access::check_write(state, caller, &desired, current.as_deref())?;
     let store = Arc::clone(&state.store);
     let creator = caller.identity.clone();
@@ -513,7 +506,7 @@ async fn replace(
     let commit = query.commit()?;
     let admitted = admit_one(state, kind, Some(name), req).await?;
     let warnings = state.admission.warnings(&admitted.desired);
-    let current = state.store.get(kind.as_str(), name);
+    let current = state.store.get(kind, name);
     access::check_write(state, caller, &admitted.desired, current.as_deref())?;
     let mut desired = admitted.desired;
     desired.finalizers = admitted.finalizers;
@@ -547,7 +540,7 @@ async fn patch(
             let mut attempts = 0;
             let (object, action) = loop {
                 attempts += 1;
-                let current = state.store.get(kind.as_str(), name);
+                let current = state.store.get(kind, name);
                 access::check_write(state, caller, &admitted.desired, current.as_deref())?;
                 let expected = Expected::of(current.as_deref());
                 let creator = caller.identity.clone();
@@ -580,9 +573,7 @@ async fn patch(
             let mut attempts = 0;
             loop {
                 attempts += 1;
-                let current = store
-                    .get(kind.as_str(), name)
-                    .ok_or_else(|| not_found(kind, name))?;
+                let current = store.get(kind, name).ok_or_else(|| not_found(kind, name))?;
                 let merged = merged_user_form(&current, &patch)?;
                 let admitted = admit_value(state, kind, Some(name), &merged)?;
                 let warnings = state.admission.warnings(&admitted.desired);
@@ -596,7 +587,7 @@ async fn patch(
                     blocking(move || writer.replace(admitted.desired, Some(rv), commit)).await?;
                 let moved = || {
                     store
-                        .get(kind.as_str(), name)
+                        .get(kind, name)
                         .is_some_and(|now| now.resource_version() != rv)
                 };
                 match written {
@@ -665,7 +656,7 @@ fn merged_user_form(current: &StoredObject, patch: &Value) -> Result<Value, ApiE
     }
     if !causes.is_empty() {
         return Err(ApiError::invalid(
-            Some(&current.kind),
+            Some(current.kind.as_str()),
             Some(current.name()),
             causes,
         ));
@@ -685,7 +676,7 @@ async fn delete(
     use berth_api::annotations;
     // A non-member hears 404 of a project, as of a name that does not exist; a member who is
     // no admin hears 403.
-    if kind.as_str() == PROJECT && !caller.admin {
+    if kind == Kind::Project && !caller.admin {
         access::member_project(state, caller, name)?;
     }
     access::require_admin(caller, &format!("delete {} objects", kind.as_str()))?;
@@ -709,7 +700,7 @@ async fn delete(
         annotations.insert(annotations::PURGE.to_string(), "true".to_string());
     }
     // Asking again for a held deletion is asking for a fresh look at the workspace now.
-    if kind.as_str() == PROJECT {
+    if kind == Kind::Project {
         annotations.insert(annotations::LOOK_REQUESTED_AT.to_string(), look_stamp());
     }
     let rv = match query.get("resourceVersion") {
@@ -719,8 +710,8 @@ async fn delete(
         None => None,
     };
     let store = Arc::clone(&state.store);
-    let (kind_name, name_owned) = (kind.as_str().to_string(), name.to_string());
-    let deletion = blocking(move || store.delete(&kind_name, &name_owned, rv, annotations, commit))
+    let name_owned = name.to_string();
+    let deletion = blocking(move || store.delete(kind, &name_owned, rv, annotations, commit))
         .await?
         .map_err(|err| match err {
             crate::store::StoreError::NotFound { .. } => not_found(kind, name),
@@ -734,11 +725,7 @@ async fn delete(
     };
     // A forced deletion of a held project no longer waits on what held it; saying so at once
     // keeps a waiting client from reading the old hold as the answer.
-    if force
-        && commit == Commit::Persist
-        && code == StatusCode::ACCEPTED
-        && kind.as_str() == "Project"
-    {
+    if force && commit == Commit::Persist && code == StatusCode::ACCEPTED && kind == Kind::Project {
         let (store, name) = (Arc::clone(&state.store), name.to_string());
         let released =
             blocking(move || crate::reconcile::finalizer::release_forced(&store, &name)).await??;
@@ -761,7 +748,7 @@ async fn request_look(state: &Arc<ApiState>, caller: &Caller, name: &str) -> Out
     may_read(state, caller, Kind::Project, name)?;
     let store = Arc::clone(&state.store);
     let name_owned = name.to_string();
-    let object = blocking(move || store.request_look(PROJECT, &name_owned, &look_stamp()))
+    let object = blocking(move || store.request_look(Kind::Project, &name_owned, &look_stamp()))
         .await?
         .map_err(|err| match err {
             crate::store::StoreError::NotFound { .. } => not_found(Kind::Project, name),
@@ -803,7 +790,7 @@ async fn put_status(
         ));
     }
     // The controller reads status back typed: refuse what it could not read.
-    if let Some(current) = state.store.get(kind.as_str(), name) {
+    if let Some(current) = state.store.get(kind, name) {
         let mut candidate = (*current).clone();
         candidate.status = crate::store::Doc::new(&status);
         if let Err(errors) = berth_api::decode_stored(candidate.to_value()) {
@@ -827,14 +814,14 @@ async fn put_status(
         _ => None,
     };
     let store = Arc::clone(&state.store);
-    let (kind_name, name_owned) = (kind.as_str().to_string(), name.to_string());
+    let name_owned = name.to_string();
     let object = blocking(move || {
-        let write = StatusWrite::new(&kind_name, &name_owned, FieldManager::Server)
+        let write = StatusWrite::new(kind, &name_owned, FieldManager::Server)
             .pinned(rv)
             .commit(commit);
         store
             .write_status(write, |_| status.clone())?
-            .require(&kind_name, &name_owned)
+            .require(kind, &name_owned)
     })
     .await??;
     Ok(serialized(StatusCode::OK, object.as_ref()))
@@ -903,11 +890,11 @@ async fn apply_list(
     let mut server_owned = Vec::new();
     let mut batch = Vec::with_capacity(items.len());
     let mut warnings = Vec::new();
-    let mut seen: HashMap<(String, String), usize> = HashMap::with_capacity(items.len());
+    let mut seen: HashMap<(Kind, String), usize> = HashMap::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
         match state.admission.admit(item, &state.store) {
             Ok(admitted) => {
-                let key = (admitted.desired.kind.clone(), admitted.desired.name.clone());
+                let key = (admitted.desired.kind, admitted.desired.name.clone());
                 if let Some(first) = seen.insert(key, index) {
                     causes.push(Cause::new(
                         format!("items[{index}].metadata.name"),
@@ -956,7 +943,7 @@ async fn apply_list(
         attempts += 1;
         let mut checked = Vec::with_capacity(batch.len());
         for (index, desired) in batch.iter().enumerate() {
-            let current = state.store.get(&desired.kind, &desired.name);
+            let current = state.store.get(desired.kind, &desired.name);
             access::check_write(state, caller, desired, current.as_deref())
                 .map_err(|err| err.in_item(index))?;
             checked.push((desired.clone(), Expected::of(current.as_deref())));
@@ -986,13 +973,13 @@ async fn apply_list(
         }
     };
     let applied = outcome.applied.iter().map(|(object, action)| ApplyItem {
-        kind: &object.kind,
+        kind: object.kind,
         name: object.name(),
         action: action.as_str(),
         object: object.as_ref(),
     });
     let pruned = outcome.pruned.iter().map(|deletion| ApplyItem {
-        kind: &deletion.object().kind,
+        kind: deletion.object().kind,
         name: deletion.object().name(),
         action: "pruned",
         object: deletion.object().as_ref(),
@@ -1054,7 +1041,7 @@ struct ApplyResult<'a> {
 
 #[derive(Serialize)]
 struct ApplyItem<'a> {
-    kind: &'a str,
+    kind: Kind,
     name: &'a str,
     action: &'static str,
     object: &'a StoredObject,

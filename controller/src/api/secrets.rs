@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use berth_api::Kind;
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use serde_json::{Value, json};
@@ -96,10 +97,10 @@ pub(super) async fn gitsource_route(
     key: Option<&str>,
     req: Request<Incoming>,
 ) -> Outcome {
-    const KIND: &str = berth_api::GitSource::KIND;
+    const KIND: Kind = Kind::GitSource;
     access::require_admin(caller, "read or write GitSource credentials")?;
     let gitsource = state.store.get(KIND, name).ok_or_else(|| {
-        ApiError::not_found(format!("GitSource {name:?} not found")).with_object(KIND, name)
+        ApiError::not_found(format!("{KIND} {name:?} not found")).with_object(KIND, name)
     })?;
     let uid = gitsource.uid().to_string();
     let secrets = Arc::clone(&state.secrets);

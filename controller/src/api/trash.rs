@@ -110,9 +110,11 @@ fn failure(error: TrashError) -> ApiError {
         TrashError::Conflict(message) => {
             ApiError::new(StatusCode::CONFLICT, "AlreadyExists", message)
         }
-        TrashError::Invalid { field, message } => {
-            ApiError::invalid(Some("Project"), None, vec![Cause::new(field, message)])
-        }
+        TrashError::Invalid { field, message } => ApiError::invalid(
+            Some(berth_api::Kind::Project.as_str()),
+            None,
+            vec![Cause::new(field, message)],
+        ),
         TrashError::Runtime(e) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "ServiceUnavailable",

@@ -52,7 +52,7 @@ pub fn stream(
             && selector.matches(&object.metadata.labels)
             && filter.as_ref().is_none_or(|visible| visible(object))
     };
-    let (existing, _, mut changes) = state.store.list_and_subscribe(kind.as_str());
+    let (existing, _, mut changes) = state.store.list_and_subscribe(kind);
     let (tx, rx) = mpsc::channel::<Bytes>(BUFFERED_LINES);
     let shutdown = state.shutdown.clone();
     tokio::spawn(async move {
@@ -78,7 +78,7 @@ pub fn stream(
             };
             match change {
                 Ok(change)
-                    if change.kind == kind.as_str()
+                    if change.kind == kind
                         && (wanted(&change.object)
                             || (change.type_ == ChangeType::Deleted
                                 && shown.contains(&change.uid))) =>

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_api::{
-    ConditionStatus, Defaults, GitSource, GitSourceSpec, GitSourceStatus, annotations,
+    ConditionStatus, Defaults, GitSource, GitSourceSpec, GitSourceStatus, Kind, annotations,
     condition_types, reasons, set_condition,
 };
 use chrono::Utc;
@@ -33,7 +33,6 @@ use crate::store::{
 use git::{Checkout, Credentials};
 use manifests::Manifest;
 
-const KIND: &str = GitSource::KIND;
 /// Directory under the data dir holding one checkout per GitSource uid.
 const CHECKOUTS_DIR: &str = "gitsources";
 /// When a sync that failed unexpectedly is tried again.
@@ -135,7 +134,7 @@ impl GitOps {
     /// source never has two syncs at once.
     async fn run(self, shutdown: CancellationToken) {
         let this = Arc::new(self);
-        let (objects, _, mut changes) = this.store.list_and_subscribe(KIND);
+        let (objects, _, mut changes) = this.store.list_and_subscribe(Kind::GitSource);
         let mut tracked: HashMap<String, Tracked> = objects
             .iter()
             .map(|o| (o.name().to_string(), Tracked::of(o)))
@@ -202,7 +201,7 @@ impl GitOps {
                     }
                 }
                 change = changes.recv() => match change {
-                    Ok(change) if change.kind == KIND => match change.type_ {
+                    Ok(change) if change.kind == Kind::GitSource => match change.type_ {
                         ChangeType::Deleted => {
                             tracked.remove(&change.name);
                             this.forget(change.object.uid());
@@ -229,7 +228,7 @@ impl GitOps {
 
     /// After missing changes: what is gone is forgotten, what is new or changed syncs now.
     fn relist(&self, tracked: &mut HashMap<String, Tracked>) {
-        let objects = self.store.list(KIND);
+        let objects = self.store.list(Kind::GitSource);
         tracked.retain(|name, t| {
             let keep = objects.iter().any(|o| o.name() == name && o.uid() == t.uid);
             if !keep && !t.running {
@@ -264,7 +263,7 @@ impl GitOps {
 
     /// Syncs one GitSource; returns when to sync it next (`None`: only when it changes).
     async fn sync(&self, name: &str, uid: &str) -> Option<Duration> {
-        let object = self.store.get(KIND, name)?;
+        let object = self.store.get(Kind::GitSource, name)?;
         if object.is_deleting() || object.uid() != uid {
             return None;
         }
@@ -477,7 +476,7 @@ impl GitOps {
         let name = &spec.secret_ref;
         let holder = self
             .store
-            .get(KIND, name)
+            .get(Kind::GitSource, name)
             .ok_or_else(|| format!("spec.secretRef: there is no GitSource {name:?}"))?;
         let mut values = self
             .secrets
@@ -543,7 +542,7 @@ impl GitOps {
         // another object, whose status stays as it is.
         let mut replaced = false;
         let written = self.store.write_status(
-            StatusWrite::new(KIND, object.name(), FieldManager::Server),
+            StatusWrite::new(Kind::GitSource, object.name(), FieldManager::Server),
             |latest| {
                 replaced = latest.uid() != object.uid();
                 if replaced {
@@ -666,9 +665,9 @@ mod tests {
     use super::*;
     use crate::store::{Commit, Deletion};
 
-    fn object(kind: &str, name: &str) -> Arc<StoredObject> {
+    fn object(kind: Kind, name: &str) -> Arc<StoredObject> {
         Arc::new(StoredObject {
-            kind: kind.to_string(),
+            kind,
             metadata: ObjectMeta {
                 name: name.to_string(),
                 uid: Some(format!("uid-{name}")),
@@ -684,18 +683,18 @@ mod tests {
     #[test]
     fn a_summary_names_what_changed_and_nothing_when_nothing_did() {
         let unchanged = AppliedSet {
-            applied: vec![(object("Project", "a"), Action::Unchanged)],
+            applied: vec![(object(Kind::Project, "a"), Action::Unchanged)],
             pruned: vec![],
             conflicts: vec![],
         };
         assert_eq!(summarize(&unchanged), None);
         let changed = AppliedSet {
             applied: vec![
-                (object("Project", "a"), Action::Unchanged),
-                (object("Project", "b"), Action::Created),
-                (object("AgentProfile", "c"), Action::Configured),
+                (object(Kind::Project, "a"), Action::Unchanged),
+                (object(Kind::Project, "b"), Action::Created),
+                (object(Kind::AgentProfile, "c"), Action::Configured),
             ],
-            pruned: vec![Deletion::Deleted(object("Project", "d"))],
+            pruned: vec![Deletion::Deleted(object(Kind::Project, "d"))],
             conflicts: vec![],
         };
         assert_eq!(
@@ -704,7 +703,7 @@ mod tests {
         );
         let many = AppliedSet {
             applied: (0..12)
-                .map(|i| (object("Project", &format!("p{i:02}")), Action::Created))
+                .map(|i| (object(Kind::Project, &format!("p{i:02}")), Action::Created))
                 .collect(),
             pruned: vec![],
             conflicts: vec![],
@@ -718,7 +717,7 @@ mod tests {
 
     #[test]
     fn a_request_during_a_sync_runs_another_right_after() {
-        let first = object("GitSource", "fleet");
+        let first = object(Kind::GitSource, "fleet");
         let mut tracked = Tracked::of(&first);
         tracked.running = true;
         tracked.due = None;
@@ -737,9 +736,9 @@ mod tests {
         assert!(!tracked.wants_sync(&asked));
     }
 
-    fn desired(kind: &str, name: &str, spec: serde_json::Value) -> crate::store::Desired {
+    fn desired(kind: Kind, name: &str, spec: serde_json::Value) -> crate::store::Desired {
         crate::store::Desired {
-            kind: kind.into(),
+            kind,
             name: name.into(),
             labels: Default::default(),
             annotations: Default::default(),
@@ -762,7 +761,7 @@ mod tests {
         let url = "https://git.example/fleet.git";
         let fleet = store
             .create(
-                desired(KIND, "fleet", serde_json::json!({"url": url})),
+                desired(Kind::GitSource, "fleet", serde_json::json!({"url": url})),
                 Commit::Persist,
             )
             .unwrap();
@@ -804,13 +803,19 @@ mod tests {
         // Only projects and GitSources hold secrets; a GitSource's go when it goes.
         let profile = store
             .create(
-                desired("AgentProfile", "p", serde_json::json!({})),
+                desired(Kind::AgentProfile, "p", serde_json::json!({})),
                 Commit::Persist,
             )
             .unwrap();
         assert!(secrets.set(profile.uid(), CREDENTIAL_TOKEN, b"x").is_err());
         store
-            .delete(KIND, "fleet", None, Default::default(), Commit::Persist)
+            .delete(
+                Kind::GitSource,
+                "fleet",
+                None,
+                Default::default(),
+                Commit::Persist,
+            )
             .unwrap();
         assert!(secrets.values(fleet.uid()).unwrap().is_empty());
         assert!(secrets.set(fleet.uid(), CREDENTIAL_TOKEN, b"x").is_err());

@@ -38,11 +38,6 @@ use crate::metrics::Metrics;
 use crate::runtime::{Runtime, RuntimeError};
 use crate::store::{Store, StoreError};
 
-/// The kind the controller reconciles.
-pub const PROJECT_KIND: &str = "Project";
-/// The kind whose homes a project's volumes follow.
-pub const PROFILE_KIND: &str = "AgentProfile";
-
 /// Deadlines of the calls and steps the controller makes.
 #[derive(Debug, Clone)]
 pub struct Timeouts {

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_api::{
-    ConditionStatus, ContainerStatus, Phase, PowerState, ProjectSpec, ProjectStatus, Resources,
-    Step, annotations, condition_types, reasons,
+    ConditionStatus, ContainerStatus, Kind, Phase, PowerState, ProjectSpec, ProjectStatus,
+    Resources, Step, annotations, condition_types, reasons,
 };
 use tracing::Instrument;
 
@@ -19,7 +19,7 @@ use super::envelope::{Envelope, Limit, Origin};
 use super::fleet::Verdict;
 use super::status::{Draft, Idling, PendingOperation, idling, transitions};
 use super::steps::{StepContext, StepOutcome, next_required, resume_after_boot};
-use super::{Action, Context, PROFILE_KIND, PROJECT_KIND, ReconcileError, fault, finalizer};
+use super::{Action, Context, ReconcileError, fault, finalizer};
 use crate::layout::{DurableLayout, FINALIZER, uid_label};
 use crate::runtime::{
     CreateInstance, CreateVolume, Created, ExecRequest, ImageSource, Instance, InstancePatch,
@@ -61,7 +61,7 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Result<Action, ReconcileErr
 /// and URL credentials are redacted first. A project being deleted reports through its
 /// finalizer instead.
 async fn record_step_failure(ctx: &Context, name: &str, error: &ReconcileError) {
-    let Some(object) = ctx.store.get(PROJECT_KIND, name) else {
+    let Some(object) = ctx.store.get(Kind::Project, name) else {
         return;
     };
     if object.is_deleting() {
@@ -127,10 +127,10 @@ pub(crate) async fn commit(
     let updated = store_call(ctx, move |store| {
         store
             .write_status(
-                StatusWrite::new(PROJECT_KIND, &name, FieldManager::Reconciler),
+                StatusWrite::new(Kind::Project, &name, FieldManager::Reconciler),
                 |latest| lay_changes(&base, &value, latest),
             )?
-            .require(PROJECT_KIND, &name)
+            .require(Kind::Project, &name)
     })
     .await?;
     let events = transitions(&before, &draft.status);
@@ -226,7 +226,7 @@ async fn reconcile_step(
     name: &str,
     carried: &Carried,
 ) -> Result<Action, ReconcileError> {
-    let Some(object) = ctx.store.get(PROJECT_KIND, name) else {
+    let Some(object) = ctx.store.get(Kind::Project, name) else {
         ctx.queue.forget(name);
         return Ok(Action::Done);
     };
@@ -273,7 +273,7 @@ async fn reconcile_step(
         finalizers.push(FINALIZER.to_string());
         let name = name.to_string();
         store_call(ctx, move |store| {
-            store.set_finalizers(PROJECT_KIND, &name, None, finalizers)
+            store.set_finalizers(Kind::Project, &name, None, finalizers)
         })
         .await?;
         return Ok(Action::Requeue(Duration::ZERO));
@@ -281,7 +281,7 @@ async fn reconcile_step(
 
     let mut homes = Vec::new();
     for profile in spec.profiles() {
-        let Some(found) = ctx.store.get(PROFILE_KIND, &profile) else {
+        let Some(found) = ctx.store.get(Kind::AgentProfile, &profile) else {
             draft.set_not_ready(
                 Phase::Pending,
                 reasons::PROFILE_NOT_FOUND,
@@ -1358,7 +1358,7 @@ fn container_status(instance: &Instance) -> ContainerStatus {
 /// The uids of projects whose status says their container exists: what a list must show.
 fn expected_containers(store: &Store) -> HashSet<String> {
     store
-        .list(PROJECT_KIND)
+        .list(Kind::Project)
         .iter()
         .filter(|p| !p.is_deleting())
         .filter(|p| {

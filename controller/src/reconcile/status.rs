@@ -352,11 +352,11 @@ pub fn unchanged(object: &Arc<StoredObject>, draft: &Draft) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use berth_api::ObjectMeta;
+    use berth_api::{Kind, ObjectMeta};
 
     fn object(status: Value) -> StoredObject {
         StoredObject {
-            kind: "Project".into(),
+            kind: Kind::Project,
             metadata: ObjectMeta {
                 name: "p".into(),
                 uid: Some("u".into()),

@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_api::{Phase, ProjectStatus, Step};
+use berth_api::{Kind, Phase, ProjectStatus, Step};
 use serde_json::{Value, json};
 
 use super::{
-    Action, Context, ControllerSettings, NoLaterSteps, PROJECT_KIND, Timeouts, WorkQueue,
-    fleet::FleetGuard, project,
+    Action, Context, ControllerSettings, NoLaterSteps, Timeouts, WorkQueue, fleet::FleetGuard,
+    project,
 };
 use crate::layout::{CONTROLLER_LABEL, DurableLayout, FINALIZER, UID_LABEL};
 use crate::metrics::Metrics;
@@ -69,7 +69,7 @@ impl Harness {
         self.store
             .apply(
                 Desired {
-                    kind: PROJECT_KIND.into(),
+                    kind: Kind::Project,
                     name: name.into(),
                     labels: BTreeMap::new(),
                     annotations,
@@ -82,7 +82,7 @@ impl Harness {
     }
 
     fn annotate(&self, name: &str, key: &str, value: &str) {
-        let object = self.store.get(PROJECT_KIND, name).unwrap();
+        let object = self.store.get(Kind::Project, name).unwrap();
         let mut annotations = object.metadata.annotations.clone();
         annotations.insert(key.into(), value.into());
         self.apply_with(name, object.spec.value(), annotations);
@@ -107,7 +107,7 @@ impl Harness {
 
     fn status_value(&self, name: &str) -> Value {
         self.store
-            .get(PROJECT_KIND, name)
+            .get(Kind::Project, name)
             .map(|o| o.status.value())
             .unwrap_or(Value::Null)
     }
@@ -124,7 +124,7 @@ impl Harness {
 
     fn uid(&self, name: &str) -> String {
         self.store
-            .get(PROJECT_KIND, name)
+            .get(Kind::Project, name)
             .unwrap()
             .uid()
             .to_string()
@@ -172,7 +172,7 @@ async fn a_project_without_agent_is_ready_once_reachable() {
     assert!(container.image_fingerprint.is_some());
     assert!(
         h.store
-            .get(PROJECT_KIND, "p")
+            .get(Kind::Project, "p")
             .unwrap()
             .metadata
             .finalizers
@@ -182,10 +182,10 @@ async fn a_project_without_agent_is_ready_once_reachable() {
     assert_eq!(h.fake.count("start_instance"), 1);
 
     // Converged: another reconcile changes nothing and calls nothing that acts.
-    let rv = h.store.get(PROJECT_KIND, "p").unwrap().resource_version();
+    let rv = h.store.get(Kind::Project, "p").unwrap().resource_version();
     h.converge("p").await;
     assert_eq!(
-        h.store.get(PROJECT_KIND, "p").unwrap().resource_version(),
+        h.store.get(Kind::Project, "p").unwrap().resource_version(),
         rv
     );
     assert_eq!(h.fake.count("create_instance"), 1);
@@ -241,13 +241,13 @@ async fn status_another_writer_records_during_a_reconcile_survives_its_commits()
     let once = written.clone();
     h.fake.on_exec(move |name, _| {
         if !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            let object = store.get(PROJECT_KIND, name).unwrap();
+            let object = store.get(Kind::Project, name).unwrap();
             let mut status = object.status.value();
             status["activity"] = json!({"lastActiveAt": "2026-01-01T00:00:00Z", "source": "exec"});
             status["title"] = json!("Fix the flaky test");
             store
                 .update_status(
-                    PROJECT_KIND,
+                    Kind::Project,
                     name,
                     Some(object.resource_version()),
                     status,
@@ -425,7 +425,7 @@ async fn a_same_named_container_without_the_label_is_never_touched() {
     assert_eq!(h.ready_reason("p").1, "NameConflict");
     let finalizers = h
         .store
-        .get(PROJECT_KIND, "p")
+        .get(Kind::Project, "p")
         .unwrap()
         .metadata
         .finalizers
@@ -444,10 +444,10 @@ async fn a_same_named_container_without_the_label_is_never_touched() {
 
     // Deleting the project leaves the stranger as it was.
     h.store
-        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), Commit::Persist)
+        .delete(Kind::Project, "p", None, BTreeMap::new(), Commit::Persist)
         .unwrap();
     h.converge("p").await;
-    assert!(h.store.get(PROJECT_KIND, "p").is_none());
+    assert!(h.store.get(Kind::Project, "p").is_none());
     assert_eq!(h.fake.instance("p").unwrap().config, stranger.config);
     assert_eq!(h.fake.count("delete_instance"), 0);
 }
@@ -460,12 +460,12 @@ async fn deletion_removes_container_and_volumes_then_the_object() {
     let uid = h.uid("p");
     // Forced: the fake workspace cannot be inspected, which would hold a plain delete.
     h.store
-        .delete(PROJECT_KIND, "p", None, forced(), Commit::Persist)
+        .delete(Kind::Project, "p", None, forced(), Commit::Persist)
         .unwrap();
     // A lost reply on the delete: the teardown runs again and finishes.
     h.fake.fault_method("delete_instance", Fault::LoseReply);
     h.converge("p").await;
-    assert!(h.store.get(PROJECT_KIND, "p").is_none());
+    assert!(h.store.get(Kind::Project, "p").is_none());
     assert!(h.fake.instance("p").is_none());
     assert!(
         h.fake
@@ -490,7 +490,7 @@ async fn a_plain_delete_of_a_workspace_that_cannot_be_inspected_is_held() {
     let uid = h.uid("p");
     // The fake answers no inspection: "could not tell" must hold the deletion, not finish it.
     h.store
-        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), Commit::Persist)
+        .delete(Kind::Project, "p", None, BTreeMap::new(), Commit::Persist)
         .unwrap();
     for _ in 0..5 {
         let _ = project::reconcile(&h.ctx, "p").await;
@@ -773,7 +773,7 @@ async fn the_running_controller_follows_the_store_and_lxd_events() {
         tokio_util::sync::CancellationToken::new(),
     );
     let ready = |name: &str| {
-        store.get(PROJECT_KIND, name).is_some_and(|o| {
+        store.get(Kind::Project, name).is_some_and(|o| {
             o.status
                 .decode::<ProjectStatus>()
                 .is_ok_and(|s| s.phase == Phase::Ready)
@@ -784,7 +784,7 @@ async fn the_running_controller_follows_the_store_and_lxd_events() {
     store
         .apply(
             Desired {
-                kind: PROJECT_KIND.into(),
+                kind: Kind::Project,
                 name: "p".into(),
                 labels: BTreeMap::new(),
                 annotations: BTreeMap::new(),
@@ -816,9 +816,9 @@ async fn the_running_controller_follows_the_store_and_lxd_events() {
 
     // Deletion runs the finalizer and the object goes.
     store
-        .delete(PROJECT_KIND, "p", None, forced(), Commit::Persist)
+        .delete(Kind::Project, "p", None, forced(), Commit::Persist)
         .unwrap();
-    eventually("p gone", || store.get(PROJECT_KIND, "p").is_none()).await;
+    eventually("p gone", || store.get(Kind::Project, "p").is_none()).await;
     assert!(fake.instance("p").is_none());
 
     controller.shutdown().await;
@@ -857,7 +857,7 @@ async fn the_event_stream_is_subscribed_again_after_it_failed() {
     store
         .apply(
             Desired {
-                kind: PROJECT_KIND.into(),
+                kind: Kind::Project,
                 name: "p".into(),
                 labels: BTreeMap::new(),
                 annotations: BTreeMap::new(),
@@ -894,12 +894,12 @@ async fn an_idled_project_stays_stopped_until_woken() {
     h.apply("p", tiny());
     h.converge("p").await;
     // The reaper idles it: status only, spec still says Running.
-    let object = h.store.get(PROJECT_KIND, "p").unwrap();
+    let object = h.store.get(Kind::Project, "p").unwrap();
     let mut status = object.status.value();
     let idled_at = chrono::Utc::now() - chrono::Duration::seconds(60);
     status["reap"] = json!({"idledAt": idled_at});
     h.store
-        .update_status(PROJECT_KIND, "p", None, status, Commit::Persist)
+        .update_status(Kind::Project, "p", None, status, Commit::Persist)
         .unwrap();
     h.converge("p").await;
     assert_eq!(h.status("p").phase, Phase::Stopped);
@@ -985,7 +985,7 @@ async fn a_failing_start_is_retried_on_its_backoff_and_says_why() {
     store
         .apply(
             Desired {
-                kind: PROJECT_KIND.into(),
+                kind: Kind::Project,
                 name: "p".into(),
                 labels: BTreeMap::new(),
                 annotations: BTreeMap::new(),
@@ -1030,7 +1030,7 @@ async fn a_failing_start_is_retried_on_its_backoff_and_says_why() {
     // The failure is in the Ready condition, naming the step and LXD's cause.
     let ready = |store: &Store| {
         let status: ProjectStatus = store
-            .get(PROJECT_KIND, "p")
+            .get(Kind::Project, "p")
             .unwrap()
             .status
             .decode()
@@ -1048,7 +1048,7 @@ async fn a_failing_start_is_retried_on_its_backoff_and_says_why() {
     );
     // One Warning event counting every attempt, with the same cause.
     let warnings: Vec<_> = store
-        .events_for(PROJECT_KIND, "p")
+        .events_for(Kind::Project, "p")
         .unwrap()
         .into_iter()
         .filter(|e| e.reason == berth_api::reasons::STEP_FAILED)
@@ -1061,7 +1061,7 @@ async fn a_failing_start_is_retried_on_its_backoff_and_says_why() {
     // Once the start works, the next retry makes it Ready and the message is gone.
     fake.fail_start("p", None);
     while store
-        .get(PROJECT_KIND, "p")
+        .get(Kind::Project, "p")
         .and_then(|o| o.status.decode::<ProjectStatus>().ok())
         .is_none_or(|s| s.phase != Phase::Ready)
     {

@@ -4,17 +4,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use berth_api::Kind;
 use futures::StreamExt;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
-use super::{Context, PROFILE_KIND, PROJECT_KIND};
+use super::Context;
 use crate::layout::LABEL_PREFIX;
 use crate::runtime::EventKind;
 
 /// Requests every project: after missed changes, a reconnect, or on the resync timer.
 pub fn request_all(ctx: &Context) {
-    for project in ctx.store.list(PROJECT_KIND) {
+    for project in ctx.store.list(Kind::Project) {
         ctx.queue.request_now(project.name());
     }
 }
@@ -31,12 +32,12 @@ pub async fn watch_store(ctx: Arc<Context>, cancel: CancellationToken) {
             change = changes.recv() => change,
         };
         match change {
-            Ok(change) if change.kind == PROJECT_KIND => {
+            Ok(change) if change.kind == Kind::Project => {
                 if change.spec_or_metadata_changed {
                     ctx.queue.request_change(&change.name);
                 }
             }
-            Ok(change) if change.kind == PROFILE_KIND => request_all(&ctx),
+            Ok(change) if change.kind == Kind::AgentProfile => request_all(&ctx),
             Ok(_) => {}
             Err(RecvError::Lagged(missed)) => {
                 tracing::warn!(missed, "fell behind the store's change feed; resyncing");
@@ -75,7 +76,7 @@ pub async fn watch_lxd_events(ctx: Arc<Context>, cancel: CancellationToken) {
                             // only run the same reconcile again.
                             if event.kind == EventKind::Lifecycle
                                 && let Some(name) = event.instance
-                                && ctx.store.get(PROJECT_KIND, &name).is_some()
+                                && ctx.store.get(Kind::Project, &name).is_some()
                             {
                                 ctx.snapshot.forget(&name);
                                 ctx.queue.request_now(&name);
@@ -128,7 +129,7 @@ pub async fn resync_pass(ctx: &Context) {
     match ctx.runtime.list_instances(Some(LABEL_PREFIX), true).await {
         Ok(listed) => {
             ctx.fleet.seed(&listed, listed_at).await;
-            let projects = ctx.store.list(PROJECT_KIND);
+            let projects = ctx.store.list(Kind::Project);
             ctx.snapshot
                 .replace(projects.iter().map(|p| p.name()), listed, listed_at);
         }
@@ -154,7 +155,7 @@ pub async fn watch_phases(ctx: Arc<Context>, cancel: CancellationToken) {
         tokio::select! {
             _ = cancel.cancelled() => return,
             change = changes.recv() => match change {
-                Ok(change) => changed |= change.kind == PROJECT_KIND,
+                Ok(change) => changed |= change.kind == Kind::Project,
                 Err(RecvError::Lagged(_)) => changed = true,
                 Err(RecvError::Closed) => return,
             },
@@ -172,7 +173,7 @@ pub async fn watch_phases(ctx: Arc<Context>, cancel: CancellationToken) {
 pub fn count_phases(store: &crate::store::Store, metrics: &crate::metrics::Metrics) {
     let mut counts: std::collections::HashMap<&'static str, i64> = std::collections::HashMap::new();
     let (mut held, mut oldest_held, mut timed_out) = (0, None, 0);
-    for project in store.list(PROJECT_KIND) {
+    for project in store.list(Kind::Project) {
         let phase = project
             .status
             .get("phase")
@@ -228,7 +229,7 @@ mod tests {
         store
             .apply(
                 Desired {
-                    kind: PROJECT_KIND.into(),
+                    kind: Kind::Project,
                     name: name.into(),
                     labels: BTreeMap::new(),
                     annotations: BTreeMap::new(),
@@ -239,7 +240,7 @@ mod tests {
             )
             .unwrap();
         store
-            .update_status(PROJECT_KIND, name, None, status, Commit::Persist)
+            .update_status(Kind::Project, name, None, status, Commit::Persist)
             .unwrap();
     }
 
@@ -299,7 +300,7 @@ mod tests {
         );
         for name in ["held-a", "held-b", "going"] {
             store
-                .delete(PROJECT_KIND, name, None, BTreeMap::new(), Commit::Persist)
+                .delete(Kind::Project, name, None, BTreeMap::new(), Commit::Persist)
                 .unwrap();
         }
 
@@ -312,7 +313,7 @@ mod tests {
 
         store
             .update_status(
-                PROJECT_KIND,
+                Kind::Project,
                 "step",
                 None,
                 json!({"phase": "Ready", "conditions": [condition("Ready", "True", "Reachable")]}),
@@ -322,7 +323,7 @@ mod tests {
         for name in ["held-a", "held-b"] {
             store
                 .update_status(
-                    PROJECT_KIND,
+                    Kind::Project,
                     name,
                     None,
                     json!({"phase": "Deleting",

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use berth_api::{
-    AgentState, ConditionStatus, ObjectMeta, Phase, ProjectSpec, ProjectStatus, ProtectionReason,
-    ReapAction, Step, condition_types, find_condition, set_condition,
+    AgentState, ConditionStatus, Kind, ObjectMeta, Phase, ProjectSpec, ProjectStatus,
+    ProtectionReason, ReapAction, Step, condition_types, find_condition, set_condition,
 };
 use chrono::{DateTime, Utc};
 use futures::{FutureExt, StreamExt};
@@ -33,8 +33,8 @@ use super::policy::{self, Decision, Evidence, ReapSubject, Verdict};
 use super::{InspectTarget, Pass, Passes, ports, reap};
 use crate::layout::LABEL_PREFIX;
 use crate::metrics::{ActionLabels, Metrics};
+use crate::reconcile::WorkQueue;
 use crate::reconcile::status::{Idling, idling};
-use crate::reconcile::{PROJECT_KIND, WorkQueue};
 use crate::runtime::Runtime;
 use crate::store::{
     Doc, EventType, FieldManager, StatusWrite, StatusWritten, Store, StoreError, StoredObject,
@@ -155,7 +155,7 @@ impl DaemonPasses {
     }
 
     fn projects(&self) -> Vec<Arc<StoredObject>> {
-        self.store.list(PROJECT_KIND)
+        self.store.list(Kind::Project)
     }
 
     fn uids(&self) -> BTreeSet<String> {
@@ -261,7 +261,7 @@ impl DaemonPasses {
     /// was found. `None` when it is no longer a stopped project by then.
     async fn look_while_stopped(&self, name: &str) -> Option<(String, Result<Inspection, String>)> {
         let _slot = self.queue.lock(name).await;
-        let object = self.store.get(PROJECT_KIND, name)?;
+        let object = self.store.get(Kind::Project, name)?;
         if object.is_deleting() || running(&object) || paused(&object) {
             return None;
         }
@@ -527,7 +527,7 @@ impl DaemonPasses {
     /// next pass decides on it instead of finding the project due again.
     async fn act(&self, name: &str, action: ReapAction) {
         let _slot = self.queue.lock(name).await;
-        let Some(object) = self.store.get(PROJECT_KIND, name) else {
+        let Some(object) = self.store.get(Kind::Project, name) else {
             return;
         };
         if object.is_deleting() || paused(&object) {
@@ -637,7 +637,7 @@ impl DaemonPasses {
             .call(move |store| {
                 let annotations =
                     BTreeMap::from([(REAPED_ANNOTATION.to_string(), "reaper".into())]);
-                store.delete(PROJECT_KIND, &name, Some(rv), annotations, Commit::Persist)
+                store.delete(Kind::Project, &name, Some(rv), annotations, Commit::Persist)
             })
             .await
             .map(|_| ())
@@ -718,7 +718,7 @@ impl DaemonPasses {
     /// same name does not see it.
     async fn orphan_event(&self, orphan: &Orphan) {
         let gone = Arc::new(StoredObject {
-            kind: PROJECT_KIND.to_string(),
+            kind: Kind::Project,
             metadata: ObjectMeta {
                 name: orphan.instance.clone(),
                 uid: Some(orphan.uid.clone()),
@@ -758,12 +758,12 @@ impl DaemonPasses {
         let name = name.to_string();
         self.store
             .call(move |store| {
-                let write = StatusWrite::new(PROJECT_KIND, &name, FieldManager::Scheduler);
+                let write = StatusWrite::new(Kind::Project, &name, FieldManager::Scheduler);
                 match store.write_status_typed(write, |status, object| {
                     change(status, object.generation())
                 })? {
                     StatusWritten::Gone => Ok(None),
-                    written => written.require(PROJECT_KIND, &name).map(Some),
+                    written => written.require(Kind::Project, &name).map(Some),
                 }
             })
             .await

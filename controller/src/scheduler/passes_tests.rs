@@ -82,7 +82,7 @@ impl Setup {
         self.store
             .apply(
                 Desired {
-                    kind: PROJECT_KIND.into(),
+                    kind: Kind::Project,
                     name: name.into(),
                     labels: BTreeMap::new(),
                     annotations: BTreeMap::new(),
@@ -92,7 +92,7 @@ impl Setup {
                 Commit::Persist,
             )
             .unwrap();
-        let object = self.store.get(PROJECT_KIND, name).unwrap();
+        let object = self.store.get(Kind::Project, name).unwrap();
         let container = if running {
             json!({"name": name, "pid": 42})
         } else {
@@ -100,7 +100,7 @@ impl Setup {
         };
         self.store
             .update_status(
-                PROJECT_KIND,
+                Kind::Project,
                 name,
                 None,
                 json!({"phase": if running { "Ready" } else { "Stopped" }, "step": "Reachable",
@@ -136,7 +136,7 @@ impl Setup {
 
     /// Merges `patch` into the stored status, as the reconciler would write it.
     pub fn patch_status(&self, name: &str, patch: Value) {
-        let object = self.store.get(PROJECT_KIND, name).unwrap();
+        let object = self.store.get(Kind::Project, name).unwrap();
         let mut status = object.status.value();
         for (key, value) in patch.as_object().unwrap() {
             if value.is_null() {
@@ -146,12 +146,12 @@ impl Setup {
             }
         }
         self.store
-            .update_status(PROJECT_KIND, name, None, status, Commit::Persist)
+            .update_status(Kind::Project, name, None, status, Commit::Persist)
             .unwrap();
     }
 
     pub fn status(&self, name: &str) -> Value {
-        self.store.get(PROJECT_KIND, name).unwrap().status.value()
+        self.store.get(Kind::Project, name).unwrap().status.value()
     }
 
     /// One round of the activity and reap passes.
@@ -182,7 +182,7 @@ impl Setup {
 
     fn events(&self, name: &str, reason: &str) -> usize {
         self.store
-            .events_for(PROJECT_KIND, name)
+            .events_for(Kind::Project, name)
             .unwrap()
             .into_iter()
             .filter(|e| e.reason == reason)
@@ -266,7 +266,7 @@ async fn unsaved_work_a_blocked_agent_and_a_failed_inspection_each_protect() {
         assert_eq!(status["controller"]["image"], "berth-base");
         let warnings = s
             .store
-            .events_for(PROJECT_KIND, name)
+            .events_for(Kind::Project, name)
             .unwrap()
             .into_iter()
             .filter(|e| e.reason == "ReapProtected")
@@ -288,7 +288,7 @@ async fn unsaved_work_a_blocked_agent_and_a_failed_inspection_each_protect() {
     s.rounds(3).await;
     assert_eq!(s.refusals("UnsavedWork"), 1.0, "still one episode");
 
-    let plan = plan(s.store.list(PROJECT_KIND).iter().map(|o| o.as_ref()));
+    let plan = plan(s.store.list(Kind::Project).iter().map(|o| o.as_ref()));
     let names: Vec<&str> = plan.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["blocked", "dirty", "unknown"]);
     assert_eq!(plan[1].protected_by, vec![ProtectionReason::UnsavedWork]);
@@ -305,7 +305,7 @@ fn merging_keeps_every_field_the_scheduler_does_not_own() {
         ..ProjectStatus::default()
     };
     let merged = crate::store::lay_owned(
-        PROJECT_KIND,
+        Kind::Project,
         crate::store::FieldManager::Scheduler,
         &stored,
         serde_json::to_value(&status).unwrap(),
@@ -399,7 +399,7 @@ async fn a_stopped_project_due_for_delete_is_booted_once_and_kept_with_what_it_h
         "only the readiness probe ran besides the inspection: {:?}",
         commands.lock().unwrap()
     );
-    let entry = plan(s.store.list(PROJECT_KIND).iter().map(|o| o.as_ref()));
+    let entry = plan(s.store.list(Kind::Project).iter().map(|o| o.as_ref()));
     assert_eq!(entry[0].protected_by, vec![ProtectionReason::UnsavedWork]);
     assert!(
         entry[0].reason.contains("UnsavedWork"),
@@ -426,7 +426,7 @@ async fn a_stopped_project_due_for_delete_is_booted_once_and_kept_with_what_it_h
     s.round().await;
     s.round().await;
     assert_eq!(s.fake.count("start_instance"), 2);
-    let object = s.store.get(PROJECT_KIND, "stopped").expect("kept");
+    let object = s.store.get(Kind::Project, "stopped").expect("kept");
     assert!(!object.is_deleting());
     assert_eq!(s.metric("berth_reap_actions_total{action=\"delete\"}"), 0.0);
 }
@@ -505,7 +505,7 @@ async fn a_stopped_project_that_cannot_be_inspected_is_tried_again_only_every_re
     tokio::time::advance(RECHECK).await;
     s.round().await;
     assert_eq!(s.fake.count("start_instance"), 2);
-    assert!(s.store.get(PROJECT_KIND, "unreadable").is_some());
+    assert!(s.store.get(Kind::Project, "unreadable").is_some());
     assert_eq!(
         s.fake.instance("unreadable").unwrap().status,
         InstanceStatus::Stopped
@@ -547,7 +547,7 @@ async fn status_and_the_recheck_count_file_changes_alike() {
         Some(edited_at + chrono::Duration::hours(1)),
         "the plan counts the files: {status}"
     );
-    let entry = plan(s.store.list(PROJECT_KIND).iter().map(|o| o.as_ref()));
+    let entry = plan(s.store.list(Kind::Project).iter().map(|o| o.as_ref()));
     assert!(
         entry[0].reason.starts_with("last active"),
         "{}",
@@ -640,7 +640,7 @@ async fn orphans_are_reported_once_per_episode_and_left_in_place() {
     let event = &events[0];
     assert_eq!(event.count, 1, "one event per episode, not per pass");
     assert_eq!(event.type_, EventType::Warning);
-    assert_eq!(event.involved_object.kind, PROJECT_KIND);
+    assert_eq!(event.involved_object.kind, Kind::Project);
     assert_eq!(event.involved_object.name, "leftover");
     assert_eq!(event.involved_object.uid, "uid-gone");
     assert!(event.message.contains("left in place"), "{}", event.message);
@@ -670,11 +670,11 @@ async fn a_paused_project_is_neither_booted_nor_reaped() {
             json!({"idleAfter": "1s", "idleAction": "Delete"}),
             running,
         );
-        let object = s.store.get(PROJECT_KIND, name).unwrap();
+        let object = s.store.get(Kind::Project, name).unwrap();
         s.store
             .apply(
                 Desired {
-                    kind: PROJECT_KIND.into(),
+                    kind: Kind::Project,
                     name: name.into(),
                     labels: BTreeMap::new(),
                     annotations: BTreeMap::from([(
@@ -691,7 +691,7 @@ async fn a_paused_project_is_neither_booted_nor_reaped() {
     }
     s.rounds(5).await;
     for name in ["repair-stopped", "repair-running"] {
-        let object = s.store.get(PROJECT_KIND, name).expect("not deleted");
+        let object = s.store.get(Kind::Project, name).expect("not deleted");
         assert!(!object.is_deleting(), "{name}");
         assert_eq!(
             object.status.value()["reap"]["nextAction"],
@@ -718,12 +718,12 @@ async fn an_idle_clean_project_set_to_delete_is_deleted_after_two_agreeing_passe
     script_inspection(&s.fake, "doomed", FakeWorkspace::default());
     s.rounds(1).await;
     assert!(
-        s.store.get(PROJECT_KIND, "doomed").is_some(),
+        s.store.get(Kind::Project, "doomed").is_some(),
         "one pass must not act"
     );
     // The re-check writes what it found just before deleting: the deletion still goes ahead.
     s.round().await;
-    assert!(s.store.get(PROJECT_KIND, "doomed").is_none());
+    assert!(s.store.get(Kind::Project, "doomed").is_none());
     assert_eq!(s.metric("berth_reap_actions_total{action=\"delete\"}"), 1.0);
 }
 
@@ -758,7 +758,7 @@ async fn an_open_interactive_exec_keeps_the_project_active_until_it_closes() {
     s.running_project("shell", FakeWorkspace::default());
     let uid = s
         .store
-        .get(PROJECT_KIND, "shell")
+        .get(Kind::Project, "shell")
         .unwrap()
         .uid()
         .to_string();
@@ -847,7 +847,7 @@ async fn a_panicking_pass_is_counted_and_the_next_pass_runs() {
         );
     }
     // The second round's inspection went through and was recorded.
-    let status = store.get(PROJECT_KIND, "p").unwrap().status.value();
+    let status = store.get(Kind::Project, "p").unwrap().status.value();
     assert!(status["unsavedWork"].is_object(), "{status}");
 }
 
@@ -893,7 +893,7 @@ async fn housekeeping_prunes_the_events_of_objects_gone_past_the_retention() {
         s.store
             .apply(
                 Desired {
-                    kind: PROJECT_KIND.into(),
+                    kind: Kind::Project,
                     name: name.into(),
                     labels: BTreeMap::new(),
                     annotations: BTreeMap::new(),
@@ -905,16 +905,22 @@ async fn housekeeping_prunes_the_events_of_objects_gone_past_the_retention() {
             .unwrap();
     }
     for name in ["gone", "live"] {
-        let object = s.store.get(PROJECT_KIND, name).unwrap();
+        let object = s.store.get(Kind::Project, name).unwrap();
         s.store
             .record_event(&object, EventType::Warning, "Tested", "an event")
             .unwrap();
     }
     s.store
-        .delete(PROJECT_KIND, "gone", None, BTreeMap::new(), Commit::Persist)
+        .delete(
+            Kind::Project,
+            "gone",
+            None,
+            BTreeMap::new(),
+            Commit::Persist,
+        )
         .unwrap();
-    assert!(s.store.get(PROJECT_KIND, "gone").is_none());
-    let listed = |name: &str| s.store.events_for(PROJECT_KIND, name).unwrap().len();
+    assert!(s.store.get(Kind::Project, "gone").is_none());
+    let listed = |name: &str| s.store.events_for(Kind::Project, name).unwrap().len();
 
     tokio::time::advance(Duration::from_secs(3500)).await;
     s.passes.run(Pass::Housekeeping).await;

@@ -17,9 +17,9 @@ use serde_json::json;
 
 use super::tests::{Setup, setup_with};
 use super::{FakeWorkspace, inspection_report, is_inspection};
-use crate::reconcile::PROJECT_KIND;
 use crate::runtime::{ExecOutput, InstanceStatus};
 use crate::scheduler::{Pass, Passes};
+use berth_api::Kind;
 
 /// The true state of one workspace, which the passes only learn by inspecting it.
 #[derive(Debug, Clone, Default)]
@@ -179,7 +179,7 @@ async fn randomized_passes_never_idle_or_delete_protected_work() {
         let now = s.now();
         // People stop and start projects, as the reconciler would carry it out.
         for name in worlds.lock().unwrap().keys() {
-            let Some(object) = s.store.get(PROJECT_KIND, name) else {
+            let Some(object) = s.store.get(Kind::Project, name) else {
                 continue;
             };
             let running = object.status.value()["container"]["pid"].is_number();
@@ -227,7 +227,7 @@ async fn randomized_passes_never_idle_or_delete_protected_work() {
             .unwrap()
             .keys()
             .filter_map(|n| {
-                let object = s.store.get(PROJECT_KIND, n)?;
+                let object = s.store.get(Kind::Project, n)?;
                 Some((
                     n.clone(),
                     object.status.value()["reap"]["idledAt"].is_string(),
@@ -239,7 +239,7 @@ async fn randomized_passes_never_idle_or_delete_protected_work() {
         let mut worlds = worlds.lock().unwrap();
         for (name, was_idled) in before {
             let world = worlds[&name].clone();
-            let Some(object) = s.store.get(PROJECT_KIND, &name) else {
+            let Some(object) = s.store.get(Kind::Project, &name) else {
                 assert!(
                     !world.protected(),
                     "{name} deleted while it held {:?}, blocked {}, failing {}",

@@ -259,12 +259,13 @@ mod tests {
     use super::*;
     use crate::store::Commit;
     use crate::store::Desired;
+    use berth_api::Kind;
 
     fn project(store: &Store, name: &str) -> String {
         store
             .create(
                 Desired {
-                    kind: "Project".into(),
+                    kind: Kind::Project,
                     name: name.into(),
                     labels: Default::default(),
                     annotations: Default::default(),
@@ -321,7 +322,13 @@ mod tests {
         assert_eq!(secrets.revision(&uid).unwrap(), 2);
         secrets.set(&uid, "A", b"1").unwrap();
         store
-            .delete("Project", "pay", None, Default::default(), Commit::Persist)
+            .delete(
+                Kind::Project,
+                "pay",
+                None,
+                Default::default(),
+                Commit::Persist,
+            )
             .unwrap();
         assert!(secrets.values(&uid).unwrap().is_empty());
         assert_eq!(secrets.revision(&uid).unwrap(), 0);

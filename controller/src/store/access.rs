@@ -8,12 +8,11 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use berth_api::Kind;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
-use super::{PROJECT_KIND, Store, StoreError};
-
-const GITSOURCE_KIND: &str = berth_api::GitSource::KIND;
+use super::{Store, StoreError};
 
 /// One secret as a listing shows it: the key and when it last changed, never the value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,8 +77,8 @@ impl Store {
     /// The project's name, if `uid` is a live project: secrets and members attach only to one.
     fn project_name(inner: &super::Inner, uid: &str) -> Result<String, StoreError> {
         match inner.uids.get(uid) {
-            Some((kind, name)) if kind == PROJECT_KIND => Ok(name.clone()),
-            _ => Err(StoreError::not_found(PROJECT_KIND, uid)),
+            Some((Kind::Project, name)) => Ok(name.clone()),
+            _ => Err(StoreError::not_found(Kind::Project, uid)),
         }
     }
 
@@ -87,9 +86,9 @@ impl Store {
     /// propagation) or a live GitSource (`None`: git reads its credentials at each sync).
     fn secret_owner(inner: &super::Inner, uid: &str) -> Result<Option<String>, StoreError> {
         match inner.uids.get(uid) {
-            Some((kind, name)) if kind == PROJECT_KIND => Ok(Some(name.clone())),
-            Some((kind, _)) if kind == GITSOURCE_KIND => Ok(None),
-            _ => Err(StoreError::not_found(PROJECT_KIND, uid)),
+            Some((Kind::Project, name)) => Ok(Some(name.clone())),
+            Some((Kind::GitSource, _)) => Ok(None),
+            _ => Err(StoreError::not_found(Kind::Project, uid)),
         }
     }
 
@@ -369,7 +368,7 @@ impl Store {
         }
         if keep_one && members.len() == 1 {
             return Err(StoreError::conflict(
-                "Project",
+                Kind::Project,
                 &project,
                 format!(
                     "{user:?} is the last member of project {project:?}; only an admin may remove it"
@@ -421,7 +420,7 @@ mod tests {
 
     fn project(name: &str, display: &str) -> Desired {
         Desired {
-            kind: PROJECT_KIND.into(),
+            kind: Kind::Project,
             name: name.into(),
             labels: Default::default(),
             annotations: Default::default(),
@@ -470,7 +469,7 @@ mod tests {
         assert_eq!(store.members(made.uid()), ["ana"]);
         store
             .delete(
-                PROJECT_KIND,
+                Kind::Project,
                 "pay",
                 None,
                 Default::default(),
@@ -490,7 +489,7 @@ mod tests {
         use super::super::Expected;
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("berth.db")).unwrap();
-        let seen = store.get(PROJECT_KIND, "pay");
+        let seen = store.get(Kind::Project, "pay");
         assert!(seen.is_none());
         // Ana creates it between Bob's check and Bob's write.
         let anas = store
@@ -503,7 +502,7 @@ mod tests {
             Commit::Persist,
         );
         assert!(matches!(moved, Err(StoreError::Moved { .. })), "{moved:?}");
-        let now = store.get(PROJECT_KIND, "pay").unwrap();
+        let now = store.get(Kind::Project, "pay").unwrap();
         assert_eq!(now.spec.get("displayName").unwrap(), "Ana's");
         assert_eq!(store.members(anas.uid()), ["ana"]);
         // The same inside a batch: all or nothing.
@@ -522,7 +521,7 @@ mod tests {
                 error: StoreError::Moved { .. }
             })
         ));
-        assert!(store.get(PROJECT_KIND, "other").is_none());
+        assert!(store.get(Kind::Project, "other").is_none());
         // Against the version read, it is written; against a stale one, it is not.
         let read = Expected::of(Some(&now));
         store
@@ -547,7 +546,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!(
-            store.members(store.get(PROJECT_KIND, "free").unwrap().uid()),
+            store.members(store.get(Kind::Project, "free").unwrap().uid()),
             ["bob"]
         );
     }

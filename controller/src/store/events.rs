@@ -4,6 +4,7 @@
 //! stuck in a retry loop cannot fill the disk. When the object goes (deleted, pruned) its events
 //! stay, marked with when it went, until housekeeping prunes them after `events.retention`.
 
+use berth_api::Kind;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
@@ -37,7 +38,7 @@ impl EventType {
 /// The object an event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EventObject {
-    pub kind: String,
+    pub kind: Kind,
     pub name: String,
     pub uid: String,
 }
@@ -119,7 +120,7 @@ pub(super) fn record(
                  count, first_timestamp, last_timestamp, gone_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?8)",
                 params![
-                    object.kind,
+                    object.kind.as_str(),
                     object.name,
                     object.uid,
                     type_.as_str(),
@@ -158,7 +159,7 @@ fn stamp(time: DateTime<Utc>) -> String {
 /// with no history of the old one), else those of every object of that name that went.
 pub(super) fn for_object(
     conn: &Connection,
-    kind: &str,
+    kind: Kind,
     name: &str,
     uid: Option<&str>,
 ) -> Result<Vec<Event>, StoreError> {
@@ -168,7 +169,7 @@ pub(super) fn for_object(
                 "SELECT {COLUMNS} FROM events WHERE object_kind = ?1 AND object_name = ?2 \
                  AND object_uid = ?3 ORDER BY last_timestamp, id"
             ))?;
-            stmt.query_map([kind, name, uid], from_row)?
+            stmt.query_map([kind.as_str(), name, uid], from_row)?
                 .collect::<Result<_, _>>()?
         }
         None => {
@@ -176,7 +177,7 @@ pub(super) fn for_object(
                 "SELECT {COLUMNS} FROM events WHERE object_kind = ?1 AND object_name = ?2 \
                  ORDER BY last_timestamp, id"
             ))?;
-            stmt.query_map([kind, name], from_row)?
+            stmt.query_map([kind.as_str(), name], from_row)?
                 .collect::<Result<_, _>>()?
         }
     };
@@ -198,7 +199,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
     Ok(Event {
         id: row.get(0)?,
         involved_object: EventObject {
-            kind: row.get(1)?,
+            kind: super::kind_column(row, 1)?,
             name: row.get(2)?,
             uid: row.get(3)?,
         },
@@ -255,7 +256,7 @@ mod tests {
         let event = Event {
             id: 1,
             involved_object: EventObject {
-                kind: "GitSource".to_string(),
+                kind: Kind::GitSource,
                 name: "fleet".to_string(),
                 uid: "u".to_string(),
             },

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use berth_api::ObjectMeta;
+use berth_api::{Kind, ObjectMeta};
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OpenFlags, params};
 use serde_json::Value;
@@ -43,8 +43,6 @@ pub enum Commit {
     DryRun,
 }
 
-/// The kind whose `spec.displayName` must be unique.
-const PROJECT_KIND: &str = "Project";
 /// Room for a burst of writes (a 10,000-object apply) before a slow subscriber lags; a lagging
 /// subscriber is told so and resyncs from a list.
 const CHANGE_FEED_CAPACITY: usize = 16_384;
@@ -89,7 +87,8 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    fn conflict(kind: &str, name: &str, message: impl Into<String>) -> Self {
+    // Displayed kinds: a stored object's `Kind`, or "User" and "Member" for the access records.
+    fn conflict(kind: impl std::fmt::Display, name: &str, message: impl Into<String>) -> Self {
         StoreError::Conflict {
             kind: kind.to_string(),
             name: name.to_string(),
@@ -97,7 +96,7 @@ impl StoreError {
         }
     }
 
-    fn not_found(kind: &str, name: &str) -> Self {
+    fn not_found(kind: impl std::fmt::Display, name: &str) -> Self {
         StoreError::NotFound {
             kind: kind.to_string(),
             name: name.to_string(),
@@ -108,7 +107,7 @@ impl StoreError {
 /// One status write of [`Store::update_statuses`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusUpdate {
-    pub kind: String,
+    pub kind: Kind,
     pub name: String,
     pub expected_rv: Option<u64>,
     pub status: Value,
@@ -136,7 +135,7 @@ pub enum Takeover {
 /// An object a set's batch held that another applyset owns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetConflict {
-    pub kind: String,
+    pub kind: Kind,
     pub name: String,
     /// The applyset that owns it (`berth.dev/applyset`).
     pub owner: String,
@@ -163,12 +162,12 @@ pub struct Store {
 
 struct Inner {
     conn: Connection,
-    objects: HashMap<String, BTreeMap<String, Arc<StoredObject>>>,
+    objects: HashMap<Kind, BTreeMap<String, Arc<StoredObject>>>,
     /// Normalised `spec.displayName` of every Project → the projects holding it: one, except
     /// inside a batch write, which must end with one again.
     display_names: HashMap<String, BTreeSet<String>>,
     /// uid → (kind, name), for records that name objects by uid (LXD labels, events).
-    uids: HashMap<String, (String, String)>,
+    uids: HashMap<String, (Kind, String)>,
     /// Applyset name → its inventory (`Kind/name`, sorted).
     applysets: HashMap<String, Vec<String>>,
     /// Project uid → the users who are its members.
@@ -188,7 +187,7 @@ struct Pending {
     creator: Option<String>,
     /// Memberships added in memory, removed again on undo.
     member_undo: Vec<(String, String)>,
-    undo: Vec<(String, String, Option<Arc<StoredObject>>)>,
+    undo: Vec<(Kind, String, Option<Arc<StoredObject>>)>,
     inventory_undo: Vec<(String, Option<Vec<String>>)>,
     writes: Vec<Write>,
     changes: Vec<Change>,
@@ -197,7 +196,7 @@ struct Pending {
 enum Write {
     Put(Arc<StoredObject>),
     Remove {
-        kind: String,
+        kind: Kind,
         name: String,
         uid: String,
     },
@@ -212,7 +211,7 @@ enum Write {
 }
 
 fn display_name_of(object: &StoredObject) -> Option<String> {
-    if object.kind != PROJECT_KIND {
+    if object.kind != Kind::Project {
         return None;
     }
     let display = object
@@ -335,7 +334,7 @@ impl Store {
     /// twice: every change on the receiver is newer than the returned resourceVersion.
     pub fn list_and_subscribe(
         &self,
-        kind: &str,
+        kind: Kind,
     ) -> (Vec<Arc<StoredObject>>, u64, broadcast::Receiver<Change>) {
         let inner = self.lock();
         let receiver = self.changes.subscribe();
@@ -347,12 +346,12 @@ impl Store {
         self.lock().resource_version
     }
 
-    pub fn get(&self, kind: &str, name: &str) -> Option<Arc<StoredObject>> {
+    pub fn get(&self, kind: Kind, name: &str) -> Option<Arc<StoredObject>> {
         self.lock().get(kind, name)
     }
 
     /// Every object of `kind`, by name.
-    pub fn list(&self, kind: &str) -> Vec<Arc<StoredObject>> {
+    pub fn list(&self, kind: Kind) -> Vec<Arc<StoredObject>> {
         self.lock().list(kind)
     }
 
@@ -360,7 +359,7 @@ impl Store {
     pub fn get_by_uid(&self, uid: &str) -> Option<Arc<StoredObject>> {
         let inner = self.lock();
         let (kind, name) = inner.uids.get(uid)?;
-        inner.get(kind, name)
+        inner.get(*kind, name)
     }
 
     /// The Project whose normalised displayName is `display_name`, if any.
@@ -533,7 +532,7 @@ impl Store {
     /// Writes status, and only status. Unchanged status writes nothing.
     pub fn update_status(
         &self,
-        kind: &str,
+        kind: Kind,
         name: &str,
         expected_rv: Option<u64>,
         status: Value,
@@ -543,7 +542,7 @@ impl Store {
             inner.set_status(
                 pending,
                 StatusUpdate {
-                    kind: kind.to_string(),
+                    kind,
                     name: name.to_string(),
                     expected_rv,
                     status,
@@ -571,7 +570,7 @@ impl Store {
     /// (`None` is returned then).
     pub fn set_finalizers(
         &self,
-        kind: &str,
+        kind: Kind,
         name: &str,
         expected_rv: Option<u64>,
         finalizers: Vec<String>,
@@ -579,7 +578,7 @@ impl Store {
         self.write(Commit::Persist, |inner, pending| {
             let current = inner.existing(kind, name, expected_rv)?;
             let desired = Desired {
-                kind: kind.to_string(),
+                kind,
                 name: name.to_string(),
                 labels: current.metadata.labels.clone(),
                 annotations: current.metadata.annotations.clone(),
@@ -597,7 +596,7 @@ impl Store {
     /// `berth.dev/forceDelete`).
     pub fn delete(
         &self,
-        kind: &str,
+        kind: Kind,
         name: &str,
         expected_rv: Option<u64>,
         annotations: BTreeMap<String, String>,
@@ -614,7 +613,7 @@ impl Store {
     /// An object not being deleted is a conflict: this never starts a deletion.
     pub fn request_look(
         &self,
-        kind: &str,
+        kind: Kind,
         name: &str,
         stamp: &str,
     ) -> Result<Arc<StoredObject>, StoreError> {
@@ -714,7 +713,7 @@ impl Store {
                 failed_at = Some(index);
                 if takeover == Takeover::Refuse
                     && let Some(owner) = inner
-                        .get(&desired.kind, &desired.name)
+                        .get(desired.kind, &desired.name)
                         .and_then(|current| owner_of(&current).filter(|o| o != set))
                 {
                     conflicts.push(SetConflict {
@@ -736,7 +735,7 @@ impl Store {
                 // Without pruning, what the set applied before stays in its inventory so a later
                 // prune still finds it.
                 inventory.extend(previous.into_iter().filter(|key| {
-                    key.split_once('/').is_some_and(|(kind, name)| {
+                    inventory_key(key).is_some_and(|(kind, name)| {
                         inner
                             .get(kind, name)
                             .is_some_and(|current| owner_of(&current).is_none_or(|o| o == set))
@@ -751,7 +750,7 @@ impl Store {
                     if inventory.binary_search(&key).is_ok() {
                         continue;
                     }
-                    let Some((kind, name)) = key.split_once('/') else {
+                    let Some((kind, name)) = inventory_key(&key) else {
                         continue;
                     };
                     let Some(current) = inner.get(kind, name) else {
@@ -802,7 +801,7 @@ impl Store {
         message: &str,
     ) -> Result<Event, StoreError> {
         let target = EventObject {
-            kind: object.kind.clone(),
+            kind: object.kind,
             name: object.name().to_string(),
             uid: object.uid().to_string(),
         };
@@ -816,7 +815,7 @@ impl Store {
 
     /// Events about `kind`/`name`, oldest first: the existing object's, or when there is none,
     /// those of the objects of that name that went in the last `events.retention`.
-    pub fn events_for(&self, kind: &str, name: &str) -> Result<Vec<Event>, StoreError> {
+    pub fn events_for(&self, kind: Kind, name: &str) -> Result<Vec<Event>, StoreError> {
         let inner = self.lock();
         let uid = inner.get(kind, name).map(|o| o.uid().to_string());
         events::for_object(&inner.conn, kind, name, uid.as_deref())
@@ -903,7 +902,7 @@ impl Store {
         // What belongs to a project goes with it, in the same transaction (see `commit`).
         for write in &pending.writes {
             if let Write::Remove { kind, uid, .. } = write
-                && kind == PROJECT_KIND
+                && *kind == Kind::Project
             {
                 inner.members.remove(uid);
             }
@@ -943,13 +942,13 @@ enum Mode {
 }
 
 impl Inner {
-    fn get(&self, kind: &str, name: &str) -> Option<Arc<StoredObject>> {
-        self.objects.get(kind)?.get(name).cloned()
+    fn get(&self, kind: Kind, name: &str) -> Option<Arc<StoredObject>> {
+        self.objects.get(&kind)?.get(name).cloned()
     }
 
-    fn list(&self, kind: &str) -> Vec<Arc<StoredObject>> {
+    fn list(&self, kind: Kind) -> Vec<Arc<StoredObject>> {
         self.objects
-            .get(kind)
+            .get(&kind)
             .map(|objects| objects.values().cloned().collect())
             .unwrap_or_default()
     }
@@ -961,7 +960,7 @@ impl Inner {
 
     fn existing(
         &self,
-        kind: &str,
+        kind: Kind,
         name: &str,
         expected_rv: Option<u64>,
     ) -> Result<Arc<StoredObject>, StoreError> {
@@ -978,16 +977,16 @@ impl Inner {
         desired: Desired,
         mode: Mode,
     ) -> Result<(Arc<StoredObject>, Action), StoreError> {
-        let current = self.get(&desired.kind, &desired.name);
+        let current = self.get(desired.kind, &desired.name);
         let current = match (current, &mode) {
             (Some(_), Mode::Create | Mode::Restore { .. }) => {
                 return Err(StoreError::AlreadyExists {
-                    kind: desired.kind,
+                    kind: desired.kind.to_string(),
                     name: desired.name,
                 });
             }
             (None, Mode::Replace(_)) => {
-                return Err(StoreError::not_found(&desired.kind, &desired.name));
+                return Err(StoreError::not_found(desired.kind, &desired.name));
             }
             (Some(current), Mode::Replace(expected_rv)) => {
                 check_rv(&current, *expected_rv)?;
@@ -996,7 +995,7 @@ impl Inner {
             (current, Mode::Apply(Some(expected))) => {
                 if Expected::of(current.as_deref()) != *expected {
                     return Err(StoreError::Moved {
-                        kind: desired.kind,
+                        kind: desired.kind.to_string(),
                         name: desired.name,
                     });
                 }
@@ -1011,7 +1010,7 @@ impl Inner {
                 Mode::Restore { uid, status } => {
                     if self.uids.contains_key(&uid) {
                         return Err(StoreError::conflict(
-                            &desired.kind,
+                            desired.kind,
                             &desired.name,
                             format!("an object with uid {uid} exists"),
                         ));
@@ -1037,7 +1036,7 @@ impl Inner {
                 status,
             });
             self.put(pending, Arc::clone(&object));
-            if object.kind == PROJECT_KIND
+            if object.kind == Kind::Project
                 && let Some(creator) = pending.creator.clone()
             {
                 self.add_member(pending, object.uid(), &creator);
@@ -1070,7 +1069,7 @@ impl Inner {
         next.metadata.resource_version = Some(self.next_rv().to_string());
         let next = Arc::new(next);
         if next.is_deleting() && next.metadata.finalizers.is_empty() {
-            self.remove(pending, &next.kind, next.name());
+            self.remove(pending, next.kind, next.name());
             pending
                 .changes
                 .push(Change::new(ChangeType::Deleted, &next, true));
@@ -1088,7 +1087,7 @@ impl Inner {
         pending: &mut Pending,
         update: StatusUpdate,
     ) -> Result<Arc<StoredObject>, StoreError> {
-        let current = self.existing(&update.kind, &update.name, update.expected_rv)?;
+        let current = self.existing(update.kind, &update.name, update.expected_rv)?;
         let status = Doc::new(&update.status);
         if current.status == status {
             return Ok(current);
@@ -1115,7 +1114,7 @@ impl Inner {
             let mut last = (*current).clone();
             last.metadata.resource_version = Some(self.next_rv().to_string());
             let last = Arc::new(last);
-            self.remove(pending, &current.kind, current.name());
+            self.remove(pending, current.kind, current.name());
             pending
                 .changes
                 .push(Change::new(ChangeType::Deleted, &last, true));
@@ -1154,7 +1153,7 @@ impl Inner {
     fn display_name_holder(&self, object: &StoredObject) -> Option<&str> {
         let display = display_name_of(object)?;
         // A write that removed the object holds nothing.
-        self.get(&object.kind, object.name())?;
+        self.get(object.kind, object.name())?;
         self.display_names
             .get(&display)?
             .iter()
@@ -1181,7 +1180,7 @@ impl Inner {
             let Some(display) = display_name_of(object) else {
                 continue;
             };
-            if *action == Action::Unchanged || self.get(&object.kind, object.name()).is_none() {
+            if *action == Action::Unchanged || self.get(object.kind, object.name()).is_none() {
                 continue;
             }
             let taken = self.display_names.get(&display).is_some_and(|holders| {
@@ -1200,7 +1199,7 @@ impl Inner {
     fn display_name_conflict(&self, object: &StoredObject) -> StoreError {
         let holder = self.display_name_holder(object).unwrap_or_default();
         StoreError::conflict(
-            &object.kind,
+            object.kind,
             object.name(),
             format!(
                 "spec.displayName: {:?} is already the display name of project {holder:?}",
@@ -1216,24 +1215,22 @@ impl Inner {
 
     /// Puts `object` in memory, remembering what it replaced.
     fn put(&mut self, pending: &mut Pending, object: Arc<StoredObject>) {
-        let previous = self.set(&object.kind, object.name(), Some(Arc::clone(&object)));
+        let previous = self.set(object.kind, object.name(), Some(Arc::clone(&object)));
         pending
             .undo
-            .push((object.kind.clone(), object.name().to_string(), previous));
+            .push((object.kind, object.name().to_string(), previous));
         pending.writes.push(Write::Put(object));
     }
 
-    fn remove(&mut self, pending: &mut Pending, kind: &str, name: &str) {
+    fn remove(&mut self, pending: &mut Pending, kind: Kind, name: &str) {
         let previous = self.set(kind, name, None);
         let uid = previous
             .as_ref()
             .map(|p| p.uid().to_string())
             .unwrap_or_default();
-        pending
-            .undo
-            .push((kind.to_string(), name.to_string(), previous));
+        pending.undo.push((kind, name.to_string(), previous));
         pending.writes.push(Write::Remove {
-            kind: kind.to_string(),
+            kind,
             name: name.to_string(),
             uid,
         });
@@ -1242,14 +1239,11 @@ impl Inner {
     /// The one place memory changes, keeping the displayName index in step.
     fn set(
         &mut self,
-        kind: &str,
+        kind: Kind,
         name: &str,
         object: Option<Arc<StoredObject>>,
     ) -> Option<Arc<StoredObject>> {
-        if !self.objects.contains_key(kind) {
-            self.objects.insert(kind.to_string(), BTreeMap::new());
-        }
-        let objects = self.objects.get_mut(kind).expect("inserted above");
+        let objects = self.objects.entry(kind).or_default();
         let previous = match &object {
             Some(object) => objects.insert(name.to_string(), Arc::clone(object)),
             None => objects.remove(name),
@@ -1276,10 +1270,8 @@ impl Inner {
             self.uids.remove(previous.uid());
         }
         if let Some(object) = &object {
-            self.uids.insert(
-                object.uid().to_string(),
-                (kind.to_string(), name.to_string()),
-            );
+            self.uids
+                .insert(object.uid().to_string(), (kind, name.to_string()));
         }
         previous
     }
@@ -1311,7 +1303,7 @@ impl Inner {
             }
         }
         for (kind, name, previous) in pending.undo.into_iter().rev() {
-            self.set(&kind, &name, previous);
+            self.set(kind, &name, previous);
         }
         for (set, previous) in pending.inventory_undo.into_iter().rev() {
             match previous {
@@ -1345,7 +1337,7 @@ impl Inner {
                         let meta = &object.metadata;
                         let status = (!object.status.is_null()).then(|| object.status.to_string());
                         put.execute(params![
-                            object.kind,
+                            object.kind.as_str(),
                             meta.name,
                             object.uid(),
                             object.generation(),
@@ -1360,9 +1352,9 @@ impl Inner {
                         ])?;
                     }
                     Write::Remove { kind, name, uid } => {
-                        remove.execute(params![kind, name])?;
+                        remove.execute(params![kind.as_str(), name])?;
                         events::mark_gone(&tx, uid, Utc::now())?;
-                        if kind == PROJECT_KIND || kind == berth_api::GitSource::KIND {
+                        if matches!(kind, Kind::Project | Kind::GitSource) {
                             access::forget_project(&tx, uid)?;
                         }
                     }
@@ -1431,7 +1423,7 @@ fn keep_server_owned(
 fn check_rv(current: &StoredObject, expected_rv: Option<u64>) -> Result<(), StoreError> {
     match expected_rv {
         Some(expected) if expected != current.resource_version() => Err(StoreError::conflict(
-            &current.kind,
+            current.kind,
             current.name(),
             format!(
                 "{} {:?} was modified (resourceVersion {} is stale, now {}); read it again and retry",
@@ -1447,6 +1439,12 @@ fn check_rv(current: &StoredObject, expected_rv: Option<u64>) -> Result<(), Stor
 
 fn json_text<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
+}
+
+/// The kind and name an applyset inventory key (`Kind/name`) names.
+fn inventory_key(key: &str) -> Option<(Kind, &str)> {
+    let (kind, name) = key.split_once('/')?;
+    Some((kind.parse().ok()?, name))
 }
 
 /// The applyset that owns `object` (`berth.dev/applyset`), if any.
@@ -1474,10 +1472,18 @@ fn json_column<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// A kind as stored (its exact name); any other text is a corrupt row.
+fn kind_column(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<Kind> {
+    let text: String = row.get(index)?;
+    text.parse().map_err(|err| {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(err))
+    })
+}
+
 type Loaded = (
-    HashMap<String, BTreeMap<String, Arc<StoredObject>>>,
+    HashMap<Kind, BTreeMap<String, Arc<StoredObject>>>,
     HashMap<String, BTreeSet<String>>,
-    HashMap<String, (String, String)>,
+    HashMap<String, (Kind, String)>,
 );
 
 fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
@@ -1493,7 +1499,7 @@ fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
             None => None,
         };
         Ok(StoredObject {
-            kind: row.get(0)?,
+            kind: kind_column(row, 0)?,
             metadata: ObjectMeta {
                 name: row.get(1)?,
                 uid: Some(row.get(2)?),
@@ -1512,14 +1518,14 @@ fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
             },
         })
     })?;
-    let mut objects: HashMap<String, BTreeMap<String, Arc<StoredObject>>> = HashMap::new();
+    let mut objects: HashMap<Kind, BTreeMap<String, Arc<StoredObject>>> = HashMap::new();
     let mut display_names: HashMap<String, BTreeSet<String>> = HashMap::new();
     let mut uids = HashMap::new();
     for row in rows {
         let object = Arc::new(row?);
         uids.insert(
             object.uid().to_string(),
-            (object.kind.clone(), object.name().to_string()),
+            (object.kind, object.name().to_string()),
         );
         if let Some(display) = display_name_of(&object) {
             display_names
@@ -1528,7 +1534,7 @@ fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
                 .insert(object.name().to_string());
         }
         objects
-            .entry(object.kind.clone())
+            .entry(object.kind)
             .or_default()
             .insert(object.name().to_string(), object);
     }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use berth_api::{API_VERSION, ObjectMeta};
+use berth_api::{API_VERSION, Kind, ObjectMeta};
 use serde::de::DeserializeOwned;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
@@ -134,7 +134,7 @@ impl Serialize for Doc {
 /// resolved), status as the controller last wrote it (`null` when it never did).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredObject {
-    pub kind: String,
+    pub kind: Kind,
     pub metadata: ObjectMeta,
     pub spec: Doc,
     pub status: Doc,
@@ -187,9 +187,9 @@ fn redact_strings(value: &mut Value) {
 
 /// `doc` as shown: a GitSource's spec and status with the credentials of any URL redacted
 /// (one stored before such URLs were refused still has them; git reads the stored one).
-fn shown(kind: &str, doc: &Doc) -> Option<Value> {
+fn shown(kind: Kind, doc: &Doc) -> Option<Value> {
     let text = doc.as_str();
-    if kind != berth_api::GitSource::KIND || !text.contains('@') {
+    if kind != Kind::GitSource || !text.contains('@') {
         return None;
     }
     let mut value = doc.value();
@@ -205,12 +205,12 @@ impl Serialize for StoredObject {
         map.serialize_entry("apiVersion", API_VERSION)?;
         map.serialize_entry("kind", &self.kind)?;
         map.serialize_entry("metadata", &self.metadata)?;
-        match shown(&self.kind, &self.spec) {
+        match shown(self.kind, &self.spec) {
             Some(spec) => map.serialize_entry("spec", &spec)?,
             None => map.serialize_entry("spec", &self.spec)?,
         }
         if !self.status.is_null() {
-            match shown(&self.kind, &self.status) {
+            match shown(self.kind, &self.status) {
                 Some(status) => map.serialize_entry("status", &status)?,
                 None => map.serialize_entry("status", &self.status)?,
             }
@@ -223,7 +223,7 @@ impl Serialize for StoredObject {
 /// validated and defaulted by admission.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Desired {
-    pub kind: String,
+    pub kind: Kind,
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
@@ -306,7 +306,7 @@ impl ChangeType {
 #[derive(Debug, Clone)]
 pub struct Change {
     pub type_: ChangeType,
-    pub kind: String,
+    pub kind: Kind,
     pub name: String,
     pub uid: String,
     pub resource_version: u64,
@@ -325,7 +325,7 @@ impl Change {
     ) -> Self {
         Change {
             type_,
-            kind: object.kind.clone(),
+            kind: object.kind,
             name: object.name().to_string(),
             uid: object.uid().to_string(),
             resource_version: object.resource_version(),
@@ -340,12 +340,12 @@ impl Change {
 mod tests {
     use serde_json::json;
 
-    use super::{Doc, ObjectMeta, StoredObject};
+    use super::{Doc, Kind, ObjectMeta, StoredObject};
 
     #[test]
     fn a_gitsource_is_shown_without_the_credentials_of_its_url() {
         let object = StoredObject {
-            kind: "GitSource".to_string(),
+            kind: Kind::GitSource,
             metadata: ObjectMeta {
                 name: "fleet".to_string(),
                 ..ObjectMeta::default()

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use berth_api::Kind;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -93,8 +94,8 @@ pub const PROJECT_FIELDS: &[Field] = &[
 ];
 
 /// Whether `manager` may write the field `name` of a status of `kind`.
-fn owns(kind: &str, manager: FieldManager, name: &str) -> bool {
-    if manager == FieldManager::Server || kind != super::PROJECT_KIND {
+fn owns(kind: Kind, manager: FieldManager, name: &str) -> bool {
+    if manager == FieldManager::Server || kind != Kind::Project {
         return true;
     }
     PROJECT_FIELDS
@@ -106,7 +107,7 @@ fn owns(kind: &str, manager: FieldManager, name: &str) -> bool {
 /// Lays what `manager` wants (`next`) onto the `stored` status: the fields it owns take their
 /// value from `next` (absent there: removed), every other field keeps the stored one, and a
 /// sticky field is never dropped by a controller (an administrator's PUT replaces it all).
-pub fn lay_owned(kind: &str, manager: FieldManager, stored: &Value, next: Value) -> Value {
+pub fn lay_owned(kind: Kind, manager: FieldManager, stored: &Value, next: Value) -> Value {
     let Value::Object(next) = next else {
         return if manager == FieldManager::Server {
             next
@@ -136,7 +137,7 @@ pub fn lay_owned(kind: &str, manager: FieldManager, stored: &Value, next: Value)
                 merged.insert(name, value.clone());
             }
             None => {
-                let sticky = kind == super::PROJECT_KIND
+                let sticky = kind == Kind::Project
                     && manager != FieldManager::Server
                     && PROJECT_FIELDS.iter().any(|f| f.name == name && f.sticky);
                 if !sticky {
@@ -151,7 +152,7 @@ pub fn lay_owned(kind: &str, manager: FieldManager, stored: &Value, next: Value)
 /// Which object's status to write, by whom, and under what precondition.
 #[derive(Debug, Clone, Copy)]
 pub struct StatusWrite<'a> {
-    pub kind: &'a str,
+    pub kind: Kind,
     pub name: &'a str,
     pub manager: FieldManager,
     /// A resourceVersion the caller read and insists on: a conflict is then final, not retried.
@@ -161,7 +162,7 @@ pub struct StatusWrite<'a> {
 }
 
 impl<'a> StatusWrite<'a> {
-    pub fn new(kind: &'a str, name: &'a str, manager: FieldManager) -> Self {
+    pub fn new(kind: Kind, name: &'a str, manager: FieldManager) -> Self {
         StatusWrite {
             kind,
             name,
@@ -206,7 +207,7 @@ impl StatusWritten {
     }
 
     /// The object after the write; a gone object is `NotFound`, giving up a `Conflict`.
-    pub fn require(self, kind: &str, name: &str) -> Result<Arc<StoredObject>, StoreError> {
+    pub fn require(self, kind: Kind, name: &str) -> Result<Arc<StoredObject>, StoreError> {
         match self {
             StatusWritten::Written(o) | StatusWritten::Unchanged(o) => Ok(o),
             StatusWritten::Gone => Err(StoreError::not_found(kind, name)),
@@ -254,7 +255,7 @@ impl Store {
                     if write.pinned.is_none() && attempt < STATUS_WRITE_ATTEMPTS => {}
                 Err(StoreError::Conflict { .. }) if write.pinned.is_none() => {
                     tracing::warn!(
-                        kind = write.kind,
+                        kind = write.kind.as_str(),
                         name = write.name,
                         manager = write.manager.as_str(),
                         attempts = attempt,
@@ -299,28 +300,28 @@ mod tests {
         });
         // The scheduler rewrites activity; its decoded status lacks the reconciler's record.
         let next = json!({"phase": "Stopped", "activity": {"lastActiveAt": "t2"}});
-        let merged = lay_owned("Project", FieldManager::Scheduler, &stored, next);
+        let merged = lay_owned(Kind::Project, FieldManager::Scheduler, &stored, next);
         assert_eq!(merged["phase"], "Ready");
         assert_eq!(merged["activity"]["lastActiveAt"], "t2");
         assert_eq!(merged["controller"]["image"], "berth-base");
         assert_eq!(merged["seededFiles"]["/workspace/AGENTS.md"], "00");
 
         // The reconciler removes what it owns, never firstReachableAt.
-        let merged = lay_owned("Project", FieldManager::Reconciler, &stored, json!({}));
+        let merged = lay_owned(Kind::Project, FieldManager::Reconciler, &stored, json!({}));
         assert_eq!(merged.get("phase"), None);
         assert_eq!(merged["firstReachableAt"], "t0");
         assert_eq!(merged["activity"]["lastActiveAt"], "t1");
 
         // The server (an administrator's PUT) and other kinds write every field.
         let merged = lay_owned(
-            "Project",
+            Kind::Project,
             FieldManager::Server,
             &stored,
             json!({"phase": "X"}),
         );
         assert_eq!(merged, json!({"phase": "X"}));
         let merged = lay_owned(
-            "GitSource",
+            Kind::GitSource,
             FieldManager::Server,
             &json!({"a": 1}),
             json!({}),

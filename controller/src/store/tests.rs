@@ -13,7 +13,7 @@ fn open() -> (tempfile::TempDir, Store) {
 
 fn project(name: &str, spec: Value) -> Desired {
     Desired {
-        kind: "Project".into(),
+        kind: Kind::Project,
         name: name.into(),
         labels: BTreeMap::new(),
         annotations: BTreeMap::new(),
@@ -38,11 +38,11 @@ fn create_assigns_server_metadata_and_reopens_identical() {
         created
     };
     let store = Store::open(&path).unwrap();
-    assert_eq!(store.get("Project", "a").unwrap(), created);
+    assert_eq!(store.get(Kind::Project, "a").unwrap(), created);
     assert_eq!(store.get_by_uid(created.uid()).unwrap(), created);
     assert_eq!(store.resource_version(), 1);
     store
-        .delete("Project", "a", None, BTreeMap::new(), Commit::Persist)
+        .delete(Kind::Project, "a", None, BTreeMap::new(), Commit::Persist)
         .unwrap();
     assert!(store.get_by_uid(created.uid()).is_none());
     use std::os::unix::fs::PermissionsExt;
@@ -107,7 +107,7 @@ fn two_writers_with_the_same_resource_version_one_gets_conflict() {
         .filter(|r| matches!(r, Err(StoreError::Conflict { .. })))
         .count();
     assert_eq!((ok, conflicts), (1, 1), "{results:?}");
-    assert_eq!(store.get("Project", "a").unwrap().generation(), 2);
+    assert_eq!(store.get(Kind::Project, "a").unwrap().generation(), 2);
 }
 
 #[test]
@@ -134,7 +134,7 @@ fn status_and_spec_paths_are_separate() {
         .unwrap();
     let with_status = store
         .update_status(
-            "Project",
+            Kind::Project,
             "a",
             None,
             json!({"phase": "Ready"}),
@@ -148,7 +148,7 @@ fn status_and_spec_paths_are_separate() {
     // Same status again: nothing written.
     let again = store
         .update_status(
-            "Project",
+            Kind::Project,
             "a",
             None,
             json!({"phase": "Ready"}),
@@ -167,7 +167,7 @@ fn status_and_spec_paths_are_separate() {
     // A stale status write conflicts.
     assert!(matches!(
         store.update_status(
-            "Project",
+            Kind::Project,
             "a",
             Some(a.resource_version()),
             json!({}),
@@ -184,12 +184,12 @@ fn finalizers_hold_a_deletion_until_the_last_is_removed() {
         .create(project("a", json!({})), Commit::Persist)
         .unwrap();
     store
-        .set_finalizers("Project", "a", None, vec!["berth.dev/workspace".into()])
+        .set_finalizers(Kind::Project, "a", None, vec!["berth.dev/workspace".into()])
         .unwrap();
     let mut force = BTreeMap::new();
     force.insert("berth.dev/forceDelete".to_string(), "true".to_string());
     let Deletion::Deleting(held) = store
-        .delete("Project", "a", None, force, Commit::Persist)
+        .delete(Kind::Project, "a", None, force, Commit::Persist)
         .unwrap()
     else {
         panic!("a finalizer must hold the deletion");
@@ -208,23 +208,25 @@ fn finalizers_hold_a_deletion_until_the_last_is_removed() {
     assert!(still.is_deleting());
 
     assert_eq!(
-        store.set_finalizers("Project", "a", None, vec![]).unwrap(),
+        store
+            .set_finalizers(Kind::Project, "a", None, vec![])
+            .unwrap(),
         None
     );
-    assert!(store.get("Project", "a").is_none());
+    assert!(store.get(Kind::Project, "a").is_none());
 
     store
         .create(project("b", json!({})), Commit::Persist)
         .unwrap();
     assert!(matches!(
         store
-            .delete("Project", "b", None, BTreeMap::new(), Commit::Persist)
+            .delete(Kind::Project, "b", None, BTreeMap::new(), Commit::Persist)
             .unwrap(),
         Deletion::Deleted(_)
     ));
-    assert!(store.get("Project", "b").is_none());
+    assert!(store.get(Kind::Project, "b").is_none());
     assert!(matches!(
-        store.delete("Project", "b", None, BTreeMap::new(), Commit::Persist),
+        store.delete(Kind::Project, "b", None, BTreeMap::new(), Commit::Persist),
         Err(StoreError::NotFound { .. })
     ));
 }
@@ -256,14 +258,14 @@ fn writes_keep_what_the_delete_request_recorded_and_never_add_it() {
     assert_eq!(armed.metadata.annotations.get(REAPED_BY), None);
 
     store
-        .set_finalizers("Project", "a", None, vec!["berth.dev/workspace".into()])
+        .set_finalizers(Kind::Project, "a", None, vec!["berth.dev/workspace".into()])
         .unwrap();
     let recorded = BTreeMap::from([
         (FORCE_DELETE.to_string(), "true".to_string()),
         (DELETED_BY.to_string(), "unix:ann".to_string()),
     ]);
     store
-        .delete("Project", "a", None, recorded, Commit::Persist)
+        .delete(Kind::Project, "a", None, recorded, Commit::Persist)
         .unwrap();
 
     // A re-apply of the manifest (without them, or changing them) neither drops nor moves them.
@@ -273,7 +275,7 @@ fn writes_keep_what_the_delete_request_recorded_and_never_add_it() {
         assert_eq!(after.metadata.annotations[DELETED_BY], "unix:ann");
         assert!(after.is_deleting());
     }
-    let current = store.get("Project", "a").unwrap();
+    let current = store.get(Kind::Project, "a").unwrap();
     let (replaced, _) = store
         .replace(
             with("a", &[]),
@@ -344,7 +346,10 @@ fn display_names_are_unique_case_insensitively_after_trimming() {
         store.project_with_display_name("Payments Api").as_deref(),
         Some("other")
     );
-    assert_eq!(store.get("Project", "other").unwrap().uid(), other.uid());
+    assert_eq!(
+        store.get(Kind::Project, "other").unwrap().uid(),
+        other.uid()
+    );
 }
 
 #[test]
@@ -395,7 +400,7 @@ fn display_names_are_unique_in_a_batch_end_state() {
         store.project_with_display_name("alpha").as_deref(),
         Some("a")
     );
-    assert!(store.get("Project", "c").is_none());
+    assert!(store.get(Kind::Project, "c").is_none());
 }
 
 #[test]
@@ -419,12 +424,12 @@ fn a_failing_batch_writes_nothing() {
     let failure = store.apply_batch(batch, Commit::Persist).unwrap_err();
     assert_eq!(failure.index, Some(2));
     assert!(matches!(failure.error, StoreError::Conflict { .. }));
-    assert!(store.get("Project", "a").is_none());
+    assert!(store.get(Kind::Project, "a").is_none());
     assert_eq!(store.resource_version(), rv);
     assert!(feed.try_recv().is_err());
     drop(store);
     let store = Store::open(&path).unwrap();
-    assert_eq!(store.list("Project").len(), 1);
+    assert_eq!(store.list(Kind::Project).len(), 1);
     assert_eq!(store.resource_version(), rv);
 }
 
@@ -450,7 +455,7 @@ fn a_batch_is_one_transaction_and_reports_actions() {
         [Action::Unchanged, Action::Created, Action::Created]
     );
     let names: Vec<_> = store
-        .list("Project")
+        .list(Kind::Project)
         .iter()
         .map(|o| o.name().to_string())
         .collect();
@@ -464,15 +469,15 @@ fn dry_run_writes_nothing() {
         .create(project("a", json!({})), Commit::DryRun)
         .unwrap();
     assert_eq!(would.name(), "a");
-    assert!(store.get("Project", "a").is_none());
+    assert!(store.get(Kind::Project, "a").is_none());
     assert_eq!(store.resource_version(), 0);
     store
         .create(project("a", json!({})), Commit::Persist)
         .unwrap();
     store
-        .delete("Project", "a", None, BTreeMap::new(), Commit::DryRun)
+        .delete(Kind::Project, "a", None, BTreeMap::new(), Commit::DryRun)
         .unwrap();
-    assert!(store.get("Project", "a").is_some());
+    assert!(store.get(Kind::Project, "a").is_some());
 }
 
 #[test]
@@ -484,7 +489,7 @@ fn the_change_feed_reports_every_write_in_order() {
         .unwrap();
     store
         .update_status(
-            "Project",
+            Kind::Project,
             "a",
             None,
             json!({"phase": "Ready"}),
@@ -495,7 +500,7 @@ fn the_change_feed_reports_every_write_in_order() {
         .apply(project("a", json!({"x": 1})), Commit::Persist)
         .unwrap();
     store
-        .delete("Project", "a", None, BTreeMap::new(), Commit::Persist)
+        .delete(Kind::Project, "a", None, BTreeMap::new(), Commit::Persist)
         .unwrap();
     let got: Vec<_> = std::iter::from_fn(|| feed.try_recv().ok())
         .map(|c| {
@@ -534,7 +539,7 @@ fn events_repeat_by_counting() {
         .record_event(&a, EventType::Warning, "BootTimeout", "no agent after 60s")
         .unwrap();
     assert_eq!(e.count, 2);
-    let listed = store.events_for("Project", "a").unwrap();
+    let listed = store.events_for(Kind::Project, "a").unwrap();
     assert_eq!(listed.len(), 2);
     assert_eq!(listed[1].count, 2);
     assert_eq!(listed[1].type_, EventType::Warning);
@@ -544,7 +549,7 @@ fn events_repeat_by_counting() {
     store
         .record_event(&a, EventType::Normal, "Created", "container created")
         .unwrap();
-    let listed = store.events_for("Project", "a").unwrap();
+    let listed = store.events_for(Kind::Project, "a").unwrap();
     assert_eq!(listed.len(), 2);
     assert_eq!((listed[1].reason.as_str(), listed[1].count), ("Created", 2));
     assert_eq!(store.recent_events(1).unwrap()[0].reason, "Created");
@@ -554,11 +559,11 @@ fn events_repeat_by_counting() {
             .record_event(&a, EventType::Normal, "Tick", &n.to_string())
             .unwrap();
     }
-    let listed = store.events_for("Project", "a").unwrap();
+    let listed = store.events_for(Kind::Project, "a").unwrap();
     assert_eq!(listed.len() as i64, events::KEPT_PER_OBJECT);
     let last = (events::KEPT_PER_OBJECT + 4).to_string();
     assert_eq!(listed.last().unwrap().message, last);
-    assert!(store.events_for("Project", "zz").unwrap().is_empty());
+    assert!(store.events_for(Kind::Project, "zz").unwrap().is_empty());
 }
 
 #[test]
@@ -577,18 +582,18 @@ fn a_removed_objects_events_stay_until_pruned() {
     }
     let before_delete = chrono::Utc::now();
     store
-        .delete("Project", "a", None, BTreeMap::new(), Commit::Persist)
+        .delete(Kind::Project, "a", None, BTreeMap::new(), Commit::Persist)
         .unwrap();
     let after_delete = chrono::Utc::now();
     // Still listed under its name once it is gone.
-    let kept = store.events_for("Project", "a").unwrap();
+    let kept = store.events_for(Kind::Project, "a").unwrap();
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0].involved_object.uid, a.uid());
     // A project re-created under the same name starts without the old one's history.
     store
         .create(project("a", json!({})), Commit::Persist)
         .unwrap();
-    assert!(store.events_for("Project", "a").unwrap().is_empty());
+    assert!(store.events_for(Kind::Project, "a").unwrap().is_empty());
     // Nothing went before the object did; once the cutoff passes it, its events go.
     assert_eq!(store.prune_gone_events(before_delete).unwrap(), 0);
     assert_eq!(
@@ -598,7 +603,7 @@ fn a_removed_objects_events_stay_until_pruned() {
         1
     );
     assert_eq!(
-        store.events_for("Project", "b").unwrap().len(),
+        store.events_for(Kind::Project, "b").unwrap().len(),
         1,
         "b is alive"
     );
@@ -632,8 +637,8 @@ fn migrations_start_from_an_empty_file_and_back_up_an_older_schema() {
         .unwrap();
     }
     let store = Store::open(&old).unwrap();
-    assert_eq!(store.get("Project", "kept").unwrap().uid(), "u-1");
-    let a = store.get("Project", "kept").unwrap();
+    assert_eq!(store.get(Kind::Project, "kept").unwrap().uid(), "u-1");
+    let a = store.get(Kind::Project, "kept").unwrap();
     store
         .record_event(&a, EventType::Normal, "Migrated", "")
         .unwrap();
@@ -708,19 +713,20 @@ fn applysets_prune_only_their_previous_inventory() {
 
     // b is held by a finalizer: pruning marks it deleting.
     store
-        .set_finalizers("Project", "b", None, vec!["berth.dev/workspace".into()])
+        .set_finalizers(Kind::Project, "b", None, vec!["berth.dev/workspace".into()])
         .unwrap();
     let applied = store
         .apply_set("s", vec![project("a", json!({}))], true, Commit::Persist)
         .unwrap();
     assert!(matches!(applied.pruned.as_slice(), [Deletion::Deleting(o)] if o.name() == "b"));
     assert_eq!(
-        store.get("Project", "b").unwrap().metadata.annotations[berth_api::annotations::REAPED_BY],
+        store.get(Kind::Project, "b").unwrap().metadata.annotations
+            [berth_api::annotations::REAPED_BY],
         "prune",
         "a prune says so, for the trash's reason"
     );
     assert_eq!(store.applyset_inventory("s"), ["Project/a"]);
-    assert!(store.get("Project", "outside").is_some());
+    assert!(store.get(Kind::Project, "outside").is_some());
 
     // The inventory survives a restart; a failing set changes neither objects nor inventory.
     drop(store);
@@ -744,8 +750,8 @@ fn applysets_prune_only_their_previous_inventory() {
         )
         .unwrap_err();
     assert_eq!(failure.index, Some(1));
-    assert!(store.get("Project", "a").is_some());
-    assert!(store.get("Project", "c").is_none());
+    assert!(store.get(Kind::Project, "a").is_some());
+    assert!(store.get(Kind::Project, "c").is_none());
     assert_eq!(store.applyset_inventory("s"), ["Project/a"]);
 }
 
@@ -782,7 +788,7 @@ fn a_set_refusing_takeover_leaves_other_sets_objects_alone() {
     assert_eq!(
         applied.conflicts,
         [SetConflict {
-            kind: "Project".into(),
+            kind: Kind::Project,
             name: "shared".into(),
             owner: "cli".into(),
         }]
@@ -793,7 +799,7 @@ fn a_set_refusing_takeover_leaves_other_sets_objects_alone() {
         ["mine", "unowned"],
         "an object of no set is taken in"
     );
-    let shared = store.get("Project", "shared").unwrap();
+    let shared = store.get(Kind::Project, "shared").unwrap();
     assert_eq!(
         shared.spec.value()["displayName"],
         "CLI",
@@ -836,7 +842,7 @@ fn status_batches_commit_together_and_fail_per_update() {
         .unwrap();
     let mut feed = store.subscribe();
     let update = |name: &str, rv: Option<u64>, phase: &str| StatusUpdate {
-        kind: "Project".into(),
+        kind: Kind::Project,
         name: name.into(),
         expected_rv: rv,
         status: json!({"phase": phase}),
@@ -853,11 +859,11 @@ fn status_batches_commit_together_and_fail_per_update() {
     assert!(matches!(results[2], Err(StoreError::NotFound { .. })));
     assert!(matches!(results[3], Err(StoreError::Conflict { .. })));
     assert_eq!(
-        store.get("Project", "a").unwrap().status.value()["phase"],
+        store.get(Kind::Project, "a").unwrap().status.value()["phase"],
         "Ready"
     );
     assert_eq!(
-        store.get("Project", "b").unwrap().status.value()["phase"],
+        store.get(Kind::Project, "b").unwrap().status.value()["phase"],
         "Stopped"
     );
     let changes: Vec<_> = std::iter::from_fn(|| feed.try_recv().ok()).collect();
@@ -933,7 +939,7 @@ fn a_deleted_project_takes_its_tool_executions_with_it() {
     }
     assert!(matches!(
         store
-            .delete("Project", "a", None, BTreeMap::new(), Commit::Persist)
+            .delete(Kind::Project, "a", None, BTreeMap::new(), Commit::Persist)
             .unwrap(),
         Deletion::Deleted(_)
     ));
@@ -975,5 +981,5 @@ fn a_restored_project_keeps_its_uid_and_first_status() {
             "{name} {uid}: {err}"
         );
     }
-    assert!(store.get("Project", "elsewhere").is_none());
+    assert!(store.get(Kind::Project, "elsewhere").is_none());
 }

@@ -631,7 +631,7 @@ mod tests {
         let metadata: berth_api::ObjectMeta =
             serde_json::from_value(json!({"name": "p", "uid": "u-now"})).unwrap();
         let project = StoredObject {
-            kind: crate::reconcile::PROJECT_KIND.to_string(),
+            kind: berth_api::Kind::Project,
             metadata,
             spec: json!({}).into(),
             status: json!({}).into(),

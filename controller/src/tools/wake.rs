@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::blocking;
 use super::error::ToolError;
-use crate::reconcile::PROJECT_KIND;
 use crate::store::{Desired, EventType, Store, StoreError, StoredObject};
+use berth_api::Kind;
 
 /// How often the store is looked at while a woken project starts (it is in memory).
 const POLL: Duration = Duration::from_millis(200);
@@ -122,7 +122,7 @@ pub async fn ensure_awake(
 /// The stored project, if it is still the one the call was made on.
 fn fresh(store: &Store, project: &StoredObject) -> Result<Arc<StoredObject>, ToolError> {
     store
-        .get(PROJECT_KIND, project.name())
+        .get(Kind::Project, project.name())
         .filter(|o| o.uid() == project.uid())
         .ok_or_else(|| ToolError::unreachable(format!("project {:?} was deleted", project.name())))
 }
@@ -135,7 +135,7 @@ async fn wake(store: &Arc<Store>, project: &StoredObject, by: &str) -> Result<()
     blocking(move || {
         let at = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
         for _ in 0..WRITE_ATTEMPTS {
-            let Some(current) = store.get(PROJECT_KIND, &name).filter(|o| o.uid() == uid) else {
+            let Some(current) = store.get(Kind::Project, &name).filter(|o| o.uid() == uid) else {
                 return Err(ToolError::unreachable(format!(
                     "project {name:?} was deleted"
                 )));
@@ -143,7 +143,7 @@ async fn wake(store: &Arc<Store>, project: &StoredObject, by: &str) -> Result<()
             let mut annotations = current.metadata.annotations.clone();
             annotations.insert(WOKEN_AT.to_string(), at.clone());
             let desired = Desired {
-                kind: PROJECT_KIND.to_string(),
+                kind: Kind::Project,
                 name: name.clone(),
                 labels: current.metadata.labels.clone(),
                 annotations,
@@ -193,7 +193,7 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         StoredObject {
-            kind: PROJECT_KIND.to_string(),
+            kind: Kind::Project,
             metadata,
             spec: spec.into(),
             status: status.into(),

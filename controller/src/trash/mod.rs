@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use berth_api::Kind;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -33,9 +34,6 @@ use crate::store::{Doc, EventType, Store, StoreError, StoredObject};
 
 pub use names::{TrashEntry, is_trash_name, trash_name};
 pub use restore::Restore;
-
-/// The kind of the objects whose volumes the trash holds.
-const PROJECT_KIND: &str = "Project";
 
 /// How long a deleted project's volumes are kept (`trash.retention`); zero disables the trash.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -335,7 +333,7 @@ impl Trash {
     /// administrators and a member of a later project of that name does not see it.
     async fn event(&self, entry: &TrashEntry, type_: EventType, reason: &str, message: &str) {
         let gone = StoredObject {
-            kind: PROJECT_KIND.to_string(),
+            kind: Kind::Project,
             metadata: berth_api::ObjectMeta {
                 name: entry.name.clone(),
                 uid: Some(entry.uid.clone()),

@@ -11,10 +11,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use berth_api::Kind;
 use serde_json::{Value, json};
 
 use super::names::{self, TrashEntry};
-use super::{PROJECT_KIND, Trash, TrashError, cleared, target};
+use super::{Trash, TrashError, cleared, target};
 use crate::runtime::Runtime;
 use crate::store::{Desired, EventType, StoredObject};
 
@@ -56,7 +57,7 @@ impl Trash {
             .new_name
             .clone()
             .unwrap_or_else(|| entry.name.clone());
-        if self.store.get(PROJECT_KIND, &name).is_some() {
+        if self.store.get(Kind::Project, &name).is_some() {
             return Err(TrashError::Conflict(format!(
                 "project {name:?} exists; restore under another name with --as NEW"
             )));
@@ -87,7 +88,7 @@ impl Trash {
         self.move_back(runtime, &entry, &uid).await?;
 
         let desired = Desired {
-            kind: PROJECT_KIND.to_string(),
+            kind: Kind::Project,
             name: name.clone(),
             labels: entry.labels.clone(),
             annotations: BTreeMap::new(),

@@ -3,6 +3,7 @@
 //! same or a new uid; housekeeping purges what expired.
 
 use crate::store::Commit;
+use berth_api::Kind;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,9 +14,7 @@ use serde_json::{Value, json};
 use super::{Restore, Trash, TrashError, TrashSettings, is_trash_name};
 use crate::layout::{DurableLayout, FINALIZER, UID_LABEL};
 use crate::metrics::Metrics;
-use crate::reconcile::{
-    Action, Context, ControllerSettings, NoLaterSteps, PROJECT_KIND, WorkQueue, project,
-};
+use crate::reconcile::{Action, Context, ControllerSettings, NoLaterSteps, WorkQueue, project};
 use crate::runtime::fake::{FakeRuntime, Fault};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::store::{Desired, Store};
@@ -71,7 +70,7 @@ impl Setup {
         self.store
             .apply(
                 Desired {
-                    kind: PROJECT_KIND.into(),
+                    kind: Kind::Project,
                     name: name.into(),
                     labels: BTreeMap::from([("team".into(), "pay".into())]),
                     annotations: BTreeMap::new(),
@@ -99,7 +98,7 @@ impl Setup {
 
     fn uid(&self, name: &str) -> String {
         self.store
-            .get(PROJECT_KIND, name)
+            .get(Kind::Project, name)
             .unwrap()
             .uid()
             .to_string()
@@ -129,7 +128,7 @@ impl Setup {
             annotations.insert(k.to_string(), v.to_string());
         }
         self.store
-            .delete(PROJECT_KIND, name, None, annotations, Commit::Persist)
+            .delete(Kind::Project, name, None, annotations, Commit::Persist)
             .unwrap();
     }
 
@@ -162,7 +161,7 @@ async fn a_deletion_moves_the_volumes_to_the_trash_with_its_record() {
     let uid = s.project("p").await;
     s.delete("p", &[]);
     s.converge("p").await;
-    assert!(s.store.get(PROJECT_KIND, "p").is_none());
+    assert!(s.store.get(Kind::Project, "p").is_none());
     assert_eq!(s.fake.count("delete_volume"), 0, "nothing is deleted");
     let volumes = s.volumes();
     assert_eq!(volumes.len(), 2, "{volumes:?}");
@@ -227,7 +226,7 @@ async fn a_crash_between_labelling_and_renaming_loses_and_duplicates_nothing() {
     s.fake.fault_method("rename_volume", Fault::LoseReply);
     let errors = s.converge("p").await;
     assert!(!errors.is_empty(), "the injected faults surfaced");
-    assert!(s.store.get(PROJECT_KIND, "p").is_none());
+    assert!(s.store.get(Kind::Project, "p").is_none());
     let mut expected: Vec<String> = live_names(&uid)
         .iter()
         .map(|n| super::trash_name(n))
@@ -259,7 +258,7 @@ async fn a_volume_labelled_but_not_renamed_is_not_in_the_trash_while_its_project
         let _ = project::reconcile(&s.ctx, "p").await;
     }
     assert_eq!(s.fake.count("rename_volume"), 1);
-    assert!(s.store.get(PROJECT_KIND, "p").is_some(), "still deleting");
+    assert!(s.store.get(Kind::Project, "p").is_some(), "still deleting");
     assert!(
         s.volumes().iter().any(|v| s
             .fake
@@ -314,7 +313,7 @@ async fn a_restore_keeps_the_uid_and_the_project_comes_back_up_on_its_volumes() 
         );
     }
     assert!(s.trash.entries(&*s.fake).await.unwrap().is_empty());
-    let events = s.store.events_for(PROJECT_KIND, "p").unwrap();
+    let events = s.store.events_for(Kind::Project, "p").unwrap();
     let restored = events
         .iter()
         .find(|e| e.reason == "Restored")
@@ -449,7 +448,7 @@ async fn purged_deletions_and_a_disabled_trash_delete_the_volumes() {
         s.project("p").await;
         s.delete("p", &extra);
         s.converge("p").await;
-        assert!(s.store.get(PROJECT_KIND, "p").is_none());
+        assert!(s.store.get(Kind::Project, "p").is_none());
         assert!(
             s.volumes().is_empty(),
             "{retention:?} {extra:?}: {:?}",
@@ -505,7 +504,7 @@ async fn housekeeping_purges_what_expired_with_an_event() {
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].uid, fresh);
     assert_eq!(s.metrics.trash_volumes.get(), 2);
-    let events = s.store.events_for(PROJECT_KIND, "old").unwrap();
+    let events = s.store.events_for(Kind::Project, "old").unwrap();
     let event = events
         .iter()
         .find(|e| e.reason == "TrashPurged")
@@ -517,7 +516,7 @@ async fn housekeeping_purges_what_expired_with_an_event() {
 #[test]
 fn the_reason_and_who_come_from_the_deletion_annotations() {
     let object = |pairs: &[(&str, &str)]| crate::store::StoredObject {
-        kind: PROJECT_KIND.into(),
+        kind: Kind::Project,
         metadata: berth_api::ObjectMeta {
             name: "p".into(),
             uid: Some("u".into()),
@@ -583,7 +582,7 @@ async fn an_interrupted_restore_stays_in_the_trash_and_finishes_when_asked_again
         .restore(&*s.fake, s.restore(&uid, None))
         .await
         .unwrap_err();
-    assert!(s.store.get(PROJECT_KIND, "p").is_none());
+    assert!(s.store.get(Kind::Project, "p").is_none());
     let volumes = s.volumes();
     assert_eq!(
         volumes.iter().filter(|v| is_trash_name(v)).count(),

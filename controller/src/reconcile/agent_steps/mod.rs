@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use berth_api::{
-    AgentProfileSpec, ConditionStatus, ProjectSpec, ProjectStatus, Step, condition_types,
+    AgentProfileSpec, ConditionStatus, Kind, ProjectSpec, ProjectStatus, Step, condition_types,
 };
 use chrono::{DateTime, Utc};
 
@@ -27,7 +27,6 @@ mod secrets;
 mod watch;
 
 use super::steps::{LaterSteps, StepContext, StepError, StepOutcome, asked_for};
-use super::{PROFILE_KIND, PROJECT_KIND};
 use crate::agent::{self, AgentError, WrittenFiles};
 use crate::runtime::Runtime;
 use crate::secrets::Secrets;
@@ -129,7 +128,10 @@ impl AgentSteps {
         spec.profiles()
             .into_iter()
             .map(|name| {
-                let object = self.store.get(PROFILE_KIND, &name).ok_or(name.clone())?;
+                let object = self
+                    .store
+                    .get(Kind::AgentProfile, &name)
+                    .ok_or(name.clone())?;
                 let profile = object
                     .spec
                     .decode::<AgentProfileSpec>()
@@ -146,7 +148,7 @@ impl AgentSteps {
         spec.profiles()
             .into_iter()
             .map(|name| {
-                let object = self.store.get(PROFILE_KIND, &name)?;
+                let object = self.store.get(Kind::AgentProfile, &name)?;
                 Some((name, profile_revision(&object)))
             })
             .collect()
@@ -160,18 +162,18 @@ impl AgentSteps {
         change: impl FnMut(&mut ProjectStatus),
     ) -> Result<(), crate::store::StoreError> {
         let mut change = change;
-        let write = StatusWrite::new(PROJECT_KIND, name, FieldManager::AgentSteps);
+        let write = StatusWrite::new(Kind::Project, name, FieldManager::AgentSteps);
         match self
             .store
             .write_status_typed(write, |status, _| change(status))?
         {
             StatusWritten::Gone => Ok(()),
-            written => written.require(PROJECT_KIND, name).map(|_| ()),
+            written => written.require(Kind::Project, name).map(|_| ()),
         }
     }
 
     fn event(&self, name: &str, type_: EventType, reason: &str, message: &str) {
-        if let Some(object) = self.store.get(PROJECT_KIND, name) {
+        if let Some(object) = self.store.get(Kind::Project, name) {
             self.store.record_or_warn(&object, type_, reason, message);
         }
     }
@@ -200,7 +202,7 @@ impl AgentSteps {
         message: &str,
         mut also: impl FnMut(&mut ProjectStatus),
     ) -> Result<(), StepError> {
-        let Some(object) = self.store.get(PROJECT_KIND, name) else {
+        let Some(object) = self.store.get(Kind::Project, name) else {
             return Ok(());
         };
         let generation = object.generation();
@@ -454,7 +456,7 @@ impl AgentSteps {
     }
 
     async fn briefed(&self, project: &StepContext<'_>) -> Result<StepOutcome, StepError> {
-        let Some(object) = self.store.get(PROJECT_KIND, project.name) else {
+        let Some(object) = self.store.get(Kind::Project, project.name) else {
             return Ok(StepOutcome::Done);
         };
         let status = decode_status(&object);
@@ -503,7 +505,7 @@ impl AgentSteps {
 
     fn status(&self, name: &str) -> ProjectStatus {
         self.store
-            .get(PROJECT_KIND, name)
+            .get(Kind::Project, name)
             .map(|o| decode_status(&o))
             .unwrap_or_default()
     }
@@ -779,9 +781,9 @@ mod fake_runtime_tests {
         steps: AgentSteps,
     }
 
-    fn desired(kind: &str, name: &str, spec: Value) -> Desired {
+    fn desired(kind: Kind, name: &str, spec: Value) -> Desired {
         Desired {
-            kind: kind.into(),
+            kind,
             name: name.into(),
             labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
@@ -795,12 +797,12 @@ mod fake_runtime_tests {
         let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
         let secrets = Arc::new(Secrets::open(store.clone(), dir.path()).unwrap());
         store
-            .apply(desired(PROJECT_KIND, "p", spec), Commit::Persist)
+            .apply(desired(Kind::Project, "p", spec), Commit::Persist)
             .unwrap();
         store
             .apply(
                 desired(
-                    PROFILE_KIND,
+                    Kind::AgentProfile,
                     "shell",
                     json!({"home": "/root/.shell", "install": {"check": "true"},
                         "runner": {"command": ["true"]}}),
@@ -842,17 +844,17 @@ mod fake_runtime_tests {
     fn write_status(setup: &Setup, status: Value) {
         setup
             .store
-            .update_status(PROJECT_KIND, "p", None, status, Commit::Persist)
+            .update_status(Kind::Project, "p", None, status, Commit::Persist)
             .unwrap();
     }
 
     fn condition(setup: &Setup, type_: &str) -> Option<berth_api::Condition> {
-        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        let object = setup.store.get(Kind::Project, "p").unwrap();
         berth_api::find_condition(&decode_status(&object).conditions, type_).cloned()
     }
 
     async fn run(setup: &Setup, step: Step) -> StepOutcome {
-        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        let object = setup.store.get(Kind::Project, "p").unwrap();
         let spec: ProjectSpec = object.spec.decode().unwrap();
         let context = StepContext {
             name: "p",
@@ -905,7 +907,7 @@ mod fake_runtime_tests {
     async fn the_brief_id_is_recorded_before_the_runner_starts() {
         let setup = setup(json!({"agent": "shell", "brief": "hi"}));
         container(&setup, crate::runtime::InstanceStatus::Running);
-        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        let object = setup.store.get(Kind::Project, "p").unwrap();
         let expected = brief_id(object.uid(), "hi");
         // What the store holds at the moment the runner is started.
         let store = setup.store.clone();
@@ -914,7 +916,7 @@ mod fake_runtime_tests {
         setup.fake.on_exec(move |_, request| {
             let starts_runner = request.command.iter().any(|a| a.contains("PID_FILE"));
             if starts_runner {
-                let status = store.get(PROJECT_KIND, "p").unwrap().status.clone();
+                let status = store.get(Kind::Project, "p").unwrap().status.clone();
                 *seen_by_exec.lock().unwrap() = status.get("briefId");
             }
             starts_runner.then(|| {
@@ -933,7 +935,7 @@ mod fake_runtime_tests {
     async fn a_new_brief_is_due_again_and_waits_for_the_previous_runner() {
         let setup = setup(json!({"agent": "shell", "brief": "second"}));
         container(&setup, crate::runtime::InstanceStatus::Running);
-        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        let object = setup.store.get(Kind::Project, "p").unwrap();
         let (uid, first) = (object.uid().to_string(), brief_id(object.uid(), "first"));
         let spec: ProjectSpec = object.spec.decode().unwrap();
         let context = StepContext {
@@ -982,7 +984,7 @@ mod fake_runtime_tests {
             message.contains(&first) && message.contains("berth answer"),
             "{message}"
         );
-        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        let object = setup.store.get(Kind::Project, "p").unwrap();
         let second = brief_id(object.uid(), "second");
         assert_eq!(object.status.value()["briefId"], second.as_str());
         assert_eq!(setup.steps.outdated(&context, Step::Briefed), None);
@@ -1010,11 +1012,11 @@ mod fake_runtime_tests {
                 .extend(extra.as_object().unwrap().clone());
             setup
                 .store
-                .apply(desired(PROFILE_KIND, "shell", spec), Commit::Persist)
+                .apply(desired(Kind::AgentProfile, "shell", spec), Commit::Persist)
                 .unwrap();
         };
         let outdated = || {
-            let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+            let object = setup.store.get(Kind::Project, "p").unwrap();
             let spec: ProjectSpec = object.spec.decode().unwrap();
             let context = StepContext {
                 name: "p",
@@ -1051,7 +1053,7 @@ mod fake_runtime_tests {
             .store
             .apply(
                 desired(
-                    PROFILE_KIND,
+                    Kind::AgentProfile,
                     "extra",
                     json!({"home": "/root/.extra", "install": {"check": "true"},
                         "runner": {"command": ["true"]}}),
@@ -1062,7 +1064,7 @@ mod fake_runtime_tests {
         let project = |spec: Value| {
             setup
                 .store
-                .apply(desired(PROJECT_KIND, "p", spec), Commit::Persist)
+                .apply(desired(Kind::Project, "p", spec), Commit::Persist)
                 .unwrap();
         };
         project(json!({"agent": "shell", "agents": ["extra"]}));
@@ -1090,11 +1092,11 @@ mod fake_runtime_tests {
         let spec = ProjectSpec::default();
         assert!(setup.steps.sync_secrets("p", &spec, 0).await.is_ok());
         assert_eq!(condition(&setup, SECRETS_SYNCED), None);
-        let object = setup.store.get(PROJECT_KIND, "p").unwrap();
+        let object = setup.store.get(Kind::Project, "p").unwrap();
         assert!(
             setup
                 .store
-                .events_for(PROJECT_KIND, "p")
+                .events_for(Kind::Project, "p")
                 .unwrap()
                 .is_empty()
         );
@@ -1210,7 +1212,7 @@ mod fake_runtime_tests {
             .store
             .apply(
                 desired(
-                    PROFILE_KIND,
+                    Kind::AgentProfile,
                     "extra",
                     json!({"home": "/root/.extra", "install": {"check": "extra-check"},
                         "runner": {"command": ["true"]}}),

@@ -9,9 +9,9 @@ use chrono::Utc;
 
 use super::{AgentSteps, SECRETS_SYNCED, decode_status};
 use crate::agent::{self, WrittenFiles};
-use crate::reconcile::PROJECT_KIND;
 use crate::runtime::{InstancePatch, RuntimeError};
 use crate::store::{EventType, StoredObject};
+use berth_api::Kind;
 
 /// Prefix of the LXD config keys that put a value into every process's environment.
 const LXD_ENV_PREFIX: &str = "environment.";
@@ -33,7 +33,7 @@ impl AgentSteps {
         spec: &ProjectSpec,
         revision: u64,
     ) -> Result<(), String> {
-        let Some(object) = self.store.get(PROJECT_KIND, name) else {
+        let Some(object) = self.store.get(Kind::Project, name) else {
             return Ok(());
         };
         let uid = object.uid().to_string();

@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use berth_api::{Phase, PowerState, ProjectSpec, Step};
+use berth_api::{Kind, Phase, PowerState, ProjectSpec, Step};
 use tokio_util::sync::CancellationToken;
 
 use super::{AgentSteps, agent_changed, apply_report, decode_status};
 use crate::agent::{self, AgentError};
-use crate::reconcile::{PROJECT_KIND, WorkQueue};
+use crate::reconcile::WorkQueue;
 use crate::store::EventType;
 
 /// What following a provisioned project calls for.
@@ -48,7 +48,7 @@ impl AgentSteps {
                     _ = tick.tick() => {
                         let names: Vec<String> = this
                             .store
-                            .list(PROJECT_KIND)
+                            .list(Kind::Project)
                             .iter()
                             .map(|o| o.name().to_string())
                             .collect();
@@ -90,7 +90,7 @@ impl AgentSteps {
 
     /// What [`Self::follow`] has to do for the project as stored now, if anything.
     fn follow_up(&self, name: &str) -> Option<FollowUp> {
-        let object = self.store.get(PROJECT_KIND, name)?;
+        let object = self.store.get(Kind::Project, name)?;
         if object.is_deleting() {
             return None;
         }
@@ -129,7 +129,7 @@ impl AgentSteps {
         let Some(report) = agent::read_agent_status(&*self.runtime, name).await? else {
             return Ok(());
         };
-        let Some(object) = self.store.get(PROJECT_KIND, name) else {
+        let Some(object) = self.store.get(Kind::Project, name) else {
             return Ok(());
         };
         let status = decode_status(&object);

@@ -25,7 +25,6 @@ use berth_api::{
 use tokio::time::Instant;
 
 use crate::layout::{DurableLayout, LABEL_PREFIX, uid_label};
-use crate::reconcile::PROJECT_KIND;
 use crate::reconcile::status::{Draft, ever_reachable};
 use crate::reconcile::{Context, ReconcileError};
 use crate::runtime::{ImageSource, InstanceStatus, StopOptions};
@@ -36,6 +35,7 @@ use crate::workspace::inspect::{self, InspectError, Inspection};
 use crate::workspace::inspection_instance::{self, VolumeInspection};
 use crate::workspace::look;
 use crate::workspace::protection::{self as policy, protections, reasons_text};
+use berth_api::Kind;
 
 /// Ready's message while the teardown goes ahead.
 pub const REMOVING: &str = "removing the container and the volumes";
@@ -375,7 +375,7 @@ fn release(draft: &mut Draft) {
 /// The write says when there was no hold to clear (`Unchanged`) or it gave up.
 pub fn release_forced(store: &Store, name: &str) -> Result<StatusWritten, StoreError> {
     store.write_status(
-        StatusWrite::new(PROJECT_KIND, name, FieldManager::Reconciler),
+        StatusWrite::new(Kind::Project, name, FieldManager::Reconciler),
         |object| {
             let mut draft = Draft::from_object(object);
             release(&mut draft);
@@ -502,7 +502,7 @@ mod held {
         store
             .apply(
                 Desired {
-                    kind: PROJECT_KIND.into(),
+                    kind: Kind::Project,
                     name: name.into(),
                     labels: BTreeMap::new(),
                     annotations: BTreeMap::new(),
@@ -514,14 +514,14 @@ mod held {
             .unwrap();
         store
             .update_status(
-                PROJECT_KIND,
+                Kind::Project,
                 name,
                 None,
                 json!({"phase": "Ready", "step": "Reachable"}),
                 Commit::Persist,
             )
             .unwrap();
-        let uid = store.get(PROJECT_KIND, name).unwrap().uid().to_string();
+        let uid = store.get(Kind::Project, name).unwrap().uid().to_string();
         s.fake.insert_instance(Instance {
             name: name.into(),
             status: InstanceStatus::Running,
@@ -535,9 +535,9 @@ mod held {
             state: None,
         });
         store
-            .delete(PROJECT_KIND, name, None, annotations, Commit::Persist)
+            .delete(Kind::Project, name, None, annotations, Commit::Persist)
             .unwrap();
-        store.get(PROJECT_KIND, name).unwrap()
+        store.get(Kind::Project, name).unwrap()
     }
 
     fn condition(draft: &Draft) -> Option<(ConditionStatus, String)> {
@@ -581,7 +581,7 @@ mod held {
             condition(&draft),
             Some((ConditionStatus::True, "UnsavedWork".into()))
         );
-        let events = s.ctx.store.events_for(PROJECT_KIND, "p").unwrap();
+        let events = s.ctx.store.events_for(Kind::Project, "p").unwrap();
         assert!(events.iter().any(|e| e.reason == "DeletionBlocked"));
         let held = ready_message(&draft);
         assert!(
@@ -694,7 +694,7 @@ mod held {
         status["controller"] = json!({"image": "berth-base"});
         s.ctx
             .store
-            .update_status(PROJECT_KIND, "p", None, status, Commit::Persist)
+            .update_status(Kind::Project, "p", None, status, Commit::Persist)
             .unwrap();
         let released = release_forced(&s.ctx.store, "p").unwrap();
         let StatusWritten::Written(released) = released else {

@@ -106,7 +106,7 @@ impl Setup {
         store
             .apply(
                 Desired {
-                    kind: PROJECT_KIND.into(),
+                    kind: Kind::Project,
                     name: name.into(),
                     labels: BTreeMap::new(),
                     annotations: BTreeMap::new(),
@@ -117,9 +117,9 @@ impl Setup {
             )
             .unwrap();
         store
-            .update_status(PROJECT_KIND, name, None, status, Commit::Persist)
+            .update_status(Kind::Project, name, None, status, Commit::Persist)
             .unwrap();
-        let uid = store.get(PROJECT_KIND, name).unwrap().uid().to_string();
+        let uid = store.get(Kind::Project, name).unwrap().uid().to_string();
         let volume = DurableLayout::workspace_volume(&uid);
         futures::executor::block_on(self.fake.create_volume(&CreateVolume {
             pool: "default".into(),
@@ -174,14 +174,14 @@ impl Setup {
             });
         }
         store
-            .delete(PROJECT_KIND, name, None, BTreeMap::new(), Commit::Persist)
+            .delete(Kind::Project, name, None, BTreeMap::new(), Commit::Persist)
             .unwrap();
-        store.get(PROJECT_KIND, name).unwrap()
+        store.get(Kind::Project, name).unwrap()
     }
 
     /// One teardown attempt, as the reconciler runs it.
     pub async fn teardown(&self, name: &str) -> Action {
-        let object = self.ctx.store.get(PROJECT_KIND, name).unwrap();
+        let object = self.ctx.store.get(Kind::Project, name).unwrap();
         let draft = Draft::from_object(&object);
         crate::reconcile::finalizer::finalize(&self.ctx, &object, draft)
             .await
@@ -195,7 +195,7 @@ impl Setup {
     }
 
     pub fn blocked(&self, name: &str) -> Option<(String, String)> {
-        let object = self.ctx.store.get(PROJECT_KIND, name)?;
+        let object = self.ctx.store.get(Kind::Project, name)?;
         let draft = Draft::from_object(&object);
         draft
             .condition(condition_types::DELETION_BLOCKED)
@@ -228,7 +228,7 @@ fn regressed() -> Value {
 fn uid_of(s: &Setup, name: &str) -> String {
     s.ctx
         .store
-        .get(PROJECT_KIND, name)
+        .get(Kind::Project, name)
         .unwrap()
         .uid()
         .to_string()
@@ -573,13 +573,13 @@ async fn an_image_changed_to_a_typo_still_has_its_deletion_held() {
         let finalizers = s
             .ctx
             .store
-            .get(PROJECT_KIND, "p")
+            .get(Kind::Project, "p")
             .map(|o| o.metadata.finalizers.clone());
         s.ctx
             .store
             .apply(
                 Desired {
-                    kind: PROJECT_KIND.into(),
+                    kind: Kind::Project,
                     name: "p".into(),
                     labels: BTreeMap::new(),
                     annotations: BTreeMap::new(),
@@ -595,7 +595,7 @@ async fn an_image_changed_to_a_typo_still_has_its_deletion_held() {
     let status = |s: &Setup| -> ProjectStatus {
         s.ctx
             .store
-            .get(PROJECT_KIND, "p")
+            .get(Kind::Project, "p")
             .unwrap()
             .status
             .decode()
@@ -621,7 +621,7 @@ async fn an_image_changed_to_a_typo_still_has_its_deletion_held() {
     // A plain delete inspects the volume and holds.
     s.ctx
         .store
-        .delete(PROJECT_KIND, "p", None, BTreeMap::new(), Commit::Persist)
+        .delete(Kind::Project, "p", None, BTreeMap::new(), Commit::Persist)
         .unwrap();
     reconcile(&s, "p", 3).await;
     assert_eq!(s.blocked("p").map(|b| b.0), Some("UnsavedWork".to_string()));
@@ -659,7 +659,7 @@ async fn a_leftover_inspection_instance_does_not_strand_a_forced_deletion() {
     annotations.insert(berth_api::annotations::FORCE_DELETE.into(), "true".into());
     s.ctx
         .store
-        .delete(PROJECT_KIND, "p", None, annotations, Commit::Persist)
+        .delete(Kind::Project, "p", None, annotations, Commit::Persist)
         .unwrap();
     assert!(matches!(s.teardown("p").await, Action::Done));
     assert!(!s.workspace_kept(&uid));
@@ -870,7 +870,7 @@ async fn randomized_deletions_never_destroy_protected_work() {
 
         let mut done = false;
         for _ in 0..4 {
-            let object = s.ctx.store.get(PROJECT_KIND, name).unwrap();
+            let object = s.ctx.store.get(Kind::Project, name).unwrap();
             let draft = Draft::from_object(&object);
             let result = crate::reconcile::finalizer::finalize(&s.ctx, &object, draft).await;
             s.ctx.held.forget(&uid);

@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_api::{Phase, reasons};
+use berth_api::{Kind, Phase, reasons};
 
 use crate::layout::{DurableLayout, FINALIZER, LABEL_PREFIX, uid_label};
 use crate::reconcile::project::{commit, store_call};
 use crate::reconcile::status::Draft;
-use crate::reconcile::{Action, Context, PROJECT_KIND, ReconcileError};
+use crate::reconcile::{Action, Context, ReconcileError};
 use crate::runtime::StopOptions;
 use crate::store::StoredObject;
 use crate::workspace::inspection_instance;
@@ -93,7 +93,7 @@ pub async fn finalize(
         .collect();
     let project = name.to_string();
     store_call(ctx, move |store| {
-        store.set_finalizers(PROJECT_KIND, &project, None, finalizers)
+        store.set_finalizers(Kind::Project, &project, None, finalizers)
     })
     .await?;
     ctx.queue.forget(name);

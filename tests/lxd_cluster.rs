@@ -4,89 +4,21 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use berth::lxd::{Endpoint, HttpsEndpoint, LxdClient, LxdConfig};
+use berth::lxd::{Endpoint, LxdClient, LxdConfig};
 use berth::runtime::{CreateVolume, EventKind, ExecRequest, Runtime, RuntimeError, StopOptions};
 use futures::StreamExt;
+use support::cluster::{Cluster, ClusterHold};
 use support::lxd::{Cleanup, OP_TIMEOUT, POOL, TINY, create, request, unique_name};
 
-/// What `scripts/lxd-cluster env` prints.
-struct Cluster {
-    env: BTreeMap<String, String>,
-}
-
-impl Cluster {
-    fn get(&self, key: &str) -> String {
-        self.env
-            .get(key)
-            .cloned()
-            .unwrap_or_else(|| panic!("scripts/lxd-cluster env did not print {key}"))
-    }
-
-    fn members(&self) -> Vec<String> {
-        self.get("BERTH_LXD_CLUSTER_MEMBERS")
-            .split(',')
-            .map(str::to_string)
-            .collect()
-    }
-
-    fn https(&self, endpoint_key: &str, fingerprint: &str) -> HttpsEndpoint {
-        HttpsEndpoint {
-            url: self.get(endpoint_key),
-            client_cert: PathBuf::from(self.get("BERTH_LXD_CLUSTER_CLIENT_CERT")),
-            client_key: PathBuf::from(self.get("BERTH_LXD_CLUSTER_CLIENT_KEY")),
-            server_fingerprint: fingerprint.to_string(),
-        }
-    }
-
-    fn config(&self, endpoint_key: &str) -> LxdConfig {
-        let mut config = LxdConfig::new(Endpoint::Https(
-            self.https(endpoint_key, &self.get("BERTH_LXD_CLUSTER_FINGERPRINT")),
-        ));
-        config.request_timeout = OP_TIMEOUT;
-        config
-    }
-}
-
-/// Brings the cluster up once per test binary (quick when it already is) and reads its
-/// coordinates; fails the test with the script's own message when it cannot.
+/// The cluster, used alongside the other tests that only use it (never while a test stops or
+/// evacuates a member).
 fn cluster() -> &'static Cluster {
-    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
-    CLUSTER.get_or_init(|| {
-        let script = std::env::var("BERTH_LXD_CLUSTER_SCRIPT").unwrap_or_else(|_| {
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/lxd-cluster").to_string()
-        });
-        let run = |arg: &str| {
-            let out = std::process::Command::new("bash")
-                .args([&script, arg])
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run {script} {arg}: {e}"));
-            assert!(
-                out.status.success(),
-                "{script} {arg} failed:\n{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
-        run("up");
-        let env = run("env")
-            .lines()
-            .filter_map(|line| line.strip_prefix("export "))
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| {
-                (
-                    k.to_string(),
-                    v.trim_matches('\'').trim_matches('"').to_string(),
-                )
-            })
-            .collect();
-        Cluster { env }
-    })
+    static HOLD: OnceLock<ClusterHold> = OnceLock::new();
+    HOLD.get_or_init(ClusterHold::shared);
+    support::cluster::cluster()
 }
 
 async fn connect(endpoint_key: &str) -> LxdClient {

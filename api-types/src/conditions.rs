@@ -40,7 +40,13 @@ pub mod reasons {
     pub const STEP_TIMEOUT: &str = "StepTimeout";
     /// A step failed; the message names the step and carries the cause.
     pub const STEP_FAILED: &str = "StepFailed";
+    /// The cluster member holding the project is offline: berth waits for it.
     pub const MEMBER_OFFLINE: &str = "MemberOffline";
+    /// The cluster member holding the project is evacuated: its container stays stopped there
+    /// until the member is restored.
+    pub const MEMBER_EVACUATED: &str = "MemberEvacuated";
+    /// No cluster member may take a new project (none online, or `lxd.target` names no member).
+    pub const NO_MEMBER_AVAILABLE: &str = "NoMemberAvailable";
     pub const QUOTA_NOT_ENFORCED: &str = "QuotaNotEnforced";
     pub const BRIEF_NOT_ACKNOWLEDGED: &str = "BriefNotAcknowledged";
     pub const RECONCILE_PAUSED: &str = "ReconcilePaused";

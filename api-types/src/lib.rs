@@ -42,6 +42,7 @@ pub mod gitsource;
 pub mod meta;
 pub mod naming;
 pub mod object;
+pub mod power;
 pub mod profile;
 pub mod project;
 pub mod quantity;

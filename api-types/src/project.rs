@@ -456,6 +456,11 @@ pub struct ProjectStatus {
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<ContainerStatus>,
+    /// The LXD cluster member the project is placed on: decided once, before its volumes and
+    /// first container are created, and never changed, since its volumes live there. Absent on a
+    /// single (not clustered) LXD server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
     /// The agent's own summary of its work, recorded once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,

@@ -315,6 +315,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         let inspector = Arc::clone(&inspector);
         state.with_readiness_check("lxd", Arc::new(move || inspector.reachability()))
     };
+    // The console's cookies are `Secure` where the TCP listener speaks HTTPS.
+    let state = if listeners.tls.is_some() {
+        state.with_console_over_tls()
+    } else {
+        state
+    };
     let state = Arc::new(state);
     let preview_server = preview_listener.map(|listener| {
         tokio::spawn(api::serve_previews(
@@ -480,7 +486,8 @@ fn lxd_client_config(
     )?;
     let mut config = crate::lxd::LxdConfig::new(endpoint);
     config.project = settings.project.clone();
-    config.target = Some(settings.target.trim().to_string()).filter(|t| !t.is_empty());
+    // No default target: the controller places each project on a member itself
+    // (`reconcile::placement`) and names it in every call that creates something.
     config.observer = Some(Arc::clone(metrics) as Arc<dyn crate::lxd::RequestObserver>);
     Ok(config)
 }

@@ -17,6 +17,7 @@ pub mod selector;
 mod server;
 mod tools;
 mod trash;
+mod ui;
 mod users;
 mod watch;
 
@@ -101,6 +102,8 @@ pub struct ApiState {
     pub trash: Option<Arc<crate::trash::Trash>>,
     /// Preview tickets and the way into containers' ports; without it port-forward answers 503.
     pub previews: Option<Arc<crate::preview::Previews>>,
+    /// The web console's sessions and sign-in tokens.
+    pub console: ui::Console,
 }
 
 impl ApiState {
@@ -129,7 +132,14 @@ impl ApiState {
             inspector,
             trash: None,
             previews: None,
+            console: ui::Console::default(),
         }
+    }
+
+    /// Marks the console's cookies `Secure` on the TCP listener, which speaks HTTPS.
+    pub fn with_console_over_tls(mut self) -> Self {
+        self.console.tls = true;
+        self
     }
 
     /// Serves the trash routes.

@@ -23,7 +23,7 @@ use super::selector::LabelSelector;
 use super::watch;
 use super::{
     ApiState, Body, Caller, Transport, attach, containers, members, preview, probes, secrets,
-    tools, trash, users,
+    tools, trash, ui, users,
 };
 use crate::store::{
     Action, AppliedSet, Commit, Deletion, Expected, FieldManager, StatusWrite, StoredObject,
@@ -41,26 +41,44 @@ pub async fn handle(
 ) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    // The console signs its own people in (a session cookie or a bearer token), on either
+    // listener: whoever reaches it through `berth ui`'s loopback port is no local admin.
+    if ui::serves(&path) {
+        return ui::handle(state, caller.transport, req).await;
+    }
     let authenticated =
         if caller.transport == Transport::Tcp && !access::is_public(path.trim_end_matches('/')) {
             access::authenticate_tcp(&state, req.headers())
         } else {
             Ok(caller)
         };
-    let (caller, routed) = match authenticated {
-        Ok(caller) => {
-            let routed = route(&state, &caller, req).await;
-            (caller, routed)
-        }
-        Err(err) => (
-            Caller {
+    match authenticated {
+        Ok(caller) => handle_as(&state, &caller, req).await,
+        Err(err) => {
+            let anonymous = Caller {
                 identity: "anonymous".to_string(),
                 transport: Transport::Tcp,
                 admin: false,
-            },
-            Err(err),
-        ),
-    };
+            };
+            respond(&anonymous, &method, &path, Err(err))
+        }
+    }
+}
+
+/// Serves `req` for a caller already known: the console's calls on behalf of its sessions.
+pub(super) async fn handle_as(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let routed = route(state, caller, req).await;
+    respond(caller, &method, &path, routed)
+}
+
+/// The response for what routing gave: an error as a `Status` object; writes logged.
+fn respond(caller: &Caller, method: &Method, path: &str, routed: Outcome) -> Response<Body> {
     let response = match routed {
         Ok(response) => response,
         Err(err) => {
@@ -150,6 +168,10 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
         ["events"] => {
             only(&method, &path, Method::GET)?;
             recent_events(state, caller, &query)
+        }
+        ["uitokens"] => {
+            only(&method, &path, Method::POST)?;
+            ui::mint_sign_in(state, caller)
         }
         ["reap"] => {
             only(&method, &path, Method::GET)?;

@@ -58,8 +58,9 @@ pub async fn run(context: &Context, args: DescribeArgs) -> anyhow::Result<ExitCo
 }
 
 /// Status fields with a section of their own, or shown in the header.
-const STATUS_SECTIONS: [&str; 7] = [
+const STATUS_SECTIONS: [&str; 8] = [
     "phase",
+    "location",
     "unsavedWork",
     "step",
     "observedGeneration",
@@ -140,6 +141,7 @@ pub fn describe(
         };
         sub(&mut out, "Phase", str_at(&status, "phase").to_string());
         sub(&mut out, "Step", str_at(&status, "step").to_string());
+        sub(&mut out, "Member", str_at(&status, "location").to_string());
         sub(
             &mut out,
             "Observed Generation",
@@ -335,6 +337,7 @@ mod tests {
                          "labels": {"team": "payments"}, "creationTimestamp": "2026-01-01T11:00:00Z"},
             "spec": {"displayName": "Payments API", "image": "berth-base"},
             "status": {"phase": "Provisioning", "step": "Created", "observedGeneration": 2,
+                       "location": "m2",
                        "conditions": [{"type": "Ready", "status": "False", "reason": "Starting",
                                        "lastTransitionTime": "2026-01-01T11:59:00Z", "message": ""}],
                        "container": {"name": "payments-api", "pid": 42},
@@ -373,6 +376,7 @@ Spec:
 Status:
   Phase:               Provisioning
   Step:                Created
+  Member:              m2
   Observed Generation: 2
   title: Fix it
 Conditions:

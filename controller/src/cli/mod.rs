@@ -41,6 +41,7 @@ mod table;
 mod textdiff;
 mod tool;
 mod trash;
+mod ui;
 mod user;
 mod version;
 mod wait;
@@ -150,6 +151,9 @@ enum Command {
     User(user::UserArgs),
     /// Answer a project's blocked agent.
     Answer(answer::AnswerArgs),
+    /// Serve the web console on a loopback port for the local admin, printing a one-time
+    /// sign-in URL.
+    Ui(ui::UiArgs),
     /// Print the output of a project's agent runner.
     Logs(logs::LogsArgs),
     /// Print a shell completion script.
@@ -309,6 +313,7 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Members(args) => members::run(context, args).await,
             Command::User(args) => user::run(context, args).await,
             Command::Answer(args) => answer::run(context, args).await,
+            Command::Ui(args) => ui::run(context, args).await,
             Command::Logs(args) => logs::run(context, args).await,
             Command::Serve(_) | Command::Completion(_) | Command::Man(_) => {
                 unreachable!("dispatched before the runtime starts")

@@ -5,13 +5,12 @@ use std::process::ExitCode;
 
 use chrono::{SecondsFormat, Utc};
 use clap::Args;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::Context;
 use super::duration;
 use super::progress::{self, Goal};
 use super::render;
-use berth_api::annotations::{RECREATE_REQUESTED_AT, RESTARTED_AT, WOKEN_AT};
 
 use crate::client::Resource;
 
@@ -61,22 +60,7 @@ fn now() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-pub fn restart_patch(recreate: bool, at: &str) -> Value {
-    let key = if recreate {
-        RECREATE_REQUESTED_AT
-    } else {
-        RESTARTED_AT
-    };
-    json!({"metadata": {"annotations": {key: at}}})
-}
-
-pub fn stop_patch() -> Value {
-    json!({"spec": {"state": "Stopped"}})
-}
-
-pub fn start_patch(at: &str) -> Value {
-    json!({"spec": {"state": "Running"}, "metadata": {"annotations": {WOKEN_AT: at}}})
-}
+pub use berth_api::power::{restart_patch, start_patch, stop_patch};
 
 /// What `--wait` waits for, and what it prints when done.
 struct Outcome {
@@ -189,6 +173,7 @@ pub async fn start(context: &Context, args: StartArgs) -> anyhow::Result<ExitCod
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn only_a_project_meant_stopped_and_seen_stopped_is_already_stopped() {

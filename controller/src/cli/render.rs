@@ -127,7 +127,7 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
     };
     if wide {
         headers.extend(match resource {
-            Resource::Project => &["image", "agent", "title", "protected", "ports"][..],
+            Resource::Project => &["image", "agent", "title", "protected", "ports", "member"][..],
             Resource::AgentProfile => &["runner"][..],
             Resource::GitSource => &["path", "interval", "suspend"][..],
         });
@@ -170,6 +170,8 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
                     str_at(object, "status.title").to_string(),
                     protected_cell(object),
                     joined_at(object, "status.ports", Some("port")),
+                    // The cluster member, last: empty on a single LXD server.
+                    str_at(object, "status.location").to_string(),
                 ]),
                 Resource::AgentProfile => {
                     row.push(joined_with(object, "spec.runner.command", None, " "))
@@ -295,7 +297,8 @@ mod tests {
                    "status": {"phase": "Ready", "step": "Briefed", "title": "Fix the test",
                               "agent": {"state": "blocked"},
                               "reap": {"protectedBy": ["UnsavedWork", "AgentBlocked"]},
-                              "ports": [{"port": 3000, "url": "http://x"}, {"port": 8080}]}}),
+                              "ports": [{"port": 3000, "url": "http://x"}, {"port": 8080}],
+                              "location": "m2"}}),
             json!({"metadata": {"name": "new", "creationTimestamp": "2026-01-01T11:59:30Z"},
                    "spec": {"displayName": "new"}}),
         ];
@@ -312,13 +315,13 @@ new            new            Pending             30s
         let first = wide.lines().nth(1).unwrap();
         assert!(
             first.ends_with(
-                "berth-base   shell (blocked)   Fix the test   AgentBlocked,UnsavedWork   3000,8080"
+                "berth-base   shell (blocked)   Fix the test   AgentBlocked,UnsavedWork   3000,8080   m2"
             ),
             "{first:?}"
         );
         assert!(wide.starts_with("NAME "));
         assert!(wide.lines().next().unwrap().ends_with(
-            "IMAGE        AGENT             TITLE          PROTECTED                  PORTS"
+            "IMAGE        AGENT             TITLE          PROTECTED                  PORTS       MEMBER"
         ));
     }
 

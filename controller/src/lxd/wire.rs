@@ -10,6 +10,16 @@ use crate::runtime::{
     Operation, OperationStatus, RuntimeEvent, Volume, instance_from_source,
 };
 
+/// A field LXD may send as `null`: an instance on an offline cluster member is listed with
+/// `config`, `devices` and `profiles` null.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
 #[derive(Debug, Deserialize)]
 pub(crate) struct ServerJson {
     #[serde(default)]
@@ -50,6 +60,8 @@ pub(crate) struct MemberJson {
     pub status: String,
     #[serde(default)]
     pub message: String,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub groups: Vec<String>,
 }
 
 impl From<MemberJson> for ClusterMember {
@@ -58,6 +70,7 @@ impl From<MemberJson> for ClusterMember {
             name: m.server_name,
             status: m.status,
             message: m.message,
+            groups: m.groups,
         }
     }
 }
@@ -71,11 +84,11 @@ pub(crate) struct InstanceJson {
     pub status_code: u16,
     #[serde(default)]
     pub location: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub profiles: Vec<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub config: BTreeMap<String, String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub devices: BTreeMap<String, Device>,
     #[serde(default)]
     pub created_at: Option<DateTime<Utc>>,
@@ -328,5 +341,34 @@ pub(crate) fn parse_event(text: &str) -> Option<RuntimeEvent> {
             location: event.location,
             timestamp: event.timestamp,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instance_on_an_offline_member_is_listed_without_config() {
+        // As LXD 5.0.2 lists an instance whose member does not answer.
+        let listed = r#"[{"architecture":"","config":null,"devices":null,"ephemeral":false,
+            "profiles":null,"stateful":false,"description":"","created_at":"0001-01-01T00:00:00Z",
+            "name":"p","status":"Error","status_code":112,"last_used_at":"0001-01-01T00:00:00Z",
+            "location":"m2","type":"","project":"default","backups":null,"state":null,
+            "snapshots":null}]"#;
+        let instances: Vec<InstanceJson> = serde_json::from_str(listed).unwrap();
+        let instance = Instance::from(instances.into_iter().next().unwrap());
+        assert_eq!(instance.status, InstanceStatus::Error);
+        assert_eq!(instance.location, "m2");
+        assert!(instance.config.is_empty() && instance.devices.is_empty());
+        assert_eq!(instance.created_at, None);
+
+        let member: MemberJson = serde_json::from_str(
+            r#"{"server_name":"m2","status":"Evacuated","message":"Unavailable due to maintenance","groups":["default","fast"]}"#,
+        )
+        .unwrap();
+        let member = ClusterMember::from(member);
+        assert!(member.is_evacuated() && !member.is_online());
+        assert_eq!(member.groups, ["default", "fast"]);
     }
 }

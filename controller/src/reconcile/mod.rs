@@ -15,6 +15,7 @@ pub mod error_policy;
 pub mod fault;
 pub mod finalizer;
 pub mod fleet;
+pub mod placement;
 pub mod project;
 pub mod queue;
 pub mod snapshot;
@@ -172,6 +173,8 @@ pub struct Context {
     pub queue: WorkQueue,
     /// When each held deletion was last looked at (the finalizer's memory; safe to forget).
     pub held: finalizer::HeldDeletions,
+    /// Places new projects on cluster members one at a time.
+    pub placement: placement::Placer,
 }
 
 impl std::fmt::Debug for Context {
@@ -222,6 +225,7 @@ pub fn spawn_controller(
         snapshot: snapshot::Snapshot::default(),
         queue: queue.clone(),
         held: Default::default(),
+        placement: Default::default(),
     });
 
     let mut tasks = Vec::new();

@@ -17,6 +17,7 @@ use tracing::Instrument;
 
 use super::envelope::{Envelope, Limit, Origin};
 use super::fleet::Verdict;
+use super::placement;
 use super::status::{Draft, Idling, PendingOperation, idling, transitions};
 use super::steps::{StepContext, StepOutcome, next_required, resume_after_boot};
 use super::{Action, Context, ReconcileError, fault, finalizer};
@@ -30,6 +31,12 @@ use crate::store::{FieldManager, StatusWrite, Store, StoredObject};
 /// How long a project with a name conflict, a missing image or a held recreation waits before
 /// it is looked at again (a change to it requests it sooner).
 const WAIT_FOR_PERSON: Duration = Duration::from_secs(60);
+/// How often a project waiting for its cluster member (offline, evacuated, none available)
+/// looks again; the member's return is not an event of the project's.
+const MEMBER_POLL: Duration = Duration::from_secs(10);
+/// The LXD key that makes evacuating a cluster member stop the container where it is, by its
+/// volumes, instead of moving it away from them.
+const EVACUATE_KEY: &str = "cluster.evacuate";
 /// Polling interval while a container boots.
 const BOOT_POLL: Duration = Duration::from_millis(250);
 /// The most steps one reconcile takes in a row. A step that finished asks for the next at
@@ -390,7 +397,19 @@ impl Project<'_> {
                     .take(self.name(), self.ctx.settings.resync_interval);
                 match snapshot {
                     Some(listed) => (listed, true),
-                    None => (runtime.get_instance(self.name()).await?, false),
+                    None => match runtime.get_instance(self.name()).await {
+                        Ok(found) => (found, false),
+                        Err(e) => {
+                            // A container on an offline member cannot be read: that is the
+                            // member's state, not a failure of this project's.
+                            if let Next::Return(action) =
+                                self.wait_for_recorded_member(&mut draft).await?
+                            {
+                                return Ok(action);
+                            }
+                            return Err(e.into());
+                        }
+                    },
                 }
             }
         };
@@ -471,6 +490,10 @@ impl Project<'_> {
         mut draft: Draft,
         looked_at: tokio::time::Instant,
     ) -> Result<Action, ReconcileError> {
+        // A list lacks the containers of an offline member: they are not missing.
+        if let Next::Return(action) = self.wait_for_recorded_member(&mut draft).await? {
+            return Ok(action);
+        }
         let recreate_requested = self.recreate_requested(&draft);
         if draft.step() >= Step::Created {
             if !recreate_requested {
@@ -549,17 +572,21 @@ impl Project<'_> {
             self.commit(&mut draft).await?;
             return Ok(Action::Requeue(WAIT_FOR_PERSON));
         };
+        let member = match self.place(&mut draft).await? {
+            Placed::On(member) => member,
+            Placed::Wait(action) => return Ok(action),
+        };
         if draft.status.phase != Phase::Missing {
             draft.set_not_ready(Phase::Provisioning, Step::Requested.as_str(), "");
         }
 
         for mount in &self.layout.mounts {
-            self.create_volume(mount).await?;
+            self.create_volume(mount, member.as_deref()).await?;
         }
 
         let mut with_fleet = true;
         let created = loop {
-            let request = self.create_request(image.clone(), with_fleet);
+            let request = self.create_request(image.clone(), with_fleet, member.clone());
             match runtime.create_instance(&request).await {
                 Ok(created) => break created,
                 Err(e @ RuntimeError::Rejected { .. }) if with_fleet && self.has_fleet_limits() => {
@@ -722,11 +749,80 @@ impl Project<'_> {
             || project(self.envelope.workspace_bytes)
     }
 
-    fn create_request(&self, image: ImageSource, with_fleet: bool) -> CreateInstance {
+    /// The member to create the volumes and the container on: the one recorded in
+    /// `status.location`; else, on a cluster, the one the project's workspace volume already
+    /// lives on (a project from before placement was recorded), else the least loaded eligible
+    /// member. A new decision is recorded before anything is created there, so a crash in
+    /// between cannot place the project twice. `None` on a single LXD server.
+    async fn place(&self, draft: &mut Draft) -> Result<Placed, ReconcileError> {
+        if let Some(member) = draft.status.location.clone() {
+            return Ok(Placed::On(Some(member)));
+        }
+        let runtime = &*self.ctx.runtime;
+        let settings = &self.ctx.settings;
+        let server = runtime.server_info().await?;
+        if !server.clustered {
+            return Ok(Placed::On(None));
+        }
+        let store = &self.ctx.store;
+        let mut load = self
+            .ctx
+            .placement
+            .load(|| {
+                let placed: Vec<Option<String>> = store
+                    .list(Kind::Project)
+                    .iter()
+                    .map(|p| recorded_location(p))
+                    .collect();
+                placement::load_by_member(placed.iter().map(Option::as_deref))
+            })
+            .await;
+        let workspace = crate::layout::DurableLayout::workspace_volume(self.uid());
+        let existing = runtime
+            .get_volume(&settings.storage_pool, &workspace, None)
+            .await?
+            .filter(|v| uid_label(&v.config) == Some(self.uid()))
+            .and_then(|v| member_name(&v.location));
+        let member = match existing {
+            Some(member) => member,
+            None => match placement::choose_member(
+                settings.target.as_deref(),
+                &server.members,
+                load.get(),
+            ) {
+                Ok(member) => member,
+                Err(why) => {
+                    drop(load);
+                    draft.set_not_ready(
+                        Phase::Pending,
+                        reasons::NO_MEMBER_AVAILABLE,
+                        &why.to_string(),
+                    );
+                    self.commit(draft).await?;
+                    return Ok(Placed::Wait(Action::Requeue(MEMBER_POLL)));
+                }
+            },
+        };
+        load.placed(&member);
+        tracing::info!(member = member.as_str(), "placed on a cluster member");
+        draft.status.location = Some(member.clone());
+        self.commit(draft).await?;
+        Ok(Placed::On(Some(member)))
+    }
+
+    fn create_request(
+        &self,
+        image: ImageSource,
+        with_fleet: bool,
+        member: Option<String>,
+    ) -> CreateInstance {
         let settings = &self.ctx.settings;
         let include = |origin: Origin| with_fleet || origin == Origin::Project;
         let mut config = self.layout.labels();
         config.extend(self.envelope.config(include));
+        if member.is_some() {
+            config.insert(EVACUATE_KEY.to_string(), "stop".to_string());
+        }
         let mut devices = self.layout.devices(&settings.storage_pool);
         if let Some(root) = self.envelope.root_device(&settings.storage_pool, include) {
             devices.insert("root".to_string(), root);
@@ -738,7 +834,7 @@ impl Project<'_> {
             config,
             devices,
             profiles: Vec::new(),
-            target: settings.target.clone(),
+            target: member,
         }
     }
 
@@ -813,6 +909,9 @@ impl Project<'_> {
         if let Next::Return(action) = self.converge_forwards(&mut draft, &instance).await? {
             return Ok(action);
         }
+        if let Next::Return(action) = self.stay_on_evacuation(&mut draft, &instance).await? {
+            return Ok(action);
+        }
         if let Next::Return(action) = self.restart_when_asked(&mut draft, &instance).await? {
             return Ok(action);
         }
@@ -826,38 +925,77 @@ impl Project<'_> {
         self.advance(draft).await
     }
 
-    /// A container whose cluster member is offline is neither touched nor recreated elsewhere:
-    /// its data lives on that member.
+    /// A container on a cluster member that is offline or evacuated is neither touched nor
+    /// recreated elsewhere: its volumes live on that member. A running one is on a member that
+    /// answers.
     async fn wait_for_member(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        if matches!(
-            instance.status,
-            InstanceStatus::Running | InstanceStatus::Stopped
-        ) {
+        if instance.status == InstanceStatus::Running {
             return Ok(Next::Continue);
         }
+        match member_name(&instance.location) {
+            Some(member) => self.wait_for_member_named(draft, &member).await,
+            None => Ok(Next::Continue),
+        }
+    }
+
+    /// [`Self::wait_for_member`] for a container that could not be read or listed: judged by
+    /// the member the project is placed on.
+    async fn wait_for_recorded_member(&self, draft: &mut Draft) -> Concern {
+        let recorded = draft.status.location.clone().or_else(|| {
+            draft
+                .status
+                .container
+                .as_ref()
+                .and_then(|c| c.location.clone())
+        });
+        match recorded {
+            Some(member) => self.wait_for_member_named(draft, &member).await,
+            None => Ok(Next::Continue),
+        }
+    }
+
+    /// Waits while `member` is evacuated (phase Stopped, reason `MemberEvacuated`) or otherwise
+    /// not online (reason `MemberOffline`), looking again every [`MEMBER_POLL`].
+    async fn wait_for_member_named(&self, draft: &mut Draft, member: &str) -> Concern {
         let server = self.ctx.runtime.server_info().await?;
-        if server.clustered
-            && let Some(member) = server.members.iter().find(|m| m.name == instance.location)
-            && !member.is_online()
-        {
+        let Some(found) = server
+            .members
+            .iter()
+            .find(|m| m.name == member)
+            .filter(|m| server.clustered && !m.is_online())
+        else {
+            return Ok(Next::Continue);
+        };
+        if found.is_evacuated() {
+            draft.set_not_ready(
+                Phase::Stopped,
+                reasons::MEMBER_EVACUATED,
+                &format!(
+                    "cluster member {member:?} holding the project is evacuated; its container stays stopped there, by its volumes, until the member is restored"
+                ),
+            );
+        } else {
             draft.set_not_ready(
                 Phase::Error,
                 reasons::MEMBER_OFFLINE,
                 &format!(
-                    "cluster member {:?} holding the container is {}; berth waits for it",
-                    member.name, member.status
+                    "cluster member {member:?} holding the project is {}; berth waits for it",
+                    found.status
                 ),
             );
-            self.commit(draft).await?;
-            return Ok(Next::Return(Action::Requeue(WAIT_FOR_PERSON)));
         }
-        Ok(Next::Continue)
+        self.commit(draft).await?;
+        Ok(Next::Return(Action::Requeue(MEMBER_POLL)))
     }
 
     /// Records what LXD reports of the container; returns the pid recorded before.
     fn observe(&self, draft: &mut Draft, instance: &Instance) -> Option<i64> {
         let previous_pid = draft.status.container.as_ref().and_then(|c| c.pid);
         draft.status.container = Some(container_status(instance));
+        if draft.status.location.is_none() {
+            // Placed before placement was recorded: where its container is, its volumes are.
+            draft.status.location = member_name(&instance.location);
+        }
         if draft.record.image.is_none() {
             draft.record.image = Some(self.spec.image.clone());
         }
@@ -922,8 +1060,9 @@ impl Project<'_> {
             return Ok(Next::Continue);
         }
         let mut patch = InstancePatch::default();
+        let member = member_name(&instance.location);
         for mount in &missing {
-            self.create_volume(mount).await?;
+            self.create_volume(mount, member.as_deref()).await?;
             patch.devices.insert(
                 mount.device.clone(),
                 crate::layout::disk_device(&settings.storage_pool, &mount.volume, &mount.path),
@@ -1058,8 +1197,12 @@ impl Project<'_> {
         }
     }
 
-    /// Creates the volume of `mount` (an existing one is left as it is).
-    async fn create_volume(&self, mount: &crate::layout::Mount) -> Result<(), RuntimeError> {
+    /// Creates the volume of `mount` on `member` (an existing one is left as it is).
+    async fn create_volume(
+        &self,
+        mount: &crate::layout::Mount,
+        member: Option<&str>,
+    ) -> Result<(), RuntimeError> {
         let settings = &self.ctx.settings;
         self.ctx
             .runtime
@@ -1068,7 +1211,7 @@ impl Project<'_> {
                 name: mount.volume.clone(),
                 size: mount.size_bytes.map(|b| b.to_string()),
                 config: self.layout.labels(),
-                target: settings.target.clone(),
+                target: member.map(str::to_string),
             })
             .await?;
         Ok(())
@@ -1322,6 +1465,23 @@ impl Project<'_> {
         self.commit_and_go_on(draft).await
     }
 
+    /// A container on a cluster member carries `cluster.evacuate=stop`: evacuating the member
+    /// stops it there rather than moving it away from its volumes (containers created before
+    /// berth set the key get it here).
+    async fn stay_on_evacuation(&self, draft: &mut Draft, instance: &Instance) -> Concern {
+        if member_name(&instance.location).is_none()
+            || instance.config.get(EVACUATE_KEY).map(String::as_str) == Some("stop")
+        {
+            return Ok(Next::Continue);
+        }
+        let patch = InstancePatch {
+            config: [(EVACUATE_KEY.to_string(), "stop".to_string())].into(),
+            devices: BTreeMap::new(),
+        };
+        self.ctx.runtime.patch_instance(self.name(), &patch).await?;
+        self.commit_and_go_on(draft).await
+    }
+
     async fn warn_normal(&self, reason: &str, message: &str) {
         self.ctx
             .store
@@ -1335,6 +1495,35 @@ impl Project<'_> {
     }
 }
 
+/// What [`Project::place`] decided.
+enum Placed {
+    /// Create on this member (`None`: a single LXD server).
+    On(Option<String>),
+    /// No member can take it now: end the reconcile with this action.
+    Wait(Action),
+}
+
+/// A cluster member's name from an instance's or volume's `location` ("none" or empty on a
+/// single server).
+fn member_name(location: &str) -> Option<String> {
+    Some(location.to_string()).filter(|l| !l.is_empty() && l != "none")
+}
+
+/// The member a stored project is placed on: `status.location`, else (placed before it was
+/// recorded) where its container was last seen.
+fn recorded_location(project: &StoredObject) -> Option<String> {
+    project
+        .status
+        .get_str("location")
+        .or_else(|| {
+            project
+                .status
+                .pointer("/container/location")
+                .and_then(|l| l.as_str().map(str::to_string))
+        })
+        .filter(|l| !l.is_empty())
+}
+
 fn short(fingerprint: &str) -> &str {
     &fingerprint[..fingerprint.len().min(12)]
 }
@@ -1343,7 +1532,7 @@ fn short(fingerprint: &str) -> &str {
 fn container_status(instance: &Instance) -> ContainerStatus {
     ContainerStatus {
         name: instance.name.clone(),
-        location: Some(instance.location.clone()).filter(|l| !l.is_empty() && l != "none"),
+        location: member_name(&instance.location),
         image_fingerprint: instance.base_image().map(str::to_string),
         pid: instance
             .state

@@ -48,6 +48,7 @@ impl Harness {
             metrics: metrics.clone(),
             queue: WorkQueue::new(1, settings.backoff, metrics),
             held: Default::default(),
+            placement: Default::default(),
             settings,
             later_steps: Arc::new(NoLaterSteps),
             fleet: FleetGuard::default(),
@@ -683,17 +684,11 @@ async fn a_resync_pass_reads_the_fleet_in_one_list_call() {
 #[tokio::test]
 async fn a_container_on_an_offline_member_is_left_alone() {
     let h = Harness::new();
+    cluster(&h, &[("m1", "Online")]);
     h.apply("p", tiny());
     h.converge("p").await;
-    let location = h.fake.instance("p").unwrap().location;
-    let mut server = h.fake.server_info().await.unwrap();
-    server.clustered = true;
-    server.members = vec![crate::runtime::ClusterMember {
-        name: location,
-        status: "Offline".into(),
-        message: "no heartbeat".into(),
-    }];
-    h.fake.set_server(server);
+    assert_eq!(h.fake.instance("p").unwrap().location, "m1");
+    cluster(&h, &[("m1", "Offline")]);
     h.fake.set_status("p", InstanceStatus::Error);
     let acting = [
         "create_instance",
@@ -1076,4 +1071,182 @@ async fn a_failing_start_is_retried_on_its_backoff_and_says_why() {
         condition.message
     );
     controller.shutdown().await;
+}
+
+/// A fake cluster of `members` (name, status), every one in the group "default".
+fn cluster(h: &Harness, members: &[(&str, &str)]) {
+    let mut server = crate::runtime::ServerInfo {
+        version: "5.0.2".into(),
+        api_extensions: Vec::new(),
+        clustered: true,
+        server_name: members[0].0.into(),
+        members: Vec::new(),
+    };
+    server.members = members
+        .iter()
+        .map(|(name, status)| crate::runtime::ClusterMember {
+            name: name.to_string(),
+            status: status.to_string(),
+            message: String::new(),
+            groups: vec!["default".into()],
+        })
+        .collect();
+    h.fake.set_server(server);
+}
+
+#[tokio::test]
+async fn projects_spread_over_members_and_stay_on_theirs() {
+    let h = Harness::new();
+    cluster(&h, &[("m1", "Online"), ("m2", "Online")]);
+    let names = ["a", "b", "c", "d", "e"];
+    for name in names {
+        h.apply(name, tiny());
+    }
+    // Each placement counts the ones recorded before it.
+    for name in names {
+        h.converge(name).await;
+        h.assert_ready(name);
+    }
+    let location = |name: &str| h.status(name).location.expect("placed");
+    let mut per_member = BTreeMap::new();
+    for name in names {
+        let member = location(name);
+        *per_member.entry(member.clone()).or_insert(0) += 1;
+        let instance = h.fake.instance(name).unwrap();
+        assert_eq!(instance.location, member, "{name}: container on its member");
+        assert_eq!(
+            instance.config.get("cluster.evacuate").map(String::as_str),
+            Some("stop")
+        );
+        let volume = h
+            .fake
+            .volume("default", &DurableLayout::workspace_volume(&h.uid(name)))
+            .unwrap();
+        assert_eq!(volume.location, member, "{name}: volume by its container");
+    }
+    assert_eq!(
+        per_member,
+        BTreeMap::from([("m1".to_string(), 3), ("m2".to_string(), 2)])
+    );
+
+    // A replaced container (new image) and a vanished one go back to the same member, even
+    // where the load would place a new project elsewhere.
+    let on_m1 = names.iter().find(|n| location(n) == "m1").unwrap();
+    h.fake.add_image("berth-tiny-2", "f2");
+    let mut spec = tiny();
+    spec["image"] = json!("berth-tiny-2");
+    h.apply(on_m1, spec);
+    h.converge(on_m1).await;
+    h.assert_ready(on_m1);
+    assert_eq!(h.fake.instance(on_m1).unwrap().location, "m1");
+    h.fake.vanish(on_m1);
+    h.converge(on_m1).await;
+    assert_eq!(h.fake.instance(on_m1).unwrap().location, "m1");
+    assert_eq!(location(on_m1), "m1");
+}
+
+#[tokio::test]
+async fn a_target_restricts_placement_and_an_unavailable_one_waits() {
+    let h = Harness::new();
+    cluster(&h, &[("m1", "Online"), ("m2", "Offline")]);
+    let mut ctx_settings = h.ctx.settings.clone();
+    ctx_settings.target = Some("m2".into());
+    let h = Harness {
+        ctx: Context {
+            settings: ctx_settings,
+            ..h.ctx
+        },
+        ..h
+    };
+    h.apply("p", tiny());
+    let action = project::reconcile(&h.ctx, "p").await.unwrap();
+    let action = match action {
+        // The finalizer is added first.
+        Action::Requeue(d) if d == Duration::ZERO => project::reconcile(&h.ctx, "p").await.unwrap(),
+        other => other,
+    };
+    assert!(matches!(action, Action::Requeue(d) if d > Duration::ZERO));
+    assert_eq!(h.ready_reason("p").1, "NoMemberAvailable");
+    assert_eq!(h.status("p").location, None, "nothing decided");
+    assert_eq!(h.fake.count("create_volume"), 0);
+
+    cluster(&h, &[("m1", "Online"), ("m2", "Online")]);
+    h.converge("p").await;
+    h.assert_ready("p");
+    assert_eq!(h.status("p").location.as_deref(), Some("m2"));
+    assert_eq!(h.fake.instance("p").unwrap().location, "m2");
+}
+
+/// A project placed on a two-member cluster whose member then turns `state`.
+async fn placed_then(state: &str) -> (Harness, String) {
+    let h = Harness::new();
+    cluster(&h, &[("m1", "Online"), ("m2", "Online")]);
+    h.apply("p", tiny());
+    h.converge("p").await;
+    let member = h.status("p").location.unwrap();
+    let members: Vec<(&str, &str)> = ["m1", "m2"]
+        .iter()
+        .map(|m| (*m, if *m == member { state } else { "Online" }))
+        .collect();
+    cluster(&h, &members);
+    (h, member)
+}
+
+#[tokio::test]
+async fn an_evacuated_member_keeps_its_projects_stopped_until_restored() {
+    let (h, member) = placed_then("Evacuated").await;
+    h.fake.set_status("p", InstanceStatus::Stopped);
+    let starts = h.fake.count("start_instance");
+    let action = project::reconcile(&h.ctx, "p").await.unwrap();
+    assert!(matches!(action, Action::Requeue(d) if d > Duration::ZERO));
+    assert_eq!(h.status("p").phase, Phase::Stopped);
+    assert_eq!(h.ready_reason("p").1, "MemberEvacuated");
+    assert_eq!(h.fake.count("start_instance"), starts, "not started there");
+    assert_eq!(
+        h.fake.count("create_instance"),
+        1,
+        "not recreated elsewhere"
+    );
+
+    cluster(&h, &[("m1", "Online"), ("m2", "Online")]);
+    h.converge("p").await;
+    h.assert_ready("p");
+    assert_eq!(h.fake.instance("p").unwrap().location, member);
+    assert_eq!(h.fake.count("create_instance"), 1);
+}
+
+#[tokio::test]
+async fn a_container_missing_from_a_list_on_an_offline_member_is_not_recreated() {
+    let (h, member) = placed_then("Offline").await;
+    // An offline member's containers are listed without their config, so berth's list lacks
+    // them, and reading one fails.
+    let kept = h.fake.instance("p").unwrap();
+    h.fake.vanish("p");
+    let action = project::reconcile(&h.ctx, "p").await.unwrap();
+    assert!(matches!(action, Action::Requeue(d) if d > Duration::ZERO));
+    assert_eq!(h.ready_reason("p").1, "MemberOffline");
+    assert_eq!(h.fake.count("create_instance"), 1);
+    assert_eq!(h.fake.count("create_volume"), 1);
+
+    h.fake.insert_instance(kept);
+    cluster(&h, &[("m1", "Online"), ("m2", "Online")]);
+    h.converge("p").await;
+    h.assert_ready("p");
+    assert_eq!(h.fake.count("create_instance"), 1);
+    assert_eq!(h.status("p").location, Some(member));
+}
+
+#[tokio::test]
+async fn a_single_server_places_nothing() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    h.assert_ready("p");
+    assert_eq!(h.status("p").location, None);
+    let instance = h.fake.instance("p").unwrap();
+    assert_eq!(instance.config.get("cluster.evacuate"), None);
+    assert!(
+        !h.fake.calls().iter().any(|c| c.starts_with("get_volume")),
+        "no look for existing volumes off a cluster"
+    );
 }

@@ -42,11 +42,18 @@ pub struct ClusterMember {
     /// "Online", "Offline", "Evacuated", ...
     pub status: String,
     pub message: String,
+    /// The cluster groups it belongs to (`@group` targets).
+    pub groups: Vec<String>,
 }
 
 impl ClusterMember {
     pub fn is_online(&self) -> bool {
         self.status == "Online"
+    }
+
+    /// Evacuated (`lxc cluster evacuate`): its instances are stopped until it is restored.
+    pub fn is_evacuated(&self) -> bool {
+        self.status == "Evacuated"
     }
 }
 

@@ -75,6 +75,12 @@ pub const PROJECT_FIELDS: &[Field] = &[
     },
     field("message", &[Reconciler]),
     field("container", &[Reconciler]),
+    // The member a project's volumes live on: decided once, kept for the project's life.
+    Field {
+        name: "location",
+        owners: &[Reconciler],
+        sticky: true,
+    },
     field("controller", &[Reconciler]),
     field("conditions", &[Reconciler, AgentSteps, Scheduler]),
     // A deletion's look records its findings; waking clears the idle record.

@@ -96,7 +96,11 @@ impl Trash {
             spec,
         };
         // The workspace held work once: it is never taken for one that never did.
-        let status = json!({ "firstReachableAt": chrono::Utc::now() });
+        let mut status = json!({ "firstReachableAt": chrono::Utc::now() });
+        // On a cluster the project goes back to the member its volumes live on.
+        if let Some(member) = entry.volumes.iter().find_map(|v| target(v)) {
+            status["location"] = json!(member);
+        }
         let store = Arc::clone(&self.store);
         let (caller, created_uid) = (request.caller.clone(), uid.clone());
         let object = crate::store::blocking(move || {

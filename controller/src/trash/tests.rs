@@ -52,6 +52,7 @@ fn setup(retention: Duration) -> Setup {
         fleet: Default::default(),
         snapshot: Default::default(),
         held: Default::default(),
+        placement: Default::default(),
     };
     Setup {
         _dir: dir,

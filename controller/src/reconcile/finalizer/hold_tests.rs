@@ -43,6 +43,7 @@ pub(super) fn setup() -> Setup {
         snapshot: Default::default(),
         queue: WorkQueue::new(1, Backoff::default(), metrics),
         held: Default::default(),
+        placement: Default::default(),
     };
     let volumes: Arc<Mutex<HashMap<String, FakeWorkspace>>> = Arc::default();
     let weak = Arc::downgrade(&fake);

@@ -1,0 +1,252 @@
+//! The console's sessions: a berth token (or a one-time sign-in token `berth ui` asked the
+//! daemon for) is exchanged for a session whose cookie the browser sends back, bounded in
+//! number and in lifetime. Each session carries its own CSRF token, which every form repeats.
+//! Only sha256 hashes of cookies and sign-in tokens are kept, in memory: a restarted daemon
+//! signs everyone out.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use base64::Engine;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+/// How long a session lasts from sign-in, whatever it does meanwhile.
+pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+/// How long a one-time sign-in token waits to be used.
+pub const SIGN_IN_TTL: Duration = Duration::from_secs(300);
+/// The most sessions kept; past it the one that would expire first is signed out.
+pub const MAX_SESSIONS: usize = 4096;
+/// The most unused sign-in tokens kept.
+const MAX_SIGN_IN_TOKENS: usize = 256;
+
+/// Who a session (or a sign-in token) stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// A user of the TCP listener, or `unix:<name>` for a local admin.
+    pub identity: String,
+    pub admin: bool,
+    /// Signed in with a bearer token (checked again on every request, so a removed user is
+    /// signed out), rather than with a one-time token minted for a local admin.
+    pub by_token: bool,
+}
+
+/// A live session as a request sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub principal: Principal,
+    /// The value every form of this session carries, compared with [`Sessions::check_csrf`].
+    pub csrf: String,
+}
+
+#[derive(Debug)]
+struct Entry<T> {
+    value: T,
+    expires: Instant,
+}
+
+/// Sessions and one-time sign-in tokens.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    sessions: Mutex<HashMap<String, Entry<Session>>>,
+    sign_in: Mutex<HashMap<String, Entry<Principal>>>,
+}
+
+/// 256 random bits, URL-safe.
+pub fn secret() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn hash(value: &str) -> String {
+    hex::encode(Sha256::digest(value.as_bytes()))
+}
+
+/// Compares without stopping at the first difference.
+pub fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// Drops the expired entries, and when still at `max`, the one expiring first.
+fn make_room<T>(map: &mut HashMap<String, Entry<T>>, max: usize) {
+    let now = Instant::now();
+    map.retain(|_, e| e.expires > now);
+    while map.len() >= max {
+        let Some(first) = map
+            .iter()
+            .min_by_key(|(_, e)| e.expires)
+            .map(|(k, _)| k.clone())
+        else {
+            break;
+        };
+        map.remove(&first);
+    }
+}
+
+impl Sessions {
+    /// Opens a session for `principal`: its cookie value and the session.
+    pub fn open(&self, principal: Principal) -> (String, Session) {
+        let cookie = secret();
+        let session = Session {
+            principal,
+            csrf: secret(),
+        };
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        make_room(&mut sessions, MAX_SESSIONS);
+        sessions.insert(
+            hash(&cookie),
+            Entry {
+                value: session.clone(),
+                expires: Instant::now() + SESSION_TTL,
+            },
+        );
+        (cookie, session)
+    }
+
+    /// The session whose cookie is `cookie`, while it lasts.
+    pub fn get(&self, cookie: &str) -> Option<Session> {
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = sessions.get(&hash(cookie))?;
+        (entry.expires > Instant::now()).then(|| entry.value.clone())
+    }
+
+    /// Signs the session of `cookie` out.
+    pub fn close(&self, cookie: &str) {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&hash(cookie));
+    }
+
+    /// How many sessions are live.
+    pub fn count(&self) -> usize {
+        let now = Instant::now();
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|e| e.expires > now)
+            .count()
+    }
+
+    /// A one-time sign-in token for `principal`, good once within [`SIGN_IN_TTL`].
+    pub fn mint_sign_in(&self, principal: Principal) -> String {
+        let token = secret();
+        let mut tokens = self.sign_in.lock().unwrap_or_else(|e| e.into_inner());
+        make_room(&mut tokens, MAX_SIGN_IN_TOKENS);
+        tokens.insert(
+            hash(&token),
+            Entry {
+                value: principal,
+                expires: Instant::now() + SIGN_IN_TTL,
+            },
+        );
+        token
+    }
+
+    /// Uses up a sign-in token: the principal it was minted for, once.
+    pub fn redeem_sign_in(&self, token: &str) -> Option<Principal> {
+        let entry = self
+            .sign_in
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&hash(token))?;
+        (entry.expires > Instant::now()).then_some(entry.value)
+    }
+}
+
+impl Session {
+    /// Whether a form's `csrf` field is this session's token.
+    pub fn check_csrf(&self, sent: Option<&str>) -> bool {
+        sent.is_some_and(|sent| same(sent, &self.csrf))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alice() -> Principal {
+        Principal {
+            identity: "alice".into(),
+            admin: false,
+            by_token: true,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_session_lasts_its_lifetime_and_ends_at_sign_out() {
+        let sessions = Sessions::default();
+        let (cookie, session) = sessions.open(alice());
+        assert_eq!(sessions.get(&cookie), Some(session.clone()));
+        assert!(
+            sessions.get(&session.csrf).is_none(),
+            "a CSRF token is no cookie"
+        );
+        tokio::time::advance(SESSION_TTL - Duration::from_secs(1)).await;
+        assert!(sessions.get(&cookie).is_some());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(sessions.get(&cookie).is_none(), "expired");
+
+        let (cookie, _) = sessions.open(alice());
+        sessions.close(&cookie);
+        assert!(sessions.get(&cookie).is_none(), "signed out");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sessions_are_bounded_in_number_the_oldest_going_first() {
+        let sessions = Sessions::default();
+        let (first, _) = sessions.open(alice());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let later: Vec<String> = (1..MAX_SESSIONS)
+            .map(|_| sessions.open(alice()).0)
+            .collect();
+        assert!(sessions.get(&first).is_some());
+        assert_eq!(sessions.count(), MAX_SESSIONS);
+        let (newest, _) = sessions.open(alice());
+        assert_eq!(sessions.count(), MAX_SESSIONS);
+        assert!(sessions.get(&first).is_none(), "the oldest made room");
+        assert!(sessions.get(&newest).is_some());
+        assert!(sessions.get(&later[0]).is_some());
+    }
+
+    #[test]
+    fn the_csrf_token_must_match_exactly() {
+        let sessions = Sessions::default();
+        let (_, session) = sessions.open(alice());
+        let table = [
+            (None, false),
+            (Some(""), false),
+            (Some("x"), false),
+            (Some(&session.csrf[1..]), false),
+            (Some(session.csrf.as_str()), true),
+        ];
+        for (sent, ok) in table {
+            assert_eq!(session.check_csrf(sent), ok, "{sent:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sign_in_token_is_good_once_and_briefly() {
+        let sessions = Sessions::default();
+        let admin = Principal {
+            identity: "unix:root".into(),
+            admin: true,
+            by_token: false,
+        };
+        let token = sessions.mint_sign_in(admin.clone());
+        assert_eq!(sessions.redeem_sign_in(&token), Some(admin.clone()));
+        assert_eq!(sessions.redeem_sign_in(&token), None, "used up");
+        let late = sessions.mint_sign_in(admin);
+        tokio::time::advance(SIGN_IN_TTL + Duration::from_secs(1)).await;
+        assert_eq!(sessions.redeem_sign_in(&late), None, "expired");
+        assert_eq!(sessions.redeem_sign_in("made-up"), None);
+    }
+}

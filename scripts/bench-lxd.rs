@@ -11,6 +11,9 @@ use berth::lxd::{Endpoint, LxdClient, LxdConfig};
 use berth::runtime::{CreateInstance, Created, ExecRequest, ImageSource, Runtime, StopOptions};
 use serde_json::{Value, json};
 
+#[path = "bench-reconcile.d/table.rs"]
+mod table;
+
 const PHASES: [&str; 5] = ["create", "start", "exec", "stop", "delete"];
 const IMAGE: &str = "berth-tiny";
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -75,6 +78,14 @@ async fn measure(client: &LxdClient, raw: &Curl, run_id: &str, count: usize) -> 
     row("total", c, r);
     let overhead = (c.as_secs_f64() / r.as_secs_f64() - 1.0) * 100.0;
     println!("client overhead over raw LXD: {overhead:+.1}% (target <= 5%)");
+    table::row(
+        &format!("LXD client vs curl, {count} containers' calls"),
+        &format!("{:.0} ms", c.as_secs_f64() * 1e3),
+        &format!("{:.0} ms", r.as_secs_f64() * 1e3),
+        &format!("{:.3}x", c.as_secs_f64() / r.as_secs_f64()),
+        "<= 1.05x",
+        if overhead <= 5.0 { "ok" } else { "SLOW" },
+    );
     Ok(())
 }
 

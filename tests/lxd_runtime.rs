@@ -235,6 +235,12 @@ async fn exec_captures_output_exit_code_env_cwd_and_cleans_its_logs() {
     )
     .await;
 
+    // Wanting only the exit code: the command runs as it is and nothing is read back.
+    let status_only = exec(&["sh", "-c", "echo out; echo err >&2; exit 4"]).discarding_output();
+    let out = lxd.exec(&name, &status_only).await.unwrap();
+    assert_eq!(out.exit_code, 4);
+    assert!(out.stdout.is_empty() && out.stderr.is_empty());
+
     // A missing program is LXD's failure, typed.
     let missing = lxd.exec(&name, &exec(&["/no/such/program"])).await;
     match missing {

@@ -206,6 +206,19 @@ impl LxdClient {
 }
 
 /// Waits for an operation with LXD's long-poll, until it ends or `timeout` passes.
+/// The exit code a finished exec operation reports.
+fn exit_code(op: &Operation, what: &str) -> Result<i32> {
+    let code = op
+        .metadata
+        .get("return")
+        .and_then(|v| v.as_i64())
+        .ok_or_else(|| RuntimeError::Protocol {
+            what: what.to_string(),
+            message: "exec finished without an exit code".into(),
+        })?;
+    Ok(i32::try_from(code).unwrap_or(-1))
+}
+
 async fn wait_operation(
     transport: &Transport,
     operation: &str,
@@ -567,8 +580,13 @@ impl Runtime for LxdClient {
     async fn exec(&self, name: &str, request: &ExecRequest) -> Result<ExecOutput> {
         let what = format!("exec in {name}");
         let capture = Capture::new(request.max_output);
+        let command = if request.discard_output {
+            request.command.clone()
+        } else {
+            capture.wrap(&request.command)
+        };
         let mut body = json!({
-            "command": capture.wrap(&request.command),
+            "command": command,
             "environment": request.env,
             "wait-for-websocket": false,
             "interactive": false,
@@ -602,6 +620,14 @@ impl Runtime for LxdClient {
                 message: "exec answered without an operation".into(),
             });
         };
+        if request.discard_output {
+            let op = self.wait(&operation, &what, request.timeout).await?;
+            let exit_code = exit_code(&op, &what)?;
+            return Ok(ExecOutput {
+                exit_code,
+                ..ExecOutput::default()
+            });
+        }
         let mut gaps = Capture::gaps();
         let op = loop {
             let remaining = request.timeout.saturating_sub(started.elapsed());
@@ -629,21 +655,9 @@ impl Runtime for LxdClient {
                 }
             }
         };
-        let exit_code = op
-            .metadata
-            .get("return")
-            .and_then(|v| v.as_i64())
-            .ok_or_else(|| RuntimeError::Protocol {
-                what: what.clone(),
-                message: "exec finished without an exit code".into(),
-            })?;
+        let exit_code = exit_code(&op, &what)?;
         capture
-            .collect(
-                &self.transport,
-                name,
-                &what,
-                i32::try_from(exit_code).unwrap_or(-1),
-            )
+            .collect(&self.transport, name, &what, exit_code)
             .await
     }
 

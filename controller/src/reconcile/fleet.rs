@@ -15,8 +15,10 @@ use tokio::time::Instant;
 use crate::layout::{LABEL_PREFIX, uid_label};
 use crate::runtime::{Runtime, RuntimeError};
 
-/// A list younger than this answers for every project judged meanwhile, so many projects found
-/// missing at once cost one list call.
+/// A list younger than this answers for every project judged meanwhile whose container was
+/// found absent before the list began, so many projects found missing at once cost one list
+/// call. A list that began before the absence was seen may still show the container: it does
+/// not answer for that project.
 const LIST_REUSE: Duration = Duration::from_secs(2);
 /// Fewer vanished containers than this are always recreated.
 const MASS_VANISH_MIN: usize = 3;
@@ -34,6 +36,7 @@ pub enum Verdict {
 
 #[derive(Debug, Default)]
 struct GuardState {
+    /// When the last list call began, and the uids it showed.
     last_list: Option<(Instant, HashSet<String>)>,
     /// The vanished set last reported, so one episode raises one event and one metric.
     reported: HashSet<String>,
@@ -50,8 +53,8 @@ pub fn is_mass_vanish(vanished: usize, expected: usize) -> bool {
 }
 
 impl FleetGuard {
-    /// Judges the project with `uid`, whose container a read just found absent. `expected` is the
-    /// uids of every project whose status says it has a container.
+    /// Judges the project with `uid`, whose container a read that began at `absent_since` found
+    /// absent. `expected` is the uids of every project whose status says it has a container.
     ///
     /// Returns the verdict and, the first time a mass vanish is seen (or it grows), the number
     /// of vanished containers to report.
@@ -59,20 +62,22 @@ impl FleetGuard {
         &self,
         runtime: &dyn Runtime,
         uid: &str,
+        absent_since: Instant,
         expected: &HashSet<String>,
     ) -> Result<(Verdict, Option<usize>), RuntimeError> {
         let mut state = self.state.lock().await;
         let fresh = state
             .last_list
             .as_ref()
-            .is_some_and(|(at, _)| at.elapsed() < LIST_REUSE);
+            .is_some_and(|(at, _)| *at >= absent_since && at.elapsed() < LIST_REUSE);
         if !fresh {
+            let listed_at = Instant::now();
             let instances = runtime.list_instances(Some(LABEL_PREFIX), false).await?;
             let present = instances
                 .iter()
                 .filter_map(|i| uid_label(&i.config).map(str::to_string))
                 .collect();
-            state.last_list = Some((Instant::now(), present));
+            state.last_list = Some((listed_at, present));
         }
         let present = &state.last_list.as_ref().expect("listed above").1;
         if present.contains(uid) {
@@ -103,13 +108,14 @@ impl FleetGuard {
         ))
     }
 
-    /// Takes a list made elsewhere (the resync pass) as the latest one.
-    pub async fn seed(&self, instances: &[crate::runtime::Instance]) {
+    /// Takes a list made elsewhere (the resync pass), whose call began at `listed_at`, as the
+    /// latest one.
+    pub async fn seed(&self, instances: &[crate::runtime::Instance], listed_at: Instant) {
         let present = instances
             .iter()
             .filter_map(|i| uid_label(&i.config).map(str::to_string))
             .collect();
-        self.state.lock().await.last_list = Some((Instant::now(), present));
+        self.state.lock().await.last_list = Some((listed_at, present));
     }
 
     /// Forgets the last list: the next judgement lists again.

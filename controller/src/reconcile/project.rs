@@ -39,6 +39,10 @@ const MEMBER_POLL: Duration = Duration::from_secs(10);
 const EVACUATE_KEY: &str = "cluster.evacuate";
 /// Polling interval while a container boots.
 const BOOT_POLL: Duration = Duration::from_millis(250);
+/// The most steps one reconcile takes in a row. A step that finished asks for the next at
+/// once; taking it in the same reconcile saves the queue's round trip and a second read of
+/// what the step just saw, and the bound keeps one project from holding a worker for long.
+const STEPS_PER_RECONCILE: usize = 8;
 /// How much of the console log a boot timeout shows.
 const CONSOLE_TAIL_BYTES: usize = 2048;
 
@@ -175,7 +179,60 @@ fn lay_changes(
     }
 }
 
+/// What one step of a reconcile hands the next step of the same reconcile.
+#[derive(Default)]
+struct Carried {
+    /// The container as a step just read it (nothing acted on it since): the next step starts
+    /// from it instead of reading it again.
+    instance: std::sync::Mutex<Option<Instance>>,
+    /// Image aliases resolved in this reconcile, alias → fingerprint.
+    images: std::sync::Mutex<BTreeMap<String, Option<String>>>,
+}
+
+impl Carried {
+    fn take_instance(&self) -> Option<Instance> {
+        self.instance
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    fn keep_instance(&self, instance: &Instance) {
+        *self.instance.lock().unwrap_or_else(|e| e.into_inner()) = Some(instance.clone());
+    }
+
+    fn image(&self, alias: &str) -> Option<Option<String>> {
+        let images = self.images.lock().unwrap_or_else(|e| e.into_inner());
+        images.get(alias).cloned()
+    }
+
+    fn remember_image(&self, alias: &str, fingerprint: Option<String>) {
+        let mut images = self.images.lock().unwrap_or_else(|e| e.into_inner());
+        images.insert(alias.to_string(), fingerprint);
+    }
+}
+
+/// Takes step after step while each asks for the next at once, up to [`STEPS_PER_RECONCILE`].
+/// Every step still commits what it did before the next begins, so a controller killed between
+/// two steps resumes from the store as before.
 async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, ReconcileError> {
+    let carried = Carried::default();
+    let mut taken = 0;
+    loop {
+        let action = reconcile_step(ctx, name, &carried).await?;
+        taken += 1;
+        match action {
+            Action::Requeue(delay) if delay.is_zero() && taken < STEPS_PER_RECONCILE => {}
+            other => return Ok(other),
+        }
+    }
+}
+
+async fn reconcile_step(
+    ctx: &Context,
+    name: &str,
+    carried: &Carried,
+) -> Result<Action, ReconcileError> {
     let Some(object) = ctx.store.get(Kind::Project, name) else {
         ctx.queue.forget(name);
         return Ok(Action::Done);
@@ -268,6 +325,7 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
         envelope,
         layout,
         latest: std::sync::Mutex::new(object.clone()),
+        carried,
     };
     project.converge(draft).await
 }
@@ -292,6 +350,7 @@ struct Project<'a> {
     layout: DurableLayout,
     /// The object as this reconcile last wrote it.
     latest: std::sync::Mutex<Arc<StoredObject>>,
+    carried: &'a Carried,
 }
 
 impl Project<'_> {
@@ -328,24 +387,31 @@ impl Project<'_> {
 
     async fn converge(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
         let runtime = &*self.ctx.runtime;
-        let snapshot = self
-            .ctx
-            .snapshot
-            .take(self.name(), self.ctx.settings.resync_interval);
-        let from_snapshot = snapshot.is_some();
-        let mut instance = match snapshot {
-            Some(listed) => listed,
-            None => match runtime.get_instance(self.name()).await {
-                Ok(found) => found,
-                Err(e) => {
-                    // A container on an offline member cannot be read: that is the member's
-                    // state, not a failure of this project's.
-                    if let Next::Return(action) = self.wait_for_recorded_member(&mut draft).await? {
-                        return Ok(action);
-                    }
-                    return Err(e.into());
+        let looked_at = tokio::time::Instant::now();
+        let (mut instance, from_snapshot) = match self.carried.take_instance() {
+            Some(known) => (Some(known), false),
+            None => {
+                let snapshot = self
+                    .ctx
+                    .snapshot
+                    .take(self.name(), self.ctx.settings.resync_interval);
+                match snapshot {
+                    Some(listed) => (listed, true),
+                    None => match runtime.get_instance(self.name()).await {
+                        Ok(found) => (found, false),
+                        Err(e) => {
+                            // A container on an offline member cannot be read: that is the
+                            // member's state, not a failure of this project's.
+                            if let Next::Return(action) =
+                                self.wait_for_recorded_member(&mut draft).await?
+                            {
+                                return Ok(action);
+                            }
+                            return Err(e.into());
+                        }
+                    },
                 }
-            },
+            }
         };
 
         if let Some(found) = &instance
@@ -398,7 +464,7 @@ impl Project<'_> {
         }
 
         match instance {
-            None => self.converge_absent(draft).await,
+            None => self.converge_absent(draft, looked_at).await,
             Some(instance) => self.converge_present(draft, instance, from_snapshot).await,
         }
     }
@@ -418,7 +484,12 @@ impl Project<'_> {
     }
 
     /// No container: create one, or, when one existed, judge whether it is safe to recreate.
-    async fn converge_absent(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
+    /// `looked_at`: when the read that found no container began.
+    async fn converge_absent(
+        &self,
+        mut draft: Draft,
+        looked_at: tokio::time::Instant,
+    ) -> Result<Action, ReconcileError> {
         // A list lacks the containers of an offline member: they are not missing.
         if let Next::Return(action) = self.wait_for_recorded_member(&mut draft).await? {
             return Ok(action);
@@ -430,7 +501,7 @@ impl Project<'_> {
                 let (verdict, report) = self
                     .ctx
                     .fleet
-                    .judge(&*self.ctx.runtime, self.uid(), &expected)
+                    .judge(&*self.ctx.runtime, self.uid(), looked_at, &expected)
                     .await?;
                 match verdict {
                     Verdict::Present => return Ok(Action::Requeue(Duration::ZERO)),
@@ -596,6 +667,8 @@ impl Project<'_> {
         draft.set_step(Step::Created);
         draft.set_not_ready(Phase::Provisioning, Step::Created.as_str(), "");
         self.commit(&mut draft).await?;
+        // Nothing acted on the container since it was read: the next step starts from it.
+        self.carried.keep_instance(instance);
         Ok(Action::Requeue(Duration::ZERO))
     }
 
@@ -628,13 +701,14 @@ impl Project<'_> {
     async fn resolve_image(&self, draft: &Draft) -> Result<Option<ImageSource>, ReconcileError> {
         let runtime = &*self.ctx.runtime;
         let wanted = &self.spec.image;
-        for source in [
-            ImageSource::Alias(wanted.clone()),
-            ImageSource::Fingerprint(wanted.clone()),
-        ] {
-            if let Some(fingerprint) = runtime.resolve_image(&source).await? {
-                return Ok(Some(ImageSource::Fingerprint(fingerprint)));
-            }
+        if let Some(fingerprint) = self.resolve_alias(wanted).await? {
+            return Ok(Some(ImageSource::Fingerprint(fingerprint)));
+        }
+        if let Some(fingerprint) = runtime
+            .resolve_image(&ImageSource::Fingerprint(wanted.clone()))
+            .await?
+        {
+            return Ok(Some(ImageSource::Fingerprint(fingerprint)));
         }
         if let Some(recorded) = draft.record.fingerprint.clone()
             && let Some(fingerprint) = runtime
@@ -644,6 +718,20 @@ impl Project<'_> {
             return Ok(Some(ImageSource::Fingerprint(fingerprint)));
         }
         Ok(None)
+    }
+
+    /// The fingerprint `alias` names now, resolved at most once per reconcile.
+    async fn resolve_alias(&self, alias: &str) -> Result<Option<String>, RuntimeError> {
+        if let Some(known) = self.carried.image(alias) {
+            return Ok(known);
+        }
+        let fingerprint = self
+            .ctx
+            .runtime
+            .resolve_image(&ImageSource::Alias(alias.to_string()))
+            .await?;
+        self.carried.remember_image(alias, fingerprint.clone());
+        Ok(fingerprint)
     }
 
     fn has_fleet_limits(&self) -> bool {
@@ -1177,7 +1265,7 @@ impl Project<'_> {
     /// and shows the console's last lines.
     async fn reach(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
         let settings = &self.ctx.settings;
-        let probe = ExecRequest::new(["true"], settings.timeouts.exec);
+        let probe = ExecRequest::new(["true"], settings.timeouts.exec).discarding_output();
         let answered = match self.ctx.runtime.exec(self.name(), &probe).await {
             Ok(out) => out.success(),
             Err(e) if e.is_transient() || matches!(e, RuntimeError::Rejected { .. }) => false,
@@ -1188,7 +1276,10 @@ impl Project<'_> {
             draft.set_step(target.max(Step::Reachable));
             draft.set_not_ready(Phase::Provisioning, draft.step().as_str(), "");
             self.commit(&mut draft).await?;
-            return Ok(Action::Requeue(Duration::ZERO));
+            // The probe changed nothing this reconcile converged: the later steps follow on the
+            // container as it was read, without reading it again.
+            let done = draft.step();
+            return self.later_steps(draft, done).await;
         }
         let waited = draft.time_in_step().to_std().unwrap_or_default();
         if waited > settings.timeouts.boot {
@@ -1274,11 +1365,7 @@ impl Project<'_> {
         let current = match cached {
             Some(fingerprint) => fingerprint,
             None => {
-                let fingerprint = self
-                    .ctx
-                    .runtime
-                    .resolve_image(&ImageSource::Alias(alias.clone()))
-                    .await?;
+                let fingerprint = self.resolve_alias(alias).await?;
                 self.ctx.snapshot.remember_image(alias, fingerprint.clone());
                 fingerprint
             }

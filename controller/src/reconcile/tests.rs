@@ -187,6 +187,44 @@ async fn a_project_without_agent_is_ready_once_reachable() {
 }
 
 #[tokio::test]
+async fn one_reconcile_takes_a_new_project_to_ready_reading_each_thing_once() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    let action = project::reconcile(&h.ctx, "p").await.unwrap();
+    assert_eq!(action, Action::Done);
+    h.assert_ready("p");
+    // Read before the create, after it (for the Created record), and after the start (for the
+    // pid): the steps in between start from what the step before read.
+    assert_eq!(h.fake.count("get_instance"), 3);
+    // The alias is resolved once for the create and the image check of every later step.
+    assert_eq!(h.fake.count("resolve_image"), 1);
+    assert_eq!(h.fake.count("exec"), 1);
+    // Every step was committed on the way.
+    let status = h.status("p");
+    assert_eq!(status.step, Some(Step::Reachable));
+    assert!(status.container.and_then(|c| c.pid).is_some());
+}
+
+#[tokio::test]
+async fn a_missing_container_is_judged_by_a_list_that_began_after_it_was_missed() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    h.apply("q", tiny());
+    h.converge("q").await;
+    // A list made while both were there answers for neither once q is found missing.
+    crate::reconcile::triggers::resync_pass(&h.ctx).await;
+    h.fake.vanish("q");
+    // As LXD's instance-deleted event does.
+    h.ctx.snapshot.forget("q");
+    let lists = h.fake.count("list_instances");
+    assert!(h.converge("q").await.is_empty());
+    assert!(h.fake.count("list_instances") > lists, "listed again");
+    assert_eq!(h.fake.count("create_instance"), 3, "q recreated");
+    h.assert_ready("q");
+}
+
+#[tokio::test]
 async fn status_another_writer_records_during_a_reconcile_survives_its_commits() {
     let h = Harness::new();
     h.apply("p", tiny());
@@ -375,11 +413,18 @@ async fn a_same_named_container_without_the_label_is_never_touched() {
     };
     h.fake.insert_instance(stranger.clone());
     h.apply("p", tiny());
-    let action = project::reconcile(&h.ctx, "p").await.unwrap();
-    assert_eq!(action, Action::Requeue(Duration::ZERO), "finalizer first");
+    // The finalizer first, then the conflict, in one reconcile.
     let action = project::reconcile(&h.ctx, "p").await.unwrap();
     assert!(matches!(action, Action::Requeue(d) if d > Duration::ZERO));
     assert_eq!(h.ready_reason("p").1, "NameConflict");
+    let finalizers = h
+        .store
+        .get(Kind::Project, "p")
+        .unwrap()
+        .metadata
+        .finalizers
+        .clone();
+    assert_eq!(finalizers, vec![crate::layout::FINALIZER.to_string()]);
     for method in [
         "stop_instance",
         "delete_instance",

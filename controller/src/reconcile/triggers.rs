@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Context;
 use crate::layout::LABEL_PREFIX;
+use crate::runtime::EventKind;
 
 /// Requests every project: after missed changes, a reconnect, or on the resync timer.
 pub fn request_all(ctx: &Context) {
@@ -69,7 +70,12 @@ pub async fn watch_lxd_events(ctx: Arc<Context>, cancel: CancellationToken) {
                     };
                     match event {
                         Some(Ok(event)) => {
-                            if let Some(name) = event.instance
+                            // A lifecycle event follows every change to an instance, whoever
+                            // made it; the operation events around it (several per call, most
+                            // of them about berth's own calls, which it waits on itself) would
+                            // only run the same reconcile again.
+                            if event.kind == EventKind::Lifecycle
+                                && let Some(name) = event.instance
                                 && ctx.store.get(Kind::Project, &name).is_some()
                             {
                                 ctx.snapshot.forget(&name);
@@ -122,7 +128,7 @@ pub async fn resync_pass(ctx: &Context) {
     let listed_at = tokio::time::Instant::now();
     match ctx.runtime.list_instances(Some(LABEL_PREFIX), true).await {
         Ok(listed) => {
-            ctx.fleet.seed(&listed).await;
+            ctx.fleet.seed(&listed, listed_at).await;
             let projects = ctx.store.list(Kind::Project);
             ctx.snapshot
                 .replace(projects.iter().map(|p| p.name()), listed, listed_at);

@@ -837,7 +837,17 @@ impl Runtime for FakeRuntime {
             .iter()
             .find_map(|h| h(name, request))
             .unwrap_or_else(|| Ok(ExecOutput::default()))
-            .and_then(|output| capped(output, request.max_output, &what));
+            .and_then(|output| capped(output, request.max_output, &what))
+            .map(|output| {
+                if request.discard_output {
+                    ExecOutput {
+                        exit_code: output.exit_code,
+                        ..ExecOutput::default()
+                    }
+                } else {
+                    output
+                }
+            });
         Self::reply("exec", lose, result)
     }
 

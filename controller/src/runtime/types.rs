@@ -269,6 +269,9 @@ pub struct ExecRequest {
     /// stopped and the exec fails with [`RuntimeError::TooLarge`](super::RuntimeError::TooLarge):
     /// what runs in a container is untrusted, and its output is never taken whole on faith.
     pub max_output: usize,
+    /// Only the exit code is wanted: the output goes nowhere and nothing is read back (no
+    /// wrapper, no files), so the exec costs LXD one call and its operation.
+    pub discard_output: bool,
 }
 
 impl ExecRequest {
@@ -290,6 +293,15 @@ impl ExecRequest {
             gid: None,
             timeout,
             max_output: Self::DEFAULT_MAX_OUTPUT,
+            discard_output: false,
+        }
+    }
+
+    /// The same request wanting only the exit code ([`ExecRequest::discard_output`]).
+    pub fn discarding_output(self) -> ExecRequest {
+        ExecRequest {
+            discard_output: true,
+            ..self
         }
     }
 }

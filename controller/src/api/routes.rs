@@ -528,10 +528,10 @@ async fn replace(
     let commit = query.commit()?;
     let admitted = admit_one(state, kind, Some(name), req).await?;
     let warnings = state.admission.warnings(&admitted.desired);
-    let current = state.store.get(kind, name);
-    access::check_write(state, caller, &admitted.desired, current.as_deref())?;
     let mut desired = admitted.desired;
     desired.finalizers = admitted.finalizers;
+    let current = state.store.get(kind, name);
+    access::check_write(state, caller, &desired, current.as_deref())?;
     let rv = admitted.resource_version;
     let store = Arc::clone(&state.store);
     let (object, _) = blocking(move || store.replace(desired, rv, commit)).await??;

@@ -259,7 +259,6 @@ mod tests {
     use super::*;
     use crate::store::Commit;
     use crate::store::Desired;
-    use berth_api::Kind;
 
     fn project(store: &Store, name: &str) -> String {
         store
@@ -314,15 +313,7 @@ mod tests {
         assert!(!secrets.delete(&uid, "API_TOKEN").unwrap());
         assert_eq!(secrets.revision(&uid).unwrap(), 2);
         secrets.set(&uid, "A", b"1").unwrap();
-        store
-            .delete(
-                Kind::Project,
-                "pay",
-                None,
-                Default::default(),
-                Commit::Persist,
-            )
-            .unwrap();
+        crate::testing::fixtures::delete_project(&store, "pay", Default::default());
         assert!(secrets.values(&uid).unwrap().is_empty());
         assert_eq!(secrets.revision(&uid).unwrap(), 0);
     }

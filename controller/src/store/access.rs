@@ -460,15 +460,7 @@ mod tests {
         assert_eq!(store.members(made.uid()), ["ana", "bob"]);
         store.remove_user("bob").unwrap();
         assert_eq!(store.members(made.uid()), ["ana"]);
-        store
-            .delete(
-                Kind::Project,
-                "pay",
-                None,
-                Default::default(),
-                Commit::Persist,
-            )
-            .unwrap();
+        crate::testing::fixtures::delete_project(&store, "pay", Default::default());
         assert!(store.projects_of("ana").is_empty());
         drop(store);
         assert!(Store::open(&path).unwrap().projects_of("ana").is_empty());

@@ -25,18 +25,7 @@ const SECOND: &str = "m2";
 
 /// `lxc ARGS` against the cluster (through the first member's socket); stdout, or the failure.
 fn lxc(cluster: &Cluster, args: &[&str]) -> Result<String, String> {
-    let out = Command::new("timeout")
-        .args(["-k", "5", "120", "lxc"])
-        .args(args)
-        .env("LXD_DIR", cluster.get("BERTH_LXD_CLUSTER_M1_DIR"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run lxc");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    support::lxd::lxc_in(Some(&cluster.get("BERTH_LXD_CLUSTER_M1_DIR")), args)
 }
 
 /// `lxc query PATH`, parsed.

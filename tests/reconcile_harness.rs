@@ -18,8 +18,6 @@ pub const PROJECTS: &str = "/apis/berth.dev/v1alpha1/projects";
 pub const READY_DEADLINE: Duration = Duration::from_secs(300);
 /// The exit code of a fault point (`berth::reconcile::fault::FAULT_EXIT_CODE`).
 pub const FAULT_EXIT_CODE: i32 = 86;
-/// Deadline of one `lxc` command.
-const LXC_TIMEOUT: &str = "120";
 
 /// `berth-t-rc-<random>`: unique on this machine.
 pub fn unique_name() -> String {
@@ -348,21 +346,10 @@ pub fn uid_of(project: &Value) -> String {
         .to_string()
 }
 
-/// Runs `lxc ARGS` with a deadline; returns stdout on success, stderr on failure. A client that
-/// ignores the deadline's SIGTERM (an `lxc exec` under load can) is killed 5 s later.
+/// Runs `lxc ARGS` against the default LXD with a deadline; stdout on success, stderr on
+/// failure.
 pub fn lxc(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("timeout")
-        .args(["-k", "5", LXC_TIMEOUT])
-        .arg("lxc")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run lxc");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    crate::support::lxd::lxc_in(None, args)
 }
 
 /// Runs `lxc ARGS`, again while LXD says the instance is busy with another operation (berth

@@ -271,3 +271,23 @@ impl Workspace {
         !self.sh(&format!("pgrep -f '{pattern}' || true")).is_empty()
     }
 }
+
+/// Runs `lxc ARGS` with a deadline (120 s) against the daemon whose state directory is
+/// `lxd_dir` (`None`: the default one); stdout on success, stderr on failure. A client that
+/// ignores the deadline's SIGTERM (an `lxc exec` under load can) is killed 5 s later.
+pub fn lxc_in(lxd_dir: Option<&str>, args: &[&str]) -> Result<String, String> {
+    let mut command = std::process::Command::new("timeout");
+    command
+        .args(["-k", "5", "120", "lxc"])
+        .args(args)
+        .stdin(std::process::Stdio::null());
+    if let Some(dir) = lxd_dir {
+        command.env("LXD_DIR", dir);
+    }
+    let out = command.output().expect("run lxc");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}

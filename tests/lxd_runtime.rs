@@ -522,6 +522,87 @@ async fn events_report_lifecycle_of_our_instance() {
     assert_eq!(seen.source, format!("/1.0/instances/{name}"));
 }
 
+/// Whether a notice about `name` arrives within `within`, skipping notices about other tests'
+/// instances.
+async fn noticed(
+    notices: &mut tokio::sync::broadcast::Receiver<String>,
+    name: &str,
+    within: Duration,
+) -> bool {
+    let wait = async {
+        loop {
+            match notices.recv().await {
+                Ok(about) if about == name => return,
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(e) => panic!("notices ended: {e}"),
+            }
+        }
+    };
+    tokio::time::timeout(within, wait).await.is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_in_a_watched_directory_are_noticed() {
+    let lxd = client().await;
+    let name = unique_name();
+    let mut cleanup = Cleanup::new();
+    cleanup.instance(&name);
+    create(&lxd, &request(&name, TINY)).await;
+    let mut notices = lxd.file_notices();
+
+    // Nothing to watch in a stopped instance, nor a directory that is not there yet.
+    assert!(!lxd.watch_files(&name, "/run/berth").await.unwrap());
+    lxd.start_instance(&name, OP_TIMEOUT).await.unwrap();
+    assert!(!lxd.watch_files(&name, "/run/berth").await.unwrap());
+
+    let run = |cmd: &'static str| {
+        let lxd = &lxd;
+        let name = &name;
+        async move {
+            let out = lxd.exec(name, &exec(&["sh", "-c", cmd])).await.unwrap();
+            assert_eq!(out.exit_code, 0, "{cmd}: {}", out.stderr_str());
+        }
+    };
+    run("mkdir -p /run/berth").await;
+    assert!(lxd.watch_files(&name, "/run/berth").await.unwrap());
+    assert!(lxd.watch_files(&name, "/run/berth").await.unwrap(), "idempotent");
+
+    // Written in the container, replaced by a rename, and written through LXD's file API.
+    run("echo working > /run/berth/agent.json").await;
+    assert!(noticed(&mut notices, &name, OP_TIMEOUT).await);
+    run("echo blocked > /run/berth/.agent.tmp && mv /run/berth/.agent.tmp /run/berth/agent.json")
+        .await;
+    assert!(noticed(&mut notices, &name, OP_TIMEOUT).await);
+    lxd.file_write(
+        &name,
+        &FileWrite {
+            path: "/run/berth/answer".into(),
+            content: b"yes".to_vec(),
+            uid: 0,
+            gid: 0,
+            mode: 0o600,
+        },
+    )
+    .await
+    .unwrap();
+    assert!(noticed(&mut notices, &name, OP_TIMEOUT).await);
+
+    // After a restart the directory is watched again as asked (a tmpfs `/run` ended the old
+    // watch, which is forgotten as soon as the kernel says so).
+    lxd.restart_instance(&name, true, OP_TIMEOUT).await.unwrap();
+    run("mkdir -p /run/berth").await;
+    let deadline = tokio::time::Instant::now() + OP_TIMEOUT;
+    loop {
+        assert!(tokio::time::Instant::now() < deadline, "no notice after the restart");
+        if lxd.watch_files(&name, "/run/berth").await.unwrap() {
+            run("echo done > /run/berth/agent.json").await;
+            if noticed(&mut notices, &name, Duration::from_secs(2)).await {
+                break;
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn unreachable_socket_is_a_transport_error() {
     let dir = tempfile::tempdir().unwrap();

@@ -23,6 +23,7 @@ use super::transport::{Call, Keep, Reply, Transport, decode, parse_envelope};
 use super::wire::{
     InstanceJson, MemberJson, OperationJson, ResourcesJson, ServerJson, StateJson, VolumeJson,
 };
+use super::file_watch::FileWatch;
 use super::{events, exec_ws, tls};
 
 /// Characters escaped in a path segment (instance, volume, pool and alias names).
@@ -65,6 +66,7 @@ pub struct LxdClient {
     transport: Arc<Transport>,
     tls: Option<Arc<rustls::ClientConfig>>,
     server: RwLock<(ServerInfo, bool)>,
+    files: FileWatch,
 }
 
 impl std::fmt::Debug for LxdClient {
@@ -90,6 +92,7 @@ impl LxdClient {
             transport,
             tls,
             server: RwLock::new((empty_server(), false)),
+            files: FileWatch::new(),
         };
         client.refresh_server().await?;
         Ok(client)
@@ -1059,5 +1062,44 @@ impl Runtime for LxdClient {
             self.transport.request_timeout(),
         )
         .await
+    }
+
+    async fn watch_files(&self, instance: &str, dir: &str) -> Result<bool> {
+        if !matches!(self.config.endpoint, Endpoint::Unix(_)) {
+            return Ok(false);
+        }
+        if self.files.is_watching(instance, dir) {
+            return Ok(true);
+        }
+        let server = self.server();
+        let pid = if server.clustered {
+            // Only the member answering the socket shares berth's pid namespace.
+            match self.get_instance(instance).await? {
+                Some(found) if found.location == server.server_name => {
+                    found.state.map_or(0, |s| s.pid)
+                }
+                _ => return Ok(false),
+            }
+        } else {
+            let what = format!("instance {instance}");
+            let state: Option<StateJson> = self
+                .transport
+                .call(Method::GET, &format!("{}/state", instance_path(instance)), what)
+                .get_opt()
+                .await?;
+            state.map_or(0, |s| InstanceState::from(s).pid)
+        };
+        match self.files.watch(instance, pid, dir).await {
+            Ok(watching) => Ok(watching),
+            Err(e) => {
+                // Not a failure of the instance: the caller polls instead.
+                tracing::debug!(instance, error = %e, "cannot watch {dir}");
+                Ok(false)
+            }
+        }
+    }
+
+    fn file_notices(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.files.subscribe()
     }
 }

@@ -10,6 +10,7 @@ mod endpoint;
 mod events;
 mod exec_capture;
 mod exec_ws;
+mod file_watch;
 mod tls;
 mod transport;
 mod websocket;

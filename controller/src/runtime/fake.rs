@@ -9,7 +9,7 @@
 //!
 //! Never stands in for LXD in an end-to-end test.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -57,6 +57,9 @@ struct FakeInstance {
     /// Init ignores the clean-stop signal.
     wedged: bool,
     console: String,
+    /// Directories watched for writes (`watch_files`); a stop forgets them, as unmounting
+    /// the container's tmpfs `/run` ends an inotify watch.
+    watched: BTreeSet<String>,
 }
 
 #[derive(Default)]
@@ -106,6 +109,7 @@ pub struct FakeRuntime {
     call_count: AtomicU64,
     next_operation: AtomicU64,
     events: broadcast::Sender<RuntimeEvent>,
+    file_notices: broadcast::Sender<String>,
 }
 
 impl Default for FakeRuntime {
@@ -190,6 +194,7 @@ impl FakeRuntime {
             call_count: AtomicU64::new(0),
             next_operation: AtomicU64::new(1),
             events,
+            file_notices: broadcast::channel(1024).0,
         }
     }
 
@@ -274,6 +279,9 @@ impl FakeRuntime {
     pub fn set_status(&self, name: &str, status: InstanceStatus) {
         let mut state = lock(&self.state);
         if let Some(i) = state.instances.get_mut(name) {
+            if status != InstanceStatus::Running {
+                i.watched.clear();
+            }
             set_status(&mut i.instance, status, 0);
         }
     }
@@ -292,6 +300,7 @@ impl FakeRuntime {
                 files: BTreeMap::new(),
                 wedged: false,
                 console: String::new(),
+                watched: BTreeSet::new(),
             },
         );
     }
@@ -618,6 +627,7 @@ impl Runtime for FakeRuntime {
                 files: BTreeMap::new(),
                 wedged: false,
                 console: String::new(),
+                watched: BTreeSet::new(),
             },
         );
         let operation = self.operation(&mut state, Ok(()));
@@ -704,6 +714,7 @@ impl Runtime for FakeRuntime {
         }
         if let Some(i) = lock(&self.state).instances.get_mut(name) {
             set_status(&mut i.instance, InstanceStatus::Stopped, 0);
+            i.watched.clear();
         }
         self.lifecycle("instance-stopped", name);
         Self::reply("stop_instance", lose, Ok(()))
@@ -727,6 +738,7 @@ impl Runtime for FakeRuntime {
                 }),
                 Some(i) => {
                     set_status(&mut i.instance, InstanceStatus::Running, pid);
+                    i.watched.clear();
                     Ok(())
                 }
             }
@@ -856,6 +868,10 @@ impl Runtime for FakeRuntime {
         let result = match lock(&self.state).instances.get_mut(name) {
             None => Err(not_found(format!("instance {name}"))),
             Some(i) => {
+                let dir = file.path.rsplit_once('/').map_or("", |(dir, _)| dir);
+                if i.watched.contains(if dir.is_empty() { "/" } else { dir }) {
+                    let _ = self.file_notices.send(name.to_string());
+                }
                 i.files.insert(
                     file.path.clone(),
                     FakeFile {
@@ -1130,6 +1146,22 @@ impl Runtime for FakeRuntime {
             }
         });
         Self::reply("events", lose, Ok(Box::pin(stream) as EventStream))
+    }
+
+    async fn watch_files(&self, name: &str, dir: &str) -> Result<bool> {
+        let lose = self.enter("watch_files", name).await?;
+        let watching = match lock(&self.state).instances.get_mut(name) {
+            Some(i) if i.instance.status == InstanceStatus::Running => {
+                i.watched.insert(dir.trim_end_matches('/').to_string());
+                true
+            }
+            _ => false,
+        };
+        Self::reply("watch_files", lose, Ok(watching))
+    }
+
+    fn file_notices(&self) -> broadcast::Receiver<String> {
+        self.file_notices.subscribe()
     }
 }
 

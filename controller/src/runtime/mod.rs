@@ -176,6 +176,18 @@ pub trait Runtime: Send + Sync {
 
     /// Subscribes to lifecycle and operation events of every client.
     async fn events(&self) -> Result<EventStream>;
+
+    /// Asks to be told (on [`Runtime::file_notices`]) when a file in the directory `dir` of the
+    /// running `instance` is written or moved into place. `Ok(false)` when this runtime cannot
+    /// watch it (a remote LXD, a cluster member other than this host, no such directory yet):
+    /// the caller keeps polling. Cheap once watching; the watch ends by itself when the
+    /// directory goes away (the instance deleted, or its tmpfs unmounted by a stop).
+    async fn watch_files(&self, instance: &str, dir: &str) -> Result<bool>;
+
+    /// The instances whose watched directory saw a write, as they happen. A notice is only a
+    /// trigger: what changed is read through the runtime as before. A lagged receiver missed
+    /// some and should look at every instance it cares about.
+    fn file_notices(&self) -> tokio::sync::broadcast::Receiver<String>;
 }
 
 /// The size of a terminal, in character cells.

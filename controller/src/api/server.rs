@@ -281,73 +281,53 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
     let unix = {
         let state = Arc::clone(&state);
         let alive = alive.clone();
-        let listener = listeners.unix;
         let slots = Slots::new("unix", max, listeners.metrics.clone());
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    _ = state.shutdown.cancelled() => return,
-                    accepted = listener.accept() => accepted,
-                };
-                match accepted {
-                    Ok((stream, _)) => {
-                        let Some(slot) = slots.take() else {
-                            refuse(stream, "unix", max, false);
-                            continue;
-                        };
-                        let caller = Caller::local(unix_identity(&stream));
-                        spawn_connection(Arc::clone(&state), caller, stream, slot, alive.clone());
-                    }
-                    Err(err) => accept_failed(err).await,
-                }
-            }
-        })
+        tokio::spawn(accept_loop(
+            Arc::clone(&state),
+            listeners.unix,
+            slots,
+            max,
+            false,
+            move |stream: UnixStream, _, slot| {
+                let caller = Caller::local(unix_identity(&stream));
+                spawn_connection(Arc::clone(&state), caller, stream, slot, alive.clone());
+            },
+        ))
     };
     let tls = listeners.tls;
     let tcp = listeners.tcp.map(|listener| {
         let state = Arc::clone(&state);
         let alive = alive.clone();
         let slots = Slots::new("tcp", max, listeners.metrics.clone());
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    _ = state.shutdown.cancelled() => return,
-                    accepted = listener.accept() => accepted,
+        let refusal_is_tls = tls.is_some();
+        tokio::spawn(accept_loop(
+            Arc::clone(&state),
+            listener,
+            slots,
+            max,
+            refusal_is_tls,
+            move |stream, peer: SocketAddr, slot| {
+                // Who it is comes from the bearer token of each request.
+                let caller = Caller {
+                    identity: format!("tcp:{peer}"),
+                    transport: Transport::Tcp,
+                    admin: false,
                 };
-                match accepted {
-                    Ok((stream, peer)) => {
-                        let Some(slot) = slots.take() else {
-                            refuse(stream, "tcp", max, tls.is_some());
-                            continue;
-                        };
-                        // Who it is comes from the bearer token of each request.
-                        let caller = Caller {
-                            identity: format!("tcp:{peer}"),
-                            transport: Transport::Tcp,
-                            admin: false,
-                        };
-                        match &tls {
-                            None => spawn_connection(
-                                Arc::clone(&state),
-                                caller,
-                                stream,
-                                slot,
-                                alive.clone(),
-                            ),
-                            Some(acceptor) => spawn_tls_connection(
-                                Arc::clone(&state),
-                                caller,
-                                acceptor.clone(),
-                                stream,
-                                slot,
-                                alive.clone(),
-                            ),
-                        }
+                match &tls {
+                    None => {
+                        spawn_connection(Arc::clone(&state), caller, stream, slot, alive.clone())
                     }
-                    Err(err) => accept_failed(err).await,
+                    Some(acceptor) => spawn_tls_connection(
+                        Arc::clone(&state),
+                        caller,
+                        acceptor.clone(),
+                        stream,
+                        slot,
+                        alive.clone(),
+                    ),
                 }
-            }
-        })
+            },
+        ))
     });
     drop(alive);
     shutdown.cancelled().await;
@@ -361,6 +341,60 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
         .is_err()
     {
         tracing::warn!("requests still in flight after the drain deadline; closing anyway");
+    }
+}
+
+/// Accepts on one listener until shutdown: a connection past the cap is refused at once
+/// (told why unless `tls`), any other is handed to `serve` with its slot.
+async fn accept_loop<L: Accept>(
+    state: Arc<ApiState>,
+    listener: L,
+    slots: Slots,
+    max: usize,
+    tls: bool,
+    serve: impl Fn(L::Stream, L::Peer, Slot),
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = state.shutdown.cancelled() => return,
+            accepted = listener.accept_one() => accepted,
+        };
+        match accepted {
+            Ok((stream, peer)) => match slots.take() {
+                Some(slot) => serve(stream, peer, slot),
+                None => refuse(stream, slots.listener, max, tls),
+            },
+            Err(err) => accept_failed(err).await,
+        }
+    }
+}
+
+/// A listener [`accept_loop`] serves: the unix socket or the TCP address.
+trait Accept {
+    type Stream: RefusedStream;
+    type Peer;
+    fn accept_one(
+        &self,
+    ) -> impl std::future::Future<Output = std::io::Result<(Self::Stream, Self::Peer)>> + Send;
+}
+
+impl Accept for UnixListener {
+    type Stream = UnixStream;
+    type Peer = tokio::net::unix::SocketAddr;
+    fn accept_one(
+        &self,
+    ) -> impl std::future::Future<Output = std::io::Result<(UnixStream, Self::Peer)>> + Send {
+        self.accept()
+    }
+}
+
+impl Accept for TcpListener {
+    type Stream = tokio::net::TcpStream;
+    type Peer = SocketAddr;
+    fn accept_one(
+        &self,
+    ) -> impl std::future::Future<Output = std::io::Result<(Self::Stream, SocketAddr)>> + Send {
+        self.accept()
     }
 }
 

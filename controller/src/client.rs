@@ -414,6 +414,25 @@ impl Client {
         self.call(method, &path, query, body).await
     }
 
+    /// [`Client::object_call`] sending `body` as JSON of the given media type.
+    async fn object_write(
+        &self,
+        method: Method,
+        resource: Resource,
+        name: Option<&str>,
+        content_type: &'static str,
+        body: &Value,
+    ) -> Result<Value, ClientError> {
+        self.object_call(
+            method,
+            resource,
+            name,
+            &[],
+            Some((content_type, to_json(body))),
+        )
+        .await
+    }
+
     async fn call(
         &self,
         method: Method,
@@ -486,14 +505,8 @@ impl Client {
     }
 
     pub async fn create(&self, resource: Resource, object: &Value) -> Result<Value, ClientError> {
-        self.object_call(
-            Method::POST,
-            resource,
-            None,
-            &[],
-            Some(("application/json", to_json(object))),
-        )
-        .await
+        self.object_write(Method::POST, resource, None, "application/json", object)
+            .await
     }
 
     /// A JSON merge patch (RFC 7386) of one object.
@@ -503,12 +516,12 @@ impl Client {
         name: &str,
         patch: &Value,
     ) -> Result<Value, ClientError> {
-        self.object_call(
+        self.object_write(
             Method::PATCH,
             resource,
             Some(name),
-            &[],
-            Some(("application/merge-patch+json", to_json(patch))),
+            "application/merge-patch+json",
+            patch,
         )
         .await
     }

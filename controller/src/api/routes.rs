@@ -26,7 +26,8 @@ use super::{
     tools, trash, ui, users,
 };
 use crate::store::{
-    Action, AppliedSet, Commit, Deletion, Expected, FieldManager, StatusWrite, StoredObject,
+    Action, AppliedSet, Commit, Deletion, Desired, Expected, FieldManager, StatusWrite,
+    StoredObject,
 };
 
 /// How many events `GET .../events` returns without `?limit=`.
@@ -494,6 +495,26 @@ pub(super) async fn blocking<T: Send + 'static>(
         .map_err(|err| ApiError::internal(err.to_string()))
 }
 
+/// What a create and a replace share: the body admitted with its finalizers as sent, and the
+/// caller allowed to write it over what is stored now. Answers it with the `resourceVersion`
+/// the request sent and the admission warnings.
+async fn admit_write(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    kind: Kind,
+    name: Option<&str>,
+    req: Request<Incoming>,
+) -> Result<(Desired, Option<u64>, Vec<String>), ApiError> {
+    let admitted = admit_one(state, kind, name, req).await?;
+    let warnings = state.admission.warnings(&admitted.desired);
+    let mut desired = admitted.desired;
+    desired.finalizers = admitted.finalizers;
+    // The admitted name is the URL's, when the request names one.
+    let current = state.store.get(desired.kind, &desired.name);
+    access::check_write(state, caller, &desired, current.as_deref())?;
+    Ok((desired, admitted.resource_version, warnings))
+}
+
 async fn create(
     state: &Arc<ApiState>,
     caller: &Caller,
@@ -502,12 +523,7 @@ async fn create(
     query: &Query,
 ) -> Outcome {
     let commit = query.commit()?;
-    let admitted = admit_one(state, kind, None, req).await?;
-    let warnings = state.admission.warnings(&admitted.desired);
-    let mut desired = admitted.desired;
-    desired.finalizers = admitted.finalizers;
-    let current = state.store.get(desired.kind, &desired.name);
-    access::check_write(state, caller, &desired, current.as_deref())?;
+    let (desired, _, warnings) = admit_write(state, caller, kind, None, req).await?;
     let store = Arc::clone(&state.store);
     let creator = caller.identity.clone();
     let object = blocking(move || store.create_by(Some(&creator), desired, commit)).await??;
@@ -526,13 +542,7 @@ async fn replace(
     query: &Query,
 ) -> Outcome {
     let commit = query.commit()?;
-    let admitted = admit_one(state, kind, Some(name), req).await?;
-    let warnings = state.admission.warnings(&admitted.desired);
-    let mut desired = admitted.desired;
-    desired.finalizers = admitted.finalizers;
-    let current = state.store.get(kind, name);
-    access::check_write(state, caller, &desired, current.as_deref())?;
-    let rv = admitted.resource_version;
+    let (desired, rv, warnings) = admit_write(state, caller, kind, Some(name), req).await?;
     let store = Arc::clone(&state.store);
     let (object, _) = blocking(move || store.replace(desired, rv, commit)).await??;
     Ok(warned(

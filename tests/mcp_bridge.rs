@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::daemon::Daemon;
 use support::lxd::{BASE, Workspace, unique_name};
+use support::model_fixture::ModelFixture;
 
 const P: &str = "/apis/berth.dev/v1alpha1";
 /// One answer of the driver: a tool call on a busy LXD host can take tens of seconds.
@@ -513,56 +514,6 @@ fn claude() -> PathBuf {
     path
 }
 
-/// `tests/model_fixture.py` playing `script` on a loopback port; killed when dropped.
-struct ModelFixture {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl ModelFixture {
-    fn start(dir: &Path, script: &Value) -> ModelFixture {
-        let script_path = dir.join("script.json");
-        std::fs::write(&script_path, script.to_string()).unwrap();
-        let log = dir.join("requests.jsonl");
-        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/model_fixture.py");
-        let mut child = Command::new(python())
-            .arg(fixture)
-            .arg(&script_path)
-            .arg(&log)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the model fixture");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .strip_prefix("listening ")
-            .and_then(|port| port.parse().ok())
-            .unwrap_or_else(|| panic!("the model fixture said {line:?}"));
-        ModelFixture { child, port, log }
-    }
-
-    /// The requests the agent sent, in order.
-    fn requests(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect()
-    }
-}
-
-impl Drop for ModelFixture {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn claude_code_on_this_host_works_a_brief_whose_edits_land_only_in_the_remote_workspace() {
     let name = unique_name();
@@ -573,7 +524,7 @@ fn claude_code_on_this_host_works_a_brief_whose_edits_land_only_in_the_remote_wo
 
     // The model's side of the brief: write a file, edit it, run a command on it, report.
     let dir = tempfile::tempdir().unwrap();
-    let fixture = ModelFixture::start(
+    let fixture = ModelFixture::play(
         dir.path(),
         &json!({"steps": [
             {"tool": "mcp__berth__Write",
@@ -608,7 +559,7 @@ fn claude_code_on_this_host_works_a_brief_whose_edits_land_only_in_the_remote_wo
         .env("CLAUDE_CONFIG_DIR", home.join(".claude"))
         .env(
             "ANTHROPIC_BASE_URL",
-            format!("http://127.0.0.1:{}", fixture.port),
+            format!("http://127.0.0.1:{}", fixture.model_port),
         )
         .env("ANTHROPIC_API_KEY", "fixture")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A scripted local model for end-to-end tests of real agent CLIs, on loopback only.
 
-    model_fixture.py --title TITLE --file PATH --file-content TEXT --bash COMMAND
+    model_fixture.py --title TITLE --brief-mark MARK --file PATH --file-content TEXT --bash COMMAND
+    model_fixture.py --script SCRIPT.json --log LOG.jsonl
 
 Serves, on one port:
 - Anthropic Messages (`POST /v1/messages`, streaming SSE when the request asks for it), as
@@ -16,7 +17,17 @@ and on a second port an HTTPS_PROXY that refuses and counts every connection.
 
 It prints `model PORT` and `proxy PORT` on stdout, one line each, once both listen.
 
-The reply is chosen from the request, so the fixture holds no conversation state and any
+With --script, Anthropic Messages replies play a script instead, for an agent driving its own
+loop through tools the test names: SCRIPT is {"steps": [STEP, ...]} where a STEP is
+  {"tool": NAME, "input": {...}}   a tool_use block (the agent runs the tool and answers), or
+  {"text": "..."}                  a final text answer (end_turn).
+Each request gets the step after the tool calls the conversation already holds, so the loop
+advances only as the agent sends back its tool results. A request that offers no tools (an
+agent's side query, e.g. a title) gets a short text answer, and a GET of any other path an
+empty model list. Every POST is appended to LOG as one JSON line: {"path", "tools": [names],
+"body"}.
+
+Otherwise the reply is chosen from the request, so the fixture holds no conversation state and any
 number of side requests are harmless:
 - a request asking for a summary in at most six words gets TITLE;
 - the brief (no tool result yet) gets a Write tool call creating PATH with TEXT;
@@ -55,6 +66,7 @@ STATS = {
 # the new items) is read as the whole conversation.
 CONVERSATIONS = {}
 ARGS = None
+SCRIPT = None
 TITLE_MARK = "at most six words"
 
 
@@ -118,6 +130,35 @@ def choose(body):
             STATS["bashResults"].append({"result": result, "isError": bool(is_error)})
             return [("text", "All done.")]
         return [("text", "ok")]
+
+
+def script_steps_done(messages):
+    """How many steps of the script the conversation has played: its tool calls, one a step."""
+    done = 0
+    for message in messages:
+        if message.get("role") == "assistant" and isinstance(message.get("content"), list):
+            done += sum(1 for block in message["content"] if isinstance(block, dict) and block.get("type") == "tool_use")
+    return done
+
+
+def choose_scripted(body):
+    """choose() for --script: the script's next step."""
+    if not body.get("tools"):
+        return [("text", "berth fixture")]
+    steps = SCRIPT["steps"]
+    index = script_steps_done(body.get("messages") or [])
+    step = steps[index] if index < len(steps) else {"text": "Nothing left to do."}
+    if "tool" in step:
+        return [("tool", step["tool"], step["input"])]
+    return [("text", step["text"])]
+
+
+def log_request(path, body):
+    """Appends one POST to the --log file."""
+    names = [t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+    with LOCK:
+        with open(ARGS.log, "a") as log:
+            log.write(json.dumps({"path": path, "tools": names, "body": body}) + "\n")
 
 
 def responses_text(item):
@@ -255,6 +296,8 @@ class Model(BaseHTTPRequestHandler):
             with LOCK:
                 body = json.dumps(STATS).encode()
             self.reply(200, body, "application/json")
+        elif SCRIPT is not None:
+            self.reply(200, json.dumps({"data": [], "has_more": False}).encode(), "application/json")
         else:
             self.reply(404, b'{"error":"not found"}', "application/json")
 
@@ -272,6 +315,8 @@ class Model(BaseHTTPRequestHandler):
             body = json.loads(raw or b"{}")
         except ValueError:
             body = {}
+        if SCRIPT is not None:
+            log_request(path, body)
         if path.endswith("/count_tokens"):
             self.reply(200, json.dumps({"input_tokens": 10}).encode(), "application/json")
             return
@@ -281,7 +326,7 @@ class Model(BaseHTTPRequestHandler):
         if not path.endswith("/v1/messages"):
             self.reply(404, b'{"type":"error","error":{"type":"not_found_error","message":"no such route"}}', "application/json")
             return
-        blocks = choose(body)
+        blocks = choose_scripted(body) if SCRIPT is not None else choose(body)
         model = body.get("model", "claude-fixture")
         if body.get("stream"):
             self.stream(blocks, model)
@@ -397,14 +442,25 @@ def refuse_proxy(listener):
 
 
 def main():
-    global ARGS
+    global ARGS, SCRIPT
     p = argparse.ArgumentParser()
-    p.add_argument("--title", required=True)
-    p.add_argument("--brief-mark", required=True, help="a string only the brief contains")
-    p.add_argument("--file", required=True)
-    p.add_argument("--file-content", required=True)
-    p.add_argument("--bash", required=True)
+    p.add_argument("--script", help="a step script to play instead of the brief's replies")
+    p.add_argument("--log", help="with --script: where every request is appended")
+    p.add_argument("--title")
+    p.add_argument("--brief-mark", help="a string only the brief contains")
+    p.add_argument("--file")
+    p.add_argument("--file-content")
+    p.add_argument("--bash")
     ARGS = p.parse_args()
+    if ARGS.script:
+        if not ARGS.log:
+            p.error("--script needs --log")
+        with open(ARGS.script) as script:
+            SCRIPT = json.load(script)
+    else:
+        missing = [f"--{n.replace('_', '-')}" for n in ("title", "brief_mark", "file", "file_content", "bash") if getattr(ARGS, n) is None]
+        if missing:
+            p.error(f"without --script, {', '.join(missing)} are required")
     model = ThreadingHTTPServer(("127.0.0.1", 0), Model)
     model.daemon_threads = True
     proxy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -1,8 +1,10 @@
 //! The scripted local model (`model_fixture.py`) as a child process: fake Anthropic Messages
-//! on one loopback port and a refusing, counting HTTPS_PROXY on another. Killed when dropped.
+//! and OpenAI Responses on one loopback port and a refusing, counting HTTPS_PROXY on another.
+//! It answers a brief ([`ModelFixture::start`]) or plays a step script
+//! ([`ModelFixture::play`]). Killed when dropped.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
@@ -11,6 +13,8 @@ pub struct ModelFixture {
     child: Child,
     pub model_port: u16,
     pub proxy_port: u16,
+    /// With a step script: where every request is logged.
+    log: Option<PathBuf>,
 }
 
 /// What the model replies with (see the script's header).
@@ -28,15 +32,46 @@ pub struct Script<'a> {
 
 impl ModelFixture {
     pub fn start(script: &Script) -> ModelFixture {
+        Self::spawn(
+            &[
+                "--title",
+                script.title,
+                "--brief-mark",
+                script.brief_mark,
+                "--file",
+                script.file,
+                "--file-content",
+                script.file_content,
+                "--bash",
+                script.bash,
+            ],
+            None,
+        )
+    }
+
+    /// Plays `steps` (`{"steps": [{"tool": NAME, "input": {..}} | {"text": ".."}, ..]}`) to
+    /// an agent running its own loop; its script and request log are kept in `dir`.
+    pub fn play(dir: &Path, steps: &Value) -> ModelFixture {
+        let script = dir.join("script.json");
+        std::fs::write(&script, steps.to_string()).unwrap();
+        let log = dir.join("requests.jsonl");
+        Self::spawn(
+            &[
+                "--script",
+                script.to_str().unwrap(),
+                "--log",
+                log.to_str().unwrap(),
+            ],
+            Some(log.clone()),
+        )
+    }
+
+    fn spawn(args: &[&str], log: Option<PathBuf>) -> ModelFixture {
         let path =
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/support/model_fixture.py");
         let mut child = Command::new("python3")
             .arg(path)
-            .args(["--title", script.title])
-            .args(["--brief-mark", script.brief_mark])
-            .args(["--file", script.file])
-            .args(["--file-content", script.file_content])
-            .args(["--bash", script.bash])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -58,7 +93,18 @@ impl ModelFixture {
             child,
             model_port,
             proxy_port,
+            log,
         }
+    }
+
+    /// With a step script: the requests the agent sent, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        let log = self.log.as_ref().expect("a fixture playing a step script");
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
     }
 
     /// What the fixture was asked: `requests`, `titleRequests`, `briefRequests`,

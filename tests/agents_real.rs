@@ -142,23 +142,63 @@ fn claude_code_works_a_brief_blocks_on_a_permission_and_finishes_once() {
     );
 
     // Ready only once the CLI acknowledged the brief.
-    let ready = berth.wait_for(&name, "Ready and Briefed", |p| {
-        ready_reason(p).is_some_and(|(s, _)| s == "True") && p["status"]["step"] == "Briefed"
-    });
-    let brief_id = ready["status"]["briefId"].as_str().unwrap().to_string();
-    reap_when_idle(&berth, &name);
-    assert_eq!(
-        ready["status"]["agent"]["briefId"],
-        brief_id.as_str(),
-        "{}",
-        ready["status"]
-    );
+    let brief_id = ready_with_a_session(&berth, &name);
     let acknowledged = berth.wait_for(&name, "acknowledged in the store", |p| {
         p["status"]["briefAcknowledged"].is_string()
     });
     assert_eq!(
         acknowledged["status"]["briefAcknowledged"],
         brief_id.as_str()
+    );
+
+    // A real permission request: the Bash call blocks the project.
+    blocked_after_the_write(
+        &berth,
+        &fixture,
+        &name,
+        &content,
+        "blocked on the Bash call",
+    );
+    // The title is the agent's answer to the adapter's question; the reaper refuses a project
+    // whose agent waits for a person.
+    titled_and_held(&berth, &name, &title);
+    allowed_to_finish(
+        &berth,
+        &fixture,
+        &name,
+        &brief_id,
+        "the Bash result",
+        "the allowed Bash call ran",
+    );
+    // A crash of the daemon and a reboot of the container after the brief finished: no second
+    // runner, no second run of the brief.
+    logged_then_rebooted_once(&mut berth, &name, "[tool Write]");
+    assert!(
+        exec(&name, "test -e /run/berth/runner.pid").is_err(),
+        "a runner was started after the boot"
+    );
+    briefed_once_offline(&fixture);
+    berth.delete_project(&name);
+}
+
+/// Waits for the project to be Ready with its step Briefed.
+fn wait_ready_briefed(berth: &Berth, name: &str, what: &str) -> Value {
+    berth.wait_for(name, what, |p| {
+        ready_reason(p).is_some_and(|(s, _)| s == "True") && p["status"]["step"] == "Briefed"
+    })
+}
+
+/// Ready and Briefed, the agent on the brief's id with a session: answers the brief's id. From
+/// then on the reaper finds the project due.
+fn ready_with_a_session(berth: &Berth, name: &str) -> String {
+    let ready = wait_ready_briefed(berth, name, "Ready and Briefed");
+    let brief_id = ready["status"]["briefId"].as_str().unwrap().to_string();
+    reap_when_idle(berth, name);
+    assert_eq!(
+        ready["status"]["agent"]["briefId"],
+        brief_id.as_str(),
+        "{}",
+        ready["status"]
     );
     assert!(
         ready["status"]["agent"]["sessionId"]
@@ -167,50 +207,74 @@ fn claude_code_works_a_brief_blocks_on_a_permission_and_finishes_once() {
         "{}",
         ready["status"]
     );
+    brief_id
+}
 
-    // A real permission request: the Bash call blocks the project.
-    let blocked = berth.wait_for(&name, "blocked on the Bash call", |p| {
-        p["status"]["agent"]["state"] == "blocked"
-    });
+/// The agent blocks on the scripted check, asked once the Write landed and before the check
+/// ran: answers the fixture's stats at that point.
+fn blocked_after_the_write(
+    berth: &Berth,
+    fixture: &ModelFixture,
+    name: &str,
+    content: &str,
+    what: &str,
+) -> Value {
+    let blocked = berth.wait_for(name, what, |p| p["status"]["agent"]["state"] == "blocked");
     let question = blocked["status"]["agent"]["message"].as_str().unwrap();
     assert!(question.contains(BASH), "{question}");
     assert_eq!(
-        exec(&name, "cat /workspace/hello.txt").unwrap().trim_end(),
+        exec(name, "cat /workspace/hello.txt").unwrap().trim_end(),
         content
     );
     let stats = fixture.stats();
     assert_eq!(stats["briefRequests"], 1, "{stats}");
     assert_eq!(stats["writeResults"], 1, "{stats}");
     assert_eq!(stats["bashResults"], json!([]), "{stats}");
-    assert!(exec(&name, "test -e /workspace/scratch").is_err());
+    assert!(exec(name, "test -e /workspace/scratch").is_err());
+    stats
+}
 
-    // The title is the agent's answer to the adapter's question.
-    let titled = berth.wait_for(&name, "titled", |p| p["status"]["title"].is_string());
-    assert_eq!(titled["status"]["title"], title.as_str());
-
-    // The reaper refuses a project whose agent waits for a person.
-    let held = berth.wait_for(&name, "held by the reaper", |p| {
+/// The title is the model's answer, and the reaper holds the blocked project in Ready.
+fn titled_and_held(berth: &Berth, name: &str, title: &str) {
+    let titled = berth.wait_for(name, "titled", |p| p["status"]["title"].is_string());
+    assert_eq!(titled["status"]["title"], title);
+    let held = berth.wait_for(name, "held by the reaper", |p| {
         protected_by(p).iter().any(|r| r == "AgentBlocked")
     });
     assert_eq!(held["status"]["phase"], "Ready", "{}", held["status"]);
+}
 
-    let out = berth_cli(&berth, &["answer", &name, "allow"]);
+/// `berth answer NAME allow`: the check runs, the model gets its result and the brief is done.
+fn allowed_to_finish(
+    berth: &Berth,
+    fixture: &ModelFixture,
+    name: &str,
+    brief_id: &str,
+    result: &str,
+    ran: &str,
+) {
+    let out = berth_cli(berth, &["answer", name, "allow"]);
     assert!(out.status.success(), "berth answer: {out:?}");
-    let stats = wait_fixture(&fixture, "the Bash result", |s| {
+    let stats = wait_fixture(fixture, result, |s| {
         s["bashResults"].as_array().is_some_and(|a| !a.is_empty())
     });
     assert_eq!(stats["bashResults"][0]["isError"], false, "{stats}");
-    let done = berth.wait_for(&name, "done", |p| p["status"]["agent"]["state"] == "done");
+    let done = berth.wait_for(name, "done", |p| p["status"]["agent"]["state"] == "done");
     assert_eq!(done["status"]["agent"]["exitCode"], 0);
-    assert_eq!(done["status"]["briefFinished"], brief_id.as_str());
-    exec(&name, "test -d /workspace/scratch/.git").expect("the allowed Bash call ran");
+    assert_eq!(done["status"]["briefFinished"], brief_id);
+    exec(name, "test -d /workspace/scratch/.git").expect(ran);
+}
 
-    let out = berth_cli(&berth, &["logs", &name]);
+/// A finished brief: `berth logs NAME` shows the run (`tool`, how the CLI logs its tool call,
+/// among the rest), one runner started, and after a crash and a reboot the project is Ready
+/// again with still that one runner.
+fn logged_then_rebooted_once(berth: &mut Berth, name: &str, tool: &str) {
+    let out = berth_cli(berth, &["logs", name]);
     assert!(out.status.success(), "berth logs: {out:?}");
     let log = String::from_utf8_lossy(&out.stdout);
     for expected in [
         "acknowledged",
-        "[tool Write]",
+        tool,
         "blocked: allow Bash",
         "answered; working",
         "done",
@@ -220,29 +284,29 @@ fn claude_code_works_a_brief_blocks_on_a_permission_and_finishes_once() {
             "berth logs lacks {expected:?}:\n{log}"
         );
     }
-    assert_eq!(runner_starts(&berth, &name), 1);
+    assert_eq!(runner_starts(berth, name), 1);
+    crash_and_reboot(berth, name);
+    wait_ready_briefed(berth, name, "Ready again after the boot");
+    assert_eq!(runner_starts(berth, name), 1);
+}
 
-    // A crash of the daemon and a reboot of the container after the brief finished: no second
-    // runner, no second run of the brief.
-    // The container reboots while the daemon is down: a running daemon would start it again
-    // as soon as it saw it stopped, racing `lxc restart`.
+/// The daemon is killed (-9) and the container reboots while it is down (a running daemon
+/// would start it again as soon as it saw it stopped, racing `lxc restart`); the daemon comes
+/// back once the container booted again.
+fn crash_and_reboot(berth: &mut Berth, name: &str) {
     berth.kill9();
-    exec(&name, "touch /run/berth-before-boot").unwrap();
-    lxc(&["restart", &name, "--timeout", "30", "--force"]).expect("lxc restart");
+    exec(name, "touch /run/berth-before-boot").unwrap();
+    lxc(&["restart", name, "--timeout", "30", "--force"]).expect("lxc restart");
     berth.restart(None);
     let deadline = Instant::now() + DEADLINE;
-    while exec(&name, "test -e /run/berth-before-boot").is_ok() {
+    while exec(name, "test -e /run/berth-before-boot").is_ok() {
         assert!(Instant::now() < deadline, "{name} did not boot again");
         std::thread::sleep(Duration::from_millis(250));
     }
-    berth.wait_for(&name, "Ready again after the boot", |p| {
-        ready_reason(p).is_some_and(|(s, _)| s == "True") && p["status"]["step"] == "Briefed"
-    });
-    assert_eq!(runner_starts(&berth, &name), 1);
-    assert!(
-        exec(&name, "test -e /run/berth/runner.pid").is_err(),
-        "a runner was started after the boot"
-    );
+}
+
+/// The model saw the brief and the title request once each, and nothing went to the proxy.
+fn briefed_once_offline(fixture: &ModelFixture) {
     let stats = fixture.stats();
     assert_eq!(stats["briefRequests"], 1, "{stats}");
     assert_eq!(stats["titleRequests"], 1, "{stats}");
@@ -250,7 +314,6 @@ fn claude_code_works_a_brief_blocks_on_a_permission_and_finishes_once() {
         stats["proxyConnections"], 0,
         "a connection left for the internet: {stats}"
     );
-    berth.delete_project(&name);
 }
 
 /// A daemon with a fast scheduler, the fixture, and an agent project with forwards to it.
@@ -415,15 +478,7 @@ fn an_interrupted_brief_resumes(cli: Cli, resumed: &str) {
     assert_eq!(runner_starts(&berth, &name), 1);
 
     // Mid-brief: the daemon dies, the container reboots (the CLI with it).
-    berth.kill9();
-    exec(&name, "touch /run/berth-before-boot").unwrap();
-    lxc(&["restart", &name, "--timeout", "30", "--force"]).expect("lxc restart");
-    berth.restart(None);
-    let deadline = Instant::now() + DEADLINE;
-    while exec(&name, "test -e /run/berth-before-boot").is_ok() {
-        assert!(Instant::now() < deadline, "{name} did not boot again");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    crash_and_reboot(&mut berth, &name);
 
     // The brief is handed over once more, resuming the session: the model never sees the
     // brief start over.
@@ -448,9 +503,7 @@ fn an_interrupted_brief_resumes(cli: Cli, resumed: &str) {
         );
         std::thread::sleep(Duration::from_millis(250));
     }
-    berth.wait_for(&name, "Ready again", |p| {
-        ready_reason(p).is_some_and(|(s, _)| s == "True") && p["status"]["step"] == "Briefed"
-    });
+    wait_ready_briefed(&berth, &name, "Ready again");
     let stats = fixture.stats();
     assert_eq!(stats["briefRequests"], 1, "the brief started over: {stats}");
     assert_eq!(stats["writeResults"], 1, "{stats}");
@@ -471,36 +524,12 @@ fn codex_works_a_brief_blocks_on_an_approval_and_finishes_once() {
     } = agent_project(Cli::Codex, json!({}));
 
     // Ready only once the app server took the brief as a turn.
-    let ready = berth.wait_for(&name, "Ready and Briefed", |p| {
-        ready_reason(p).is_some_and(|(s, _)| s == "True") && p["status"]["step"] == "Briefed"
-    });
-    let brief_id = ready["status"]["briefId"].as_str().unwrap().to_string();
-    reap_when_idle(&berth, &name);
-    assert_eq!(ready["status"]["agent"]["briefId"], brief_id.as_str());
-    assert!(
-        ready["status"]["agent"]["sessionId"]
-            .as_str()
-            .is_some_and(|s| !s.is_empty()),
-        "{}",
-        ready["status"]
-    );
+    let brief_id = ready_with_a_session(&berth, &name);
 
     // A real approval request: the command asks for escalation, which Codex's default policy
     // (on-request) puts to a person.
-    let blocked = berth.wait_for(&name, "blocked on the approval", |p| {
-        p["status"]["agent"]["state"] == "blocked"
-    });
-    let question = blocked["status"]["agent"]["message"].as_str().unwrap();
-    assert!(question.contains(BASH), "{question}");
-    assert_eq!(
-        exec(&name, "cat /workspace/hello.txt").unwrap().trim_end(),
-        content
-    );
-    let stats = fixture.stats();
-    assert_eq!(stats["briefRequests"], 1, "{stats}");
-    assert_eq!(stats["writeResults"], 1, "{stats}");
-    assert_eq!(stats["bashResults"], json!([]), "{stats}");
-    assert!(exec(&name, "test -e /workspace/scratch").is_err());
+    let stats =
+        blocked_after_the_write(&berth, &fixture, &name, &content, "blocked on the approval");
     // The built-in provider spoke over its WebSocket, without falling back to HTTP.
     assert!(stats["websocketRequests"].as_u64() > Some(0), "{stats}");
     assert!(
@@ -512,58 +541,17 @@ fn codex_works_a_brief_blocks_on_an_approval_and_finishes_once() {
         "{stats}"
     );
 
-    let titled = berth.wait_for(&name, "titled", |p| p["status"]["title"].is_string());
-    assert_eq!(titled["status"]["title"], title.as_str());
-
-    let held = berth.wait_for(&name, "held by the reaper", |p| {
-        protected_by(p).iter().any(|r| r == "AgentBlocked")
-    });
-    assert_eq!(held["status"]["phase"], "Ready", "{}", held["status"]);
-
-    let out = berth_cli(&berth, &["answer", &name, "allow"]);
-    assert!(out.status.success(), "berth answer: {out:?}");
-    let stats = wait_fixture(&fixture, "the command's result", |s| {
-        s["bashResults"].as_array().is_some_and(|a| !a.is_empty())
-    });
-    assert_eq!(stats["bashResults"][0]["isError"], false, "{stats}");
-    let done = berth.wait_for(&name, "done", |p| p["status"]["agent"]["state"] == "done");
-    assert_eq!(done["status"]["agent"]["exitCode"], 0);
-    assert_eq!(done["status"]["briefFinished"], brief_id.as_str());
-    exec(&name, "test -d /workspace/scratch/.git").expect("the approved command ran");
-
-    let out = berth_cli(&berth, &["logs", &name]);
-    assert!(out.status.success(), "berth logs: {out:?}");
-    let log = String::from_utf8_lossy(&out.stdout);
-    for expected in [
-        "acknowledged",
-        "commandExecution",
-        "blocked: allow Bash",
-        "answered; working",
-        "done",
-    ] {
-        assert!(
-            log.contains(expected),
-            "berth logs lacks {expected:?}:\n{log}"
-        );
-    }
-    assert_eq!(runner_starts(&berth, &name), 1);
-
+    titled_and_held(&berth, &name, &title);
+    allowed_to_finish(
+        &berth,
+        &fixture,
+        &name,
+        &brief_id,
+        "the command's result",
+        "the approved command ran",
+    );
     // A crash of the daemon and a reboot after the brief finished: it is not run again.
-    // The container reboots while the daemon is down: a running daemon would start it again
-    // as soon as it saw it stopped, racing `lxc restart`.
-    berth.kill9();
-    exec(&name, "touch /run/berth-before-boot").unwrap();
-    lxc(&["restart", &name, "--timeout", "30", "--force"]).expect("lxc restart");
-    berth.restart(None);
-    let deadline = Instant::now() + DEADLINE;
-    while exec(&name, "test -e /run/berth-before-boot").is_ok() {
-        assert!(Instant::now() < deadline, "{name} did not boot again");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    berth.wait_for(&name, "Ready again after the boot", |p| {
-        ready_reason(p).is_some_and(|(s, _)| s == "True") && p["status"]["step"] == "Briefed"
-    });
-    assert_eq!(runner_starts(&berth, &name), 1);
+    logged_then_rebooted_once(&mut berth, &name, "commandExecution");
 
     // A wake (stop, then start) and a replaced container: still not run again.
     for args in [&["stop", "--wait"][..], &["start", "--wait"]] {
@@ -578,20 +566,12 @@ fn codex_works_a_brief_blocks_on_an_approval_and_finishes_once() {
         assert!(Instant::now() < deadline, "{name} was not replaced");
         std::thread::sleep(Duration::from_millis(250));
     }
-    berth.wait_for(&name, "Ready in the replaced container", |p| {
-        ready_reason(p).is_some_and(|(s, _)| s == "True") && p["status"]["step"] == "Briefed"
-    });
+    wait_ready_briefed(&berth, &name, "Ready in the replaced container");
     assert_eq!(
         exec(&name, "cat /workspace/hello.txt").unwrap().trim_end(),
         content
     );
     assert_eq!(runner_starts(&berth, &name), 1);
-    let stats = fixture.stats();
-    assert_eq!(stats["briefRequests"], 1, "{stats}");
-    assert_eq!(stats["titleRequests"], 1, "{stats}");
-    assert_eq!(
-        stats["proxyConnections"], 0,
-        "a connection left for the internet: {stats}"
-    );
+    briefed_once_offline(&fixture);
     berth.delete_project(&name);
 }

@@ -553,7 +553,7 @@ async fn writes_in_a_watched_directory_are_noticed() {
     // Nothing to watch in a stopped instance, nor a directory that is not there yet.
     assert!(!lxd.watch_files(&name, "/run/berth").await.unwrap());
     lxd.start_instance(&name, OP_TIMEOUT).await.unwrap();
-    assert!(!lxd.watch_files(&name, "/run/berth").await.unwrap());
+    assert!(!lxd.watch_files(&name, "/run/absent").await.unwrap());
 
     let run = |cmd: &'static str| {
         let lxd = &lxd;

@@ -553,7 +553,7 @@ async fn writes_in_a_watched_directory_are_noticed() {
     // Nothing to watch in a stopped instance, nor a directory that is not there yet.
     assert!(!lxd.watch_files(&name, "/run/berth").await.unwrap());
     lxd.start_instance(&name, OP_TIMEOUT).await.unwrap();
-    assert!(!lxd.watch_files(&name, "/run/berth").await.unwrap());
+    assert!(!lxd.watch_files(&name, "/run/absent").await.unwrap());
 
     let run = |cmd: &'static str| {
         let lxd = &lxd;
@@ -565,7 +565,10 @@ async fn writes_in_a_watched_directory_are_noticed() {
     };
     run("mkdir -p /run/berth").await;
     assert!(lxd.watch_files(&name, "/run/berth").await.unwrap());
-    assert!(lxd.watch_files(&name, "/run/berth").await.unwrap(), "idempotent");
+    assert!(
+        lxd.watch_files(&name, "/run/berth").await.unwrap(),
+        "idempotent"
+    );
 
     // Written in the container, replaced by a rename, and written through LXD's file API.
     run("echo working > /run/berth/agent.json").await;
@@ -593,7 +596,10 @@ async fn writes_in_a_watched_directory_are_noticed() {
     run("mkdir -p /run/berth").await;
     let deadline = tokio::time::Instant::now() + OP_TIMEOUT;
     loop {
-        assert!(tokio::time::Instant::now() < deadline, "no notice after the restart");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no notice after the restart"
+        );
         if lxd.watch_files(&name, "/run/berth").await.unwrap() {
             run("echo done > /run/berth/agent.json").await;
             if noticed(&mut notices, &name, Duration::from_secs(2)).await {

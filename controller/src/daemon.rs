@@ -451,7 +451,8 @@ fn start_controller(
                 pass_settings,
             )
             .with_trash(trash)
-            .with_event_retention(event_retention);
+            .with_event_retention(event_retention)
+            .with_settle(interval);
             let scheduler = tokio::spawn(crate::scheduler::run(
                 Arc::new(passes),
                 interval,

@@ -19,11 +19,11 @@ use crate::runtime::{
 
 use super::endpoint::{Endpoint, LxdConfig};
 use super::exec_capture::Capture;
+use super::file_watch::FileWatch;
 use super::transport::{Call, Keep, Reply, Transport, decode, parse_envelope};
 use super::wire::{
     InstanceJson, MemberJson, OperationJson, ResourcesJson, ServerJson, StateJson, VolumeJson,
 };
-use super::file_watch::FileWatch;
 use super::{events, exec_ws, tls};
 
 /// Characters escaped in a path segment (instance, volume, pool and alias names).
@@ -1084,7 +1084,11 @@ impl Runtime for LxdClient {
             let what = format!("instance {instance}");
             let state: Option<StateJson> = self
                 .transport
-                .call(Method::GET, &format!("{}/state", instance_path(instance)), what)
+                .call(
+                    Method::GET,
+                    &format!("{}/state", instance_path(instance)),
+                    what,
+                )
                 .get_opt()
                 .await?;
             state.map_or(0, |s| InstanceState::from(s).pid)

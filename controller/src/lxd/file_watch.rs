@@ -13,8 +13,8 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
-use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::event::{PollFd, PollFlags};
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use tokio::sync::broadcast;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -65,11 +65,14 @@ impl FileWatch {
 
     /// Whether `dir` of `instance` is watched already.
     pub(super) fn is_watching(&self, instance: &str, dir: &str) -> bool {
-        self.inner.get().and_then(Option::as_ref).is_some_and(|inner| {
-            lock(&inner.watches)
-                .by_name
-                .contains_key(&(instance.to_string(), dir.to_string()))
-        })
+        self.inner
+            .get()
+            .and_then(Option::as_ref)
+            .is_some_and(|inner| {
+                lock(&inner.watches)
+                    .by_name
+                    .contains_key(&(instance.to_string(), dir.to_string()))
+            })
     }
 
     /// Watches `dir` in the root of process `pid` (the instance's init) for `instance`.
@@ -266,7 +269,12 @@ mod tests {
         let pid = i64::from(std::process::id());
         let watch = FileWatch::new();
         let missing = dir.path().join("absent");
-        assert!(!watch.watch("c1", pid, missing.to_str().unwrap()).await.unwrap());
+        assert!(
+            !watch
+                .watch("c1", pid, missing.to_str().unwrap())
+                .await
+                .unwrap()
+        );
 
         let gone = dir.path().join("gone");
         std::fs::create_dir(&gone).unwrap();
@@ -298,7 +306,9 @@ mod tests {
         assert!(!watch.watch_in("c1", &root, "/run/berth").await.unwrap());
 
         // Inside the root, the same link is followed as the container would follow it.
-        let inside = root_dir.path().join(host_dir.path().strip_prefix("/").unwrap());
+        let inside = root_dir
+            .path()
+            .join(host_dir.path().strip_prefix("/").unwrap());
         std::fs::create_dir_all(inside.join("berth")).unwrap();
         let mut notices = watch.subscribe();
         assert!(watch.watch_in("c1", &root, "/run/berth").await.unwrap());

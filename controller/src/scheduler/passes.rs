@@ -86,6 +86,10 @@ pub struct DaemonPasses {
     trash: Option<Arc<crate::trash::Trash>>,
     /// `events.retention`: how long a gone object's events stay before housekeeping prunes them.
     event_retention: Duration,
+    /// A running project Ready for less than this is not inspected yet ([`Self::with_settle`]).
+    settle: chrono::Duration,
+    /// The uids this round left to settle: the reap pass leaves them alone too.
+    settling: Mutex<BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for DaemonPasses {
@@ -121,6 +125,20 @@ impl DaemonPasses {
             reported_orphans: Mutex::new(BTreeSet::new()),
             trash: None,
             event_retention: crate::config::EVENT_RETENTION,
+            settle: chrono::Duration::zero(),
+            settling: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// Leaves a project that became Ready less than `settle` ago uninspected (the daemon gives
+    /// its scheduler interval): a workspace just made has no activity to measure and nothing
+    /// due, and while a large apply converges, inspecting every project as it comes up would
+    /// compete with the creates for LXD. Deletion and reaping still inspect it first
+    /// ([`reap::recheck`], the finalizer's hold); its agent's reports arrive by the agent watch.
+    pub fn with_settle(self, settle: Duration) -> DaemonPasses {
+        DaemonPasses {
+            settle: chrono::Duration::from_std(settle).unwrap_or(chrono::Duration::MAX),
+            ..self
         }
     }
 
@@ -173,8 +191,14 @@ impl DaemonPasses {
         let projects = self.projects();
         let live = projects.iter().map(|o| o.uid().to_string()).collect();
         self.memory().retain(&live);
-        let running: Vec<Arc<StoredObject>> =
-            projects.iter().filter(|o| running(o)).cloned().collect();
+        let settled_before = self.now() - self.settle;
+        let (settling, running): (Vec<Arc<StoredObject>>, Vec<Arc<StoredObject>>) = projects
+            .iter()
+            .filter(|o| running(o))
+            .cloned()
+            .partition(|o| ready_since_after(o, settled_before));
+        *self.settling.lock().unwrap_or_else(|e| e.into_inner()) =
+            settling.iter().map(|o| o.uid().to_string()).collect();
         let targets = running
             .iter()
             .map(|o| InspectTarget {
@@ -404,6 +428,15 @@ impl DaemonPasses {
         round: &BTreeMap<String, Result<Inspection, String>>,
     ) {
         if object.is_deleting() {
+            return;
+        }
+        // Not looked at yet, so nothing to judge: not "could not be inspected".
+        if self
+            .settling
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(object.uid())
+        {
             return;
         }
         let Some(facts) = Facts::of(object, round.get(object.uid())) else {
@@ -823,6 +856,13 @@ fn paused(object: &StoredObject) -> bool {
 }
 
 /// Whether the project's container runs with its workspace mounted, so it can be inspected.
+/// Whether the project became Ready after `moment`.
+fn ready_since_after(object: &StoredObject, moment: DateTime<Utc>) -> bool {
+    let status: ProjectStatus = object.status.decode().unwrap_or_default();
+    find_condition(&status.conditions, condition_types::READY)
+        .is_some_and(|c| c.status == ConditionStatus::True && c.last_transition_time > moment)
+}
+
 fn running(object: &StoredObject) -> bool {
     if object.is_deleting() {
         return false;

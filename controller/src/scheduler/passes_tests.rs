@@ -996,3 +996,46 @@ async fn a_steady_fleet_writes_nothing_until_a_file_is_touched() {
     }
     assert_eq!(written, BTreeSet::from(["steady-b".to_string()]));
 }
+
+/// Marks `name` Ready since `since`, as the reconciler records it.
+fn ready_since(s: &Setup, name: &str, since: DateTime<Utc>) {
+    s.patch_status(
+        name,
+        json!({"conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
+            "message": "", "lastTransitionTime": since.to_rfc3339(), "observedGeneration": 1}]}),
+    );
+}
+
+fn inspections_of(fake: &FakeRuntime, name: &str) -> usize {
+    fake.calls()
+        .iter()
+        .filter(|c| c.as_str() == format!("exec {name}"))
+        .count()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_project_just_made_ready_is_left_to_settle_before_its_first_inspection() {
+    let s = setup();
+    let s = Setup {
+        passes: s.passes.with_settle(Duration::from_secs(600)),
+        ..s
+    };
+    s.running_project("fresh", FakeWorkspace::default());
+    s.running_project("settled", FakeWorkspace::default());
+    ready_since(&s, "fresh", s.now());
+    ready_since(&s, "settled", s.now() - chrono::Duration::hours(1));
+
+    s.rounds(1).await;
+    assert_eq!(inspections_of(&s.fake, "fresh"), 0);
+    assert!(inspections_of(&s.fake, "settled") > 0);
+    // Not looked at is not "could not be inspected": no verdict, no protection, no event.
+    let fresh = s.status("fresh");
+    assert!(fresh["reap"].is_null(), "{fresh}");
+    assert!(condition(&fresh, "ReapProtected").is_null(), "{fresh}");
+    assert_eq!(s.status("settled")["reap"]["nextAction"], "Stop");
+
+    tokio::time::advance(Duration::from_secs(600)).await;
+    s.rounds(1).await;
+    assert!(inspections_of(&s.fake, "fresh") > 0);
+    assert_eq!(s.status("fresh")["reap"]["nextAction"], "Stop");
+}

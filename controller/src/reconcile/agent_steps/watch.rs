@@ -67,7 +67,7 @@ impl AgentSteps {
                         }
                     },
                     _ = tick.tick() => {
-                        let recheck = ticks % RECHECK_TICKS == 0;
+                        let recheck = ticks.is_multiple_of(RECHECK_TICKS);
                         ticks += 1;
                         let names: Vec<String> = this
                             .store
@@ -296,7 +296,11 @@ mod tests {
         eventually("the first follow", || followed.load(Ordering::SeqCst) == 1).await;
         let ticks = fake.count("watch_files");
         eventually("five more looks", || fake.count("watch_files") >= ticks + 5).await;
-        assert_eq!(followed.load(Ordering::SeqCst), 1, "a watched report was polled");
+        assert_eq!(
+            followed.load(Ordering::SeqCst),
+            1,
+            "a watched report was polled"
+        );
 
         // The agent writes its report: one follow.
         fake.file_write(

@@ -1,29 +1,36 @@
-//! Reaction-time benchmark against the fake runtime: a fleet of N Ready projects (default
-//! 1,000) on a real store, driven by the real controller and the real scheduler loop at its
-//! default interval (`scheduler.interval: 30s`). Events land on random projects at random
-//! moments over about two scheduler rounds, and each is timed from the moment it happened to
-//! the first status write that reflects it:
+//! Reaction-time benchmark against the fake runtime: a fleet of N Ready agent projects (default
+//! 1,000; each names the offline `shell` AgentProfile and has a brief) on a real store, driven
+//! as the daemon drives them: the real controller with the real agent steps and their watch,
+//! and the real scheduler loop at its default interval (`scheduler.interval: 30s`). A fake
+//! agent (`berth::testing::fake_agent`) plays each container's agent. Events land on random
+//! projects at random moments over about two scheduler rounds, and each is timed from the
+//! moment it happened to the first status write that reflects it:
 //!   - a spec change: `status.observedGeneration` reaches the new generation;
 //!   - a container that vanished (deleted behind berth's back, with LXD's `instance-deleted`
 //!     event): phase `Missing`;
-//!   - an agent that went blocked (its status file says so): `status.agent.state: blocked`.
+//!   - an agent that went blocked (it writes `/run/berth/agent.json` saying so, through the
+//!     runtime's file API as an agent in the container does): `status.agent.state: blocked`.
 //!
 //! Prints p50 and p99 per event. Run with `scripts/bench-reconcile` (or `cargo run --release -p
 //! berth --features testing --example bench-reaction -- [N] [SAMPLES]`).
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use berth::activity_log::ActivityLog;
+use berth::agent::STATUS_FILE;
 use berth::metrics::Metrics;
-use berth::reconcile::{ControllerSettings, NoLaterSteps, spawn_controller};
+use berth::reconcile::{AgentSettings, AgentSteps, ControllerSettings, spawn_controller};
 use berth::runtime::fake::FakeRuntime;
 use berth::runtime::{EventKind, ExecOutput, Runtime, RuntimeEvent};
 use berth::scheduler::passes::{DaemonPasses, PassSettings};
+use berth::secrets::Secrets;
 use berth::store::{Commit, Desired, Store, StoredObject};
+use berth::testing::fake_agent::{FakeAgent, shell_profile_spec};
 use berth::testing::inspection::{FakeWorkspace, inspection_report, is_inspection};
+use berth_api::AgentState;
 use rand::Rng;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -94,6 +101,14 @@ async fn main() -> anyhow::Result<()> {
     }
     let dir = tempfile::tempdir().context("creating a temp dir for the store")?;
     let store = Arc::new(Store::open(&dir.path().join("berth.db")).context("opening the store")?);
+    let secrets =
+        Arc::new(Secrets::open(store.clone(), dir.path()).context("opening the secrets")?);
+    store
+        .apply(
+            Desired::of(berth_api::Kind::AgentProfile, "shell", shell_profile_spec()),
+            Commit::Persist,
+        )
+        .map_err(|e| anyhow::anyhow!("storing the shell AgentProfile: {e}"))?;
     let names: Vec<String> = (0..count).map(|i| format!("react-{i:05}")).collect();
     for chunk in names.chunks(BATCH) {
         let batch = chunk.iter().map(|name| desired(name, "8h")).collect();
@@ -102,19 +117,20 @@ async fn main() -> anyhow::Result<()> {
             .map_err(|f| anyhow::anyhow!("seeding the store: {}", f.error))?;
     }
 
-    // Every workspace answers the inspection as a clean one; a blocked agent's answers change.
+    // Every workspace answers the inspection as a clean one holding its agent's status file,
+    // as the inspection script reads it; the fake agent answers the agent steps' execs.
     let fake = Arc::new(FakeRuntime::new());
-    let reports: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-    let clean = inspection_report(&FakeWorkspace::default());
-    let answers = reports.clone();
+    let agent = FakeAgent::install(&fake);
+    let files = Arc::downgrade(&fake);
     fake.on_exec(move |name, request| {
         is_inspection(request).then(|| {
-            let report = answers
-                .lock()
-                .unwrap()
-                .get(name)
-                .cloned()
-                .unwrap_or_else(|| clean.clone());
+            let agent_json = Weak::upgrade(&files)
+                .and_then(|fake| fake.file(name, STATUS_FILE))
+                .map(|json| String::from_utf8_lossy(&json).into_owned());
+            let report = inspection_report(&FakeWorkspace {
+                agent_json,
+                ..FakeWorkspace::default()
+            });
             Ok(ExecOutput {
                 exit_code: 0,
                 stdout: report.into_bytes(),
@@ -125,14 +141,23 @@ async fn main() -> anyhow::Result<()> {
 
     let metrics = Arc::new(Metrics::new());
     let cancel = CancellationToken::new();
+    // As the daemon builds them: the agent steps, the controller running them, their watch.
+    let runtime = fake.clone() as Arc<dyn Runtime>;
+    let agent_steps = Arc::new(AgentSteps::new(
+        store.clone(),
+        secrets,
+        runtime.clone(),
+        AgentSettings::default(),
+    ));
     let controller = spawn_controller(
         store.clone(),
-        fake.clone() as Arc<dyn Runtime>,
+        runtime,
         metrics.clone(),
         ControllerSettings::default(),
-        Arc::new(NoLaterSteps),
+        agent_steps.clone(),
         cancel.clone(),
     );
+    let agent_watch = agent_steps.spawn_watch(controller.queue.clone(), cancel.child_token());
     let deadline = Instant::now() + CONVERGE_DEADLINE;
     while ready_count(&store) < count || controller.queue.depth() > 0 {
         if Instant::now() > deadline {
@@ -212,10 +237,6 @@ async fn main() -> anyhow::Result<()> {
         })
     };
 
-    let blocked = inspection_report(&FakeWorkspace {
-        agent_json: Some(r#"{"state":"blocked","message":"which database?"}"#.into()),
-        ..FakeWorkspace::default()
-    });
     let started = Instant::now();
     for (offset, kind, name) in &plan {
         tokio::time::sleep_until((started + *offset).into()).await;
@@ -255,10 +276,10 @@ async fn main() -> anyhow::Result<()> {
                 });
             }
             Kind::AgentBlocked => {
-                reports
-                    .lock()
-                    .unwrap()
-                    .insert(name.clone(), blocked.clone());
+                agent
+                    .report(name, AgentState::Blocked, "which database?")
+                    .await
+                    .with_context(|| format!("{name}'s agent reporting blocked"))?;
             }
         }
     }
@@ -281,6 +302,7 @@ async fn main() -> anyhow::Result<()> {
     watcher.abort();
     let _ = scheduler.await;
     controller.shutdown().await;
+    let _ = agent_watch.await;
 
     println!(
         "reaction time with the fake runtime, {count} projects, scheduler interval {}s, {samples} events of each kind",
@@ -322,12 +344,17 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A project as admission stores it, with `idleAfter` as its only variable.
+/// An agent project as admission stores it, with `idleAfter` as its only variable.
 fn desired(name: &str, idle_after: &str) -> Desired {
     let mut project = berth_api::Project::new(
         name,
-        serde_json::from_value(json!({"image": "berth-tiny", "reap": {"idleAfter": idle_after}}))
-            .expect("a valid spec"),
+        serde_json::from_value(json!({
+            "image": "berth-tiny",
+            "agent": "shell",
+            "brief": "Keep the build green.",
+            "reap": {"idleAfter": idle_after},
+        }))
+        .expect("a valid spec"),
     );
     project.apply_defaults(&berth_api::Defaults::default());
     Desired {

@@ -75,7 +75,8 @@ impl AgentSteps {
                             .iter()
                             .map(|o| o.name().to_string())
                             .collect();
-                        watched.retain(|name| names.contains(name));
+                        let present: HashSet<&str> = names.iter().map(String::as_str).collect();
+                        watched.retain(|name| present.contains(name.as_str()));
                         for name in names {
                             if cancel.is_cancelled() {
                                 return;

@@ -856,11 +856,17 @@ fn paused(object: &StoredObject) -> bool {
 }
 
 /// Whether the project's container runs with its workspace mounted, so it can be inspected.
+/// Since when the project has been Ready, if it is.
+fn ready_since(status: &ProjectStatus) -> Option<DateTime<Utc>> {
+    find_condition(&status.conditions, condition_types::READY)
+        .filter(|c| c.status == ConditionStatus::True)
+        .map(|c| c.last_transition_time)
+}
+
 /// Whether the project became Ready after `moment`.
 fn ready_since_after(object: &StoredObject, moment: DateTime<Utc>) -> bool {
     let status: ProjectStatus = object.status.decode().unwrap_or_default();
-    find_condition(&status.conditions, condition_types::READY)
-        .is_some_and(|c| c.status == ConditionStatus::True && c.last_transition_time > moment)
+    ready_since(&status).is_some_and(|since| since > moment)
 }
 
 fn running(object: &StoredObject) -> bool {
@@ -920,9 +926,7 @@ impl Facts {
             policy: spec.reap.resolve(),
             created_at: object.metadata.creation_timestamp.unwrap_or_else(Utc::now),
             last_active_at: status.activity.as_ref().and_then(|a| a.last_active_at),
-            ready_since: find_condition(&status.conditions, condition_types::READY)
-                .filter(|c| c.status == ConditionStatus::True)
-                .map(|c| c.last_transition_time),
+            ready_since: ready_since(&status),
             building: matches!(status.phase, Phase::Pending | Phase::Provisioning),
             agent,
             evidence,

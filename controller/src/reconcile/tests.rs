@@ -18,6 +18,7 @@ use crate::metrics::Metrics;
 use crate::runtime::fake::{FakeRuntime, Fault};
 use crate::runtime::{Instance, InstanceStatus, Runtime, RuntimeError};
 use crate::store::{Desired, Store};
+use crate::testing::eventually;
 
 /// More reconciles than any convergence here needs; hitting it means a loop.
 const MAX_ROUNDS: usize = 40;
@@ -730,15 +731,6 @@ async fn a_deleted_alias_falls_back_to_the_recorded_fingerprint() {
     }
     assert_eq!(h.ready_reason("q").1, "ImageNotFound");
     assert!(h.fake.instance("q").is_none());
-}
-
-/// Waits (real time, generous) until `check` holds.
-async fn eventually(what: &str, check: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -325,15 +325,7 @@ mod tests {
     use crate::runtime::InstanceStatus;
     use crate::secrets::Secrets;
     use crate::store::{Commit, Desired, Store};
-
-    /// Waits for `done`, at most a minute.
-    async fn eventually(what: &str, done: impl Fn() -> bool) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while !done() {
-            assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    use crate::testing::eventually;
 
     fn status(store: &Store, name: &str) -> ProjectStatus {
         store

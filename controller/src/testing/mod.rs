@@ -6,3 +6,12 @@ pub mod fake_agent;
 pub mod fixtures;
 #[cfg(feature = "testing")]
 pub mod inspection;
+
+/// Waits in real time until `check` holds, failing the test with `what` after a minute.
+pub async fn eventually(what: &str, check: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

@@ -774,14 +774,19 @@ mod fake_runtime_tests {
     use crate::store::Desired;
     use serde_json::Value;
 
-    struct Setup {
+    pub(super) struct Setup {
         _dir: tempfile::TempDir,
-        store: Arc<Store>,
-        fake: Arc<FakeRuntime>,
-        steps: AgentSteps,
+        pub(super) store: Arc<Store>,
+        pub(super) fake: Arc<FakeRuntime>,
+        pub(super) steps: Arc<AgentSteps>,
     }
 
     fn setup(spec: Value) -> Setup {
+        setup_with(spec, AgentSettings::default())
+    }
+
+    /// Project `p` with `spec` and the AgentProfile `shell`, over a fake runtime.
+    pub(super) fn setup_with(spec: Value, settings: AgentSettings) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
         let secrets = Arc::new(Secrets::open(store.clone(), dir.path()).unwrap());
@@ -800,12 +805,12 @@ mod fake_runtime_tests {
             )
             .unwrap();
         let fake = Arc::new(FakeRuntime::new());
-        let steps = AgentSteps::new(
+        let steps = Arc::new(AgentSteps::new(
             store.clone(),
             secrets,
             fake.clone(),
-            AgentSettings::default(),
-        );
+            settings,
+        ));
         Setup {
             _dir: dir,
             store,

@@ -203,7 +203,7 @@ impl AgentSteps {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "testing"))]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
@@ -213,44 +213,22 @@ mod tests {
     use super::*;
     use crate::metrics::Metrics;
     use crate::reconcile::{Action, AgentSettings, Backoff};
-    use crate::runtime::fake::FakeRuntime;
     use crate::runtime::{FileWrite, InstanceStatus, Runtime};
-    use crate::secrets::Secrets;
-    use crate::store::{Commit, Desired, Store};
-
-    /// Waits for `done`, at most 30 s.
-    async fn eventually(what: &str, done: impl Fn() -> bool) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !done() {
-            assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
+    use crate::store::Commit;
+    use crate::testing::eventually;
 
     /// A briefed project is followed on a notice of a write in its `/run/berth`, and not by the
     /// poll while its directory is watched; once it cannot be watched, the poll takes over.
     #[tokio::test]
     async fn a_watched_agent_report_is_followed_on_notice_not_polled() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
-        let secrets = Arc::new(Secrets::open(store.clone(), dir.path()).unwrap());
-        store
-            .apply(
-                Desired::project("p", json!({"agent": "shell", "brief": "hi"})),
-                Commit::Persist,
-            )
-            .unwrap();
-        store
-            .apply(
-                Desired::of(
-                    Kind::AgentProfile,
-                    "shell",
-                    json!({"home": "/root/.shell", "install": {"check": "true"},
-                        "runner": {"command": ["true"]}}),
-                ),
-                Commit::Persist,
-            )
-            .unwrap();
+        let setup = super::super::fake_runtime_tests::setup_with(
+            json!({"agent": "shell", "brief": "hi"}),
+            AgentSettings {
+                watch_interval: Duration::from_millis(20),
+                ..AgentSettings::default()
+            },
+        );
+        let (store, fake, steps) = (&setup.store, &setup.fake, &setup.steps);
         store
             .update_status(
                 Kind::Project,
@@ -260,17 +238,7 @@ mod tests {
                 Commit::Persist,
             )
             .unwrap();
-        let fake = Arc::new(FakeRuntime::new());
         fake.insert_instance(crate::runtime::Instance::running("p", Default::default()));
-        let steps = Arc::new(AgentSteps::new(
-            store.clone(),
-            secrets,
-            fake.clone(),
-            AgentSettings {
-                watch_interval: Duration::from_millis(20),
-                ..AgentSettings::default()
-            },
-        ));
         let queue = WorkQueue::new(1, Backoff::default(), Arc::new(Metrics::new()));
         let cancel = CancellationToken::new();
         let followed = Arc::new(AtomicUsize::new(0));

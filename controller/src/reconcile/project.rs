@@ -941,14 +941,13 @@ impl Project<'_> {
     /// [`Self::wait_for_member`] for a container that could not be read or listed: judged by
     /// the member the project is placed on.
     async fn wait_for_recorded_member(&self, draft: &mut Draft) -> Concern {
-        let recorded = draft.status.location.clone().or_else(|| {
-            draft
-                .status
-                .container
-                .as_ref()
-                .and_then(|c| c.location.clone())
-        });
-        match recorded {
+        let status = &draft.status;
+        let container = status
+            .container
+            .as_ref()
+            .and_then(|c| c.location.as_deref());
+        let recorded = placement::placed_member(status.location.as_deref(), container);
+        match recorded.map(str::to_string) {
             Some(member) => self.wait_for_member_named(draft, &member).await,
             None => Ok(Next::Continue),
         }
@@ -1512,16 +1511,14 @@ fn member_name(location: &str) -> Option<String> {
 /// The member a stored project is placed on: `status.location`, else (placed before it was
 /// recorded) where its container was last seen.
 fn recorded_location(project: &StoredObject) -> Option<String> {
-    project
-        .status
-        .get_str("location")
-        .or_else(|| {
-            project
-                .status
-                .pointer("/container/location")
-                .and_then(|l| l.as_str().map(str::to_string))
-        })
-        .filter(|l| !l.is_empty())
+    let status = &project.status;
+    let location = status.get_str("location");
+    let container = status.pointer("/container/location");
+    placement::placed_member(
+        location.as_deref(),
+        container.as_ref().and_then(|l| l.as_str()),
+    )
+    .map(str::to_string)
 }
 
 fn short(fingerprint: &str) -> &str {

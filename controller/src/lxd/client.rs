@@ -47,6 +47,22 @@ pub(super) fn instance_path(name: &str) -> String {
     format!("/1.0/instances/{}", seg(name))
 }
 
+/// The name of the volume a listing's URL names, and the member it names when it does:
+/// `/1.0/storage-pools/P/volumes/custom/NAME?target=M`.
+pub(super) fn volume_of_url(url: &str) -> Option<(String, Option<String>)> {
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    let name = path.rsplit_once('/')?.1;
+    let name = percent_encoding::percent_decode_str(name)
+        .decode_utf8()
+        .ok()?
+        .into_owned();
+    let target = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("target="))
+        .map(str::to_string);
+    Some((name, target))
+}
+
 fn volume_path(pool: &str, name: &str) -> String {
     format!(
         "/1.0/storage-pools/{}/volumes/custom/{}",
@@ -870,6 +886,31 @@ impl Runtime for LxdClient {
             name: found.name,
             driver: found.driver,
         })
+    }
+
+    async fn volumes_named(&self, pool: &str, name_prefix: &str) -> Result<Vec<Volume>> {
+        let urls: Vec<String> = self
+            .transport
+            .call(
+                Method::GET,
+                &format!("/1.0/storage-pools/{}/volumes/custom", seg(pool)),
+                format!("list volume names of pool {pool}"),
+            )
+            .get()
+            .await?;
+        let mut volumes = Vec::new();
+        for url in urls {
+            let Some((name, target)) = volume_of_url(&url) else {
+                continue;
+            };
+            if !name.starts_with(name_prefix) {
+                continue;
+            }
+            if let Some(volume) = self.get_volume(pool, &name, target.as_deref()).await? {
+                volumes.push(volume);
+            }
+        }
+        Ok(volumes)
     }
 
     async fn list_volumes(&self, pool: &str, config_prefix: Option<&str>) -> Result<Vec<Volume>> {

@@ -993,6 +993,19 @@ impl Runtime for FakeRuntime {
         Self::reply("get_volume", lose, Ok(found))
     }
 
+    async fn volumes_named(&self, pool: &str, name_prefix: &str) -> Result<Vec<Volume>> {
+        let lose = self.enter("volumes_named", pool).await?;
+        let state = lock(&self.state);
+        let list = state
+            .volumes
+            .values()
+            .filter(|v| v.pool == pool && v.name.starts_with(name_prefix))
+            .map(|v| with_used_by(v, &state.instances))
+            .collect();
+        drop(state);
+        Self::reply("volumes_named", lose, Ok(list))
+    }
+
     async fn list_volumes(&self, pool: &str, config_prefix: Option<&str>) -> Result<Vec<Volume>> {
         let lose = self.enter("list_volumes", pool).await?;
         let state = lock(&self.state);

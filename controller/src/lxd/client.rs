@@ -817,12 +817,6 @@ impl Runtime for LxdClient {
 
     async fn create_volume(&self, request: &CreateVolume) -> Result<Volume> {
         let target = self.target(request.target.as_deref());
-        if let Some(existing) = self
-            .get_volume(&request.pool, &request.name, target)
-            .await?
-        {
-            return Ok(existing);
-        }
         let what = format!("create volume {}/{}", request.pool, request.name);
         let mut config: BTreeMap<String, String> = request.config.clone();
         if let Some(size) = &request.size {
@@ -837,14 +831,27 @@ impl Runtime for LxdClient {
             )
             .query_opt("target", target)
             .json(json!({"name": request.name, "config": config, "content_type": "filesystem"}));
-        self.run(call, &what, self.transport.request_timeout())
-            .await?;
-        self.get_volume(&request.pool, &request.name, target)
-            .await?
-            .ok_or(RuntimeError::NotFound {
-                what,
-                message: "volume missing right after its creation".into(),
-            })
+        // Created unless it exists (409): no look before, and none after when its member is known.
+        match self
+            .run(call, &what, self.transport.request_timeout())
+            .await
+        {
+            Ok(_) if target.is_some() || !self.server().clustered => Ok(Volume {
+                pool: request.pool.clone(),
+                name: request.name.clone(),
+                config,
+                location: target.unwrap_or("none").to_string(),
+                used_by: Vec::new(),
+            }),
+            Ok(_) | Err(RuntimeError::Conflict { .. }) => self
+                .get_volume(&request.pool, &request.name, target)
+                .await?
+                .ok_or(RuntimeError::NotFound {
+                    what,
+                    message: "volume missing right after its creation".into(),
+                }),
+            Err(e) => Err(e),
+        }
     }
 
     async fn get_volume(

@@ -489,6 +489,10 @@ impl FakeRuntime {
 
 fn set_status(instance: &mut Instance, status: InstanceStatus, pid: i64) {
     instance.status_code = status.code();
+    if status == InstanceStatus::Running && pid > 0 {
+        // LXD records every start (a restart's too) as the instance's last use.
+        instance.last_used_at = Some(Utc::now());
+    }
     instance.state = Some(if status == InstanceStatus::Running {
         InstanceState {
             pid,
@@ -679,7 +683,6 @@ impl Runtime for FakeRuntime {
                 Some(i) => {
                     if i.instance.status != InstanceStatus::Running {
                         set_status(&mut i.instance, InstanceStatus::Running, pid);
-                        i.instance.last_used_at = Some(Utc::now());
                     }
                     Ok(())
                 }

@@ -178,7 +178,7 @@ impl ProjectSpec {
 
 /// Environment values are strings, but YAML users write `PORT: 3000`: take scalars as text.
 fn env_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
-    scalar::string_map(d)
+    scalar::string_map(d, scalar::Bare::AsText)
 }
 
 /// Desired power state.

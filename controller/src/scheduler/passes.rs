@@ -671,10 +671,10 @@ impl DaemonPasses {
     }
 
     /// Purges the trash entries that outlived `trash.retention` (a `TrashPurged` event each)
-    /// and recounts the trash's metrics.
+    /// and recounts the trash's metrics, when the trash is due a sweep ([`Trash::sweep`]).
     async fn purge_trash(&self) {
         let Some(trash) = &self.trash else { return };
-        if let Err(e) = trash.purge_expired(&*self.runtime, self.now()).await {
+        if let Some(Err(e)) = trash.sweep(&*self.runtime, self.now()).await {
             tracing::warn!(error = %e, "housekeeping could not read the trash");
         }
     }

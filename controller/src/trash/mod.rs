@@ -156,7 +156,13 @@ pub struct Trash {
     lock: tokio::sync::Mutex<()>,
     /// The pool said once that it cannot size a volume (LXD 5.0's `dir`): not asked again.
     sizes_unknown: std::sync::atomic::AtomicBool,
+    /// When housekeeping last swept the trash ([`Trash::sweep`]).
+    swept_at: std::sync::Mutex<Option<DateTime<Utc>>>,
 }
+
+/// How often housekeeping sweeps the trash at most: reading it costs LXD a scan of every
+/// instance for each volume of the pool, and an entry may outlive its retention by this much.
+const SWEEP_AT_MOST_EVERY: Duration = Duration::from_secs(3600);
 
 impl std::fmt::Debug for Trash {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -176,6 +182,7 @@ impl Trash {
             metrics: None,
             lock: tokio::sync::Mutex::new(()),
             sizes_unknown: std::sync::atomic::AtomicBool::new(false),
+            swept_at: std::sync::Mutex::new(None),
         }
     }
 
@@ -272,7 +279,28 @@ impl Trash {
         })
     }
 
-    /// Housekeeping: deletes the volumes of every entry that expired by `now`, with a Normal
+    /// Housekeeping: [`Trash::purge_expired`] once a tenth of the retention (at most an hour)
+    /// has passed since the last sweep, so an entry outlives its retention by at most that
+    /// much. `None` when it was not yet time.
+    pub async fn sweep(
+        &self,
+        runtime: &dyn Runtime,
+        now: DateTime<Utc>,
+    ) -> Option<Result<Vec<String>, RuntimeError>> {
+        let every = (self.settings.retention / 10).min(SWEEP_AT_MOST_EVERY);
+        let every = chrono::Duration::from_std(every).unwrap_or(chrono::Duration::MAX);
+        {
+            let mut swept_at = self.swept_at.lock().unwrap_or_else(|e| e.into_inner());
+            // A clock that went back sweeps at once.
+            if swept_at.is_some_and(|at| at <= now && now - at < every) {
+                return None;
+            }
+            *swept_at = Some(now);
+        }
+        Some(self.purge_expired(runtime, now).await)
+    }
+
+    /// Deletes the volumes of every entry that expired by `now`, with a Normal
     /// event `TrashPurged` for each, and recounts the trash. Returns the uids purged.
     pub async fn purge_expired(
         &self,

@@ -511,6 +511,38 @@ async fn housekeeping_purges_what_expired_with_an_event() {
     assert!(event.message.contains("old"), "{}", event.message);
 }
 
+#[tokio::test]
+async fn housekeeping_sweeps_the_trash_once_a_tenth_of_its_retention() {
+    let s = setup(7 * DAY);
+    let now = chrono::Utc::now();
+    assert!(
+        s.trash.sweep(&*s.fake, now).await.is_some(),
+        "the first sweep"
+    );
+    let lists = s.fake.count("list_volumes");
+    let half_hour = chrono::Duration::minutes(30);
+    assert!(s.trash.sweep(&*s.fake, now + half_hour).await.is_none());
+    assert_eq!(s.fake.count("list_volumes"), lists, "the trash not read");
+    // A seven-day retention is swept hourly (not every 16.8 hours).
+    let hour = chrono::Duration::hours(1);
+    assert!(s.trash.sweep(&*s.fake, now + hour).await.is_some());
+    assert!(
+        s.trash.sweep(&*s.fake, now).await.is_some(),
+        "a clock gone back"
+    );
+
+    let short = setup(Duration::from_secs(20));
+    assert!(short.trash.sweep(&*short.fake, now).await.is_some());
+    let two_seconds = chrono::Duration::seconds(2);
+    assert!(
+        short
+            .trash
+            .sweep(&*short.fake, now + two_seconds)
+            .await
+            .is_some()
+    );
+}
+
 #[test]
 fn the_reason_and_who_come_from_the_deletion_annotations() {
     let object = |pairs: &[(&str, &str)]| crate::store::StoredObject {

@@ -267,6 +267,19 @@ impl WorkQueue {
         }
     }
 
+    /// Whether the reconciler is at capacity: every worker busy, or work due that no worker
+    /// has taken yet (a large apply converging).
+    pub fn saturated(&self) -> bool {
+        let state = self.shared.lock_state();
+        let now = Instant::now();
+        state.running.len() >= self.shared.concurrency
+            || state
+                .order
+                .iter()
+                .take_while(|(at, _, _)| *at <= now)
+                .any(|(_, _, key)| !state.busy(key))
+    }
+
     /// How many keys wait to run (including keys held while they run).
     pub fn depth(&self) -> usize {
         self.shared.lock_state().pending.len()

@@ -46,6 +46,12 @@ use crate::workspace::protection::{self, reasons_text};
 /// from a person's.
 pub const REAPED_ANNOTATION: &str = berth_api::annotations::REAPED_BY;
 
+/// How many settle periods the activity pass waits at most for a saturated reconciler.
+const YIELD_SETTLES: u32 = 4;
+
+/// How often the activity pass looks whether the reconciler is still saturated.
+const SATURATION_POLL: Duration = Duration::from_millis(250);
+
 /// The scheduler's settings from berth.yaml.
 #[derive(Debug, Clone)]
 pub struct PassSettings {
@@ -135,6 +141,7 @@ impl DaemonPasses {
     /// due, and while a large apply converges, inspecting every project as it comes up would
     /// compete with the creates for LXD. Deletion and reaping still inspect it first
     /// ([`reap::recheck`], the finalizer's hold); its agent's reports arrive by the agent watch.
+    /// The activity pass also waits for a saturated reconciler, at most a few settle periods.
     pub fn with_settle(self, settle: Duration) -> DaemonPasses {
         DaemonPasses {
             settle: chrono::Duration::from_std(settle).unwrap_or(chrono::Duration::MAX),
@@ -177,6 +184,21 @@ impl DaemonPasses {
             .collect()
     }
 
+    /// Waits while the reconciler is saturated, for at most [`YIELD_SETTLES`] settle periods:
+    /// while a large apply converges, inspections would compete with its creates for LXD, and
+    /// nothing an inspection finds is due within minutes. A fleet whose agents keep the
+    /// reconciler busy without saturating it is inspected on time.
+    async fn yield_to_reconciles(&self) {
+        let Some(deadline) = self.settle.to_std().ok().and_then(|settle| {
+            tokio::time::Instant::now().checked_add(settle.saturating_mul(YIELD_SETTLES))
+        }) else {
+            return;
+        };
+        while self.queue.saturated() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(SATURATION_POLL).await;
+        }
+    }
+
     /// Asks the reconciler to re-check every project. Requests for a project already queued
     /// merge, so this costs nothing when the controller's own resync ran moments ago.
     async fn resync(&self) {
@@ -188,6 +210,7 @@ impl DaemonPasses {
     /// Inspects every running project, and the stopped ones whose last findings stand between
     /// them and an outcome, and records what it found in status.
     async fn activity(&self) {
+        self.yield_to_reconciles().await;
         let projects = self.projects();
         let live = projects.iter().map(|o| o.uid().to_string()).collect();
         self.memory().retain(&live);

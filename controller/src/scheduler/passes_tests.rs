@@ -1039,3 +1039,38 @@ async fn a_project_just_made_ready_is_left_to_settle_before_its_first_inspection
     assert!(inspections_of(&s.fake, "fresh") > 0);
     assert_eq!(s.status("fresh")["reap"]["nextAction"], "Stop");
 }
+
+#[tokio::test(start_paused = true)]
+async fn inspections_wait_a_few_settle_periods_at_most_for_a_saturated_reconciler() {
+    let s = setup();
+    let settle = Duration::from_secs(60);
+    let s = Setup {
+        passes: s.passes.with_settle(settle),
+        ..s
+    };
+    s.running_project("p", FakeWorkspace::default());
+    ready_since(&s, "p", s.now() - chrono::Duration::hours(1));
+    // Work is due that no worker took: an apply converging.
+    s.passes.queue.request_now("applied");
+    assert!(s.passes.queue.saturated());
+
+    let round = s.round();
+    tokio::pin!(round);
+    tokio::select! {
+        _ = &mut round => panic!("the round did not wait for the reconciler"),
+        _ = tokio::time::sleep(settle * 2) => {}
+    }
+    assert_eq!(inspections_of(&s.fake, "p"), 0, "inspected while saturated");
+    s.passes.queue.forget("applied");
+    round.await;
+    assert!(inspections_of(&s.fake, "p") > 0);
+
+    // Saturated for good: inspected after four settle periods all the same.
+    s.passes.queue.request_now("stuck");
+    let started = tokio::time::Instant::now();
+    tokio::time::advance(Duration::from_secs(600)).await;
+    let before = inspections_of(&s.fake, "p");
+    s.round().await;
+    assert!(inspections_of(&s.fake, "p") > before);
+    assert!(started.elapsed() >= settle * 4);
+}

@@ -423,6 +423,14 @@ async fn workspace_volume_outlives_its_container() {
         .await
         .unwrap();
     assert!(listed.iter().any(|v| v.name == volume));
+    let prefix = volume.trim_end_matches("workspace");
+    let named = lxd.volumes_named(POOL, prefix).await.unwrap();
+    assert_eq!(
+        named.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(),
+        [volume.as_str()],
+        "only the volume whose name starts with {prefix:?}"
+    );
+    assert_eq!(named[0].config.get("user.berth.uid"), Some(&volume));
 
     let attach = |name: &str| {
         let mut req = request(name, TINY);

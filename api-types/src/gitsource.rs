@@ -6,39 +6,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::duration::BerthDuration;
 use crate::error::ValidationErrors;
-use crate::meta::{API_VERSION, Condition, ObjectMeta};
+use crate::meta::Condition;
+use crate::object::kind_object;
 use crate::quantity::scalar;
 
-/// A git repository of manifests.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct GitSource {
-    #[serde(default)]
-    pub api_version: String,
-    #[serde(default)]
-    pub kind: String,
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub spec: GitSourceSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<GitSourceStatus>,
-}
-
-impl GitSource {
-    pub const KIND: &'static str = "GitSource";
-
-    pub fn new(name: impl Into<String>, spec: GitSourceSpec) -> Self {
-        GitSource {
-            api_version: API_VERSION.to_string(),
-            kind: Self::KIND.to_string(),
-            metadata: ObjectMeta {
-                name: name.into(),
-                ..ObjectMeta::default()
-            },
-            spec,
-            status: None,
-        }
+kind_object! {
+    /// A git repository of manifests.
+    GitSource {
+        spec: GitSourceSpec,
+        status: GitSourceStatus,
     }
 }
 

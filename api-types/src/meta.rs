@@ -1,12 +1,12 @@
 //! Metadata shared by every kind, and the condition type every status carries.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
-use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::quantity::scalar::{self, Bare};
 
 /// The API group and version of every berth object.
 pub const API_VERSION: &str = "berth.dev/v1alpha1";
@@ -51,48 +51,7 @@ pub struct ObjectMeta {
 /// not stored as text, since YAML has already turned what was typed (`1.10`, `yes`) into a
 /// number or boolean whose text may differ.
 fn string_values<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
-    struct Text(String);
-    impl<'de> Deserialize<'de> for Text {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'v> Visitor<'v> for V {
-                type Value = String;
-                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                    f.write_str("a string")
-                }
-                fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
-                    Ok(v.to_string())
-                }
-                fn visit_string<E: de::Error>(self, v: String) -> Result<String, E> {
-                    Ok(v)
-                }
-                fn visit_u64<E: de::Error>(self, v: u64) -> Result<String, E> {
-                    Err(quote(v))
-                }
-                fn visit_i64<E: de::Error>(self, v: i64) -> Result<String, E> {
-                    Err(quote(v))
-                }
-                fn visit_f64<E: de::Error>(self, v: f64) -> Result<String, E> {
-                    Err(quote(v))
-                }
-                fn visit_bool<E: de::Error>(self, v: bool) -> Result<String, E> {
-                    Err(quote(v))
-                }
-                fn visit_seq<A: de::SeqAccess<'v>>(self, _: A) -> Result<String, A::Error> {
-                    Err(de::Error::custom("must be a string, not a list"))
-                }
-                fn visit_map<A: de::MapAccess<'v>>(self, _: A) -> Result<String, A::Error> {
-                    Err(de::Error::custom("must be a string, not a mapping"))
-                }
-            }
-            fn quote<E: de::Error>(v: impl fmt::Display) -> E {
-                E::custom(format!("must be a string (quote it: \"{v}\")"))
-            }
-            d.deserialize_any(V).map(Text)
-        }
-    }
-    let raw = BTreeMap::<String, Text>::deserialize(d)?;
-    Ok(raw.into_iter().map(|(k, v)| (k, v.0)).collect())
+    scalar::string_map(d, Bare::Refuse)
 }
 
 /// `"True"`, `"False"` or `"Unknown"`, as in Kubernetes.

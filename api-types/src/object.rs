@@ -11,6 +11,55 @@ use crate::naming::validate_name;
 use crate::profile::{AgentProfile, validate_profile};
 use crate::project::{Defaults, Project, validate_project};
 
+/// Declares a kind's object type: `apiVersion`, `kind`, `metadata`, `spec` and an optional
+/// `status`, in that order, each defaulted when a manifest leaves it out, unknown fields
+/// refused; `KIND`, the kind's name; and `new`, an object of that kind with a name and a spec.
+macro_rules! kind_object {
+    ($(#[$attr:meta])* $name:ident { spec: $spec:ty, status: $status:ty $(,)? }) => {
+        $(#[$attr])*
+        #[derive(
+            Debug,
+            Clone,
+            PartialEq,
+            ::serde::Serialize,
+            ::serde::Deserialize,
+            ::schemars::JsonSchema,
+        )]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        pub struct $name {
+            #[serde(default)]
+            pub api_version: String,
+            #[serde(default)]
+            pub kind: String,
+            #[serde(default)]
+            pub metadata: $crate::meta::ObjectMeta,
+            #[serde(default)]
+            pub spec: $spec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: Option<$status>,
+        }
+
+        impl $name {
+            pub const KIND: &'static str = stringify!($name);
+
+            pub fn new(name: impl Into<String>, spec: $spec) -> Self {
+                $name {
+                    api_version: $crate::meta::API_VERSION.to_string(),
+                    kind: Self::KIND.to_string(),
+                    metadata: $crate::meta::ObjectMeta {
+                        name: name.into(),
+                        ..$crate::meta::ObjectMeta::default()
+                    },
+                    spec,
+                    status: None,
+                }
+            }
+        }
+    };
+}
+
+pub(crate) use kind_object;
+
 /// A kind of object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {

@@ -5,39 +5,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ValidationErrors;
 use crate::files::{FileMode, WORKSPACE_DIR, absolute_path, is_within, workspace_file_path};
-use crate::meta::{API_VERSION, Condition, ObjectMeta};
+use crate::meta::Condition;
 use crate::naming::validate_env_key;
+use crate::object::kind_object;
 
-/// One agent CLI (claude, codex, the offline `shell` agent, ...).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct AgentProfile {
-    #[serde(default)]
-    pub api_version: String,
-    #[serde(default)]
-    pub kind: String,
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub spec: AgentProfileSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<AgentProfileStatus>,
-}
-
-impl AgentProfile {
-    pub const KIND: &'static str = "AgentProfile";
-
-    pub fn new(name: impl Into<String>, spec: AgentProfileSpec) -> Self {
-        AgentProfile {
-            api_version: API_VERSION.to_string(),
-            kind: Self::KIND.to_string(),
-            metadata: ObjectMeta {
-                name: name.into(),
-                ..ObjectMeta::default()
-            },
-            spec,
-            status: None,
-        }
+kind_object! {
+    /// One agent CLI (claude, codex, the offline `shell` agent, ...).
+    AgentProfile {
+        spec: AgentProfileSpec,
+        status: AgentProfileStatus,
     }
 }
 

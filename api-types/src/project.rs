@@ -10,8 +10,9 @@ use crate::duration::{BerthDuration, MaxAge};
 use crate::error::ValidationErrors;
 use crate::files::{FileMode, MergeMode, workspace_file_path};
 use crate::gitsource::validate_git_url;
-use crate::meta::{API_VERSION, Condition, ObjectMeta};
+use crate::meta::{API_VERSION, Condition};
 use crate::naming::validate_env_key;
+use crate::object::kind_object;
 use crate::quantity::{CpuQuantity, Quantity, scalar};
 
 /// The spec fields [`Project::apply_defaults`] fills from the fleet defaults, as dotted paths.
@@ -29,38 +30,15 @@ pub const DEFAULTED_FIELDS: [&str; 9] = [
     "reap.protectIgnored",
 ];
 
-/// A workspace for AI coding agents.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Project {
-    #[serde(default)]
-    pub api_version: String,
-    #[serde(default)]
-    pub kind: String,
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub spec: ProjectSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<ProjectStatus>,
+kind_object! {
+    /// A workspace for AI coding agents.
+    Project {
+        spec: ProjectSpec,
+        status: ProjectStatus,
+    }
 }
 
 impl Project {
-    pub const KIND: &'static str = "Project";
-
-    pub fn new(name: impl Into<String>, spec: ProjectSpec) -> Self {
-        Project {
-            api_version: API_VERSION.to_string(),
-            kind: Self::KIND.to_string(),
-            metadata: ObjectMeta {
-                name: name.into(),
-                ..ObjectMeta::default()
-            },
-            spec,
-            status: None,
-        }
-    }
-
     /// Fills what the user left out from the fleet defaults, so the stored spec holds resolved
     /// values: changing the defaults later affects new projects only. Idempotent.
     pub fn apply_defaults(&mut self, d: &Defaults) {
@@ -178,7 +156,7 @@ impl ProjectSpec {
 
 /// Environment values are strings, but YAML users write `PORT: 3000`: take scalars as text.
 fn env_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
-    scalar::string_map(d)
+    scalar::string_map(d, scalar::Bare::AsText)
 }
 
 /// Desired power state.

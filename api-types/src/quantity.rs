@@ -265,12 +265,13 @@ impl Hash for CpuQuantity {
 /// Serde support for types that are written as strings but that YAML users often write as bare
 /// numbers (`cpu: 2`, `memory: 1000`, `PORT: 3000`).
 pub(crate) mod scalar {
+    use std::collections::BTreeMap;
     use std::fmt;
     use std::marker::PhantomData;
     use std::str::FromStr;
 
     use serde::Deserializer;
-    use serde::de::{self, Visitor};
+    use serde::de::{self, DeserializeSeed, Visitor};
 
     /// Deserializes a string, integer or float through `FromStr`, with the parse error as the
     /// message (so the path-tracking deserializer puts the field in front of it).
@@ -306,52 +307,101 @@ pub(crate) mod scalar {
         d.deserialize_any(V(expecting, PhantomData))
     }
 
-    /// A map of strings whose values may be written as bare scalars (see [`string_like`]).
-    pub fn string_map<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<std::collections::BTreeMap<String, String>, D::Error> {
-        struct Text(String);
-        impl<'de> serde::Deserialize<'de> for Text {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                string_like(d).map(Text)
-            }
-        }
-        let raw = <std::collections::BTreeMap<String, Text> as serde::Deserialize>::deserialize(d)?;
-        Ok(raw.into_iter().map(|(k, v)| (k, v.0)).collect())
+    /// What a string-valued field makes of a number or boolean written bare.
+    #[derive(Debug, Clone, Copy)]
+    pub enum Bare {
+        /// Refused with a hint to quote it.
+        Refuse,
+        /// Integers and booleans taken as their text. Floats are refused: YAML has already
+        /// turned `1.10` into 1.1, so the text the user meant is lost, and a different string
+        /// would be stored.
+        AsText,
     }
 
-    /// A string, or a number or boolean taken as its text.
+    /// A string, or a number or boolean taken as its text ([`Bare::AsText`]).
     pub fn string_like<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = String;
+        d.deserialize_any(Text(Bare::AsText))
+    }
+
+    /// A map of strings, a number or boolean written bare as a value treated as `bare` says.
+    pub fn string_map<'de, D: Deserializer<'de>>(
+        d: D,
+        bare: Bare,
+    ) -> Result<BTreeMap<String, String>, D::Error> {
+        struct Values(Bare);
+        impl<'de> Visitor<'de> for Values {
+            type Value = BTreeMap<String, String>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
+                f.write_str("a map")
             }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
-                Ok(v.to_string())
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<String, E> {
-                Ok(v)
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<String, E> {
-                Ok(v.to_string())
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<String, E> {
-                Ok(v.to_string())
-            }
-            // YAML has already turned `1.10` into 1.1: the text the user meant is lost, so
-            // ask for quotes rather than store a different string.
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<String, E> {
-                Err(E::custom(format!(
-                    "the number {v} must be quoted to be kept as written (e.g. \"{v}\")"
-                )))
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<String, E> {
-                Ok(v.to_string())
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut values = BTreeMap::new();
+                while let Some(key) = map.next_key()? {
+                    values.insert(key, map.next_value_seed(Text(self.0))?);
+                }
+                Ok(values)
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_map(Values(bare))
+    }
+
+    /// Reads one string under a [`Bare`] policy: the visitor, and the seed for map values.
+    struct Text(Bare);
+
+    impl Text {
+        fn bare<E: de::Error>(&self, v: impl fmt::Display, float: bool) -> Result<String, E> {
+            match self.0 {
+                Bare::Refuse => Err(E::custom(format!("must be a string (quote it: \"{v}\")"))),
+                Bare::AsText if float => Err(E::custom(format!(
+                    "the number {v} must be quoted to be kept as written (e.g. \"{v}\")"
+                ))),
+                Bare::AsText => Ok(v.to_string()),
+            }
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Text {
+        type Value = String;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Text {
+        type Value = String;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_string<E: de::Error>(self, v: String) -> Result<String, E> {
+            Ok(v)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<String, E> {
+            self.bare(v, false)
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<String, E> {
+            self.bare(v, false)
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<String, E> {
+            self.bare(v, true)
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<String, E> {
+            self.bare(v, false)
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<String, A::Error> {
+            match self.0 {
+                Bare::Refuse => Err(de::Error::custom("must be a string, not a list")),
+                Bare::AsText => Err(de::Error::invalid_type(de::Unexpected::Seq, &self)),
+            }
+        }
+        fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<String, A::Error> {
+            match self.0 {
+                Bare::Refuse => Err(de::Error::custom("must be a string, not a mapping")),
+                Bare::AsText => Err(de::Error::invalid_type(de::Unexpected::Map, &self)),
+            }
+        }
     }
 }
 

@@ -77,6 +77,11 @@ impl DurableLayout {
         }
     }
 
+    /// What the name of every volume of the project with this uid starts with.
+    pub fn volume_prefix(uid: &str) -> String {
+        format!("berth-{uid}-")
+    }
+
     /// Whether a volume name belongs to the project with this uid.
     /// A volume in the trash (`berth-trash-...`) is no project's, whatever uid it names.
     pub fn owns_volume(uid: &str, volume: &str) -> bool {

@@ -10,10 +10,11 @@ BERTH_IMAGES_DIR=${BERTH_IMAGES_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../ima
 BERTH_BASE_SUITE=${BERTH_BASE_SUITE:-bookworm}
 BERTH_BASE_PACKAGES=${BERTH_BASE_PACKAGES:-git,bash,iproute2,procps,ca-certificates,mount}
 
-# The Debian mirror this host's apt uses (first non-security URI), so the image comes from the
-# same place as the host's packages. Empty when the host names none.
-host_debian_mirror() {
-    local files=() f
+# The first URI of the host's apt sources that matches the extended regex PATTERN and, when
+# EXCLUDE is given, does not contain it. Prints nothing, successfully, when the host has no
+# apt sources.
+host_apt_uri() {
+    local pattern=$1 exclude=${2:-} files=() f
     [[ -f /etc/apt/sources.list ]] && files+=(/etc/apt/sources.list)
     for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
         [[ -f $f ]] && files+=("$f")
@@ -24,21 +25,18 @@ host_debian_mirror() {
         /^[[:space:]]*#/ { next }
         tolower($1) == "uris:" { for (i = 2; i <= NF; i++) print $i; next }
         $1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i !~ /\]$/) { print $i; break } }
-    ' "${files[@]}" | grep -E '/debian/?$' | grep -v -- '-security' | head -n1
+    ' "${files[@]}" | grep -E -- "$pattern" |
+        if [[ -n $exclude ]]; then grep -v -- "$exclude"; else cat; fi | head -n1
+}
+
+# The Debian mirror this host's apt uses (first non-security URI), so the image comes from the
+# same place as the host's packages. Empty when the host names none.
+host_debian_mirror() {
+    host_apt_uri '/debian/?$' -security
 }
 
 host_debian_security_mirror() {
-    local files=() f
-    [[ -f /etc/apt/sources.list ]] && files+=(/etc/apt/sources.list)
-    for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-        [[ -f $f ]] && files+=("$f")
-    done
-    [[ ${#files[@]} -gt 0 ]] || return 0
-    awk '
-        /^[[:space:]]*#/ { next }
-        tolower($1) == "uris:" { for (i = 2; i <= NF; i++) print $i; next }
-        $1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i !~ /\]$/) { print $i; break } }
-    ' "${files[@]}" | grep -E '/debian-security/?$' | head -n1
+    host_apt_uri '/debian-security/?$'
 }
 
 # The revision of berth's images. Raise it whenever the init, the package list or the build

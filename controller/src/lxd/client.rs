@@ -47,6 +47,22 @@ pub(super) fn instance_path(name: &str) -> String {
     format!("/1.0/instances/{}", seg(name))
 }
 
+/// The name of the volume a listing's URL names, and the member it names when it does:
+/// `/1.0/storage-pools/P/volumes/custom/NAME?target=M`.
+pub(super) fn volume_of_url(url: &str) -> Option<(String, Option<String>)> {
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    let name = path.rsplit_once('/')?.1;
+    let name = percent_encoding::percent_decode_str(name)
+        .decode_utf8()
+        .ok()?
+        .into_owned();
+    let target = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("target="))
+        .map(str::to_string);
+    Some((name, target))
+}
+
 fn volume_path(pool: &str, name: &str) -> String {
     format!(
         "/1.0/storage-pools/{}/volumes/custom/{}",
@@ -801,12 +817,6 @@ impl Runtime for LxdClient {
 
     async fn create_volume(&self, request: &CreateVolume) -> Result<Volume> {
         let target = self.target(request.target.as_deref());
-        if let Some(existing) = self
-            .get_volume(&request.pool, &request.name, target)
-            .await?
-        {
-            return Ok(existing);
-        }
         let what = format!("create volume {}/{}", request.pool, request.name);
         let mut config: BTreeMap<String, String> = request.config.clone();
         if let Some(size) = &request.size {
@@ -821,14 +831,27 @@ impl Runtime for LxdClient {
             )
             .query_opt("target", target)
             .json(json!({"name": request.name, "config": config, "content_type": "filesystem"}));
-        self.run(call, &what, self.transport.request_timeout())
-            .await?;
-        self.get_volume(&request.pool, &request.name, target)
-            .await?
-            .ok_or(RuntimeError::NotFound {
-                what,
-                message: "volume missing right after its creation".into(),
-            })
+        // Created unless it exists (409): no look before, and none after when its member is known.
+        match self
+            .run(call, &what, self.transport.request_timeout())
+            .await
+        {
+            Ok(_) if target.is_some() || !self.server().clustered => Ok(Volume {
+                pool: request.pool.clone(),
+                name: request.name.clone(),
+                config,
+                location: target.unwrap_or("none").to_string(),
+                used_by: Vec::new(),
+            }),
+            Ok(_) | Err(RuntimeError::Conflict { .. }) => self
+                .get_volume(&request.pool, &request.name, target)
+                .await?
+                .ok_or(RuntimeError::NotFound {
+                    what,
+                    message: "volume missing right after its creation".into(),
+                }),
+            Err(e) => Err(e),
+        }
     }
 
     async fn get_volume(
@@ -870,6 +893,31 @@ impl Runtime for LxdClient {
             name: found.name,
             driver: found.driver,
         })
+    }
+
+    async fn volumes_named(&self, pool: &str, name_prefix: &str) -> Result<Vec<Volume>> {
+        let urls: Vec<String> = self
+            .transport
+            .call(
+                Method::GET,
+                &format!("/1.0/storage-pools/{}/volumes/custom", seg(pool)),
+                format!("list volume names of pool {pool}"),
+            )
+            .get()
+            .await?;
+        let mut volumes = Vec::new();
+        for url in urls {
+            let Some((name, target)) = volume_of_url(&url) else {
+                continue;
+            };
+            if !name.starts_with(name_prefix) {
+                continue;
+            }
+            if let Some(volume) = self.get_volume(pool, &name, target.as_deref()).await? {
+                volumes.push(volume);
+            }
+        }
+        Ok(volumes)
     }
 
     async fn list_volumes(&self, pool: &str, config_prefix: Option<&str>) -> Result<Vec<Volume>> {

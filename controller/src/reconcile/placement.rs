@@ -70,6 +70,18 @@ pub fn choose_member(
         })
 }
 
+/// The member a project is placed on: its recorded `status.location`, else where its container
+/// was last seen (a project from before placement was recorded). An empty name is none.
+pub fn placed_member<'a>(
+    location: Option<&'a str>,
+    container_location: Option<&'a str>,
+) -> Option<&'a str> {
+    location
+        .filter(|l| !l.is_empty())
+        .or(container_location)
+        .filter(|l| !l.is_empty())
+}
+
 /// Projects per member, from where each project is placed (`None`: not placed yet).
 pub fn load_by_member<'a>(
     locations: impl IntoIterator<Item = Option<&'a str>>,

@@ -391,10 +391,13 @@ impl Project<'_> {
         let (mut instance, from_snapshot) = match self.carried.take_instance() {
             Some(known) => (Some(known), false),
             None => {
+                // A listed container carries no state: one started since it was last observed
+                // is read afresh, for the pid of its new boot.
                 let snapshot = self
                     .ctx
                     .snapshot
-                    .take(self.name(), self.ctx.settings.resync_interval);
+                    .take(self.name(), self.ctx.settings.resync_interval)
+                    .filter(|listed| !started_since_observed(&draft, listed.as_ref()));
                 match snapshot {
                     Some(listed) => (listed, true),
                     None => match runtime.get_instance(self.name()).await {
@@ -941,14 +944,13 @@ impl Project<'_> {
     /// [`Self::wait_for_member`] for a container that could not be read or listed: judged by
     /// the member the project is placed on.
     async fn wait_for_recorded_member(&self, draft: &mut Draft) -> Concern {
-        let recorded = draft.status.location.clone().or_else(|| {
-            draft
-                .status
-                .container
-                .as_ref()
-                .and_then(|c| c.location.clone())
-        });
-        match recorded {
+        let status = &draft.status;
+        let container = status
+            .container
+            .as_ref()
+            .and_then(|c| c.location.as_deref());
+        let recorded = placement::placed_member(status.location.as_deref(), container);
+        match recorded.map(str::to_string) {
             Some(member) => self.wait_for_member_named(draft, &member).await,
             None => Ok(Next::Continue),
         }
@@ -990,8 +992,19 @@ impl Project<'_> {
 
     /// Records what LXD reports of the container; returns the pid recorded before.
     fn observe(&self, draft: &mut Draft, instance: &Instance) -> Option<i64> {
-        let previous_pid = draft.status.container.as_ref().and_then(|c| c.pid);
-        draft.status.container = Some(container_status(instance));
+        let previous = draft.status.container.take();
+        let previous_pid = previous.as_ref().and_then(|c| c.pid);
+        let mut observed = container_status(instance);
+        if instance.state.is_none()
+            && instance.is_running()
+            && previous
+                .as_ref()
+                .is_some_and(|p| p.last_used_at == observed.last_used_at)
+        {
+            // Listed without state, in the boot already observed: its pid is the recorded one.
+            observed.pid = previous_pid;
+        }
+        draft.status.container = Some(observed);
         if draft.status.location.is_none() {
             // Placed before placement was recorded: where its container is, its volumes are.
             draft.status.location = member_name(&instance.location);
@@ -1512,20 +1525,29 @@ fn member_name(location: &str) -> Option<String> {
 /// The member a stored project is placed on: `status.location`, else (placed before it was
 /// recorded) where its container was last seen.
 fn recorded_location(project: &StoredObject) -> Option<String> {
-    project
-        .status
-        .get_str("location")
-        .or_else(|| {
-            project
-                .status
-                .pointer("/container/location")
-                .and_then(|l| l.as_str().map(str::to_string))
-        })
-        .filter(|l| !l.is_empty())
+    let status = &project.status;
+    let location = status.get_str("location");
+    let container = status.pointer("/container/location");
+    placement::placed_member(
+        location.as_deref(),
+        container.as_ref().and_then(|l| l.as_str()),
+    )
+    .map(str::to_string)
 }
 
 fn short(fingerprint: &str) -> &str {
     &fingerprint[..fingerprint.len().min(12)]
+}
+
+/// Whether a running container listed without its state was started since the status last
+/// observed it: LXD moves an instance's last-used time on every start, a reboot's too.
+fn started_since_observed(draft: &Draft, listed: Option<&Instance>) -> bool {
+    listed.is_some_and(|instance| {
+        instance.state.is_none()
+            && instance.is_running()
+            && draft.status.container.as_ref().map(|c| c.last_used_at)
+                != Some(instance.last_used_at)
+    })
 }
 
 /// The container identity `status.container` shows.

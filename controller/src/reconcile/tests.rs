@@ -676,6 +676,42 @@ async fn a_resync_pass_reads_the_fleet_in_one_list_call() {
 }
 
 #[tokio::test]
+async fn a_restart_behind_berths_back_is_noticed_from_a_list_without_state() {
+    let h = Harness::new();
+    for name in ["p", "q"] {
+        h.apply(name, tiny());
+        h.converge(name).await;
+    }
+    let pid = |name| h.status(name).container.and_then(|c| c.pid);
+    let (p_pid, q_pid) = (pid("p"), pid("q"));
+    h.fake
+        .restart_instance("q", true, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let (gets, probes) = (h.fake.count("get_instance"), h.fake.count("exec"));
+    super::triggers::resync_pass(&h.ctx).await;
+    for name in ["p", "q"] {
+        h.converge(name).await;
+        h.assert_ready(name);
+    }
+    assert_eq!(pid("p"), p_pid, "the pid of the boot already seen is kept");
+    assert!(
+        pid("q").is_some() && pid("q") != q_pid,
+        "the new boot's pid"
+    );
+    assert_eq!(
+        h.fake.count("get_instance") - gets,
+        1,
+        "only the restarted container is read"
+    );
+    assert_eq!(
+        h.fake.count("exec") - probes,
+        1,
+        "q reached again after its boot"
+    );
+}
+
+#[tokio::test]
 async fn a_container_on_an_offline_member_is_left_alone() {
     let h = Harness::new();
     cluster(&h, &[("m1", "Online")]);

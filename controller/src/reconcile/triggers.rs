@@ -126,7 +126,10 @@ pub async fn resync_pass(ctx: &Context) {
     let started = tokio::time::Instant::now();
     ctx.fleet.invalidate().await;
     let listed_at = tokio::time::Instant::now();
-    match ctx.runtime.list_instances(Some(LABEL_PREFIX), true).await {
+    // Without state: LXD would gather every running container's processes, memory and network
+    // for it, which costs more than the whole rest of a pass. A reconcile reads the state of a
+    // container it sees started since it last looked (`reconcile::project`).
+    match ctx.runtime.list_instances(Some(LABEL_PREFIX), false).await {
         Ok(listed) => {
             ctx.fleet.seed(&listed, listed_at).await;
             let projects = ctx.store.list(Kind::Project);

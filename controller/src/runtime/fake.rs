@@ -490,6 +490,10 @@ impl FakeRuntime {
 
 fn set_status(instance: &mut Instance, status: InstanceStatus, pid: i64) {
     instance.status_code = status.code();
+    if status == InstanceStatus::Running && pid > 0 {
+        // LXD records every start (a restart's too) as the instance's last use.
+        instance.last_used_at = Some(Utc::now());
+    }
     instance.state = Some(if status == InstanceStatus::Running {
         InstanceState {
             pid,
@@ -680,7 +684,6 @@ impl Runtime for FakeRuntime {
                 Some(i) => {
                     if i.instance.status != InstanceStatus::Running {
                         set_status(&mut i.instance, InstanceStatus::Running, pid);
-                        i.instance.last_used_at = Some(Utc::now());
                     }
                     Ok(())
                 }
@@ -992,6 +995,19 @@ impl Runtime for FakeRuntime {
         let lose = self.enter("get_volume", name).await?;
         let found = self.volume(pool, name);
         Self::reply("get_volume", lose, Ok(found))
+    }
+
+    async fn volumes_named(&self, pool: &str, name_prefix: &str) -> Result<Vec<Volume>> {
+        let lose = self.enter("volumes_named", pool).await?;
+        let state = lock(&self.state);
+        let list = state
+            .volumes
+            .values()
+            .filter(|v| v.pool == pool && v.name.starts_with(name_prefix))
+            .map(|v| with_used_by(v, &state.instances))
+            .collect();
+        drop(state);
+        Self::reply("volumes_named", lose, Ok(list))
     }
 
     async fn list_volumes(&self, pool: &str, config_prefix: Option<&str>) -> Result<Vec<Volume>> {

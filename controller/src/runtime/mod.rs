@@ -133,6 +133,11 @@ pub trait Runtime: Send + Sync {
         target: Option<&str>,
     ) -> Result<Option<Volume>>;
 
+    /// The custom volumes of a pool whose name starts with `name_prefix`, each read by name.
+    /// Cheaper than [`Runtime::list_volumes`] when few match: LXD lists names alone quickly, but
+    /// a full listing works out every volume's users across every instance.
+    async fn volumes_named(&self, pool: &str, name_prefix: &str) -> Result<Vec<Volume>>;
+
     /// Custom volumes of a pool in one call, optionally only those with a config key starting
     /// with `config_prefix`.
     async fn list_volumes(&self, pool: &str, config_prefix: Option<&str>) -> Result<Vec<Volume>>;

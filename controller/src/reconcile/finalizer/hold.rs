@@ -24,7 +24,7 @@ use berth_api::{
 };
 use tokio::time::Instant;
 
-use crate::layout::{DurableLayout, LABEL_PREFIX, uid_label};
+use crate::layout::{DurableLayout, uid_label};
 use crate::reconcile::status::{Draft, ever_reachable};
 use crate::reconcile::{Context, ReconcileError};
 use crate::runtime::{ImageSource, InstanceStatus, StopOptions};
@@ -298,14 +298,11 @@ async fn look_at_volume(
     let settings = &ctx.settings;
     let uid = object.uid();
     let volume_name = DurableLayout::workspace_volume(uid);
-    let volumes = ctx
+    let found = ctx
         .runtime
-        .list_volumes(&settings.storage_pool, Some(LABEL_PREFIX))
+        .get_volume(&settings.storage_pool, &volume_name, None)
         .await?;
-    let Some(volume) = volumes
-        .iter()
-        .find(|v| v.name == volume_name && uid_label(&v.config) == Some(uid))
-    else {
+    let Some(volume) = found.filter(|v| uid_label(&v.config) == Some(uid)) else {
         return Ok(None);
     };
     let status = object.status.value();

@@ -827,7 +827,7 @@ async fn randomized_deletions_never_destroy_protected_work() {
                 "start_instance",
                 "stop_instance",
                 "delete_instance",
-                "list_volumes",
+                "volumes_named",
                 "get_instance",
             ][rng.random_range(0..7)];
             s.fake.fault_method(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use berth_api::{Kind, Phase, reasons};
 
-use crate::layout::{DurableLayout, FINALIZER, LABEL_PREFIX, uid_label};
+use crate::layout::{DurableLayout, FINALIZER, uid_label};
 use crate::reconcile::project::{commit, store_call};
 use crate::reconcile::status::Draft;
 use crate::reconcile::{Action, Context, ReconcileError};
@@ -70,7 +70,7 @@ pub async fn finalize(
     }
 
     let volumes = runtime
-        .list_volumes(&settings.storage_pool, Some(LABEL_PREFIX))
+        .volumes_named(&settings.storage_pool, &DurableLayout::volume_prefix(uid))
         .await?
         .into_iter()
         .filter(|v| uid_label(&v.config) == Some(uid) && DurableLayout::owns_volume(uid, &v.name))

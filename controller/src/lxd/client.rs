@@ -14,7 +14,7 @@ use crate::runtime::{
     CreateInstance, CreateVolume, Created, EventStream, ExecOutput, ExecRequest, FileWrite,
     HostCapacity, ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch,
     InstanceState, InteractiveExec, Mkdir, Operation, OperationStatus, Result, Runtime,
-    RuntimeError, ServerInfo, StopOptions, StoragePool, TerminalSize, Volume,
+    RuntimeError, ServerInfo, StopOptions, StoragePool, TerminalSize, Volume, Watch,
 };
 
 use super::endpoint::{Endpoint, LxdConfig};
@@ -1112,12 +1112,12 @@ impl Runtime for LxdClient {
         .await
     }
 
-    async fn watch_files(&self, instance: &str, dir: &str) -> Result<bool> {
+    async fn watch_files(&self, instance: &str, dir: &str) -> Result<Watch> {
         if !matches!(self.config.endpoint, Endpoint::Unix(_)) {
-            return Ok(false);
+            return Ok(Watch::Unavailable);
         }
         if self.files.is_watching(instance, dir) {
-            return Ok(true);
+            return Ok(Watch::Already);
         }
         let server = self.server();
         let pid = if server.clustered {
@@ -1126,7 +1126,7 @@ impl Runtime for LxdClient {
                 Some(found) if found.location == server.server_name => {
                     found.state.map_or(0, |s| s.pid)
                 }
-                _ => return Ok(false),
+                _ => return Ok(Watch::Unavailable),
             }
         } else {
             let what = format!("instance {instance}");
@@ -1146,7 +1146,7 @@ impl Runtime for LxdClient {
             Err(e) => {
                 // Not a failure of the instance: the caller polls instead.
                 tracing::debug!(instance, error = %e, "cannot watch {dir}");
-                Ok(false)
+                Ok(Watch::Unavailable)
             }
         }
     }

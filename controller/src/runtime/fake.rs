@@ -23,7 +23,7 @@ use super::{
     FileWrite, HostCapacity, ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch,
     InstanceState, InstanceStatus, InteractiveExec, Mkdir, Operation, OperationStatus, Result,
     Runtime, RuntimeError, RuntimeEvent, ServerInfo, StopOptions, StoragePool, TerminalSize,
-    Volume,
+    Volume, Watch,
 };
 
 /// What an injected fault does to a call.
@@ -57,8 +57,9 @@ struct FakeInstance {
     /// Init ignores the clean-stop signal.
     wedged: bool,
     console: String,
-    /// Directories watched for writes (`watch_files`); a stop forgets them, as unmounting
-    /// the container's tmpfs `/run` ends an inotify watch.
+    /// Directories watched for writes (`watch_files`); a stop or restart forgets them, as
+    /// unmounting the container's tmpfs `/run` ends an inotify watch, so the next
+    /// `watch_files` starts a new one.
     watched: BTreeSet<String>,
 }
 
@@ -1164,16 +1165,19 @@ impl Runtime for FakeRuntime {
         Self::reply("events", lose, Ok(Box::pin(stream) as EventStream))
     }
 
-    async fn watch_files(&self, name: &str, dir: &str) -> Result<bool> {
+    async fn watch_files(&self, name: &str, dir: &str) -> Result<Watch> {
         let lose = self.enter("watch_files", name).await?;
-        let watching = match lock(&self.state).instances.get_mut(name) {
+        let watch = match lock(&self.state).instances.get_mut(name) {
             Some(i) if i.instance.status == InstanceStatus::Running => {
-                i.watched.insert(dir.trim_end_matches('/').to_string());
-                true
+                if i.watched.insert(dir.trim_end_matches('/').to_string()) {
+                    Watch::Started
+                } else {
+                    Watch::Already
+                }
             }
-            _ => false,
+            _ => Watch::Unavailable,
         };
-        Self::reply("watch_files", lose, Ok(watching))
+        Self::reply("watch_files", lose, Ok(watch))
     }
 
     fn file_notices(&self) -> broadcast::Receiver<String> {
@@ -1521,5 +1525,57 @@ mod tests {
         let second = events.next().await.unwrap().unwrap();
         assert_eq!(second.action, "instance-started");
         assert_eq!(second.instance.as_deref(), Some("web"));
+    }
+
+    /// A watch is new once, in place after, and ended by a restart or a stop as a tmpfs
+    /// `/run` ends it: the next ask starts a new one.
+    #[tokio::test]
+    async fn a_watch_says_whether_it_is_new() {
+        let fake = FakeRuntime::new();
+        created(&fake, "web").await;
+        assert_eq!(
+            fake.watch_files("web", "/run/berth").await.unwrap(),
+            Watch::Unavailable,
+            "stopped"
+        );
+        let second = Duration::from_secs(1);
+        fake.start_instance("web", second).await.unwrap();
+        let mut notices = fake.file_notices();
+        assert_eq!(
+            fake.watch_files("web", "/run/berth").await.unwrap(),
+            Watch::Started
+        );
+        assert_eq!(
+            fake.watch_files("web", "/run/berth/").await.unwrap(),
+            Watch::Already
+        );
+        let report = FileWrite {
+            path: "/run/berth/agent.json".into(),
+            content: b"{}".to_vec(),
+            uid: 0,
+            gid: 0,
+            mode: 0o644,
+        };
+        fake.file_write("web", &report).await.unwrap();
+        assert_eq!(notices.try_recv().unwrap(), "web");
+
+        fake.restart_instance("web", false, second).await.unwrap();
+        fake.file_write("web", &report).await.unwrap();
+        assert!(notices.try_recv().is_err(), "no watch after the restart");
+        assert_eq!(
+            fake.watch_files("web", "/run/berth").await.unwrap(),
+            Watch::Started
+        );
+
+        fake.set_status("web", InstanceStatus::Stopped);
+        assert_eq!(
+            fake.watch_files("web", "/run/berth").await.unwrap(),
+            Watch::Unavailable
+        );
+        fake.set_status("web", InstanceStatus::Running);
+        assert_eq!(
+            fake.watch_files("web", "/run/berth").await.unwrap(),
+            Watch::Started
+        );
     }
 }

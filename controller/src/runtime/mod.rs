@@ -183,16 +183,30 @@ pub trait Runtime: Send + Sync {
     async fn events(&self) -> Result<EventStream>;
 
     /// Asks to be told (on [`Runtime::file_notices`]) when a file in the directory `dir` of the
-    /// running `instance` is written or moved into place. `Ok(false)` when this runtime cannot
-    /// watch it (a remote LXD, a cluster member other than this host, no such directory yet):
-    /// the caller keeps polling. Cheap once watching; the watch ends by itself when the
-    /// directory goes away (the instance deleted, or its tmpfs unmounted by a stop).
-    async fn watch_files(&self, instance: &str, dir: &str) -> Result<bool>;
+    /// running `instance` is written or moved into place, and says what it did: see [`Watch`].
+    /// Cheap once watching; the watch ends by itself when the directory goes away (the
+    /// instance deleted, or its tmpfs unmounted by a stop or restart), and the next call
+    /// starts a new one.
+    async fn watch_files(&self, instance: &str, dir: &str) -> Result<Watch>;
 
     /// The instances whose watched directory saw a write, as they happen. A notice is only a
     /// trigger: what changed is read through the runtime as before. A lagged receiver missed
     /// some and should look at every instance it cares about.
     fn file_notices(&self) -> tokio::sync::broadcast::Receiver<String>;
+}
+
+/// What [`Runtime::watch_files`] did.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// A new watch: writes from now on are noticed, but the directory may have changed before,
+    /// unseen, so the caller reads what it watches once.
+    Started,
+    /// The watch asked for before is still in place: no write since then went unnoticed.
+    Already,
+    /// This runtime cannot watch the directory (a remote LXD, a cluster member other than this
+    /// host, no inotify, the instance not running, no such directory yet): the caller polls.
+    Unavailable,
 }
 
 /// The size of a terminal, in character cells.

@@ -3,7 +3,6 @@
 //! moved or its agent may have reported (a write noticed in its `/run/berth`, or the poll where
 //! writes cannot be noticed); the reconcile then follows the project in its slot.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use berth_api::{Kind, Phase, PowerState, ProjectSpec, Step};
@@ -13,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::{AgentSteps, agent_changed, apply_report, decode_status};
 use crate::agent::{self, AgentError};
 use crate::reconcile::WorkQueue;
+use crate::runtime::Watch;
 use crate::store::EventType;
 
 /// Every this many `watch_interval`s a project whose agent reports are noticed is looked at
@@ -32,9 +32,12 @@ impl AgentSteps {
     /// project whose secrets revision moved is asked for a reconcile, which follows it in its
     /// slot ([`LaterSteps::follow`]); so is a briefed one (whose agent's report is copied into
     /// status) when the runtime notices a write in its `/run/berth`. Every `watch_interval`
-    /// the same is asked of every project a notice cannot cover (a remote LXD, a directory not
-    /// watched yet), and every [`RECHECK_TICKS`] intervals of every one, in case a notice was
-    /// lost. Runs until `cancel`.
+    /// the watch of each briefed project is asked for, and the same is asked of every project
+    /// a notice cannot cover (a remote LXD, a directory not there yet) and of every one whose
+    /// watch just started (its report may predate the watch: a new container, or one
+    /// restarted, whose tmpfs took the old watch with it); and every [`RECHECK_TICKS`]
+    /// intervals (or after notices were missed) of every one, in case a notice was lost. Runs
+    /// until `cancel`.
     pub fn spawn_watch(
         self: &Arc<Self>,
         queue: WorkQueue,
@@ -46,8 +49,8 @@ impl AgentSteps {
             let mut notices = this.runtime.file_notices();
             let mut tick = tokio::time::interval(this.settings.watch_interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut watched: HashSet<String> = HashSet::new();
             let mut ticks: u64 = 0;
+            let mut missed = false;
             loop {
                 tokio::select! {
                     _ = cancel.cancelled() => return,
@@ -61,13 +64,14 @@ impl AgentSteps {
                     notice = notices.recv() => match notice {
                         Ok(name) => this.enqueue_if_due(&queue, &name),
                         // Missed notices: the next tick looks at every project.
-                        Err(RecvError::Lagged(_)) => watched.clear(),
+                        Err(RecvError::Lagged(_)) => missed = true,
                         Err(RecvError::Closed) => {
                             notices = tokio::sync::broadcast::channel(1).1;
                         }
                     },
                     _ = tick.tick() => {
-                        let recheck = ticks.is_multiple_of(RECHECK_TICKS);
+                        let recheck =
+                            ticks.is_multiple_of(RECHECK_TICKS) || std::mem::take(&mut missed);
                         ticks += 1;
                         let names: Vec<String> = this
                             .store
@@ -75,23 +79,22 @@ impl AgentSteps {
                             .iter()
                             .map(|o| o.name().to_string())
                             .collect();
-                        let present: HashSet<&str> = names.iter().map(String::as_str).collect();
-                        watched.retain(|name| present.contains(name.as_str()));
                         for name in names {
                             if cancel.is_cancelled() {
                                 return;
                             }
                             let Some(due) = this.follow_up(&name) else {
-                                watched.remove(&name);
                                 continue;
                             };
-                            let noticed = due.briefed && this.watching(&name).await;
-                            // A directory watched from now on may have changed before.
-                            let new = noticed && watched.insert(name.clone());
-                            if !noticed {
-                                watched.remove(&name);
-                            }
-                            if due.stale_secrets || !noticed || new || recheck {
+                            let watch = if due.briefed {
+                                this.watch(&name).await
+                            } else {
+                                Watch::Unavailable
+                            };
+                            // Only a watch in place since the last look has seen every write:
+                            // a new one may follow a write nobody noticed, and no watch is
+                            // polled.
+                            if due.stale_secrets || watch != Watch::Already || recheck {
                                 queue.request_now(&name);
                             }
                         }
@@ -101,13 +104,14 @@ impl AgentSteps {
         })
     }
 
-    /// Whether writes to the project's `/run/berth` are noticed (a watch is asked for).
-    async fn watching(&self, name: &str) -> bool {
+    /// Asks for a watch of the project's `/run/berth`: whether writes there are noticed, and
+    /// since when (see [`Watch`]).
+    async fn watch(&self, name: &str) -> Watch {
         match self.runtime.watch_files(name, agent::RUN_DIR).await {
-            Ok(watching) => watching,
+            Ok(watch) => watch,
             Err(e) => {
                 tracing::debug!(project = name, error = %e, "agent reports polled, not watched");
-                false
+                Watch::Unavailable
             }
         }
     }
@@ -205,11 +209,12 @@ impl AgentSteps {
 
 #[cfg(all(test, feature = "testing"))]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
     use std::time::Duration;
 
     use serde_json::json;
 
+    use super::super::fake_runtime_tests::Setup;
     use super::*;
     use crate::metrics::Metrics;
     use crate::reconcile::{Action, AgentSettings, Backoff};
@@ -217,19 +222,22 @@ mod tests {
     use crate::store::Commit;
     use crate::testing::eventually;
 
-    /// A briefed project is followed on a notice of a write in its `/run/berth`, and not by the
-    /// poll while its directory is watched; once it cannot be watched, the poll takes over.
-    #[tokio::test]
-    async fn a_watched_agent_report_is_followed_on_notice_not_polled() {
+    /// A briefed project `p` with its container running, followed by the watch every
+    /// `interval`; returns the setup, the follows so far (for each, how many looks the watch
+    /// had taken, calls to `watch_files`, when it ran), and the watch's task.
+    fn watched(
+        interval: Duration,
+        cancel: &CancellationToken,
+    ) -> (Setup, Arc<Mutex<Vec<usize>>>, tokio::task::JoinHandle<()>) {
         let setup = super::super::fake_runtime_tests::setup_with(
             json!({"agent": "shell", "brief": "hi"}),
             AgentSettings {
-                watch_interval: Duration::from_millis(20),
+                watch_interval: interval,
                 ..AgentSettings::default()
             },
         );
-        let (store, fake, steps) = (&setup.store, &setup.fake, &setup.steps);
-        store
+        setup
+            .store
             .update_status(
                 Kind::Project,
                 "p",
@@ -238,62 +246,104 @@ mod tests {
                 Commit::Persist,
             )
             .unwrap();
-        fake.insert_instance(crate::runtime::Instance::running("p", Default::default()));
+        setup
+            .fake
+            .insert_instance(crate::runtime::Instance::running("p", Default::default()));
         let queue = WorkQueue::new(1, Backoff::default(), Arc::new(Metrics::new()));
-        let cancel = CancellationToken::new();
-        let followed = Arc::new(AtomicUsize::new(0));
-        let counted = followed.clone();
-        let running = queue.clone();
-        let stop = cancel.clone();
-        let following = steps.clone();
+        let follows = Arc::new(Mutex::new(Vec::new()));
+        let (counted, following, fake) = (follows.clone(), setup.steps.clone(), setup.fake.clone());
+        let (running, stop) = (queue.clone(), cancel.clone());
         // The reconcile's part: follow the project in its slot (its secrets, then its report).
         tokio::spawn(async move {
             running
                 .run(stop, move |name| {
-                    let (counted, following) = (counted.clone(), following.clone());
+                    let (counted, following, fake) =
+                        (counted.clone(), following.clone(), fake.clone());
                     async move {
                         following.follow_project(&name).await;
-                        counted.fetch_add(1, Ordering::SeqCst);
+                        counted.lock().unwrap().push(fake.count("watch_files"));
                         Ok::<_, std::convert::Infallible>(Action::Done)
                     }
                 })
                 .await
         });
-        let watch = steps.spawn_watch(queue, cancel.clone());
+        let watch = setup.steps.spawn_watch(queue, cancel.clone());
+        (setup, follows, watch)
+    }
+
+    fn report(state: &str) -> FileWrite {
+        FileWrite {
+            path: agent::STATUS_FILE.to_string(),
+            content: format!(r#"{{"state":"{state}","briefId":"b-1"}}"#).into_bytes(),
+            uid: 0,
+            gid: 0,
+            mode: 0o644,
+        }
+    }
+
+    fn agent_state(setup: &Setup) -> serde_json::Value {
+        setup.store.get(Kind::Project, "p").unwrap().status.value()["agent"]["state"].clone()
+    }
+
+    /// A briefed project is followed on a notice of a write in its `/run/berth`, and not by the
+    /// poll while its directory is watched; once it cannot be watched, the poll takes over.
+    #[tokio::test]
+    async fn a_watched_agent_report_is_followed_on_notice_not_polled() {
+        let cancel = CancellationToken::new();
+        let (setup, follows, watch) = watched(Duration::from_millis(20), &cancel);
+        let fake = &setup.fake;
+        let followed = || follows.lock().unwrap().len();
 
         // Watched from the first look on, and followed once then (a report may predate it).
-        eventually("the first follow", || followed.load(Ordering::SeqCst) == 1).await;
+        eventually("the first follow", || followed() == 1).await;
         let ticks = fake.count("watch_files");
         eventually("five more looks", || fake.count("watch_files") >= ticks + 5).await;
-        assert_eq!(
-            followed.load(Ordering::SeqCst),
-            1,
-            "a watched report was polled"
-        );
+        assert_eq!(followed(), 1, "a watched report was polled");
 
         // The agent writes its report: one follow.
-        fake.file_write(
-            "p",
-            &FileWrite {
-                path: agent::STATUS_FILE.to_string(),
-                content: br#"{"state":"blocked","briefId":"b-1"}"#.to_vec(),
-                uid: 0,
-                gid: 0,
-                mode: 0o644,
-            },
-        )
-        .await
-        .unwrap();
-        eventually("a follow on the notice", || {
-            followed.load(Ordering::SeqCst) == 2
-        })
-        .await;
-        let agent = store.get(Kind::Project, "p").unwrap().status.value()["agent"].clone();
-        assert_eq!(agent["state"], "blocked", "{agent}");
+        fake.file_write("p", &report("blocked")).await.unwrap();
+        eventually("a follow on the notice", || followed() == 2).await;
+        assert_eq!(agent_state(&setup), "blocked");
 
         // Stopped (its tmpfs gone, so no watch): polled on every look.
         fake.set_status("p", InstanceStatus::Stopped);
-        eventually("polled again", || followed.load(Ordering::SeqCst) >= 5).await;
+        eventually("polled again", || followed() >= 5).await;
+        cancel.cancel();
+        watch.await.unwrap();
+    }
+
+    /// A restart ends the watch with the container's tmpfs `/run`: the agent's report written
+    /// before the next look is not noticed, but that look starts a new watch, so the report is
+    /// read then, not on the safety poll.
+    #[tokio::test]
+    async fn a_report_written_before_a_watch_restarts_is_read_on_the_next_look() {
+        let cancel = CancellationToken::new();
+        let (setup, follows, watch) = watched(Duration::from_millis(50), &cancel);
+        let fake = &setup.fake;
+        let followed = || follows.lock().unwrap().len();
+        eventually("the first follow", || followed() == 1).await;
+        let looks = fake.count("watch_files");
+        eventually("two more looks", || fake.count("watch_files") >= looks + 2).await;
+        assert_eq!(followed(), 1, "a watched report was polled");
+
+        // Nothing in between yields to the watch: no look comes between these two calls.
+        fake.restart_instance("p", false, Duration::from_secs(1))
+            .await
+            .unwrap();
+        fake.file_write("p", &report("blocked")).await.unwrap();
+        let written = fake.count("watch_files");
+        eventually("the report read", || agent_state(&setup) == "blocked").await;
+
+        let follows = follows.lock().unwrap().clone();
+        assert_eq!(follows.len(), 2, "one follow for the report: {follows:?}");
+        let look = follows[1];
+        assert_eq!(look, written + 1, "read on the next look");
+        assert!(
+            !u64::try_from(look - 1)
+                .unwrap()
+                .is_multiple_of(RECHECK_TICKS),
+            "the look after the restart was the safety poll's: nothing shown"
+        );
         cancel.cancel();
         watch.await.unwrap();
     }

@@ -452,7 +452,8 @@ fn start_controller(
             )
             .with_trash(trash)
             .with_event_retention(event_retention)
-            .with_settle(interval);
+            .with_settle(interval)
+            .with_resync(controller.resync());
             let scheduler = tokio::spawn(crate::scheduler::run(
                 Arc::new(passes),
                 interval,

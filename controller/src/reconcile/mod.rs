@@ -194,7 +194,21 @@ pub struct ControllerHandle {
     tasks: Vec<JoinHandle<()>>,
 }
 
+/// A resync of the whole fleet, as the controller does it: what [`ControllerHandle::resync`]
+/// hands the scheduler.
+pub type Resync = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
 impl ControllerHandle {
+    /// The controller's resync pass (one list of the fleet, then every project requested), for
+    /// the scheduler's resync pass to run.
+    pub fn resync(&self) -> Resync {
+        let context = Arc::clone(&self.context);
+        Arc::new(move || {
+            let context = Arc::clone(&context);
+            Box::pin(async move { triggers::resync_pass(&context).await })
+        })
+    }
+
     /// Stops the triggers, lets running reconciles finish and waits for all of it.
     pub async fn shutdown(self) {
         self.cancel.cancel();

@@ -96,6 +96,8 @@ pub struct DaemonPasses {
     settle: chrono::Duration,
     /// The uids this round left to settle: the reap pass leaves them alone too.
     settling: Mutex<BTreeSet<String>>,
+    /// The controller's resync, run by the resync pass.
+    controller_resync: Option<crate::reconcile::Resync>,
 }
 
 impl std::fmt::Debug for DaemonPasses {
@@ -133,6 +135,7 @@ impl DaemonPasses {
             event_retention: crate::config::EVENT_RETENTION,
             settle: chrono::Duration::zero(),
             settling: Mutex::new(BTreeSet::new()),
+            controller_resync: None,
         }
     }
 
@@ -145,6 +148,16 @@ impl DaemonPasses {
     pub fn with_settle(self, settle: Duration) -> DaemonPasses {
         DaemonPasses {
             settle: chrono::Duration::from_std(settle).unwrap_or(chrono::Duration::MAX),
+            ..self
+        }
+    }
+
+    /// The resync pass runs the controller's resync: one list of the fleet that the reconciles
+    /// it requests take their containers from. Requesting every project alone would have each
+    /// reconcile read its container, one LXD call per project per interval.
+    pub fn with_resync(self, resync: crate::reconcile::Resync) -> DaemonPasses {
+        DaemonPasses {
+            controller_resync: Some(resync),
             ..self
         }
     }
@@ -199,9 +212,12 @@ impl DaemonPasses {
         }
     }
 
-    /// Asks the reconciler to re-check every project. Requests for a project already queued
-    /// merge, so this costs nothing when the controller's own resync ran moments ago.
+    /// Asks the reconciler to re-check every project: through the controller's own resync when
+    /// it was given ([`Self::with_resync`]), else by requesting each.
     async fn resync(&self) {
+        if let Some(resync) = &self.controller_resync {
+            return resync().await;
+        }
         for object in self.projects() {
             self.queue.request_now(object.name());
         }

@@ -1074,3 +1074,21 @@ async fn inspections_wait_a_few_settle_periods_at_most_for_a_saturated_reconcile
     assert!(inspections_of(&s.fake, "p") > before);
     assert!(started.elapsed() >= settle * 4);
 }
+
+#[tokio::test]
+async fn the_resync_pass_runs_the_controllers_resync_when_given_it() {
+    let s = setup();
+    s.running_project("p", FakeWorkspace::default());
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    let s = Setup {
+        passes: s.passes.with_resync(Arc::new(move || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async {})
+        })),
+        ..s
+    };
+    s.passes.run(Pass::Resync).await;
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(s.passes.queue.depth(), 0, "nothing requested besides it");
+}

@@ -441,6 +441,18 @@ impl FakeRuntime {
         }
     }
 
+    /// `edit` applied to the named instance, under the state lock; a missing one is not found.
+    fn in_instance<T>(
+        &self,
+        name: &str,
+        edit: impl FnOnce(&mut FakeInstance) -> Result<T>,
+    ) -> Result<T> {
+        match lock(&self.state).instances.get_mut(name) {
+            None => Err(not_found(format!("instance {name}"))),
+            Some(i) => edit(i),
+        }
+    }
+
     fn reply<T>(method: &str, lose: bool, result: Result<T>) -> Result<T> {
         match result {
             Ok(_) if lose => Err(RuntimeError::Transport {
@@ -777,22 +789,19 @@ impl Runtime for FakeRuntime {
 
     async fn patch_instance(&self, name: &str, patch: &InstancePatch) -> Result<()> {
         let lose = self.enter("patch_instance", name).await?;
-        let result = match lock(&self.state).instances.get_mut(name) {
-            None => Err(not_found(format!("instance {name}"))),
-            Some(i) => {
-                for (k, v) in &patch.config {
-                    if v.is_empty() {
-                        i.instance.config.remove(k);
-                    } else {
-                        i.instance.config.insert(k.clone(), v.clone());
-                    }
+        let result = self.in_instance(name, |i| {
+            for (k, v) in &patch.config {
+                if v.is_empty() {
+                    i.instance.config.remove(k);
+                } else {
+                    i.instance.config.insert(k.clone(), v.clone());
                 }
-                for (k, d) in &patch.devices {
-                    i.instance.devices.insert(k.clone(), d.clone());
-                }
-                Ok(())
             }
-        };
+            for (k, d) in &patch.devices {
+                i.instance.devices.insert(k.clone(), d.clone());
+            }
+            Ok(())
+        });
         if result.is_ok() {
             self.lifecycle("instance-updated", name);
         }
@@ -801,21 +810,18 @@ impl Runtime for FakeRuntime {
 
     async fn update_instance(&self, name: &str, edit: InstanceEditFn<'_>) -> Result<()> {
         let lose = self.enter("update_instance", name).await?;
-        let result = match lock(&self.state).instances.get_mut(name) {
-            None => Err(not_found(format!("instance {name}"))),
-            Some(i) => {
-                let mut editable = InstanceEdit {
-                    config: i.instance.config.clone(),
-                    devices: i.instance.devices.clone(),
-                    profiles: i.instance.profiles.clone(),
-                };
-                edit(&mut editable);
-                i.instance.config = editable.config;
-                i.instance.devices = editable.devices;
-                i.instance.profiles = editable.profiles;
-                Ok(())
-            }
-        };
+        let result = self.in_instance(name, |i| {
+            let mut editable = InstanceEdit {
+                config: i.instance.config.clone(),
+                devices: i.instance.devices.clone(),
+                profiles: i.instance.profiles.clone(),
+            };
+            edit(&mut editable);
+            i.instance.config = editable.config;
+            i.instance.devices = editable.devices;
+            i.instance.profiles = editable.profiles;
+            Ok(())
+        });
         if result.is_ok() {
             self.lifecycle("instance-updated", name);
         }
@@ -869,77 +875,65 @@ impl Runtime for FakeRuntime {
 
     async fn file_write(&self, name: &str, file: &FileWrite) -> Result<()> {
         let lose = self.enter("file_write", name).await?;
-        let result = match lock(&self.state).instances.get_mut(name) {
-            None => Err(not_found(format!("instance {name}"))),
-            Some(i) => {
-                let dir = file.path.rsplit_once('/').map_or("", |(dir, _)| dir);
-                if i.watched.contains(if dir.is_empty() { "/" } else { dir }) {
-                    let _ = self.file_notices.send(name.to_string());
-                }
-                i.files.insert(
-                    file.path.clone(),
-                    FakeFile {
-                        content: file.content.clone(),
-                        uid: file.uid,
-                        gid: file.gid,
-                        mode: file.mode,
-                        directory: false,
-                    },
-                );
-                Ok(())
+        let result = self.in_instance(name, |i| {
+            let dir = file.path.rsplit_once('/').map_or("", |(dir, _)| dir);
+            if i.watched.contains(if dir.is_empty() { "/" } else { dir }) {
+                let _ = self.file_notices.send(name.to_string());
             }
-        };
+            i.files.insert(
+                file.path.clone(),
+                FakeFile {
+                    content: file.content.clone(),
+                    uid: file.uid,
+                    gid: file.gid,
+                    mode: file.mode,
+                    directory: false,
+                },
+            );
+            Ok(())
+        });
         Self::reply("file_write", lose, result)
     }
 
     async fn file_read(&self, name: &str, path: &str, max_bytes: u64) -> Result<Vec<u8>> {
         let lose = self.enter("file_read", name).await?;
         let what = format!("read {path} in {name}");
-        let result = match lock(&self.state).instances.get(name) {
-            None => Err(not_found(format!("instance {name}"))),
-            Some(i) => match i.files.get(path) {
-                None => Err(not_found(what)),
-                Some(f) if f.directory => {
-                    Err(rejected(what, format!("{path} is a directory, not a file")))
-                }
-                Some(f) if f.content.len() as u64 > max_bytes => Err(RuntimeError::TooLarge {
-                    what,
-                    limit: max_bytes,
-                    partial: None,
-                }),
-                Some(f) => Ok(f.content.clone()),
-            },
-        };
+        let result = self.in_instance(name, |i| match i.files.get(path) {
+            None => Err(not_found(what)),
+            Some(f) if f.directory => {
+                Err(rejected(what, format!("{path} is a directory, not a file")))
+            }
+            Some(f) if f.content.len() as u64 > max_bytes => Err(RuntimeError::TooLarge {
+                what,
+                limit: max_bytes,
+                partial: None,
+            }),
+            Some(f) => Ok(f.content.clone()),
+        });
         Self::reply("file_read", lose, result)
     }
 
     async fn mkdir(&self, name: &str, dir: &Mkdir) -> Result<()> {
         let lose = self.enter("mkdir", name).await?;
-        let result = match lock(&self.state).instances.get_mut(name) {
-            None => Err(not_found(format!("instance {name}"))),
-            Some(i) => {
-                i.files.entry(dir.path.clone()).or_insert(FakeFile {
-                    content: Vec::new(),
-                    uid: dir.uid,
-                    gid: dir.gid,
-                    mode: dir.mode,
-                    directory: true,
-                });
-                Ok(())
-            }
-        };
+        let result = self.in_instance(name, |i| {
+            i.files.entry(dir.path.clone()).or_insert(FakeFile {
+                content: Vec::new(),
+                uid: dir.uid,
+                gid: dir.gid,
+                mode: dir.mode,
+                directory: true,
+            });
+            Ok(())
+        });
         Self::reply("mkdir", lose, result)
     }
 
     async fn file_delete(&self, name: &str, path: &str) -> Result<()> {
         let lose = self.enter("file_delete", name).await?;
-        let result = match lock(&self.state).instances.get_mut(name) {
-            None => Err(not_found(format!("instance {name}"))),
-            Some(i) => {
-                i.files.remove(path);
-                Ok(())
-            }
-        };
+        let result = self.in_instance(name, |i| {
+            i.files.remove(path);
+            Ok(())
+        });
         Self::reply("file_delete", lose, result)
     }
 
@@ -1134,14 +1128,11 @@ impl Runtime for FakeRuntime {
 
     async fn console_log_tail(&self, name: &str, max_bytes: usize) -> Result<String> {
         let lose = self.enter("console_log_tail", name).await?;
-        let result = match lock(&self.state).instances.get(name) {
-            None => Err(not_found(format!("instance {name}"))),
-            Some(i) => {
-                let log = i.console.as_bytes();
-                let tail = &log[log.len().saturating_sub(max_bytes)..];
-                Ok(String::from_utf8_lossy(tail).into_owned())
-            }
-        };
+        let result = self.in_instance(name, |i| {
+            let log = i.console.as_bytes();
+            let tail = &log[log.len().saturating_sub(max_bytes)..];
+            Ok(String::from_utf8_lossy(tail).into_owned())
+        });
         Self::reply("console_log_tail", lose, result)
     }
 

@@ -313,7 +313,7 @@ async fn resource(
             watch_filter(state, caller),
         )),
         ([], &Method::GET) => list(state, caller, kind, query),
-        ([], &Method::POST) => create(state, caller, kind, req, query).await,
+        ([], &Method::POST) => create_or_replace(state, caller, kind, None, req, query).await,
         ([], _) => Err(ApiError::method_not_allowed(&method, &path)),
         ([name], &Method::GET) if query.flag("watch")? => {
             may_read(state, caller, kind, name)?;
@@ -329,7 +329,9 @@ async fn resource(
             may_read(state, caller, kind, name)?;
             get(state, kind, name)
         }
-        ([name], &Method::PUT) => replace(state, caller, kind, name, req, query).await,
+        ([name], &Method::PUT) => {
+            create_or_replace(state, caller, kind, Some(name), req, query).await
+        }
         ([name], &Method::PATCH) => patch(state, caller, kind, name, req, query).await,
         ([name], &Method::DELETE) => delete(state, caller, kind, name, query).await,
         ([_], _) => Err(ApiError::method_not_allowed(&method, &path)),
@@ -515,40 +517,32 @@ async fn admit_write(
     Ok((desired, admitted.resource_version, warnings))
 }
 
-async fn create(
+/// A create (the collection's URL, no name: `201 Created`) or a replace (one object's URL:
+/// `200 OK`): the body admitted, written, and answered with the admission warnings.
+async fn create_or_replace(
     state: &Arc<ApiState>,
     caller: &Caller,
     kind: Kind,
+    name: Option<&str>,
     req: Request<Incoming>,
     query: &Query,
 ) -> Outcome {
     let commit = query.commit()?;
-    let (desired, _, warnings) = admit_write(state, caller, kind, None, req).await?;
+    let (desired, rv, warnings) = admit_write(state, caller, kind, name, req).await?;
     let store = Arc::clone(&state.store);
-    let creator = caller.identity.clone();
-    let object = blocking(move || store.create_by(Some(&creator), desired, commit)).await??;
-    Ok(warned(
-        serialized(StatusCode::CREATED, object.as_ref()),
-        &warnings,
-    ))
-}
-
-async fn replace(
-    state: &Arc<ApiState>,
-    caller: &Caller,
-    kind: Kind,
-    name: &str,
-    req: Request<Incoming>,
-    query: &Query,
-) -> Outcome {
-    let commit = query.commit()?;
-    let (desired, rv, warnings) = admit_write(state, caller, kind, Some(name), req).await?;
-    let store = Arc::clone(&state.store);
-    let (object, _) = blocking(move || store.replace(desired, rv, commit)).await??;
-    Ok(warned(
-        serialized(StatusCode::OK, object.as_ref()),
-        &warnings,
-    ))
+    let (code, object) = match name {
+        None => {
+            let creator = caller.identity.clone();
+            let created =
+                blocking(move || store.create_by(Some(&creator), desired, commit)).await??;
+            (StatusCode::CREATED, created)
+        }
+        Some(_) => {
+            let (replaced, _) = blocking(move || store.replace(desired, rv, commit)).await??;
+            (StatusCode::OK, replaced)
+        }
+    };
+    Ok(warned(serialized(code, object.as_ref()), &warnings))
 }
 
 async fn patch(

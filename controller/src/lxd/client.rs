@@ -604,22 +604,9 @@ impl Runtime for LxdClient {
         } else {
             capture.wrap(&request.command)
         };
-        let mut body = json!({
-            "command": command,
-            "environment": request.env,
-            "wait-for-websocket": false,
-            "interactive": false,
-            "record-output": false,
-        });
-        if let Some(cwd) = &request.cwd {
-            body["cwd"] = json!(cwd);
-        }
-        if let Some(uid) = request.uid {
-            body["user"] = json!(uid);
-        }
-        if let Some(gid) = request.gid {
-            body["group"] = json!(gid);
-        }
+        let mut body = exec_ws::exec_body(&command, request);
+        body["wait-for-websocket"] = json!(false);
+        body["interactive"] = json!(false);
         let call = self
             .transport
             .call(

@@ -39,6 +39,27 @@ pub(crate) struct Websockets<'a> {
     pub project: &'a str,
 }
 
+/// The body of LXD's exec call running `command` (the request's own, or it wrapped to capture
+/// its output) with the request's environment, directory and user; LXD records no output. The
+/// caller adds `wait-for-websocket` and `interactive`, which differ between the two ways to exec.
+pub(super) fn exec_body(command: &[String], request: &ExecRequest) -> Value {
+    let mut body = json!({
+        "command": command,
+        "environment": request.env,
+        "record-output": false,
+    });
+    if let Some(cwd) = &request.cwd {
+        body["cwd"] = json!(cwd);
+    }
+    if let Some(uid) = request.uid {
+        body["user"] = json!(uid);
+    }
+    if let Some(gid) = request.gid {
+        body["group"] = json!(gid);
+    }
+    body
+}
+
 /// Starts the command and connects its websockets; the returned session pipes bytes until the
 /// process exits.
 pub(crate) async fn start(
@@ -49,13 +70,9 @@ pub(crate) async fn start(
     terminal: Option<TerminalSize>,
 ) -> Result<InteractiveExec, RuntimeError> {
     let what = format!("interactive exec in {name}");
-    let mut body = json!({
-        "command": request.command,
-        "environment": request.env,
-        "wait-for-websocket": true,
-        "interactive": terminal.is_some(),
-        "record-output": false,
-    });
+    let mut body = exec_body(&request.command, request);
+    body["wait-for-websocket"] = json!(true);
+    body["interactive"] = json!(terminal.is_some());
     if let Some(size) = terminal {
         body["width"] = json!(size.width);
         body["height"] = json!(size.height);
@@ -63,15 +80,6 @@ pub(crate) async fn start(
         if !request.env.contains_key("TERM") {
             body["environment"]["TERM"] = json!("xterm-256color");
         }
-    }
-    if let Some(cwd) = &request.cwd {
-        body["cwd"] = json!(cwd);
-    }
-    if let Some(uid) = request.uid {
-        body["user"] = json!(uid);
-    }
-    if let Some(gid) = request.gid {
-        body["group"] = json!(gid);
     }
     let path = format!(
         "/1.0/instances/{}/exec",

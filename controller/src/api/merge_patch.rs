@@ -138,11 +138,7 @@ mod tests {
         }
 
         proptest! {
-            #![proptest_config(ProptestConfig {
-                cases: 256,
-                failure_persistence: None,
-                ..ProptestConfig::default()
-            })]
+            #![proptest_config(crate::testing::proptest_config())]
 
             /// Patching with the diff yields the target.
             #[test]

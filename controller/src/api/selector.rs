@@ -543,12 +543,7 @@ mod tests {
         }
 
         proptest! {
-            // Failures are kept as plain regression tests, not files.
-            #![proptest_config(ProptestConfig {
-                cases: 256,
-                failure_persistence: None,
-                ..ProptestConfig::default()
-            })]
+            #![proptest_config(crate::testing::proptest_config())]
 
             /// Any text: a selector or an error naming the selector, never a panic.
             #[test]

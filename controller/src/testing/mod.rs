@@ -15,3 +15,14 @@ pub async fn eventually(what: &str, check: impl Fn() -> bool) {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
+
+/// The crate's property tests: 256 cases each, and failures kept as plain regression tests
+/// rather than files.
+#[cfg(test)]
+pub fn proptest_config() -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases: 256,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
+}

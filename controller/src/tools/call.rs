@@ -537,11 +537,7 @@ mod tests {
         }
 
         proptest! {
-            #![proptest_config(ProptestConfig {
-                cases: 256,
-                failure_persistence: None,
-                ..ProptestConfig::default()
-            })]
+            #![proptest_config(crate::testing::proptest_config())]
 
             /// Any body: a call or a 4xx naming what is wrong, never a panic; a call it accepts
             /// works inside /workspace and carries every required argument.

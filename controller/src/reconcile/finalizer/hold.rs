@@ -418,19 +418,24 @@ mod tests {
     use super::*;
     use berth_api::UnsavedWork;
 
+    /// The message for a project held for unsaved work, looked at again every five minutes.
+    fn unsaved_work_message(evidence: &policy::Evidence) -> String {
+        blocked_message(
+            &[ProtectionReason::UnsavedWork],
+            evidence,
+            None,
+            None,
+            Duration::from_secs(300),
+        )
+    }
+
     #[test]
     fn the_message_names_the_protection_and_the_way_out() {
         let evidence = policy::Evidence::Inspected(UnsavedWork {
             unpushed: 2,
             ..UnsavedWork::default()
         });
-        let message = blocked_message(
-            &[ProtectionReason::UnsavedWork],
-            &evidence,
-            None,
-            None,
-            Duration::from_secs(300),
-        );
+        let message = unsaved_work_message(&evidence);
         assert!(message.contains("UnsavedWork"), "{message}");
         assert!(message.contains("2 commits on no remote"), "{message}");
         assert!(message.contains("--force"), "{message}");
@@ -451,13 +456,7 @@ mod tests {
             commits: vec!["1a2b3c4 on refs/heads/main".to_string()],
             ..UnsavedWork::default()
         });
-        let message = blocked_message(
-            &[ProtectionReason::UnsavedWork],
-            &evidence,
-            None,
-            None,
-            Duration::from_secs(300),
-        );
+        let message = unsaved_work_message(&evidence);
         assert!(
             message.contains(
                 "files: f0.txt, f1.txt, f2.txt, f3.txt, f4.txt, f5.txt, f6.txt, \

@@ -785,6 +785,15 @@ mod fake_runtime_tests {
         setup_with(spec, AgentSettings::default())
     }
 
+    /// AgentProfile `name`, home `/root/.<name>`, installed when `check` passes, running `true`.
+    fn apply_profile(store: &Store, name: &str, check: &str) {
+        let spec = json!({"home": format!("/root/.{name}"), "install": {"check": check},
+            "runner": {"command": ["true"]}});
+        store
+            .apply(Desired::of(Kind::AgentProfile, name, spec), Commit::Persist)
+            .unwrap();
+    }
+
     /// Project `p` with `spec` and the AgentProfile `shell`, over a fake runtime.
     pub(super) fn setup_with(spec: Value, settings: AgentSettings) -> Setup {
         let dir = tempfile::tempdir().unwrap();
@@ -793,17 +802,7 @@ mod fake_runtime_tests {
         store
             .apply(Desired::project("p", spec), Commit::Persist)
             .unwrap();
-        store
-            .apply(
-                Desired::of(
-                    Kind::AgentProfile,
-                    "shell",
-                    json!({"home": "/root/.shell", "install": {"check": "true"},
-                        "runner": {"command": ["true"]}}),
-                ),
-                Commit::Persist,
-            )
-            .unwrap();
+        apply_profile(&store, "shell", "true");
         let fake = Arc::new(FakeRuntime::new());
         let steps = Arc::new(AgentSteps::new(
             store.clone(),
@@ -1046,18 +1045,7 @@ mod fake_runtime_tests {
         assert_eq!(outdated(), None);
 
         // A profile the project names besides its agent counts too, added and dropped.
-        setup
-            .store
-            .apply(
-                Desired::of(
-                    Kind::AgentProfile,
-                    "extra",
-                    json!({"home": "/root/.extra", "install": {"check": "true"},
-                        "runner": {"command": ["true"]}}),
-                ),
-                Commit::Persist,
-            )
-            .unwrap();
+        apply_profile(&setup.store, "extra", "true");
         let project = |spec: Value| {
             setup
                 .store
@@ -1205,18 +1193,7 @@ mod fake_runtime_tests {
     #[tokio::test]
     async fn a_failing_best_effort_profile_is_reported_and_blocks_nothing() {
         let setup = setup(json!({"agent": "shell", "agents": ["extra"]}));
-        setup
-            .store
-            .apply(
-                Desired::of(
-                    Kind::AgentProfile,
-                    "extra",
-                    json!({"home": "/root/.extra", "install": {"check": "extra-check"},
-                        "runner": {"command": ["true"]}}),
-                ),
-                Commit::Persist,
-            )
-            .unwrap();
+        apply_profile(&setup.store, "extra", "extra-check");
         container(&setup, crate::runtime::InstanceStatus::Running);
         let failing = Arc::new(std::sync::Mutex::new("extra-check"));
         let which = failing.clone();

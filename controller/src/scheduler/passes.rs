@@ -98,6 +98,8 @@ pub struct DaemonPasses {
     settling: Mutex<BTreeSet<String>>,
     /// The controller's resync, run by the resync pass.
     controller_resync: Option<crate::reconcile::Resync>,
+    /// When the settle period was set: the daemon's start.
+    started: DateTime<Utc>,
 }
 
 impl std::fmt::Debug for DaemonPasses {
@@ -136,6 +138,7 @@ impl DaemonPasses {
             settle: chrono::Duration::zero(),
             settling: Mutex::new(BTreeSet::new()),
             controller_resync: None,
+            started: Utc::now(),
         }
     }
 
@@ -144,10 +147,13 @@ impl DaemonPasses {
     /// due, and while a large apply converges, inspecting every project as it comes up would
     /// compete with the creates for LXD. Deletion and reaping still inspect it first
     /// ([`reap::recheck`], the finalizer's hold); its agent's reports arrive by the agent watch.
-    /// The activity pass also waits for a saturated reconciler, at most a few settle periods.
+    /// The activity pass also waits for a saturated reconciler, at most a few settle periods,
+    /// and housekeeping leaves the trash unswept for the first settle period and while the
+    /// reconciler is saturated.
     pub fn with_settle(self, settle: Duration) -> DaemonPasses {
         DaemonPasses {
             settle: chrono::Duration::from_std(settle).unwrap_or(chrono::Duration::MAX),
+            started: self.now(),
             ..self
         }
     }
@@ -713,6 +719,14 @@ impl DaemonPasses {
     /// and recounts the trash's metrics, when the trash is due a sweep ([`Trash::sweep`]).
     async fn purge_trash(&self) {
         let Some(trash) = &self.trash else { return };
+        // Background work: reading the trash costs LXD a scan of the pool's volumes, so not while
+        // the reconciler is saturated, nor in the first settle period, when a daemon just
+        // started may be taking an apply; the sweep stays due.
+        let settling = (self.started.checked_add_signed(self.settle))
+            .is_some_and(|settled| self.now() < settled);
+        if settling || self.queue.saturated() {
+            return;
+        }
         if let Some(Err(e)) = trash.sweep(&*self.runtime, self.now()).await {
             tracing::warn!(error = %e, "housekeeping could not read the trash");
         }

@@ -1092,3 +1092,29 @@ async fn the_resync_pass_runs_the_controllers_resync_when_given_it() {
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert_eq!(s.passes.queue.depth(), 0, "nothing requested besides it");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_trash_is_swept_neither_right_after_start_nor_while_the_reconciler_is_saturated() {
+    let s = setup();
+    let settle = Duration::from_secs(60);
+    let trash = Arc::new(crate::trash::Trash::new(
+        s.store.clone(),
+        "default",
+        crate::trash::TrashSettings::default(),
+    ));
+    let s = Setup {
+        passes: s.passes.with_settle(settle).with_trash(trash),
+        ..s
+    };
+    s.passes.run(Pass::Housekeeping).await;
+    assert_eq!(s.fake.count("list_volumes"), 0, "swept right after start");
+
+    tokio::time::advance(settle).await;
+    s.passes.queue.request_now("applied");
+    s.passes.run(Pass::Housekeeping).await;
+    assert_eq!(s.fake.count("list_volumes"), 0, "swept while saturated");
+
+    s.passes.queue.forget("applied");
+    s.passes.run(Pass::Housekeeping).await;
+    assert_eq!(s.fake.count("list_volumes"), 1, "the sweep stayed due");
+}

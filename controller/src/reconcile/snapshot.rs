@@ -84,6 +84,11 @@ impl Snapshot {
         }
     }
 
+    /// How long ago the list in this snapshot was started; `None` before the first.
+    pub fn age(&self) -> Option<Duration> {
+        self.lock().taken_at.map(|at| at.elapsed())
+    }
+
     /// Something happened to the instance: its entry is stale, and so is the entry of a list
     /// still in flight.
     pub fn forget(&self, name: &str) {

@@ -675,6 +675,38 @@ async fn a_resync_pass_reads_the_fleet_in_one_list_call() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_resync_timer_skips_a_tick_right_after_another_resync_pass() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    let Harness {
+        _dir, fake, ctx, ..
+    } = h;
+    let ctx = Arc::new(ctx);
+    let interval = ctx.settings.resync_interval;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let timer = tokio::spawn(super::triggers::resync(ctx.clone(), cancel.clone()));
+    tokio::time::sleep(interval - interval / 10).await;
+    // As the scheduler's resync pass does, just before the timer's tick.
+    super::triggers::resync_pass(&ctx).await;
+    let lists = fake.count("list_instances");
+    tokio::time::sleep(interval / 5).await;
+    assert_eq!(
+        fake.count("list_instances"),
+        lists,
+        "listed twice in one interval"
+    );
+    tokio::time::sleep(interval).await;
+    assert_eq!(
+        fake.count("list_instances"),
+        lists + 1,
+        "the next tick lists"
+    );
+    cancel.cancel();
+    timer.await.unwrap();
+}
+
 #[tokio::test]
 async fn a_restart_behind_berths_back_is_noticed_from_a_list_without_state() {
     let h = Harness::new();

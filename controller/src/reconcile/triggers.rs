@@ -105,9 +105,12 @@ pub async fn watch_lxd_events(ctx: Arc<Context>, cancel: CancellationToken) {
     }
 }
 
-/// Requests every project each resync interval, so drift the events missed is caught.
+/// Requests every project each resync interval, so drift the events missed is caught. A tick
+/// less than half an interval after another resync pass listed the fleet (the scheduler's, in
+/// the daemon) is skipped: one list per interval is the work, whoever starts it.
 pub async fn resync(ctx: Arc<Context>, cancel: CancellationToken) {
-    let mut ticker = tokio::time::interval(ctx.settings.resync_interval);
+    let interval = ctx.settings.resync_interval;
+    let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first tick is immediate; `watch_store` already requested everything at start.
     ticker.tick().await;
@@ -115,6 +118,9 @@ pub async fn resync(ctx: Arc<Context>, cancel: CancellationToken) {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = ticker.tick() => {}
+        }
+        if ctx.snapshot.age().is_some_and(|age| age < interval / 2) {
+            continue;
         }
         resync_pass(&ctx).await;
     }

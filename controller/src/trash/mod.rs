@@ -279,15 +279,20 @@ impl Trash {
         })
     }
 
-    /// Housekeeping: [`Trash::purge_expired`] once a tenth of the retention (at most an hour)
-    /// has passed since the last sweep, so an entry outlives its retention by at most that
-    /// much. `None` when it was not yet time.
+    /// Housekeeping: [`Trash::purge_expired`] once a tenth of the retention (at most an hour;
+    /// hourly when the trash is disabled) has passed since the last sweep, so an entry outlives
+    /// its retention by at most that much. `None` when it was not yet time.
     pub async fn sweep(
         &self,
         runtime: &dyn Runtime,
         now: DateTime<Utc>,
     ) -> Option<Result<Vec<String>, RuntimeError>> {
-        let every = (self.settings.retention / 10).min(SWEEP_AT_MOST_EVERY);
+        // A disabled trash holds only what an earlier configuration left: hourly is enough.
+        let every = if self.settings.enabled() {
+            (self.settings.retention / 10).min(SWEEP_AT_MOST_EVERY)
+        } else {
+            SWEEP_AT_MOST_EVERY
+        };
         let every = chrono::Duration::from_std(every).unwrap_or(chrono::Duration::MAX);
         {
             let mut swept_at = self.swept_at.lock().unwrap_or_else(|e| e.into_inner());

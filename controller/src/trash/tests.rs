@@ -541,6 +541,20 @@ async fn housekeeping_sweeps_the_trash_once_a_tenth_of_its_retention() {
             .await
             .is_some()
     );
+
+    // Disabled: not every round.
+    let disabled = setup(Duration::ZERO);
+    assert!(disabled.trash.sweep(&*disabled.fake, now).await.is_some());
+    let quarter_hour = chrono::Duration::minutes(15);
+    let swept = disabled.trash.sweep(&*disabled.fake, now + quarter_hour);
+    assert!(swept.await.is_none());
+    assert!(
+        disabled
+            .trash
+            .sweep(&*disabled.fake, now + hour)
+            .await
+            .is_some()
+    );
 }
 
 #[test]

@@ -397,7 +397,12 @@ impl Project<'_> {
                     .ctx
                     .snapshot
                     .take(self.name(), self.ctx.settings.resync_interval)
-                    .filter(|listed| !started_since_observed(&draft, listed.as_ref()));
+                    .filter(|listed| {
+                        !listed.as_ref().is_some_and(|instance| {
+                            pid_unlisted(instance)
+                                && !same_boot(draft.status.container.as_ref(), instance)
+                        })
+                    });
                 match snapshot {
                     Some(listed) => (listed, true),
                     None => match runtime.get_instance(self.name()).await {
@@ -995,13 +1000,7 @@ impl Project<'_> {
         let previous = draft.status.container.take();
         let previous_pid = previous.as_ref().and_then(|c| c.pid);
         let mut observed = container_status(instance);
-        if instance.state.is_none()
-            && instance.is_running()
-            && previous
-                .as_ref()
-                .is_some_and(|p| p.last_used_at == observed.last_used_at)
-        {
-            // Listed without state, in the boot already observed: its pid is the recorded one.
+        if pid_unlisted(instance) && same_boot(previous.as_ref(), instance) {
             observed.pid = previous_pid;
         }
         draft.status.container = Some(observed);
@@ -1539,15 +1538,15 @@ fn short(fingerprint: &str) -> &str {
     &fingerprint[..fingerprint.len().min(12)]
 }
 
-/// Whether a running container listed without its state was started since the status last
-/// observed it: LXD moves an instance's last-used time on every start, a reboot's too.
-fn started_since_observed(draft: &Draft, listed: Option<&Instance>) -> bool {
-    listed.is_some_and(|instance| {
-        instance.state.is_none()
-            && instance.is_running()
-            && draft.status.container.as_ref().map(|c| c.last_used_at)
-                != Some(instance.last_used_at)
-    })
+/// Whether `instance` runs but was listed without its state, so without its pid.
+fn pid_unlisted(instance: &Instance) -> bool {
+    instance.state.is_none() && instance.is_running()
+}
+
+/// Whether `instance` is in the boot `recorded` observed: LXD moves an instance's last-used
+/// time on every start, a reboot's too. Its pid is then the recorded one.
+fn same_boot(recorded: Option<&ContainerStatus>, instance: &Instance) -> bool {
+    recorded.is_some_and(|c| c.last_used_at == instance.last_used_at)
 }
 
 /// The container identity `status.container` shows.

@@ -26,8 +26,7 @@ use super::{
     tools, trash, ui, users,
 };
 use crate::store::{
-    Action, AppliedSet, Commit, Deletion, Desired, Expected, FieldManager, StatusWrite,
-    StoredObject,
+    Action, AppliedSet, Commit, Deletion, Expected, FieldManager, StatusWrite, StoredObject,
 };
 
 /// How many events `GET .../events` returns without `?limit=`.
@@ -497,28 +496,10 @@ pub(super) async fn blocking<T: Send + 'static>(
         .map_err(|err| ApiError::internal(err.to_string()))
 }
 
-/// What a create and a replace share: the body admitted with its finalizers as sent, and the
-/// caller allowed to write it over what is stored now. Answers it with the `resourceVersion`
-/// the request sent and the admission warnings.
-async fn admit_write(
-    state: &Arc<ApiState>,
-    caller: &Caller,
-    kind: Kind,
-    name: Option<&str>,
-    req: Request<Incoming>,
-) -> Result<(Desired, Option<u64>, Vec<String>), ApiError> {
-    let admitted = admit_one(state, kind, name, req).await?;
-    let warnings = state.admission.warnings(&admitted.desired);
-    let mut desired = admitted.desired;
-    desired.finalizers = admitted.finalizers;
-    // The admitted name is the URL's, when the request names one.
-    let current = state.store.get(desired.kind, &desired.name);
-    access::check_write(state, caller, &desired, current.as_deref())?;
-    Ok((desired, admitted.resource_version, warnings))
-}
-
-/// A create (the collection's URL, no name: `201 Created`) or a replace (one object's URL:
-/// `200 OK`): the body admitted, written, and answered with the admission warnings.
+/// A create (the collection's URL, no name: `201 Created`) or a replace (one object's URL,
+/// whose name the admitted body must carry: `200 OK`): the body admitted with its finalizers as
+/// sent, the caller allowed to write it over what is stored now, written, and answered with the
+/// admission warnings.
 async fn create_or_replace(
     state: &Arc<ApiState>,
     caller: &Caller,
@@ -528,7 +509,13 @@ async fn create_or_replace(
     query: &Query,
 ) -> Outcome {
     let commit = query.commit()?;
-    let (desired, rv, warnings) = admit_write(state, caller, kind, name, req).await?;
+    let admitted = admit_one(state, kind, name, req).await?;
+    let warnings = state.admission.warnings(&admitted.desired);
+    let rv = admitted.resource_version;
+    let mut desired = admitted.desired;
+    desired.finalizers = admitted.finalizers;
+    let current = state.store.get(desired.kind, &desired.name);
+    access::check_write(state, caller, &desired, current.as_deref())?;
     let store = Arc::clone(&state.store);
     let (code, object) = match name {
         None => {

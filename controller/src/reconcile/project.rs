@@ -645,6 +645,18 @@ impl Project<'_> {
             Err(e) => return Err(e.into()),
         }
         draft.record.operation = None;
+        if self.starts_at_once(&draft) {
+            // Nothing in a container just created from the spec can differ from it yet, so the
+            // checks a present container goes through before its start have nothing to do: start
+            // it now, and one read afterwards serves the Created and the Started records.
+            runtime
+                .start_instance(self.name(), settings.timeouts.start)
+                .await
+                .map_err(|source| ReconcileError::StepCall {
+                    step: Step::Started,
+                    source,
+                })?;
+        }
         match runtime.get_instance(self.name()).await? {
             Some(instance) => self.record_created(draft, &instance).await,
             None => {
@@ -654,6 +666,16 @@ impl Project<'_> {
                 ))
             }
         }
+    }
+
+    /// Whether a container just created is to run at once: neither the spec, an idled project
+    /// nor a restart not yet recorded keeps it stopped (those take the way through
+    /// [`Self::converge_present`]).
+    fn starts_at_once(&self, draft: &Draft) -> bool {
+        let restart = self.annotation(annotations::RESTARTED_AT);
+        self.spec.state == PowerState::Running
+            && idling(&draft.status, &self.object.metadata.annotations) == Idling::Awake
+            && (restart.is_none() || restart == draft.record.restarted_at.as_ref())
     }
 
     async fn record_created(
@@ -930,6 +952,10 @@ impl Project<'_> {
             return Ok(action);
         }
         self.notice_reboot(&mut draft, &instance, previous_pid);
+        // Nothing acted on the container in this step (every concern that acts returns above),
+        // and the steps ahead exec and write files without changing what LXD reports of it:
+        // the next step starts from this read.
+        self.carried.keep_instance(&instance);
         self.advance(draft).await
     }
 

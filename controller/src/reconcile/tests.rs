@@ -194,9 +194,10 @@ async fn one_reconcile_takes_a_new_project_to_ready_reading_each_thing_once() {
     let action = project::reconcile(&h.ctx, "p").await.unwrap();
     assert_eq!(action, Action::Done);
     h.assert_ready("p");
-    // Read before the create, after it (for the Created record), and after the start (for the
-    // pid): the steps in between start from what the step before read.
-    assert_eq!(h.fake.count("get_instance"), 3);
+    // Read before the create, and once after the start that follows it at once (for the
+    // Created record and the pid): the steps after start from what the step before read.
+    assert_eq!(h.fake.count("get_instance"), 2);
+    assert_eq!(h.fake.count("start_instance"), 1);
     // The alias is resolved once for the create and the image check of every later step.
     assert_eq!(h.fake.count("resolve_image"), 1);
     assert_eq!(h.fake.count("exec"), 1);
@@ -943,6 +944,43 @@ async fn an_idled_project_stays_stopped_until_woken() {
     h.converge("p").await;
     h.assert_ready("p");
     assert!(h.status("p").reap.unwrap().idled_at.is_none());
+}
+
+#[tokio::test]
+async fn a_container_created_for_a_project_kept_stopped_is_never_started() {
+    let h = Harness::new();
+    h.apply("off", json!({"image": "berth-tiny", "state": "Stopped"}));
+    h.converge("off").await;
+    assert_eq!(h.status("off").phase, Phase::Stopped);
+    assert_eq!(h.fake.count("start_instance"), 0, "spec.state Stopped");
+
+    // An idled project whose container vanished is recreated, stopped.
+    h.apply("idle", tiny());
+    h.converge("idle").await;
+    let mut status = h.store.get(Kind::Project, "idle").unwrap().status.value();
+    status["reap"] = json!({"idledAt": chrono::Utc::now() - chrono::Duration::seconds(60)});
+    h.store
+        .update_status(Kind::Project, "idle", None, status, Commit::Persist)
+        .unwrap();
+    h.converge("idle").await;
+    h.fake.vanish("idle");
+    let starts = h.fake.count("start_instance");
+    h.converge("idle").await;
+    assert_eq!(h.fake.count("create_instance"), 3, "recreated");
+    assert_eq!(h.status("idle").phase, Phase::Stopped);
+    assert_eq!(h.fake.count("start_instance"), starts, "idled");
+
+    // A manifest that carries a restart request: started once, not started, stopped, started.
+    h.apply("asked", tiny());
+    h.annotate("asked", berth_api::annotations::RESTARTED_AT, "t1");
+    let (starts, stops) = (
+        h.fake.count("start_instance"),
+        h.fake.count("stop_instance"),
+    );
+    h.converge("asked").await;
+    h.assert_ready("asked");
+    assert_eq!(h.fake.count("start_instance"), starts + 1);
+    assert_eq!(h.fake.count("stop_instance"), stops);
 }
 
 #[tokio::test]

@@ -285,6 +285,11 @@ impl WorkQueue {
         self.shared.lock_state().pending.len()
     }
 
+    /// Whether `key` waits to run.
+    pub fn is_requested(&self, key: &str) -> bool {
+        self.shared.lock_state().pending.contains_key(key)
+    }
+
     /// Forgets a key's pending request and backoff (the project is gone).
     pub fn forget(&self, key: &str) {
         let mut state = self.shared.lock_state();

@@ -947,6 +947,53 @@ async fn an_idled_project_stays_stopped_until_woken() {
 }
 
 #[tokio::test]
+async fn commands_and_file_transfers_in_a_container_request_no_reconcile() {
+    let h = Harness::new();
+    for name in ["p", "q"] {
+        h.apply(name, tiny());
+        h.converge(name).await;
+    }
+    let Harness {
+        _dir, fake, ctx, ..
+    } = h;
+    let ctx = Arc::new(ctx);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let watcher = tokio::spawn(super::triggers::watch_lxd_events(
+        ctx.clone(),
+        cancel.clone(),
+    ));
+    // Connecting requests every project once (events may have been missed); none runs here.
+    eventually("the watcher to connect", || ctx.queue.depth() == 2).await;
+    ctx.queue.forget("p");
+    ctx.queue.forget("q");
+
+    // What an inspection and a step do in p, then a change behind berth's back in q: LXD
+    // announces each in order on one stream.
+    let exec = crate::runtime::ExecRequest::new(["true"], Duration::from_secs(5));
+    fake.exec("p", &exec).await.unwrap();
+    let file = crate::runtime::FileWrite {
+        path: "/tmp/x".into(),
+        content: b"x".to_vec(),
+        uid: 0,
+        gid: 0,
+        mode: 0o644,
+    };
+    fake.file_write("p", &file).await.unwrap();
+    fake.file_read("p", "/tmp/x", 16).await.unwrap();
+    fake.file_delete("p", "/tmp/x").await.unwrap();
+    fake.stop_instance(
+        "q",
+        crate::runtime::StopOptions::clean_then_force(Duration::ZERO),
+    )
+    .await
+    .unwrap();
+    eventually("q's stop to request q", || ctx.queue.is_requested("q")).await;
+    assert!(!ctx.queue.is_requested("p"));
+    cancel.cancel();
+    watcher.await.unwrap();
+}
+
+#[tokio::test]
 async fn a_container_created_for_a_project_kept_stopped_is_never_started() {
     let h = Harness::new();
     h.apply("off", json!({"image": "berth-tiny", "state": "Stopped"}));

@@ -75,6 +75,7 @@ pub async fn watch_lxd_events(ctx: Arc<Context>, cancel: CancellationToken) {
                             // of them about berth's own calls, which it waits on itself) would
                             // only run the same reconcile again.
                             if event.kind == EventKind::Lifecycle
+                                && !converges_nothing(&event.action)
                                 && let Some(name) = event.instance
                                 && ctx.store.get(Kind::Project, &name).is_some()
                             {
@@ -103,6 +104,21 @@ pub async fn watch_lxd_events(ctx: Arc<Context>, cancel: CancellationToken) {
         }
         delay = (delay * 2).min(Duration::from_secs(30));
     }
+}
+
+/// Lifecycle actions that change nothing a reconcile converges (the instance's existence,
+/// power state, config and devices): commands run and files or logs read and written in it.
+/// berth's own steps, inspections and agent watches cause most of them; a reconcile for each
+/// would read the container again for nothing. Any other action, known or not, requests one.
+fn converges_nothing(action: &str) -> bool {
+    const QUIET: [&str; 5] = [
+        "instance-exec",
+        "instance-file-",
+        "instance-log-",
+        "instance-console",
+        "instance-metadata-",
+    ];
+    QUIET.iter().any(|prefix| action.starts_with(prefix))
 }
 
 /// Requests every project each resync interval, so drift the events missed is caught. A tick

@@ -488,6 +488,13 @@ impl FakeRuntime {
         });
     }
 
+    /// LXD announces commands and file transfers in an instance too, as lifecycle events.
+    fn lifecycle_on_success<T>(&self, result: &Result<T>, action: &str, name: &str) {
+        if result.is_ok() {
+            self.lifecycle(action, name);
+        }
+    }
+
     fn lifecycle(&self, action: &str, name: &str) {
         self.emit(RuntimeEvent {
             kind: EventKind::Lifecycle,
@@ -870,6 +877,7 @@ impl Runtime for FakeRuntime {
                     output
                 }
             });
+        self.lifecycle_on_success(&result, "instance-exec", name);
         Self::reply("exec", lose, result)
     }
 
@@ -892,6 +900,7 @@ impl Runtime for FakeRuntime {
             );
             Ok(())
         });
+        self.lifecycle_on_success(&result, "instance-file-pushed", name);
         Self::reply("file_write", lose, result)
     }
 
@@ -910,6 +919,7 @@ impl Runtime for FakeRuntime {
             }),
             Some(f) => Ok(f.content.clone()),
         });
+        self.lifecycle_on_success(&result, "instance-file-retrieved", name);
         Self::reply("file_read", lose, result)
     }
 
@@ -925,6 +935,7 @@ impl Runtime for FakeRuntime {
             });
             Ok(())
         });
+        self.lifecycle_on_success(&result, "instance-file-pushed", name);
         Self::reply("mkdir", lose, result)
     }
 
@@ -934,6 +945,7 @@ impl Runtime for FakeRuntime {
             i.files.remove(path);
             Ok(())
         });
+        self.lifecycle_on_success(&result, "instance-file-deleted", name);
         Self::reply("file_delete", lose, result)
     }
 

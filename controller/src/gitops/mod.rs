@@ -206,7 +206,7 @@ impl GitOps {
                             tracked.remove(&change.name);
                             this.forget(change.object.uid());
                         }
-                        _ if !change.spec_or_metadata_changed => {}
+                        _ if !change.desired_changed => {}
                         _ => match tracked.get_mut(&change.name) {
                             Some(t) if !t.wants_sync(&change.object) => {}
                             Some(t) => t.request(&change.object),

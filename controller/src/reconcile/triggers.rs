@@ -33,7 +33,7 @@ pub async fn watch_store(ctx: Arc<Context>, cancel: CancellationToken) {
         };
         match change {
             Ok(change) if change.kind == Kind::Project => {
-                if change.spec_or_metadata_changed {
+                if change.desired_changed {
                     ctx.queue.request_change(&change.name);
                 }
             }

@@ -1066,6 +1066,9 @@ impl Inner {
         if spec_changed {
             next.metadata.generation = Some(current.generation() + 1);
         }
+        let desired_changed = spec_changed
+            || next.metadata.labels != current.metadata.labels
+            || next.metadata.annotations != current.metadata.annotations;
         next.metadata.resource_version = Some(self.next_rv().to_string());
         let next = Arc::new(next);
         if next.is_deleting() && next.metadata.finalizers.is_empty() {
@@ -1078,7 +1081,7 @@ impl Inner {
         self.put(pending, Arc::clone(&next));
         pending
             .changes
-            .push(Change::new(ChangeType::Modified, &next, true));
+            .push(Change::new(ChangeType::Modified, &next, desired_changed));
         Ok((next, Action::Configured))
     }
 

@@ -311,8 +311,10 @@ pub struct Change {
     pub uid: String,
     pub resource_version: u64,
     pub generation: i64,
-    /// False when only status moved: the controller ignores its own status writes.
-    pub spec_or_metadata_changed: bool,
+    /// Whether what the object asks for moved (spec, labels, annotations, the object itself);
+    /// false when only its status or finalizers did, the controller's own bookkeeping, which
+    /// it does not answer with another reconcile.
+    pub desired_changed: bool,
     /// The object after the write; for `Deleted`, its last state.
     pub object: Arc<StoredObject>,
 }
@@ -321,7 +323,7 @@ impl Change {
     pub(super) fn new(
         type_: ChangeType,
         object: &Arc<StoredObject>,
-        spec_or_metadata: bool,
+        desired_changed: bool,
     ) -> Self {
         Change {
             type_,
@@ -330,7 +332,7 @@ impl Change {
             uid: object.uid().to_string(),
             resource_version: object.resource_version(),
             generation: object.generation(),
-            spec_or_metadata_changed: spec_or_metadata,
+            desired_changed,
             object: Arc::clone(object),
         }
     }

@@ -496,14 +496,7 @@ fn the_change_feed_reports_every_write_in_order() {
         .delete(Kind::Project, "a", None, BTreeMap::new(), Commit::Persist)
         .unwrap();
     let got: Vec<_> = std::iter::from_fn(|| feed.try_recv().ok())
-        .map(|c| {
-            (
-                c.type_,
-                c.resource_version,
-                c.generation,
-                c.spec_or_metadata_changed,
-            )
-        })
+        .map(|c| (c.type_, c.resource_version, c.generation, c.desired_changed))
         .collect();
     assert_eq!(
         got,
@@ -512,6 +505,33 @@ fn the_change_feed_reports_every_write_in_order() {
             (ChangeType::Modified, 2, 1, false),
             (ChangeType::Modified, 3, 2, true),
             (ChangeType::Deleted, 4, 2, true),
+        ]
+    );
+}
+
+#[test]
+fn a_finalizer_write_is_bookkeeping_and_an_annotation_a_change() {
+    let (_dir, store) = open();
+    store
+        .create(project("a", json!({})), Commit::Persist)
+        .unwrap();
+    let mut feed = store.subscribe();
+    store
+        .set_finalizers(Kind::Project, "a", None, vec!["berth.dev/test".into()])
+        .unwrap();
+    let mut annotated = project("a", json!({}));
+    annotated
+        .annotations
+        .insert("berth.dev/restartedAt".into(), "t1".into());
+    store.apply(annotated, Commit::Persist).unwrap();
+    let got: Vec<_> = std::iter::from_fn(|| feed.try_recv().ok())
+        .map(|c| (c.type_, c.generation, c.desired_changed))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (ChangeType::Modified, 1, false),
+            (ChangeType::Modified, 1, true),
         ]
     );
 }
@@ -861,7 +881,7 @@ fn status_batches_commit_together_and_fail_per_update() {
     );
     let changes: Vec<_> = std::iter::from_fn(|| feed.try_recv().ok()).collect();
     assert_eq!(changes.len(), 2);
-    assert!(changes.iter().all(|c| !c.spec_or_metadata_changed));
+    assert!(changes.iter().all(|c| !c.desired_changed));
 
     // Unchanged statuses write nothing.
     let rv = store.resource_version();

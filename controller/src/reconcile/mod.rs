@@ -15,6 +15,7 @@ pub mod error_policy;
 pub mod fault;
 pub mod finalizer;
 pub mod fleet;
+pub mod own_changes;
 pub mod placement;
 pub mod project;
 pub mod queue;
@@ -170,6 +171,8 @@ pub struct Context {
     pub fleet: fleet::FleetGuard,
     /// The last resync pass's list of containers.
     pub snapshot: snapshot::Snapshot,
+    /// The LXD events berth's own calls will cause, which request no reconcile.
+    pub own_changes: own_changes::OwnChanges,
     pub queue: WorkQueue,
     /// When each held deletion was last looked at (the finalizer's memory; safe to forget).
     pub held: finalizer::HeldDeletions,
@@ -237,6 +240,7 @@ pub fn spawn_controller(
         later_steps,
         fleet: fleet::FleetGuard::default(),
         snapshot: snapshot::Snapshot::default(),
+        own_changes: Default::default(),
         queue: queue.clone(),
         held: Default::default(),
         placement: Default::default(),

@@ -20,7 +20,7 @@ use super::fleet::Verdict;
 use super::placement;
 use super::status::{Draft, Idling, PendingOperation, idling, transitions};
 use super::steps::{StepContext, StepOutcome, next_required, resume_after_boot};
-use super::{Action, Context, ReconcileError, fault, finalizer};
+use super::{Action, Context, ReconcileError, fault, finalizer, own_changes};
 use crate::layout::{DurableLayout, FINALIZER, uid_label};
 use crate::runtime::{
     CreateInstance, CreateVolume, Created, ExecRequest, ImageSource, Instance, InstancePatch,
@@ -595,7 +595,10 @@ impl Project<'_> {
         let mut with_fleet = true;
         let created = loop {
             let request = self.create_request(image.clone(), with_fleet, member.clone());
-            match runtime.create_instance(&request).await {
+            match self
+                .own_change(own_changes::CREATED, runtime.create_instance(&request))
+                .await
+            {
                 Ok(created) => break created,
                 Err(e @ RuntimeError::Rejected { .. }) if with_fleet && self.has_fleet_limits() => {
                     with_fleet = false;
@@ -614,6 +617,8 @@ impl Project<'_> {
         let operation = match created {
             Created::Exists(existing) => {
                 // Created before a crash that came before recording it.
+                let own = &self.ctx.own_changes;
+                own.withdraw(self.name(), own_changes::CREATED);
                 if uid_label(&existing.config) != Some(self.uid()) {
                     return self.name_conflict(draft).await;
                 }
@@ -649,8 +654,8 @@ impl Project<'_> {
             // Nothing in a container just created from the spec can differ from it yet, so the
             // checks a present container goes through before its start have nothing to do: start
             // it now, and one read afterwards serves the Created and the Started records.
-            runtime
-                .start_instance(self.name(), settings.timeouts.start)
+            let start = runtime.start_instance(self.name(), settings.timeouts.start);
+            self.own_change(own_changes::STARTED, start)
                 .await
                 .map_err(|source| ReconcileError::StepCall {
                     step: Step::Started,
@@ -666,6 +671,22 @@ impl Project<'_> {
                 ))
             }
         }
+    }
+
+    /// Runs `call`, a change LXD announces as `action`, as berth's own: the event requests no
+    /// second reconcile, since this one reads what the call did itself.
+    async fn own_change<T>(
+        &self,
+        action: &'static str,
+        call: impl Future<Output = Result<T, RuntimeError>>,
+    ) -> Result<T, RuntimeError> {
+        let own = &self.ctx.own_changes;
+        own.expect(self.name(), action);
+        let result = call.await;
+        if result.is_err() {
+            own.withdraw(self.name(), action);
+        }
+        result
     }
 
     /// Whether a container just created is to run at once: neither the spec, an idled project
@@ -1162,8 +1183,8 @@ impl Project<'_> {
         match &instance.status {
             InstanceStatus::Running => Ok(Next::Continue),
             InstanceStatus::Stopped => {
-                runtime
-                    .start_instance(self.name(), settings.timeouts.start)
+                let start = runtime.start_instance(self.name(), settings.timeouts.start);
+                self.own_change(own_changes::STARTED, start)
                     .await
                     .map_err(|source| ReconcileError::StepCall {
                         step: Step::Started,

@@ -54,6 +54,7 @@ impl Harness {
             later_steps: Arc::new(NoLaterSteps),
             fleet: FleetGuard::default(),
             snapshot: Default::default(),
+            own_changes: Default::default(),
         };
         Harness {
             _dir: dir,
@@ -803,6 +804,52 @@ async fn a_deleted_alias_falls_back_to_the_recorded_fingerprint() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_project_takes_one_reconcile_in_the_running_controller() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+    let fake = Arc::new(FakeRuntime::new());
+    let metrics = Arc::new(Metrics::new());
+    let settings = ControllerSettings {
+        // One at a time, in the order asked.
+        workers: 1,
+        resync_interval: Duration::from_secs(3600),
+        ..ControllerSettings::default()
+    };
+    let controller = super::spawn_controller(
+        store.clone(),
+        fake.clone(),
+        metrics.clone(),
+        settings,
+        Arc::new(NoLaterSteps),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    let ready = |name: &str| {
+        store.get(Kind::Project, name).is_some_and(|o| {
+            o.status
+                .decode::<ProjectStatus>()
+                .is_ok_and(|s| s.phase == Phase::Ready)
+        })
+    };
+    // p first, so that starting the controller (which requests every project) is behind.
+    // Then q; what q's reconcile asks for runs before r, asked for once q is Ready.
+    for name in ["p", "q", "r"] {
+        store
+            .apply(Desired::project(name, tiny()), Commit::Persist)
+            .unwrap();
+        eventually("Ready", || ready(name)).await;
+    }
+    // Its finalizer, the container's creation and start are berth's own doing: they ask for
+    // no second reconcile, which would read the container again.
+    let reads = fake
+        .calls()
+        .iter()
+        .filter(|call| *call == "get_instance q")
+        .count();
+    assert_eq!(reads, 2, "before the create and after the start, once");
+    controller.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_running_controller_follows_the_store_and_lxd_events() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
@@ -989,6 +1036,46 @@ async fn commands_and_file_transfers_in_a_container_request_no_reconcile() {
     .unwrap();
     eventually("q's stop to request q", || ctx.queue.is_requested("q")).await;
     assert!(!ctx.queue.is_requested("p"));
+    cancel.cancel();
+    watcher.await.unwrap();
+}
+
+#[tokio::test]
+async fn berths_own_create_and_start_request_no_second_reconcile() {
+    let h = Harness::new();
+    h.apply("q", tiny());
+    h.converge("q").await;
+    h.apply("p", tiny());
+    let Harness {
+        _dir, fake, ctx, ..
+    } = h;
+    let ctx = Arc::new(ctx);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let watcher = tokio::spawn(super::triggers::watch_lxd_events(
+        ctx.clone(),
+        cancel.clone(),
+    ));
+    eventually("the watcher to connect", || ctx.queue.depth() == 2).await;
+    ctx.queue.forget("p");
+    ctx.queue.forget("q");
+
+    assert_eq!(
+        project::reconcile(&ctx, "p").await.unwrap(),
+        Action::Done,
+        "Ready in one reconcile"
+    );
+    // Then a start by someone else, announced after berth's own events on the same stream.
+    fake.stop_instance(
+        "q",
+        crate::runtime::StopOptions::clean_then_force(Duration::ZERO),
+    )
+    .await
+    .unwrap();
+    fake.start_instance("q", Duration::from_secs(5))
+        .await
+        .unwrap();
+    eventually("q's start to request q", || ctx.queue.is_requested("q")).await;
+    assert!(!ctx.queue.is_requested("p"), "p's own changes");
     cancel.cancel();
     watcher.await.unwrap();
 }

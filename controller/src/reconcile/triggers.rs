@@ -80,7 +80,9 @@ pub async fn watch_lxd_events(ctx: Arc<Context>, cancel: CancellationToken) {
                                 && ctx.store.get(Kind::Project, &name).is_some()
                             {
                                 ctx.snapshot.forget(&name);
-                                ctx.queue.request_now(&name);
+                                if !ctx.own_changes.announced(&name, &event.action) {
+                                    ctx.queue.request_now(&name);
+                                }
                             }
                         }
                         Some(Err(e)) => {

@@ -51,6 +51,7 @@ fn setup(retention: Duration) -> Setup {
         later_steps: Arc::new(NoLaterSteps),
         fleet: Default::default(),
         snapshot: Default::default(),
+        own_changes: Default::default(),
         held: Default::default(),
         placement: Default::default(),
     };

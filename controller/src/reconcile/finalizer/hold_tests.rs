@@ -42,6 +42,7 @@ pub(super) fn setup() -> Setup {
         later_steps: Arc::new(NoLaterSteps),
         fleet: Default::default(),
         snapshot: Default::default(),
+        own_changes: Default::default(),
         queue: WorkQueue::new(1, Backoff::default(), metrics),
         held: Default::default(),
         placement: Default::default(),

@@ -974,8 +974,8 @@ impl Project<'_> {
         }
         self.notice_reboot(&mut draft, &instance, previous_pid);
         // Nothing acted on the container in this step (every concern that acts returns above),
-        // and the steps ahead exec and write files without changing what LXD reports of it:
-        // the next step starts from this read.
+        // and the steps ahead run commands, write files and set environment keys, none of
+        // which the concerns above look at: the next step starts from this read.
         self.carried.keep_instance(&instance);
         self.advance(draft).await
     }

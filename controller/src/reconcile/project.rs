@@ -654,13 +654,7 @@ impl Project<'_> {
             // Nothing in a container just created from the spec can differ from it yet, so the
             // checks a present container goes through before its start have nothing to do: start
             // it now, and one read afterwards serves the Created and the Started records.
-            let start = runtime.start_instance(self.name(), settings.timeouts.start);
-            self.own_change(own_changes::STARTED, start)
-                .await
-                .map_err(|source| ReconcileError::StepCall {
-                    step: Step::Started,
-                    source,
-                })?;
+            self.start().await?;
         }
         match runtime.get_instance(self.name()).await? {
             Some(instance) => self.record_created(draft, &instance).await,
@@ -689,14 +683,31 @@ impl Project<'_> {
         result
     }
 
+    /// Starts the container (step Started), as berth's own change.
+    async fn start(&self) -> Result<(), ReconcileError> {
+        let timeout = self.ctx.settings.timeouts.start;
+        let start = self.ctx.runtime.start_instance(self.name(), timeout);
+        self.own_change(own_changes::STARTED, start)
+            .await
+            .map_err(|source| ReconcileError::StepCall {
+                step: Step::Started,
+                source,
+            })
+    }
+
+    /// A restart asked for (`berth.dev/restartedAt`) and not yet acted on.
+    fn restart_asked(&self, draft: &Draft) -> Option<&String> {
+        self.annotation(annotations::RESTARTED_AT)
+            .filter(|asked| Some(*asked) != draft.record.restarted_at.as_ref())
+    }
+
     /// Whether a container just created is to run at once: neither the spec, an idled project
     /// nor a restart not yet recorded keeps it stopped (those take the way through
     /// [`Self::converge_present`]).
     fn starts_at_once(&self, draft: &Draft) -> bool {
-        let restart = self.annotation(annotations::RESTARTED_AT);
         self.spec.state == PowerState::Running
             && idling(&draft.status, &self.object.metadata.annotations) == Idling::Awake
-            && (restart.is_none() || restart == draft.record.restarted_at.as_ref())
+            && self.restart_asked(draft).is_none()
     }
 
     async fn record_created(
@@ -1143,11 +1154,10 @@ impl Project<'_> {
 
     /// A restart request: host-driven (clean stop, then kill), so a wedged container restarts.
     async fn restart_when_asked(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let restart = self.annotation(annotations::RESTARTED_AT);
-        if restart.is_none() || restart == draft.record.restarted_at.as_ref() {
+        let Some(restart) = self.restart_asked(draft).cloned() else {
             return Ok(Next::Continue);
-        }
-        draft.record.restarted_at = restart.cloned();
+        };
+        draft.record.restarted_at = Some(restart);
         if instance.status != InstanceStatus::Stopped {
             self.stop_cleanly().await?;
             self.warn_normal("Restarted", "stopped for a requested restart")
@@ -1179,17 +1189,10 @@ impl Project<'_> {
     /// one, force-stops one LXD lost track of, waits out a transition.
     async fn run(&self, draft: &mut Draft, instance: &Instance) -> Concern {
         let runtime = &*self.ctx.runtime;
-        let settings = &self.ctx.settings;
         match &instance.status {
             InstanceStatus::Running => Ok(Next::Continue),
             InstanceStatus::Stopped => {
-                let start = runtime.start_instance(self.name(), settings.timeouts.start);
-                self.own_change(own_changes::STARTED, start)
-                    .await
-                    .map_err(|source| ReconcileError::StepCall {
-                        step: Step::Started,
-                        source,
-                    })?;
+                self.start().await?;
                 self.booted(draft);
                 draft.set_not_ready(Phase::Provisioning, Step::Started.as_str(), "");
                 self.commit_and_go_on(draft).await

@@ -803,33 +803,48 @@ async fn a_deleted_alias_falls_back_to_the_recorded_fingerprint() {
     assert!(h.fake.instance("q").is_none());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_project_takes_one_reconcile_in_the_running_controller() {
+/// The controller running over a fake runtime with `workers`; only the store feed and LXD's
+/// events cause reconciles (the resync is an hour away).
+fn running_controller(
+    workers: usize,
+) -> (
+    tempfile::TempDir,
+    Arc<Store>,
+    Arc<FakeRuntime>,
+    super::ControllerHandle,
+) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
     let fake = Arc::new(FakeRuntime::new());
-    let metrics = Arc::new(Metrics::new());
     let settings = ControllerSettings {
-        // One at a time, in the order asked.
-        workers: 1,
+        workers,
         resync_interval: Duration::from_secs(3600),
         ..ControllerSettings::default()
     };
     let controller = super::spawn_controller(
         store.clone(),
         fake.clone(),
-        metrics.clone(),
+        Arc::new(Metrics::new()),
         settings,
         Arc::new(NoLaterSteps),
         tokio_util::sync::CancellationToken::new(),
     );
-    let ready = |name: &str| {
-        store.get(Kind::Project, name).is_some_and(|o| {
-            o.status
-                .decode::<ProjectStatus>()
-                .is_ok_and(|s| s.phase == Phase::Ready)
-        })
-    };
+    (dir, store, fake, controller)
+}
+
+fn is_ready(store: &Store, name: &str) -> bool {
+    store.get(Kind::Project, name).is_some_and(|o| {
+        o.status
+            .decode::<ProjectStatus>()
+            .is_ok_and(|s| s.phase == Phase::Ready)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_project_takes_one_reconcile_in_the_running_controller() {
+    // One at a time, in the order asked.
+    let (_dir, store, fake, controller) = running_controller(1);
+    let ready = |name: &str| is_ready(&store, name);
     // p first, so that starting the controller (which requests every project) is behind.
     // Then q; what q's reconcile asks for runs before r, asked for once q is Ready.
     for name in ["p", "q", "r"] {
@@ -851,30 +866,8 @@ async fn a_new_project_takes_one_reconcile_in_the_running_controller() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_running_controller_follows_the_store_and_lxd_events() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
-    let fake = Arc::new(FakeRuntime::new());
-    let metrics = Arc::new(Metrics::new());
-    let settings = ControllerSettings {
-        // Only the triggers under test may cause reconciles.
-        resync_interval: Duration::from_secs(3600),
-        ..ControllerSettings::default()
-    };
-    let controller = super::spawn_controller(
-        store.clone(),
-        fake.clone(),
-        metrics.clone(),
-        settings,
-        Arc::new(NoLaterSteps),
-        tokio_util::sync::CancellationToken::new(),
-    );
-    let ready = |name: &str| {
-        store.get(Kind::Project, name).is_some_and(|o| {
-            o.status
-                .decode::<ProjectStatus>()
-                .is_ok_and(|s| s.phase == Phase::Ready)
-        })
-    };
+    let (_dir, store, fake, controller) = running_controller(ControllerSettings::default().workers);
+    let ready = |name: &str| is_ready(&store, name);
 
     // A spec written to the store is picked up from the change feed.
     store
@@ -907,6 +900,7 @@ async fn the_running_controller_follows_the_store_and_lxd_events() {
     eventually("p gone", || store.get(Kind::Project, "p").is_none()).await;
     assert!(fake.instance("p").is_none());
 
+    let metrics = controller.context.metrics.clone();
     controller.shutdown().await;
     let text = metrics.encode();
     assert!(

@@ -257,6 +257,13 @@ impl Call<'_> {
         let outcome = tokio::time::timeout(self.timeout, exchange).await;
         let elapsed = started.elapsed().as_secs_f64();
         let observe = |code: u16| {
+            tracing::debug!(
+                method = %self.method,
+                path = %self.path,
+                code,
+                ms = (elapsed * 1000.0).round(),
+                "LXD request"
+            );
             if let Some(observer) = &self.transport.observer {
                 observer.observe(self.method.as_str(), code, elapsed);
             }

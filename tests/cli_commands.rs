@@ -1853,20 +1853,20 @@ fn create_takes_the_common_fields_and_restart_waits_for_a_new_start() {
         .fails(2);
     assert!(run.stderr.contains("--repo"), "{run:?}");
 
-    let ready = |pid: i64| {
+    let ready = |started: &str| {
         json!({"observedGeneration": 1, "phase": "Ready", "step": "Seeded",
-               "container": {"name": "flag-demo", "pid": pid},
+               "container": {"name": "flag-demo", "lastUsedAt": started},
                "conditions": [{"type": "Ready", "status": "True", "reason": "Seeded",
                                "observedGeneration": 1,
                                "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
     };
-    daemon.put_status("flag-demo", ready(100));
+    daemon.put_status("flag-demo", ready("2026-01-01T00:00:00Z"));
     let child = daemon
         .command(&["restart", "flag-demo", "--wait", "--timeout=60s"])
         .stdin(Stdio::null())
         .spawn()
         .expect("run berth restart --wait");
-    // Ready before and after: only the new container process ends the wait.
+    // Ready before and after: only the container's new start ends the wait.
     let deadline = Instant::now() + COMMAND_DEADLINE;
     while daemon.object("project", "flag-demo")["metadata"]["annotations"]["berth.dev/restartedAt"]
         .is_null()
@@ -1874,8 +1874,8 @@ fn create_takes_the_common_fields_and_restart_waits_for_a_new_start() {
         assert!(Instant::now() < deadline, "the restart was never requested");
         std::thread::sleep(Duration::from_millis(50));
     }
-    daemon.put_status("flag-demo", ready(100));
-    daemon.put_status("flag-demo", ready(200));
+    daemon.put_status("flag-demo", ready("2026-01-01T00:00:00Z"));
+    daemon.put_status("flag-demo", ready("2026-01-01T00:05:00Z"));
     let run = finish(child, &["restart", "--wait"]).ok();
     let lines = names_in(&run);
     assert_eq!(

@@ -94,11 +94,12 @@ pub async fn restart(context: &Context, args: RestartArgs) -> anyhow::Result<Exi
     } else {
         "restart requested"
     };
-    // What tells the restarted container apart from the one running now.
+    // What tells the restarted container apart from the one running now: LXD moves an
+    // instance's last-used time on every start.
     let path = if args.recreate {
         "status.container.createdAt"
     } else {
-        "status.container.pid"
+        "status.container.lastUsedAt"
     };
     let wait = match args.wait {
         true => {

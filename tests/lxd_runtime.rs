@@ -103,6 +103,15 @@ async fn instance_lifecycle_from_create_to_delete() {
     assert!(state.pid > 0 && state.processes > 0, "{state:?}");
     assert!(state.memory_usage_bytes > 0, "{state:?}");
     assert!(state.network.contains_key("lo"), "{state:?}");
+    // The record alone: the same instance, without the state.
+    let record = lxd
+        .get_instance_record(&name)
+        .await
+        .unwrap()
+        .expect("running");
+    assert_eq!(record.status, InstanceStatus::Running);
+    assert_eq!(record.last_used_at, running.last_used_at);
+    assert!(record.state.is_none());
 
     // One list call finds it by its label prefix, with state.
     let listed = lxd

@@ -88,7 +88,11 @@ fn apply_ends_ready_with_limits_label_and_workspace_volume() {
         assert!(reasons.contains(&step), "no {step} event in {reasons:?}");
     }
 
-    // Ready and unchanged: the controller does not rewrite status.
+    // Ready, its pid read (the create step reads the started container without its state),
+    // and unchanged: the controller does not rewrite status.
+    let project = berth.wait_for(&name, "its pid", |p| {
+        p["status"]["container"]["pid"].is_i64()
+    });
     let rv = project["metadata"]["resourceVersion"].clone();
     std::thread::sleep(Duration::from_secs(2));
     let again = berth.get_project(&name).unwrap();
@@ -161,9 +165,13 @@ fn the_restart_annotation_reboots_the_container() {
     let mut berth = Berth::start(None);
     let name = unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
-    let before = berth.wait_ready(&name);
+    berth.wait_ready(&name);
+    // The start in the create step is read without the container's state: its pid follows
+    // with the next read.
+    let before = berth.wait_for(&name, "its pid", |p| {
+        p["status"]["container"]["pid"].is_i64()
+    });
     let pid = before["status"]["container"]["pid"].clone();
-    assert!(pid.is_i64(), "{}", before["status"]);
     exec(&name, "echo gone-after-boot > /run/marker").unwrap();
 
     berth.patch_project(

@@ -585,6 +585,9 @@ pub struct ContainerStatus {
     /// The image the container was created from, resolved from `spec.image`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_fingerprint: Option<String>,
+    /// The container init's host pid, from the last read of the container with its state; a
+    /// container berth just created and started shows none until a later read (within one
+    /// resync interval).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -395,6 +395,20 @@ impl Runtime for LxdClient {
         Ok(Some(instance))
     }
 
+    async fn get_instance_record(&self, name: &str) -> Result<Option<Instance>> {
+        let found: Option<InstanceJson> = self
+            .transport
+            .call(
+                Method::GET,
+                &instance_path(name),
+                format!("instance {name}"),
+            )
+            .get_opt()
+            .await?;
+        // Without recursion, LXD leaves the state out.
+        Ok(found.map(Instance::from))
+    }
+
     async fn create_instance(&self, request: &CreateInstance) -> Result<Created> {
         let what = format!("create instance {}", request.name);
         let existing: Option<InstanceJson> = self

@@ -391,16 +391,15 @@ impl Project<'_> {
         let (mut instance, from_snapshot) = match self.carried.take_instance() {
             Some(known) => (Some(known), false),
             None => {
-                // A listed container carries no state: one started since it was last observed
-                // is read afresh, for the pid of its new boot.
+                // A listed container carries no state: one started since it was last observed,
+                // or whose pid berth never read, is read afresh, for the pid of its boot.
                 let snapshot = self
                     .ctx
                     .snapshot
                     .take(self.name(), self.ctx.settings.resync_interval)
                     .filter(|listed| {
                         !listed.as_ref().is_some_and(|instance| {
-                            pid_unlisted(instance)
-                                && !same_boot(draft.status.container.as_ref(), instance)
+                            pid_unknown(draft.status.container.as_ref(), instance)
                         })
                     });
                 match snapshot {
@@ -656,7 +655,10 @@ impl Project<'_> {
             // it now, and one read afterwards serves the Created and the Started records.
             self.start().await?;
         }
-        match runtime.get_instance(self.name()).await? {
+        // Read without its state: the steps ahead need none of it, and a read with it costs LXD
+        // the most of anything on the way to Ready. The pid follows with the next read that
+        // does not come from this reconcile (see `pid_unknown`).
+        match runtime.get_instance_record(self.name()).await? {
             Some(instance) => self.record_created(draft, &instance).await,
             None => {
                 self.commit(&mut draft).await?;
@@ -953,7 +955,7 @@ impl Project<'_> {
         if let Next::Return(action) = self.wait_for_member(&mut draft, &instance).await? {
             return Ok(action);
         }
-        let previous_pid = self.observe(&mut draft, &instance);
+        let previous = self.observe(&mut draft, &instance);
         if draft.step() < Step::Created {
             return self.record_created(draft, &instance).await;
         }
@@ -983,7 +985,7 @@ impl Project<'_> {
         if let Next::Return(action) = self.run(&mut draft, &instance).await? {
             return Ok(action);
         }
-        self.notice_reboot(&mut draft, &instance, previous_pid);
+        self.notice_reboot(&mut draft, &instance, previous.as_ref());
         // Nothing acted on the container in this step (every concern that acts returns above),
         // and the steps ahead run commands, write files and set environment keys, none of
         // which the concerns above look at: the next step starts from this read.
@@ -1053,13 +1055,12 @@ impl Project<'_> {
         Ok(Next::Return(Action::Requeue(MEMBER_POLL)))
     }
 
-    /// Records what LXD reports of the container; returns the pid recorded before.
-    fn observe(&self, draft: &mut Draft, instance: &Instance) -> Option<i64> {
+    /// Records what LXD reports of the container; returns what was recorded before.
+    fn observe(&self, draft: &mut Draft, instance: &Instance) -> Option<ContainerStatus> {
         let previous = draft.status.container.take();
-        let previous_pid = previous.as_ref().and_then(|c| c.pid);
         let mut observed = container_status(instance);
         if pid_unlisted(instance) && same_boot(previous.as_ref(), instance) {
-            observed.pid = previous_pid;
+            observed.pid = previous.as_ref().and_then(|c| c.pid);
         }
         draft.status.container = Some(observed);
         if draft.status.location.is_none() {
@@ -1072,7 +1073,7 @@ impl Project<'_> {
         if let Some(fingerprint) = instance.base_image() {
             draft.record.fingerprint = Some(fingerprint.to_string());
         }
-        previous_pid
+        previous
     }
 
     /// Replaces the container (volumes stay) on request or for a new image.
@@ -1232,14 +1233,23 @@ impl Project<'_> {
         }
     }
 
-    /// Running: a new pid means it booted again behind berth's back.
-    fn notice_reboot(&self, draft: &mut Draft, instance: &Instance, previous_pid: Option<i64>) {
+    /// Running: a new pid means it booted again behind berth's back; where either pid is
+    /// unknown (a container read without its state since its start), a moved last-used time.
+    fn notice_reboot(
+        &self,
+        draft: &mut Draft,
+        instance: &Instance,
+        previous: Option<&ContainerStatus>,
+    ) {
+        let Some(previous) = previous else {
+            return;
+        };
         let pid = instance.state.as_ref().map(|s| s.pid).filter(|p| *p > 0);
-        if draft.step() > Step::Started
-            && previous_pid.is_some()
-            && pid.is_some()
-            && pid != previous_pid
-        {
+        let rebooted = match (previous.pid, pid) {
+            (Some(before), Some(now)) => before != now,
+            _ => previous.last_used_at.is_some() && previous.last_used_at != instance.last_used_at,
+        };
+        if draft.step() > Step::Started && rebooted {
             self.booted(draft);
         }
     }
@@ -1591,6 +1601,13 @@ fn short(fingerprint: &str) -> &str {
 /// Whether `instance` runs but was listed without its state, so without its pid.
 fn pid_unlisted(instance: &Instance) -> bool {
     instance.state.is_none() && instance.is_running()
+}
+
+/// Whether `instance` runs, listed without its state, and `recorded` does not hold the pid of
+/// this boot.
+fn pid_unknown(recorded: Option<&ContainerStatus>, instance: &Instance) -> bool {
+    pid_unlisted(instance)
+        && !(same_boot(recorded, instance) && recorded.is_some_and(|c| c.pid.is_some()))
 }
 
 /// Whether `instance` is in the boot `recorded` observed: LXD moves an instance's last-used

@@ -177,6 +177,13 @@ async fn a_project_without_agent_is_ready_once_reachable() {
     assert_eq!(h.fake.count("create_instance"), 1);
     assert_eq!(h.fake.count("start_instance"), 1);
 
+    // The create step read the started container without its state: the next reconcile, which
+    // reads it afresh, records its pid.
+    assert_eq!(container.pid, None);
+    h.converge("p").await;
+    let pid = h.status("p").container.and_then(|c| c.pid);
+    assert_eq!(pid, h.fake.instance("p").unwrap().state.map(|s| s.pid));
+
     // Converged: another reconcile changes nothing and calls nothing that acts.
     let rv = h.store.get(Kind::Project, "p").unwrap().resource_version();
     h.converge("p").await;
@@ -196,16 +203,18 @@ async fn one_reconcile_takes_a_new_project_to_ready_reading_each_thing_once() {
     assert_eq!(action, Action::Done);
     h.assert_ready("p");
     // Read before the create, and once after the start that follows it at once (for the
-    // Created record and the pid): the steps after start from what the step before read.
-    assert_eq!(h.fake.count("get_instance"), 2);
+    // Created record, without the state LXD gathers from the container): the steps after start
+    // from what the step before read.
+    assert_eq!(h.fake.count("get_instance"), 1);
+    assert_eq!(h.fake.count("get_instance_record"), 1);
     assert_eq!(h.fake.count("start_instance"), 1);
     // The alias is resolved once for the create and the image check of every later step.
     assert_eq!(h.fake.count("resolve_image"), 1);
     assert_eq!(h.fake.count("exec"), 1);
-    // Every step was committed on the way.
+    // Every step was committed on the way; the pid waits for a read with the state.
     let status = h.status("p");
     assert_eq!(status.step, Some(Step::Reachable));
-    assert!(status.container.and_then(|c| c.pid).is_some());
+    assert!(status.container.is_some_and(|c| c.pid.is_none()));
 }
 
 #[tokio::test]
@@ -653,14 +662,22 @@ async fn sizes_are_limits_on_a_pool_that_enforces_them() {
     assert!(!super::pool_enforces_sizes(&*h.fake, "default").await);
 }
 
+/// Applies `names` and converges each until its pid is recorded.
+async fn ready_with_pids(h: &Harness, names: &[&str]) {
+    for name in names {
+        h.apply(name, tiny());
+        h.converge(name).await;
+        h.converge(name).await;
+        assert!(h.status(name).container.is_some_and(|c| c.pid.is_some()));
+    }
+}
+
 #[tokio::test]
 async fn a_resync_pass_reads_the_fleet_in_one_list_call() {
     let h = Harness::new();
     let names: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
-    for name in &names {
-        h.apply(name, tiny());
-        h.converge(name).await;
-    }
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    ready_with_pids(&h, &names).await;
     let gets = h.fake.count("get_instance");
     let resolves = h.fake.count("resolve_image");
     super::triggers::resync_pass(&h.ctx).await;
@@ -710,12 +727,37 @@ async fn the_resync_timer_skips_a_tick_right_after_another_resync_pass() {
 }
 
 #[tokio::test]
-async fn a_restart_behind_berths_back_is_noticed_from_a_list_without_state() {
+async fn a_resync_pass_reads_a_container_whose_pid_berth_never_read_once() {
     let h = Harness::new();
-    for name in ["p", "q"] {
+    let names = ["p", "q"];
+    for name in names {
         h.apply(name, tiny());
         h.converge(name).await;
     }
+    let (gets, writes) = (h.fake.count("get_instance"), h.store.resource_version());
+    for _ in 0..2 {
+        super::triggers::resync_pass(&h.ctx).await;
+        for name in names {
+            h.converge(name).await;
+            h.assert_ready(name);
+        }
+    }
+    for name in names {
+        let pid = h.status(name).container.and_then(|c| c.pid);
+        assert_eq!(pid, h.fake.instance(name).unwrap().state.map(|s| s.pid));
+    }
+    assert_eq!(h.fake.count("get_instance") - gets, 2, "each read once");
+    assert_eq!(
+        h.store.resource_version() - writes,
+        2,
+        "each pid written once"
+    );
+}
+
+#[tokio::test]
+async fn a_restart_behind_berths_back_is_noticed_from_a_list_without_state() {
+    let h = Harness::new();
+    ready_with_pids(&h, &["p", "q"]).await;
     let pid = |name| h.status(name).container.and_then(|c| c.pid);
     let (p_pid, q_pid) = (pid("p"), pid("q"));
     h.fake
@@ -855,12 +897,9 @@ async fn a_new_project_takes_one_reconcile_in_the_running_controller() {
     }
     // Its finalizer, the container's creation and start are berth's own doing: they ask for
     // no second reconcile, which would read the container again.
-    let reads = fake
-        .calls()
-        .iter()
-        .filter(|call| *call == "get_instance q")
-        .count();
-    assert_eq!(reads, 2, "before the create and after the start, once");
+    let reads = |call: &str| fake.calls().iter().filter(|c| *c == call).count();
+    assert_eq!(reads("get_instance q"), 1, "before the create, once");
+    assert_eq!(reads("get_instance_record q"), 1, "after the start, once");
     controller.shutdown().await;
 }
 

@@ -601,6 +601,15 @@ impl Runtime for FakeRuntime {
         Self::reply("get_instance", lose, Ok(found))
     }
 
+    async fn get_instance_record(&self, name: &str) -> Result<Option<Instance>> {
+        let lose = self.enter("get_instance_record", name).await?;
+        let found = lock(&self.state).instances.get(name).map(|i| Instance {
+            state: None,
+            ..i.instance.clone()
+        });
+        Self::reply("get_instance_record", lose, Ok(found))
+    }
+
     async fn create_instance(&self, request: &CreateInstance) -> Result<Created> {
         let lose = self.enter("create_instance", &request.name).await?;
         let what = format!("create instance {}", request.name);

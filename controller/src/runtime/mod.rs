@@ -56,6 +56,11 @@ pub trait Runtime: Send + Sync {
     /// One instance with its state, or `None` when it does not exist.
     async fn get_instance(&self, name: &str) -> Result<Option<Instance>>;
 
+    /// One instance without its state (so without its pid), or `None` when it does not exist:
+    /// LXD gathers a running container's state from the container itself, which costs it
+    /// several times the read of the instance's record.
+    async fn get_instance_record(&self, name: &str) -> Result<Option<Instance>>;
+
     /// Submits the creation of a (stopped) instance. Idempotent: when an instance of that name
     /// exists it is returned as [`Created::Exists`] and nothing is submitted; the caller decides
     /// whether it is its own (by its config labels).

@@ -109,6 +109,7 @@ async fn run_client(client: &LxdClient, name: &str) -> anyhow::Result<[Duration;
         devices: Default::default(),
         profiles: Vec::new(),
         target: None,
+        known_absent: false,
     };
     match client.create_instance(&request).await? {
         Created::Submitted { operation } => {

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use berth::lxd::{Endpoint, LxdClient, LxdConfig};
 use berth::runtime::{
-    CreateVolume, Created, EventKind, ExecRequest, FileWrite, ImageSource, InstancePatch,
-    InstanceStatus, Mkdir, Runtime, RuntimeError, StopOptions, Watch,
+    CreateInstance, CreateVolume, Created, EventKind, ExecRequest, FileWrite, ImageSource,
+    InstancePatch, InstanceStatus, Mkdir, Runtime, RuntimeError, StopOptions, Watch,
 };
 use futures::StreamExt;
 use support::lxd::{
@@ -82,6 +82,22 @@ async fn instance_lifecycle_from_create_to_delete() {
     match lxd.create_instance(&request(&name, TINY)).await.unwrap() {
         Created::Exists(existing) => assert_eq!(existing.name, name),
         other => panic!("second create: {other:?}"),
+    }
+    // Submitted without looking, as by a caller that just read no such instance: LXD fails
+    // the operation, and the error says why.
+    let blind = CreateInstance {
+        known_absent: true,
+        ..request(&name, TINY)
+    };
+    match lxd.create_instance(&blind).await.unwrap() {
+        Created::Submitted { operation } => {
+            let failed = lxd
+                .wait_operation(&operation, OP_TIMEOUT)
+                .await
+                .unwrap_err();
+            assert!(failed.is_already_exists(), "{failed:?}");
+        }
+        other => panic!("a create without looking: {other:?}"),
     }
     let stopped = lxd.get_instance(&name).await.unwrap().expect("created");
     assert_eq!(stopped.status, InstanceStatus::Stopped);

@@ -178,6 +178,7 @@ pub fn request(name: &str, image: &str) -> CreateInstance {
         devices: Default::default(),
         profiles: Vec::new(),
         target: None,
+        known_absent: false,
     }
 }
 

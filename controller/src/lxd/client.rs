@@ -411,13 +411,15 @@ impl Runtime for LxdClient {
 
     async fn create_instance(&self, request: &CreateInstance) -> Result<Created> {
         let what = format!("create instance {}", request.name);
-        let existing: Option<InstanceJson> = self
-            .transport
-            .call(Method::GET, &instance_path(&request.name), what.clone())
-            .get_opt()
-            .await?;
-        if let Some(existing) = existing {
-            return Ok(Created::Exists(Box::new(Instance::from(existing))));
+        if !request.known_absent {
+            let existing: Option<InstanceJson> = self
+                .transport
+                .call(Method::GET, &instance_path(&request.name), what.clone())
+                .get_opt()
+                .await?;
+            if let Some(existing) = existing {
+                return Ok(Created::Exists(Box::new(Instance::from(existing))));
+            }
         }
         let source = match &request.image {
             ImageSource::Alias(alias) => json!({"type": "image", "alias": alias}),

@@ -142,6 +142,7 @@ fn create_request() -> CreateInstance {
         devices: Default::default(),
         profiles: Vec::new(),
         target: None,
+        known_absent: false,
     }
 }
 

@@ -456,6 +456,10 @@ impl Project<'_> {
                 Err(RuntimeError::OperationVanished { .. }) => {
                     draft.record.operation = None;
                 }
+                // A create that met an instance of its name: the read below judges whose.
+                Err(e) if e.is_already_exists() => {
+                    draft.record.operation = None;
+                }
                 Err(RuntimeError::OperationFailed { message, .. }) => {
                     draft.record.operation = None;
                     return self.creation_failed(draft, &message).await;
@@ -567,6 +571,10 @@ impl Project<'_> {
 
     /// Step Created: the durable volumes, then the container with its config, limits, devices
     /// and label in the create request. The operation id is recorded before waiting on it.
+    /// The read that led here found no container of the name (this reconcile's own, or a
+    /// resync's list that any event about the name since would have voided), so the create
+    /// does not look again: one made in between fails the operation and is judged by the next
+    /// read.
     async fn create(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
         let runtime = &*self.ctx.runtime;
         let settings = &self.ctx.settings;
@@ -640,6 +648,16 @@ impl Project<'_> {
             Ok(done) if done.status == OperationStatus::Success => {}
             // Still running, or judged by state: the next reconcile waits on the recorded id.
             Ok(_) | Err(RuntimeError::OperationVanished { .. }) => {
+                return Ok(Action::Requeue(Duration::ZERO));
+            }
+            // Made by someone else (or by berth before a crash) since the read: the next
+            // step reads it and judges whose it is.
+            Err(e) if e.is_already_exists() => {
+                self.ctx
+                    .own_changes
+                    .withdraw(self.name(), own_changes::CREATED);
+                draft.record.operation = None;
+                self.commit(&mut draft).await?;
                 return Ok(Action::Requeue(Duration::ZERO));
             }
             Err(RuntimeError::OperationFailed { message, .. }) => {
@@ -899,6 +917,7 @@ impl Project<'_> {
             devices,
             profiles: Vec::new(),
             target: member,
+            known_absent: true,
         }
     }
 

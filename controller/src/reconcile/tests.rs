@@ -409,6 +409,44 @@ async fn many_vanishing_at_once_recreates_none_until_a_person_asks() {
 }
 
 #[tokio::test]
+async fn a_container_made_between_the_read_and_the_create_is_judged_not_failed() {
+    // Not berth's: a name conflict. Berth's own (a create before a crash that the record
+    // missed, say): it carries on with it.
+    for (ours, reason) in [(false, "NameConflict"), (true, "Reachable")] {
+        let h = Harness::new();
+        h.apply("p", tiny());
+        let uid = h.store.get(Kind::Project, "p").unwrap().uid().to_string();
+        let mut made = stranger("p");
+        if ours {
+            made.config.insert(crate::layout::UID_LABEL.into(), uid);
+        }
+        h.fake
+            .before_next("create_instance", move |fake| fake.insert_instance(made));
+        for _ in 0..3 {
+            project::reconcile(&h.ctx, "p").await.unwrap();
+        }
+        assert_eq!(h.ready_reason("p").1, reason);
+        assert_eq!(h.fake.count("create_instance"), 1);
+        assert_eq!(h.fake.count("delete_instance"), 0);
+    }
+}
+
+fn stranger(name: &str) -> Instance {
+    Instance {
+        name: name.into(),
+        status: InstanceStatus::Running,
+        status_code: 103,
+        location: "none".into(),
+        profiles: vec!["default".into()],
+        config: BTreeMap::new(),
+        devices: BTreeMap::new(),
+        created_at: None,
+        last_used_at: None,
+        state: None,
+    }
+}
+
+#[tokio::test]
 async fn a_same_named_container_without_the_label_is_never_touched() {
     let h = Harness::new();
     let stranger = Instance {

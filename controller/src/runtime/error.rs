@@ -85,6 +85,13 @@ impl RuntimeError {
         matches!(self, RuntimeError::Busy { .. })
     }
 
+    /// A create operation that failed because an instance of that name exists (LXD checks
+    /// the name only inside the operation).
+    pub fn is_already_exists(&self) -> bool {
+        matches!(self, RuntimeError::OperationFailed { message, .. }
+            if message.contains("already exists"))
+    }
+
     /// LXD's own message, when the error carries one.
     pub fn lxd_message(&self) -> Option<&str> {
         match self {

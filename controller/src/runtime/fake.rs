@@ -63,6 +63,9 @@ struct FakeInstance {
     watched: BTreeSet<String>,
 }
 
+/// Something done to the fake just before a call, as another client of LXD would.
+type BeforeCall = dyn FnOnce(&FakeRuntime) + Send;
+
 #[derive(Default)]
 struct Faults {
     latency: Duration,
@@ -71,6 +74,8 @@ struct Faults {
     /// Per method, faults for its next calls in order.
     by_method: BTreeMap<String, VecDeque<Fault>>,
     exec_handlers: Vec<Arc<ExecHandler>>,
+    /// Per method, what happens just before its next call: someone else's doing in between.
+    before: BTreeMap<String, Box<BeforeCall>>,
 }
 
 struct State {
@@ -228,12 +233,21 @@ impl FakeRuntime {
             .push_back(fault);
     }
 
+    /// Runs `then` just before the next call of `method` does anything, as another client of
+    /// LXD acting between two of the caller's calls.
+    pub fn before_next(&self, method: &str, then: impl FnOnce(&FakeRuntime) + Send + 'static) {
+        lock(&self.faults)
+            .before
+            .insert(method.to_string(), Box::new(then));
+    }
+
     /// Removes every queued fault and the latency.
     pub fn clear_faults(&self) {
         let mut faults = lock(&self.faults);
         faults.latency = Duration::ZERO;
         faults.nth.clear();
         faults.by_method.clear();
+        faults.before.clear();
     }
 
     /// Adds an exec handler, consulted before earlier ones.
@@ -420,6 +434,10 @@ impl FakeRuntime {
                 format!("{method} {subject}")
             });
             *state.counts.entry(method.to_string()).or_default() += 1;
+        }
+        let before = lock(&self.faults).before.remove(method);
+        if let Some(then) = before {
+            then(self);
         }
         let (latency, fault) = {
             let mut faults = lock(&self.faults);
@@ -615,6 +633,15 @@ impl Runtime for FakeRuntime {
         let what = format!("create instance {}", request.name);
         let mut state = lock(&self.state);
         if let Some(existing) = state.instances.get(&request.name) {
+            if request.known_absent {
+                // As LXD: the name is checked inside the operation.
+                let message = "Failed creating instance record: Add instance info to the \
+                               database: This \"instances\" entry already exists";
+                let operation = self.operation(&mut state, Err(message.into()));
+                drop(state);
+                let submitted = Created::Submitted { operation };
+                return Self::reply("create_instance", lose, Ok(submitted));
+            }
             let existing = Box::new(existing.instance.clone());
             drop(state);
             return Self::reply("create_instance", lose, Ok(Created::Exists(existing)));
@@ -1228,6 +1255,7 @@ mod tests {
             devices: BTreeMap::new(),
             profiles: Vec::new(),
             target: None,
+            known_absent: false,
         }
     }
 

@@ -63,7 +63,9 @@ pub trait Runtime: Send + Sync {
 
     /// Submits the creation of a (stopped) instance. Idempotent: when an instance of that name
     /// exists it is returned as [`Created::Exists`] and nothing is submitted; the caller decides
-    /// whether it is its own (by its config labels).
+    /// whether it is its own (by its config labels). With `known_absent` the existence is not
+    /// looked up: an existing instance then fails the operation
+    /// ([`RuntimeError::is_already_exists`]).
     async fn create_instance(&self, request: &CreateInstance) -> Result<Created>;
 
     /// Waits for a submitted operation. A failed operation is [`RuntimeError::OperationFailed`]

@@ -179,6 +179,10 @@ pub struct CreateInstance {
     pub profiles: Vec<String>,
     /// Cluster member to place it on; `None` uses the client's default target.
     pub target: Option<String>,
+    /// The caller read no instance of that name just before: the create is submitted without
+    /// looking again, and an instance made in between fails its operation (see
+    /// [`super::RuntimeError::is_already_exists`]).
+    pub known_absent: bool,
 }
 
 /// What `create_instance` did.

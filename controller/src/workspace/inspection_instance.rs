@@ -172,6 +172,7 @@ async fn create(
         devices: BTreeMap::from([("workspace".to_string(), workspace)]),
         profiles: Vec::new(),
         target: request.location.map(str::to_string),
+        known_absent: false,
     };
     let created = within(request.timeout, "creating the inspection instance", async {
         runtime.create_instance(&create).await

@@ -416,10 +416,10 @@ async fn a_container_made_between_the_read_and_the_create_is_judged_not_failed()
         let h = Harness::new();
         h.apply("p", tiny());
         let uid = h.store.get(Kind::Project, "p").unwrap().uid().to_string();
-        let mut made = stranger("p");
-        if ours {
-            made.config.insert(crate::layout::UID_LABEL.into(), uid);
-        }
+        let made = match ours {
+            true => Instance::labelled("p", &[(crate::layout::UID_LABEL, &uid)]),
+            false => Instance::running("p", BTreeMap::new()),
+        };
         h.fake
             .before_next("create_instance", move |fake| fake.insert_instance(made));
         for _ in 0..3 {
@@ -428,21 +428,6 @@ async fn a_container_made_between_the_read_and_the_create_is_judged_not_failed()
         assert_eq!(h.ready_reason("p").1, reason);
         assert_eq!(h.fake.count("create_instance"), 1);
         assert_eq!(h.fake.count("delete_instance"), 0);
-    }
-}
-
-fn stranger(name: &str) -> Instance {
-    Instance {
-        name: name.into(),
-        status: InstanceStatus::Running,
-        status_code: 103,
-        location: "none".into(),
-        profiles: vec!["default".into()],
-        config: BTreeMap::new(),
-        devices: BTreeMap::new(),
-        created_at: None,
-        last_used_at: None,
-        state: None,
     }
 }
 

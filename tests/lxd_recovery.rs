@@ -88,20 +88,20 @@ impl Drop for OwnDaemon {
             .args(["60", "lxd", "shutdown", "--timeout", "30"])
             .env("LXD_DIR", &dir)
             .status();
-        if let Some(pid) = server_pid(&dir) {
-            kill(pid);
-        }
-        // Whatever still runs from this state directory (a daemon that did not answer, a
-        // container's monitor) would keep its mounts busy.
-        for pid in processes_with(&dir) {
-            kill(pid);
-        }
-        let _ = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "grep -o ' {dir}[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l; rm -rf '{dir}'"
-            ))
+        // Whatever still runs from the state directory (a daemon that did not answer, a
+        // container's monitor or payload) is killed and its mounts are unmounted before the
+        // directory goes, as `scripts/lxd-cluster down` removes a member's.
+        let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/lib");
+        let removed = Command::new("timeout")
+            .args(["-k", "10", "120", "bash", "-c"])
+            .arg(r#"set -eu; source "$1/common.sh"; source "$1/lxd-state.sh"; remove_state_dir "$2""#)
+            .arg("remove-state-dir")
+            .arg(&lib)
+            .arg(&dir)
             .status();
+        if !matches!(removed, Ok(status) if status.success()) && !std::thread::panicking() {
+            panic!("removing {dir} failed: {removed:?}");
+        }
     }
 }
 

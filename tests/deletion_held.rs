@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use harness::{
     PROJECTS, READY_DEADLINE, exec, instance_count, instance_state, live_volumes_of, lxc,
-    volumes_of,
+    try_volumes_of, volumes_of,
 };
 use serde_json::{Value, json};
 use support::daemon::{Client, Daemon, spawn_serve_args, wait_with_deadline};
@@ -203,7 +203,7 @@ impl Drop for Deleter {
             if inspect_labelled(&inspection_instance(uid), uid) {
                 let _ = lxc(&["delete", "--force", &inspection_instance(uid)]);
             }
-            for volume in volumes_of(uid) {
+            for volume in try_volumes_of(uid).unwrap_or_default() {
                 let _ = lxc(&["storage", "volume", "delete", "default", &volume]);
             }
         }

@@ -20,7 +20,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::{PROJECTS, READY_DEADLINE, instance_uid, lxc, volumes_of};
+use harness::{PROJECTS, READY_DEADLINE, instance_uid, lxc, try_volumes_of};
 use serde_json::{Value, json};
 use support::daemon::{Client, Daemon};
 
@@ -132,7 +132,7 @@ impl Drop for Fixture {
         if instance_uid(&self.name).as_deref() == Some(self.uid.as_str()) {
             let _ = lxc(&["delete", "--force", &self.name]);
         }
-        for volume in volumes_of(&self.uid) {
+        for volume in try_volumes_of(&self.uid).unwrap_or_default() {
             let _ = lxc(&["storage", "volume", "delete", "default", &volume]);
         }
     }

@@ -20,7 +20,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use harness::{
-    PROJECTS, READY_DEADLINE, instance_count, instance_state, live_volumes_of, lxc, volumes_of,
+    PROJECTS, READY_DEADLINE, instance_count, instance_state, live_volumes_of, lxc, try_volumes_of,
+    volumes_of,
 };
 use serde_json::{Value, json};
 use support::daemon::{Client, Daemon};
@@ -281,7 +282,7 @@ impl Drop for Reaper {
             if harness::instance_uid(name).as_deref() == Some(uid.as_str()) {
                 let _ = lxc(&["delete", "--force", name]);
             }
-            for volume in volumes_of(uid) {
+            for volume in try_volumes_of(uid).unwrap_or_default() {
                 let _ = lxc(&["storage", "volume", "delete", "default", &volume]);
             }
         }

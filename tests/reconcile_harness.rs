@@ -318,7 +318,7 @@ impl Drop for Berth {
             if instance_uid(name).as_deref() == Some(uid.as_str()) {
                 let _ = lxc(&["delete", "--force", name]);
             }
-            for volume in volumes_of(uid) {
+            for volume in try_volumes_of(uid).unwrap_or_default() {
                 let _ = lxc(&["storage", "volume", "delete", "default", &volume]);
             }
         }
@@ -390,15 +390,21 @@ pub fn instance_count(name: &str) -> usize {
 
 /// The custom volumes whose name carries `uid`.
 pub fn volumes_of(uid: &str) -> Vec<String> {
-    lxc(&[
+    try_volumes_of(uid).expect("lxc storage volume list")
+}
+
+/// The same, or the error of the listing: for cleanup in `Drop`, where a panic during a
+/// failed test's unwinding would abort the whole test binary.
+pub fn try_volumes_of(uid: &str) -> Result<Vec<String>, String> {
+    let list = lxc(&[
         "storage", "volume", "list", "default", "--format", "csv", "-c", "tn",
-    ])
-    .expect("lxc storage volume list")
-    .lines()
-    .filter_map(|l| l.split_once(','))
-    .filter(|(t, n)| *t == "custom" && n.contains(uid))
-    .map(|(_, n)| n.to_string())
-    .collect()
+    ])?;
+    Ok(list
+        .lines()
+        .filter_map(|l| l.split_once(','))
+        .filter(|(t, n)| *t == "custom" && n.contains(uid))
+        .map(|(_, n)| n.to_string())
+        .collect())
 }
 
 /// The volumes of `uid` under the project's own names (not those in the trash).

@@ -37,7 +37,8 @@ test:
 	bash scripts/setup-lxd
 	bash scripts/setup-test-deps
 	$(CARGO) build -p berth $(FEATURES)
-	$(CARGO) nextest run --workspace $(FEATURES) --no-fail-fast --profile ci
+	$(CARGO) nextest run --workspace $(FEATURES) --no-fail-fast --profile ci || \
+		{ bash scripts/lxd-report; exit 1; }
 
 unit:
 	$(CARGO) nextest run --workspace $(FEATURES) --lib --bins

@@ -203,12 +203,12 @@ pub type Resync = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send
 
 impl ControllerHandle {
     /// The controller's resync pass (one list of the fleet, then every project requested), for
-    /// the scheduler's resync pass to run.
+    /// the scheduler's resync pass to run; skipped when another listed the fleet recently.
     pub fn resync(&self) -> Resync {
         let context = Arc::clone(&self.context);
         Arc::new(move || {
             let context = Arc::clone(&context);
-            Box::pin(async move { triggers::resync_pass(&context).await })
+            Box::pin(async move { triggers::resync_unless_fresh(&context).await })
         })
     }
 

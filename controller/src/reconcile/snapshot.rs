@@ -5,16 +5,22 @@
 //! reconcile (after a step, an event, an error) reads the container afresh. An LXD event about
 //! an instance drops its entry, and the whole snapshot expires after one resync interval.
 //!
+//! The list names every instance LXD had, whoever owns it. When it was made while LXD's event
+//! stream was followed, a name it lacked, and that no event has spoken of since, is a name LXD
+//! has no instance of: a project applied after the list is created without a read of its own
+//! (the informer's rule: a list, then the events since it). A broken stream voids all of it.
+//!
 //! Entries wait as compact JSON rather than as decoded instances: a pass over a large fleet
 //! holds every container's config and devices until each reconcile takes its own, and decoded
 //! maps cost several times their text.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::layout::LABEL_PREFIX;
 use crate::runtime::Instance;
 
 #[derive(Debug, Default)]
@@ -22,10 +28,29 @@ struct Inner {
     taken_at: Option<Instant>,
     /// Per project name: the container the list showed (as JSON), or `None` when it lacked one.
     instances: HashMap<String, Option<Box<[u8]>>>,
+    /// Every instance name the list showed, when it started after the event stream was
+    /// followed: a name outside it (and outside `events`) had no instance. `None` otherwise.
+    listed: Option<HashSet<Box<str>>>,
     /// Image alias → fingerprint, resolved at most once per pass.
     images: HashMap<String, Option<String>>,
+    /// Names whose entry a reconcile took from this snapshot.
+    taken: HashSet<String>,
     /// When an event last spoke of an instance: a list that started before it is stale for it.
     events: HashMap<String, Instant>,
+    /// Since when LXD's event stream has been followed without a break; `None` while it is not.
+    following_since: Option<Instant>,
+    /// When the stream last broke: a list started before it may have missed what came after.
+    lost_at: Option<Instant>,
+}
+
+impl Inner {
+    fn clear(&mut self) {
+        self.taken_at = None;
+        self.instances = HashMap::new();
+        self.listed = None;
+        self.taken = HashSet::new();
+        self.images = HashMap::new();
+    }
 }
 
 #[derive(Debug, Default)]
@@ -38,8 +63,9 @@ impl Snapshot {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Replaces the snapshot with a list whose call started at `listed_at`: `projects` are the
-    /// names to hold entries for. A name an event spoke of since `listed_at` gets no entry.
+    /// Replaces the snapshot with a list whose call started at `listed_at`: `listed` is every
+    /// instance LXD had (any owner's), `projects` the names to hold entries for. A name an event
+    /// spoke of since `listed_at` gets no entry; a list the event stream broke during is dropped.
     pub fn replace<'a>(
         &self,
         projects: impl IntoIterator<Item = &'a str>,
@@ -47,7 +73,19 @@ impl Snapshot {
         listed_at: Instant,
     ) {
         let mut inner = self.lock();
+        if inner.lost_at.is_some_and(|at| at >= listed_at) {
+            return;
+        }
         inner.events.retain(|_, at| *at >= listed_at);
+        let complete = inner
+            .following_since
+            .is_some_and(|since| since <= listed_at);
+        inner.listed = complete.then(|| {
+            listed
+                .iter()
+                .map(|instance| Box::from(instance.name.as_str()))
+                .collect()
+        });
         let mut instances: HashMap<String, Option<Box<[u8]>>> = projects
             .into_iter()
             .filter(|name| !inner.events.contains_key(*name))
@@ -55,6 +93,12 @@ impl Snapshot {
             .collect();
         for instance in listed {
             if !instances.contains_key(&instance.name) {
+                continue;
+            }
+            // Not berth's as listed: someone else's, or one on an offline cluster member, which
+            // LXD lists without its config. The reconcile reads it and judges.
+            if !instance.config.keys().any(|k| k.starts_with(LABEL_PREFIX)) {
+                instances.remove(&instance.name);
                 continue;
             }
             match serde_json::to_vec(&instance) {
@@ -66,17 +110,28 @@ impl Snapshot {
         instances.shrink_to_fit();
         inner.taken_at = Some(listed_at);
         inner.instances = instances;
+        inner.taken = HashSet::new();
         inner.images = HashMap::new();
     }
 
     /// Takes the entry for `name` if the snapshot is younger than `max_age`: `Some(observed)`
-    /// when the list answered for it, `None` when the caller must read the container itself.
+    /// when the list answered for it (`Some(None)`: no instance of the name, also for a name
+    /// the list and the events since never spoke of), `None` when the caller must read the
+    /// container itself.
     pub fn take(&self, name: &str, max_age: Duration) -> Option<Option<Instance>> {
         let mut inner = self.lock();
         if inner.taken_at.is_none_or(|at| at.elapsed() > max_age) {
             return None;
         }
-        let entry = inner.instances.remove(name)?;
+        let entry = match inner.instances.remove(name) {
+            Some(entry) => entry,
+            None if inner.events.contains_key(name) || inner.taken.contains(name) => return None,
+            None => match &inner.listed {
+                Some(listed) if !listed.contains(name) => None,
+                _ => return None,
+            },
+        };
+        inner.taken.insert(name.to_string());
         drop(inner);
         match entry {
             None => Some(None),
@@ -97,6 +152,23 @@ impl Snapshot {
         inner.events.insert(name.to_string(), Instant::now());
     }
 
+    /// LXD's event stream is followed from now on: what was listed before may have changed
+    /// unseen, so it is dropped.
+    pub fn following_events(&self) {
+        let mut inner = self.lock();
+        inner.following_since = Some(Instant::now());
+        inner.clear();
+    }
+
+    /// LXD's event stream broke: nothing listed can be trusted until a list made after it is
+    /// followed again.
+    pub fn events_lost(&self) {
+        let mut inner = self.lock();
+        inner.following_since = None;
+        inner.lost_at = Some(Instant::now());
+        inner.clear();
+    }
+
     /// The fingerprint resolved for `alias` in this pass, if any was.
     pub fn image(&self, alias: &str) -> Option<Option<String>> {
         self.lock().images.get(alias).cloned()
@@ -113,8 +185,9 @@ mod tests {
 
     use super::*;
 
+    /// A container of berth's, as the list shows it.
     fn instance(name: &str) -> Instance {
-        Instance::running(name, BTreeMap::new())
+        Instance::labelled(name, &[(crate::layout::UID_LABEL, name)])
     }
 
     #[tokio::test(start_paused = true)]
@@ -146,5 +219,61 @@ mod tests {
         snapshot.replace(["a", "b"], vec![instance("a"), instance("b")], listed_at);
         assert_eq!(snapshot.take("a", max_age), None);
         assert!(snapshot.take("b", max_age).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_name_the_list_lacked_is_absent_only_while_events_are_followed() {
+        let snapshot = Snapshot::default();
+        let max_age = Duration::from_secs(30);
+        let listed = || vec![instance("a"), Instance::running("foreign", BTreeMap::new())];
+
+        // A list made before the events were followed cannot speak for names it lacked.
+        snapshot.replace(["a"], listed(), Instant::now());
+        assert_eq!(snapshot.take("new", max_age), None);
+
+        snapshot.following_events();
+        assert_eq!(snapshot.age(), None, "following anew drops what was listed");
+        tokio::time::advance(Duration::from_millis(10)).await;
+        snapshot.replace(["a"], listed(), Instant::now());
+        assert_eq!(
+            snapshot.take("new", max_age),
+            Some(None),
+            "applied after the list"
+        );
+        assert_eq!(snapshot.take("new", max_age), None, "taken once");
+        assert_eq!(
+            snapshot.take("foreign", max_age),
+            None,
+            "a name the list showed is read, whoever holds it"
+        );
+        // A project's name held by an instance without berth's labels: read, not taken as is.
+        snapshot.replace(["foreign"], listed(), Instant::now());
+        assert_eq!(snapshot.take("foreign", max_age), None);
+        snapshot.forget("created-since");
+        assert_eq!(snapshot.take("created-since", max_age), None);
+
+        // An absent entry taken once is not answered again by omission.
+        snapshot.replace(["a", "b"], listed(), Instant::now());
+        assert_eq!(snapshot.take("b", max_age), Some(None));
+        assert_eq!(snapshot.take("b", max_age), None);
+
+        let listed_at = Instant::now();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        snapshot.events_lost();
+        assert_eq!(snapshot.take("a", max_age), None);
+        snapshot.replace(["a"], listed(), listed_at);
+        assert_eq!(
+            snapshot.age(),
+            None,
+            "a list the break came during is dropped"
+        );
+        tokio::time::advance(Duration::from_millis(10)).await;
+        snapshot.replace(["a"], listed(), Instant::now());
+        assert_eq!(
+            snapshot.take("other", max_age),
+            None,
+            "not followed since the break"
+        );
+        assert!(snapshot.take("a", max_age).is_some());
     }
 }

@@ -717,6 +717,45 @@ async fn a_resync_pass_reads_the_fleet_in_one_list_call() {
     );
 }
 
+#[tokio::test]
+async fn a_project_applied_after_a_list_is_created_without_reading_its_name_first() {
+    let h = Harness::new();
+    let mut stranger = Instance::running("q", BTreeMap::new());
+    stranger.location = "none".into();
+    h.fake.insert_instance(stranger);
+    h.ctx.snapshot.following_events();
+    super::triggers::resync_pass(&h.ctx).await;
+    h.apply("p", tiny());
+    h.apply("q", tiny());
+    let gets = h.fake.count("get_instance");
+    h.converge("p").await;
+    h.assert_ready("p");
+    assert_eq!(
+        h.fake.count("get_instance"),
+        gets,
+        "no read before the create"
+    );
+
+    // The list showed every instance, not only berth's: a name someone else holds is read
+    // and left alone, before any volume is made for it.
+    let volumes = h.fake.count("create_volume");
+    project::reconcile(&h.ctx, "q").await.unwrap();
+    assert_eq!(h.ready_reason("q").1, "NameConflict");
+    assert_eq!(h.fake.count("create_volume"), volumes);
+    assert_eq!(h.fake.count("create_instance"), 1, "only p's");
+}
+
+#[tokio::test]
+async fn without_following_events_a_new_project_reads_its_name_first() {
+    let h = Harness::new();
+    super::triggers::resync_pass(&h.ctx).await;
+    h.apply("p", tiny());
+    let gets = h.fake.count("get_instance");
+    h.converge("p").await;
+    h.assert_ready("p");
+    assert_eq!(h.fake.count("get_instance"), gets + 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_resync_timer_skips_a_tick_right_after_another_resync_pass() {
     let h = Harness::new();
@@ -921,7 +960,11 @@ async fn a_new_project_takes_one_reconcile_in_the_running_controller() {
     // Its finalizer, the container's creation and start are berth's own doing: they ask for
     // no second reconcile, which would read the container again.
     let reads = |call: &str| fake.calls().iter().filter(|c| *c == call).count();
-    assert_eq!(reads("get_instance q"), 1, "before the create, once");
+    assert_eq!(
+        reads("get_instance q"),
+        0,
+        "none before the create: the list made on following LXD's events answers for it"
+    );
     assert_eq!(reads("get_instance_record q"), 1, "after the start, once");
     controller.shutdown().await;
 }

@@ -10,7 +10,6 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
-use crate::layout::LABEL_PREFIX;
 use crate::runtime::EventKind;
 
 /// Requests every project: after missed changes, a reconnect, or on the resync timer.
@@ -61,8 +60,10 @@ pub async fn watch_lxd_events(ctx: Arc<Context>, cancel: CancellationToken) {
         match stream {
             Ok(mut events) => {
                 delay = Duration::from_millis(500);
-                ctx.fleet.invalidate().await;
-                request_all(&ctx);
+                // Events may have been missed until now: list afresh (which requests every
+                // project), so the snapshot holds a list that the events since complete.
+                ctx.snapshot.following_events();
+                resync_pass(&ctx).await;
                 loop {
                     let event = tokio::select! {
                         _ = cancel.cancelled() => return,
@@ -73,24 +74,29 @@ pub async fn watch_lxd_events(ctx: Arc<Context>, cancel: CancellationToken) {
                             // A lifecycle event follows every change to an instance, whoever
                             // made it; the operation events around it (several per call, most
                             // of them about berth's own calls, which it waits on itself) would
-                            // only run the same reconcile again.
+                            // only run the same reconcile again. Any instance's is noted, not
+                            // only a project's: a project applied for that name later must not
+                            // take it for absent on the strength of an older list.
                             if event.kind == EventKind::Lifecycle
                                 && !converges_nothing(&event.action)
                                 && let Some(name) = event.instance
-                                && ctx.store.get(Kind::Project, &name).is_some()
                             {
                                 ctx.snapshot.forget(&name);
-                                if !ctx.own_changes.announced(&name, &event.action) {
+                                if ctx.store.get(Kind::Project, &name).is_some()
+                                    && !ctx.own_changes.announced(&name, &event.action)
+                                {
                                     ctx.queue.request_now(&name);
                                 }
                             }
                         }
                         Some(Err(e)) => {
                             tracing::warn!(error = %e, "LXD event stream broke; reconnecting");
+                            ctx.snapshot.events_lost();
                             break;
                         }
                         None => {
                             tracing::warn!("LXD event stream ended; reconnecting");
+                            ctx.snapshot.events_lost();
                             break;
                         }
                     }
@@ -123,9 +129,8 @@ fn converges_nothing(action: &str) -> bool {
     QUIET.iter().any(|prefix| action.starts_with(prefix))
 }
 
-/// Requests every project each resync interval, so drift the events missed is caught. A tick
-/// less than half an interval after another resync pass listed the fleet (the scheduler's, in
-/// the daemon) is skipped: one list per interval is the work, whoever starts it.
+/// Requests every project each resync interval, so drift the events missed is caught; see
+/// [`resync_unless_fresh`].
 pub async fn resync(ctx: Arc<Context>, cancel: CancellationToken) {
     let interval = ctx.settings.resync_interval;
     let mut ticker = tokio::time::interval(interval);
@@ -137,11 +142,18 @@ pub async fn resync(ctx: Arc<Context>, cancel: CancellationToken) {
             _ = cancel.cancelled() => return,
             _ = ticker.tick() => {}
         }
-        if ctx.snapshot.age().is_some_and(|age| age < interval / 2) {
-            continue;
-        }
-        resync_pass(&ctx).await;
+        resync_unless_fresh(&ctx).await;
     }
+}
+
+/// A resync pass, unless another listed the fleet less than half an interval ago (the event
+/// watch does when it connects): one list per interval is the work, whoever starts it.
+pub async fn resync_unless_fresh(ctx: &Context) {
+    let interval = ctx.settings.resync_interval;
+    if ctx.snapshot.age().is_some_and(|age| age < interval / 2) {
+        return;
+    }
+    resync_pass(ctx).await;
 }
 
 /// One resync pass: one list call for the whole fleet, then every project requested; the
@@ -153,7 +165,8 @@ pub async fn resync_pass(ctx: &Context) {
     // Without state: LXD would gather every running container's processes, memory and network
     // for it, which costs more than the whole rest of a pass. A reconcile reads the state of a
     // container it sees started since it last looked (`reconcile::project`).
-    match ctx.runtime.list_instances(Some(LABEL_PREFIX), false).await {
+    // Every instance, berth's or not: the snapshot answers for names the list lacks.
+    match ctx.runtime.list_instances(None, false).await {
         Ok(listed) => {
             ctx.fleet.seed(&listed, listed_at).await;
             let projects = ctx.store.list(Kind::Project);

@@ -802,16 +802,26 @@ impl Project<'_> {
         Ok(None)
     }
 
-    /// The fingerprint `alias` names now, resolved at most once per reconcile.
+    /// The fingerprint `alias` names now, resolved at most once per reconcile, and while LXD's
+    /// events are followed at most once per resync pass (an image event makes it ask again).
     async fn resolve_alias(&self, alias: &str) -> Result<Option<String>, RuntimeError> {
         if let Some(known) = self.carried.image(alias) {
             return Ok(known);
         }
-        let fingerprint = self
-            .ctx
-            .runtime
-            .resolve_image(&ImageSource::Alias(alias.to_string()))
-            .await?;
+        let snapshot = &self.ctx.snapshot;
+        let fingerprint = match snapshot.followed_image(alias) {
+            Some(known) => known,
+            None => {
+                let asked_at = tokio::time::Instant::now();
+                let fingerprint = self
+                    .ctx
+                    .runtime
+                    .resolve_image(&ImageSource::Alias(alias.to_string()))
+                    .await?;
+                snapshot.remember_image(alias, fingerprint.clone(), asked_at);
+                fingerprint
+            }
+        };
         self.carried.remember_image(alias, fingerprint.clone());
         Ok(fingerprint)
     }
@@ -1455,11 +1465,7 @@ impl Project<'_> {
         };
         let current = match cached {
             Some(fingerprint) => fingerprint,
-            None => {
-                let fingerprint = self.resolve_alias(alias).await?;
-                self.ctx.snapshot.remember_image(alias, fingerprint.clone());
-                fingerprint
-            }
+            None => self.resolve_alias(alias).await?,
         };
         match current {
             Some(fingerprint) if fingerprint != base => draft.set_condition(

@@ -33,6 +33,8 @@ struct Inner {
     listed: Option<HashSet<Box<str>>>,
     /// Image alias → fingerprint, resolved at most once per pass.
     images: HashMap<String, Option<String>>,
+    /// When an event last spoke of an image or alias: a resolution asked before it is stale.
+    images_changed_at: Option<Instant>,
     /// Names whose entry a reconcile took from this snapshot.
     taken: HashSet<String>,
     /// When an event last spoke of an instance: a list that started before it is stale for it.
@@ -174,8 +176,29 @@ impl Snapshot {
         self.lock().images.get(alias).cloned()
     }
 
-    pub fn remember_image(&self, alias: &str, fingerprint: Option<String>) {
-        self.lock().images.insert(alias.to_string(), fingerprint);
+    /// The same, only while LXD's events are followed (an image event drops it): what a create
+    /// may rely on without asking LXD again.
+    pub fn followed_image(&self, alias: &str) -> Option<Option<String>> {
+        let inner = self.lock();
+        inner.following_since?;
+        inner.images.get(alias).cloned()
+    }
+
+    /// Remembers what `alias` resolved to when asked at `asked_at`, unless an image event came
+    /// since.
+    pub fn remember_image(&self, alias: &str, fingerprint: Option<String>, asked_at: Instant) {
+        let mut inner = self.lock();
+        if inner.images_changed_at.is_some_and(|at| at >= asked_at) {
+            return;
+        }
+        inner.images.insert(alias.to_string(), fingerprint);
+    }
+
+    /// An image or alias changed: every resolution remembered is stale.
+    pub fn forget_images(&self) {
+        let mut inner = self.lock();
+        inner.images = HashMap::new();
+        inner.images_changed_at = Some(Instant::now());
     }
 }
 
@@ -275,5 +298,28 @@ mod tests {
             "not followed since the break"
         );
         assert!(snapshot.take("a", max_age).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_image_event_drops_what_aliases_resolved_to() {
+        let snapshot = Snapshot::default();
+        let asked = Instant::now();
+        snapshot.remember_image("tiny", Some("old".into()), asked);
+        assert_eq!(snapshot.image("tiny"), Some(Some("old".into())));
+        assert_eq!(snapshot.followed_image("tiny"), None, "events not followed");
+        snapshot.following_events();
+        snapshot.remember_image("tiny", Some("old".into()), Instant::now());
+        assert_eq!(snapshot.followed_image("tiny"), Some(Some("old".into())));
+
+        // Asked before the alias moved, answered after: not remembered.
+        let asked = Instant::now();
+        tokio::time::advance(Duration::from_millis(5)).await;
+        snapshot.forget_images();
+        assert_eq!(snapshot.image("tiny"), None);
+        snapshot.remember_image("tiny", Some("old".into()), asked);
+        assert_eq!(snapshot.image("tiny"), None);
+        tokio::time::advance(Duration::from_millis(5)).await;
+        snapshot.remember_image("tiny", Some("new".into()), Instant::now());
+        assert_eq!(snapshot.followed_image("tiny"), Some(Some("new".into())));
     }
 }

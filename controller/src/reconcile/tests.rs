@@ -746,6 +746,25 @@ async fn a_project_applied_after_a_list_is_created_without_reading_its_name_firs
 }
 
 #[tokio::test]
+async fn new_projects_resolve_their_alias_once_until_an_image_event() {
+    let h = Harness::new();
+    h.ctx.snapshot.following_events();
+    super::triggers::resync_pass(&h.ctx).await;
+    let resolves = h.fake.count("resolve_image");
+    for name in ["p", "q"] {
+        h.apply(name, tiny());
+        h.converge(name).await;
+        h.assert_ready(name);
+    }
+    assert_eq!(h.fake.count("resolve_image") - resolves, 1, "once for both");
+    // What an `image-alias-updated` event does: the next create asks again.
+    h.ctx.snapshot.forget_images();
+    h.apply("r", tiny());
+    h.converge("r").await;
+    assert_eq!(h.fake.count("resolve_image") - resolves, 2);
+}
+
+#[tokio::test]
 async fn without_following_events_a_new_project_reads_its_name_first() {
     let h = Harness::new();
     super::triggers::resync_pass(&h.ctx).await;

@@ -71,6 +71,13 @@ pub async fn watch_lxd_events(ctx: Arc<Context>, cancel: CancellationToken) {
                     };
                     match event {
                         Some(Ok(event)) => {
+                            // An alias moved (an image rebuilt): what aliases resolved to is
+                            // asked again.
+                            if event.kind == EventKind::Lifecycle
+                                && event.action.starts_with("image-")
+                            {
+                                ctx.snapshot.forget_images();
+                            }
                             // A lifecycle event follows every change to an instance, whoever
                             // made it; the operation events around it (several per call, most
                             // of them about berth's own calls, which it waits on itself) would

@@ -58,6 +58,8 @@ impl Inner {
 #[derive(Debug, Default)]
 pub struct Snapshot {
     inner: Mutex<Inner>,
+    /// Held for a whole list-and-replace, so that passes started together list once.
+    listing: tokio::sync::Mutex<()>,
 }
 
 impl Snapshot {
@@ -139,6 +141,12 @@ impl Snapshot {
             None => Some(None),
             Some(json) => serde_json::from_slice(&json).ok().map(Some),
         }
+    }
+
+    /// Waits for any list in flight to be replaced into the snapshot and holds off the next
+    /// until the guard is dropped.
+    pub async fn listing(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.listing.lock().await
     }
 
     /// How long ago the list in this snapshot was started; `None` before the first.

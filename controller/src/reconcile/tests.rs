@@ -776,6 +776,21 @@ async fn without_following_events_a_new_project_reads_its_name_first() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn resync_passes_started_together_list_once() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    // Every call takes a while, so the second pass starts while the first lists.
+    h.fake.set_latency(Duration::from_millis(50));
+    let lists = h.fake.count("list_instances");
+    tokio::join!(
+        super::triggers::resync_unless_fresh(&h.ctx),
+        super::triggers::resync_unless_fresh(&h.ctx)
+    );
+    assert_eq!(h.fake.count("list_instances"), lists + 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_resync_timer_skips_a_tick_right_after_another_resync_pass() {
     let h = Harness::new();
     h.apply("p", tiny());

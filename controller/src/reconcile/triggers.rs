@@ -62,8 +62,11 @@ pub async fn watch_lxd_events(ctx: Arc<Context>, cancel: CancellationToken) {
                 delay = Duration::from_millis(500);
                 // Events may have been missed until now: list afresh (which requests every
                 // project), so the snapshot holds a list that the events since complete.
-                ctx.snapshot.following_events();
-                resync_pass(&ctx).await;
+                {
+                    let _listing = ctx.snapshot.listing().await;
+                    ctx.snapshot.following_events();
+                    resync_pass(&ctx).await;
+                }
                 loop {
                     let event = tokio::select! {
                         _ = cancel.cancelled() => return,
@@ -154,9 +157,12 @@ pub async fn resync(ctx: Arc<Context>, cancel: CancellationToken) {
 }
 
 /// A resync pass, unless another listed the fleet less than half an interval ago (the event
-/// watch does when it connects): one list per interval is the work, whoever starts it.
+/// watch does when it connects): one list per interval is the work, whoever starts it. Passes
+/// started together (the timer's and the scheduler's) list once: the later waits for the
+/// earlier's list and then finds it fresh.
 pub async fn resync_unless_fresh(ctx: &Context) {
     let interval = ctx.settings.resync_interval;
+    let _listing = ctx.snapshot.listing().await;
     if ctx.snapshot.age().is_some_and(|age| age < interval / 2) {
         return;
     }

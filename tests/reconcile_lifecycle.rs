@@ -17,7 +17,11 @@ use serde_json::json;
 
 #[test]
 fn apply_ends_ready_with_limits_label_and_workspace_volume() {
-    let mut berth = Berth::start(None);
+    // A short interval, so the pid (read at the first resync) and the first inspection come
+    // soon, and the status is then watched across passes that must not rewrite it.
+    let config = tempfile::NamedTempFile::new().expect("config file");
+    std::fs::write(config.path(), "scheduler: {interval: 2s}\n").expect("write config");
+    let mut berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
     let name = unique_name();
     berth.create_project(
         &name,
@@ -88,15 +92,20 @@ fn apply_ends_ready_with_limits_label_and_workspace_volume() {
         assert!(reasons.contains(&step), "no {step} event in {reasons:?}");
     }
 
-    // Ready, its pid read (the create step reads the started container without its state),
-    // and unchanged: the controller does not rewrite status.
-    let project = berth.wait_for(&name, "its pid", |p| {
+    // Ready, its pid read (the create step reads the started container without its state, the
+    // next resync reads it) and its first inspection recorded; then unchanged across passes:
+    // neither the controller nor the scheduler rewrites a status nothing changed in.
+    let project = berth.wait_for(&name, "its pid and first inspection", |p| {
         p["status"]["container"]["pid"].is_i64()
+            && p["status"]["activity"]["inspectedAt"].is_string()
     });
     let rv = project["metadata"]["resourceVersion"].clone();
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(5));
     let again = berth.get_project(&name).unwrap();
-    assert_eq!(again["metadata"]["resourceVersion"], rv, "status churn");
+    assert_eq!(
+        again["metadata"]["resourceVersion"], rv,
+        "status churn: {project} became {again}"
+    );
 }
 
 #[test]

@@ -388,8 +388,8 @@ impl Project<'_> {
     async fn converge(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
         let runtime = &*self.ctx.runtime;
         let looked_at = tokio::time::Instant::now();
-        let (mut instance, from_snapshot) = match self.carried.take_instance() {
-            Some(known) => (Some(known), false),
+        let mut instance = match self.carried.take_instance() {
+            Some(known) => Some(known),
             None => {
                 // A listed container carries no state: one started since it was last observed,
                 // or whose pid berth never read, is read afresh, for the pid of its boot.
@@ -403,9 +403,9 @@ impl Project<'_> {
                         })
                     });
                 match snapshot {
-                    Some(listed) => (listed, true),
+                    Some(listed) => listed,
                     None => match runtime.get_instance(self.name()).await {
-                        Ok(found) => (found, false),
+                        Ok(found) => found,
                         Err(e) => {
                             // A container on an offline member cannot be read: that is the
                             // member's state, not a failure of this project's.
@@ -476,7 +476,7 @@ impl Project<'_> {
 
         match instance {
             None => self.converge_absent(draft, looked_at).await,
-            Some(instance) => self.converge_present(draft, instance, from_snapshot).await,
+            Some(instance) => self.converge_present(draft, instance).await,
         }
     }
 
@@ -809,7 +809,7 @@ impl Project<'_> {
             return Ok(known);
         }
         let snapshot = &self.ctx.snapshot;
-        let fingerprint = match snapshot.followed_image(alias) {
+        let fingerprint = match snapshot.image(alias) {
             Some(known) => known,
             None => {
                 let asked_at = tokio::time::Instant::now();
@@ -979,7 +979,6 @@ impl Project<'_> {
         &self,
         mut draft: Draft,
         instance: Instance,
-        from_snapshot: bool,
     ) -> Result<Action, ReconcileError> {
         if let Next::Return(action) = self.wait_for_member(&mut draft, &instance).await? {
             return Ok(action);
@@ -991,8 +990,7 @@ impl Project<'_> {
         if let Next::Return(action) = self.replace_when_asked(&mut draft).await? {
             return Ok(action);
         }
-        self.check_image(&mut draft, &instance, from_snapshot)
-            .await?;
+        self.check_image(&mut draft, &instance).await?;
         if let Next::Return(action) = self.reattach_mounts(&mut draft, &instance).await? {
             return Ok(action);
         }
@@ -1447,27 +1445,17 @@ impl Project<'_> {
     }
 
     /// `ImageOutdated`: the alias now names another image than the container was created from.
-    /// In a resync pass the alias is resolved once for every project that uses it.
+    /// The alias is resolved once per resync pass for every project that uses it (see
+    /// [`Self::resolve_alias`]).
     async fn check_image(
         &self,
         draft: &mut Draft,
         instance: &Instance,
-        from_snapshot: bool,
     ) -> Result<(), ReconcileError> {
         let Some(base) = instance.base_image() else {
             return Ok(());
         };
-        let alias = &self.spec.image;
-        let cached = if from_snapshot {
-            self.ctx.snapshot.image(alias)
-        } else {
-            None
-        };
-        let current = match cached {
-            Some(fingerprint) => fingerprint,
-            None => self.resolve_alias(alias).await?,
-        };
-        match current {
+        match self.resolve_alias(&self.spec.image).await? {
             Some(fingerprint) if fingerprint != base => draft.set_condition(
                 condition_types::IMAGE_OUTDATED,
                 ConditionStatus::True,

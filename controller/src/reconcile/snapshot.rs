@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::layout::LABEL_PREFIX;
+use crate::layout::uid_label;
 use crate::runtime::Instance;
 
 #[derive(Debug, Default)]
@@ -31,11 +31,12 @@ struct Inner {
     /// Every instance name the list showed, when it started after the event stream was
     /// followed: a name outside it (and outside `events`) had no instance. `None` otherwise.
     listed: Option<HashSet<Box<str>>>,
-    /// Image alias → fingerprint, resolved at most once per pass.
+    /// Image alias → fingerprint, resolved at most once per pass while events are followed.
     images: HashMap<String, Option<String>>,
     /// When an event last spoke of an image or alias: a resolution asked before it is stale.
     images_changed_at: Option<Instant>,
-    /// Names whose entry a reconcile took from this snapshot.
+    /// Names this snapshot answered absent for (an entry or by omission): answered once, as
+    /// every entry is taken once.
     taken: HashSet<String>,
     /// When an event last spoke of an instance: a list that started before it is stale for it.
     events: HashMap<String, Instant>,
@@ -101,7 +102,7 @@ impl Snapshot {
             }
             // Not berth's as listed: someone else's, or one on an offline cluster member, which
             // LXD lists without its config. The reconcile reads it and judges.
-            if !instance.config.keys().any(|k| k.starts_with(LABEL_PREFIX)) {
+            if uid_label(&instance.config).is_none() {
                 instances.remove(&instance.name);
                 continue;
             }
@@ -135,7 +136,9 @@ impl Snapshot {
                 _ => return None,
             },
         };
-        inner.taken.insert(name.to_string());
+        if entry.is_none() {
+            inner.taken.insert(name.to_string());
+        }
         drop(inner);
         match entry {
             None => Some(None),
@@ -179,14 +182,9 @@ impl Snapshot {
         inner.clear();
     }
 
-    /// The fingerprint resolved for `alias` in this pass, if any was.
+    /// The fingerprint `alias` resolved to in this pass, if it did and LXD's events have been
+    /// followed since (an image event drops it).
     pub fn image(&self, alias: &str) -> Option<Option<String>> {
-        self.lock().images.get(alias).cloned()
-    }
-
-    /// The same, only while LXD's events are followed (an image event drops it): what a create
-    /// may rely on without asking LXD again.
-    pub fn followed_image(&self, alias: &str) -> Option<Option<String>> {
         let inner = self.lock();
         inner.following_since?;
         inner.images.get(alias).cloned()
@@ -311,13 +309,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_image_event_drops_what_aliases_resolved_to() {
         let snapshot = Snapshot::default();
-        let asked = Instant::now();
-        snapshot.remember_image("tiny", Some("old".into()), asked);
-        assert_eq!(snapshot.image("tiny"), Some(Some("old".into())));
-        assert_eq!(snapshot.followed_image("tiny"), None, "events not followed");
+        snapshot.remember_image("tiny", Some("old".into()), Instant::now());
+        assert_eq!(snapshot.image("tiny"), None, "events not followed");
         snapshot.following_events();
         snapshot.remember_image("tiny", Some("old".into()), Instant::now());
-        assert_eq!(snapshot.followed_image("tiny"), Some(Some("old".into())));
+        assert_eq!(snapshot.image("tiny"), Some(Some("old".into())));
 
         // Asked before the alias moved, answered after: not remembered.
         let asked = Instant::now();
@@ -328,6 +324,6 @@ mod tests {
         assert_eq!(snapshot.image("tiny"), None);
         tokio::time::advance(Duration::from_millis(5)).await;
         snapshot.remember_image("tiny", Some("new".into()), Instant::now());
-        assert_eq!(snapshot.followed_image("tiny"), Some(Some("new".into())));
+        assert_eq!(snapshot.image("tiny"), Some(Some("new".into())));
     }
 }

@@ -698,6 +698,8 @@ async fn ready_with_pids(h: &Harness, names: &[&str]) {
 #[tokio::test]
 async fn a_resync_pass_reads_the_fleet_in_one_list_call() {
     let h = Harness::new();
+    // As the daemon does: a list it can rely on needs LXD's events followed.
+    h.ctx.snapshot.following_events();
     let names: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     ready_with_pids(&h, &names).await;

@@ -13,18 +13,18 @@ state_dir_instances() {
 # its cgroups, which are named after the instance and would get in the way of a later
 # instance of that name on any daemon.
 reap_instance_cgroups() {
-    local name=$1 cg pid
+    local name=$1 cg pid i cgroups=()
+    # One directory per controller under cgroup v1, one in all under v2.
     for cg in /sys/fs/cgroup/*/lxc.payload."$name" /sys/fs/cgroup/*/lxc.monitor."$name" \
         /sys/fs/cgroup/lxc.payload."$name" /sys/fs/cgroup/lxc.monitor."$name"; do
-        [[ -d $cg ]] || continue
+        [[ -d $cg ]] && cgroups+=("$cg")
+    done
+    for cg in "${cgroups[@]}"; do
         while read -r pid; do
             kill -KILL "$pid" 2>/dev/null || true
         done < <(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null)
     done
-    for cg in /sys/fs/cgroup/*/lxc.payload."$name" /sys/fs/cgroup/*/lxc.monitor."$name" \
-        /sys/fs/cgroup/lxc.payload."$name" /sys/fs/cgroup/lxc.monitor."$name"; do
-        [[ -d $cg ]] || continue
-        local i
+    for cg in "${cgroups[@]}"; do
         for ((i = 0; i < 50; i++)); do
             find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
             [[ -d $cg ]] || break

@@ -43,6 +43,14 @@ pub const REAPED_BY: &str = "berth.dev/reapedBy";
 /// request of a Project and on `POST .../projects/NAME/look` (`berth wait --for=delete`).
 pub const LOOK_REQUESTED_AT: &str = "berth.dev/lookRequestedAt";
 
+/// Server-owned metadata: what a manifest, a patch or a GitSource may repeat as stored but
+/// never add, change or drop. Admission reads these two lists and nothing else.
+///
+/// `metadata.finalizers`: the controller adds `berth.dev/teardown` and removes it once the
+/// workspace is in the trash; dropping it would remove the object and leave the container and
+/// its volumes outside the trash, and adding a foreign one would hold a deletion for ever.
+pub const SERVER_OWNED_FIELDS: [&str; 1] = ["finalizers"];
+
 /// Annotations only the server writes (see [`FORCE_DELETE`]).
 pub const SERVER_OWNED: [&str; 5] = [
     FORCE_DELETE,

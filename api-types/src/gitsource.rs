@@ -122,11 +122,35 @@ pub const CREDENTIAL_PASSWORD: &str = "password";
 pub const CREDENTIAL_TOKEN: &str = "token";
 pub const CREDENTIAL_KEYS: [&str; 3] = [CREDENTIAL_USERNAME, CREDENTIAL_PASSWORD, CREDENTIAL_TOKEN];
 
+/// How the applyset of every GitSource begins. These sets are the GitSource controller's
+/// alone: no API caller, not even an admin, applies into one, so nobody joins a GitSource's set
+/// (and with it the GitSource's readers) or has its prune delete what it did not apply.
+pub const APPLYSET_PREFIX: &str = "gitsource-";
+
 impl GitSource {
     /// The applyset a GitSource's objects are applied in.
     pub fn applyset_name(gitsource: &str) -> String {
-        format!("gitsource-{gitsource}")
+        format!("{APPLYSET_PREFIX}{gitsource}")
     }
+
+    /// Whether `applyset` is a GitSource's, written by the GitSource controller only.
+    pub fn owns_applyset(applyset: &str) -> bool {
+        applyset.starts_with(APPLYSET_PREFIX)
+    }
+}
+
+/// The secret value beside a GitSource's credentials recording the host (`host[:port]` of
+/// `spec.url`) they were set for: they are offered to that host only, whichever GitSource
+/// names them in its `secretRef`. Kept by the server; not one of [`CREDENTIAL_KEYS`].
+pub const CREDENTIAL_HOST: &str = "host";
+
+/// The host (`host[:port]`, lowercased) of an `https://` URL, which credentials are bound to;
+/// `None` for other URLs.
+pub fn credential_host(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("https://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or_default();
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
 }
 
 /// What stands for the credentials of a URL wherever one is shown.

@@ -300,7 +300,7 @@ fn conflicts_name_the_object_in_their_details() {
                 project("delta", json!({})), project("alpha", json!({"displayName": "BETA"}))]}),
             "Conflict",
             json!({"kind": "Project", "name": "alpha", "causes": [{"field": "items[1]",
-                "message": "spec.displayName: \"BETA\" is already the display name of project \"beta\""}]}),
+                "message": "spec.displayName: \"BETA\" is already the display name of another project"}]}),
         ),
     ];
     for (case, method, path, body, reason, details) in cases {

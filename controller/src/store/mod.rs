@@ -1199,13 +1199,14 @@ impl Inner {
         Ok(())
     }
 
+    /// The refusal of a display name another project holds. It names no project: the writer
+    /// may not be allowed to know the other one exists.
     fn display_name_conflict(&self, object: &StoredObject) -> StoreError {
-        let holder = self.display_name_holder(object).unwrap_or_default();
         StoreError::conflict(
             object.kind,
             object.name(),
             format!(
-                "spec.displayName: {:?} is already the display name of project {holder:?}",
+                "spec.displayName: {:?} is already the display name of another project",
                 object
                     .spec
                     .get_str("displayName")

@@ -648,11 +648,11 @@ fn moving_an_admin_object_into_an_applyset_is_an_admin_write() {
         let reply = user.json("POST", &format!("{P}/apply"), &list);
         assert_eq!(reply.status, 200, "{plural}: {}", reply.text());
 
-        // A replace that changes only the finalizers is a write like any other.
+        // A replace that changes only the finalizers is refused: they are the server's.
         let mut finalized = before.clone();
         finalized["metadata"]["finalizers"] = json!(["example.com/keep"]);
         let reply = user.json("PUT", &format!("{P}/{plural}/{name}"), &finalized);
-        assert_eq!(reply.status, 403, "{plural}: {}", reply.text());
+        assert_eq!(reply.status, 400, "{plural}: {}", reply.text());
         let after = local.get(&format!("{P}/{plural}/{name}")).json();
         assert_eq!(
             after["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"],

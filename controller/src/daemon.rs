@@ -388,7 +388,9 @@ fn start_controller(
     let gitops = crate::gitops::spawn(
         Arc::clone(store),
         Arc::clone(secrets),
-        config.defaults.clone(),
+        crate::admission::Admission::new(config.defaults.clone())
+            .with_forward_targets(config.allowed_forward_targets.clone())
+            .with_file_roots(config.allowed_file_roots.clone()),
         config.data_dir.clone(),
         shutdown.clone(),
     );

@@ -1,6 +1,7 @@
 //! berth: the daemon and its kubectl-like client.
 
 pub mod activity_log;
+pub mod admission;
 pub mod agent;
 pub mod api;
 pub mod auth;

@@ -7,7 +7,6 @@
 //! it is a member of.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::Arc;
 
 use berth_api::Kind;
@@ -15,8 +14,9 @@ use hyper::StatusCode;
 use hyper::header::{AUTHORIZATION, HeaderMap};
 use serde_json::Value;
 
-use super::error::ApiError;
+use super::error::{ApiError, Cause};
 use super::{ApiState, Caller, Transport};
+use crate::admission::{Admitter, Refusal};
 use crate::store::{Desired, Store, StoredObject};
 
 /// Paths the TCP listener serves without a token: they hold no secrets and no project names.
@@ -148,134 +148,146 @@ pub fn gitsource_visible(store: &Store, name: &str, user: &str) -> bool {
         && manages_one_of(store, name, &store.projects_of(user))
 }
 
-/// Whether `caller` may write `desired` over `current` (absent when it would be created).
+/// Who `caller` is to admission.
+pub fn admitter(caller: &Caller) -> Admitter<'_> {
+    if caller.admin {
+        Admitter::Admin {
+            name: &caller.identity,
+        }
+    } else {
+        Admitter::User {
+            name: &caller.identity,
+        }
+    }
+}
+
+/// What a user who is not an admin reads of a GitSource and of events: the names of projects it
+/// may not get are taken out of a GitSource's inventory and shown as `Project/(hidden)` in
+/// every message (conditions, events), so a GitSource managing one of its projects does not
+/// name the others.
+pub struct Redaction {
+    /// The projects the reader may get: every other name is hidden, even of one gone.
+    shown: BTreeSet<String>,
+}
+
+/// What stands for a project name the reader may not get.
+const HIDDEN: &str = "(hidden)";
+
+impl Redaction {
+    /// `None` for an admin, who reads everything.
+    pub fn of(state: &ApiState, caller: &Caller) -> Option<Redaction> {
+        if caller.admin {
+            return None;
+        }
+        let mine = state.store.projects_of(&caller.identity);
+        let shown = state
+            .store
+            .list(Kind::Project)
+            .iter()
+            .filter(|p| mine.contains(p.uid()))
+            .map(|p| p.name().to_string())
+            .collect();
+        Some(Redaction { shown })
+    }
+
+    /// `text` with each `Project/NAME` the reader may not get as `Project/(hidden)`.
+    pub fn text(&self, text: &str) -> String {
+        const PREFIX: &str = "Project/";
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(at) = rest.find(PREFIX) {
+            let (before, after) = rest.split_at(at + PREFIX.len());
+            out.push_str(before);
+            let end = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .unwrap_or(after.len());
+            let (name, tail) = after.split_at(end);
+            out.push_str(if self.shown.contains(name) {
+                name
+            } else {
+                HIDDEN
+            });
+            rest = tail;
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// A serialised GitSource (or any object): hidden projects out of `status.inventory`, and
+    /// out of every string of its status.
+    pub fn object(&self, object: &mut Value) {
+        let Some(status) = object.get_mut("status") else {
+            return;
+        };
+        if let Some(Value::Array(inventory)) = status.get_mut("inventory") {
+            inventory.retain(|entry| {
+                entry
+                    .as_str()
+                    .and_then(|e| e.strip_prefix("Project/"))
+                    .is_none_or(|name| self.shown.contains(name))
+            });
+        }
+        self.strings(status);
+    }
+
+    /// A serialised event: its message (and any other text) redacted.
+    pub fn event(&self, event: &mut Value) {
+        self.strings(event);
+    }
+
+    fn strings(&self, value: &mut Value) {
+        match value {
+            Value::String(text) if text.contains("Project/") => *text = self.text(text),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.strings(v)),
+            Value::Object(map) => map.values_mut().for_each(|v| self.strings(v)),
+            _ => {}
+        }
+    }
+}
+
+/// Whether `caller` may write `desired` over `current` (absent when it would be created), as
+/// admission judges it against the object as it is now.
 pub fn check_write(
     state: &ApiState,
     caller: &Caller,
     desired: &Desired,
     current: Option<&StoredObject>,
 ) -> Result<(), ApiError> {
-    if desired.kind == Kind::Project {
-        check_forwards(state, caller, desired, current)?;
-    }
-    if caller.admin {
-        return Ok(());
-    }
-    if desired.kind != Kind::Project {
-        // Re-applying what is already there changes nothing, so a member's GitOps directory
-        // may carry the admin's profiles.
-        if current.is_some_and(|c| unchanged(desired, c)) {
-            return Ok(());
+    state
+        .admission
+        .check(admitter(caller), desired, current, &state.store)
+        .map_err(|refusal| refusal.into_api_error(Some(desired.kind.as_str()), Some(&desired.name)))
+}
+
+impl Refusal {
+    /// The API's answer: 400 for server-owned metadata, 403 for what the caller may not write,
+    /// 422 for an invalid object.
+    pub fn into_api_error(self, kind: Option<&str>, name: Option<&str>) -> ApiError {
+        let with_object = |error: ApiError| match kind {
+            Some(kind) => error.with_object(kind, name.unwrap_or_default()),
+            None => error,
+        };
+        match self {
+            Refusal::Hidden(Kind::Project, project) => not_a_member(&project),
+            Refusal::Hidden(kind, name) => {
+                ApiError::not_found(format!("{kind} {name:?} not found")).with_object(kind, &name)
+            }
+            Refusal::Invalid(causes) => ApiError::invalid(kind, name, causes),
+            Refusal::ServerOwned(causes) => {
+                let summary: Vec<String> = causes.iter().map(Cause::to_string).collect();
+                with_object(ApiError {
+                    causes,
+                    ..ApiError::bad_request(summary.join("; "))
+                })
+            }
+            Refusal::Forbidden(causes) => {
+                let summary: Vec<String> = causes.iter().map(Cause::to_string).collect();
+                with_object(ApiError {
+                    causes,
+                    ..ApiError::forbidden(summary.join("; "))
+                })
+            }
         }
-        return require_admin(caller, &format!("write {} objects", desired.kind));
-    }
-    if let Some(current) = current
-        && !state.store.is_member(current.uid(), &caller.identity)
-    {
-        return Err(not_a_member(current.name()));
-    }
-    let resources = desired.spec.get("resources").unwrap_or(&Value::Null);
-    let allowed_resources = match current {
-        Some(current) => current.spec.get("resources").unwrap_or(Value::Null),
-        None => state.admission.default_resources(),
-    };
-    if *resources != allowed_resources {
-        return Err(ApiError::forbidden(format!(
-            "user {:?} may not set spec.resources of project {:?}: resource limits are changed by admins only",
-            caller.identity, desired.name
-        ))
-        .with_object(Kind::Project, &desired.name));
-    }
-    let url = repo_url(&desired.spec);
-    let current_spec = current.map(|c| c.spec.value()).unwrap_or_default();
-    if url != repo_url(&current_spec) {
-        check_file_url(state, caller, "spec.repo.url", url)?;
-    }
-    Ok(())
-}
-
-/// `spec.forwards` open a path from the container to the host: only an admin sets or changes
-/// them, and only towards loopback or the config's `allowedForwardTargets`.
-fn check_forwards(
-    state: &ApiState,
-    caller: &Caller,
-    desired: &Desired,
-    current: Option<&StoredObject>,
-) -> Result<(), ApiError> {
-    let wanted = desired.spec.get("forwards").unwrap_or(&Value::Null);
-    let had = current
-        .and_then(|c| c.spec.get("forwards"))
-        .unwrap_or(Value::Null);
-    if *wanted == had {
-        return Ok(());
-    }
-    if !caller.admin {
-        return Err(ApiError::forbidden(format!(
-            "user {:?} may not set spec.forwards of project {:?}: host forwards are set by admins only",
-            caller.identity, desired.name
-        ))
-        .with_object(Kind::Project, &desired.name));
-    }
-    for (i, forward) in wanted.as_array().into_iter().flatten().enumerate() {
-        let to = forward.get("to").and_then(Value::as_str).unwrap_or("");
-        let field = format!("spec.forwards[{i}].to");
-        if let Err(message) =
-            crate::agent::forwards::check_target(to, &state.allowed_forward_targets)
-        {
-            return Err(ApiError::invalid(
-                Some(Kind::Project.as_str()),
-                Some(&desired.name),
-                vec![super::error::Cause::new(field, message)],
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn unchanged(desired: &Desired, current: &StoredObject) -> bool {
-    desired.spec == current.spec
-        && desired.labels == current.metadata.labels
-        && desired.annotations == current.metadata.annotations
-        && desired
-            .finalizers
-            .as_ref()
-            .is_none_or(|f| *f == current.metadata.finalizers)
-}
-
-fn repo_url(spec: &Value) -> &str {
-    spec.pointer("/repo/url")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
-
-/// A `file://` URL reads the daemon's host: a non-admin may name only paths under the
-/// configured roots.
-pub fn check_file_url(
-    state: &ApiState,
-    caller: &Caller,
-    field: &str,
-    url: &str,
-) -> Result<(), ApiError> {
-    let Some(path) = berth_api::file_url_path(url) else {
-        return Ok(());
-    };
-    if caller.admin {
-        return Ok(());
-    }
-    let path = Path::new(path);
-    let roots = crate::file_roots::FileRoots::new(state.allowed_file_roots.clone());
-    if !roots.names(path) {
-        return Err(ApiError::forbidden(format!(
-            "{field}: {url:?} is not under allowedFileRoots; only an admin may name this host path"
-        )));
-    }
-    // Where git would read, links, `gitdir:` and alternates followed. A repository that does
-    // not exist yet cannot be judged now; the checkout judges it when it runs.
-    match roots.confine(path) {
-        Err(crate::file_roots::ConfineError::Outside(why)) => Err(ApiError::forbidden(format!(
-            "{field}: {url:?} leads outside allowedFileRoots ({why}); only an admin may name it"
-        ))),
-        Ok(_) | Err(crate::file_roots::ConfineError::Unresolved(_)) => Ok(()),
     }
 }
 
@@ -344,6 +356,30 @@ mod tests {
         assert!(!gitsource_visible(&store, "other", "alice"));
         assert!(!gitsource_visible(&store, "fleet", "carol"));
         assert!(!gitsource_visible(&store, "missing", "alice"));
+    }
+
+    #[test]
+    fn a_redaction_hides_every_project_but_the_readers() {
+        let redaction = Redaction {
+            shown: ["mine".to_string()].into(),
+        };
+        assert_eq!(
+            redaction.text(
+                "revision abc: created Project/mine, Project/mine-too, Project/gone; \
+                 configured AgentProfile/shell"
+            ),
+            "revision abc: created Project/mine, Project/(hidden), Project/(hidden); \
+             configured AgentProfile/shell"
+        );
+        let mut source = serde_json::json!({"spec": {"url": "https://h/Project/x"},
+            "status": {"inventory": ["AgentProfile/shell", "Project/mine", "Project/theirs"],
+                       "conditions": [{"message": "applied Project/theirs"}]}});
+        redaction.object(&mut source);
+        assert_eq!(
+            source["status"],
+            serde_json::json!({"inventory": ["AgentProfile/shell", "Project/mine"],
+                "conditions": [{"message": "applied Project/(hidden)"}]})
+        );
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! backed by the store. Handlers admit what users send, the store decides what is written.
 
 pub mod access;
-pub mod admission;
 mod attach;
 mod body;
 mod containers;
@@ -29,7 +28,7 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use tokio_util::sync::CancellationToken;
 
-pub use admission::Admission;
+pub use crate::admission::{self, Admission};
 pub use body::{APPLY_LIMIT, OBJECT_LIMIT};
 pub use error::{ApiError, Cause};
 pub use preview::serve_previews;
@@ -174,12 +173,14 @@ impl ApiState {
 
     /// Lets non-admins name `file://` repositories under these host paths.
     pub fn with_allowed_file_roots(mut self, roots: Vec<PathBuf>) -> Self {
+        self.admission.file_roots = roots.clone();
         self.allowed_file_roots = roots;
         self
     }
 
     /// Lets `spec.forwards` reach these host addresses besides loopback.
     pub fn with_allowed_forward_targets(mut self, targets: Vec<String>) -> Self {
+        self.admission.forward_targets = targets.clone();
         self.allowed_forward_targets = targets;
         self
     }

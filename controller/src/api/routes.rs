@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use berth_api::Kind;
 use berth_api::wire::{API_PREFIX, ListMeta, ObjectList};
 
-use super::access::{self, Visibility};
+use super::access::{self, Redaction, Visibility};
 use super::admission::{self, Admitted, Refusal};
 use super::body::{self, APPLY_LIMIT, APPLY_PATCH, MERGE_PATCH, OBJECT_LIMIT};
 use super::error::{ApiError, Cause};
@@ -276,7 +276,7 @@ fn recent_events(state: &ApiState, caller: &Caller, query: &Query) -> Outcome {
     let visible = Visibility::of(state, caller);
     let mut events = state.store.recent_events(limit)?;
     events.retain(|e| visible.shows(e.involved_object.kind, &e.involved_object.uid));
-    Ok(event_list(events))
+    Ok(event_list(events, Redaction::of(state, caller)))
 }
 
 /// `GET .../reap`: what the reaper would do now with the projects the caller may see.
@@ -326,7 +326,7 @@ async fn resource(
         }
         ([name], &Method::GET) => {
             may_read(state, caller, kind, name)?;
-            get(state, kind, name)
+            get(state, caller, kind, name)
         }
         ([name], &Method::PUT) => {
             create_or_replace(state, caller, kind, Some(name), req, query).await
@@ -336,13 +336,16 @@ async fn resource(
         ([_], _) => Err(ApiError::method_not_allowed(&method, &path)),
         ([name, "status"], &Method::GET) => {
             may_read(state, caller, kind, name)?;
-            get(state, kind, name)
+            get(state, caller, kind, name)
         }
         ([name, "status"], &Method::PUT) => put_status(state, caller, kind, name, req, query).await,
         ([_, "status"], _) => Err(ApiError::method_not_allowed(&method, &path)),
         ([name, "events"], &Method::GET) => {
             may_read(state, caller, kind, name)?;
-            Ok(event_list(state.store.events_for(kind, name)?))
+            Ok(event_list(
+                state.store.events_for(kind, name)?,
+                Redaction::of(state, caller),
+            ))
         }
         ([_, "events"], _) => Err(ApiError::method_not_allowed(&method, &path)),
         _ => Err(ApiError::not_found(format!("no route for {path}"))),
@@ -405,14 +408,32 @@ fn list(state: &ApiState, caller: &Caller, kind: Kind, query: &Query) -> Outcome
             .filter(|o| selector.matches(&o.metadata.labels) && visible.shows(o.kind, o.uid()))
             .collect::<Vec<_>>(),
     };
+    if kind == Kind::GitSource
+        && let Some(redaction) = Redaction::of(state, caller)
+    {
+        let mut value =
+            serde_json::to_value(&body).map_err(|err| ApiError::internal(err.to_string()))?;
+        for item in value["items"].as_array_mut().into_iter().flatten() {
+            redaction.object(item);
+        }
+        return Ok(serialized(StatusCode::OK, &value));
+    }
     Ok(serialized(StatusCode::OK, &body))
 }
 
-fn get(state: &ApiState, kind: Kind, name: &str) -> Outcome {
+fn get(state: &ApiState, caller: &Caller, kind: Kind, name: &str) -> Outcome {
     let object = state
         .store
         .get(kind, name)
         .ok_or_else(|| not_found(kind, name))?;
+    if kind == Kind::GitSource
+        && let Some(redaction) = Redaction::of(state, caller)
+    {
+        let mut value = serde_json::to_value(object.as_ref())
+            .map_err(|err| ApiError::internal(err.to_string()))?;
+        redaction.object(&mut value);
+        return Ok(serialized(StatusCode::OK, &value));
+    }
     Ok(serialized(StatusCode::OK, object.as_ref()))
 }
 
@@ -423,6 +444,7 @@ fn not_found(kind: Kind, name: &str) -> ApiError {
 /// Reads and admits one object sent for `kind` (and `name`, when the URL names one).
 async fn admit_one(
     state: &ApiState,
+    caller: &Caller,
     kind: Kind,
     name: Option<&str>,
     req: Request<Incoming>,
@@ -434,7 +456,7 @@ async fn admit_one(
         .map_err(|err| err.about(kind.as_str(), name))?;
     let mut value = body::decode(&bytes, media.as_deref())?;
     fill_identity(&mut value, kind, name);
-    admit_value(state, kind, name, &value)
+    admit_value(state, caller, kind, name, &value)
 }
 
 /// A body may leave out what the URL already says.
@@ -454,6 +476,7 @@ fn fill_identity(value: &mut Value, kind: Kind, name: Option<&str>) {
 
 fn admit_value(
     state: &ApiState,
+    caller: &Caller,
     kind: Kind,
     name: Option<&str>,
     value: &Value,
@@ -483,7 +506,7 @@ fn admit_value(
     }
     state
         .admission
-        .admit(value, &state.store)
+        .admit(access::admitter(caller), value, &state.store)
         .map_err(|refusal| refusal.into_api_error(Some(kind.as_str()), Some(&sent_name)))
 }
 
@@ -509,7 +532,7 @@ async fn create_or_replace(
     query: &Query,
 ) -> Outcome {
     let commit = query.commit()?;
-    let admitted = admit_one(state, kind, name, req).await?;
+    let admitted = admit_one(state, caller, kind, name, req).await?;
     let warnings = state.admission.warnings(&admitted.desired);
     let rv = admitted.resource_version;
     let mut desired = admitted.desired;
@@ -545,7 +568,7 @@ async fn patch(
     let store = Arc::clone(&state.store);
     match media.as_str() {
         APPLY_PATCH => {
-            let admitted = admit_one(state, kind, Some(name), req).await?;
+            let admitted = admit_one(state, caller, kind, Some(name), req).await?;
             let warnings = state.admission.warnings(&admitted.desired);
             // Access is decided on the object as read; the store writes only while it is still
             // that object (or still absent), so a create never lands on a project another user
@@ -588,7 +611,7 @@ async fn patch(
                 attempts += 1;
                 let current = store.get(kind, name).ok_or_else(|| not_found(kind, name))?;
                 let merged = merged_user_form(&current, &patch)?;
-                let admitted = admit_value(state, kind, Some(name), &merged)?;
+                let admitted = admit_value(state, caller, kind, Some(name), &merged)?;
                 let warnings = state.admission.warnings(&admitted.desired);
                 access::check_write(state, caller, &admitted.desired, Some(&current))?;
                 let pinned = admitted.resource_version.is_some();
@@ -859,6 +882,10 @@ async fn apply_list(
         Some(name) => {
             berth_api::validate_name(name)
                 .map_err(|message| ApiError::bad_request(format!("applyset: {message}")))?;
+            state
+                .admission
+                .check_applyset(access::admitter(caller), name)
+                .map_err(|refusal| refusal.into_api_error(Some("List"), None))?;
             Some(name.to_string())
         }
     };
@@ -905,7 +932,10 @@ async fn apply_list(
     let mut warnings = Vec::new();
     let mut seen: HashMap<(Kind, String), usize> = HashMap::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
-        match state.admission.admit(item, &state.store) {
+        match state
+            .admission
+            .admit(access::admitter(caller), item, &state.store)
+        {
             Ok(admitted) => {
                 let key = (admitted.desired.kind, admitted.desired.name.clone());
                 if let Some(first) = seen.insert(key, index) {
@@ -916,6 +946,11 @@ async fn apply_list(
                 }
                 warnings.extend(state.admission.warnings(&admitted.desired));
                 batch.push(admitted.desired);
+            }
+            Err(refusal @ (Refusal::Forbidden(_) | Refusal::Hidden(..))) => {
+                let kind = item.get("kind").and_then(Value::as_str);
+                let name = item.pointer("/metadata/name").and_then(Value::as_str);
+                return Err(refusal.into_api_error(kind, name).in_item(index));
             }
             Err(refusal) => {
                 let refusal = refusal.map_causes(|c| {
@@ -929,6 +964,7 @@ async fn apply_list(
                 match refusal {
                     Refusal::Invalid(item_causes) => causes.extend(item_causes),
                     Refusal::ServerOwned(item_causes) => server_owned.extend(item_causes),
+                    other => return Err(other.into_api_error(Some("List"), None)),
                 }
             }
         }
@@ -1060,12 +1096,21 @@ struct ApplyItem<'a> {
     object: &'a StoredObject,
 }
 
-fn event_list(events: Vec<crate::store::Event>) -> Response<Body> {
+/// Events as a list; for a reader who is not an admin, with the projects it may not get
+/// redacted from their messages.
+fn event_list(events: Vec<crate::store::Event>, redaction: Option<Redaction>) -> Response<Body> {
+    let items = events.iter().map(|e| {
+        let mut event = e.to_value();
+        if let Some(redaction) = &redaction {
+            redaction.event(&mut event);
+        }
+        event
+    });
     let list = ObjectList {
         api_version: "v1".to_string(),
         kind: "EventList".to_string(),
         metadata: ListMeta::default(),
-        items: events.iter().map(|e| e.to_value()).collect::<Vec<_>>(),
+        items: items.collect::<Vec<_>>(),
     };
     serialized(StatusCode::OK, &list)
 }

@@ -114,6 +114,16 @@ pub(super) async fn gitsource_route(
                     )],
                 ));
             }
+            // The credentials are bound to the host they are set for: recorded first, so a
+            // credential is never held without its host.
+            let url = gitsource.spec.get_str("url").unwrap_or_default();
+            let host = berth_api::gitsource::credential_host(&url).unwrap_or_default();
+            let (store, uid) = (Arc::clone(&secrets), gitsource.uid().to_string());
+            blocking(move || {
+                store.set(&uid, berth_api::gitsource::CREDENTIAL_HOST, host.as_bytes())
+            })
+            .await?
+            .map_err(from_secrets)?;
             holder.set(state, caller, key, req).await
         }
         (Some(key), &Method::DELETE) => holder.delete(state, caller, key).await,

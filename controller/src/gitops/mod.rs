@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_api::{
-    ConditionStatus, Defaults, GitSource, GitSourceSpec, GitSourceStatus, Kind, annotations,
-    condition_types, reasons, set_condition,
+    ConditionStatus, GitSource, GitSourceSpec, GitSourceStatus, Kind, annotations, condition_types,
+    reasons, set_condition,
 };
 use chrono::Utc;
 use tokio::sync::broadcast::error::RecvError;
@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::Admission;
+use crate::admission::{Admission, Admitter};
 use crate::secrets::Secrets;
 use crate::store::{
     Action, AppliedSet, ChangeType, Desired, EventType, FieldManager, SetConflict, StatusWrite,
@@ -38,7 +38,7 @@ const CHECKOUTS_DIR: &str = "gitsources";
 /// When a sync that failed unexpectedly is tried again.
 const PANIC_RETRY: Duration = Duration::from_secs(30);
 pub use berth_api::gitsource::{
-    CREDENTIAL_KEYS, CREDENTIAL_PASSWORD, CREDENTIAL_TOKEN, CREDENTIAL_USERNAME,
+    CREDENTIAL_HOST, CREDENTIAL_KEYS, CREDENTIAL_PASSWORD, CREDENTIAL_TOKEN, CREDENTIAL_USERNAME,
 };
 /// Most applied object names an event lists before it just counts.
 const EVENT_NAMES: usize = 10;
@@ -52,7 +52,7 @@ pub fn applyset_name(gitsource: &str) -> String {
 pub fn spawn(
     store: Arc<Store>,
     secrets: Arc<Secrets>,
-    defaults: Defaults,
+    admission: Admission,
     data_dir: PathBuf,
     shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
@@ -61,7 +61,7 @@ pub fn spawn(
     let controller = GitOps {
         store,
         secrets,
-        admission: Arc::new(Admission::new(defaults)),
+        admission: Arc::new(admission),
         checkouts,
     };
     tokio::spawn(controller.run(shutdown))
@@ -415,7 +415,7 @@ impl GitOps {
 
         let set = applyset_name(object.name());
         let batch = self
-            .admit(&loaded, &set)
+            .admit(object.name(), &loaded, &set)
             .map_err(|m| Failure::apply(&revision, m))?;
         let store = Arc::clone(&self.store);
         let set_name = set.clone();
@@ -455,6 +455,25 @@ impl GitOps {
             .secrets
             .values(holder.uid())
             .map_err(|err| format!("spec.secretRef: {err}"))?;
+        // A credential goes only to the host it was set for (or, set before hosts were
+        // recorded, to the host of its own GitSource), whichever GitSource names it.
+        let bound = values
+            .remove(CREDENTIAL_HOST)
+            .filter(|host| !host.is_empty())
+            .or_else(|| {
+                berth_api::gitsource::credential_host(
+                    &holder.spec.get_str("url").unwrap_or_default(),
+                )
+            });
+        let wanted = berth_api::gitsource::credential_host(&spec.url);
+        if bound.is_none() || bound != wanted {
+            return Err(format!(
+                "spec.secretRef: the credentials of GitSource {name:?} were set for host {}, \
+                 not {}; they go to no other host (set them on a GitSource of this host)",
+                bound.as_deref().unwrap_or("(none)"),
+                wanted.as_deref().unwrap_or("(a URL that is not https)")
+            ));
+        }
         let password = values
             .remove(CREDENTIAL_PASSWORD)
             .or_else(|| values.remove(CREDENTIAL_TOKEN))
@@ -470,21 +489,29 @@ impl GitOps {
         Ok(Some(Credentials { username, password }))
     }
 
-    /// Admits every manifest as the API's apply endpoint would, tagged with the applyset. The
-    /// first problem is reported with its file, document and field.
-    fn admit(&self, loaded: &[Manifest], set: &str) -> Result<Vec<Desired>, String> {
+    /// Admits every manifest of GitSource `source` through the one admission, as the GitSource
+    /// (on behalf of the admin who wrote it), tagged with the applyset. The first problem is
+    /// reported with its file, document and field.
+    fn admit(&self, source: &str, loaded: &[Manifest], set: &str) -> Result<Vec<Desired>, String> {
+        let who = Admitter::GitSource { name: source };
         let mut batch = Vec::with_capacity(loaded.len());
         for manifest in loaded {
+            let refused =
+                |refusal| format!("{} ({}): {refusal}", manifest.source, manifest.reference());
             let mut admitted = self
                 .admission
-                .admit(&manifest.object, &self.store)
-                .map_err(|refusal| {
-                    format!("{} ({}): {refusal}", manifest.source, manifest.reference())
-                })?;
+                .admit(who, &manifest.object, &self.store)
+                .map_err(refused)?;
             admitted
                 .desired
                 .annotations
                 .insert(annotations::APPLYSET.to_string(), set.to_string());
+            let current = self
+                .store
+                .get(admitted.desired.kind, &admitted.desired.name);
+            self.admission
+                .check(who, &admitted.desired, current.as_deref(), &self.store)
+                .map_err(refused)?;
             batch.push(admitted.desired);
         }
         Ok(batch)
@@ -742,7 +769,7 @@ mod tests {
         let gitops = GitOps {
             secrets: Arc::clone(&secrets),
             store: Arc::clone(&store),
-            admission: Arc::new(Admission::new(Defaults::default())),
+            admission: Arc::new(Admission::new(berth_api::Defaults::default())),
             checkouts: dir.path().join("checkouts"),
         };
         let url = "https://git.example/fleet.git";
@@ -815,7 +842,7 @@ mod tests {
         let gitops = GitOps {
             secrets: Arc::new(Secrets::open(Arc::clone(&store), dir.path()).unwrap()),
             store,
-            admission: Arc::new(Admission::new(Defaults::default())),
+            admission: Arc::new(Admission::new(berth_api::Defaults::default())),
             checkouts: dir.path().join("checkouts"),
         };
         let repo = dir.path().join("repo");
@@ -832,7 +859,9 @@ mod tests {
         )
         .unwrap();
         let loaded = manifests::load(&repo, ".").unwrap();
-        let message = gitops.admit(&loaded, "gitsource-fleet").unwrap_err();
+        let message = gitops
+            .admit("fleet", &loaded, "gitsource-fleet")
+            .unwrap_err();
         assert!(
             message.ends_with(
                 "(Project/armed): metadata.annotations[berth.dev/forceDelete]: \
@@ -840,5 +869,59 @@ mod tests {
             ),
             "{message}"
         );
+    }
+
+    /// The GitSource controller's call into admission: what the API refuses, a repository
+    /// cannot slip in, and the applyset is only this GitSource's.
+    #[test]
+    fn a_repository_meets_every_admission_rule() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
+        let gitops = GitOps {
+            secrets: Arc::new(Secrets::open(Arc::clone(&store), dir.path()).unwrap()),
+            store,
+            admission: Arc::new(Admission::new(berth_api::Defaults::default())),
+            checkouts: dir.path().join("checkouts"),
+        };
+        let table = [
+            (
+                "spec:\n  forwards:\n  - {port: 80, to: '192.0.2.10:80'}\n",
+                "spec.forwards[0].to",
+            ),
+            ("  finalizers: [example.com/wedge]\n", "metadata.finalizers"),
+            (
+                "  annotations: {berth.dev/purge: 'true'}\n",
+                "berth.dev/purge",
+            ),
+        ];
+        for (i, (extra, field)) in table.into_iter().enumerate() {
+            let repo = dir.path().join(format!("repo-{i}"));
+            std::fs::create_dir_all(&repo).unwrap();
+            std::fs::write(
+                repo.join("p.yaml"),
+                format!(
+                    "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: p\n{extra}"
+                ),
+            )
+            .unwrap();
+            let loaded = manifests::load(&repo, ".").unwrap();
+            let message = gitops
+                .admit("fleet", &loaded, "gitsource-fleet")
+                .unwrap_err();
+            assert!(message.contains(field), "{field}: {message}");
+        }
+        let repo = dir.path().join("repo-ok");
+        std::fs::create_dir_all(&repo).unwrap();
+        std::fs::write(
+            repo.join("p.yaml"),
+            "apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata: {name: p}\n",
+        )
+        .unwrap();
+        let loaded = manifests::load(&repo, ".").unwrap();
+        assert!(gitops.admit("fleet", &loaded, "gitsource-fleet").is_ok());
+        let message = gitops
+            .admit("fleet", &loaded, "gitsource-other")
+            .unwrap_err();
+        assert!(message.contains("gitsource-other"), "{message}");
     }
 }

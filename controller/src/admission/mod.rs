@@ -1,21 +1,65 @@
-//! Admission: a manifest from a request becomes what the store writes. Order: decode (unknown
-//! fields are errors; status and server-set metadata are ignored) → validate → fleet defaults
-//! (for a project that exists, its stored defaulted values) → name checks. Uniqueness of `displayName` is the store's to enforce, atomically with the write.
+//! Admission: the one place an object a writer sends becomes what the store writes, whoever
+//! the writer is ([`Admitter`]): an API user or admin (create, replace, merge patch, apply,
+//! batch apply, and the console, which makes the same API calls), the GitSource controller on
+//! behalf of the admin who wrote the GitSource, or a restore from the trash. Order: decode
+//! (unknown fields are errors; status and server-set metadata are ignored) → validate → fleet
+//! defaults (for a project that exists, its stored defaulted values) → server-owned metadata →
+//! the writer's rules ([`Admission::check`]). Uniqueness of `displayName` is the store's to
+//! enforce, atomically with the write; its refusal names no other project.
 //!
-//! Every write a user or a GitSource makes passes here, so this is where a manifest is kept from
-//! setting what only the server writes: how an object was asked to go (`berth.dev/forceDelete`
-//! and the others of [`SERVER_OWNED`]) comes from the delete request alone.
+//! Every rule lives here once, so no entry point can skip one:
+//! - server-owned metadata ([`SERVER_OWNED`] annotations, [`SERVER_OWNED_FIELDS`]) may be
+//!   repeated as stored, never set: how an object was asked to go comes from the delete request
+//!   alone, and finalizers are the controller's (an admin may still edit them by hand);
+//! - `spec.forwards` go to loopback or `allowedForwardTargets` only, whoever writes them, and
+//!   only an admin (or an admin's GitSource) changes them;
+//! - a user who is not an admin keeps the resource limits it was given and names `file://`
+//!   repositories under `allowedFileRoots` only;
+//! - a GitSource's applyset (`gitsource-*`) is its controller's alone.
+//!
+//! Who may touch which object (membership, admin-only kinds) is access's (`api::access`).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use berth_api::annotations::{self, OVERRIDES, SERVER_OWNED};
-use berth_api::{DEFAULTED_FIELDS, Defaults, Kind, Object};
+use berth_api::annotations::{self, OVERRIDES, SERVER_OWNED, SERVER_OWNED_FIELDS};
+use berth_api::{DEFAULTED_FIELDS, Defaults, FieldError as Cause, GitSource, Kind, Object};
 use serde_json::{Map, Value};
 
-use super::error::{ApiError, Cause};
+use crate::file_roots::{ConfineError, FileRoots};
 use crate::runtime::HostCapacity;
 use crate::store::{Desired, Store, StoredObject};
+
+/// Who writes an object. Admission's rules depend on it, and on nothing else about a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admitter<'a> {
+    /// An API user who is not an admin (over TCP, with its token; or the console's session).
+    User { name: &'a str },
+    /// An admin: an admin token, or the local administrator on the unix socket.
+    Admin { name: &'a str },
+    /// The GitSource controller applying GitSource `name`'s manifests. GitSources are written
+    /// by admins, and one applies on its owner's behalf, with an admin's rights, except what
+    /// no manifest may do: set server-owned metadata, or forward anywhere not allowed.
+    GitSource { name: &'a str },
+    /// A project put back from the trash, as it was.
+    Restore,
+}
+
+impl Admitter<'_> {
+    /// Whether this writer has an admin's rights over limits, forwards and host paths.
+    fn acts_as_admin(&self) -> bool {
+        !matches!(self, Admitter::User { .. })
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Admitter::User { name } | Admitter::Admin { name } => format!("user {name:?}"),
+            Admitter::GitSource { name } => format!("GitSource {name:?}"),
+            Admitter::Restore => "a restore".to_string(),
+        }
+    }
+}
 
 /// The host's capacity once LXD has told it (`None` until then, or when it cannot be read):
 /// filled by the daemon, read by admission's warnings.
@@ -80,14 +124,21 @@ pub struct Admitted {
 pub enum Refusal {
     /// The object is not acceptable (422); every cause names its field.
     Invalid(Vec<Cause>),
-    /// The manifest sets what only the server writes (400), each cause naming the annotation.
+    /// The manifest sets what only the server writes (400), each cause naming the field.
     ServerOwned(Vec<Cause>),
+    /// The writer may not write this (403); the cause names the field.
+    Forbidden(Vec<Cause>),
+    /// The object exists but is not the writer's to see: answered as if it did not (404).
+    Hidden(Kind, String),
 }
 
 impl Refusal {
     pub fn causes(&self) -> &[Cause] {
         match self {
-            Refusal::Invalid(causes) | Refusal::ServerOwned(causes) => causes,
+            Refusal::Invalid(causes)
+            | Refusal::ServerOwned(causes)
+            | Refusal::Forbidden(causes) => causes,
+            Refusal::Hidden(..) => &[],
         }
     }
 
@@ -98,30 +149,21 @@ impl Refusal {
             Refusal::ServerOwned(causes) => {
                 Refusal::ServerOwned(causes.into_iter().map(f).collect())
             }
+            Refusal::Forbidden(causes) => Refusal::Forbidden(causes.into_iter().map(f).collect()),
+            hidden @ Refusal::Hidden(..) => hidden,
         }
     }
 
-    /// The API's answer: 400 for a server-owned annotation, 422 for an invalid object.
-    pub fn into_api_error(self, kind: Option<&str>, name: Option<&str>) -> ApiError {
-        match self {
-            Refusal::Invalid(causes) => ApiError::invalid(kind, name, causes),
-            Refusal::ServerOwned(causes) => {
-                let summary: Vec<String> = causes.iter().map(Cause::to_string).collect();
-                let error = ApiError {
-                    causes,
-                    ..ApiError::bad_request(summary.join("; "))
-                };
-                match kind {
-                    Some(kind) => error.with_object(kind, name.unwrap_or_default()),
-                    None => error,
-                }
-            }
-        }
+    fn forbidden(field: impl Into<String>, message: impl Into<String>) -> Refusal {
+        Refusal::Forbidden(vec![Cause::new(field, message)])
     }
 }
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Refusal::Hidden(kind, name) = self {
+            return write!(f, "{kind} {name:?} not found");
+        }
         let details: Vec<String> = self.causes().iter().map(Cause::to_string).collect();
         f.write_str(&details.join("; "))
     }
@@ -132,6 +174,10 @@ pub struct Admission {
     /// The spec a project naming nothing gets: what each defaulted field starts from.
     defaulted_spec: Value,
     host: HostSlot,
+    /// The config's `allowedForwardTargets`, beside loopback.
+    pub(crate) forward_targets: Vec<String>,
+    /// The config's `allowedFileRoots`, where a user may name `file://` repositories.
+    pub(crate) file_roots: Vec<std::path::PathBuf>,
 }
 
 impl Admission {
@@ -143,7 +189,21 @@ impl Admission {
             defaults,
             defaulted_spec,
             host: HostSlot::default(),
+            forward_targets: Vec::new(),
+            file_roots: Vec::new(),
         }
+    }
+
+    /// Where forwards may go beside loopback (the config's `allowedForwardTargets`).
+    pub fn with_forward_targets(mut self, targets: Vec<String>) -> Self {
+        self.forward_targets = targets;
+        self
+    }
+
+    /// Where a user may name `file://` repositories (the config's `allowedFileRoots`).
+    pub fn with_file_roots(mut self, roots: Vec<std::path::PathBuf>) -> Self {
+        self.file_roots = roots;
+        self
     }
 
     /// Where the daemon puts the host's capacity once LXD answers.
@@ -172,21 +232,197 @@ impl Admission {
             .unwrap_or(Value::Null)
     }
 
-    /// What `manifest` makes of the object `store` holds under its name (or of a new one).
-    /// Fleet defaults fill a project's fields only when it is created; an existing project
-    /// keeps the defaulted values it holds, so re-applying a manifest stays idempotent when the
-    /// defaults change.
-    pub fn admit(&self, manifest: &Value, store: &Store) -> Result<Admitted, Refusal> {
-        self.admit_over(manifest, |kind, name| store.get(kind, name))
+    /// What `manifest` makes of the object `store` holds under its name (or of a new one),
+    /// written by `who`: every rule of this module applied. Fleet defaults fill a project's
+    /// fields only when it is created; an existing project keeps the defaulted values it holds,
+    /// so re-applying a manifest stays idempotent when the defaults change.
+    pub fn admit(
+        &self,
+        who: Admitter<'_>,
+        manifest: &Value,
+        store: &Store,
+    ) -> Result<Admitted, Refusal> {
+        let mut current = None;
+        let admitted = self.admit_over(who, manifest, |kind, name| {
+            current = store.get(kind, name);
+            current.clone()
+        })?;
+        let mut desired = admitted.desired.clone();
+        desired.finalizers = admitted.finalizers.clone();
+        self.check(who, &desired, current.as_deref(), store)?;
+        Ok(admitted)
     }
 
-    /// What `manifest` makes of an object that does not exist yet.
-    pub fn admit_new(&self, manifest: &Value) -> Result<Admitted, Refusal> {
-        self.admit_over(manifest, |_, _| None)
+    /// What `manifest` makes of an object that does not exist yet, written by an admin; only
+    /// the rules that do not depend on other objects apply.
+    #[cfg(test)]
+    fn admit_new(&self, who: Admitter<'_>, manifest: &Value) -> Result<Admitted, Refusal> {
+        self.admit_over(who, manifest, |_, _| None)
+    }
+
+    /// The writer's rules for `desired` over `current` (absent when it would be created): run by
+    /// [`Admission::admit`], and again by a writer that reads the object afresh before it
+    /// writes (the API's retries), so what is judged is what is overwritten.
+    pub fn check(
+        &self,
+        who: Admitter<'_>,
+        desired: &Desired,
+        current: Option<&StoredObject>,
+        store: &Store,
+    ) -> Result<(), Refusal> {
+        if let Admitter::User { name } = who {
+            if desired.kind != Kind::Project {
+                // Re-applying what is already there changes nothing, so a member's GitOps
+                // directory may carry the admin's profiles.
+                if current.is_some_and(|c| unchanged(desired, c)) {
+                    return Ok(());
+                }
+                return Err(Refusal::forbidden(
+                    "kind",
+                    format!(
+                        "user {name:?} may not write {} objects: admins only",
+                        desired.kind
+                    ),
+                ));
+            }
+            // Of a project it is not a member of, a user hears what it would of a name that
+            // does not exist.
+            if let Some(current) = current
+                && !store.is_member(current.uid(), name)
+            {
+                return Err(Refusal::Hidden(current.kind, current.name().to_string()));
+            }
+        }
+        check_server_owned_fields(who, desired.finalizers.as_deref(), current)?;
+        if let Some(set) = desired.annotations.get(annotations::APPLYSET)
+            && current.and_then(|c| c.metadata.annotations.get(annotations::APPLYSET)) != Some(set)
+        {
+            self.check_applyset(who, set)?;
+        }
+        if desired.kind != Kind::Project {
+            return Ok(());
+        }
+        self.check_forwards(who, desired, current)?;
+        if who.acts_as_admin() {
+            return Ok(());
+        }
+        let resources = desired.spec.get("resources").unwrap_or(&Value::Null);
+        let allowed = match current {
+            Some(current) => current.spec.get("resources").unwrap_or(Value::Null),
+            None => self.default_resources(),
+        };
+        if *resources != allowed {
+            return Err(Refusal::forbidden(
+                "spec.resources",
+                format!(
+                    "{} may not set spec.resources of project {:?}: resource limits are changed \
+                     by admins only",
+                    who.describe(),
+                    desired.name
+                ),
+            ));
+        }
+        let url = repo_url(&desired.spec);
+        let current_spec = current.map(|c| c.spec.value()).unwrap_or_default();
+        if url != repo_url(&current_spec) {
+            self.check_file_url(who, "spec.repo.url", url)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `who` may write into applyset `set`: a GitSource's set is that GitSource's
+    /// alone. Joining one would show the member the GitSource (its URL, inventory and events)
+    /// and put the object under the GitSource's prune.
+    pub fn check_applyset(&self, who: Admitter<'_>, set: &str) -> Result<(), Refusal> {
+        if !GitSource::owns_applyset(set) {
+            return Ok(());
+        }
+        match who {
+            Admitter::GitSource { name } if GitSource::applyset_name(name) == set => Ok(()),
+            _ => Err(Refusal::forbidden(
+                "applyset",
+                format!(
+                    "{set:?} is a GitSource's applyset: only the GitSource controller applies \
+                     into it"
+                ),
+            )),
+        }
+    }
+
+    /// `spec.forwards` open a path from the container to the host: only an admin (or an admin's
+    /// GitSource, or a restore of what was) sets or changes them, and whoever writes them, only
+    /// towards loopback or the config's `allowedForwardTargets`.
+    fn check_forwards(
+        &self,
+        who: Admitter<'_>,
+        desired: &Desired,
+        current: Option<&StoredObject>,
+    ) -> Result<(), Refusal> {
+        let wanted = desired.spec.get("forwards").unwrap_or(&Value::Null);
+        let had = current
+            .and_then(|c| c.spec.get("forwards"))
+            .unwrap_or(Value::Null);
+        if *wanted == had {
+            return Ok(());
+        }
+        if !who.acts_as_admin() {
+            return Err(Refusal::forbidden(
+                "spec.forwards",
+                format!(
+                    "{} may not set spec.forwards of project {:?}: host forwards are set by \
+                     admins only",
+                    who.describe(),
+                    desired.name
+                ),
+            ));
+        }
+        for (i, forward) in wanted.as_array().into_iter().flatten().enumerate() {
+            let to = forward.get("to").and_then(Value::as_str).unwrap_or("");
+            if let Err(message) = crate::agent::forwards::check_target(to, &self.forward_targets) {
+                return Err(Refusal::Invalid(vec![Cause::new(
+                    format!("spec.forwards[{i}].to"),
+                    message,
+                )]));
+            }
+        }
+        Ok(())
+    }
+
+    /// A `file://` URL reads the daemon's host: a user who is not an admin may name only paths
+    /// under `allowedFileRoots`.
+    pub fn check_file_url(&self, who: Admitter<'_>, field: &str, url: &str) -> Result<(), Refusal> {
+        let Some(path) = berth_api::file_url_path(url) else {
+            return Ok(());
+        };
+        if who.acts_as_admin() {
+            return Ok(());
+        }
+        let path = Path::new(path);
+        let roots = FileRoots::new(self.file_roots.clone());
+        if !roots.names(path) {
+            return Err(Refusal::forbidden(
+                field,
+                format!(
+                    "{url:?} is not under allowedFileRoots; only an admin may name this host path"
+                ),
+            ));
+        }
+        // Where git would read, links, `gitdir:` and alternates followed. A repository that does
+        // not exist yet cannot be judged now; the checkout judges it when it runs.
+        match roots.confine(path) {
+            Err(ConfineError::Outside(why)) => Err(Refusal::forbidden(
+                field,
+                format!(
+                    "{url:?} leads outside allowedFileRoots ({why}); only an admin may name it"
+                ),
+            )),
+            Ok(_) | Err(ConfineError::Unresolved(_)) => Ok(()),
+        }
     }
 
     fn admit_over(
         &self,
+        who: Admitter<'_>,
         manifest: &Value,
         stored: impl FnOnce(Kind, &str) -> Option<Arc<StoredObject>>,
     ) -> Result<Admitted, Refusal> {
@@ -221,6 +457,7 @@ impl Admission {
         let mut annotations = std::mem::take(&mut meta.annotations);
         let current = stored(kind, &name);
         check_server_owned(&annotations, current.as_deref()).map_err(Refusal::ServerOwned)?;
+        check_server_owned_fields(who, finalizers.as_deref(), current.as_deref())?;
         if let Some(given) = given {
             let overrides =
                 carry_defaulted(&mut spec, &given, &self.defaulted_spec, current.as_deref());
@@ -271,6 +508,56 @@ fn check_server_owned(
     } else {
         Err(causes)
     }
+}
+
+/// Refuses finalizers a writer sends that differ from the stored ones (none, for a new object):
+/// [`SERVER_OWNED_FIELDS`]. Dropping the controller's `berth.dev/teardown` from a held deletion
+/// would remove the object and leave its container and volumes outside the trash; a foreign one
+/// would hold a deletion for ever. An admin may still edit them, as it may purge.
+fn check_server_owned_fields(
+    who: Admitter<'_>,
+    finalizers: Option<&[String]>,
+    current: Option<&StoredObject>,
+) -> Result<(), Refusal> {
+    if matches!(who, Admitter::Admin { .. } | Admitter::Restore) {
+        return Ok(());
+    }
+    let Some(finalizers) = finalizers else {
+        return Ok(());
+    };
+    let stored = current
+        .map(|c| c.metadata.finalizers.as_slice())
+        .unwrap_or(&[]);
+    if finalizers == stored {
+        return Ok(());
+    }
+    Err(Refusal::ServerOwned(
+        SERVER_OWNED_FIELDS
+            .into_iter()
+            .map(|field| {
+                Cause::new(
+                    format!("metadata.{field}"),
+                    "set only by the server: the controller adds and removes its own",
+                )
+            })
+            .collect(),
+    ))
+}
+
+fn unchanged(desired: &Desired, current: &StoredObject) -> bool {
+    desired.spec == current.spec
+        && desired.labels == current.metadata.labels
+        && desired.annotations == current.metadata.annotations
+        && desired
+            .finalizers
+            .as_ref()
+            .is_none_or(|f| *f == current.metadata.finalizers)
+}
+
+fn repo_url(spec: &Value) -> &str {
+    spec.pointer("/repo/url")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 /// Who writes a server-owned annotation, for the one-line refusal.
@@ -419,8 +706,10 @@ mod tests {
 
     use super::*;
 
+    const ADMIN: Admitter<'static> = Admitter::Admin { name: "ada" };
+
     fn admit(manifest: Value) -> Result<Admitted, Refusal> {
-        Admission::new(Defaults::default()).admit_new(&manifest)
+        Admission::new(Defaults::default()).admit_new(ADMIN, &manifest)
     }
 
     #[test]
@@ -428,11 +717,14 @@ mod tests {
         let admission = Admission::new(Defaults::default());
         let project = |resources: Value| {
             admission
-                .admit_new(&json!({
-                    "apiVersion": "berth.dev/v1alpha1", "kind": "Project",
-                    "metadata": {"name": "big"},
-                    "spec": {"resources": resources},
-                }))
+                .admit_new(
+                    ADMIN,
+                    &json!({
+                        "apiVersion": "berth.dev/v1alpha1", "kind": "Project",
+                        "metadata": {"name": "big"},
+                        "spec": {"resources": resources},
+                    }),
+                )
                 .unwrap()
                 .desired
         };
@@ -622,7 +914,7 @@ mod tests {
                 "metadata": {"name": "p", "annotations": {OVERRIDES: "image,reap.maxAge"}},
                 "spec": spec});
             let admitted = admission
-                .admit_over(&manifest, |_, _| Some(Arc::new(current.clone())))
+                .admit_over(ADMIN, &manifest, |_, _| Some(Arc::new(current.clone())))
                 .unwrap();
             assert_eq!(admitted.desired.spec, want_spec, "{case}");
             assert_eq!(
@@ -734,7 +1026,7 @@ mod tests {
             let manifest = json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
                 "metadata": {"name": "p", "annotations": annotations}});
             let current = current.map(|a| Arc::new(stored_with(a)));
-            let admitted = admission.admit_over(&manifest, |_, _| current);
+            let admitted = admission.admit_over(ADMIN, &manifest, |_, _| current);
             match admitted {
                 Ok(_) => assert!(refused.is_empty(), "{case}: admitted"),
                 Err(Refusal::ServerOwned(causes)) => {
@@ -753,11 +1045,122 @@ mod tests {
             refusal.to_string(),
             "metadata.annotations[berth.dev/forceDelete]: set only by a delete request (berth delete --force)"
         );
-        let error = refusal.into_api_error(Some("AgentProfile"), Some("a"));
-        assert_eq!(error.code, hyper::StatusCode::BAD_REQUEST);
-        assert_eq!(
-            error.causes[0].field,
-            "metadata.annotations[berth.dev/forceDelete]"
-        );
+        assert!(matches!(refusal, Refusal::ServerOwned(_)));
+    }
+
+    /// Every rule, through the one admission, for every writer. A writer that skips a rule
+    /// fails its row.
+    #[test]
+    fn every_rule_holds_for_every_writer() {
+        use crate::store::Commit;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("berth.db")).unwrap();
+        let theirs = store
+            .create(Desired::project("theirs", json!({})), Commit::Persist)
+            .unwrap();
+        store.add_member(theirs.uid(), "bob").unwrap();
+        let admission = Admission::new(Defaults::default());
+        let project = |metadata: Value, spec: Value| {
+            json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
+                "metadata": metadata, "spec": spec})
+        };
+        let user = Admitter::User { name: "mia" };
+        let admin = Admitter::Admin { name: "ada" };
+        let fleet = Admitter::GitSource { name: "fleet" };
+        let other = Admitter::GitSource { name: "other" };
+        let restore = Admitter::Restore;
+        const OK: &str = "ok";
+        const OWNED: &str = "server-owned";
+        const INVALID: &str = "invalid";
+        const FORBIDDEN: &str = "forbidden";
+        const HIDDEN: &str = "hidden";
+        // (rule, manifest, [user, admin, GitSource fleet, GitSource other, restore])
+        let table = [
+            (
+                "a server-owned annotation",
+                project(
+                    json!({"name": "p", "annotations": {annotations::FORCE_DELETE: "true"}}),
+                    json!({}),
+                ),
+                [OWNED, OWNED, OWNED, OWNED, OWNED],
+            ),
+            (
+                "finalizers",
+                project(
+                    json!({"name": "p", "finalizers": ["example.com/wedge"]}),
+                    json!({}),
+                ),
+                [OWNED, OK, OWNED, OWNED, OK],
+            ),
+            (
+                "a forward outside allowedForwardTargets",
+                project(
+                    json!({"name": "p"}),
+                    json!({"forwards": [{"port": 80, "to": "192.0.2.10:80"}]}),
+                ),
+                [FORBIDDEN, INVALID, INVALID, INVALID, INVALID],
+            ),
+            (
+                "a forward to loopback",
+                project(
+                    json!({"name": "p"}),
+                    json!({"forwards": [{"port": 80, "to": "127.0.0.1:80"}]}),
+                ),
+                [FORBIDDEN, OK, OK, OK, OK],
+            ),
+            (
+                "resource limits",
+                project(json!({"name": "p"}), json!({"resources": {"cpu": "64"}})),
+                [FORBIDDEN, OK, OK, OK, OK],
+            ),
+            (
+                "a file:// repository outside allowedFileRoots",
+                project(
+                    json!({"name": "p"}),
+                    json!({"repo": {"url": "file:///etc/secret-repo"}}),
+                ),
+                [FORBIDDEN, OK, OK, OK, OK],
+            ),
+            (
+                "a GitSource's applyset",
+                project(
+                    json!({"name": "p", "annotations": {annotations::APPLYSET: "gitsource-fleet"}}),
+                    json!({}),
+                ),
+                [FORBIDDEN, FORBIDDEN, OK, FORBIDDEN, FORBIDDEN],
+            ),
+            (
+                "a project of somebody else",
+                project(json!({"name": "theirs"}), json!({})),
+                [HIDDEN, OK, OK, OK, OK],
+            ),
+            (
+                "an admin-only kind",
+                json!({"apiVersion": "berth.dev/v1alpha1", "kind": "AgentProfile",
+                    "metadata": {"name": "a"},
+                    "spec": {"home": "/root/.a", "install": {"check": "true"},
+                             "runner": {"command": ["a"]}}}),
+                [FORBIDDEN, OK, OK, OK, OK],
+            ),
+        ];
+        let mut failures = Vec::new();
+        for (rule, manifest, expected) in table {
+            for (who, want) in [user, admin, fleet, other, restore]
+                .into_iter()
+                .zip(expected)
+            {
+                let got = match admission.admit(who, &manifest, &store) {
+                    Ok(_) => OK,
+                    Err(Refusal::ServerOwned(_)) => OWNED,
+                    Err(Refusal::Invalid(_)) => INVALID,
+                    Err(Refusal::Forbidden(_)) => FORBIDDEN,
+                    Err(Refusal::Hidden(..)) => HIDDEN,
+                };
+                if got != want {
+                    failures.push(format!("{rule} by {who:?}: {got}, not {want}"));
+                }
+            }
+        }
+        assert!(failures.is_empty(), "{failures:#?}");
     }
 }

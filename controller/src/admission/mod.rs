@@ -242,11 +242,29 @@ impl Admission {
         manifest: &Value,
         store: &Store,
     ) -> Result<Admitted, Refusal> {
+        self.admit_into(who, manifest, store, None)
+    }
+
+    /// [`Admission::admit`] for an object applied into `applyset` (tagged with it before the
+    /// rules are checked: moving an object into a set is a write of it).
+    pub fn admit_into(
+        &self,
+        who: Admitter<'_>,
+        manifest: &Value,
+        store: &Store,
+        applyset: Option<&str>,
+    ) -> Result<Admitted, Refusal> {
         let mut current = None;
-        let admitted = self.admit_over(who, manifest, |kind, name| {
+        let mut admitted = self.admit_over(who, manifest, |kind, name| {
             current = store.get(kind, name);
             current.clone()
         })?;
+        if let Some(set) = applyset {
+            admitted
+                .desired
+                .annotations
+                .insert(annotations::APPLYSET.to_string(), set.to_string());
+        }
         let mut desired = admitted.desired.clone();
         desired.finalizers = admitted.finalizers.clone();
         self.check(who, &desired, current.as_deref(), store)?;

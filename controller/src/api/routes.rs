@@ -932,10 +932,12 @@ async fn apply_list(
     let mut warnings = Vec::new();
     let mut seen: HashMap<(Kind, String), usize> = HashMap::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
-        match state
-            .admission
-            .admit(access::admitter(caller), item, &state.store)
-        {
+        match state.admission.admit_into(
+            access::admitter(caller),
+            item,
+            &state.store,
+            applyset.as_deref(),
+        ) {
             Ok(admitted) => {
                 let key = (admitted.desired.kind, admitted.desired.name.clone());
                 if let Some(first) = seen.insert(key, index) {

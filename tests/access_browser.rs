@@ -358,3 +358,97 @@ fn console_upgrades_need_the_consoles_own_origin_and_csrf_token() {
     let own_form = post(&own);
     assert_eq!(own_form.status, 303, "{}\n{}", own_form.head, own_form.body);
 }
+
+/// A server in the container that appends the head of every request it gets to `/tmp/seen`.
+const RECORDER: &str = r#"
+mkdir -p /srv
+cat > /srv/record.sh <<'EOF'
+#!/bin/sh
+while IFS= read -r line; do
+    line=$(printf '%s' "$line" | tr -d '\r')
+    [ -z "$line" ] && break
+    printf '%s\n' "$line" >> /tmp/seen
+done
+printf -- '--\n' >> /tmp/seen
+printf 'HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n'
+EOF
+chmod +x /srv/record.sh
+setsid busybox nc -ll -p 8003 -e /srv/record.sh </dev/null >/dev/null 2>&1 &
+"#;
+
+#[test]
+fn the_preview_listener_relays_none_of_berths_credentials() {
+    let mut berth = Berth::start_with(&[], &[]);
+    let addr = berth.preview_addr();
+    let name = harness::unique_name();
+    berth.create_project(&name, json!({"image": "berth-tiny"}));
+    let user = format!("alice-{name}");
+    let alice = add_user(&berth, &user);
+    add_member(&berth, &name, &user);
+    berth.wait_ready(&name);
+    harness::exec(&name, RECORDER).expect("start the recorder");
+    let host = format!("{name}--8003.localhost");
+    let reply = berth.client().post_json(
+        &format!("{PROJECTS}/{name}/previewtickets"),
+        &json!({"port": 8003}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let link = reply.json()["url"].as_str().unwrap().to_string();
+    let path = &link[link.find("/?").unwrap()..];
+    let exchange = send(
+        &addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(exchange.status, 303, "{}", exchange.head);
+    let mut jar = BTreeMap::new();
+    set_cookies(&exchange.head, &mut jar);
+    let preview_cookie = jar.get("berth-preview").expect("the preview cookie").clone();
+
+    let get = |headers: &str| {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let answer = send(
+                &addr,
+                &format!("GET / HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n"),
+            );
+            if answer.status == 200 {
+                return answer;
+            }
+            // The recorder may still be starting: the listener answers 502 until it binds.
+            assert!(
+                answer.status >= 500 && Instant::now() < deadline,
+                "{}\n{}",
+                answer.head,
+                answer.body
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    // Both a bearer token and the preview cookie: neither goes on; the app's cookie does.
+    get(&format!(
+        "Authorization: Bearer {alice}\r\nCookie: app=kept-1; berth-preview={preview_cookie}\r\n"
+    ));
+    // The cookie lets the request in; the application's own bearer token goes on.
+    get(&format!(
+        "Authorization: Bearer app-own-token\r\nCookie: berth-preview={preview_cookie}; app=kept-2\r\n"
+    ));
+    // The cookie lets the request in; a berth token berth does not know stays out too.
+    get(&format!(
+        "Authorization: Bearer berth_revoked0000\r\nCookie: berth-preview={preview_cookie}\r\n"
+    ));
+    let seen = harness::exec(&name, "cat /tmp/seen").expect("read what the container saw");
+    for kept in ["app=kept-1", "app=kept-2", "Bearer app-own-token"] {
+        assert!(seen.contains(kept), "{kept} was not relayed:\n{seen}");
+    }
+    for secret in [
+        preview_cookie.as_str(),
+        "berth-preview",
+        alice.as_str(),
+        "berth_revoked0000",
+    ] {
+        assert!(
+            !seen.contains(secret),
+            "{secret} reached the container:\n{seen}"
+        );
+    }
+}

@@ -452,3 +452,178 @@ fn the_preview_listener_relays_none_of_berths_credentials() {
         );
     }
 }
+
+/// A uid no account uses, with `/tmp/berth-<uid>` free: the other local user's target.
+fn throwaway_uid() -> u32 {
+    let base = 61_000 + std::process::id() % 2_000 * 2;
+    (base..base + 400)
+        .step_by(2)
+        .find(|uid| !Path::new(&format!("/tmp/berth-{uid}")).exists())
+        .expect("a free uid")
+}
+
+/// Runs `berth ARGS` as `uid`, without `XDG_RUNTIME_DIR` (the socket defaults to
+/// `/tmp/berth-<uid>`) unless `runtime_dir` is given.
+fn berth_as(uid: u32, home: &Path, runtime_dir: Option<&Path>, args: &[&str]) -> Command {
+    let mut command = Command::new("setpriv");
+    command
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg("--clear-groups")
+        .arg(env!("CARGO_BIN_EXE_berth"))
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("HOME", home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(dir) = runtime_dir {
+        command.env("XDG_RUNTIME_DIR", dir);
+    }
+    command
+}
+
+fn chown(path: &Path, uid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), Some(uid)).expect("chown");
+}
+
+/// Removes what the test made under `/tmp` however it ends.
+struct Made(Vec<PathBuf>);
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_dir_all(path);
+        }
+    }
+}
+
+/// `berth serve` as `uid` must exit with an error naming `dir`, and never serve in it.
+fn serve_refuses(uid: u32, home: &Path, runtime_dir: Option<&Path>, dir: &Path) {
+    let data = home.join("data");
+    let mut child = berth_as(
+        uid,
+        home,
+        runtime_dir,
+        &["serve", "--paused", "--data-dir", data.to_str().unwrap()],
+    )
+    .spawn()
+    .expect("spawn berth serve");
+    let deadline = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if dir.join("berth.sock").exists() || Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "berth serve as uid {uid} served in {} (or did not stop)",
+                dir.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&dir.display().to_string()),
+        "the error names the directory: {stderr}"
+    );
+}
+
+#[test]
+fn a_socket_directory_another_user_controls_is_refused() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test runs as root: it plays two users with setpriv"
+    );
+    let uid = throwaway_uid();
+    let intruder = uid + 1;
+    let home = tempfile::tempdir().expect("temp dir");
+    chown(home.path(), uid);
+    let default_dir = PathBuf::from(format!("/tmp/berth-{uid}"));
+    let runtime = tempfile::tempdir().expect("temp dir");
+    let made = Made(vec![default_dir.clone()]);
+
+    // The intruder made the default socket directory first, open to all.
+    std::fs::create_dir(&default_dir).unwrap();
+    chown(&default_dir, intruder);
+    std::fs::set_permissions(&default_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    serve_refuses(uid, home.path(), None, &default_dir);
+
+    // The same under $XDG_RUNTIME_DIR: `berth/` there is the intruder's.
+    let xdg = runtime.path().join("run");
+    std::fs::create_dir(&xdg).unwrap();
+    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let xdg_berth = xdg.join("berth");
+    std::fs::create_dir(&xdg_berth).unwrap();
+    chown(&xdg_berth, intruder);
+    std::fs::set_permissions(&xdg_berth, std::fs::Permissions::from_mode(0o777)).unwrap();
+    serve_refuses(uid, home.path(), Some(&xdg), &xdg_berth);
+
+    // The intruder's socket in the default directory: the CLI sends it nothing, not even a
+    // secret's value.
+    let listener = UnixListener::bind(default_dir.join("berth.sock")).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::fs::set_permissions(
+        default_dir.join("berth.sock"),
+        std::fs::Permissions::from_mode(0o777),
+    )
+    .unwrap();
+    let value = home.path().join("value");
+    std::fs::write(&value, "very-secret-value").unwrap();
+    let output = berth_as(
+        uid,
+        home.path(),
+        None,
+        &[
+            "secret",
+            "set",
+            "demo",
+            "API_KEY",
+            "--from-file",
+            value.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .expect("run berth");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&default_dir.display().to_string()),
+        "the error names the directory: {stderr}"
+    );
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "one line, naming the problem: {stderr}"
+    );
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        Ok(_) => panic!("the CLI connected to the intruder's socket"),
+        Err(e) => panic!("accept: {e}"),
+    }
+
+    // The user's own directory, but writable by others: refused too.
+    drop(listener);
+    std::fs::remove_dir_all(&default_dir).unwrap();
+    std::fs::create_dir(&default_dir).unwrap();
+    chown(&default_dir, uid);
+    std::fs::set_permissions(&default_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    serve_refuses(uid, home.path(), None, &default_dir);
+    let output = berth_as(uid, home.path(), None, &["get", "projects"])
+        .output()
+        .expect("run berth");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("writable by others"), "{stderr}");
+    drop(made);
+}

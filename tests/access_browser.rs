@@ -65,7 +65,10 @@ fn start_in(name: &str, script: &str, probe: &str, expected: &str) {
     harness::exec(name, script).expect("start the server");
     let deadline = Instant::now() + DEADLINE;
     while harness::exec(name, probe).as_deref() != Ok(expected) {
-        assert!(Instant::now() < deadline, "{probe} did not answer in {name}");
+        assert!(
+            Instant::now() < deadline,
+            "{probe} did not answer in {name}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -129,7 +132,11 @@ fn csrf_field(body: &str) -> String {
 
 impl Session {
     fn cookie_line(&self) -> String {
-        let jar: Vec<String> = self.cookies.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let jar: Vec<String> = self
+            .cookies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         format!("Cookie: {}\r\n", jar.join("; "))
     }
 
@@ -260,7 +267,11 @@ fn console_upgrades_need_the_consoles_own_origin_and_csrf_token() {
     let forward = format!("/ui/api{PROJECTS}/{name}/portforward?port=8000");
     let with_token = |path: &str, token: &str| format!("{path}&csrf={token}");
     let refusals = [
-        ("exec, another port's page", exec.clone(), Some(other_port.as_str())),
+        (
+            "exec, another port's page",
+            exec.clone(),
+            Some(other_port.as_str()),
+        ),
         (
             "exec, another port's page with the token",
             with_token(&exec, &session.csrf),
@@ -272,7 +283,11 @@ fn console_upgrades_need_the_consoles_own_origin_and_csrf_token() {
             Some("http://evil.example"),
         ),
         ("exec, no Origin", with_token(&exec, &session.csrf), None),
-        ("exec, own Origin without the token", exec.clone(), Some(own.as_str())),
+        (
+            "exec, own Origin without the token",
+            exec.clone(),
+            Some(own.as_str()),
+        ),
         (
             "exec, own Origin with a wrong token",
             with_token(&exec, "forged"),
@@ -354,7 +369,10 @@ fn console_upgrades_need_the_consoles_own_origin_and_csrf_token() {
     assert_eq!(foreign.status, 403, "{}", foreign.head);
     assert!(foreign.body.contains("Origin"), "{}", foreign.body);
     let project = berth.get_project(&name).expect("the project");
-    assert_ne!(project["spec"]["state"], "Stopped", "the foreign form acted");
+    assert_ne!(
+        project["spec"]["state"], "Stopped",
+        "the foreign form acted"
+    );
     let own_form = post(&own);
     assert_eq!(own_form.status, 303, "{}\n{}", own_form.head, own_form.body);
 }
@@ -402,7 +420,10 @@ fn the_preview_listener_relays_none_of_berths_credentials() {
     assert_eq!(exchange.status, 303, "{}", exchange.head);
     let mut jar = BTreeMap::new();
     set_cookies(&exchange.head, &mut jar);
-    let preview_cookie = jar.get("berth-preview").expect("the preview cookie").clone();
+    let preview_cookie = jar
+        .get("berth-preview")
+        .expect("the preview cookie")
+        .clone();
 
     let get = |headers: &str| {
         let deadline = Instant::now() + DEADLINE;

@@ -212,7 +212,9 @@ fn credentials(
         .map(str::to_string);
     let user = match token {
         Some(token) => {
-            let user = crate::auth::authenticate(&state.store, &token).ok().flatten();
+            let user = crate::auth::authenticate(&state.store, &token)
+                .ok()
+                .flatten();
             if user.is_some() || token.starts_with(crate::auth::TOKEN_PREFIX) {
                 headers.remove(AUTHORIZATION);
             }

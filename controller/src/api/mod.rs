@@ -4,6 +4,7 @@
 pub mod access;
 pub mod admission;
 mod attach;
+pub mod authority;
 mod body;
 mod containers;
 pub mod error;

@@ -33,6 +33,7 @@ use hyper::header::{
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 
+use super::authority::{self, Miss};
 use super::error::ApiError;
 use super::routes::{Outcome, Query, serialized};
 use super::{ApiState, Body, Caller, Transport, access};
@@ -254,6 +255,11 @@ async fn route(state: &Arc<ApiState>, secure: bool, req: Request<Incoming>) -> O
         return Ok(redirect("/ui/"));
     }
     let rest = path.trim_start_matches("/ui/");
+    let (entry, params) =
+        authority::find(authority::CONSOLE, &method, &path).map_err(|miss| match miss {
+            Miss::NotFound => ApiError::not_found(format!("no console page {path}")),
+            Miss::Method => ApiError::method_not_allowed(&method, &path),
+        })?;
     match (rest, &method) {
         ("static/console.css", &Method::GET) => return Ok(asset("text/css", CSS)),
         ("static/console.js", &Method::GET) => return Ok(asset("text/javascript", JS)),
@@ -278,9 +284,10 @@ async fn route(state: &Arc<ApiState>, secure: bool, req: Request<Incoming>) -> O
         }
         return Ok(sign_in_page(secure, None, StatusCode::OK));
     };
-    if visitor.session.is_some() && acts(&method, req.headers()) {
+    if visitor.session.is_some() && (entry.upgrade || acts(&method, req.headers())) {
         require_own_origin(req.headers(), secure)?;
     }
+    authority::judge(state, &visitor.caller, entry, &params)?;
     let segments: Vec<String> = rest
         .split('/')
         .map(|s| {

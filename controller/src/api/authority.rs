@@ -293,6 +293,16 @@ pub fn judge(
     }
 }
 
+/// Whether `caller` may reach `project` through the preview listener ([`PREVIEW`]'s row).
+pub fn judge_preview(state: &ApiState, caller: &Caller, project: &str) -> Result<(), ApiError> {
+    judge(
+        state,
+        caller,
+        &PREVIEW[0],
+        &[("project", project.to_string())],
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

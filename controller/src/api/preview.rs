@@ -34,7 +34,7 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 use super::error::ApiError;
 use super::routes::{Outcome, Query, serialized};
 use super::server::{HANDSHAKE_DEADLINE, Slots, serve_http1};
-use super::{ApiState, Body, Caller, Transport, access};
+use super::{ApiState, Body, Caller, Transport, access, authority};
 use crate::inspect::reach::Unreached;
 use crate::preview::Previews;
 use crate::preview::tickets::{Grant, SESSION_TTL, TICKET_TTL};
@@ -175,7 +175,7 @@ async fn handle(
     let Some(caller) = credentials(state, previews, &project, &mut req, &host) else {
         return refused(Refusal::NotFound);
     };
-    if access::member_project(state, &caller, &name).is_err() {
+    if authority::judge_preview(state, &caller, &name).is_err() {
         return refused(Refusal::NotFound);
     }
     let upstream = match open_port(state, previews, &project, port).await {
@@ -291,7 +291,7 @@ fn exchange(
     let Some(caller) = grant_caller(state, &grant, project) else {
         return refused(Refusal::NotFound);
     };
-    if access::member_project(state, &caller, project.name()).is_err() {
+    if authority::judge_preview(state, &caller, project.name()).is_err() {
         return refused(Refusal::NotFound);
     }
     let rest: Vec<(String, String)> =

@@ -4,6 +4,7 @@
 
 mod support;
 
+use berth::api::authority;
 use serde_json::{Value, json};
 use support::daemon::{Daemon, TcpClient};
 
@@ -359,6 +360,328 @@ fn rows() -> Vec<Row> {
             ),
             &[("PUT", "/P/projects/solo/members/mia", "")],
         ),
+        Row {
+            expect: [200; 5],
+            ..row("metrics", "GET", "/metrics", "", [200; 3])
+        },
+        row("recent events", "GET", "/P/events", "", [200, 200, 200]),
+        row(
+            "what the reaper would do",
+            "GET",
+            "/P/reap",
+            "",
+            [200, 200, 200],
+        ),
+        row(
+            "mint a console sign-in token",
+            "POST",
+            "/P/uitokens",
+            "",
+            [403, 403, 201],
+        ),
+        row("list the trash", "GET", "/P/trash", "", [403, 403, 503]),
+        row(
+            "restore from the trash",
+            "POST",
+            "/P/trash/nope/restore",
+            "",
+            [403, 403, 503],
+        ),
+        row("get a user", "GET", "/P/users/mia", "", [403, 403, 200]),
+        row(
+            "replace a project",
+            "PUT",
+            "/P/projects/alpha",
+            r#"{"apiVersion":"berth.dev/v1alpha1","kind":"Project","metadata":{"name":"alpha"},"spec":{"brief":"put by {who}"}}"#,
+            [404, 403, 200],
+        ),
+        row(
+            "replace a missing project",
+            "PUT",
+            "/P/projects/put-{who}",
+            r#"{"apiVersion":"berth.dev/v1alpha1","kind":"Project","metadata":{"name":"put-{who}"},"spec":{}}"#,
+            [404, 404, 404],
+        ),
+        row(
+            "project tools",
+            "GET",
+            "/P/projects/alpha/tools",
+            "",
+            [404, 200, 200],
+        ),
+        row(
+            "project tool instructions",
+            "GET",
+            "/P/projects/alpha/tools/instructions",
+            "",
+            [404, 503, 503],
+        ),
+        row(
+            "call a project tool",
+            "POST",
+            "/P/projects/alpha/tools/nope",
+            "{}",
+            [404, 400, 400],
+        ),
+        row(
+            "cancel a tool execution",
+            "DELETE",
+            "/P/projects/alpha/tools/executions/nope",
+            "",
+            [404, 200, 200],
+        ),
+        row(
+            "runtime figures",
+            "GET",
+            "/P/projects/alpha/runtime",
+            "",
+            [404, 503, 503],
+        ),
+        row(
+            "exec without an upgrade",
+            "GET",
+            "/P/projects/alpha/exec?command=true",
+            "",
+            [404, 400, 400],
+        ),
+        row(
+            "exec",
+            "POST",
+            "/P/projects/alpha/exec",
+            r#"{"command":["true"]}"#,
+            [404, 503, 503],
+        ),
+        row(
+            "answer the agent",
+            "POST",
+            "/P/projects/alpha/answer",
+            r#"{"text":"yes"}"#,
+            [404, 503, 503],
+        ),
+        row(
+            "runner log",
+            "GET",
+            "/P/projects/alpha/logs",
+            "",
+            [404, 404, 404],
+        ),
+        row(
+            "runner log at an offset",
+            "GET",
+            "/P/projects/alpha/logs/0",
+            "",
+            [404, 404, 404],
+        ),
+        row(
+            "a preview ticket",
+            "POST",
+            "/P/projects/alpha/previewtickets",
+            r#"{"port":8000}"#,
+            [404, 201, 201],
+        ),
+        row(
+            "port-forward without an upgrade",
+            "GET",
+            "/P/projects/alpha/portforward?port=8000",
+            "",
+            [404, 400, 400],
+        ),
+        row(
+            "look again",
+            "POST",
+            "/P/projects/alpha/look",
+            "",
+            [404, 409, 409],
+        ),
+        row(
+            "get a member",
+            "GET",
+            "/P/projects/alpha/members/mia",
+            "",
+            [404, 200, 200],
+        ),
+        row(
+            "replace an agentprofile",
+            "PUT",
+            "/P/agentprofiles/shell",
+            r#"{"apiVersion":"berth.dev/v1alpha1","kind":"AgentProfile","metadata":{"name":"shell"},"spec":{"home":"/root/.shell","runner":{"command":["sh","-l"]},"install":{"check":"true"}}}"#,
+            [403, 403, 200],
+        ),
+        row(
+            "change an agentprofile",
+            "PATCH",
+            "/P/agentprofiles/shell",
+            r#"{"spec":{"install":{"check":"true "}}}"#,
+            [403, 403, 200],
+        ),
+        row(
+            "agentprofile status",
+            "GET",
+            "/P/agentprofiles/shell/status",
+            "",
+            [200, 200, 200],
+        ),
+        row(
+            "write agentprofile status over TCP",
+            "PUT",
+            "/P/agentprofiles/shell/status",
+            r#"{"status":{}}"#,
+            [403, 403, 403],
+        ),
+        row(
+            "agentprofile events",
+            "GET",
+            "/P/agentprofiles/shell/events",
+            "",
+            [200, 200, 200],
+        ),
+        with(
+            row(
+                "get a gitsource",
+                "GET",
+                "/P/gitsources/gs",
+                "",
+                [404, 404, 200],
+            ),
+            &[(
+                "POST",
+                "/P/gitsources",
+                r#"{"apiVersion":"berth.dev/v1alpha1","kind":"GitSource","metadata":{"name":"gs"},"spec":{"url":"https://git.example/fleet.git","ref":"main"}}"#,
+            )],
+        ),
+        with(
+            row(
+                "replace a gitsource",
+                "PUT",
+                "/P/gitsources/gs",
+                r#"{"apiVersion":"berth.dev/v1alpha1","kind":"GitSource","metadata":{"name":"gs"},"spec":{"url":"https://git.example/fleet.git","ref":"main"}}"#,
+                [403, 403, 200],
+            ),
+            &[(
+                "POST",
+                "/P/gitsources",
+                r#"{"apiVersion":"berth.dev/v1alpha1","kind":"GitSource","metadata":{"name":"gs"},"spec":{"url":"https://git.example/fleet.git","ref":"main"}}"#,
+            )],
+        ),
+        with(
+            row(
+                "change a gitsource",
+                "PATCH",
+                "/P/gitsources/gs",
+                r#"{"spec":{"ref":"main"}}"#,
+                [403, 403, 200],
+            ),
+            &[(
+                "POST",
+                "/P/gitsources",
+                r#"{"apiVersion":"berth.dev/v1alpha1","kind":"GitSource","metadata":{"name":"gs"},"spec":{"url":"https://git.example/fleet.git","ref":"main"}}"#,
+            )],
+        ),
+        with(
+            row(
+                "delete a gitsource",
+                "DELETE",
+                "/P/gitsources/gs",
+                "",
+                [403, 403, 200],
+            ),
+            &[(
+                "POST",
+                "/P/gitsources",
+                r#"{"apiVersion":"berth.dev/v1alpha1","kind":"GitSource","metadata":{"name":"gs"},"spec":{"url":"https://git.example/fleet.git","ref":"main"}}"#,
+            )],
+        ),
+        with(
+            row(
+                "gitsource status",
+                "GET",
+                "/P/gitsources/gs/status",
+                "",
+                [404, 404, 200],
+            ),
+            &[(
+                "POST",
+                "/P/gitsources",
+                r#"{"apiVersion":"berth.dev/v1alpha1","kind":"GitSource","metadata":{"name":"gs"},"spec":{"url":"https://git.example/fleet.git","ref":"main"}}"#,
+            )],
+        ),
+        with(
+            row(
+                "write gitsource status over TCP",
+                "PUT",
+                "/P/gitsources/gs/status",
+                r#"{"status":{}}"#,
+                [403, 403, 403],
+            ),
+            &[(
+                "POST",
+                "/P/gitsources",
+                r#"{"apiVersion":"berth.dev/v1alpha1","kind":"GitSource","metadata":{"name":"gs"},"spec":{"url":"https://git.example/fleet.git","ref":"main"}}"#,
+            )],
+        ),
+        with(
+            row(
+                "gitsource events",
+                "GET",
+                "/P/gitsources/gs/events",
+                "",
+                [404, 404, 200],
+            ),
+            &[(
+                "POST",
+                "/P/gitsources",
+                r#"{"apiVersion":"berth.dev/v1alpha1","kind":"GitSource","metadata":{"name":"gs"},"spec":{"url":"https://git.example/fleet.git","ref":"main"}}"#,
+            )],
+        ),
+        with(
+            row(
+                "gitsource credentials",
+                "GET",
+                "/P/gitsources/gs/secrets",
+                "",
+                [403, 403, 200],
+            ),
+            &[(
+                "POST",
+                "/P/gitsources",
+                r#"{"apiVersion":"berth.dev/v1alpha1","kind":"GitSource","metadata":{"name":"gs"},"spec":{"url":"https://git.example/fleet.git","ref":"main"}}"#,
+            )],
+        ),
+        with(
+            row(
+                "set a gitsource credential",
+                "PUT",
+                "/P/gitsources/gs/secrets/password",
+                r#"{"value":"v"}"#,
+                [403, 403, 200],
+            ),
+            &[(
+                "POST",
+                "/P/gitsources",
+                r#"{"apiVersion":"berth.dev/v1alpha1","kind":"GitSource","metadata":{"name":"gs"},"spec":{"url":"https://git.example/fleet.git","ref":"main"}}"#,
+            )],
+        ),
+        with(
+            row(
+                "delete a gitsource credential",
+                "DELETE",
+                "/P/gitsources/gs/secrets/password",
+                "",
+                [403, 403, 200],
+            ),
+            &[
+                (
+                    "POST",
+                    "/P/gitsources",
+                    r#"{"apiVersion":"berth.dev/v1alpha1","kind":"GitSource","metadata":{"name":"gs"},"spec":{"url":"https://git.example/fleet.git","ref":"main"}}"#,
+                ),
+                (
+                    "PUT",
+                    "/P/gitsources/gs/secrets/password",
+                    r#"{"value":"v"}"#,
+                ),
+            ],
+        ),
         row(
             "prune an applyset",
             "POST",
@@ -373,6 +696,28 @@ fn fill(template: &str, who: &str) -> String {
     template
         .replace("/P/", &format!("{P}/"))
         .replace("{who}", who)
+}
+
+/// The router's own table: a route added without a row here fails this test.
+#[test]
+fn every_route_of_the_router_has_a_row() {
+    let rows = rows();
+    let missing: Vec<String> = authority::ROUTES
+        .iter()
+        .filter(|route| {
+            !rows.iter().any(|row| {
+                let method = row.method.parse::<hyper::Method>().unwrap();
+                let path = fill(row.path, "who");
+                let path = path.split('?').next().unwrap_or_default();
+                authority::find(std::slice::from_ref(*route), &method, path).is_ok()
+            })
+        })
+        .map(|route| format!("{} {}", route.method, route.pattern))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "routes without a row in the access matrix: {missing:#?}"
+    );
 }
 
 #[test]

@@ -73,8 +73,14 @@ impl Browser {
     fn send(&mut self, method: &str, path: &str, extra: &[(&str, &str)], body: &str) -> Page {
         let mut stream = TcpStream::connect(&self.addr).expect("connect to the console");
         stream.set_read_timeout(Some(DEADLINE)).unwrap();
+        // A browser names the page's origin on every write; this page is the console's own.
+        let origin = if extra.iter().any(|(k, _)| k.eq_ignore_ascii_case("origin")) {
+            String::new()
+        } else {
+            format!("Origin: http://{}\r\n", self.addr)
+        };
         let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\n{origin}Connection: close\r\nContent-Length: {}\r\n",
             self.addr,
             body.len()
         );

@@ -190,6 +190,9 @@ pub enum ClientError {
     TokenFile { path: PathBuf, reason: String },
     #[error("--token and --token-file (or BERTH_TOKEN and BERTH_TOKEN_FILE) are both set; use one")]
     TwoTokens,
+    /// The socket's directory is another user's or writable by others: nothing is sent.
+    #[error("refusing the berth server at {}: {reason}", path.display())]
+    UnsafeSocket { path: PathBuf, reason: String },
 }
 
 impl ClientError {
@@ -260,6 +263,12 @@ impl Client {
         if let Some(pem) = ca_pem {
             let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(ClientError::Build)?;
             builder = builder.tls_certs_only(certs);
+        }
+        if let Server::Unix(path) = &server {
+            crate::config::check_socket_dir(path).map_err(|reason| ClientError::UnsafeSocket {
+                path: path.clone(),
+                reason,
+            })?;
         }
         let (builder, base) = match &server {
             Server::Unix(path) => (

@@ -453,6 +453,41 @@ pub fn default_socket_path() -> PathBuf {
     }
 }
 
+/// Refuses a unix socket whose directory another local user could have made or could change:
+/// the directory must belong to this user (or root) and be writable by no one else. Whoever
+/// controls it can put their own socket there, and a client would hand them its requests.
+/// Both `berth serve` and the CLI ask before using a socket.
+pub fn check_socket_dir(socket: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = match socket.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let meta = match std::fs::metadata(dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("socket directory {}: {e}", dir.display())),
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(format!(
+            "socket directory {} belongs to uid {}, not to you (uid {me}): another user may have \
+             made it to catch berth's requests; remove it, or set XDG_RUNTIME_DIR",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "socket directory {} is writable by others (mode {mode:04o}): anyone could swap the \
+             socket; make it 0700 or 0755, or set XDG_RUNTIME_DIR",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
 fn non_empty_env(key: &str) -> Option<String> {
     std::env::var(key).ok().filter(|v| !v.is_empty())
 }

@@ -19,9 +19,10 @@ use super::{ApiState, Caller, Transport};
 use crate::admission::{Admitter, Refusal};
 use crate::store::{Desired, Store, StoredObject};
 
-/// Paths the TCP listener serves without a token: they hold no secrets and no project names.
+/// Paths the TCP listener serves without a token: they hold no secrets and no project names
+/// (the routes [`super::authority::ROUTES`] marks public).
 pub fn is_public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/livez" | "/readyz" | "/metrics")
+    super::authority::is_public(&hyper::Method::GET, path)
 }
 
 pub fn unauthorized(message: impl Into<String>) -> ApiError {

@@ -3,6 +3,7 @@
 
 pub mod access;
 mod attach;
+pub mod authority;
 mod body;
 mod containers;
 pub mod error;

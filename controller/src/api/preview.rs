@@ -34,7 +34,7 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 use super::error::ApiError;
 use super::routes::{Outcome, Query, serialized};
 use super::server::{HANDSHAKE_DEADLINE, Slots, serve_http1};
-use super::{ApiState, Body, Caller, Transport, access};
+use super::{ApiState, Body, Caller, Transport, access, authority};
 use crate::inspect::reach::Unreached;
 use crate::preview::Previews;
 use crate::preview::tickets::{Grant, SESSION_TTL, TICKET_TTL};
@@ -175,7 +175,7 @@ async fn handle(
     let Some(caller) = credentials(state, previews, &project, &mut req, &host) else {
         return refused(Refusal::NotFound);
     };
-    if access::member_project(state, &caller, &name).is_err() {
+    if authority::judge_preview(state, &caller, &name).is_err() {
         return refused(Refusal::NotFound);
     }
     let upstream = match open_port(state, previews, &project, port).await {
@@ -196,7 +196,10 @@ async fn handle(
 }
 
 /// The caller of a request with a valid bearer token or a live session cookie for `host`, each
-/// for this very project; the credential is taken out of the request before it goes on.
+/// for this very project. Berth's own credentials never reach the container, whichever of them
+/// let the request in: the preview cookie is always taken out, and so is an `Authorization`
+/// header carrying a berth token (valid or not, known by its prefix; another bearer token may be
+/// the application's own, and goes on untouched).
 fn credentials(
     state: &ApiState,
     previews: &Previews,
@@ -205,25 +208,33 @@ fn credentials(
     host: &str,
 ) -> Option<Caller> {
     let headers = req.headers_mut();
-    // A bearer token berth does not know may be the application's own: it goes on untouched.
     let token = crate::auth::bearer(headers.get(AUTHORIZATION).and_then(|h| h.to_str().ok()))
         .map(str::to_string);
-    if let Some(token) = token
-        && let Ok(Some(user)) = crate::auth::authenticate(&state.store, &token)
-    {
-        headers.remove(AUTHORIZATION);
-        return Some(Caller {
-            identity: user.name,
-            transport: Transport::Tcp,
-            admin: user.admin,
-        });
-    }
+    let user = match token {
+        Some(token) => {
+            let user = crate::auth::authenticate(&state.store, &token)
+                .ok()
+                .flatten();
+            if user.is_some() || token.starts_with(crate::auth::TOKEN_PREFIX) {
+                headers.remove(AUTHORIZATION);
+            }
+            user
+        }
+        None => None,
+    };
     let (session, others) = take_cookie(headers.get_all(COOKIE).iter());
     headers.remove(COOKIE);
     if !others.is_empty()
         && let Ok(value) = HeaderValue::from_str(&others)
     {
         headers.insert(COOKIE, value);
+    }
+    if let Some(user) = user {
+        return Some(Caller {
+            identity: user.name,
+            transport: Transport::Tcp,
+            admin: user.admin,
+        });
     }
     let grant = previews.tickets.session(&session?, host)?;
     grant_caller(state, &grant, project)
@@ -280,7 +291,7 @@ fn exchange(
     let Some(caller) = grant_caller(state, &grant, project) else {
         return refused(Refusal::NotFound);
     };
-    if access::member_project(state, &caller, project.name()).is_err() {
+    if authority::judge_preview(state, &caller, project.name()).is_err() {
         return refused(Refusal::NotFound);
     }
     let rest: Vec<(String, String)> =

@@ -22,8 +22,8 @@ use super::merge_patch;
 use super::selector::LabelSelector;
 use super::watch;
 use super::{
-    ApiState, Body, Caller, Transport, attach, containers, members, preview, probes, secrets,
-    tools, trash, ui, users,
+    ApiState, Body, Caller, Transport, attach, authority, containers, members, preview, probes,
+    secrets, tools, trash, ui, users,
 };
 use crate::store::{
     Action, AppliedSet, Commit, Deletion, Expected, FieldManager, StatusWrite, StoredObject,
@@ -47,7 +47,7 @@ pub async fn handle(
         return ui::handle(state, caller.transport, req).await;
     }
     let authenticated =
-        if caller.transport == Transport::Tcp && !access::is_public(path.trim_end_matches('/')) {
+        if caller.transport == Transport::Tcp && !authority::is_public(&method, &path) {
             access::authenticate_tcp(&state, req.headers())
         } else {
             Ok(caller)
@@ -65,7 +65,8 @@ pub async fn handle(
     }
 }
 
-/// Serves `req` for a caller already known: the console's calls on behalf of its sessions.
+/// Serves `req` for a caller already known (the console's calls on behalf of its sessions
+/// too): the route's authority judged first ([`authority::admit`]), then its handler.
 pub(super) async fn handle_as(
     state: &Arc<ApiState>,
     caller: &Caller,
@@ -73,7 +74,10 @@ pub(super) async fn handle_as(
 ) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let routed = route(state, caller, req).await;
+    let routed = match authority::admit(state, caller, &method, &path) {
+        Ok(()) => route(state, caller, req).await,
+        Err(refused) => Err(refused),
+    };
     respond(caller, &method, &path, routed)
 }
 

@@ -38,6 +38,8 @@ content-type: text/plain\r\ncontent-length: 33\r\n\r\ntoo many connections; retr
 pub enum ListenError {
     #[error("{}: another berth is already serving on this socket", path.display())]
     SocketInUse { path: PathBuf },
+    #[error("listen.socket {}: {reason}", path.display())]
+    UnsafeSocket { path: PathBuf, reason: String },
     #[error("{}: {source}", path.display())]
     Socket {
         path: PathBuf,
@@ -217,6 +219,10 @@ pub async fn bind_unix(path: &Path) -> Result<UnixListener, ListenError> {
             .create(parent)
             .map_err(socket_err)?;
     }
+    crate::config::check_socket_dir(path).map_err(|reason| ListenError::UnsafeSocket {
+        path: path.to_path_buf(),
+        reason,
+    })?;
     if path.exists() {
         let answered =
             tokio::time::timeout(Duration::from_secs(2), UnixStream::connect(path)).await;

@@ -4,8 +4,13 @@
 //! Who is calling comes from the console's own session cookie (set by signing in with a berth
 //! token, or with a one-time token `berth ui` asks the daemon for) or an `Authorization:
 //! Bearer` header, on either listener: a request through `berth ui`'s loopback port arrives on
-//! the unix socket, and whoever merely connects there is not the local admin. Every form
-//! carries the session's CSRF token, checked on every POST. Every read and write goes through
+//! the unix socket, and whoever merely connects there is not the local admin. A request the
+//! session cookie carries that writes or upgrades to a websocket (`exec`, `portforward` under
+//! `/ui/api/`) must come from the console's own origin (the `Origin` header names this very
+//! scheme, host and port: cookies are not scoped by port, so a page another loopback port
+//! serves is same-site with the console) and carry the session's CSRF token (a form field, an
+//! `X-CSRF-Token` header, or a `csrf` query parameter on an upgrade, which a browser's
+//! websocket cannot give headers). Every read and write goes through
 //! the API in process ([`internal`]) as the signed-in caller, so a page shows and does exactly
 //! what the API allows that caller: a non-member reads the API's 404 for another's project.
 
@@ -22,11 +27,13 @@ use chrono::Utc;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{
-    AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderValue, LOCATION, SET_COOKIE,
+    AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, HOST, HeaderMap, HeaderValue, LOCATION, ORIGIN,
+    SET_COOKIE, UPGRADE,
 };
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 
+use super::authority::{self, Miss};
 use super::error::ApiError;
 use super::routes::{Outcome, Query, serialized};
 use super::{ApiState, Body, Caller, Transport, access};
@@ -38,6 +45,8 @@ pub use sessions::{Principal, Sessions};
 
 /// The console's session cookie.
 const COOKIE: &str = "berth-console";
+/// The query parameter that carries the session's CSRF token on a websocket upgrade.
+const CSRF_PARAM: &str = "csrf";
 /// The cookie the sign-in form's CSRF token is checked against before there is a session.
 const SIGN_IN_COOKIE: &str = "berth-console-signin";
 /// The most a form may hold.
@@ -192,6 +201,52 @@ fn visitor(state: &ApiState, headers: &HeaderMap) -> Result<Option<Visitor>, Api
     Ok(None)
 }
 
+/// Whether the request's `Origin` is the console's own: the scheme this listener speaks and
+/// the host and port the browser addressed (its `Host`), default ports made explicit.
+fn from_own_origin(headers: &HeaderMap, secure: bool) -> bool {
+    let scheme = if secure { "https" } else { "http" };
+    let (Some(origin), Some(host)) = (
+        headers.get(ORIGIN).and_then(|v| v.to_str().ok()),
+        headers.get(HOST).and_then(|v| v.to_str().ok()),
+    ) else {
+        return false;
+    };
+    let (Ok(origin), Ok(own)) = (
+        url::Url::parse(origin),
+        url::Url::parse(&format!("{scheme}://{host}")),
+    ) else {
+        return false;
+    };
+    let place = |u: &url::Url| {
+        (
+            u.scheme().to_string(),
+            u.host_str().map(str::to_ascii_lowercase),
+            u.port_or_known_default(),
+        )
+    };
+    own.path() == "/" && place(&origin) == place(&own)
+}
+
+/// A request that writes (any method but GET and HEAD) or upgrades the connection.
+fn acts(method: &Method, headers: &HeaderMap) -> bool {
+    (method != Method::GET && method != Method::HEAD) || headers.contains_key(UPGRADE)
+}
+
+/// A request a cookie carries that acts must come from the console's own page.
+fn require_own_origin(headers: &HeaderMap, secure: bool) -> Result<(), ApiError> {
+    if from_own_origin(headers, secure) {
+        return Ok(());
+    }
+    let sent = headers
+        .get(ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("none");
+    Err(ApiError::forbidden(format!(
+        "Origin: {sent} is not this console's own; a request carried by the console's cookie \
+         that writes or opens a websocket must come from the console's own page"
+    )))
+}
+
 async fn route(state: &Arc<ApiState>, secure: bool, req: Request<Incoming>) -> Outcome {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
@@ -200,6 +255,11 @@ async fn route(state: &Arc<ApiState>, secure: bool, req: Request<Incoming>) -> O
         return Ok(redirect("/ui/"));
     }
     let rest = path.trim_start_matches("/ui/");
+    let (entry, params) =
+        authority::find(authority::CONSOLE, &method, &path).map_err(|miss| match miss {
+            Miss::NotFound => ApiError::not_found(format!("no console page {path}")),
+            Miss::Method => ApiError::method_not_allowed(&method, &path),
+        })?;
     match (rest, &method) {
         ("static/console.css", &Method::GET) => return Ok(asset("text/css", CSS)),
         ("static/console.js", &Method::GET) => return Ok(asset("text/javascript", JS)),
@@ -210,7 +270,10 @@ async fn route(state: &Arc<ApiState>, secure: bool, req: Request<Incoming>) -> O
                 query.get("token").unwrap_or_default(),
             ));
         }
-        ("signin", &Method::POST) => return sign_in(state, secure, req).await,
+        ("signin", &Method::POST) => {
+            require_own_origin(req.headers(), secure)?;
+            return sign_in(state, secure, req).await;
+        }
         _ => {}
     }
     let Some(visitor) = visitor(state, req.headers())? else {
@@ -221,6 +284,10 @@ async fn route(state: &Arc<ApiState>, secure: bool, req: Request<Incoming>) -> O
         }
         return Ok(sign_in_page(secure, None, StatusCode::OK));
     };
+    if visitor.session.is_some() && (entry.upgrade || acts(&method, req.headers())) {
+        require_own_origin(req.headers(), secure)?;
+    }
+    authority::judge(state, &visitor.caller, entry, &params)?;
     let segments: Vec<String> = rest
         .split('/')
         .map(|s| {
@@ -694,30 +761,53 @@ async fn preview(state: &Arc<ApiState>, visitor: &Visitor, name: &str, port: &st
 }
 
 /// `/ui/api/<API path>`: the API itself for the console's JSON calls, as the signed-in caller
-/// (a write from a session needs its CSRF token in `X-CSRF-Token`) or a bearer token's user.
+/// or a bearer token's user. A write or an upgrade from a session (its origin already checked)
+/// needs the session's CSRF token, in `X-CSRF-Token` or, on an upgrade, the `csrf` query
+/// parameter, which is taken out before the API sees the query.
 async fn passthrough(state: &Arc<ApiState>, visitor: &Visitor, req: Request<Incoming>) -> Outcome {
-    if req.method() != Method::GET
-        && let Some(session) = &visitor.session
-        && !session.check_csrf(
-            req.headers()
-                .get("x-csrf-token")
-                .and_then(|v| v.to_str().ok()),
-        )
+    let (mut parts, body) = req.into_parts();
+    let (in_query, inner) = without_csrf_param(&parts.uri);
+    let token = parts
+        .headers
+        .get("x-csrf-token")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or(in_query);
+    if let Some(session) = &visitor.session
+        && acts(&parts.method, &parts.headers)
+        && !session.check_csrf(token.as_deref())
     {
         return Err(ApiError::forbidden(
-            "X-CSRF-Token: a write from a console session carries the session's CSRF token",
+            "X-CSRF-Token: a write or websocket from a console session carries the session's \
+             CSRF token (the X-CSRF-Token header, or the csrf query parameter on an upgrade)",
         ));
     }
-    let (mut parts, body) = req.into_parts();
-    let inner = parts
-        .uri
-        .path_and_query()
-        .map(|pq| pq.as_str())
-        .unwrap_or_default()
-        .trim_start_matches("/ui/api")
-        .to_string();
     parts.uri = inner
         .parse()
         .map_err(|_| ApiError::bad_request(format!("{inner}: not a path")))?;
     Ok(super::routes::handle_as(state, &visitor.caller, Request::from_parts(parts, body)).await)
+}
+
+/// The `csrf` query parameter, and the API path and query the passthrough sends on: the
+/// request's own under `/ui/api`, less that parameter.
+fn without_csrf_param(uri: &hyper::Uri) -> (Option<String>, String) {
+    let path = uri.path().trim_start_matches("/ui/api").to_string();
+    let Some(query) = uri.query() else {
+        return (None, path);
+    };
+    let mut token = None;
+    let mut kept = url::form_urlencoded::Serializer::new(String::new());
+    for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        if key == CSRF_PARAM {
+            token.get_or_insert(value.into_owned());
+        } else {
+            kept.append_pair(&key, &value);
+        }
+    }
+    let inner = match (&token, kept.finish()) {
+        (None, _) => format!("{path}?{query}"),
+        (Some(_), kept) if kept.is_empty() => path,
+        (Some(_), kept) => format!("{path}?{kept}"),
+    };
+    (token, inner)
 }

@@ -106,10 +106,11 @@ impl Refusal {
         match self {
             Refusal::Invalid(causes) => ApiError::invalid(kind, name, causes),
             Refusal::ServerOwned(causes) => {
-                let summary: Vec<String> = causes.iter().map(Cause::to_string).collect();
+                let causes = super::error::bounded(causes);
+                let summary = super::error::summary(&causes);
                 let error = ApiError {
                     causes,
-                    ..ApiError::bad_request(summary.join("; "))
+                    ..ApiError::bad_request(summary)
                 };
                 match kind {
                     Some(kind) => error.with_object(kind, name.unwrap_or_default()),

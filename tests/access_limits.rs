@@ -1,8 +1,14 @@
-//! Limits that keep one caller from exhausting the daemon for everyone, end to end against a
-//! real `berth serve` with a TCP listener: the memory one apply body may cost and the size of
-//! the errors it is answered with.
+//! Limits that keep one caller from exhausting the daemon for everyone, and revocation that
+//! reaches what a removed user left open, end to end against a real `berth serve` with a TCP
+//! listener: the memory one apply body may cost and the size of the errors it is answered
+//! with; console sessions bound to the user (not the name), capped per user, sign-ins limited.
 
 mod support;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
 
 use serde_json::Value;
 use support::daemon::{Daemon, TcpClient};
@@ -128,4 +134,134 @@ fn apply_bodies_cost_bounded_memory_and_bounded_errors() {
     assert_eq!(tcp.get(&format!("{API}/projects")).status, 200);
     let grew = peak_rss_bytes(&daemon).saturating_sub(idle);
     assert!(grew < 256 << 20, "the daemon grew by {} MiB", grew >> 20);
+}
+
+/// A browser as far as the console can tell: a cookie jar, one connection per request.
+struct Browser {
+    addr: String,
+    cookies: BTreeMap<String, String>,
+}
+
+impl Browser {
+    fn new(addr: &str) -> Browser {
+        Browser {
+            addr: addr.to_string(),
+            cookies: BTreeMap::new(),
+        }
+    }
+
+    /// The status and body of one request.
+    fn send(&mut self, method: &str, path: &str, body: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(&self.addr).expect("connect to the console");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let jar: Vec<String> = self
+            .cookies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\
+             Cookie: {}\r\n\r\n{body}",
+            self.addr,
+            body.len(),
+            jar.join("; ")
+        );
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).unwrap();
+        let raw = String::from_utf8_lossy(&raw).into_owned();
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+        for line in head.lines() {
+            let Some((name, value)) = line.split_once(':') else {
+                continue;
+            };
+            if !name.eq_ignore_ascii_case("set-cookie") {
+                continue;
+            }
+            let pair = value.trim().split(';').next().unwrap_or_default();
+            if let Some((k, v)) = pair.split_once('=') {
+                if v.is_empty() || value.contains("Max-Age=0") {
+                    self.cookies.remove(k);
+                } else {
+                    self.cookies.insert(k.to_string(), v.to_string());
+                }
+            }
+        }
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        (status, body.to_string())
+    }
+
+    /// Signs in with `token` through the sign-in form: the answer's status.
+    fn sign_in(&mut self, token: &str) -> u16 {
+        let (status, form) = self.send("GET", "/ui/", "");
+        assert_eq!(status, 200, "{form}");
+        let at = form.find("name=\"csrf\" value=\"").expect("a CSRF field") + 19;
+        let csrf = form[at..].split('"').next().unwrap().to_string();
+        self.send("POST", "/ui/signin", &format!("csrf={csrf}&token={token}"))
+            .0
+    }
+
+    /// Who the console says is signed in, if anyone.
+    fn signed_in_as(&mut self) -> Option<String> {
+        let (_, page) = self.send("GET", "/ui/", "");
+        let at = page.find("Signed in as <strong>")? + 21;
+        Some(page[at..].split('<').next()?.to_string())
+    }
+}
+
+#[test]
+fn a_console_session_ends_with_its_user_even_when_the_name_returns() {
+    let daemon = Daemon::start_with(&["--listen", "127.0.0.1:0"]);
+    let addr = daemon.tcp_addr();
+    let token = daemon.add_user("mallory", false);
+    let mut browser = Browser::new(&addr);
+    assert_eq!(browser.sign_in(&token), 303);
+    assert_eq!(browser.signed_in_as().as_deref(), Some("mallory"));
+
+    // Removed, and before the old cookie is used again, the name is given to an admin.
+    let reply = daemon.client().delete(&format!("{API}/users/mallory"));
+    assert!(reply.status < 300, "{}", reply.text());
+    daemon.add_user("mallory", true);
+    assert_eq!(
+        browser.signed_in_as(),
+        None,
+        "the old session is not the new user's"
+    );
+}
+
+#[test]
+fn one_users_sign_ins_never_sign_another_out() {
+    let daemon = Daemon::start_with(&["--listen", "127.0.0.1:0"]);
+    let addr = daemon.tcp_addr();
+    let victim = daemon.add_user("victim", false);
+    let flood = daemon.add_user("flood", false);
+    let mut signed = Browser::new(&addr);
+    assert_eq!(signed.sign_in(&victim), 303);
+
+    // More sign-ins than the console keeps sessions, all with one token. Past the rate limit
+    // they are refused; none of them signs the victim out.
+    let mut statuses = BTreeMap::new();
+    for _ in 0..4_100 {
+        let status = Browser::new(&addr).sign_in(&flood);
+        *statuses.entry(status).or_insert(0) += 1;
+        if status == 429 && statuses[&429] >= 50 {
+            break;
+        }
+    }
+    assert!(
+        statuses.keys().all(|s| matches!(s, 303 | 429)),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        signed.signed_in_as().as_deref(),
+        Some("victim"),
+        "{statuses:?}"
+    );
 }

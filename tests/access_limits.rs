@@ -265,3 +265,81 @@ fn one_users_sign_ins_never_sign_another_out() {
         "{statuses:?}"
     );
 }
+
+/// What a watch over plain TCP sent after its headers: each event, until the stream ended or
+/// `until` returns true for an event.
+fn watch_events(
+    addr: &str,
+    path: &str,
+    token: &str,
+    mut until: impl FnMut(&Value) -> bool,
+    opened: impl FnOnce(),
+) -> (Vec<Value>, bool) {
+    use std::io::BufRead;
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .unwrap();
+    let mut reader = std::io::BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.contains(" 200 "), "{line}");
+    while line.trim() != "" || line.is_empty() {
+        line.clear();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+    }
+    opened();
+    let mut events = Vec::new();
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) => return (events, true),
+            Ok(_) if line.trim_start().starts_with('{') => {
+                let event: Value = serde_json::from_str(line.trim()).expect("a JSON event");
+                let done = until(&event);
+                events.push(event);
+                if done {
+                    return (events, false);
+                }
+            }
+            Ok(_) => {}
+            // Still open and silent at the read deadline.
+            Err(_) => return (events, false),
+        }
+    }
+}
+
+#[test]
+fn an_open_watch_ends_when_its_user_is_removed() {
+    let daemon = Daemon::start_with(&["--listen", "127.0.0.1:0"]);
+    let addr = daemon.tcp_addr();
+    let boss = daemon.add_user("boss", true);
+    let local = daemon.client();
+    let (events, ended) = watch_events(
+        &addr,
+        &format!("{API}/projects?watch=true"),
+        &boss,
+        |event| event["type"] == "ERROR",
+        || {
+            let reply = local.delete(&format!("{API}/users/boss"));
+            assert!(reply.status < 300, "{}", reply.text());
+            // The name given to someone else at once changes nothing for the stream.
+            daemon.add_user("boss", true);
+        },
+    );
+    let last = events.last().cloned().unwrap_or_default();
+    assert!(
+        ended || last["type"] == "ERROR",
+        "the watch of a removed admin still streams: {events:?}"
+    );
+    if last["type"] == "ERROR" {
+        assert_eq!(last["object"]["code"], 401, "{last}");
+    }
+}

@@ -306,6 +306,7 @@ async fn resource(
     match (tail, &method) {
         ([], &Method::GET) if query.flag("watch")? => Ok(watch::stream(
             state,
+            caller,
             kind,
             query.selector()?,
             None,
@@ -318,6 +319,7 @@ async fn resource(
             may_read(state, caller, kind, name)?;
             Ok(watch::stream(
                 state,
+                caller,
                 kind,
                 query.selector()?,
                 Some(name.to_string()),

@@ -343,3 +343,36 @@ fn an_open_watch_ends_when_its_user_is_removed() {
         assert_eq!(last["object"]["code"], 401, "{last}");
     }
 }
+
+#[test]
+fn idle_connections_without_a_token_never_lock_out_a_user() {
+    const CAP: usize = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("berth.yaml");
+    std::fs::write(&config, format!("listen: {{maxConnections: {CAP}}}\n")).unwrap();
+    let daemon = Daemon::start_with(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let addr = daemon.tcp_addr();
+    let token = daemon.add_user("patient", false);
+    let tcp = TcpClient::new(&addr, Some(&token), None);
+    assert_eq!(tcp.get(&format!("{API}/projects")).status, 200);
+
+    // Twice the cap in connections that never send a byte, all held open by this process.
+    let idle: Vec<TcpStream> = (0..2 * CAP)
+        .map(|_| TcpStream::connect(&addr).expect("connect to the daemon"))
+        .collect();
+    // Each request below comes on a new connection, after all the idle ones were accepted or
+    // refused; a user with a token is served, again and again.
+    for _ in 0..5 {
+        let reply = tcp.get(&format!("{API}/projects"));
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    // Unauthenticated requests still get answers of their own.
+    let anonymous = tcp.with_token(None);
+    assert_eq!(anonymous.get("/healthz").status, 200);
+    drop(idle);
+}

@@ -30,6 +30,13 @@ pub(super) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 /// How long a client may take to send a request's headers, also between the requests of a
 /// kept-alive connection: an idle or trickling client frees its slot after this.
 pub const HEADER_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a TCP connection may stay open without a request that shows a valid token (or
+/// console session): idle and anonymous clients free their place soon.
+pub const UNAUTHENTICATED_DEADLINE: Duration = Duration::from_secs(5);
+/// The share of `listen.maxConnections` that connections yet to show a token may hold, as a
+/// divisor: past it the oldest of them is closed to make room. Anonymous clients can so never
+/// hold the slots that users with a token need.
+const UNAUTHENTICATED_SHARE: usize = 8;
 /// What a plain-HTTP client past the connection cap reads before its connection is closed.
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n\
 content-type: text/plain\r\ncontent-length: 33\r\n\r\ntoo many connections; retry later\n";
@@ -138,6 +145,107 @@ impl Drop for Slot {
                 .get_or_create(&self.slots.labels())
                 .dec();
         }
+    }
+}
+
+/// The TCP connections of one listener that have not yet shown a valid token, oldest first.
+#[derive(Clone)]
+struct Unproven {
+    open: Arc<std::sync::Mutex<UnprovenList>>,
+    share: usize,
+}
+
+#[derive(Default)]
+struct UnprovenList {
+    next: u64,
+    open: std::collections::VecDeque<(u64, CancellationToken)>,
+}
+
+impl Unproven {
+    fn new(max_connections: usize) -> Unproven {
+        Unproven {
+            open: Arc::default(),
+            share: (max_connections / UNAUTHENTICATED_SHARE).max(1),
+        }
+    }
+
+    /// Registers a new connection, closing the oldest unproven one when the share is full.
+    fn admit(&self) -> Probation {
+        let mut list = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        while list.open.len() >= self.share {
+            let Some((_, oldest)) = list.open.pop_front() else {
+                break;
+            };
+            oldest.cancel();
+        }
+        list.next += 1;
+        let id = list.next;
+        let closed = CancellationToken::new();
+        list.open.push_back((id, closed.clone()));
+        Probation {
+            id,
+            closed,
+            proven: std::sync::atomic::AtomicBool::new(false),
+            unproven: self.clone(),
+        }
+    }
+
+    fn forget(&self, id: u64) {
+        let mut list = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        list.open.retain(|(open, _)| *open != id);
+    }
+}
+
+/// A TCP connection until it shows a valid token: closed at [`UNAUTHENTICATED_DEADLINE`], or
+/// earlier to make room for a newer connection.
+struct Probation {
+    id: u64,
+    closed: CancellationToken,
+    proven: std::sync::atomic::AtomicBool,
+    unproven: Unproven,
+}
+
+impl Probation {
+    fn is_proven(&self) -> bool {
+        self.proven.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn prove(&self) {
+        if !self.proven.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            self.unproven.forget(self.id);
+        }
+    }
+
+    /// Resolves when the connection is to be closed for never proving itself.
+    async fn expired(&self) {
+        tokio::select! {
+            _ = self.closed.cancelled() => {}
+            _ = tokio::time::sleep(UNAUTHENTICATED_DEADLINE) => {
+                if self.is_proven() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Probation {
+    fn drop(&mut self) {
+        if !self.is_proven() {
+            self.unproven.forget(self.id);
+        }
+    }
+}
+
+/// Whether a TCP request shows who sent it: a valid bearer token or a live console session.
+fn proves_itself(state: &ApiState, req: &Request<Incoming>) -> bool {
+    let header = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match crate::auth::bearer(header) {
+        Some(token) => matches!(crate::auth::authenticate(&state.store, token), Ok(Some(_))),
+        None => super::ui::has_session(state, req.headers()),
     }
 }
 
@@ -290,7 +398,14 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
             false,
             move |stream: UnixStream, _, slot| {
                 let caller = Caller::local(unix_identity(&stream));
-                spawn_connection(Arc::clone(&state), caller, stream, slot, alive.clone());
+                spawn_connection(
+                    Arc::clone(&state),
+                    caller,
+                    stream,
+                    slot,
+                    None,
+                    alive.clone(),
+                );
             },
         ))
     };
@@ -299,6 +414,7 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
         let state = Arc::clone(&state);
         let alive = alive.clone();
         let slots = Slots::new("tcp", max, listeners.metrics.clone());
+        let unproven = Unproven::new(max);
         let refusal_is_tls = tls.is_some();
         tokio::spawn(accept_loop(
             Arc::clone(&state),
@@ -313,16 +429,23 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
                     transport: Transport::Tcp,
                     admin: false,
                 };
+                let probation = unproven.admit();
                 match &tls {
-                    None => {
-                        spawn_connection(Arc::clone(&state), caller, stream, slot, alive.clone())
-                    }
+                    None => spawn_connection(
+                        Arc::clone(&state),
+                        caller,
+                        stream,
+                        slot,
+                        Some(probation),
+                        alive.clone(),
+                    ),
                     Some(acceptor) => spawn_tls_connection(
                         Arc::clone(&state),
                         caller,
                         acceptor.clone(),
                         stream,
                         slot,
+                        probation,
                         alive.clone(),
                     ),
                 }
@@ -411,11 +534,16 @@ fn spawn_tls_connection(
     acceptor: TlsAcceptor,
     stream: tokio::net::TcpStream,
     slot: Slot,
+    probation: Probation,
     alive: mpsc::Sender<()>,
 ) {
     tokio::spawn(async move {
-        match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream)).await {
-            Ok(Ok(tls)) => spawn_connection(state, caller, tls, slot, alive),
+        let handshake = tokio::select! {
+            handshake = tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream)) => handshake,
+            () = probation.expired() => return,
+        };
+        match handshake {
+            Ok(Ok(tls)) => spawn_connection(state, caller, tls, slot, Some(probation), alive),
             Ok(Err(err)) => {
                 tracing::debug!(peer = %caller.identity, error = %err, "TLS handshake failed")
             }
@@ -429,6 +557,7 @@ fn spawn_connection<S>(
     caller: Caller,
     stream: S,
     slot: Slot,
+    probation: Option<Probation>,
     alive: mpsc::Sender<()>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -437,10 +566,26 @@ fn spawn_connection<S>(
         let _alive = alive;
         let _slot = slot;
         let shutdown = state.shutdown.clone();
-        serve_http1(stream, shutdown, "connection", move |req| {
+        let probation = probation.map(Arc::new);
+        let on_probation = probation.clone();
+        let served = serve_http1(stream, shutdown, "connection", move |req| {
+            if let Some(probation) = &on_probation
+                && !probation.is_proven()
+                && proves_itself(&state, &req)
+            {
+                probation.prove();
+            }
             routes::handle(Arc::clone(&state), caller.clone(), req)
-        })
-        .await;
+        });
+        match probation {
+            None => served.await,
+            Some(probation) => tokio::select! {
+                () = served => {}
+                () = probation.expired() => {
+                    tracing::debug!("closed a connection that showed no token in time");
+                }
+            },
+        }
     });
 }
 

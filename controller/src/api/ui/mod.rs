@@ -147,6 +147,11 @@ impl Visitor {
     }
 }
 
+/// Whether a request carries the cookie of a live console session.
+pub(super) fn has_session(state: &ApiState, headers: &HeaderMap) -> bool {
+    cookie(headers, COOKIE).is_some_and(|value| state.console.sessions.get(value).is_some())
+}
+
 fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(hyper::header::COOKIE)

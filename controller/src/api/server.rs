@@ -155,10 +155,12 @@ struct Unproven {
     share: usize,
 }
 
+/// Each unproven connection's slot is held here, not by the connection: closing one to make
+/// room gives its slot back at once, before its task has even woken up.
 #[derive(Default)]
 struct UnprovenList {
     next: u64,
-    open: std::collections::VecDeque<(u64, CancellationToken)>,
+    open: std::collections::VecDeque<(u64, CancellationToken, Slot)>,
 }
 
 impl Unproven {
@@ -169,30 +171,48 @@ impl Unproven {
         }
     }
 
-    /// Registers a new connection, closing the oldest unproven one when the share is full.
-    fn admit(&self) -> Probation {
+    /// Registers a new connection with its slot, closing the oldest unproven one when the
+    /// share is full.
+    fn admit(&self, slot: Slot) -> Probation {
         let mut list = self.open.lock().unwrap_or_else(|e| e.into_inner());
         while list.open.len() >= self.share {
-            let Some((_, oldest)) = list.open.pop_front() else {
+            if !Self::close_oldest(&mut list) {
                 break;
-            };
-            oldest.cancel();
+            }
         }
         list.next += 1;
         let id = list.next;
         let closed = CancellationToken::new();
-        list.open.push_back((id, closed.clone()));
+        list.open.push_back((id, closed.clone(), slot));
         Probation {
             id,
             closed,
+            kept: std::sync::Mutex::new(None),
             proven: std::sync::atomic::AtomicBool::new(false),
             unproven: self.clone(),
         }
     }
 
-    fn forget(&self, id: u64) {
+    /// Closes the oldest unproven connection, giving its slot back; false when there is none.
+    fn make_room(&self) -> bool {
+        Self::close_oldest(&mut self.open.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn close_oldest(list: &mut UnprovenList) -> bool {
+        match list.open.pop_front() {
+            Some((_, closed, _slot)) => {
+                closed.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes connection `id` off the list: its slot, unless it was closed meanwhile.
+    fn take(&self, id: u64) -> Option<Slot> {
         let mut list = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        list.open.retain(|(open, _)| *open != id);
+        let at = list.open.iter().position(|(open, _, _)| *open == id)?;
+        list.open.remove(at).map(|(_, _, slot)| slot)
     }
 }
 
@@ -201,6 +221,8 @@ impl Unproven {
 struct Probation {
     id: u64,
     closed: CancellationToken,
+    /// The slot, once proven: held by the connection from then on.
+    kept: std::sync::Mutex<Option<Slot>>,
     proven: std::sync::atomic::AtomicBool,
     unproven: Unproven,
 }
@@ -211,8 +233,10 @@ impl Probation {
     }
 
     fn prove(&self) {
-        if !self.proven.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            self.unproven.forget(self.id);
+        if !self.proven.swap(true, std::sync::atomic::Ordering::Relaxed)
+            && let Some(slot) = self.unproven.take(self.id)
+        {
+            *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(slot);
         }
     }
 
@@ -232,7 +256,7 @@ impl Probation {
 impl Drop for Probation {
     fn drop(&mut self) {
         if !self.is_proven() {
-            self.unproven.forget(self.id);
+            self.unproven.take(self.id);
         }
     }
 }
@@ -396,14 +420,14 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
             slots,
             max,
             false,
+            || false,
             move |stream: UnixStream, _, slot| {
                 let caller = Caller::local(unix_identity(&stream));
                 spawn_connection(
                     Arc::clone(&state),
                     caller,
                     stream,
-                    slot,
-                    None,
+                    Held::Slot(slot),
                     alive.clone(),
                 );
             },
@@ -415,6 +439,7 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
         let alive = alive.clone();
         let slots = Slots::new("tcp", max, listeners.metrics.clone());
         let unproven = Unproven::new(max);
+        let room = unproven.clone();
         let refusal_is_tls = tls.is_some();
         tokio::spawn(accept_loop(
             Arc::clone(&state),
@@ -422,6 +447,7 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
             slots,
             max,
             refusal_is_tls,
+            move || room.make_room(),
             move |stream, peer: SocketAddr, slot| {
                 // Who it is comes from the bearer token of each request.
                 let caller = Caller {
@@ -429,14 +455,13 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
                     transport: Transport::Tcp,
                     admin: false,
                 };
-                let probation = unproven.admit();
+                let probation = unproven.admit(slot);
                 match &tls {
                     None => spawn_connection(
                         Arc::clone(&state),
                         caller,
                         stream,
-                        slot,
-                        Some(probation),
+                        Held::OnProbation(probation),
                         alive.clone(),
                     ),
                     Some(acceptor) => spawn_tls_connection(
@@ -444,7 +469,6 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
                         caller,
                         acceptor.clone(),
                         stream,
-                        slot,
                         probation,
                         alive.clone(),
                     ),
@@ -468,13 +492,15 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
 }
 
 /// Accepts on one listener until shutdown: a connection past the cap is refused at once
-/// (told why unless `tls`), any other is handed to `serve` with its slot.
+/// (told why unless `tls`) unless `make_room` closed another, any other is handed to `serve`
+/// with its slot.
 async fn accept_loop<L: Accept>(
     state: Arc<ApiState>,
     listener: L,
     slots: Slots,
     max: usize,
     tls: bool,
+    make_room: impl Fn() -> bool,
     serve: impl Fn(L::Stream, L::Peer, Slot),
 ) {
     loop {
@@ -483,7 +509,10 @@ async fn accept_loop<L: Accept>(
             accepted = listener.accept_one() => accepted,
         };
         match accepted {
-            Ok((stream, peer)) => match slots.take() {
+            Ok((stream, peer)) => match slots
+                .take()
+                .or_else(|| make_room().then(|| slots.take()).flatten())
+            {
                 Some(slot) => serve(stream, peer, slot),
                 None => refuse(stream, slots.listener, max, tls),
             },
@@ -533,7 +562,6 @@ fn spawn_tls_connection(
     caller: Caller,
     acceptor: TlsAcceptor,
     stream: tokio::net::TcpStream,
-    slot: Slot,
     probation: Probation,
     alive: mpsc::Sender<()>,
 ) {
@@ -543,7 +571,9 @@ fn spawn_tls_connection(
             () = probation.expired() => return,
         };
         match handshake {
-            Ok(Ok(tls)) => spawn_connection(state, caller, tls, slot, Some(probation), alive),
+            Ok(Ok(tls)) => {
+                spawn_connection(state, caller, tls, Held::OnProbation(probation), alive)
+            }
             Ok(Err(err)) => {
                 tracing::debug!(peer = %caller.identity, error = %err, "TLS handshake failed")
             }
@@ -552,21 +582,29 @@ fn spawn_tls_connection(
     });
 }
 
+/// How a connection holds its place: its own slot (the unix socket), or on probation until it
+/// shows a token (TCP).
+enum Held {
+    Slot(Slot),
+    OnProbation(Probation),
+}
+
 fn spawn_connection<S>(
     state: Arc<ApiState>,
     caller: Caller,
     stream: S,
-    slot: Slot,
-    probation: Option<Probation>,
+    held: Held,
     alive: mpsc::Sender<()>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
         let _alive = alive;
-        let _slot = slot;
+        let (_slot, probation) = match held {
+            Held::Slot(slot) => (Some(slot), None),
+            Held::OnProbation(probation) => (None, Some(Arc::new(probation))),
+        };
         let shutdown = state.shutdown.clone();
-        let probation = probation.map(Arc::new);
         let on_probation = probation.clone();
         let served = serve_http1(stream, shutdown, "connection", move |req| {
             if let Some(probation) = &on_probation

@@ -5,6 +5,9 @@
 
 mod support;
 
+#[path = "reconcile_harness.rs"]
+mod harness;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -375,4 +378,69 @@ fn idle_connections_without_a_token_never_lock_out_a_user() {
     let anonymous = tcp.with_token(None);
     assert_eq!(anonymous.get("/healthz").status, 200);
     drop(idle);
+}
+
+#[test]
+fn an_open_exec_ends_when_its_user_leaves_the_project() {
+    let mut berth = harness::Berth::start_with(&[], &["--listen", "127.0.0.1:0"]);
+    let addr = support::daemon::logged_addr(&berth.log_text(), "serving the API over TCP");
+    let name = harness::unique_name();
+    berth.create_project(&name, serde_json::json!({"image": "berth-tiny"}));
+    let user = format!("execer-{name}");
+    let reply = berth.client().post_json(
+        &format!("{API}/users"),
+        &serde_json::json!({"name": user, "admin": false}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let token = reply.json()["token"].as_str().unwrap().to_string();
+    let member = format!("{}/{name}/members/{user}", harness::PROJECTS);
+    let reply = berth.client().request("PUT", &member, None, b"");
+    assert!(reply.status < 300, "{}", reply.text());
+    berth.wait_ready(&name);
+
+    // A member's interactive `cat`, its stdin held open by this test.
+    let server = format!("http://{addr}");
+    let mut exec = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["--server", &server, "--token", &token, "exec", &name, "-i"])
+        .args(["--", "cat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run berth exec");
+    let running = || {
+        harness::exec(&name, "ps -o comm= 2>/dev/null || ps")
+            .unwrap_or_default()
+            .lines()
+            .any(|line| line.split_whitespace().any(|word| word == "cat"))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !running() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cat never started in {name}\n{}",
+            berth.log_text()
+        );
+        assert!(exec.try_wait().unwrap().is_none(), "berth exec ended early");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // The membership goes; the session goes with it, though the client keeps it open.
+    let reply = berth.client().delete(&member);
+    assert!(reply.status < 300, "{}", reply.text());
+    let ended = support::daemon::wait_with_deadline(&mut exec, Duration::from_secs(60));
+    let still_running = running();
+    if ended.is_none() {
+        let _ = exec.kill();
+        let _ = exec.wait();
+    }
+    assert!(
+        ended.is_some(),
+        "berth exec still runs after the membership was removed"
+    );
+    assert!(!still_running, "cat still runs in {name}");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(exec.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("revoked"), "{stderr}");
+    berth.delete_project(&name);
 }

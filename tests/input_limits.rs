@@ -221,7 +221,7 @@ fn said(stream: &mut std::net::TcpStream) -> Option<Vec<u8>> {
 }
 
 #[test]
-fn a_thousand_idle_sockets_neither_exhaust_the_daemon_nor_outlive_the_header_deadline() {
+fn a_thousand_idle_sockets_neither_exhaust_the_daemon_nor_outlive_their_deadline() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     const IDLE: usize = 1000;
     const CAP: usize = 512;
@@ -251,12 +251,18 @@ fn a_thousand_idle_sockets_neither_exhaust_the_daemon_nor_outlive_the_header_dea
         })
         .collect();
 
-    // The daemon holds the cap and closes the rest at once, counting them.
-    wait_for(&daemon, "the connection cap to fill", || {
-        let open = listener_metric(&local, "api_connections", "tcp")?;
-        let refused = listener_metric(&local, "api_connections_refused_total", "tcp")?;
-        (open == CAP as f64 && refused >= (IDLE - CAP) as f64).then_some(())
-    });
+    // Connections yet to show a token hold a share of the cap (an eighth): each newer one
+    // closes the oldest, so the daemon holds the newest few and refuses none.
+    let share = CAP / 8;
+    wait_for(
+        &daemon,
+        "all but the unauthenticated share to be closed",
+        || {
+            let closed = idle.iter_mut().filter_map(said).count();
+            let open = listener_metric(&local, "api_connections", "tcp")?;
+            (closed == IDLE - share && open == share as f64).then_some(())
+        },
+    );
     // Meanwhile the unix socket answers, promptly, reads and writes alike.
     for i in 0..5 {
         let asked = Instant::now();
@@ -277,31 +283,12 @@ fn a_thousand_idle_sockets_neither_exhaust_the_daemon_nor_outlive_the_header_dea
             asked.elapsed()
         );
     }
-    // A new TCP client is turned away while the cap is full, not queued behind the idle ones.
-    match tcp.try_request("GET", &format!("{API}/projects"), None, &[]) {
-        Ok(reply) => assert_eq!(reply.status, 503, "{}", reply.text()),
-        Err(err) => assert!(!err.is_timeout(), "{err:?}"),
-    }
+    // A client with a token is served at once: the idle ones cannot keep it out.
+    assert_eq!(tcp.get(&format!("{API}/projects")).status, 200);
+    let refused = listener_metric(&local, "api_connections_refused_total", "tcp");
+    assert_eq!(refused.unwrap_or(0.0), 0.0);
 
-    let refused: Vec<Vec<u8>> = idle.iter_mut().filter_map(said).collect();
-    // (The slot of the request made before the flood may have still been held as it began.)
-    assert!(
-        (IDLE - CAP..=IDLE - CAP + 1).contains(&refused.len()),
-        "{} sockets closed before the deadline",
-        refused.len()
-    );
-    let told = refused
-        .iter()
-        .filter(|bytes| bytes.starts_with(b"HTTP/1.1 503"))
-        .count();
-    assert!(told > 0, "no refused client was told why");
-    assert!(
-        opened.elapsed() < Duration::from_secs(9),
-        "the flood took too long to judge the deadline: {:?}",
-        opened.elapsed()
-    );
-
-    // The held ones are closed by the header deadline (10 s), not sooner.
+    // The held ones are closed by the deadline for showing a token (5 s), not sooner.
     let mut open: Vec<&mut std::net::TcpStream> = idle.iter_mut().collect();
     let deadline = Instant::now() + DEADLINE;
     while !open.is_empty() {
@@ -316,8 +303,8 @@ fn a_thousand_idle_sockets_neither_exhaust_the_daemon_nor_outlive_the_header_dea
     }
     let closed_after = opened.elapsed();
     assert!(
-        closed_after >= Duration::from_secs(9),
-        "closed after {closed_after:?}, before the header deadline"
+        closed_after >= Duration::from_secs(4),
+        "closed after {closed_after:?}, before the deadline"
     );
     drop(idle);
 

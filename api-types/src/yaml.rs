@@ -70,6 +70,17 @@ pub fn from_slice(bytes: &[u8]) -> Result<Value, YamlError> {
     serde_yaml::from_slice(bytes).map_err(YamlError::Syntax)
 }
 
+/// [`from_slice`] decoding through `seed`, for a caller that bounds or shapes what is built.
+pub fn from_slice_seed<'de, S>(bytes: &'de [u8], seed: S) -> Result<S::Value, YamlError>
+where
+    S: DeserializeSeed<'de>,
+{
+    let mut budget = Budget::for_len(bytes.len());
+    budget.check(1, serde_yaml::Deserializer::from_slice(bytes))?;
+    seed.deserialize(serde_yaml::Deserializer::from_slice(bytes))
+        .map_err(YamlError::Syntax)
+}
+
 /// Decodes every document of a stream (`---`-separated), in order, all of them sharing one
 /// expansion bound. An empty document is `Value::Null`. Ends after the first error.
 pub fn documents(text: &str) -> Documents<'_> {

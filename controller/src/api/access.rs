@@ -275,17 +275,19 @@ impl Refusal {
             }
             Refusal::Invalid(causes) => ApiError::invalid(kind, name, causes),
             Refusal::ServerOwned(causes) => {
-                let summary: Vec<String> = causes.iter().map(Cause::to_string).collect();
+                let causes = super::error::bounded(causes);
+                let summary = super::error::summary(&causes);
                 with_object(ApiError {
                     causes,
-                    ..ApiError::bad_request(summary.join("; "))
+                    ..ApiError::bad_request(summary)
                 })
             }
             Refusal::Forbidden(causes) => {
-                let summary: Vec<String> = causes.iter().map(Cause::to_string).collect();
+                let causes = super::error::bounded(causes);
+                let summary = super::error::summary(&causes);
                 with_object(ApiError {
                     causes,
-                    ..ApiError::forbidden(summary.join("; "))
+                    ..ApiError::forbidden(summary)
                 })
             }
         }

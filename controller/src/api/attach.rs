@@ -12,6 +12,7 @@
 //!   `{"exitCode":N}` or `{"error":"..."}`, and a close.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -112,7 +113,7 @@ fn parse_query(query: Option<&str>) -> Result<Attach, ApiError> {
 
 /// Starts a member's command and answers 101; the websocket then carries its streams.
 pub(super) async fn attach(
-    state: &ApiState,
+    state: &Arc<ApiState>,
     caller: &Caller,
     name: &str,
     req: Request<Incoming>,
@@ -134,6 +135,10 @@ pub(super) async fn attach(
         .exec_interactive(&project, &request, attach.terminal)
         .await?;
     let project_name = name.to_string();
+    // The session lasts while its caller may still exec here: removing the user, or their
+    // membership, ends it within `watch::RECHECK`.
+    let holder = super::watch::Holder::of(state, caller);
+    let (state, caller) = (Arc::clone(state), caller.clone());
     tokio::spawn(async move {
         let _session_open = session_open;
         match hyper::upgrade::on(req).await {
@@ -141,7 +146,10 @@ pub(super) async fn attach(
                 let socket =
                     WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None)
                         .await;
-                relay(socket, session).await;
+                let revoked = holder.revoked(&state, || {
+                    access::member_project(&state, &caller, &project_name).is_ok()
+                });
+                relay(socket, session, revoked).await;
             }
             Err(e) => {
                 tracing::warn!(project = project_name, error = %e, "exec upgrade failed");
@@ -182,9 +190,13 @@ pub(super) fn switching_protocols(key: &HeaderValue) -> Result<Response<Body>, A
     Ok(response)
 }
 
-/// Pipes the client's websocket to the session until the process exits, then reports its exit.
-async fn relay<S>(socket: WebSocketStream<S>, session: InteractiveExec)
-where
+/// Pipes the client's websocket to the session until the process exits, then reports its exit;
+/// or until `revoked`, when the session is dropped (which hangs it up) and the client told.
+async fn relay<S>(
+    socket: WebSocketStream<S>,
+    session: InteractiveExec,
+    revoked: impl Future<Output = ()>,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let InteractiveExec {
@@ -237,8 +249,16 @@ where
         true
     };
     let connected = tokio::select! {
-        connected = to_client => connected,
-        () = from_client => false,
+        connected = to_client => Some(connected),
+        () = from_client => Some(false),
+        () = revoked => None,
+    };
+    let Some(connected) = connected else {
+        drop((input, output, exit));
+        let revoked = json!({"error": "access to this project was revoked"});
+        let _ = sink.send(Message::text(revoked.to_string())).await;
+        let _ = sink.close().await;
+        return;
     };
     if !connected {
         return;

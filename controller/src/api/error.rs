@@ -9,6 +9,29 @@ use crate::store::{BatchFailure, StoreError};
 /// One problem with one field of a request: `details.causes` of the wire `Status`.
 pub use berth_api::FieldError as Cause;
 
+/// The most causes one error lists: a batch of thousands of bad items is answered with the
+/// first few and a count, not with a cause per item.
+pub const MAX_CAUSES: usize = 20;
+
+/// The first [`MAX_CAUSES`] causes and, when there were more, one saying how many.
+pub fn bounded(mut causes: Vec<Cause>) -> Vec<Cause> {
+    if causes.len() > MAX_CAUSES {
+        let more = causes.len() - MAX_CAUSES;
+        causes.truncate(MAX_CAUSES);
+        causes.push(Cause::new("", format!("and {more} more")));
+    }
+    causes
+}
+
+/// The causes as one line, for an error's message.
+pub fn summary(causes: &[Cause]) -> String {
+    causes
+        .iter()
+        .map(Cause::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subject {
     pub kind: String,
@@ -84,13 +107,11 @@ impl ApiError {
         }
     }
 
-    /// 422: the object is not acceptable; every cause names its field.
+    /// 422: the object is not acceptable; every cause names its field. At most
+    /// [`MAX_CAUSES`] are listed, then how many more there were.
     pub fn invalid(kind: Option<&str>, name: Option<&str>, causes: Vec<Cause>) -> Self {
-        let summary = causes
-            .iter()
-            .map(Cause::to_string)
-            .collect::<Vec<_>>()
-            .join("; ");
+        let causes = bounded(causes);
+        let summary = summary(&causes);
         let subject = match (kind, name) {
             (Some(kind), Some(name)) if !name.is_empty() => format!("{kind} {name:?} is invalid"),
             (Some(kind), _) => format!("{kind} is invalid"),

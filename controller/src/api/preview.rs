@@ -464,12 +464,21 @@ pub(super) async fn issue_ticket(
             )
         })?;
     let host = previews.site.host(name, port);
-    let ticket = previews.tickets.issue(Grant {
-        identity: caller.identity.clone(),
-        admin: caller.admin,
-        project_uid: project.uid().to_string(),
-        host,
-    });
+    let ticket = previews
+        .tickets
+        .issue(Grant {
+            identity: caller.identity.clone(),
+            admin: caller.admin,
+            project_uid: project.uid().to_string(),
+            host,
+        })
+        .map_err(|full| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                full.to_string(),
+            )
+        })?;
     let url = format!("{}/?{TICKET_PARAM}={ticket}", previews.site.url(name, port));
     let expires = chrono::Utc::now()
         + chrono::Duration::from_std(TICKET_TTL).unwrap_or(chrono::Duration::zero());

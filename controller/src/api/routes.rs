@@ -310,6 +310,7 @@ async fn resource(
     match (tail, &method) {
         ([], &Method::GET) if query.flag("watch")? => Ok(watch::stream(
             state,
+            caller,
             kind,
             query.selector()?,
             None,
@@ -322,6 +323,7 @@ async fn resource(
             may_read(state, caller, kind, name)?;
             Ok(watch::stream(
                 state,
+                caller,
                 kind,
                 query.selector()?,
                 Some(name.to_string()),
@@ -903,29 +905,8 @@ async fn apply_list(
     let bytes = body::read(incoming, &parts.headers, APPLY_LIMIT)
         .await
         .map_err(|err| err.about("List", None))?;
-    let value = body::decode(&bytes, media.as_deref())?;
+    let items = body::decode_list(&bytes, media.as_deref())?;
     drop(bytes);
-    let items = match value {
-        Value::Object(mut list) if list.get("kind").and_then(Value::as_str) == Some("List") => {
-            match list.remove("items") {
-                Some(Value::Array(items)) => items,
-                None | Some(Value::Null) => Vec::new(),
-                Some(_) => {
-                    return Err(ApiError::invalid(
-                        Some("List"),
-                        None,
-                        vec![Cause::new("items", "must be a list")],
-                    ));
-                }
-            }
-        }
-        _ => {
-            return Err(ApiError::bad_request(
-                "the apply endpoint takes {apiVersion: v1, kind: List, items: [...]}",
-            ));
-        }
-    };
-
     for (index, item) in items.iter().enumerate() {
         check_object_size(index, item)?;
     }

@@ -30,6 +30,13 @@ pub(super) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 /// How long a client may take to send a request's headers, also between the requests of a
 /// kept-alive connection: an idle or trickling client frees its slot after this.
 pub const HEADER_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a TCP connection may stay open without a request that shows a valid token (or
+/// console session): idle and anonymous clients free their place soon.
+pub const UNAUTHENTICATED_DEADLINE: Duration = Duration::from_secs(5);
+/// The share of `listen.maxConnections` that connections yet to show a token may hold, as a
+/// divisor: past it the oldest of them is closed to make room. Anonymous clients can so never
+/// hold the slots that users with a token need.
+const UNAUTHENTICATED_SHARE: usize = 8;
 /// What a plain-HTTP client past the connection cap reads before its connection is closed.
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n\
 content-type: text/plain\r\ncontent-length: 33\r\n\r\ntoo many connections; retry later\n";
@@ -140,6 +147,131 @@ impl Drop for Slot {
                 .get_or_create(&self.slots.labels())
                 .dec();
         }
+    }
+}
+
+/// The TCP connections of one listener that have not yet shown a valid token, oldest first.
+#[derive(Clone)]
+struct Unproven {
+    open: Arc<std::sync::Mutex<UnprovenList>>,
+    share: usize,
+}
+
+/// Each unproven connection's slot is held here, not by the connection: closing one to make
+/// room gives its slot back at once, before its task has even woken up.
+#[derive(Default)]
+struct UnprovenList {
+    next: u64,
+    open: std::collections::VecDeque<(u64, CancellationToken, Slot)>,
+}
+
+impl Unproven {
+    fn new(max_connections: usize) -> Unproven {
+        Unproven {
+            open: Arc::default(),
+            share: (max_connections / UNAUTHENTICATED_SHARE).max(1),
+        }
+    }
+
+    /// Registers a new connection with its slot, closing the oldest unproven one when the
+    /// share is full.
+    fn admit(&self, slot: Slot) -> Probation {
+        let mut list = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        while list.open.len() >= self.share {
+            if !Self::close_oldest(&mut list) {
+                break;
+            }
+        }
+        list.next += 1;
+        let id = list.next;
+        let closed = CancellationToken::new();
+        list.open.push_back((id, closed.clone(), slot));
+        Probation {
+            id,
+            closed,
+            kept: std::sync::Mutex::new(None),
+            proven: std::sync::atomic::AtomicBool::new(false),
+            unproven: self.clone(),
+        }
+    }
+
+    /// Closes the oldest unproven connection, giving its slot back; false when there is none.
+    fn make_room(&self) -> bool {
+        Self::close_oldest(&mut self.open.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn close_oldest(list: &mut UnprovenList) -> bool {
+        match list.open.pop_front() {
+            Some((_, closed, _slot)) => {
+                closed.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes connection `id` off the list: its slot, unless it was closed meanwhile.
+    fn take(&self, id: u64) -> Option<Slot> {
+        let mut list = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let at = list.open.iter().position(|(open, _, _)| *open == id)?;
+        list.open.remove(at).map(|(_, _, slot)| slot)
+    }
+}
+
+/// A TCP connection until it shows a valid token: closed at [`UNAUTHENTICATED_DEADLINE`], or
+/// earlier to make room for a newer connection.
+struct Probation {
+    id: u64,
+    closed: CancellationToken,
+    /// The slot, once proven: held by the connection from then on.
+    kept: std::sync::Mutex<Option<Slot>>,
+    proven: std::sync::atomic::AtomicBool,
+    unproven: Unproven,
+}
+
+impl Probation {
+    fn is_proven(&self) -> bool {
+        self.proven.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn prove(&self) {
+        if !self.proven.swap(true, std::sync::atomic::Ordering::Relaxed)
+            && let Some(slot) = self.unproven.take(self.id)
+        {
+            *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(slot);
+        }
+    }
+
+    /// Resolves when the connection is to be closed for never proving itself.
+    async fn expired(&self) {
+        tokio::select! {
+            _ = self.closed.cancelled() => {}
+            _ = tokio::time::sleep(UNAUTHENTICATED_DEADLINE) => {
+                if self.is_proven() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Probation {
+    fn drop(&mut self) {
+        if !self.is_proven() {
+            self.unproven.take(self.id);
+        }
+    }
+}
+
+/// Whether a TCP request shows who sent it: a valid bearer token or a live console session.
+fn proves_itself(state: &ApiState, req: &Request<Incoming>) -> bool {
+    let header = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match crate::auth::bearer(header) {
+        Some(token) => matches!(crate::auth::authenticate(&state.store, token), Ok(Some(_))),
+        None => super::ui::has_session(state, req.headers()),
     }
 }
 
@@ -294,9 +426,16 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
             slots,
             max,
             false,
+            || false,
             move |stream: UnixStream, _, slot| {
                 let caller = Caller::local(unix_identity(&stream));
-                spawn_connection(Arc::clone(&state), caller, stream, slot, alive.clone());
+                spawn_connection(
+                    Arc::clone(&state),
+                    caller,
+                    stream,
+                    Held::Slot(slot),
+                    alive.clone(),
+                );
             },
         ))
     };
@@ -305,6 +444,8 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
         let state = Arc::clone(&state);
         let alive = alive.clone();
         let slots = Slots::new("tcp", max, listeners.metrics.clone());
+        let unproven = Unproven::new(max);
+        let room = unproven.clone();
         let refusal_is_tls = tls.is_some();
         tokio::spawn(accept_loop(
             Arc::clone(&state),
@@ -312,6 +453,7 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
             slots,
             max,
             refusal_is_tls,
+            move || room.make_room(),
             move |stream, peer: SocketAddr, slot| {
                 // Who it is comes from the bearer token of each request.
                 let caller = Caller {
@@ -319,16 +461,21 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
                     transport: Transport::Tcp,
                     admin: false,
                 };
+                let probation = unproven.admit(slot);
                 match &tls {
-                    None => {
-                        spawn_connection(Arc::clone(&state), caller, stream, slot, alive.clone())
-                    }
+                    None => spawn_connection(
+                        Arc::clone(&state),
+                        caller,
+                        stream,
+                        Held::OnProbation(probation),
+                        alive.clone(),
+                    ),
                     Some(acceptor) => spawn_tls_connection(
                         Arc::clone(&state),
                         caller,
                         acceptor.clone(),
                         stream,
-                        slot,
+                        probation,
                         alive.clone(),
                     ),
                 }
@@ -351,13 +498,15 @@ pub async fn serve(state: Arc<ApiState>, listeners: Listeners) {
 }
 
 /// Accepts on one listener until shutdown: a connection past the cap is refused at once
-/// (told why unless `tls`), any other is handed to `serve` with its slot.
+/// (told why unless `tls`) unless `make_room` closed another, any other is handed to `serve`
+/// with its slot.
 async fn accept_loop<L: Accept>(
     state: Arc<ApiState>,
     listener: L,
     slots: Slots,
     max: usize,
     tls: bool,
+    make_room: impl Fn() -> bool,
     serve: impl Fn(L::Stream, L::Peer, Slot),
 ) {
     loop {
@@ -366,7 +515,10 @@ async fn accept_loop<L: Accept>(
             accepted = listener.accept_one() => accepted,
         };
         match accepted {
-            Ok((stream, peer)) => match slots.take() {
+            Ok((stream, peer)) => match slots
+                .take()
+                .or_else(|| make_room().then(|| slots.take()).flatten())
+            {
                 Some(slot) => serve(stream, peer, slot),
                 None => refuse(stream, slots.listener, max, tls),
             },
@@ -416,12 +568,18 @@ fn spawn_tls_connection(
     caller: Caller,
     acceptor: TlsAcceptor,
     stream: tokio::net::TcpStream,
-    slot: Slot,
+    probation: Probation,
     alive: mpsc::Sender<()>,
 ) {
     tokio::spawn(async move {
-        match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream)).await {
-            Ok(Ok(tls)) => spawn_connection(state, caller, tls, slot, alive),
+        let handshake = tokio::select! {
+            handshake = tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream)) => handshake,
+            () = probation.expired() => return,
+        };
+        match handshake {
+            Ok(Ok(tls)) => {
+                spawn_connection(state, caller, tls, Held::OnProbation(probation), alive)
+            }
             Ok(Err(err)) => {
                 tracing::debug!(peer = %caller.identity, error = %err, "TLS handshake failed")
             }
@@ -430,23 +588,48 @@ fn spawn_tls_connection(
     });
 }
 
+/// How a connection holds its place: its own slot (the unix socket), or on probation until it
+/// shows a token (TCP).
+enum Held {
+    Slot(Slot),
+    OnProbation(Probation),
+}
+
 fn spawn_connection<S>(
     state: Arc<ApiState>,
     caller: Caller,
     stream: S,
-    slot: Slot,
+    held: Held,
     alive: mpsc::Sender<()>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
         let _alive = alive;
-        let _slot = slot;
+        let (_slot, probation) = match held {
+            Held::Slot(slot) => (Some(slot), None),
+            Held::OnProbation(probation) => (None, Some(Arc::new(probation))),
+        };
         let shutdown = state.shutdown.clone();
-        serve_http1(stream, shutdown, "connection", move |req| {
+        let on_probation = probation.clone();
+        let served = serve_http1(stream, shutdown, "connection", move |req| {
+            if let Some(probation) = &on_probation
+                && !probation.is_proven()
+                && proves_itself(&state, &req)
+            {
+                probation.prove();
+            }
             routes::handle(Arc::clone(&state), caller.clone(), req)
-        })
-        .await;
+        });
+        match probation {
+            None => served.await,
+            Some(probation) => tokio::select! {
+                () = served => {}
+                () = probation.expired() => {
+                    tracing::debug!("closed a connection that showed no token in time");
+                }
+            },
+        }
     });
 }
 

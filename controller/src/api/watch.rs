@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
@@ -15,7 +16,7 @@ use serde::Serialize;
 use tokio::sync::{broadcast, mpsc};
 
 use super::selector::LabelSelector;
-use super::{ApiState, Body};
+use super::{ApiState, Body, Caller, Transport};
 use crate::store::{ChangeType, StoredObject};
 use berth_api::Kind;
 use berth_api::wire::{ApiStatus, WatchEvent, WatchEventType};
@@ -25,6 +26,69 @@ pub type Filter = Box<dyn Fn(&StoredObject) -> bool + Send + Sync>;
 
 /// Lines buffered per watcher before the writer waits for the client.
 const BUFFERED_LINES: usize = 256;
+
+/// How often an open stream (a watch, an exec) checks that its caller may still hold it.
+pub const RECHECK: Duration = Duration::from_secs(1);
+
+/// Who holds a long-lived stream, as authenticated when it opened. A TCP user is held by id:
+/// removing the user, or taking away the admin right the stream was opened with, ends the
+/// stream within [`RECHECK`], and a name added again is another user who inherits nothing.
+pub struct Holder {
+    identity: String,
+    admin: bool,
+    /// `None` for a local caller (the unix socket), whose right is the socket's.
+    user_id: Option<String>,
+}
+
+impl Holder {
+    pub fn of(state: &ApiState, caller: &Caller) -> Holder {
+        let user_id = match caller.transport {
+            Transport::Unix => None,
+            // A user removed since the request was authenticated has no id: the stream ends at
+            // its first check.
+            Transport::Tcp => Some(
+                state
+                    .store
+                    .user(&caller.identity)
+                    .ok()
+                    .flatten()
+                    .map(|user| user.id)
+                    .unwrap_or_default(),
+            ),
+        };
+        Holder {
+            identity: caller.identity.clone(),
+            admin: caller.admin,
+            user_id,
+        }
+    }
+
+    /// Whether the holder may still hold its stream. A store that cannot answer revokes
+    /// nothing: the next check asks again.
+    fn holds(&self, state: &ApiState) -> bool {
+        let Some(id) = &self.user_id else {
+            return true;
+        };
+        match state.store.user(&self.identity) {
+            Ok(Some(user)) => user.id == *id && (user.admin || !self.admin),
+            Ok(None) => false,
+            Err(_) => true,
+        }
+    }
+
+    /// Resolves once the holder lost its right, or `also` says the stream's own right (e.g. a
+    /// project's membership) is gone.
+    pub async fn revoked(&self, state: &ApiState, also: impl Fn() -> bool) {
+        let mut checks = tokio::time::interval(RECHECK);
+        checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            checks.tick().await;
+            if !self.holds(state) || !also() {
+                return;
+            }
+        }
+    }
+}
 
 fn line<T: Serialize>(type_: WatchEventType, object: T) -> Bytes {
     let mut bytes = serde_json::to_vec(&WatchEvent { type_, object }).unwrap_or_default();
@@ -42,11 +106,14 @@ fn event_type(change: ChangeType) -> WatchEventType {
 
 pub fn stream(
     state: &Arc<ApiState>,
+    caller: &Caller,
     kind: Kind,
     selector: LabelSelector,
     name: Option<String>,
     filter: Option<Filter>,
 ) -> Response<Body> {
+    let holder = Holder::of(state, caller);
+    let state = Arc::clone(state);
     let wanted = move |object: &StoredObject| {
         name.as_deref().is_none_or(|n| n == object.name())
             && selector.matches(&object.metadata.labels)
@@ -70,10 +137,21 @@ pub fn stream(
             }
         }
         drop(existing);
+        let revoked = holder.revoked(&state, || true);
+        tokio::pin!(revoked);
         loop {
             let change = tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tx.closed() => return,
+                () = &mut revoked => {
+                    let revoked = ApiStatus::failure(
+                        401,
+                        "Unauthorized",
+                        "the watch's caller was removed or lost the right it was opened with",
+                    );
+                    let _ = tx.send(line(WatchEventType::Error, revoked)).await;
+                    return;
+                }
                 change = changes.recv() => change,
             };
             match change {

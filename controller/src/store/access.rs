@@ -36,6 +36,16 @@ pub struct User {
     pub name: String,
     pub admin: bool,
     pub created: DateTime<Utc>,
+    /// Which user this is, beyond the name: a name removed and added again is another user,
+    /// with another id (derived from the user's token hash, never equal to it). Sessions and
+    /// streams bind to it, so they do not pass to whoever gets the name next.
+    pub id: String,
+}
+
+/// A user's id from its token hash: tokens are random, so no two users share one.
+fn user_id(token_hash: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(format!("berth-user-id:{token_hash}").as_bytes())[..16])
 }
 
 pub(super) fn load_members(
@@ -223,6 +233,7 @@ impl Store {
             name: name.to_string(),
             admin,
             created: now(),
+            id: user_id(token_hash),
         };
         let result = inner.conn.execute(
             "INSERT INTO users (name, token_hash, admin, created) VALUES (?1, ?2, ?3, ?4)",
@@ -269,7 +280,7 @@ impl Store {
         let inner = self.lock();
         let mut stmt = inner
             .conn
-            .prepare_cached("SELECT name, admin, created FROM users ORDER BY name")?;
+            .prepare_cached("SELECT name, admin, created, token_hash FROM users ORDER BY name")?;
         let rows = stmt.query_map([], user_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -279,7 +290,7 @@ impl Store {
         Ok(inner
             .conn
             .query_row(
-                "SELECT name, admin, created FROM users WHERE name = ?1",
+                "SELECT name, admin, created, token_hash FROM users WHERE name = ?1",
                 [name],
                 user_row,
             )
@@ -292,7 +303,7 @@ impl Store {
         Ok(inner
             .conn
             .query_row(
-                "SELECT name, admin, created FROM users WHERE token_hash = ?1",
+                "SELECT name, admin, created, token_hash FROM users WHERE token_hash = ?1",
                 [token_hash],
                 user_row,
             )
@@ -409,6 +420,7 @@ fn user_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<User> {
         name: row.get(0)?,
         admin: row.get(1)?,
         created: super::events::timestamp(row, 2)?,
+        id: user_id(&row.get::<_, String>(3)?),
     })
 }
 

@@ -74,10 +74,16 @@ pub fn serves(path: &str) -> bool {
 /// puts in the URL it prints.
 pub(super) fn mint_sign_in(state: &ApiState, caller: &Caller) -> Outcome {
     access::require_admin(caller, "mint console sign-in tokens")?;
+    let by_token = caller.transport == Transport::Tcp;
+    let user_id = match by_token {
+        true => state.store.user(&caller.identity)?.map(|user| user.id),
+        false => None,
+    };
     let token = state.console.sessions.mint_sign_in(Principal {
         identity: caller.identity.clone(),
         admin: true,
-        by_token: caller.transport == Transport::Tcp,
+        by_token,
+        user_id,
     });
     let expires = Utc::now()
         + chrono::Duration::from_std(sessions::SIGN_IN_TTL).unwrap_or(chrono::Duration::zero());
@@ -150,6 +156,11 @@ impl Visitor {
     }
 }
 
+/// Whether a request carries the cookie of a live console session.
+pub(super) fn has_session(state: &ApiState, headers: &HeaderMap) -> bool {
+    cookie(headers, COOKIE).is_some_and(|value| state.console.sessions.get(value).is_some())
+}
+
 fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(hyper::header::COOKIE)
@@ -170,8 +181,9 @@ fn visitor(state: &ApiState, headers: &HeaderMap) -> Result<Option<Visitor>, Api
         let principal = &session.principal;
         let admin = if principal.by_token {
             match state.store.user(&principal.identity)? {
-                Some(user) => user.admin,
-                None => {
+                // The same user, not another given the name since.
+                Some(user) if principal.user_id.as_ref() == Some(&user.id) => user.admin,
+                _ => {
                     state.console.sessions.close(value);
                     return Ok(None);
                 }
@@ -409,7 +421,16 @@ fn sign_in_page(secure: bool, message: Option<&str>, code: StatusCode) -> Respon
 
 /// Opens a session for `principal` and sends the browser to the fleet.
 fn signed_in(state: &ApiState, secure: bool, principal: Principal) -> Response<Body> {
-    let (value, _) = state.console.sessions.open(principal);
+    let value = match state.console.sessions.open(principal) {
+        Ok((value, _)) => value,
+        Err(refused) => {
+            let code = match refused {
+                sessions::Refused::TooOften => StatusCode::TOO_MANY_REQUESTS,
+                sessions::Refused::Full => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            return sign_in_page(secure, Some(&format!("sign-in: {refused}")), code);
+        }
+    };
     let mut response = redirect("/ui/");
     set_cookie(
         &mut response,
@@ -461,6 +482,7 @@ async fn sign_in(state: &ApiState, secure: bool, req: Request<Incoming>) -> Outc
                 identity: user.name,
                 admin: user.admin,
                 by_token: true,
+                user_id: Some(user.id),
             },
         )),
         None => Ok(sign_in_page(

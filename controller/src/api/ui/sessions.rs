@@ -4,7 +4,7 @@
 //! Only sha256 hashes of cookies and sign-in tokens are kept, in memory: a restarted daemon
 //! signs everyone out.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -17,8 +17,14 @@ use tokio::time::Instant;
 pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 /// How long a one-time sign-in token waits to be used.
 pub const SIGN_IN_TTL: Duration = Duration::from_secs(300);
-/// The most sessions kept; past it the one that would expire first is signed out.
+/// The most sessions kept. Past it a new sign-in is refused: one user's sessions never sign
+/// another user out.
 pub const MAX_SESSIONS: usize = 4096;
+/// The most sessions one user keeps; past it that user's session expiring first is signed out.
+pub const MAX_SESSIONS_PER_USER: usize = 16;
+/// The most sign-ins one user makes within [`SIGN_IN_WINDOW`].
+pub const MAX_SIGN_INS: usize = 30;
+pub const SIGN_IN_WINDOW: Duration = Duration::from_secs(60);
 /// The most unused sign-in tokens kept.
 const MAX_SIGN_IN_TOKENS: usize = 256;
 
@@ -31,6 +37,18 @@ pub struct Principal {
     /// Signed in with a bearer token (checked again on every request, so a removed user is
     /// signed out), rather than with a one-time token minted for a local admin.
     pub by_token: bool,
+    /// The user's id (`User::id`) when signed in with a token: the session is that user's, not
+    /// the next one's to be given the same name.
+    pub user_id: Option<String>,
+}
+
+/// Why a session was not opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("too many sign-ins for this user; wait a minute and try again")]
+    TooOften,
+    #[error("the console holds as many sessions as it keeps; try again later")]
+    Full,
 }
 
 /// A live session as a request sees it.
@@ -52,6 +70,8 @@ struct Entry<T> {
 pub struct Sessions {
     sessions: Mutex<HashMap<String, Entry<Session>>>,
     sign_in: Mutex<HashMap<String, Entry<Principal>>>,
+    /// Per identity: when its recent sign-ins happened, oldest first.
+    recent: Mutex<HashMap<String, VecDeque<Instant>>>,
 }
 
 /// 256 random bits, URL-safe.
@@ -91,15 +111,34 @@ fn make_room<T>(map: &mut HashMap<String, Entry<T>>, max: usize) {
 }
 
 impl Sessions {
-    /// Opens a session for `principal`: its cookie value and the session.
-    pub fn open(&self, principal: Principal) -> (String, Session) {
+    /// Opens a session for `principal`: its cookie value and the session. Refused when the
+    /// principal signed in too often lately, or when the console is full of other users'
+    /// sessions; the principal's own oldest session makes room for its new one.
+    pub fn open(&self, principal: Principal) -> Result<(String, Session), Refused> {
+        self.count_sign_in(&principal.identity)?;
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        sessions.retain(|_, e| e.expires > now);
+        let own = |e: &Entry<Session>| e.value.principal.identity == principal.identity;
+        while sessions.values().filter(|e| own(e)).count() >= MAX_SESSIONS_PER_USER {
+            let Some(oldest) = sessions
+                .iter()
+                .filter(|(_, e)| own(e))
+                .min_by_key(|(_, e)| e.expires)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            sessions.remove(&oldest);
+        }
+        if sessions.len() >= MAX_SESSIONS {
+            return Err(Refused::Full);
+        }
         let cookie = secret();
         let session = Session {
             principal,
             csrf: secret(),
         };
-        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        make_room(&mut sessions, MAX_SESSIONS);
         sessions.insert(
             hash(&cookie),
             Entry {
@@ -107,7 +146,26 @@ impl Sessions {
                 expires: Instant::now() + SESSION_TTL,
             },
         );
-        (cookie, session)
+        Ok((cookie, session))
+    }
+
+    /// Counts a sign-in of `identity`, refusing it past [`MAX_SIGN_INS`] within
+    /// [`SIGN_IN_WINDOW`]. Identities are users (at most as many as the store holds), and
+    /// those with no sign-in in the window are forgotten.
+    fn count_sign_in(&self, identity: &str) -> Result<(), Refused> {
+        let now = Instant::now();
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let in_window = |at: &Instant| now.duration_since(*at) < SIGN_IN_WINDOW;
+        recent.retain(|_, times| times.back().is_some_and(in_window));
+        let times = recent.entry(identity.to_string()).or_default();
+        while times.front().is_some_and(|at| !in_window(at)) {
+            times.pop_front();
+        }
+        if times.len() >= MAX_SIGN_INS {
+            return Err(Refused::TooOften);
+        }
+        times.push_back(now);
+        Ok(())
     }
 
     /// The session whose cookie is `cookie`, while it lasts.
@@ -173,18 +231,23 @@ impl Session {
 mod tests {
     use super::*;
 
-    fn alice() -> Principal {
+    fn user(name: &str) -> Principal {
         Principal {
-            identity: "alice".into(),
+            identity: name.into(),
             admin: false,
             by_token: true,
+            user_id: Some(format!("{name}-id")),
         }
+    }
+
+    fn alice() -> Principal {
+        user("alice")
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_session_lasts_its_lifetime_and_ends_at_sign_out() {
         let sessions = Sessions::default();
-        let (cookie, session) = sessions.open(alice());
+        let (cookie, session) = sessions.open(alice()).unwrap();
         assert_eq!(sessions.get(&cookie), Some(session.clone()));
         assert!(
             sessions.get(&session.csrf).is_none(),
@@ -195,32 +258,62 @@ mod tests {
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(sessions.get(&cookie).is_none(), "expired");
 
-        let (cookie, _) = sessions.open(alice());
+        let (cookie, _) = sessions.open(alice()).unwrap();
         sessions.close(&cookie);
         assert!(sessions.get(&cookie).is_none(), "signed out");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn sessions_are_bounded_in_number_the_oldest_going_first() {
+    async fn a_user_has_a_bounded_number_of_sessions_the_oldest_going_first() {
         let sessions = Sessions::default();
-        let (first, _) = sessions.open(alice());
+        let (bobs, _) = sessions.open(user("bob")).unwrap();
+        let (first, _) = sessions.open(alice()).unwrap();
         tokio::time::advance(Duration::from_secs(1)).await;
-        let later: Vec<String> = (1..MAX_SESSIONS)
-            .map(|_| sessions.open(alice()).0)
+        let later: Vec<String> = (1..MAX_SESSIONS_PER_USER)
+            .map(|_| sessions.open(alice()).unwrap().0)
             .collect();
         assert!(sessions.get(&first).is_some());
-        assert_eq!(sessions.count(), MAX_SESSIONS);
-        let (newest, _) = sessions.open(alice());
-        assert_eq!(sessions.count(), MAX_SESSIONS);
-        assert!(sessions.get(&first).is_none(), "the oldest made room");
+        assert_eq!(sessions.count(), MAX_SESSIONS_PER_USER + 1);
+        let (newest, _) = sessions.open(alice()).unwrap();
+        assert_eq!(sessions.count(), MAX_SESSIONS_PER_USER + 1);
+        assert!(sessions.get(&first).is_none(), "alice's oldest made room");
         assert!(sessions.get(&newest).is_some());
         assert!(sessions.get(&later[0]).is_some());
+        assert!(
+            sessions.get(&bobs).is_some(),
+            "bob's session is not alice's to end"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_console_refuses_new_sessions_rather_than_end_others() {
+        let sessions = Sessions::default();
+        let cookies: Vec<String> = (0..MAX_SESSIONS)
+            .map(|i| sessions.open(user(&format!("u{i}"))).unwrap().0)
+            .collect();
+        assert_eq!(sessions.open(alice()).unwrap_err(), Refused::Full);
+        assert!(cookies.iter().all(|c| sessions.get(c).is_some()));
+        // Expired sessions make room.
+        tokio::time::advance(SESSION_TTL).await;
+        assert!(sessions.open(alice()).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sign_ins_are_limited_per_user_and_window() {
+        let sessions = Sessions::default();
+        for _ in 0..MAX_SIGN_INS {
+            sessions.open(alice()).unwrap();
+        }
+        assert_eq!(sessions.open(alice()).unwrap_err(), Refused::TooOften);
+        assert!(sessions.open(user("bob")).is_ok(), "bob is not alice");
+        tokio::time::advance(SIGN_IN_WINDOW).await;
+        assert!(sessions.open(alice()).is_ok());
     }
 
     #[test]
     fn the_csrf_token_must_match_exactly() {
         let sessions = Sessions::default();
-        let (_, session) = sessions.open(alice());
+        let (_, session) = sessions.open(alice()).unwrap();
         let table = [
             (None, false),
             (Some(""), false),
@@ -240,6 +333,7 @@ mod tests {
             identity: "unix:root".into(),
             admin: true,
             by_token: false,
+            user_id: None,
         };
         let token = sessions.mint_sign_in(admin.clone());
         assert_eq!(sessions.redeem_sign_in(&token), Some(admin.clone()));

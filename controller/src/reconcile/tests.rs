@@ -19,6 +19,7 @@ use crate::runtime::fake::{FakeRuntime, Fault};
 use crate::runtime::{Instance, InstanceStatus, Runtime, RuntimeError};
 use crate::store::{Desired, Store};
 use crate::testing::eventually;
+use crate::testing::inspection::{FakeWorkspace, script_inspection};
 
 /// More reconciles than any convergence here needs; hitting it means a loop.
 const MAX_ROUNDS: usize = 40;
@@ -586,16 +587,96 @@ async fn a_new_image_replaces_the_container_and_keeps_the_volume() {
     let h = Harness::new();
     h.apply("p", tiny());
     h.converge("p").await;
+    // Nothing outside /workspace: the replacement does not wait.
+    script_inspection(&h.fake, "p", FakeWorkspace::default());
     h.apply("p", json!({"image": "berth-base"}));
     h.converge("p").await;
     h.assert_ready("p");
-    h.assert_one_of_everything("p");
     let instance = h.fake.instance("p").unwrap();
     assert_eq!(
         instance.base_image(),
         Some(crate::runtime::fake::fake_fingerprint("berth-base").as_str())
     );
     assert_eq!(h.fake.count("delete_volume"), 0);
+    assert_eq!(h.fake.count("delete_instance"), 0, "nothing is deleted");
+    // The old container is in the trash, without the project's volumes or its uid label.
+    let uid = h.uid("p");
+    let trashed = h
+        .fake
+        .instance(&format!("berth-trash-{uid}-ct-1"))
+        .expect("the replaced container in the trash");
+    assert_eq!(trashed.config.get(UID_LABEL), None);
+    assert_eq!(
+        trashed.config.get("user.berth.trash.uid"),
+        Some(&format!("{uid}-ct-1"))
+    );
+    assert_eq!(
+        trashed
+            .config
+            .get("user.berth.trash.kind")
+            .map(String::as_str),
+        Some("container")
+    );
+    assert_eq!(trashed.config.get("user.berth.trash.project"), Some(&uid));
+    assert!(
+        trashed.devices.values().all(|d| !d.contains_key("pool")),
+        "{:?}",
+        trashed.devices
+    );
+    let live = h
+        .fake
+        .volume("default", &DurableLayout::workspace_volume(&uid))
+        .expect("the workspace volume stays with the project");
+    assert_eq!(live.config.get(UID_LABEL), Some(&uid));
+}
+
+#[tokio::test]
+async fn a_worktree_outside_the_workspace_holds_a_replacement_until_forced() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    let outside = berth_api::UnsavedWork {
+        worktrees: 1,
+        ..berth_api::UnsavedWork::default()
+    };
+    script_inspection(&h.fake, "p", FakeWorkspace::with_unsaved(outside));
+    h.annotate("p", berth_api::annotations::RECREATE_REQUESTED_AT, "t1");
+    project::reconcile(&h.ctx, "p")
+        .await
+        .expect("a held replacement");
+    let status = h.status("p");
+    let held = berth_api::find_condition(&status.conditions, "ReplaceBlocked").unwrap();
+    assert_eq!(held.status, berth_api::ConditionStatus::True);
+    assert!(held.message.contains("/tmp/wt-0"), "{}", held.message);
+    assert_eq!(h.ready_reason("p").1, "ReplaceBlocked");
+    assert_eq!(h.fake.count("rename_instance"), 0, "nothing replaced yet");
+    assert_eq!(h.fake.count("create_instance"), 1);
+    // A force of another request forces nothing; one of this request goes ahead.
+    h.annotate("p", berth_api::annotations::FORCE_REPLACE, "t0");
+    project::reconcile(&h.ctx, "p").await.expect("still held");
+    assert_eq!(h.fake.count("rename_instance"), 0);
+    h.annotate("p", berth_api::annotations::FORCE_REPLACE, "t1");
+    h.converge("p").await;
+    h.assert_ready("p");
+    assert_eq!(h.fake.count("create_instance"), 2, "replaced");
+    let uid = h.uid("p");
+    assert!(
+        h.fake
+            .instance(&format!("berth-trash-{uid}-ct-1"))
+            .is_some()
+    );
+    let status = h.status("p");
+    let released = berth_api::find_condition(&status.conditions, "ReplaceBlocked").unwrap();
+    assert_eq!(released.reason, "Forced");
+    // A second replacement takes the next number.
+    h.annotate("p", berth_api::annotations::RECREATE_REQUESTED_AT, "t2");
+    h.annotate("p", berth_api::annotations::FORCE_REPLACE, "t2");
+    h.converge("p").await;
+    assert!(
+        h.fake
+            .instance(&format!("berth-trash-{uid}-ct-2"))
+            .is_some()
+    );
 }
 
 #[tokio::test]
@@ -1463,6 +1544,7 @@ async fn projects_spread_over_members_and_stay_on_theirs() {
     // where the load would place a new project elsewhere.
     let on_m1 = names.iter().find(|n| location(n) == "m1").unwrap();
     h.fake.add_image("berth-tiny-2", "f2");
+    script_inspection(&h.fake, on_m1, FakeWorkspace::default());
     let mut spec = tiny();
     spec["image"] = json!("berth-tiny-2");
     h.apply(on_m1, spec);

@@ -191,7 +191,7 @@ fn a_replaced_container_is_held_for_a_worktree_and_kept_in_the_trash() {
     let trashed = format!("berth-trash-{uid}-ct-1");
     assert_eq!(
         instances_named(&format!("berth-trash-{uid}")),
-        [trashed.clone()]
+        std::slice::from_ref(&trashed)
     );
     assert_eq!(
         lxc(&["list", &trashed, "--format", "csv", "-c", "s"])

@@ -706,7 +706,7 @@ async fn a_replaced_container_is_an_entry_of_a_live_project_that_expires_and_is_
         .purge_expired(&*s.fake, trashed_at + chrono::Duration::days(8))
         .await
         .unwrap();
-    assert_eq!(purged, [key.clone()]);
+    assert_eq!(purged, std::slice::from_ref(&key));
     assert!(
         s.fake
             .instance(&format!("berth-trash-{uid}-ct-1"))

@@ -988,7 +988,7 @@ impl Project<'_> {
         if draft.step() < Step::Created {
             return self.record_created(draft, &instance).await;
         }
-        if let Next::Return(action) = self.replace_when_asked(&mut draft).await? {
+        if let Next::Return(action) = self.replace_when_asked(&mut draft, &instance).await? {
             return Ok(action);
         }
         self.check_image(&mut draft, &instance).await?;
@@ -1105,7 +1105,7 @@ impl Project<'_> {
     }
 
     /// Replaces the container (volumes stay) on request or for a new image.
-    async fn replace_when_asked(&self, draft: &mut Draft) -> Concern {
+    async fn replace_when_asked(&self, draft: &mut Draft, instance: &Instance) -> Concern {
         let runtime = &*self.ctx.runtime;
         let settings = &self.ctx.settings;
         let recreate = self.recreate_requested(draft);
@@ -1120,7 +1120,10 @@ impl Project<'_> {
         };
         // Work outside /workspace holds a replacement nobody forced: it would leave with the
         // container (which goes to the trash, not away).
-        if replace::forced(self.object) {
+        // A container already labelled for the trash was let go by an earlier look (a crash
+        // came between): its volumes are detached, so it is not looked at again.
+        let begun = instance.config.contains_key(crate::trash::TRASH_UID);
+        if begun || replace::forced(self.object) {
             replace::release(
                 draft,
                 "Forced",

@@ -1662,3 +1662,45 @@ async fn a_single_server_places_nothing() {
         "no look for existing volumes off a cluster"
     );
 }
+
+#[tokio::test]
+async fn a_replacement_interrupted_before_the_rename_finishes_without_a_second_look() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    script_inspection(&h.fake, "p", FakeWorkspace::default());
+    h.fake.fault_method(
+        "rename_instance",
+        Fault::Fail(RuntimeError::Timeout {
+            what: "rename".into(),
+            after: Duration::from_secs(1),
+        }),
+    );
+    h.annotate("p", berth_api::annotations::RECREATE_REQUESTED_AT, "t1");
+    assert!(project::reconcile(&h.ctx, "p").await.is_err());
+    let labelled = h
+        .fake
+        .instance("p")
+        .expect("still under the project's name");
+    assert!(labelled.config.contains_key("user.berth.trash.uid"));
+    // The volumes are detached now: a second look could not find the workspace, and must not
+    // be what decides.
+    let outside = berth_api::UnsavedWork {
+        worktrees: 1,
+        ..berth_api::UnsavedWork::default()
+    };
+    script_inspection(&h.fake, "p", FakeWorkspace::with_unsaved(outside));
+    h.converge("p").await;
+    h.assert_ready("p");
+    let uid = h.uid("p");
+    assert!(
+        h.fake
+            .instance(&format!("berth-trash-{uid}-ct-1"))
+            .is_some()
+    );
+    assert!(
+        h.fake
+            .instance(&format!("berth-trash-{uid}-ct-2"))
+            .is_none()
+    );
+}

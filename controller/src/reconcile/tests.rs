@@ -1704,3 +1704,110 @@ async fn a_replacement_interrupted_before_the_rename_finishes_without_a_second_l
             .is_none()
     );
 }
+
+/// Replacements in every state they meet a container in: a worktree outside /workspace or
+/// none, forced or not, for a recreate or a new image, with one LXD call on the way failing.
+/// Whatever happens, nothing is deleted, and a byte written in the container's own filesystem
+/// is still there: in the project's container while the replacement is held, in the trash
+/// once it went ahead.
+#[tokio::test]
+async fn randomized_replacements_never_destroy_a_byte_written() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    let mut rng = StdRng::seed_from_u64(0x7265_706c_6163_6531);
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let h = Harness::new();
+    for w in 0..60 {
+        let name = format!("r{w}");
+        let name = name.as_str();
+        h.apply(name, tiny());
+        h.converge(name).await;
+        let uid = h.uid(name);
+        let bytes: Vec<u8> = (0..64).map(|_| rng.random()).collect();
+        let path = format!("/root/wt/file-{w}");
+        h.fake
+            .file_write(
+                name,
+                &crate::runtime::FileWrite {
+                    path: path.clone(),
+                    content: bytes.clone(),
+                    uid: 0,
+                    gid: 0,
+                    mode: 0o644,
+                },
+            )
+            .await
+            .unwrap();
+        let worktree = rng.random_bool(0.5);
+        let forced = rng.random_bool(0.5);
+        let image = rng.random_bool(0.5);
+        let unsaved = berth_api::UnsavedWork {
+            worktrees: u32::from(worktree),
+            ..berth_api::UnsavedWork::default()
+        };
+        script_inspection(&h.fake, name, FakeWorkspace::with_unsaved(unsaved));
+        if rng.random_bool(0.3) {
+            let method = [
+                "stop_instance",
+                "get_instance_record",
+                "update_instance",
+                "rename_instance",
+                "patch_instance",
+                "create_instance",
+            ][rng.random_range(0..6)];
+            h.fake.fault_method(
+                method,
+                Fault::Fail(RuntimeError::Transport {
+                    what: method.into(),
+                    message: "injected".into(),
+                }),
+            );
+        }
+        let at = format!("t{w}");
+        if image {
+            h.apply(name, json!({"image": "berth-base"}));
+        } else {
+            h.annotate(name, berth_api::annotations::RECREATE_REQUESTED_AT, &at);
+        }
+        if forced {
+            h.annotate(name, berth_api::annotations::RECREATE_REQUESTED_AT, &at);
+            h.annotate(name, berth_api::annotations::FORCE_REPLACE, &at);
+        }
+        for _ in 0..8 {
+            let _ = project::reconcile(&h.ctx, name).await;
+        }
+        h.fake.clear_faults();
+        let held = worktree && !forced;
+        let trashed = format!("berth-trash-{uid}-ct-1");
+        let holder = if held { name } else { trashed.as_str() };
+        let kept = h.fake.file_read(holder, &path, 1 << 20).await;
+        assert_eq!(
+            kept.as_deref().ok(),
+            Some(bytes.as_slice()),
+            "world {w}: worktree {worktree}, forced {forced}, image {image}: {:?}",
+            h.fake.instance_names()
+        );
+        if held {
+            let status = h.status(name);
+            let blocked = berth_api::find_condition(&status.conditions, "ReplaceBlocked");
+            assert!(blocked.is_some_and(|c| c.status == berth_api::ConditionStatus::True));
+            assert!(h.fake.instance(&trashed).is_none(), "world {w}");
+            *counts.entry("held").or_default() += 1;
+        } else {
+            let live = h.fake.instance(name).expect("a new container");
+            assert!(live.config.contains_key(UID_LABEL), "world {w}");
+            assert_ne!(
+                h.fake.file_read(name, &path, 1 << 20).await.ok(),
+                Some(bytes.clone()),
+                "world {w}: the new container is new"
+            );
+            *counts.entry("replaced").or_default() += 1;
+        }
+        assert_eq!(h.fake.count("delete_instance"), 0, "world {w}");
+        assert_eq!(h.fake.count("delete_volume"), 0, "world {w}");
+    }
+    for (what, at_least) in [("held", 8), ("replaced", 25)] {
+        let n = counts.get(what).copied().unwrap_or(0);
+        assert!(n >= at_least, "too few {what}: {counts:?}");
+    }
+}

@@ -203,6 +203,15 @@ impl Drop for Deleter {
             if inspect_labelled(&inspection_instance(uid), uid) {
                 let _ = lxc(&["delete", "--force", &inspection_instance(uid)]);
             }
+            // A container a replacement put in the trash.
+            let trashed = format!("berth-trash-{uid}-ct-");
+            for instance in lxc(&["list", "--format", "csv", "-c", "n"])
+                .unwrap_or_default()
+                .lines()
+                .filter(|n| n.starts_with(&trashed))
+            {
+                let _ = lxc(&["delete", "--force", instance]);
+            }
             for volume in try_volumes_of(uid).unwrap_or_default() {
                 let _ = lxc(&["storage", "volume", "delete", "default", &volume]);
             }

@@ -318,6 +318,15 @@ impl Drop for Berth {
             if instance_uid(name).as_deref() == Some(uid.as_str()) {
                 let _ = lxc(&["delete", "--force", name]);
             }
+            // Containers a replacement put in the trash.
+            let trashed = format!("berth-trash-{uid}-ct-");
+            for instance in lxc(&["list", "--format", "csv", "-c", "n"])
+                .unwrap_or_default()
+                .lines()
+                .filter(|n| n.starts_with(&trashed))
+            {
+                let _ = lxc(&["delete", "--force", instance]);
+            }
             for volume in try_volumes_of(uid).unwrap_or_default() {
                 let _ = lxc(&["storage", "volume", "delete", "default", &volume]);
             }

@@ -5,6 +5,10 @@
 pub const RESTARTED_AT: &str = "berth.dev/restartedAt";
 /// Changing its value replaces the container (`berth restart --recreate`); the volumes stay.
 pub const RECREATE_REQUESTED_AT: &str = "berth.dev/recreateRequestedAt";
+/// Equal to [`RECREATE_REQUESTED_AT`]: that replacement goes ahead whatever the container holds
+/// outside /workspace (`berth restart --recreate --force`; the old container goes to the trash
+/// either way). Any other value forces nothing.
+pub const FORCE_REPLACE: &str = "berth.dev/forceReplace";
 /// Changing its value wakes an idled project (`berth start`).
 pub const WOKEN_AT: &str = "berth.dev/wokenAt";
 /// `paused` makes the controller leave the project alone.

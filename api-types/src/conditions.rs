@@ -14,11 +14,14 @@ pub mod condition_types {
     pub const REAP_PROTECTED: &str = "ReapProtected";
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
     pub const IMAGE_OUTDATED: &str = "ImageOutdated";
+    /// A replacement of the container (`berth restart --recreate`, a new `spec.image`) waits:
+    /// the container holds work outside /workspace that would go with it.
+    pub const REPLACE_BLOCKED: &str = "ReplaceBlocked";
     /// GitSource: a sync is in progress.
     pub const RECONCILING: &str = "Reconciling";
 
     /// Every Project condition type, in the order `describe` shows them.
-    pub const PROJECT: [&str; 8] = [
+    pub const PROJECT: [&str; 9] = [
         READY,
         MOUNTS_READY,
         RESOURCES_APPLIED,
@@ -27,6 +30,7 @@ pub mod condition_types {
         REAP_PROTECTED,
         DELETION_BLOCKED,
         IMAGE_OUTDATED,
+        REPLACE_BLOCKED,
     ];
 }
 
@@ -58,6 +62,8 @@ pub mod reasons {
     pub const MISSING: &str = "Missing";
     pub const STOPPED: &str = "Stopped";
     pub const IDLED: &str = "Idled";
+    /// Ready's reason while a replacement of the container is held.
+    pub const REPLACE_BLOCKED: &str = "ReplaceBlocked";
     pub const DELETING: &str = "Deleting";
     pub const PROVISIONING_FAILED: &str = "ProvisioningFailed";
     pub const RESOURCES_REJECTED: &str = "ResourcesRejected";

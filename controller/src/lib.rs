@@ -9,6 +9,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod dispose;
 pub mod file_roots;
 pub mod gitops;
 pub mod inspect;

@@ -185,6 +185,10 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
         ["trash", uid, "restore"] => {
             trash::route(state, caller, &method, &path, Some(uid), req).await
         }
+        ["trash", key, "files"] => {
+            only(&method, &path, Method::GET)?;
+            trash::file(state, caller, key, query.get("path")).await
+        }
         ["users"] => users::route(state, caller, &method, None, req).await,
         ["users", name] => users::route(state, caller, &method, Some(name), req).await,
         ["projects", name, "secrets"] => {

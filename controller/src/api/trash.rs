@@ -61,6 +61,52 @@ pub(super) async fn route(
     }
 }
 
+/// The most a file copied out of a trashed container may hold (it travels base64 in JSON).
+const FILE_LIMIT: u64 = 32 << 20;
+
+/// `GET /trash/KEY/files?path=P` (admins): the file `P` of the trashed container `KEY`, read
+/// through LXD's file API with the container left stopped, as `{"path", "size", "content"}`
+/// (`content` base64). `berth trash cp` is its client.
+pub(super) async fn file(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    key: &str,
+    path: Option<&str>,
+) -> Outcome {
+    access::require_admin(caller, "read from the trash")?;
+    let Some(path) = path.filter(|p| !p.is_empty()) else {
+        return Err(ApiError::invalid(
+            None,
+            None,
+            vec![Cause::new(
+                "path",
+                "required: the file to read, ?path=/abs/path",
+            )],
+        ));
+    };
+    let trash = trash(state)?;
+    let runtime = container_runtime(state)?;
+    let bytes = trash
+        .read_file(&*runtime, key, path, FILE_LIMIT)
+        .await
+        .map_err(|e| match e {
+            TrashError::Runtime(crate::runtime::RuntimeError::TooLarge { .. }) => {
+                ApiError::bad_request(format!(
+                    "path: {path} is larger than {} MiB",
+                    FILE_LIMIT >> 20
+                ))
+            }
+            other => failure(other),
+        })?;
+    use base64::Engine;
+    let body = serde_json::json!({
+        "path": path,
+        "size": bytes.len(),
+        "content": base64::engine::general_purpose::STANDARD.encode(&bytes),
+    });
+    Ok(serialized(StatusCode::OK, &body))
+}
+
 fn trash(state: &ApiState) -> Result<&Arc<Trash>, ApiError> {
     state.trash.as_ref().ok_or_else(|| {
         ApiError::new(

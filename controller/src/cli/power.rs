@@ -21,6 +21,10 @@ pub struct RestartArgs {
     /// Replace the container from the image (the durable volumes stay).
     #[arg(long)]
     recreate: bool,
+    /// With --recreate: replace the container even when it holds work outside /workspace (a
+    /// worktree); the old container goes to the trash either way (`berth trash cp`).
+    #[arg(long, requires = "recreate")]
+    force: bool,
     /// Wait until the container has started again (a new process, or with --recreate a new
     /// container) and the project is Ready, printing each step.
     #[arg(long)]
@@ -122,7 +126,11 @@ pub async fn restart(context: &Context, args: RestartArgs) -> anyhow::Result<Exi
         }
         false => None,
     };
-    let patch = restart_patch(args.recreate, &now());
+    let at = now();
+    let mut patch = restart_patch(args.recreate, &at);
+    if args.force {
+        patch["metadata"]["annotations"][berth_api::annotations::FORCE_REPLACE] = Value::from(at);
+    }
     patch_and_report(context, &args.name, patch, requested, wait).await
 }
 

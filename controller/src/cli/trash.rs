@@ -1,5 +1,7 @@
-//! `berth trash list [-o json|yaml]`: the projects deletions put in the trash, newest last, with
-//! when they expire (`GET /apis/berth.dev/v1alpha1/trash`, admins).
+//! `berth trash list [-o json|yaml]`: the projects deletions put in the trash, and the
+//! containers replacements put there, newest last, with when they expire
+//! (`GET /apis/berth.dev/v1alpha1/trash`, admins). `berth trash cp ITEM:PATH LOCALPATH` copies a
+//! file out of a trashed container (`GET .../trash/ITEM/files?path=PATH`).
 
 use std::process::ExitCode;
 
@@ -27,10 +29,19 @@ enum TrashCommand {
         #[arg(short = 'o', long = "output", value_enum)]
         output: Option<OutputFormat>,
     },
+    /// Copy a file out of a trashed container: ITEM:PATH (ITEM as `trash list` shows it, PATH
+    /// absolute inside the container) to LOCALPATH (a file, or a directory to copy into).
+    Cp {
+        source: String,
+        local: std::path::PathBuf,
+    },
 }
 
 pub async fn run(context: &Context, args: TrashArgs) -> anyhow::Result<ExitCode> {
-    let TrashCommand::List { output } = args.command;
+    let output = match args.command {
+        TrashCommand::List { output } => output,
+        TrashCommand::Cp { source, local } => return copy(context, &source, &local).await,
+    };
     let client = context.client()?;
     let list = client
         .request_json(Method::GET, &format!("{API_PREFIX}/trash"), None)
@@ -52,6 +63,58 @@ pub async fn run(context: &Context, args: TrashArgs) -> anyhow::Result<ExitCode>
             print!("{}", trash_table(&items, Utc::now()));
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ITEM:PATH` split in two; the path must be absolute.
+fn item_and_path(source: &str) -> anyhow::Result<(&str, &str)> {
+    match source.split_once(':') {
+        Some((item, path)) if !item.is_empty() && path.starts_with('/') => Ok((item, path)),
+        _ => anyhow::bail!(
+            "source: {source:?} is not ITEM:PATH with an absolute PATH (for example u-1-ct-1:/root/notes.txt)"
+        ),
+    }
+}
+
+async fn copy(
+    context: &Context,
+    source: &str,
+    local: &std::path::Path,
+) -> anyhow::Result<ExitCode> {
+    use base64::Engine;
+    let (item, path) = item_and_path(source)?;
+    let client = context.client()?;
+    let answer = client
+        .get_json(
+            &format!(
+                "{API_PREFIX}/trash/{}/files",
+                crate::client::encode_segment(item)
+            ),
+            &[("path", path)],
+        )
+        .await?;
+    let content = answer
+        .get("content")
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| anyhow::anyhow!("the server's answer carries no content"))?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(content)?;
+    let target = if local.is_dir() {
+        let file = path
+            .rsplit('/')
+            .next()
+            .filter(|f| !f.is_empty())
+            .unwrap_or("file");
+        local.join(file)
+    } else {
+        local.to_path_buf()
+    };
+    std::fs::write(&target, &bytes)
+        .map_err(|e| anyhow::anyhow!("LOCALPATH: {}: {e}", target.display()))?;
+    println!(
+        "{item}:{path} -> {} ({} bytes)",
+        target.display(),
+        bytes.len()
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -137,5 +200,17 @@ mod tests {
         }
         assert_eq!(bytes(0), "0B");
         assert_eq!(bytes(1536), "1.5KiB");
+    }
+
+    #[test]
+    fn a_source_is_an_item_and_an_absolute_path() {
+        assert_eq!(
+            item_and_path("u-1-ct-2:/root/wt/a.txt").unwrap(),
+            ("u-1-ct-2", "/root/wt/a.txt")
+        );
+        for bad in ["u-1-ct-2", "u-1-ct-2:rel", ":/x"] {
+            let e = item_and_path(bad).unwrap_err().to_string();
+            assert!(e.starts_with("source:"), "{e}");
+        }
     }
 }

@@ -529,6 +529,18 @@ impl Runtime for LxdClient {
         }
     }
 
+    async fn rename_instance(&self, name: &str, new_name: &str, timeout: Duration) -> Result<()> {
+        if name == new_name {
+            return Ok(());
+        }
+        let what = format!("rename instance {name} to {new_name}");
+        let call = self
+            .transport
+            .call(Method::POST, &instance_path(name), what.clone())
+            .json(json!({"name": new_name}));
+        self.run(call, &what, timeout).await.map(|_| ())
+    }
+
     async fn patch_instance(&self, name: &str, patch: &InstancePatch) -> Result<()> {
         let what = format!("update instance {name}");
         let mut body = json!({});

@@ -19,6 +19,7 @@ pub mod own_changes;
 pub mod placement;
 pub mod project;
 pub mod queue;
+pub mod replace;
 pub mod snapshot;
 pub mod startup;
 pub mod status;

@@ -20,7 +20,8 @@ use super::fleet::Verdict;
 use super::placement;
 use super::status::{Draft, Idling, PendingOperation, idling, transitions};
 use super::steps::{StepContext, StepOutcome, next_required, resume_after_boot};
-use super::{Action, Context, ReconcileError, fault, finalizer, own_changes};
+use super::{Action, Context, ReconcileError, fault, finalizer, own_changes, replace};
+use crate::dispose;
 use crate::layout::{DurableLayout, FINALIZER, uid_label};
 use crate::runtime::{
     CreateInstance, CreateVolume, Created, ExecRequest, ImageSource, Instance, InstancePatch,
@@ -987,7 +988,7 @@ impl Project<'_> {
         if draft.step() < Step::Created {
             return self.record_created(draft, &instance).await;
         }
-        if let Next::Return(action) = self.replace_when_asked(&mut draft).await? {
+        if let Next::Return(action) = self.replace_when_asked(&mut draft, &instance).await? {
             return Ok(action);
         }
         self.check_image(&mut draft, &instance).await?;
@@ -1104,7 +1105,7 @@ impl Project<'_> {
     }
 
     /// Replaces the container (volumes stay) on request or for a new image.
-    async fn replace_when_asked(&self, draft: &mut Draft) -> Concern {
+    async fn replace_when_asked(&self, draft: &mut Draft, instance: &Instance) -> Concern {
         let runtime = &*self.ctx.runtime;
         let settings = &self.ctx.settings;
         let recreate = self.recreate_requested(draft);
@@ -1117,10 +1118,41 @@ impl Project<'_> {
         } else {
             "spec.image changed"
         };
-        self.stop_cleanly().await?;
-        runtime
-            .delete_instance(self.name(), settings.timeouts.delete)
-            .await?;
+        // Work outside /workspace holds a replacement nobody forced: it would leave with the
+        // container (which goes to the trash, not away).
+        // A container already labelled for the trash was let go by an earlier look (a crash
+        // came between): its volumes are detached, so it is not looked at again.
+        let begun = instance.config.contains_key(crate::trash::TRASH_UID);
+        if begun || replace::forced(self.object) {
+            replace::release(
+                draft,
+                "Forced",
+                "replaced with --force: the old container is in the trash",
+            );
+        } else if let Some(wait) = replace::hold(self.ctx, self.object, draft, why).await? {
+            self.commit(draft).await?;
+            return Ok(Next::Return(Action::Requeue(wait)));
+        }
+        let reason = if recreate { "recreate" } else { "image" };
+        let trashed = dispose::container_into_trash(
+            runtime,
+            &dispose::Replaced {
+                object: self.object,
+                name: self.name(),
+                why: reason,
+                now: draft.now(),
+                clean_stop: settings.timeouts.clean_stop,
+                timeout: settings.timeouts.delete,
+            },
+        )
+        .await?;
+        self.warn_normal(
+            "ContainerTrashed",
+            &format!(
+                "the replaced container ({why}) is in the trash as {trashed}: `berth trash list`, `berth trash cp`"
+            ),
+        )
+        .await;
         draft.record.recreate_requested_at =
             self.annotation(annotations::RECREATE_REQUESTED_AT).cloned();
         draft.record.image = None;
@@ -1133,7 +1165,7 @@ impl Project<'_> {
         draft.set_not_ready(
             Phase::Provisioning,
             Step::Requested.as_str(),
-            &format!("replacing the container ({why}); the volumes stay"),
+            &format!("replacing the container ({why}); the volumes stay, the old container is in the trash"),
         );
         self.commit_and_go_on(draft).await
     }

@@ -19,6 +19,7 @@ use crate::runtime::fake::{FakeRuntime, Fault};
 use crate::runtime::{Instance, InstanceStatus, Runtime, RuntimeError};
 use crate::store::{Desired, Store};
 use crate::testing::eventually;
+use crate::testing::inspection::{FakeWorkspace, script_inspection};
 
 /// More reconciles than any convergence here needs; hitting it means a loop.
 const MAX_ROUNDS: usize = 40;
@@ -586,16 +587,96 @@ async fn a_new_image_replaces_the_container_and_keeps_the_volume() {
     let h = Harness::new();
     h.apply("p", tiny());
     h.converge("p").await;
+    // Nothing outside /workspace: the replacement does not wait.
+    script_inspection(&h.fake, "p", FakeWorkspace::default());
     h.apply("p", json!({"image": "berth-base"}));
     h.converge("p").await;
     h.assert_ready("p");
-    h.assert_one_of_everything("p");
     let instance = h.fake.instance("p").unwrap();
     assert_eq!(
         instance.base_image(),
         Some(crate::runtime::fake::fake_fingerprint("berth-base").as_str())
     );
     assert_eq!(h.fake.count("delete_volume"), 0);
+    assert_eq!(h.fake.count("delete_instance"), 0, "nothing is deleted");
+    // The old container is in the trash, without the project's volumes or its uid label.
+    let uid = h.uid("p");
+    let trashed = h
+        .fake
+        .instance(&format!("berth-trash-{uid}-ct-1"))
+        .expect("the replaced container in the trash");
+    assert_eq!(trashed.config.get(UID_LABEL), None);
+    assert_eq!(
+        trashed.config.get("user.berth.trash.uid"),
+        Some(&format!("{uid}-ct-1"))
+    );
+    assert_eq!(
+        trashed
+            .config
+            .get("user.berth.trash.kind")
+            .map(String::as_str),
+        Some("container")
+    );
+    assert_eq!(trashed.config.get("user.berth.trash.project"), Some(&uid));
+    assert!(
+        trashed.devices.values().all(|d| !d.contains_key("pool")),
+        "{:?}",
+        trashed.devices
+    );
+    let live = h
+        .fake
+        .volume("default", &DurableLayout::workspace_volume(&uid))
+        .expect("the workspace volume stays with the project");
+    assert_eq!(live.config.get(UID_LABEL), Some(&uid));
+}
+
+#[tokio::test]
+async fn a_worktree_outside_the_workspace_holds_a_replacement_until_forced() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    let outside = berth_api::UnsavedWork {
+        worktrees: 1,
+        ..berth_api::UnsavedWork::default()
+    };
+    script_inspection(&h.fake, "p", FakeWorkspace::with_unsaved(outside));
+    h.annotate("p", berth_api::annotations::RECREATE_REQUESTED_AT, "t1");
+    project::reconcile(&h.ctx, "p")
+        .await
+        .expect("a held replacement");
+    let status = h.status("p");
+    let held = berth_api::find_condition(&status.conditions, "ReplaceBlocked").unwrap();
+    assert_eq!(held.status, berth_api::ConditionStatus::True);
+    assert!(held.message.contains("/tmp/wt-0"), "{}", held.message);
+    assert_eq!(h.ready_reason("p").1, "ReplaceBlocked");
+    assert_eq!(h.fake.count("rename_instance"), 0, "nothing replaced yet");
+    assert_eq!(h.fake.count("create_instance"), 1);
+    // A force of another request forces nothing; one of this request goes ahead.
+    h.annotate("p", berth_api::annotations::FORCE_REPLACE, "t0");
+    project::reconcile(&h.ctx, "p").await.expect("still held");
+    assert_eq!(h.fake.count("rename_instance"), 0);
+    h.annotate("p", berth_api::annotations::FORCE_REPLACE, "t1");
+    h.converge("p").await;
+    h.assert_ready("p");
+    assert_eq!(h.fake.count("create_instance"), 2, "replaced");
+    let uid = h.uid("p");
+    assert!(
+        h.fake
+            .instance(&format!("berth-trash-{uid}-ct-1"))
+            .is_some()
+    );
+    let status = h.status("p");
+    let released = berth_api::find_condition(&status.conditions, "ReplaceBlocked").unwrap();
+    assert_eq!(released.reason, "Forced");
+    // A second replacement takes the next number.
+    h.annotate("p", berth_api::annotations::RECREATE_REQUESTED_AT, "t2");
+    h.annotate("p", berth_api::annotations::FORCE_REPLACE, "t2");
+    h.converge("p").await;
+    assert!(
+        h.fake
+            .instance(&format!("berth-trash-{uid}-ct-2"))
+            .is_some()
+    );
 }
 
 #[tokio::test]
@@ -1463,6 +1544,7 @@ async fn projects_spread_over_members_and_stay_on_theirs() {
     // where the load would place a new project elsewhere.
     let on_m1 = names.iter().find(|n| location(n) == "m1").unwrap();
     h.fake.add_image("berth-tiny-2", "f2");
+    script_inspection(&h.fake, on_m1, FakeWorkspace::default());
     let mut spec = tiny();
     spec["image"] = json!("berth-tiny-2");
     h.apply(on_m1, spec);
@@ -1579,4 +1661,153 @@ async fn a_single_server_places_nothing() {
         !h.fake.calls().iter().any(|c| c.starts_with("get_volume")),
         "no look for existing volumes off a cluster"
     );
+}
+
+#[tokio::test]
+async fn a_replacement_interrupted_before_the_rename_finishes_without_a_second_look() {
+    let h = Harness::new();
+    h.apply("p", tiny());
+    h.converge("p").await;
+    script_inspection(&h.fake, "p", FakeWorkspace::default());
+    h.fake.fault_method(
+        "rename_instance",
+        Fault::Fail(RuntimeError::Timeout {
+            what: "rename".into(),
+            after: Duration::from_secs(1),
+        }),
+    );
+    h.annotate("p", berth_api::annotations::RECREATE_REQUESTED_AT, "t1");
+    assert!(project::reconcile(&h.ctx, "p").await.is_err());
+    let labelled = h
+        .fake
+        .instance("p")
+        .expect("still under the project's name");
+    assert!(labelled.config.contains_key("user.berth.trash.uid"));
+    // The volumes are detached now: a second look could not find the workspace, and must not
+    // be what decides.
+    let outside = berth_api::UnsavedWork {
+        worktrees: 1,
+        ..berth_api::UnsavedWork::default()
+    };
+    script_inspection(&h.fake, "p", FakeWorkspace::with_unsaved(outside));
+    h.converge("p").await;
+    h.assert_ready("p");
+    let uid = h.uid("p");
+    assert!(
+        h.fake
+            .instance(&format!("berth-trash-{uid}-ct-1"))
+            .is_some()
+    );
+    assert!(
+        h.fake
+            .instance(&format!("berth-trash-{uid}-ct-2"))
+            .is_none()
+    );
+}
+
+/// Replacements in every state they meet a container in: a worktree outside /workspace or
+/// none, forced or not, for a recreate or a new image, with one LXD call on the way failing.
+/// Whatever happens, nothing is deleted, and a byte written in the container's own filesystem
+/// is still there: in the project's container while the replacement is held, in the trash
+/// once it went ahead.
+#[tokio::test]
+async fn randomized_replacements_never_destroy_a_byte_written() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    let mut rng = StdRng::seed_from_u64(0x7265_706c_6163_6531);
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let h = Harness::new();
+    for w in 0..60 {
+        let name = format!("r{w}");
+        let name = name.as_str();
+        h.apply(name, tiny());
+        h.converge(name).await;
+        let uid = h.uid(name);
+        let bytes: Vec<u8> = (0..64).map(|_| rng.random()).collect();
+        let path = format!("/root/wt/file-{w}");
+        h.fake
+            .file_write(
+                name,
+                &crate::runtime::FileWrite {
+                    path: path.clone(),
+                    content: bytes.clone(),
+                    uid: 0,
+                    gid: 0,
+                    mode: 0o644,
+                },
+            )
+            .await
+            .unwrap();
+        let worktree = rng.random_bool(0.5);
+        let forced = rng.random_bool(0.5);
+        let image = rng.random_bool(0.5);
+        let unsaved = berth_api::UnsavedWork {
+            worktrees: u32::from(worktree),
+            ..berth_api::UnsavedWork::default()
+        };
+        script_inspection(&h.fake, name, FakeWorkspace::with_unsaved(unsaved));
+        if rng.random_bool(0.3) {
+            let method = [
+                "stop_instance",
+                "get_instance_record",
+                "update_instance",
+                "rename_instance",
+                "patch_instance",
+                "create_instance",
+            ][rng.random_range(0..6)];
+            h.fake.fault_method(
+                method,
+                Fault::Fail(RuntimeError::Transport {
+                    what: method.into(),
+                    message: "injected".into(),
+                }),
+            );
+        }
+        let at = format!("t{w}");
+        if image {
+            h.apply(name, json!({"image": "berth-base"}));
+        } else {
+            h.annotate(name, berth_api::annotations::RECREATE_REQUESTED_AT, &at);
+        }
+        if forced {
+            h.annotate(name, berth_api::annotations::RECREATE_REQUESTED_AT, &at);
+            h.annotate(name, berth_api::annotations::FORCE_REPLACE, &at);
+        }
+        for _ in 0..8 {
+            let _ = project::reconcile(&h.ctx, name).await;
+        }
+        h.fake.clear_faults();
+        let held = worktree && !forced;
+        let trashed = format!("berth-trash-{uid}-ct-1");
+        let holder = if held { name } else { trashed.as_str() };
+        let kept = h.fake.file_read(holder, &path, 1 << 20).await;
+        assert_eq!(
+            kept.as_deref().ok(),
+            Some(bytes.as_slice()),
+            "world {w}: worktree {worktree}, forced {forced}, image {image}: {:?}",
+            h.fake.instance_names()
+        );
+        if held {
+            let status = h.status(name);
+            let blocked = berth_api::find_condition(&status.conditions, "ReplaceBlocked");
+            assert!(blocked.is_some_and(|c| c.status == berth_api::ConditionStatus::True));
+            assert!(h.fake.instance(&trashed).is_none(), "world {w}");
+            *counts.entry("held").or_default() += 1;
+        } else {
+            let live = h.fake.instance(name).expect("a new container");
+            assert!(live.config.contains_key(UID_LABEL), "world {w}");
+            assert_ne!(
+                h.fake.file_read(name, &path, 1 << 20).await.ok(),
+                Some(bytes.clone()),
+                "world {w}: the new container is new"
+            );
+            *counts.entry("replaced").or_default() += 1;
+        }
+        assert_eq!(h.fake.count("delete_instance"), 0, "world {w}");
+        assert_eq!(h.fake.count("delete_volume"), 0, "world {w}");
+    }
+    for (what, at_least) in [("held", 8), ("replaced", 25)] {
+        let n = counts.get(what).copied().unwrap_or(0);
+        assert!(n >= at_least, "too few {what}: {counts:?}");
+    }
 }

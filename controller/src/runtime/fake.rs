@@ -830,6 +830,35 @@ impl Runtime for FakeRuntime {
         Self::reply("delete_instance", lose, result.map(|_| ()))
     }
 
+    async fn rename_instance(&self, name: &str, new_name: &str, _timeout: Duration) -> Result<()> {
+        let lose = self.enter("rename_instance", name).await?;
+        let what = format!("rename instance {name} to {new_name}");
+        let result = {
+            let mut state = lock(&self.state);
+            match state.instances.get(name) {
+                _ if name == new_name => Ok(false),
+                None => Err(not_found(what)),
+                Some(i) if i.instance.status != InstanceStatus::Stopped => {
+                    Err(rejected(what, "Renaming of running instance not allowed"))
+                }
+                Some(_) if state.instances.contains_key(new_name) => Err(RuntimeError::Conflict {
+                    what,
+                    message: "Name already in use".into(),
+                }),
+                Some(_) => {
+                    let mut moved = state.instances.remove(name).expect("checked above");
+                    moved.instance.name = new_name.to_string();
+                    state.instances.insert(new_name.to_string(), moved);
+                    Ok(true)
+                }
+            }
+        };
+        if result == Ok(true) {
+            self.lifecycle("instance-renamed", new_name);
+        }
+        Self::reply("rename_instance", lose, result.map(|_| ()))
+    }
+
     async fn patch_instance(&self, name: &str, patch: &InstancePatch) -> Result<()> {
         let lose = self.enter("patch_instance", name).await?;
         let result = self.in_instance(name, |i| {

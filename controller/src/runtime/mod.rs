@@ -87,6 +87,10 @@ pub trait Runtime: Send + Sync {
     /// Deletes a stopped instance; deleting a missing one succeeds.
     async fn delete_instance(&self, name: &str, timeout: Duration) -> Result<()>;
 
+    /// Renames a stopped instance (LXD refuses a running one). Renaming to the name it already
+    /// has succeeds; a missing instance is [`RuntimeError::NotFound`].
+    async fn rename_instance(&self, name: &str, new_name: &str, timeout: Duration) -> Result<()>;
+
     /// Merges config keys and devices into the instance (a key set to "" is removed).
     async fn patch_instance(&self, name: &str, patch: &InstancePatch) -> Result<()>;
 

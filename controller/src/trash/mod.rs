@@ -32,7 +32,10 @@ use crate::metrics::Metrics;
 use crate::runtime::{Runtime, RuntimeError, Volume};
 use crate::store::{Doc, EventType, Store, StoreError, StoredObject};
 
-pub use names::{TrashEntry, is_trash_name, trash_name};
+pub use names::{
+    KIND_CONTAINER, TRASH_UID, TrashEntry, container_key, container_labels, container_number,
+    container_trash_name, is_trash_name, trash_labels, trash_name,
+};
 pub use restore::Restore;
 
 /// How long a deleted project's volumes are kept (`trash.retention`); zero disables the trash.
@@ -58,54 +61,12 @@ impl TrashSettings {
     }
 }
 
-/// The member a volume lives on, for calls about it (none on a standalone server).
-fn target(volume: &Volume) -> Option<&str> {
-    Some(volume.location.as_str()).filter(|l| !l.is_empty() && *l != "none")
-}
+/// How long the purge of a trashed container waits for LXD to delete it.
+const PURGE_INSTANCE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Takes a deleted project's `volumes` (found under its own names) away from it: into the trash,
-/// or deleted when the trash is disabled or the deletion was purged. Each volume is labelled,
-/// then renamed; run again after a crash, it finishes what is still under the project's names
-/// (a volume already renamed is no longer among them).
-pub async fn dispose(
-    runtime: &dyn Runtime,
-    pool: &str,
-    settings: &TrashSettings,
-    object: &StoredObject,
-    volumes: Vec<Volume>,
-) -> Result<(), RuntimeError> {
-    let purged = object
-        .metadata
-        .annotations
-        .get(berth_api::annotations::PURGE)
-        .is_some_and(|v| v == "true");
-    for volume in &volumes {
-        if purged || !settings.enabled() {
-            runtime
-                .delete_volume(pool, &volume.name, target(volume))
-                .await?;
-            tracing::info!(volume = volume.name.as_str(), purged, "volume deleted");
-            continue;
-        }
-        runtime
-            .patch_volume(
-                pool,
-                &volume.name,
-                &names::trash_labels(object, &volume.name),
-                target(volume),
-            )
-            .await?;
-        let trashed = trash_name(&volume.name);
-        runtime
-            .rename_volume(pool, &volume.name, &trashed, target(volume))
-            .await?;
-        tracing::info!(
-            volume = volume.name.as_str(),
-            trash = trashed.as_str(),
-            "volume moved to the trash"
-        );
-    }
-    Ok(())
+/// The member a volume lives on, for calls about it (none on a standalone server).
+pub(crate) fn target(volume: &Volume) -> Option<&str> {
+    Some(volume.location.as_str()).filter(|l| !l.is_empty() && *l != "none")
 }
 
 /// What went wrong with a trash request.
@@ -216,14 +177,32 @@ impl Trash {
                     .get(names::CONTROLLER_LABEL)
                     .is_none_or(|c| *c == controller)
             })
-            // On its way into the trash or back out of it: its project is live.
+            // A deleted project's volumes on their way into the trash or back out of it: its
+            // project is live. Other kinds of items belong to a live project by design.
             .filter(|v| {
-                v.config
-                    .get(names::PROJECT_UID_LABEL)
-                    .is_none_or(|uid| self.store.get_by_uid(uid).is_none())
+                !names::is_project_kind(&v.config)
+                    || v.config
+                        .get(names::PROJECT_UID_LABEL)
+                        .is_none_or(|uid| self.store.get_by_uid(uid).is_none())
             })
             .collect();
         let mut entries = TrashEntry::group(volumes);
+        // Replaced containers, renamed into the trash (`crate::dispose`).
+        let containers: Vec<_> = runtime
+            .list_instances(Some(names::TRASH_LABEL_PREFIX), false)
+            .await?
+            .into_iter()
+            .filter(|i| {
+                is_trash_name(&i.name)
+                    && i.config.get(names::TRASH_KIND).map(String::as_str)
+                        == Some(names::KIND_CONTAINER)
+                    && i.config
+                        .get(names::CONTROLLER_LABEL)
+                        .is_none_or(|c| *c == controller)
+            })
+            .collect();
+        entries.extend(TrashEntry::of_containers(containers));
+        entries.sort_by(|a, b| a.deleted_at.cmp(&b.deleted_at).then(a.uid.cmp(&b.uid)));
         for entry in &mut entries {
             for volume in &entry.volumes {
                 if self.sizes_unknown.load(Ordering::Relaxed) {
@@ -322,6 +301,15 @@ impl Trash {
                 continue;
             }
             let mut failed = None;
+            // The trash's own purge: a replaced container past its retention.
+            for instance in &entry.instances {
+                if let Err(e) = runtime
+                    .delete_instance(&instance.name, PURGE_INSTANCE_TIMEOUT)
+                    .await
+                {
+                    failed = Some(e);
+                }
+            }
             for volume in &entry.volumes {
                 if let Err(e) = runtime
                     .delete_volume(&self.pool, &volume.name, target(volume))
@@ -345,7 +333,8 @@ impl Trash {
                 EventType::Normal,
                 "TrashPurged",
                 &format!(
-                    "the trashed volumes of project {} (uid {}, deleted {}) were purged after the trash's retention",
+                    "the trashed {} of project {} (uid {}, deleted {}) were purged after the trash's retention",
+                    if entry.is_container() { "container" } else { "volumes" },
                     entry.name,
                     entry.uid,
                     entry
@@ -369,7 +358,15 @@ impl Trash {
             kind: Kind::Project,
             metadata: berth_api::ObjectMeta {
                 name: entry.name.clone(),
-                uid: Some(entry.uid.clone()),
+                // A replaced container's event goes to the project it came from.
+                uid: Some(
+                    entry
+                        .instances
+                        .first()
+                        .and_then(|i| i.config.get(names::TRASH_PROJECT))
+                        .unwrap_or(&entry.uid)
+                        .clone(),
+                ),
                 ..berth_api::ObjectMeta::default()
             },
             spec: Doc::null(),
@@ -380,12 +377,49 @@ impl Trash {
             .await;
     }
 
+    /// Reads the file `path` (at most `max_bytes`) from the trashed container `key` names,
+    /// through LXD's file API, which reads a stopped instance's filesystem: the container stays
+    /// stopped and as it was.
+    pub async fn read_file(
+        &self,
+        runtime: &dyn Runtime,
+        key: &str,
+        path: &str,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>, TrashError> {
+        if !path.starts_with('/') {
+            return Err(TrashError::Invalid {
+                field: "path".into(),
+                message: format!("{path:?} is not an absolute path"),
+            });
+        }
+        let entries = self.entries(runtime).await?;
+        let entry = entries
+            .iter()
+            .find(|e| e.uid == key)
+            .ok_or_else(|| TrashError::NotFound(format!("nothing in the trash is {key:?}")))?;
+        let Some(instance) = entry.instances.first() else {
+            return Err(TrashError::Invalid {
+                field: "item".into(),
+                message: format!(
+                    "{key} is a deleted project's volumes, not a container: restore it with `berth restore {key}`"
+                ),
+            });
+        };
+        match runtime.file_read(&instance.name, path, max_bytes).await {
+            Err(RuntimeError::NotFound { .. }) => {
+                Err(TrashError::NotFound(format!("{key} has no file {path}")))
+            }
+            other => Ok(other?),
+        }
+    }
+
     /// Finds the entry `key` names: a uid, or a name (its newest entry).
     fn find<'a>(entries: &'a [TrashEntry], key: &str) -> Option<&'a TrashEntry> {
         entries.iter().find(|e| e.uid == key).or_else(|| {
             entries
                 .iter()
-                .filter(|e| e.name == key)
+                .filter(|e| e.name == key && !e.is_container())
                 .max_by(|a, b| a.deleted_at.cmp(&b.deleted_at))
         })
     }

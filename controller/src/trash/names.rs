@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::runtime::Volume;
+use crate::runtime::{Instance, Volume};
 use crate::store::StoredObject;
 
 /// The config key holding the project's uid on every berth volume (the reconciler's
@@ -37,8 +37,18 @@ pub const TRASH_REASON: &str = "user.berth.trash.reason";
 /// an interrupted restore resumes to the same uid.
 pub const TRASH_RESTORE_AS: &str = "user.berth.trash.restoreAs";
 
+/// What the entry holds: absent or [`KIND_PROJECT`], a deleted project's volumes;
+/// [`KIND_CONTAINER`], a replaced container; `files`, a copy made before a forced checkout.
+pub const TRASH_KIND: &str = "user.berth.trash.kind";
+pub const KIND_PROJECT: &str = "project";
+pub const KIND_CONTAINER: &str = "container";
+/// The uid of the project the item came from (for a project entry, its [`TRASH_UID`]).
+pub const TRASH_PROJECT: &str = "user.berth.trash.project";
+/// When the trash received the item (RFC 3339).
+pub const TRASH_TRASHED_AT: &str = "user.berth.trash.trashedAt";
+
 /// Every trash label, for clearing them once a volume is back in a project.
-pub const TRASH_KEYS: [&str; 9] = [
+pub const TRASH_KEYS: [&str; 12] = [
     TRASH_UID,
     TRASH_FROM,
     TRASH_NAME,
@@ -48,7 +58,17 @@ pub const TRASH_KEYS: [&str; 9] = [
     TRASH_DELETED_BY,
     TRASH_REASON,
     TRASH_RESTORE_AS,
+    TRASH_KIND,
+    TRASH_PROJECT,
+    TRASH_TRASHED_AT,
 ];
+
+/// Whether trash labels `config` are a deleted project's (kind absent or `project`).
+pub fn is_project_kind(config: &BTreeMap<String, String>) -> bool {
+    config
+        .get(TRASH_KIND)
+        .is_none_or(|k| k.is_empty() || k == KIND_PROJECT)
+}
 
 const TRASH_NAME_PREFIX: &str = "berth-trash-";
 
@@ -136,6 +156,11 @@ pub struct TrashEntry {
     /// The uid pinned by an interrupted restore under another name.
     pub restore_as: Option<String>,
     pub volumes: Vec<Volume>,
+    /// [`KIND_PROJECT`] (a deleted project's volumes) or [`KIND_CONTAINER`] (a replaced
+    /// container, the one instance of `instances`).
+    pub kind: String,
+    /// The trashed instances (a replaced container), none for a project's volumes.
+    pub instances: Vec<Instance>,
     /// Bytes used, summed over the volumes (0 where the pool cannot tell).
     pub bytes: u64,
 }
@@ -168,6 +193,8 @@ impl TrashEntry {
                         .filter(|u| !u.is_empty())
                         .cloned(),
                     volumes: Vec::new(),
+                    kind: KIND_PROJECT.to_string(),
+                    instances: Vec::new(),
                     bytes: 0,
                 }
             });
@@ -183,6 +210,84 @@ impl TrashEntry {
         entries.sort_by(|a, b| a.deleted_at.cmp(&b.deleted_at).then(a.uid.cmp(&b.uid)));
         entries
     }
+
+    /// One entry per trashed container (kind [`KIND_CONTAINER`]); instances without a readable
+    /// record are left out.
+    pub fn of_containers(instances: Vec<Instance>) -> Vec<TrashEntry> {
+        instances
+            .into_iter()
+            .filter_map(|instance| {
+                let config = &instance.config;
+                let uid = config.get(TRASH_UID).filter(|u| !u.is_empty())?.clone();
+                let text = |key: &str| config.get(key).cloned().unwrap_or_default();
+                let trashed_at = config
+                    .get(TRASH_TRASHED_AT)
+                    .or_else(|| config.get(TRASH_DELETED_AT))
+                    .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                    .map(|t| t.with_timezone(&Utc));
+                Some(TrashEntry {
+                    uid,
+                    name: text(TRASH_NAME),
+                    deleted_at: trashed_at,
+                    deleted_by: text(TRASH_DELETED_BY),
+                    reason: text(TRASH_REASON),
+                    spec: Value::Null,
+                    labels: BTreeMap::new(),
+                    restore_as: None,
+                    volumes: Vec::new(),
+                    kind: KIND_CONTAINER.to_string(),
+                    instances: vec![instance],
+                    bytes: 0,
+                })
+            })
+            .collect()
+    }
+
+    /// Whether the entry is a replaced container rather than a deleted project's volumes.
+    pub fn is_container(&self) -> bool {
+        self.kind == KIND_CONTAINER
+    }
+}
+
+/// The trash name of the `n`th container replaced in the project `uid`.
+pub fn container_trash_name(uid: &str, n: u32) -> String {
+    format!("{TRASH_NAME_PREFIX}{uid}-ct-{n}")
+}
+
+/// The entry key of the `n`th container replaced in the project `uid`: `<uid>-ct-<n>`.
+pub fn container_key(uid: &str, n: u32) -> String {
+    format!("{uid}-ct-{n}")
+}
+
+/// The number `n` of a trashed container's name of project `uid`, if it is one.
+pub fn container_number(uid: &str, name: &str) -> Option<u32> {
+    name.strip_prefix(TRASH_NAME_PREFIX)?
+        .strip_prefix(uid)?
+        .strip_prefix("-ct-")?
+        .parse()
+        .ok()
+}
+
+/// The labels a replaced container of `object` gets on its way into the trash, keyed `key`,
+/// received at `trashed_at`, for `why` (`recreate`, `image`).
+pub fn container_labels(
+    object: &StoredObject,
+    key: &str,
+    trashed_at: DateTime<Utc>,
+    why: &str,
+) -> BTreeMap<String, String> {
+    let at = trashed_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    BTreeMap::from([
+        (TRASH_UID.to_string(), key.to_string()),
+        (TRASH_KIND.to_string(), KIND_CONTAINER.to_string()),
+        (TRASH_PROJECT.to_string(), object.uid().to_string()),
+        (TRASH_NAME.to_string(), object.name().to_string()),
+        (TRASH_FROM.to_string(), object.name().to_string()),
+        (TRASH_TRASHED_AT.to_string(), at.clone()),
+        (TRASH_DELETED_AT.to_string(), at),
+        (TRASH_DELETED_BY.to_string(), "replacement".to_string()),
+        (TRASH_REASON.to_string(), why.to_string()),
+    ])
 }
 
 #[cfg(test)]
@@ -210,5 +315,12 @@ mod tests {
             Some("berth-n-1-home-shell")
         );
         assert_eq!(restored_name("berth-x-workspace", uid, "n-1"), None);
+        let ct = container_trash_name(uid, 3);
+        assert_eq!(ct, format!("berth-trash-{uid}-ct-3"));
+        assert!(is_trash_name(&ct));
+        assert_eq!(container_number(uid, &ct), Some(3));
+        assert_eq!(container_number(uid, &trashed), None);
+        assert_eq!(container_number("other", &ct), None);
+        assert_eq!(container_key(uid, 3), format!("{uid}-ct-3"));
     }
 }

@@ -53,6 +53,12 @@ impl Trash {
                 TrashError::NotFound(format!("nothing in the trash is {:?}", request.key))
             })?
             .clone();
+        if entry.is_container() {
+            return Err(TrashError::Conflict(format!(
+                "{} is a replaced container of project {:?}: it is not restored as a project; copy its files out with `berth trash cp {}:PATH LOCALPATH`",
+                entry.uid, entry.name, entry.uid
+            )));
+        }
         let name = request
             .new_name
             .clone()

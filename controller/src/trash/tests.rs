@@ -646,3 +646,86 @@ async fn an_interrupted_restore_stays_in_the_trash_and_finishes_when_asked_again
     assert_eq!(object.uid(), uid);
     assert_eq!(s.volumes(), live_names(&uid));
 }
+
+#[tokio::test]
+async fn a_replaced_container_is_an_entry_of_a_live_project_that_expires_and_is_not_restored() {
+    let s = setup(7 * DAY);
+    let uid = s.project("live").await;
+    crate::testing::inspection::script_inspection(
+        &s.fake,
+        "live",
+        crate::testing::inspection::FakeWorkspace::default(),
+    );
+    let object = s.store.get(Kind::Project, "live").unwrap();
+    let mut annotated = object.metadata.annotations.clone();
+    annotated.insert(annotations::RECREATE_REQUESTED_AT.into(), "t1".into());
+    s.store
+        .apply(
+            Desired::project("live", object.spec.value()).with_annotations(annotated),
+            Commit::Persist,
+        )
+        .unwrap();
+    s.converge("live").await;
+    let key = format!("{uid}-ct-1");
+    let entries = s.trash.entries(&*s.fake).await.unwrap();
+    let entry = entries
+        .iter()
+        .find(|e| e.uid == key)
+        .expect("the replaced container is listed while its project lives");
+    assert!(entry.is_container());
+    assert_eq!(entry.name, "live");
+    assert_eq!(entry.reason, "recreate");
+    assert!(entry.volumes.is_empty());
+    assert_eq!(
+        entries.len(),
+        1,
+        "the live project's volumes are not in the trash"
+    );
+
+    // Restoring it as a project is refused, with the way to get its files.
+    let refused = s
+        .trash
+        .restore(&*s.fake, s.restore(&key, None))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, TrashError::Conflict(m) if m.contains("berth trash cp")),
+        "{refused:?}"
+    );
+    // A name names a deleted project's entry, never a container.
+    let by_name = s.trash.restore(&*s.fake, s.restore("live", None)).await;
+    assert!(
+        matches!(by_name, Err(TrashError::NotFound(_))),
+        "{by_name:?}"
+    );
+
+    // It expires with the trash: the instance is deleted, the live project untouched.
+    let trashed_at = entry.deleted_at.unwrap();
+    let purged = s
+        .trash
+        .purge_expired(&*s.fake, trashed_at + chrono::Duration::days(8))
+        .await
+        .unwrap();
+    assert_eq!(purged, std::slice::from_ref(&key));
+    assert!(
+        s.fake
+            .instance(&format!("berth-trash-{uid}-ct-1"))
+            .is_none()
+    );
+    assert!(s.fake.instance("live").is_some());
+    assert_eq!(live_names(&uid), {
+        let mut v: Vec<String> = s
+            .volumes()
+            .into_iter()
+            .filter(|n| n.contains(&uid))
+            .collect();
+        v.sort();
+        v
+    });
+    let events = s.store.events_for(Kind::Project, "live").unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason == "TrashPurged" && e.involved_object.uid == uid)
+    );
+}

@@ -12,7 +12,6 @@ use crate::layout::{DurableLayout, FINALIZER, uid_label};
 use crate::reconcile::project::{commit, store_call};
 use crate::reconcile::status::Draft;
 use crate::reconcile::{Action, Context, ReconcileError};
-use crate::runtime::StopOptions;
 use crate::store::StoredObject;
 use crate::workspace::inspection_instance;
 
@@ -49,19 +48,19 @@ pub async fn finalize(
 
     if let Some(instance) = runtime.get_instance(name).await? {
         if uid_label(&instance.config) == Some(uid) {
-            runtime
-                .stop_instance(name, StopOptions::clean_then_force(TEARDOWN_CLEAN_STOP))
-                .await?;
-            runtime
-                .delete_instance(name, settings.timeouts.delete)
-                .await?;
-            tracing::info!("container deleted");
+            crate::dispose::delete_container(
+                runtime,
+                name,
+                TEARDOWN_CLEAN_STOP,
+                settings.timeouts.delete,
+            )
+            .await?;
         } else {
             tracing::warn!("an instance of this name is not this project's; leaving it alone");
         }
     }
 
-    // The volumes go to the trash (or, purged, are deleted): `crate::trash::dispose`.
+    // The volumes go to the trash (or, purged, are deleted): `crate::dispose::volumes`.
     // An inspection instance a crash left behind would keep the workspace volume in use.
     if let Err(e) =
         inspection_instance::remove_leftover(runtime, uid, settings.timeouts.delete).await
@@ -75,7 +74,7 @@ pub async fn finalize(
         .into_iter()
         .filter(|v| uid_label(&v.config) == Some(uid) && DurableLayout::owns_volume(uid, &v.name))
         .collect();
-    crate::trash::dispose(
+    crate::dispose::volumes(
         runtime,
         &settings.storage_pool,
         &settings.trash,

@@ -247,17 +247,14 @@ async fn converge_env(
     entries: &BTreeMap<String, String>,
 ) -> Result<(Option<String>, bool)> {
     let existing = match found {
-        Found::File(_) => {
-            let bytes = rt
-                .file_read(instance, ENV_FILE, ENV_FILE_MAX_BYTES)
-                .await
-                .map_err(|source| AgentError::Runtime {
-                    reason: REASON,
-                    what: format!("read {ENV_FILE} in {instance}"),
-                    source,
-                })?;
-            bytes
-        }
+        Found::File(_) => rt
+            .file_read(instance, ENV_FILE, ENV_FILE_MAX_BYTES)
+            .await
+            .map_err(|source| AgentError::Runtime {
+                reason: REASON,
+                what: format!("read {ENV_FILE} in {instance}"),
+                source,
+            })?,
         _ if entries.is_empty() => return Ok((None, false)),
         _ => Vec::new(),
     };

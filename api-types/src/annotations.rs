@@ -43,11 +43,18 @@ pub const REAPED_BY: &str = "berth.dev/reapedBy";
 /// request of a Project and on `POST .../projects/NAME/look` (`berth wait --for=delete`).
 pub const LOOK_REQUESTED_AT: &str = "berth.dev/lookRequestedAt";
 
+/// On a Project whose checkout is held (`CheckoutBlocked`): the time a member asked for the
+/// checkout anyway (`POST .../projects/NAME/forcecheckout`, `berth checkout NAME --force`). A
+/// request made after the hold began forces it: the workspace volume is copied into the trash,
+/// then the checkout writes over the files.
+pub const FORCE_CHECKOUT: &str = "berth.dev/forceCheckout";
+
 /// Annotations only the server writes (see [`FORCE_DELETE`]).
-pub const SERVER_OWNED: [&str; 5] = [
+pub const SERVER_OWNED: [&str; 6] = [
     FORCE_DELETE,
     PURGE,
     DELETED_BY,
     REAPED_BY,
     LOOK_REQUESTED_AT,
+    FORCE_CHECKOUT,
 ];

@@ -14,11 +14,13 @@ pub mod condition_types {
     pub const REAP_PROTECTED: &str = "ReapProtected";
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
     pub const IMAGE_OUTDATED: &str = "ImageOutdated";
+    /// The checkout waits: the workspace holds files berth did not write, and no repository.
+    pub const CHECKOUT_BLOCKED: &str = "CheckoutBlocked";
     /// GitSource: a sync is in progress.
     pub const RECONCILING: &str = "Reconciling";
 
     /// Every Project condition type, in the order `describe` shows them.
-    pub const PROJECT: [&str; 8] = [
+    pub const PROJECT: [&str; 9] = [
         READY,
         MOUNTS_READY,
         RESOURCES_APPLIED,
@@ -27,6 +29,7 @@ pub mod condition_types {
         REAP_PROTECTED,
         DELETION_BLOCKED,
         IMAGE_OUTDATED,
+        CHECKOUT_BLOCKED,
     ];
 }
 
@@ -72,6 +75,9 @@ pub mod reasons {
     /// Manifests naming objects another applyset owns, which are left to it.
     pub const APPLYSET_CONFLICT: &str = "ApplysetConflict";
     pub const SUSPENDED: &str = "Suspended";
+    /// `CheckoutBlocked=True`: the workspace holds files berth did not write (`False` carries
+    /// the step's name, `CheckedOut`, once the checkout is done).
+    pub const CHECKOUT_BLOCKED: &str = "CheckoutBlocked";
 }
 
 /// Sets the condition of type `type_`, adding it when absent. `last_transition_time` moves to

@@ -32,7 +32,7 @@ use crate::metrics::Metrics;
 use crate::runtime::{Runtime, RuntimeError, Volume};
 use crate::store::{Doc, EventType, Store, StoreError, StoredObject};
 
-pub use names::{TrashEntry, is_trash_name, trash_name};
+pub use names::{TrashEntry, checkout_copy, is_trash_name, trash_name};
 pub use restore::Restore;
 
 /// How long a deleted project's volumes are kept (`trash.retention`); zero disables the trash.
@@ -218,9 +218,10 @@ impl Trash {
             })
             // On its way into the trash or back out of it: its project is live.
             .filter(|v| {
-                v.config
-                    .get(names::PROJECT_UID_LABEL)
-                    .is_none_or(|uid| self.store.get_by_uid(uid).is_none())
+                names::is_item_of_live_project(v)
+                    || v.config
+                        .get(names::PROJECT_UID_LABEL)
+                        .is_none_or(|uid| self.store.get_by_uid(uid).is_none())
             })
             .collect();
         let mut entries = TrashEntry::group(volumes);

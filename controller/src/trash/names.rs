@@ -37,6 +37,53 @@ pub const TRASH_REASON: &str = "user.berth.trash.reason";
 /// an interrupted restore resumes to the same uid.
 pub const TRASH_RESTORE_AS: &str = "user.berth.trash.restoreAs";
 
+/// Trash items that are not a deleted project (a workspace copied before a forced checkout)
+/// carry these besides the project's record: `TRASH_UID` is then the item's own key, not the
+/// project's uid.
+/// What the item is: `project` (a deleted project, also when absent) or `files`.
+pub const TRASH_KIND: &str = "user.berth.trash.kind";
+/// The uid of the project the item was taken from.
+pub const TRASH_PROJECT: &str = "user.berth.trash.project";
+/// When the item went into the trash (RFC 3339).
+pub const TRASH_TRASHED_AT: &str = "user.berth.trash.trashedAt";
+/// `TRASH_KIND` of a deleted project.
+pub const KIND_PROJECT: &str = "project";
+/// `TRASH_KIND` of a copy of a live project's files.
+pub const KIND_FILES: &str = "files";
+
+/// Whether a trash volume is an item of its own rather than a deleted project's volume: such an
+/// item is listed while its project lives.
+pub fn is_item_of_live_project(volume: &Volume) -> bool {
+    volume
+        .config
+        .get(TRASH_KIND)
+        .is_some_and(|kind| !kind.is_empty() && kind != KIND_PROJECT)
+}
+
+/// The name and labels of the copy of `object`'s workspace volume `live` taken before a forced
+/// checkout asked for at `requested` (the name's time, so a retried copy finds its own), put
+/// into the trash at `now`: `berth-trash-<uid>-checkout-<yyyymmddThhmmss>`.
+pub fn checkout_copy(
+    object: &StoredObject,
+    live: &str,
+    requested: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> (String, BTreeMap<String, String>) {
+    let item = format!(
+        "{}-checkout-{}",
+        object.uid(),
+        requested.format("%Y%m%dT%H%M%S")
+    );
+    let mut labels = trash_labels(object, live);
+    let trashed_at = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    labels.insert(TRASH_UID.to_string(), item.clone());
+    labels.insert(TRASH_KIND.to_string(), KIND_FILES.to_string());
+    labels.insert(TRASH_PROJECT.to_string(), object.uid().to_string());
+    labels.insert(TRASH_TRASHED_AT.to_string(), trashed_at.clone());
+    labels.insert(TRASH_DELETED_AT.to_string(), trashed_at);
+    (format!("{TRASH_NAME_PREFIX}{item}"), labels)
+}
+
 /// Every trash label, for clearing them once a volume is back in a project.
 pub const TRASH_KEYS: [&str; 9] = [
     TRASH_UID,

@@ -283,8 +283,7 @@ fn assert_my_files(name: &str, dir: &str) {
 }
 
 /// Held: the checkout waits with `CheckoutBlocked` naming both files, the files untouched.
-/// Then the person moves them away, and the checkout goes ahead.
-fn held_then_moved(f: &Fixture, name: &str) {
+fn held(f: &Fixture, name: &str) {
     let p = f.wait_for(
         name,
         "CheckoutBlocked, or the checkout done",
@@ -307,7 +306,11 @@ fn held_then_moved(f: &Fixture, name: &str) {
         "{}",
         said(&events)
     );
+}
 
+/// Held, then the person moves the files away, and the checkout goes ahead.
+fn held_then_moved(f: &Fixture, name: &str) {
+    held(f, name);
     workspace(
         name,
         "mkdir -p /root/mine && mv README.md main.py /root/mine/",
@@ -339,7 +342,66 @@ fn a_checkout_never_writes_over_a_persons_files() {
         &name,
         json!({"spec": {"repo": {"url": url, "branch": "main"}}}),
     );
-    held_then_moved(&f, &name);
+    held(&f, &name);
+
+    // Forced: a copy of the workspace goes to the trash first, then the checkout.
+    let forced = f.cli(&["checkout", &name, "--force"], b"");
+    assert!(forced.status.success(), "{}", said(&forced));
+    f.wait_for(&name, "checked out", READY_DEADLINE, |p| {
+        ready_now(p) && !blocked(p)
+    });
+    assert_eq!(
+        String::from_utf8(file_bytes(&name, "/workspace/README.md")).unwrap(),
+        "upstream readme\n"
+    );
+    let uid = &f.projects[0].1;
+    let copies: Vec<String> = try_volumes_of(uid)
+        .unwrap()
+        .into_iter()
+        .filter(|v| v.starts_with(&format!("berth-trash-{uid}-checkout-")))
+        .collect();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    let copy = &copies[0];
+    let item = copy.strip_prefix("berth-trash-").unwrap();
+    for (key, want) in [
+        ("user.berth.trash.uid", item),
+        ("user.berth.trash.kind", "files"),
+        ("user.berth.trash.project", uid.as_str()),
+        ("user.berth.trash.name", name.as_str()),
+    ] {
+        let got = lxc(&["storage", "volume", "get", "default", copy, key]).unwrap();
+        assert_eq!(got.trim(), want, "{key} of {copy}");
+    }
+    let trashed_at = lxc(&[
+        "storage",
+        "volume",
+        "get",
+        "default",
+        copy,
+        "user.berth.trash.trashedAt",
+    ])
+    .unwrap();
+    assert!(trashed_at.trim().ends_with('Z'), "{trashed_at}");
+    // The copy holds the person's bytes (a dir pool keeps a volume as a host directory).
+    let pool = lxc(&["storage", "show", "default"]).unwrap();
+    if pool.contains("driver: dir") {
+        let source = lxc(&["storage", "get", "default", "source"]).unwrap();
+        let dir = Path::new(source.trim())
+            .join("custom")
+            .join(format!("default_{copy}"));
+        assert_eq!(
+            sha256(&std::fs::read(dir.join("README.md")).unwrap()),
+            sha256(MY_README.as_bytes())
+        );
+        assert_eq!(
+            sha256(&std::fs::read(dir.join("main.py")).unwrap()),
+            sha256(MY_MAIN.as_bytes())
+        );
+    }
+    let list = f.cli(&["trash", "list"], b"");
+    assert!(said(&list).contains(item), "{}", said(&list));
+    let events = f.cli(&["events", "project", &name], b"");
+    assert!(said(&events).contains(copy.as_str()), "{}", said(&events));
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth::agent::{
-    self, AgentError, CheckoutOutcome, InstallOutcome, RunnerOutcome, WrittenFiles,
+    self, AgentError, CheckoutMode, CheckoutOutcome, InstallOutcome, RunnerOutcome, WrittenFiles,
 };
 use berth::file_roots::FileRoots;
 use berth::lxd::{Endpoint, LxdClient, LxdConfig};
@@ -405,9 +405,16 @@ async fn a_file_repository_is_checked_out_once_with_origin_and_offline_unpushed_
         branch: Some("feature".into()),
     };
 
-    match agent::checkout(ws.rt(), &ws.name, &repo, &FileRoots::default())
-        .await
-        .unwrap()
+    match agent::checkout(
+        ws.rt(),
+        &ws.name,
+        &repo,
+        &FileRoots::default(),
+        &WrittenFiles::default(),
+        CheckoutMode::Careful,
+    )
+    .await
+    .unwrap()
     {
         CheckoutOutcome::Cloned { branch, head } => {
             assert_eq!(branch.as_deref(), Some("feature"));
@@ -457,9 +464,16 @@ async fn a_file_repository_is_checked_out_once_with_origin_and_offline_unpushed_
 
     // Once: a second call keeps the checkout and its local commit.
     assert_eq!(
-        agent::checkout(ws.rt(), &ws.name, &repo, &FileRoots::default())
-            .await
-            .unwrap(),
+        agent::checkout(
+            ws.rt(),
+            &ws.name,
+            &repo,
+            &FileRoots::default(),
+            &WrittenFiles::default(),
+            CheckoutMode::Careful
+        )
+        .await
+        .unwrap(),
         CheckoutOutcome::Kept
     );
     assert_eq!(
@@ -473,9 +487,16 @@ async fn a_file_repository_is_checked_out_once_with_origin_and_offline_unpushed_
         url: format!("file://{}/nope", host.path().display()),
         branch: None,
     };
-    let err = agent::checkout(ws2.rt(), &ws2.name, &missing, &FileRoots::default())
-        .await
-        .unwrap_err();
+    let err = agent::checkout(
+        ws2.rt(),
+        &ws2.name,
+        &missing,
+        &FileRoots::default(),
+        &WrittenFiles::default(),
+        CheckoutMode::Careful,
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.reason(), "CheckoutFailed", "{err}");
     assert_eq!(ws2.sh("test -e /workspace/.git").await.0, 1);
 }
@@ -520,9 +541,16 @@ async fn a_file_repository_under_the_roots_is_checked_out_only_while_it_stays_un
             url: format!("file://{}", escape.display()),
             branch: None,
         };
-        let err = agent::checkout(ws.rt(), &ws.name, &repo, &roots)
-            .await
-            .unwrap_err();
+        let err = agent::checkout(
+            ws.rt(),
+            &ws.name,
+            &repo,
+            &roots,
+            &WrittenFiles::default(),
+            CheckoutMode::Careful,
+        )
+        .await
+        .unwrap_err();
         assert_eq!(err.reason(), "CheckoutFailed", "{err}");
         assert!(
             err.to_string().contains("not under allowedFileRoots"),
@@ -538,9 +566,16 @@ async fn a_file_repository_under_the_roots_is_checked_out_only_while_it_stays_un
         url: format!("file://{}", allowed.join("app").display()),
         branch: Some("feature".into()),
     };
-    match agent::checkout(ws.rt(), &ws.name, &repo, &roots)
-        .await
-        .unwrap()
+    match agent::checkout(
+        ws.rt(),
+        &ws.name,
+        &repo,
+        &roots,
+        &WrittenFiles::default(),
+        CheckoutMode::Careful,
+    )
+    .await
+    .unwrap()
     {
         CheckoutOutcome::Cloned { branch, .. } => assert_eq!(branch.as_deref(), Some("feature")),
         other => panic!("checkout under the root: {other:?}"),
@@ -556,9 +591,16 @@ async fn seeds_are_written_once_with_modes_append_env_block_and_recorded_hashes(
         url: host_repo(host.path()),
         branch: None,
     };
-    agent::checkout(ws.rt(), &ws.name, &repo, &FileRoots::default())
-        .await
-        .unwrap();
+    agent::checkout(
+        ws.rt(),
+        &ws.name,
+        &repo,
+        &FileRoots::default(),
+        &WrittenFiles::default(),
+        CheckoutMode::Careful,
+    )
+    .await
+    .unwrap();
     // The user keeps their own lines in .env.
     ws.ok("printf 'MINE=kept\\n' >/workspace/.env").await;
 

@@ -84,6 +84,8 @@ fn expect(name: &str, known: &KnownFiles) -> Expected {
         known: known.clone(),
         volume: volume_of(name),
         protect_ignored: Vec::new(),
+        // The project's own repository, named as `workspace` names its origin.
+        origin: Some("file:///berth-host/origin.git".to_string()),
     }
 }
 

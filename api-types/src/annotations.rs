@@ -55,11 +55,18 @@ pub const LOOK_REQUESTED_AT: &str = "berth.dev/lookRequestedAt";
 /// its volumes outside the trash, and adding a foreign one would hold a deletion for ever.
 pub const SERVER_OWNED_FIELDS: [&str; 1] = ["finalizers"];
 
+/// On a Project whose checkout is held (`CheckoutBlocked`): the time a member asked for the
+/// checkout anyway (`POST .../projects/NAME/forcecheckout`, `berth checkout NAME --force`). A
+/// request made after the hold began forces it: the workspace volume is copied into the trash,
+/// then the checkout writes over the files.
+pub const FORCE_CHECKOUT: &str = "berth.dev/forceCheckout";
+
 /// Annotations only the server writes (see [`FORCE_DELETE`]).
-pub const SERVER_OWNED: [&str; 5] = [
+pub const SERVER_OWNED: [&str; 6] = [
     FORCE_DELETE,
     PURGE,
     DELETED_BY,
     REAPED_BY,
     LOOK_REQUESTED_AT,
+    FORCE_CHECKOUT,
 ];

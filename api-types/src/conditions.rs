@@ -17,6 +17,8 @@ pub mod condition_types {
     /// A replacement of the container (`berth restart --recreate`, a new `spec.image`) waits:
     /// the container holds work outside /workspace that would go with it.
     pub const REPLACE_BLOCKED: &str = "ReplaceBlocked";
+    /// The checkout waits: the workspace holds files berth did not write, and no repository.
+    pub const CHECKOUT_BLOCKED: &str = "CheckoutBlocked";
     /// GitSource: a sync is in progress.
     pub const RECONCILING: &str = "Reconciling";
 
@@ -31,6 +33,7 @@ pub mod condition_types {
         DELETION_BLOCKED,
         IMAGE_OUTDATED,
         REPLACE_BLOCKED,
+        CHECKOUT_BLOCKED,
     ];
 }
 
@@ -78,6 +81,9 @@ pub mod reasons {
     /// Manifests naming objects another applyset owns, which are left to it.
     pub const APPLYSET_CONFLICT: &str = "ApplysetConflict";
     pub const SUSPENDED: &str = "Suspended";
+    /// `CheckoutBlocked=True`: the workspace holds files berth did not write (`False` carries
+    /// the step's name, `CheckedOut`, once the checkout is done).
+    pub const CHECKOUT_BLOCKED: &str = "CheckoutBlocked";
 }
 
 /// Sets the condition of type `type_`, adding it when absent. `last_transition_time` moves to

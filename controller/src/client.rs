@@ -573,6 +573,16 @@ impl Client {
         self.call(Method::POST, &path, &[], None).await
     }
 
+    /// Asks for a project's held checkout to be forced (its workspace copied to the trash
+    /// first); answers the project.
+    pub async fn request_forced_checkout(&self, name: &str) -> Result<Value, ClientError> {
+        let path = format!(
+            "{}/forcecheckout",
+            Self::object_path(Resource::Project, Some(name))
+        );
+        self.call(Method::POST, &path, &[], None).await
+    }
+
     /// Sends every object in one all-or-nothing call.
     pub async fn apply(
         &self,

@@ -415,6 +415,7 @@ fn start_controller(
     let agent_settings = crate::reconcile::AgentSettings {
         mirror_secrets_to_lxd: config.secrets.mirror_to_lxd,
         file_roots: crate::file_roots::FileRoots::new(config.allowed_file_roots.clone()),
+        storage_pool: config.lxd.storage_pool.clone(),
         ..crate::reconcile::AgentSettings::default()
     };
     let shutdown = shutdown.clone();

@@ -9,6 +9,10 @@
 //! The clone is built in a scratch directory and its `.git` renamed into /workspace last:
 //! `/workspace/.git` exists only for a finished checkout, which is what makes a later call keep
 //! it instead of cloning again.
+//!
+//! A checkout never writes over a file berth did not write: a workspace holding any file that
+//! is not one of berth's, as berth wrote it (by its recorded hash), is left as it is and the
+//! checkout answers [`CheckoutOutcome::Blocked`], unless it is forced.
 
 use std::os::unix::fs::DirBuilderExt;
 use std::time::Duration;
@@ -16,7 +20,7 @@ use std::time::Duration;
 use berth_api::{Repo, file_url_path};
 
 use super::exec::{exit_failure, run_script, write_file};
-use super::{AgentError, Result};
+use super::{AgentError, Result, WrittenFiles};
 use crate::file_roots::FileRoots;
 use crate::runtime::Runtime;
 
@@ -39,15 +43,38 @@ pub enum CheckoutOutcome {
     },
     /// /workspace already held a checkout; it was left as it is.
     Kept,
+    /// /workspace holds files berth did not write (and no repository): nothing was written.
+    Blocked {
+        /// How many such files there are.
+        count: usize,
+        /// The first few of them, relative to /workspace.
+        files: Vec<String>,
+    },
 }
 
-/// Clones `repo` into /workspace unless a checkout is there already. A `file://` path named
-/// under `roots` is bundled only when everything git reads for it is under them too.
+/// Whether a checkout may write over files berth did not write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckoutMode {
+    /// Held while the workspace holds any such file.
+    Careful,
+    /// A person asked for it, and the workspace was copied to the trash first.
+    Forced,
+}
+
+/// How many of the files that hold a checkout back are named.
+pub const BLOCKING_FILES_NAMED: usize = 10;
+
+/// Clones `repo` into /workspace unless a checkout is there already, or (`Careful`) the
+/// workspace holds a file that is not among berth's files (`known`) as berth wrote it. A
+/// `file://` path named under `roots` is bundled only when everything git reads for it is
+/// under them too.
 pub async fn checkout(
     rt: &dyn Runtime,
     instance: &str,
     repo: &Repo,
     roots: &FileRoots,
+    known: &WrittenFiles,
+    mode: CheckoutMode,
 ) -> Result<CheckoutOutcome> {
     let url = repo.url.as_str();
     let failed = |message: String| AgentError::CheckoutFailed {
@@ -91,7 +118,7 @@ pub async fn checkout(
 
     const SCRIPT: &str = r#"
 set -eu
-src=$1 url=$2 branch=$3 bundle=$4
+src=$1 url=$2 branch=$3 bundle=$4 mode=$5 known=$6 named=$7
 if [ -d /workspace/.git ]; then
     [ -z "$bundle" ] || rm -f "$bundle"
     echo kept
@@ -107,6 +134,28 @@ if command -v flock >/dev/null 2>&1; then
     if [ -d /workspace/.git ]; then
         [ -z "$bundle" ] || rm -f "$bundle"
         echo kept
+        exit 0
+    fi
+fi
+# Files berth did not write (or changed since) hold the checkout back unless it is forced:
+# `reset --hard` would write over them.
+if [ "$mode" != forced ]; then
+    list=$(mktemp)
+    printf '%s\n' "$known" | grep -v '^$' >"$list.known" || true
+    find /workspace -path /workspace/.berth-checkout -prune -o ! -type d -print >"$list"
+    n=0
+    while IFS= read -r p; do
+        if [ -f "$p" ] && [ ! -L "$p" ]; then
+            sum=$(sha256sum <"$p")
+            if grep -qxF -- "${sum%% *} $p" "$list.known"; then continue; fi
+        fi
+        n=$((n + 1))
+        if [ "$n" -le "$named" ]; then printf 'file %s\n' "${p#/workspace/}"; fi
+    done <"$list"
+    rm -f "$list" "$list.known"
+    if [ "$n" -gt 0 ]; then
+        [ -z "$bundle" ] || rm -f "$bundle"
+        echo "blocked $n"
         exit 0
     fi
 fi
@@ -133,12 +182,22 @@ echo "cloned $(git -C /workspace rev-parse HEAD) $(git -C /workspace symbolic-re
     } else {
         ""
     };
+    let mode = match mode {
+        CheckoutMode::Careful => "careful",
+        CheckoutMode::Forced => "forced",
+    };
+    let known: String = known
+        .files
+        .iter()
+        .map(|(path, hash)| format!("{hash} {path}\n"))
+        .collect();
+    let named = BLOCKING_FILES_NAMED.to_string();
     let out = run_script(
         rt,
         instance,
         REASON,
         SCRIPT,
-        &[&source, url, branch, bundle],
+        &[&source, url, branch, bundle, mode, &known, &named],
         CHECKOUT_TIMEOUT,
     )
     .await?;
@@ -149,6 +208,18 @@ echo "cloned $(git -C /workspace rev-parse HEAD) $(git -C /workspace symbolic-re
     let last = said.lines().last().unwrap_or("");
     if last == "kept" {
         return Ok(CheckoutOutcome::Kept);
+    }
+    if let Some(count) = last.strip_prefix("blocked ") {
+        let count = count
+            .parse()
+            .map_err(|_| failed(format!("unexpected output from the clone: {last:?}")))?;
+        let files = said
+            .lines()
+            .filter_map(|l| l.strip_prefix("file "))
+            .map(printable)
+            .take(BLOCKING_FILES_NAMED)
+            .collect();
+        return Ok(CheckoutOutcome::Blocked { count, files });
     }
     let mut words = last.split_whitespace();
     match (words.next(), words.next()) {
@@ -225,6 +296,13 @@ impl Drop for ScratchDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// A file name as a message may carry it: control characters shown as `?`.
+fn printable(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 /// The URL without user information (a token in `https://user:token@host/...` stays out of

@@ -34,7 +34,7 @@ pub use bootstrap::{
     BootstrapReport, InstallOutcome, ProfileBootstrap, bootstrap, bootstrap_best_effort,
 };
 pub use brief::{brief_finished, record_brief_progress, runner_env};
-pub use checkout::{CheckoutOutcome, checkout};
+pub use checkout::{BLOCKING_FILES_NAMED, CheckoutMode, CheckoutOutcome, checkout};
 pub use exec::sha256_hex;
 pub use runner::{
     LogChunk, RESUME_SESSION_ENV, RunnerOutcome, RunnerState, TITLE_KNOWN_ENV, answer, runner_log,

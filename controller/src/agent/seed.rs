@@ -120,6 +120,9 @@ pub async fn seed(
     };
 
     let mut report = SeedReport::default();
+    // Files berth keeps as it found them with no record of its own: out of the exclude list,
+    // so git shows them as what they are, a person's or the repository's.
+    let mut released: Vec<&str> = Vec::new();
     for file in &desired {
         let hash = sha256_hex(file.content.as_bytes());
         let write = match found_at(&file.path) {
@@ -129,6 +132,12 @@ pub async fn seed(
             Found::File(current) if previous.get(&file.path) == Some(current.as_str()) => true,
             Found::File(_) => {
                 report.warnings.push(kept_warning(file));
+                // A file berth wrote and a person changed keeps berth's record, so that every
+                // later inspection counts the change as work.
+                match previous.get(&file.path) {
+                    Some(then) => report.written.record(&file.path, then),
+                    None => released.push(&file.path),
+                }
                 continue;
             }
         };
@@ -160,11 +169,12 @@ pub async fn seed(
         report.written.record(ENV_FILE, &hash);
     }
 
-    // Files berth wrote for an earlier spec stay berth's while they hold what it wrote.
+    // Files berth wrote for an earlier spec keep their record while they are there: as berth
+    // wrote them they are berth's, changed they are a person's work.
     for (path, hash) in &previous.files {
         if !report.written.files.contains_key(path)
             && path != ENV_FILE
-            && found_at(path) == Found::File(hash.clone())
+            && matches!(found_at(path), Found::File(_))
         {
             report.written.record(path, hash);
         }
@@ -182,8 +192,8 @@ pub async fn seed(
             (mode, path.as_str())
         })
         .collect();
-    if !modes.is_empty() || (is_git && !report.written.files.is_empty()) {
-        finish(rt, instance, &modes, &report.written).await?;
+    if !modes.is_empty() || (is_git && !(report.written.files.is_empty() && released.is_empty())) {
+        finish(rt, instance, &modes, &released, &report.written).await?;
     }
     Ok(report)
 }
@@ -223,7 +233,7 @@ pub async fn sync_env(
         &[]
     };
     if !modes.is_empty() || (is_git && !written.files.is_empty()) {
-        finish(rt, instance, modes, &written).await?;
+        finish(rt, instance, modes, &[], &written).await?;
     }
     Ok((written, changed))
 }
@@ -237,19 +247,16 @@ async fn converge_env(
     entries: &BTreeMap<String, String>,
 ) -> Result<(Option<String>, bool)> {
     let existing = match found {
-        Found::File(_) => {
-            let bytes = rt
-                .file_read(instance, ENV_FILE, ENV_FILE_MAX_BYTES)
-                .await
-                .map_err(|source| AgentError::Runtime {
-                    reason: REASON,
-                    what: format!("read {ENV_FILE} in {instance}"),
-                    source,
-                })?;
-            String::from_utf8_lossy(&bytes).into_owned()
-        }
+        Found::File(_) => rt
+            .file_read(instance, ENV_FILE, ENV_FILE_MAX_BYTES)
+            .await
+            .map_err(|source| AgentError::Runtime {
+                reason: REASON,
+                what: format!("read {ENV_FILE} in {instance}"),
+                source,
+            })?,
         _ if entries.is_empty() => return Ok((None, false)),
-        _ => String::new(),
+        _ => Vec::new(),
     };
     let content = env_file_with_block(&existing, entries);
     if content.is_empty() && !existing.is_empty() {
@@ -266,9 +273,9 @@ async fn converge_env(
     }
     let changed = content != existing || !matches!(found, Found::File(_));
     if changed {
-        write_file(rt, instance, REASON, ENV_FILE, content.as_bytes(), 0o600).await?;
+        write_file(rt, instance, REASON, ENV_FILE, &content, 0o600).await?;
     }
-    let hash = (!entries.is_empty()).then(|| sha256_hex(content.as_bytes()));
+    let hash = (!entries.is_empty()).then(|| sha256_hex(&content));
     Ok((hash, changed))
 }
 
@@ -373,38 +380,49 @@ fn env_entries(
 }
 
 /// `existing` with berth's block replaced by one holding `entries` (in place, or appended when
-/// there was none; removed when `entries` is empty). Every line outside the block is kept.
-pub fn env_file_with_block(existing: &str, entries: &BTreeMap<String, String>) -> String {
-    let lines: Vec<&str> = existing.lines().collect();
-    let (before, after): (&[&str], &[&str]) = match managed_block(&lines) {
+/// there was none; removed when `entries` is empty). Every line outside the block is kept byte
+/// for byte, whatever its encoding and line end: `.env` is a person's file, not berth's text.
+pub fn env_file_with_block(existing: &[u8], entries: &BTreeMap<String, String>) -> Vec<u8> {
+    let lines = byte_lines(existing);
+    let (before, after): (&[&[u8]], &[&[u8]]) = match managed_block(&lines) {
         Some((begin, end)) => (&lines[..begin], &lines[end..]),
         None => (&lines[..], &[]),
     };
-    let mut out: Vec<String> = before.iter().map(|l| l.to_string()).collect();
+    let mut out: Vec<u8> = before.concat();
     if !entries.is_empty() {
-        out.push(ENV_BLOCK_BEGIN.to_string());
-        out.extend(entries.iter().map(|(k, v)| format!("{k}={}", env_value(v))));
-        out.push(ENV_BLOCK_END.to_string());
+        if !out.is_empty() && !out.ends_with(b"\n") {
+            out.push(b'\n');
+        }
+        let mut block = vec![ENV_BLOCK_BEGIN.to_string()];
+        block.extend(entries.iter().map(|(k, v)| format!("{k}={}", env_value(v))));
+        block.push(ENV_BLOCK_END.to_string());
+        for line in block {
+            out.extend_from_slice(line.as_bytes());
+            out.push(b'\n');
+        }
     }
-    out.extend(after.iter().map(|l| l.to_string()));
-    if out.is_empty() {
-        String::new()
-    } else {
-        out.join("\n") + "\n"
-    }
+    out.extend_from_slice(&after.concat());
+    out
+}
+
+/// `text` cut after every `\n`, each line keeping its own end (`\n`, `\r\n`, or none for the
+/// last).
+fn byte_lines(text: &[u8]) -> Vec<&[u8]> {
+    text.split_inclusive(|b| *b == b'\n').collect()
 }
 
 /// Where berth's block lies in `.env`'s lines (from its begin marker to just past its end
 /// marker): the first end marker with a begin marker before it, from the nearest such begin
 /// marker. A begin marker without an end (a person cut the block) starts no block, so nothing
 /// after it is taken for berth's; the inspection reads the block by the same rule.
-fn managed_block(lines: &[&str]) -> Option<(usize, usize)> {
+fn managed_block(lines: &[&[u8]]) -> Option<(usize, usize)> {
     let mut begin = None;
     for (i, line) in lines.iter().enumerate() {
-        match line.trim_end() {
-            ENV_BLOCK_BEGIN => begin = Some(i),
-            ENV_BLOCK_END if begin.is_some() => return begin.map(|b| (b, i + 1)),
-            _ => {}
+        let line = line.trim_ascii_end();
+        if line == ENV_BLOCK_BEGIN.as_bytes() {
+            begin = Some(i);
+        } else if line == ENV_BLOCK_END.as_bytes() && begin.is_some() {
+            return begin.map(|b| (b, i + 1));
         }
     }
     None
@@ -502,12 +520,14 @@ fn parse_probe(text: &str) -> (bool, BTreeMap<String, Found>) {
     (is_git, found)
 }
 
-/// One round trip: the modes of rewritten files, and berth's files listed in
-/// `.git/info/exclude` (each once) so they are not untracked files.
+/// One round trip: the modes of rewritten files, the files berth no longer owns (`released`)
+/// taken out of `.git/info/exclude`, and berth's files listed there (each once) so they are not
+/// untracked files.
 async fn finish(
     rt: &dyn Runtime,
     instance: &str,
     modes: &[(u32, &str)],
+    released: &[&str],
     written: &WrittenFiles,
 ) -> Result<()> {
     const SCRIPT: &str = r#"
@@ -518,9 +538,19 @@ while [ "$n" -gt 0 ]; do
     shift 2
     n=$((n - 1))
 done
+n=$1
+shift
 cd /workspace || exit 0
 [ -d .git ] || exit 0
 mkdir -p .git/info && touch .git/info/exclude || exit 1
+while [ "$n" -gt 0 ]; do
+    if grep -qxF -- "$1" .git/info/exclude; then
+        grep -vxF -- "$1" .git/info/exclude >.git/info/exclude.berth
+        mv .git/info/exclude.berth .git/info/exclude || exit 1
+    fi
+    shift
+    n=$((n - 1))
+done
 for pattern; do
     grep -qxF -- "$pattern" .git/info/exclude || printf '%s\n' "$pattern" >>.git/info/exclude || exit 1
 done
@@ -530,6 +560,9 @@ done
         args.push(format!("{mode:o}"));
         args.push(path.to_string());
     }
+    let released: Vec<String> = released.iter().filter_map(|p| exclude_pattern(p)).collect();
+    args.push(released.len().to_string());
+    args.extend(released);
     args.extend(written.files.keys().filter_map(|p| exclude_pattern(p)));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run_script(rt, instance, REASON, SCRIPT, &args, SEED_TIMEOUT).await?;
@@ -611,11 +644,32 @@ mod tests {
             ),
         ];
         for (existing, pairs, want) in cases {
-            let got = env_file_with_block(existing, &entries(pairs));
-            assert_eq!(&got, want, "from {existing:?}");
+            let got = env_file_with_block(existing.as_bytes(), &entries(pairs));
+            assert_eq!(
+                String::from_utf8(got.clone()).unwrap(),
+                *want,
+                "from {existing:?}"
+            );
             // Converging again changes nothing.
             assert_eq!(env_file_with_block(&got, &entries(pairs)), got);
         }
+    }
+
+    #[test]
+    fn env_lines_outside_the_block_keep_their_bytes() {
+        let head: &[u8] = b"MINE=caf\xe9\r\nOTHER=x\r\n";
+        let tail: &[u8] = b"TAIL=\xffend\r\nLAST=no-newline";
+        let old = format!("{ENV_BLOCK_BEGIN}\r\nOLD=1\r\n{ENV_BLOCK_END}\r\n");
+        let existing = [head, old.as_bytes(), tail].concat();
+        let got = env_file_with_block(&existing, &entries(&[("A", "1")]));
+        let block = format!("{ENV_BLOCK_BEGIN}\nA=1\n{ENV_BLOCK_END}\n");
+        assert_eq!(got, [head, block.as_bytes(), tail].concat());
+        // Without entries the block goes and the rest stays as it was.
+        let got = env_file_with_block(&existing, &BTreeMap::new());
+        assert_eq!(got, [head, tail].concat());
+        // No block yet: one is appended after a last line without its end.
+        let got = env_file_with_block(tail, &entries(&[("A", "1")]));
+        assert_eq!(got, [tail, b"\n", block.as_bytes()].concat());
     }
 
     #[test]

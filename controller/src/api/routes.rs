@@ -242,6 +242,10 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             only(&method, &path, Method::POST)?;
             request_look(state, caller, name).await
         }
+        ["projects", name, "forcecheckout"] => {
+            only(&method, &path, Method::POST)?;
+            request_forced_checkout(state, caller, name).await
+        }
         ["projects", name, "members"] => members::route(state, caller, &method, name, None).await,
         ["projects", name, "members", user] => {
             members::route(state, caller, &method, name, Some(user)).await
@@ -795,6 +799,23 @@ async fn request_look(state: &Arc<ApiState>, caller: &Caller, name: &str) -> Out
     let store = Arc::clone(&state.store);
     let name_owned = name.to_string();
     let object = blocking(move || store.request_look(Kind::Project, &name_owned, &look_stamp()))
+        .await?
+        .map_err(|err| match err {
+            crate::store::StoreError::NotFound { .. } => not_found(Kind::Project, name),
+            other => other.into(),
+        })?;
+    Ok(serialized(StatusCode::OK, object.as_ref()))
+}
+
+/// `POST .../projects/NAME/forcecheckout`: a member asks for the project's held checkout
+/// (`CheckoutBlocked`) to go ahead over the workspace's files, which the controller first
+/// copies into the trash. Answers the project, carrying the request in
+/// `berth.dev/forceCheckout`; a request made while nothing is held forces nothing.
+async fn request_forced_checkout(state: &Arc<ApiState>, caller: &Caller, name: &str) -> Outcome {
+    may_read(state, caller, Kind::Project, name)?;
+    let store = Arc::clone(&state.store);
+    let name_owned = name.to_string();
+    let object = blocking(move || store.request_forced_checkout(&name_owned, &look_stamp()))
         .await?
         .map_err(|err| match err {
             crate::store::StoreError::NotFound { .. } => not_found(Kind::Project, name),

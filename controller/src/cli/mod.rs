@@ -11,6 +11,7 @@ use crate::client::{Client, ClientError, Server};
 
 mod answer;
 mod apply;
+mod checkout;
 mod colour;
 mod completion;
 mod create;
@@ -133,6 +134,8 @@ enum Command {
     Trash(trash::TrashArgs),
     /// Bring a deleted project back from the trash.
     Restore(restore::RestoreArgs),
+    /// Force a project's held checkout (`--force`), its workspace copied to the trash first.
+    Checkout(checkout::CheckoutArgs),
     /// Print the client and server versions.
     Version(version::VersionArgs),
     /// Set, list or delete a project's secrets.
@@ -304,6 +307,7 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Reap(args) => reap::run(context, args).await,
             Command::Trash(args) => trash::run(context, args).await,
             Command::Restore(args) => restore::run(context, args).await,
+            Command::Checkout(args) => checkout::run(context, args).await,
             Command::Version(args) => version::run(context, args).await,
             Command::Secret(args) => secret::run(context, args).await,
             Command::Gitsource(args) => gitsource::run(context, args).await,

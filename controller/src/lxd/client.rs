@@ -38,6 +38,8 @@ const FORCE_STOP_ATTEMPTS: usize = 3;
 /// Extra time given to an operation wait beyond what the server was told, so the server's own
 /// timeout (and its message) arrives before ours.
 const WAIT_GRACE: Duration = Duration::from_secs(5);
+/// How long copying a workspace volume may take (every byte of it is read and written).
+const VOLUME_COPY_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 fn seg(s: &str) -> String {
     utf8_percent_encode(s, SEGMENT).to_string()
@@ -867,6 +869,36 @@ impl Runtime for LxdClient {
                 }),
             Err(e) => Err(e),
         }
+    }
+
+    async fn copy_volume(&self, source: &str, request: &CreateVolume) -> Result<Volume> {
+        let target = self.target(request.target.as_deref());
+        let what = format!("copy volume {}/{source} to {}", request.pool, request.name);
+        let call = self
+            .transport
+            .call(
+                Method::POST,
+                &format!("/1.0/storage-pools/{}/volumes/custom", seg(&request.pool)),
+                what.clone(),
+            )
+            .query_opt("target", target)
+            .json(json!({
+                "name": request.name,
+                "content_type": "filesystem",
+                "config": request.config,
+                "source": {"type": "copy", "pool": request.pool, "name": source},
+            }));
+        self.run(call, &what, VOLUME_COPY_TIMEOUT).await?;
+        // LXD 5.0 may take the source's config for the copy's: the labels are set after it.
+        self.patch_volume(&request.pool, &request.name, &request.config, target)
+            .await?;
+        Ok(Volume {
+            pool: request.pool.clone(),
+            name: request.name.clone(),
+            config: request.config.clone(),
+            location: target.unwrap_or("none").to_string(),
+            used_by: Vec::new(),
+        })
     }
 
     async fn get_volume(

@@ -1057,6 +1057,34 @@ impl Runtime for FakeRuntime {
         Self::reply("create_volume", lose, Ok(volume))
     }
 
+    async fn copy_volume(&self, source: &str, request: &CreateVolume) -> Result<Volume> {
+        let lose = self.enter("copy_volume", &request.name).await?;
+        let what = format!("copy volume {}/{source} to {}", request.pool, request.name);
+        let result = match self.volume(&request.pool, source) {
+            None => Err(not_found(what)),
+            Some(_) if self.volume(&request.pool, &request.name).is_some() => {
+                Err(RuntimeError::Conflict {
+                    what,
+                    message: "Volume by that name already exists".into(),
+                })
+            }
+            Some(_) => {
+                let volume = Volume {
+                    pool: request.pool.clone(),
+                    name: request.name.clone(),
+                    config: request.config.clone(),
+                    location: request.target.clone().unwrap_or_else(|| "none".into()),
+                    used_by: Vec::new(),
+                };
+                lock(&self.state)
+                    .volumes
+                    .insert((request.pool.clone(), request.name.clone()), volume.clone());
+                Ok(volume)
+            }
+        };
+        Self::reply("copy_volume", lose, result)
+    }
+
     async fn get_volume(
         &self,
         pool: &str,

@@ -136,6 +136,11 @@ pub trait Runtime: Send + Sync {
     /// Creates a custom storage volume; an existing one of that name is returned unchanged.
     async fn create_volume(&self, request: &CreateVolume) -> Result<Volume>;
 
+    /// Copies custom volume `source` of `request.pool` (on `request.target`) to a new volume
+    /// `request.name` on the same member, labelled with `request.config`. A taken name is
+    /// [`RuntimeError::Conflict`]; the source may be in use.
+    async fn copy_volume(&self, source: &str, request: &CreateVolume) -> Result<Volume>;
+
     /// One custom volume, or `None`.
     async fn get_volume(
         &self,

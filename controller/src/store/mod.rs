@@ -634,6 +634,38 @@ impl Store {
         })
     }
 
+    /// Records on a live Project that a member asked to force its held checkout
+    /// ([`berth_api::annotations::FORCE_CHECKOUT`] set to `stamp`; a metadata write, so the
+    /// controller runs). 409 while the project is being deleted.
+    pub fn request_forced_checkout(
+        &self,
+        name: &str,
+        stamp: &str,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        self.write(Commit::Persist, |inner, pending| {
+            let current = inner.existing(Kind::Project, name, None)?;
+            if current.metadata.deletion_timestamp.is_some() {
+                return Err(StoreError::conflict(
+                    Kind::Project,
+                    name,
+                    format!("Project {name:?} is being deleted: nothing to check out"),
+                ));
+            }
+            let mut next = (*current).clone();
+            next.metadata.annotations.insert(
+                berth_api::annotations::FORCE_CHECKOUT.to_string(),
+                stamp.to_string(),
+            );
+            next.metadata.resource_version = Some(inner.next_rv().to_string());
+            let next = Arc::new(next);
+            inner.put(pending, Arc::clone(&next));
+            pending
+                .changes
+                .push(Change::new(ChangeType::Modified, &next, true));
+            Ok(next)
+        })
+    }
+
     /// The inventory recorded for applyset `name`: `Kind/name` of every object it applied last.
     pub fn applyset_inventory(&self, name: &str) -> Vec<String> {
         self.lock().applysets.get(name).cloned().unwrap_or_default()

@@ -33,8 +33,8 @@ use crate::runtime::{Runtime, RuntimeError, Volume};
 use crate::store::{Doc, EventType, Store, StoreError, StoredObject};
 
 pub use names::{
-    KIND_CONTAINER, TRASH_UID, TrashEntry, container_key, container_labels, container_number,
-    container_trash_name, is_trash_name, trash_labels, trash_name,
+    KIND_CONTAINER, TRASH_UID, TrashEntry, checkout_copy, container_key, container_labels,
+    container_number, container_trash_name, is_trash_name, trash_labels, trash_name,
 };
 pub use restore::Restore;
 

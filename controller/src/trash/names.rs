@@ -46,6 +46,32 @@ pub const KIND_CONTAINER: &str = "container";
 pub const TRASH_PROJECT: &str = "user.berth.trash.project";
 /// When the trash received the item (RFC 3339).
 pub const TRASH_TRASHED_AT: &str = "user.berth.trash.trashedAt";
+/// `TRASH_KIND` of a copy of a live project's workspace, made before a forced checkout.
+pub const KIND_FILES: &str = "files";
+
+/// The name and labels of the copy of `object`'s workspace volume `live` taken before a forced
+/// checkout asked for at `requested` (the name's time, so a retried copy finds its own), put
+/// into the trash at `now`: `berth-trash-<uid>-checkout-<yyyymmddThhmmss>`.
+pub fn checkout_copy(
+    object: &StoredObject,
+    live: &str,
+    requested: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> (String, BTreeMap<String, String>) {
+    let item = format!(
+        "{}-checkout-{}",
+        object.uid(),
+        requested.format("%Y%m%dT%H%M%S")
+    );
+    let mut labels = trash_labels(object, live);
+    let trashed_at = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    labels.insert(TRASH_UID.to_string(), item.clone());
+    labels.insert(TRASH_KIND.to_string(), KIND_FILES.to_string());
+    labels.insert(TRASH_PROJECT.to_string(), object.uid().to_string());
+    labels.insert(TRASH_TRASHED_AT.to_string(), trashed_at.clone());
+    labels.insert(TRASH_DELETED_AT.to_string(), trashed_at);
+    (format!("{TRASH_NAME_PREFIX}{item}"), labels)
+}
 
 /// Every trash label, for clearing them once a volume is back in a project.
 pub const TRASH_KEYS: [&str; 12] = [

@@ -62,6 +62,9 @@ pub struct Expected {
     pub volume: String,
     /// `spec.reap.protectIgnored`: globs of ignored files that count as unsaved work.
     pub protect_ignored: Vec<String>,
+    /// `spec.repo.url`: the one remote whose path may be absent from the container and still
+    /// count (a `file://` repository on the berth host).
+    pub origin: Option<String>,
 }
 
 /// What to expect of a project's workspace: its uid's volume, `status.seededFiles` and
@@ -77,6 +80,10 @@ pub fn expected_of(object: &StoredObject) -> Expected {
         known: known_files_of(&object.status.value()),
         volume: DurableLayout::workspace_volume(object.uid()),
         protect_ignored,
+        origin: object
+            .spec
+            .pointer("/repo/url")
+            .and_then(|v| v.as_str().map(str::to_string)),
     }
 }
 
@@ -150,6 +157,7 @@ pub async fn inspect(
         ("BERTH_PROTECT", pathspecs(&expected.protect_ignored)),
         ("BERTH_ENV_BEGIN", ENV_BLOCK_BEGIN.to_string()),
         ("BERTH_ENV_END", ENV_BLOCK_END.to_string()),
+        ("BERTH_ORIGIN", expected.origin.clone().unwrap_or_default()),
         ("LC_ALL", "C".to_string()),
     ];
     request

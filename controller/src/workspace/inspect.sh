@@ -4,7 +4,7 @@
 # Environment: BERTH_VOLUME (the volume that must be mounted on /workspace), BERTH_KNOWN (the
 # files berth wrote, `<sha256>  ./<path>` lines), BERTH_PROTECT (git pathspecs of ignored files
 # that count as work, one a line), BERTH_ENV_BEGIN and BERTH_ENV_END (the marker lines of
-# berth's block in .env).
+# berth's block in .env), BERTH_ORIGIN (the project's repository URL, empty without one).
 set -u
 fail() { echo "error $1"; exit 3; }
 b64() { base64 | tr -d '\n'; }
@@ -102,8 +102,9 @@ repo() {
   fi
   if g rev-parse -q --verify HEAD > /dev/null; then echo HEAD >> "$t/revs"; fi
   # A remote counts only when none of its URLs (fetch and push, as insteadOf rewrites them) is
-  # a path inside this container: pushing to /tmp/backup.git saves nothing. `host:path` is
-  # ssh; a `file://` path names the berth host's checkout when it does not exist here.
+  # a path inside this container: pushing to /tmp/backup.git saves nothing, nor does it once a
+  # recreate wiped it. `host:path` is ssh; a path that does not exist here counts only as the
+  # project's own repository (BERTH_ORIGIN, a `file://` path on the berth host).
   remotes=$(g remote) || exit 3
   trusted=" "
   for r in $remotes; do
@@ -117,7 +118,8 @@ repo() {
       *://*) p= ;;
       *) p=$url; case ${url%%/*} in *:*) p= ;; esac ;;
       esac
-      if [ -z "$url" ] || { [ -n "$p" ] && { [ -e "$p" ] || [ -L "$p" ]; }; }; then here=yes; fi
+      if [ -z "$url" ] || { [ -n "$p" ] && { [ -e "$p" ] || [ -L "$p" ] ||
+        [ "$url" != "${BERTH_ORIGIN:-}" ]; }; }; then here=yes; fi
     done < "$t/urls"
     [ -s "$t/urls" ] && [ "$here" = no ] && trusted="$trusted$r "
   done

@@ -174,6 +174,7 @@ fn expected() -> Expected {
         known: known(),
         volume: "berth-u1-workspace".into(),
         protect_ignored: Vec::new(),
+        origin: None,
     }
 }
 

@@ -63,6 +63,9 @@ pub struct AgentSettings {
     pub watch_interval: Duration,
     /// Where a `file://` repository named under them may lead (`allowedFileRoots`).
     pub file_roots: FileRoots,
+    /// The pool of the projects' volumes (`lxd.storagePool`), where a forced checkout's copy
+    /// of the workspace goes.
+    pub storage_pool: String,
 }
 
 impl Default for AgentSettings {
@@ -72,6 +75,7 @@ impl Default for AgentSettings {
             mirror_secrets_to_lxd: false,
             watch_interval: Duration::from_secs(5),
             file_roots: FileRoots::default(),
+            storage_pool: "default".to_string(),
         }
     }
 }
@@ -306,26 +310,127 @@ impl AgentSteps {
         let Some(repo) = &project.spec.repo else {
             return Ok(StepOutcome::Done);
         };
+        let Some(object) = self.store.get(Kind::Project, project.name) else {
+            return Ok(StepOutcome::Done);
+        };
+        let status = decode_status(&object);
+        // berth's own files, as it wrote them, never hold a checkout back.
+        let known = WrittenFiles {
+            files: status.seeded_files.clone(),
+        };
+        // A forced checkout writes over the files only once a copy of them is in the trash.
+        let (mode, copy) = match force_requested(&object, &status) {
+            Some(requested) => match self.copy_to_trash(&object, &status, requested).await {
+                Ok(copy) => (agent::CheckoutMode::Forced, Some(copy)),
+                Err(e) => return Err(StepError::Runtime(e)),
+            },
+            None => (agent::CheckoutMode::Careful, None),
+        };
         // A file:// path named under allowedFileRoots is held to them again as it is read.
         match agent::checkout(
             &*self.runtime,
             project.name,
             repo,
             &self.settings.file_roots,
+            &known,
+            mode,
         )
         .await
         {
             Ok(agent::CheckoutOutcome::Cloned { head, .. }) => {
-                self.event(
-                    project.name,
-                    EventType::Normal,
-                    "Cloned",
-                    &format!("checked out {head}"),
-                );
+                let message = match &copy {
+                    Some(copy) => format!(
+                        "checked out {head} over the workspace's files; they were copied to the trash first, as {copy} (berth trash list)"
+                    ),
+                    None => format!("checked out {head}"),
+                };
+                self.event(project.name, EventType::Normal, "Cloned", &message);
+                self.checkout_unblocked(project.name, &status, &message)?;
                 Ok(StepOutcome::Done)
             }
-            Ok(agent::CheckoutOutcome::Kept) => Ok(StepOutcome::Done),
+            Ok(agent::CheckoutOutcome::Kept) => {
+                self.checkout_unblocked(project.name, &status, "")?;
+                Ok(StepOutcome::Done)
+            }
+            Ok(agent::CheckoutOutcome::Blocked { count, files }) => {
+                let message = blocked_message(project.name, count, &files);
+                let held_already = condition_of(&status, condition_types::CHECKOUT_BLOCKED)
+                    .is_some_and(|c| c.status == ConditionStatus::True && c.message == message);
+                self.record_condition(
+                    project.name,
+                    condition_types::CHECKOUT_BLOCKED,
+                    ConditionStatus::True,
+                    berth_api::reasons::CHECKOUT_BLOCKED,
+                    &message,
+                )?;
+                if !held_already {
+                    self.event(
+                        project.name,
+                        EventType::Warning,
+                        berth_api::reasons::CHECKOUT_BLOCKED,
+                        &message,
+                    );
+                }
+                Ok(StepOutcome::Waiting {
+                    reason: berth_api::reasons::CHECKOUT_BLOCKED.to_string(),
+                    message,
+                    retry_after: RETRY,
+                })
+            }
             Err(e) => failed(e),
+        }
+    }
+
+    /// `CheckoutBlocked=False` once the checkout is done, where it was held before.
+    fn checkout_unblocked(
+        &self,
+        name: &str,
+        status: &ProjectStatus,
+        message: &str,
+    ) -> Result<(), StepError> {
+        if condition_of(status, condition_types::CHECKOUT_BLOCKED).is_none() {
+            return Ok(());
+        }
+        self.record_condition(
+            name,
+            condition_types::CHECKOUT_BLOCKED,
+            ConditionStatus::False,
+            Step::CheckedOut.as_str(),
+            message,
+        )
+    }
+
+    /// Copies the project's workspace volume into the trash (on its member) for a forced
+    /// checkout asked for at `requested`, and answers the copy's name. A copy made for the same
+    /// request before (a retried step) is kept as it is.
+    async fn copy_to_trash(
+        &self,
+        object: &StoredObject,
+        status: &ProjectStatus,
+        requested: DateTime<Utc>,
+    ) -> Result<String, crate::runtime::RuntimeError> {
+        let live = crate::layout::DurableLayout::workspace_volume(object.uid());
+        let (name, labels) = crate::trash::checkout_copy(object, &live, requested, Utc::now());
+        let pool = &self.settings.storage_pool;
+        let target = status.location.clone();
+        if self
+            .runtime
+            .get_volume(pool, &name, target.as_deref())
+            .await?
+            .is_some()
+        {
+            return Ok(name);
+        }
+        let request = crate::runtime::CreateVolume {
+            pool: pool.clone(),
+            name: name.clone(),
+            size: None,
+            config: labels,
+            target,
+        };
+        match self.runtime.copy_volume(&live, &request).await {
+            Ok(_) | Err(crate::runtime::RuntimeError::Conflict { .. }) => Ok(name),
+            Err(e) => Err(e),
         }
     }
 
@@ -662,6 +767,40 @@ fn provisioned_message(report: &agent::BootstrapReport) -> String {
         ));
     }
     message
+}
+
+/// The condition of type `type_` in a status.
+fn condition_of<'a>(status: &'a ProjectStatus, type_: &str) -> Option<&'a berth_api::Condition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// When a member asked to force the held checkout: a request (`berth.dev/forceCheckout`)
+/// made after the hold began. An older request, or none, forces nothing.
+fn force_requested(object: &StoredObject, status: &ProjectStatus) -> Option<DateTime<Utc>> {
+    let held = condition_of(status, condition_types::CHECKOUT_BLOCKED)
+        .filter(|c| c.status == ConditionStatus::True)?;
+    let requested = object
+        .metadata
+        .annotations
+        .get(berth_api::annotations::FORCE_CHECKOUT)
+        .and_then(|v| DateTime::parse_from_rfc3339(v).ok())?
+        .with_timezone(&Utc);
+    (requested > held.last_transition_time).then_some(requested)
+}
+
+/// What a held checkout tells: which files hold it (a bounded list and the count) and the two
+/// ways on.
+fn blocked_message(name: &str, count: usize, files: &[String]) -> String {
+    let more = count.saturating_sub(files.len());
+    let mut named = files.join(", ");
+    if more > 0 {
+        named.push_str(&format!(" and {more} more"));
+    }
+    format!(
+        "the workspace holds {count} files berth did not write, and no repository: {named}; \
+         the checkout would write over them. Move them out of /workspace, or run \
+         `berth checkout {name} --force` (a copy of the workspace goes to the trash first)"
+    )
 }
 
 fn decode_status(object: &StoredObject) -> ProjectStatus {

@@ -144,9 +144,12 @@ fn a_forced_delete_goes_to_the_trash_and_restore_brings_the_workspace_back() {
     );
     let deleted: chrono::DateTime<chrono::Utc> =
         item["deletedAt"].as_str().unwrap().parse().unwrap();
+    let trashed: chrono::DateTime<chrono::Utc> =
+        item["trashedAt"].as_str().unwrap().parse().unwrap();
     let expires: chrono::DateTime<chrono::Utc> =
         item["expiresAt"].as_str().unwrap().parse().unwrap();
-    assert_eq!(expires - deleted, chrono::Duration::days(7));
+    assert!(trashed >= deleted, "{item}");
+    assert_eq!(expires - trashed, chrono::Duration::days(7));
     assert!(item["bytes"].is_u64(), "{item}");
     let metrics = berth.client().get("/metrics").text();
     assert!(
@@ -181,6 +184,90 @@ fn a_forced_delete_goes_to_the_trash_and_restore_brings_the_workspace_back() {
             .any(|u| u["name"].as_str().is_some_and(|n| n.starts_with("unix:")))),
         "the caller is a member: {members}"
     );
+}
+
+/// A deletion held (unsaved work) for longer than the trash's retention, then forced: the trash
+/// keeps the workspace for the whole retention from when it received it, not from the first
+/// delete request, and housekeeping leaves it there.
+#[test]
+fn a_deletion_held_past_the_retention_keeps_its_trash_copy_for_the_full_retention() {
+    const RETENTION_SECS: i64 = 40;
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        config.path(),
+        format!(
+            "trash: {{retention: {RETENTION_SECS}s}}\n\
+             scheduler: {{interval: 2s, recheckInterval: 5s}}\n"
+        ),
+    )
+    .unwrap();
+    let mut berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
+    let name = unique_name();
+    let created = berth.create_project(&name, json!({"image": "berth-base"}));
+    let uid = uid_of(&created);
+    berth.wait_ready(&name);
+    exec(&name, "echo 'a week of work' > /workspace/notes.md").unwrap();
+    let before = workspace_fingerprint(&name);
+
+    // Held: the workspace holds unsaved work.
+    let reply = berth.client().delete(&format!("{PROJECTS}/{name}"));
+    assert!([200, 202].contains(&reply.status), "{}", reply.text());
+    berth.wait_for(&name, "the deletion held", |p| {
+        p["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "DeletionBlocked" && c["status"] == "True")
+        })
+    });
+    let asked: chrono::DateTime<chrono::Utc> = berth.get_project(&name).unwrap()["metadata"]
+        ["deletionTimestamp"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Held for longer than the retention.
+    let held_until = asked + chrono::Duration::seconds(RETENTION_SECS + 5);
+    berth.wait_for(&name, "held past the retention", |_| {
+        chrono::Utc::now() > held_until
+    });
+
+    ok(&berth, &["delete", "project", &name, "--force"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while berth.get_project(&name).is_some() {
+        assert!(std::time::Instant::now() < deadline, "{}", berth.log_text());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let items = trash_list(&berth);
+    let item = items
+        .iter()
+        .find(|i| i["uid"] == uid.as_str())
+        .unwrap_or_else(|| panic!("{uid} not in the trash: {items:?}"));
+    let at = |key: &str| -> chrono::DateTime<chrono::Utc> {
+        item[key].as_str().unwrap().parse().unwrap()
+    };
+    assert!(
+        at("trashedAt") > asked + chrono::Duration::seconds(RETENTION_SECS),
+        "trashedAt is when the trash received it: {item}"
+    );
+    assert_eq!(
+        at("expiresAt") - at("trashedAt"),
+        chrono::Duration::seconds(RETENTION_SECS),
+        "{item}"
+    );
+    assert!(at("expiresAt") > chrono::Utc::now(), "not due at once: {item}");
+
+    // Housekeeping sweeps a tenth of the retention apart: a few sweeps later it is still there.
+    let swept_until = chrono::Utc::now() + chrono::Duration::seconds(RETENTION_SECS / 4);
+    while chrono::Utc::now() < swept_until {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert!(
+        trash_list(&berth).iter().any(|i| i["uid"] == uid.as_str()),
+        "purged before its retention:\n{}",
+        berth.log_text()
+    );
+    ok(&berth, &["restore", &name]);
+    berth.wait_ready(&name);
+    assert_eq!(workspace_fingerprint(&name), before, "the workspace came back");
 }
 
 #[test]

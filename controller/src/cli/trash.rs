@@ -180,6 +180,7 @@ mod tests {
             uid: "u-1".into(),
             name: "pay".into(),
             deleted_at: Some("2026-01-09T00:00:00Z".parse().unwrap()),
+            trashed_at: Some("2026-01-09T00:00:00Z".parse().unwrap()),
             deleted_by: "unix:root".into(),
             reason: "forced".into(),
             expires_at: Some("2026-01-16T00:00:00Z".parse().unwrap()),

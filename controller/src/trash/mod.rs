@@ -92,6 +92,8 @@ pub struct TrashItem {
     pub uid: String,
     pub name: String,
     pub deleted_at: Option<DateTime<Utc>>,
+    /// When the trash received the entry; it expires a retention later.
+    pub trashed_at: Option<DateTime<Utc>>,
     pub deleted_by: String,
     pub reason: String,
     pub expires_at: Option<DateTime<Utc>>,
@@ -157,11 +159,13 @@ impl Trash {
         &self.settings
     }
 
-    /// When an entry expires (`None`: never, as its deletion time is unknown).
+    /// When an entry expires: a retention after the trash received it (`None`: never, as that
+    /// time is unknown). A deletion held for days before it reached the trash does not shorten
+    /// the entry's stay.
     pub fn expires_at(&self, entry: &TrashEntry) -> Option<DateTime<Utc>> {
         let retention = chrono::Duration::from_std(self.settings.retention).ok()?;
         entry
-            .deleted_at
+            .trashed_at
             .and_then(|at| at.checked_add_signed(retention))
     }
 
@@ -249,6 +253,7 @@ impl Trash {
                     uid: e.uid.clone(),
                     name: e.name.clone(),
                     deleted_at: e.deleted_at,
+                    trashed_at: e.trashed_at,
                     deleted_by: e.deleted_by.clone(),
                     reason: e.reason.clone(),
                     expires_at: self.expires_at(e),

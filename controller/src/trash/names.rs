@@ -145,9 +145,12 @@ pub fn deleted_by(object: &StoredObject) -> String {
 }
 
 /// The labels a volume of `object` named `live` gets on its way into the trash. The same object
-/// gives the same labels every time (the deletion's timestamp, not the clock), so labelling
-/// again after a crash changes nothing.
+/// gives the same record every time (the deletion's timestamp, not the clock); only
+/// `trashedAt`, written in the same patch that precedes the rename, is the clock's: the trash
+/// keeps an item for its whole retention from when it received it, however long the deletion
+/// was held before. Labelling again after a crash moves it later, never earlier.
 pub fn trash_labels(object: &StoredObject, live: &str) -> BTreeMap<String, String> {
+    let trashed_at = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let deleted_at = object
         .metadata
         .deletion_timestamp
@@ -163,6 +166,7 @@ pub fn trash_labels(object: &StoredObject, live: &str) -> BTreeMap<String, Strin
         (TRASH_DELETED_AT.to_string(), deleted_at),
         (TRASH_DELETED_BY.to_string(), deleted_by(object)),
         (TRASH_REASON.to_string(), reason(object).to_string()),
+        (TRASH_TRASHED_AT.to_string(), trashed_at),
         // A label left by an earlier restore that was interrupted must not steer a later one.
         (TRASH_RESTORE_AS.to_string(), String::new()),
     ])
@@ -175,6 +179,9 @@ pub struct TrashEntry {
     pub name: String,
     /// `None` when the label does not parse: such an entry never expires by itself.
     pub deleted_at: Option<DateTime<Utc>>,
+    /// When the trash received the entry (its latest volume), from which its retention counts;
+    /// `deletedAt` for an entry an older berth labelled without it.
+    pub trashed_at: Option<DateTime<Utc>>,
     pub deleted_by: String,
     pub reason: String,
     pub spec: Value,
@@ -210,6 +217,7 @@ impl TrashEntry {
                         .get(TRASH_DELETED_AT)
                         .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
                         .map(|t| t.with_timezone(&Utc)),
+                    trashed_at: None,
                     deleted_by: text(TRASH_DELETED_BY),
                     reason: text(TRASH_REASON),
                     spec: serde_json::from_str(&text(TRASH_SPEC)).unwrap_or(Value::Null),
@@ -230,6 +238,13 @@ impl TrashEntry {
                     .filter(|u| !u.is_empty())
                     .cloned();
             }
+            let trashed_at = volume
+                .config
+                .get(TRASH_TRASHED_AT)
+                .or_else(|| volume.config.get(TRASH_DELETED_AT))
+                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| t.with_timezone(&Utc));
+            entry.trashed_at = entry.trashed_at.max(trashed_at);
             entry.volumes.push(volume);
         }
         let mut entries: Vec<TrashEntry> = by_uid.into_values().collect();
@@ -255,6 +270,7 @@ impl TrashEntry {
                     uid,
                     name: text(TRASH_NAME),
                     deleted_at: trashed_at,
+                    trashed_at,
                     deleted_by: text(TRASH_DELETED_BY),
                     reason: text(TRASH_REASON),
                     spec: Value::Null,

@@ -185,7 +185,7 @@ async fn a_deletion_moves_the_volumes_to_the_trash_with_its_record() {
     );
     assert_eq!(
         item.expires_at,
-        Some(item.deleted_at.unwrap() + chrono::Duration::days(7))
+        Some(item.trashed_at.unwrap() + chrono::Duration::days(7))
     );
     assert_eq!(s.metrics.trash_volumes.get(), 2);
     assert_eq!(s.metrics.trash_bytes.get(), 1024);
@@ -480,7 +480,7 @@ async fn housekeeping_purges_what_expired_with_an_event() {
     assert!(purged.is_empty());
     assert_eq!(s.volumes().len(), 4);
 
-    // Re-date the first entry as deleted eight days ago.
+    // Re-date the first entry as received by the trash eight days ago.
     let eight_days_ago =
         (deleted_at - chrono::Duration::days(8)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     for volume in &entries.iter().find(|e| e.uid == old).unwrap().volumes {
@@ -489,7 +489,7 @@ async fn housekeeping_purges_what_expired_with_an_event() {
                 POOL,
                 &volume.name,
                 &BTreeMap::from([(
-                    super::names::TRASH_DELETED_AT.to_string(),
+                    super::names::TRASH_TRASHED_AT.to_string(),
                     eight_days_ago.clone(),
                 )]),
                 None,
@@ -728,4 +728,52 @@ async fn a_replaced_container_is_an_entry_of_a_live_project_that_expires_and_is_
             .iter()
             .any(|e| e.reason == "TrashPurged" && e.involved_object.uid == uid)
     );
+}
+
+/// A deletion held far longer than the retention (asked for eight days ago, trashed now) keeps
+/// its trash entry for the whole retention from when the trash received it.
+#[tokio::test]
+async fn the_retention_counts_from_when_the_trash_received_an_entry() {
+    let s = setup(7 * DAY);
+    let uid = s.project("held").await;
+    s.delete("held", &[]);
+    s.converge("held").await;
+    let entries = s.trash.entries(&*s.fake).await.unwrap();
+    let entry = entries.iter().find(|e| e.uid == uid).unwrap();
+    let trashed_at = entry.trashed_at.expect("trashedAt recorded");
+    let asked_long_ago = (trashed_at - chrono::Duration::days(8))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    for volume in &entry.volumes {
+        s.fake
+            .patch_volume(
+                POOL,
+                &volume.name,
+                &BTreeMap::from([(
+                    super::names::TRASH_DELETED_AT.to_string(),
+                    asked_long_ago.clone(),
+                )]),
+                None,
+            )
+            .await
+            .unwrap();
+    }
+
+    let entries = s.trash.entries(&*s.fake).await.unwrap();
+    let entry = entries.iter().find(|e| e.uid == uid).unwrap();
+    assert_eq!(
+        s.trash.expires_at(entry),
+        Some(trashed_at + chrono::Duration::days(7))
+    );
+    let purged = s
+        .trash
+        .purge_expired(&*s.fake, trashed_at + chrono::Duration::days(6))
+        .await
+        .unwrap();
+    assert!(purged.is_empty(), "purged a day early: {purged:?}");
+    let purged = s
+        .trash
+        .purge_expired(&*s.fake, trashed_at + chrono::Duration::days(7))
+        .await
+        .unwrap();
+    assert_eq!(purged, vec![uid]);
 }

@@ -23,7 +23,7 @@ pub mod condition_types {
     pub const RECONCILING: &str = "Reconciling";
 
     /// Every Project condition type, in the order `describe` shows them.
-    pub const PROJECT: [&str; 9] = [
+    pub const PROJECT: [&str; 10] = [
         READY,
         MOUNTS_READY,
         RESOURCES_APPLIED,

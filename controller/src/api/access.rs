@@ -14,7 +14,7 @@ use hyper::StatusCode;
 use hyper::header::{AUTHORIZATION, HeaderMap};
 use serde_json::Value;
 
-use super::error::{ApiError, Cause};
+use super::error::ApiError;
 use super::{ApiState, Caller, Transport};
 use crate::admission::{Admitter, Refusal};
 use crate::store::{Desired, Store, StoredObject};

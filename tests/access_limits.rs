@@ -165,9 +165,10 @@ impl Browser {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nOrigin: http://{}\r\nConnection: close\r\n\
              Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\
              Cookie: {}\r\n\r\n{body}",
+            self.addr,
             self.addr,
             body.len(),
             jar.join("; ")

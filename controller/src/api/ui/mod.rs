@@ -115,7 +115,9 @@ pub async fn handle(
 }
 
 /// What every console answer carries: no caching, no framing, scripts and styles from the
-/// console alone, and no referrer (a preview link's ticket stays out of other sites' logs).
+/// console alone, and a referrer only to the console itself (a preview link's ticket stays out
+/// of other sites' logs; `no-referrer` would make browsers send `Origin: null` on the console's
+/// own forms, which the Origin check refuses).
 fn harden(headers: &mut HeaderMap) {
     let fixed = [
         (
@@ -124,7 +126,7 @@ fn harden(headers: &mut HeaderMap) {
              connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
         ),
         ("x-content-type-options", "nosniff"),
-        ("referrer-policy", "no-referrer"),
+        ("referrer-policy", "same-origin"),
         ("x-frame-options", "DENY"),
     ];
     for (name, value) in fixed {

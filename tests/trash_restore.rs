@@ -219,12 +219,12 @@ fn a_deletion_held_past_the_retention_keeps_its_trash_copy_for_the_full_retentio
                 .any(|c| c["type"] == "DeletionBlocked" && c["status"] == "True")
         })
     });
-    let asked: chrono::DateTime<chrono::Utc> = berth.get_project(&name).unwrap()["metadata"]
-        ["deletionTimestamp"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let asked: chrono::DateTime<chrono::Utc> =
+        berth.get_project(&name).unwrap()["metadata"]["deletionTimestamp"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
     // Held for longer than the retention.
     let held_until = asked + chrono::Duration::seconds(RETENTION_SECS + 5);
     berth.wait_for(&name, "held past the retention", |_| {
@@ -254,7 +254,10 @@ fn a_deletion_held_past_the_retention_keeps_its_trash_copy_for_the_full_retentio
         chrono::Duration::seconds(RETENTION_SECS),
         "{item}"
     );
-    assert!(at("expiresAt") > chrono::Utc::now(), "not due at once: {item}");
+    assert!(
+        at("expiresAt") > chrono::Utc::now(),
+        "not due at once: {item}"
+    );
 
     // Housekeeping sweeps a tenth of the retention apart: a few sweeps later it is still there.
     let swept_until = chrono::Utc::now() + chrono::Duration::seconds(RETENTION_SECS / 4);

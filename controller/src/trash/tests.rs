@@ -741,8 +741,8 @@ async fn the_retention_counts_from_when_the_trash_received_an_entry() {
     let entries = s.trash.entries(&*s.fake).await.unwrap();
     let entry = entries.iter().find(|e| e.uid == uid).unwrap();
     let trashed_at = entry.trashed_at.expect("trashedAt recorded");
-    let asked_long_ago = (trashed_at - chrono::Duration::days(8))
-        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let asked_long_ago =
+        (trashed_at - chrono::Duration::days(8)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     for volume in &entry.volumes {
         s.fake
             .patch_volume(

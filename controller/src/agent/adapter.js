@@ -323,6 +323,8 @@ function runClaude(command, args) {
   });
   child.on('close', async (code, signal) => {
     const exitCode = exitCodeOf(code, signal);
+    // An answer the permission server consumed since the last poll is recorded before the end.
+    status.checkPending();
     // The title is asked alongside the work; a quick brief waits for it (a minute at most).
     await Promise.race([titleDone, new Promise((r) => setTimeout(r, 60000))]);
     const failed = exitCode !== 0 || (result !== null && result.is_error);

@@ -37,8 +37,12 @@ test:
 	bash scripts/setup-lxd
 	bash scripts/setup-test-deps
 	$(CARGO) build -p berth $(FEATURES)
-	$(CARGO) nextest run --workspace $(FEATURES) --no-fail-fast --profile ci || \
-		{ bash scripts/lxd-report; exit 1; }
+	set -o pipefail; $(CARGO) nextest run --workspace $(FEATURES) --no-fail-fast --profile ci 2>&1 \
+		| tee target/nextest.log || { bash scripts/lxd-report; \
+		echo "== failed tests (whole output in target/nextest.log):"; \
+		grep -E '^ +(FAIL|TIMEOUT|SIGSEGV|SIGABRT|LEAK)' target/nextest.log | sort -u; \
+		grep -E -A12 '^ +stderr ───' target/nextest.log | grep -E 'panicked at|^ {4}[^ ]' | head -40; \
+		exit 1; }
 
 unit:
 	$(CARGO) nextest run --workspace $(FEATURES) --lib --bins

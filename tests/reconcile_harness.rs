@@ -331,6 +331,11 @@ impl Drop for Berth {
                 let _ = lxc(&["storage", "volume", "delete", "default", &volume]);
             }
         }
+        // Whatever else this daemon put in the trash (a restore under a new uid, a project
+        // something else created), by the controller ids its stores had.
+        crate::support::lxd::delete_trash_of(&crate::support::lxd::controller_ids(
+            &self.log_text(),
+        ));
     }
 }
 

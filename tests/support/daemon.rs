@@ -221,6 +221,9 @@ impl Drop for Daemon {
             let _ = child.kill();
             let _ = child.wait();
         }
+        // What the test's projects left in the trash, by the controller ids its stores had.
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        crate::support::lxd::delete_trash_of(&crate::support::lxd::controller_ids(&log));
     }
 }
 

@@ -292,3 +292,69 @@ pub fn lxc_in(lxd_dir: Option<&str>, args: &[&str]) -> Result<String, String> {
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
 }
+
+/// The controller ids a daemon's log names (`store open ... controller=ID`; one per store it
+/// opened, so a test that replaced the data dir names both).
+pub fn controller_ids(log: &str) -> Vec<String> {
+    let mut ids: Vec<String> = log
+        .lines()
+        .filter(|l| l.contains("store open"))
+        .filter_map(|l| l.split("controller=").nth(1))
+        .filter_map(|rest| {
+            let id = rest.trim_start_matches('"');
+            let id: String = id
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            (!id.is_empty()).then_some(id)
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// Deletes the trash a test's daemon left on the shared LXD (containers and volumes whose
+/// `user.berth.controller` is one of `controllers`): nobody else's is touched. For `Drop`:
+/// failures are printed, never panics.
+pub fn delete_trash_of(controllers: &[String]) {
+    if controllers.is_empty() {
+        return;
+    }
+    let ours = |get: &[&str]| {
+        lxc_in(None, get).is_ok_and(|label| controllers.iter().any(|c| c == label.trim()))
+    };
+    let instances = lxc_in(None, &["list", "--format", "csv", "-c", "n"]).unwrap_or_default();
+    for name in instances.lines().filter(|n| n.starts_with("berth-trash-")) {
+        if ours(&["config", "get", name, "user.berth.controller"]) {
+            if let Err(e) = lxc_in(None, &["delete", "--force", name]) {
+                eprintln!("cleanup: delete trashed container {name}: {e}");
+            }
+        }
+    }
+    let volumes = lxc_in(
+        None,
+        &[
+            "storage", "volume", "list", "default", "--format", "csv", "-c", "tn",
+        ],
+    )
+    .unwrap_or_default();
+    for (_, name) in volumes
+        .lines()
+        .filter_map(|l| l.split_once(','))
+        .filter(|(t, n)| *t == "custom" && n.starts_with("berth-trash-"))
+    {
+        if ours(&[
+            "storage",
+            "volume",
+            "get",
+            "default",
+            name,
+            "user.berth.controller",
+        ]) {
+            if let Err(e) = lxc_in(None, &["storage", "volume", "delete", "default", name]) {
+                eprintln!("cleanup: delete trashed volume {name}: {e}");
+            }
+        }
+    }
+}

@@ -381,6 +381,20 @@ fn rows() -> Vec<Row> {
         ),
         row("list the trash", "GET", "/P/trash", "", [403, 403, 503]),
         row(
+            "list every controller's trash",
+            "GET",
+            "/P/trash?all=true",
+            "",
+            [403, 403, 503],
+        ),
+        row(
+            "purge the trash",
+            "POST",
+            "/P/trash/purge",
+            "",
+            [403, 403, 503],
+        ),
+        row(
             "restore from the trash",
             "POST",
             "/P/trash/nope/restore",

@@ -7,6 +7,7 @@ pub mod api;
 pub mod auth;
 pub mod cli;
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod dispose;

@@ -121,6 +121,10 @@ pub struct Metrics {
     /// Volumes in the trash, and the bytes they use (0 for those the pool cannot size).
     pub trash_volumes: Gauge,
     pub trash_bytes: Gauge,
+    /// Containers in the trash (replaced, or a deleted project's).
+    pub trash_containers: Gauge,
+    /// 1 while the trash's purge waits for the wall clock to agree with the elapsed time again.
+    pub trash_purge_paused: Gauge,
     pub workqueue_depth: Gauge,
     pub workqueue_adds: Counter,
     pub workqueue_retries: Counter,
@@ -174,6 +178,8 @@ impl Metrics {
             orphan_containers: Gauge::default(),
             trash_volumes: Gauge::default(),
             trash_bytes: Gauge::default(),
+            trash_containers: Gauge::default(),
+            trash_purge_paused: Gauge::default(),
             workqueue_depth: Gauge::default(),
             workqueue_adds: Counter::default(),
             workqueue_retries: Counter::default(),
@@ -261,6 +267,16 @@ impl Metrics {
             "trash_bytes",
             "Bytes the trash's volumes use (0 for volumes the storage pool cannot size)",
             m.trash_bytes.clone(),
+        );
+        registry.register(
+            "trash_containers",
+            "Containers kept in the trash (replaced ones, and deleted projects')",
+            m.trash_containers.clone(),
+        );
+        registry.register(
+            "trash_purge_paused",
+            "1 while the trash's purge is paused because the wall clock jumped",
+            m.trash_purge_paused.clone(),
         );
         registry.register("projects", "Projects by phase", m.projects.clone());
         registry.register_with_unit(
@@ -719,6 +735,8 @@ mod tests {
         "berth_orphan_containers",
         "berth_trash_volumes",
         "berth_trash_bytes",
+        "berth_trash_containers",
+        "berth_trash_purge_paused",
         "berth_workqueue_depth",
         "berth_workqueue_adds_total",
         "berth_workqueue_retries_total",

@@ -72,6 +72,7 @@ pub const ROUTES: &[Route] = &[
     route("POST", "~/uitokens", Admin),
     route("GET", "~/reap", Authenticated),
     route("GET", "~/trash", Admin),
+    route("POST", "~/trash/purge", Admin),
     route("POST", "~/trash/{uid}/restore", Admin),
     route("GET", "~/trash/{uid}/files", Admin),
     route("GET", "~/users", Admin),

@@ -181,7 +181,14 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             only(&method, &path, Method::GET)?;
             reap_plan(state, caller)
         }
-        ["trash"] => trash::route(state, caller, &method, &path, None, req).await,
+        ["trash"] => {
+            only(&method, &path, Method::GET)?;
+            trash::list(state, caller, query.flag("all")?).await
+        }
+        ["trash", "purge"] => {
+            only(&method, &path, Method::POST)?;
+            trash::purge(state, caller).await
+        }
         ["trash", uid, "restore"] => {
             trash::route(state, caller, &method, &path, Some(uid), req).await
         }

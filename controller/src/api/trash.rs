@@ -1,6 +1,7 @@
-//! `/trash` and `/trash/UID/restore`: what deletions put in the trash, and bringing a project
-//! back. Both are admin rights, like deleting: a non-admin sees nothing of the trash (an entry
-//! names a project that may never have been theirs, and a restore creates a project).
+//! `/trash`, `/trash/purge` and `/trash/UID/restore`: what deletions put in the trash, purging
+//! it, and bringing a project back. All are admin rights, like deleting: a non-admin sees
+//! nothing of the trash (an entry names a project that may never have been theirs, and a
+//! restore creates a project).
 
 use std::sync::Arc;
 
@@ -14,8 +15,40 @@ use super::containers::container_runtime;
 use super::error::{ApiError, Cause};
 use super::routes::{Outcome, serialized};
 use super::{ApiState, Caller};
-use crate::trash::{Restore, Trash, TrashError};
+use crate::trash::{Restore, Scope, Trash, TrashError};
 
+/// `GET /trash[?all=true]` (admins): this controller's entries, or every controller's.
+pub(super) async fn list(state: &Arc<ApiState>, caller: &Caller, all: bool) -> Outcome {
+    access::require_admin(caller, "list the trash")?;
+    let trash = trash(state)?;
+    let runtime = container_runtime(state)?;
+    let scope = if all { Scope::All } else { Scope::Own };
+    let list = trash
+        .list(&*runtime, scope)
+        .await
+        .map_err(TrashError::from)
+        .map_err(failure)?;
+    Ok(serialized(StatusCode::OK, &list))
+}
+
+/// `POST /trash/purge` (admins): trusts the daemon's wall clock as it reads now (ending a pause
+/// a clock jump caused) and purges what expired by it, as `{"purged": [UID...]}`.
+pub(super) async fn purge(state: &Arc<ApiState>, caller: &Caller) -> Outcome {
+    access::require_admin(caller, "purge the trash")?;
+    let trash = trash(state)?;
+    let runtime = container_runtime(state)?;
+    let purged = trash
+        .purge_now(&*runtime, crate::clock::now())
+        .await
+        .map_err(TrashError::from)
+        .map_err(failure)?;
+    Ok(serialized(
+        StatusCode::OK,
+        &serde_json::json!({ "purged": purged }),
+    ))
+}
+
+/// `POST /trash/UID/restore` (admins).
 pub(super) async fn route(
     state: &Arc<ApiState>,
     caller: &Caller,
@@ -25,17 +58,6 @@ pub(super) async fn route(
     req: Request<Incoming>,
 ) -> Outcome {
     match (entry, method) {
-        (None, &Method::GET) => {
-            access::require_admin(caller, "list the trash")?;
-            let trash = trash(state)?;
-            let runtime = container_runtime(state)?;
-            let list = trash
-                .list(&*runtime)
-                .await
-                .map_err(TrashError::from)
-                .map_err(failure)?;
-            Ok(serialized(StatusCode::OK, &list))
-        }
         (Some(uid), &Method::POST) => {
             access::require_admin(caller, "restore projects")?;
             let (parts, incoming) = req.into_parts();

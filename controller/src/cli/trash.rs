@@ -1,7 +1,10 @@
-//! `berth trash list [-o json|yaml]`: the projects deletions put in the trash, and the
+//! `berth trash list [--all] [-o json|yaml]`: the projects deletions put in the trash, and the
 //! containers replacements put there, newest last, with when they expire
-//! (`GET /apis/berth.dev/v1alpha1/trash`, admins). `berth trash cp ITEM:PATH LOCALPATH` copies a
-//! file out of a trashed container (`GET .../trash/ITEM/files?path=PATH`).
+//! (`GET /apis/berth.dev/v1alpha1/trash[?all=true]`, admins; `--all` adds the entries of every
+//! other controller id sharing the pool, as a lost store leaves them). `berth trash cp
+//! ITEM:PATH LOCALPATH` copies a file out of a trashed container (`GET
+//! .../trash/ITEM/files?path=PATH`). `berth trash purge` trusts the daemon's clock again after
+//! a jump paused the purge, and purges what expired (`POST .../trash/purge`).
 
 use std::process::ExitCode;
 
@@ -23,12 +26,19 @@ pub struct TrashArgs {
 
 #[derive(Debug, Subcommand)]
 enum TrashCommand {
-    /// List the trash: NAME, UID, DELETED, BY, REASON, EXPIRES, SIZE.
+    /// List the trash: NAME, UID, KIND, DELETED, BY, REASON, EXPIRES, SIZE.
     List {
+        /// Also the entries of other controller ids sharing the storage pool (a store that was
+        /// lost left its entries under its old id); adds a CONTROLLER column.
+        #[arg(long)]
+        all: bool,
         /// Output format (yaml or json print the TrashList as the server returns it).
         #[arg(short = 'o', long = "output", value_enum)]
         output: Option<OutputFormat>,
     },
+    /// Purge what expired now, trusting the daemon's wall clock as it reads (ends the pause a
+    /// clock jump of more than an hour put on the purge).
+    Purge,
     /// Copy a file out of a trashed container: ITEM:PATH (ITEM as `trash list` shows it, PATH
     /// absolute inside the container) to LOCALPATH (a file, or a directory to copy into).
     Cp {
@@ -38,14 +48,19 @@ enum TrashCommand {
 }
 
 pub async fn run(context: &Context, args: TrashArgs) -> anyhow::Result<ExitCode> {
-    let output = match args.command {
-        TrashCommand::List { output } => output,
+    let (all, output) = match args.command {
+        TrashCommand::List { all, output } => (all, output),
         TrashCommand::Cp { source, local } => return copy(context, &source, &local).await,
+        TrashCommand::Purge => return purge(context).await,
     };
     let client = context.client()?;
+    let query: &[(&str, &str)] = if all { &[("all", "true")] } else { &[] };
     let list = client
-        .request_json(Method::GET, &format!("{API_PREFIX}/trash"), None)
+        .get_json(&format!("{API_PREFIX}/trash"), query)
         .await?;
+    if let Some(paused) = list.get("purgePaused").and_then(serde_json::Value::as_str) {
+        eprintln!("Purging is paused: {paused}.");
+    }
     match output {
         Some(OutputFormat::Yaml) => print!("{}", render::to_yaml(&list)),
         Some(OutputFormat::Json) => print!("{}", render::to_json(&list)),
@@ -60,8 +75,27 @@ pub async fn run(context: &Context, args: TrashArgs) -> anyhow::Result<ExitCode>
                 eprintln!("The trash is empty.");
                 return Ok(ExitCode::SUCCESS);
             }
-            print!("{}", trash_table(&items, Utc::now()));
+            print!("{}", trash_table(&items, Utc::now(), all));
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn purge(context: &Context) -> anyhow::Result<ExitCode> {
+    let client = context.client()?;
+    let answer = client
+        .request_json(Method::POST, &format!("{API_PREFIX}/trash/purge"), None)
+        .await?;
+    let purged: Vec<&str> = answer
+        .get("purged")
+        .and_then(serde_json::Value::as_array)
+        .map(|uids| uids.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_default();
+    if purged.is_empty() {
+        println!("Nothing in the trash had expired; purging runs on the daemon's clock again.");
+    }
+    for uid in purged {
+        println!("purged {uid}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -118,8 +152,14 @@ async fn copy(
     Ok(ExitCode::SUCCESS)
 }
 
-fn trash_table(items: &[TrashItem], now: DateTime<Utc>) -> String {
-    let mut table = Table::new(["name", "uid", "deleted", "by", "reason", "expires", "size"]);
+fn trash_table(items: &[TrashItem], now: DateTime<Utc>, controllers: bool) -> String {
+    let mut columns = vec![
+        "name", "uid", "kind", "deleted", "by", "reason", "expires", "size",
+    ];
+    if controllers {
+        columns.push("controller");
+    }
+    let mut table = Table::new(columns);
     for item in items {
         let deleted = item.deleted_at.map_or("-".to_string(), |at| {
             format!(
@@ -140,15 +180,20 @@ fn trash_table(items: &[TrashItem], now: DateTime<Utc>) -> String {
         } else {
             bytes(item.bytes)
         };
-        table.row(vec![
+        let mut row = vec![
             item.name.clone(),
             item.uid.clone(),
+            item.kind.clone(),
             deleted,
             item.deleted_by.clone(),
             item.reason.clone(),
             expires,
             size,
-        ]);
+        ];
+        if controllers {
+            row.push(item.controller.clone());
+        }
+        table.row(row);
     }
     table.render()
 }
@@ -179,6 +224,8 @@ mod tests {
         let items = vec![TrashItem {
             uid: "u-1".into(),
             name: "pay".into(),
+            kind: "project".into(),
+            controller: "c-1".into(),
             deleted_at: Some("2026-01-09T00:00:00Z".parse().unwrap()),
             trashed_at: Some("2026-01-09T00:00:00Z".parse().unwrap()),
             deleted_by: "unix:root".into(),
@@ -186,11 +233,13 @@ mod tests {
             expires_at: Some("2026-01-16T00:00:00Z".parse().unwrap()),
             bytes: 3 << 20,
         }];
-        let text = trash_table(&items, now);
+        let text = trash_table(&items, now, true);
         let row = text.lines().nth(1).unwrap();
         for cell in [
             "pay",
             "u-1",
+            "project",
+            "c-1",
             "24h ago",
             "unix:root",
             "forced",

@@ -129,7 +129,7 @@ impl DaemonPasses {
             inspect_timeout: settings.inspect_timeout,
             preview_site: settings.preview_site,
             recheck_interval: settings.recheck_interval,
-            clock: Arc::new(Utc::now),
+            clock: Arc::new(crate::clock::now),
             memory: Mutex::new(Memory::new()),
             round: Mutex::new(BTreeMap::new()),
             reported_orphans: Mutex::new(BTreeSet::new()),
@@ -734,8 +734,17 @@ impl DaemonPasses {
 
     /// Reports containers berth labelled whose project is gone, once per orphan episode (an
     /// event and the `orphan_containers` gauge); never deletes them.
-    /// Drops the events of objects that went longer than `events.retention` ago.
+    /// Drops the events of objects that went longer than `events.retention` ago; none while the
+    /// trash finds the wall clock jumped (their history, the pause's own warning included, would
+    /// go on the clock's word alone).
     async fn prune_events(&self) {
+        if self
+            .trash
+            .as_ref()
+            .is_some_and(|t| t.purge_paused().is_some())
+        {
+            return;
+        }
         let retention =
             chrono::Duration::from_std(self.event_retention).unwrap_or(chrono::Duration::MAX);
         let Some(before) = self.now().checked_sub_signed(retention) else {

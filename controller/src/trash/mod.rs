@@ -91,6 +91,13 @@ pub enum TrashError {
 pub struct TrashItem {
     pub uid: String,
     pub name: String,
+    /// `project` (a deleted project's volumes), `container` (a replaced or deleted project's
+    /// container) or `files` (a copy of a workspace taken before a forced checkout).
+    #[serde(default)]
+    pub kind: String,
+    /// The store id of the controller whose trash holds it.
+    #[serde(default)]
+    pub controller: String,
     pub deleted_at: Option<DateTime<Utc>>,
     /// When the trash received the entry; it expires a retention later.
     pub trashed_at: Option<DateTime<Utc>>,
@@ -107,6 +114,18 @@ pub struct TrashList {
     pub api_version: String,
     pub kind: String,
     pub items: Vec<TrashItem>,
+    /// Why the purge is paused, while it is ([`Trash::sweep`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purge_paused: Option<String>,
+}
+
+/// Whose entries a trash request sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// This controller's (and those labelled before controllers were named).
+    Own,
+    /// Every controller's that shares the pool: for an administrator whose store was lost.
+    All,
 }
 
 /// The trash of one daemon: its pool and retention, and the lock that keeps a restore and a
@@ -121,6 +140,65 @@ pub struct Trash {
     sizes_unknown: std::sync::atomic::AtomicBool,
     /// When housekeeping last swept the trash ([`Trash::sweep`]).
     swept_at: std::sync::Mutex<Option<DateTime<Utc>>>,
+    /// Whether the wall clock, which ages every entry, can be trusted.
+    clock: std::sync::Mutex<ClockWatch>,
+}
+
+/// A wall-clock jump larger than this between two sweeps pauses the purge.
+pub const CLOCK_JUMP: Duration = Duration::from_secs(3600);
+
+/// Compares the wall clock's advance with the monotonic clock's between sweeps. A wall clock set
+/// forward by a day would otherwise age every entry by a day and purge the trash at once; one
+/// set back only delays purges, but coming forward again it would look like a jump.
+#[derive(Debug, Default)]
+struct ClockWatch {
+    /// The last reading both clocks agreed at.
+    trusted: Option<(DateTime<Utc>, std::time::Instant)>,
+    /// How far the wall clock is off the elapsed time, while the purge is paused.
+    skew: Option<chrono::Duration>,
+    /// The pause of this episode was reported.
+    reported: bool,
+}
+
+impl ClockWatch {
+    /// The wall clock's skew when it moved more than [`CLOCK_JUMP`] away from the time that
+    /// passed since the last trusted reading; `None` (and trusted from now on) otherwise.
+    fn observe(
+        &mut self,
+        now: DateTime<Utc>,
+        mono: std::time::Instant,
+    ) -> Option<chrono::Duration> {
+        let Some((wall, at)) = self.trusted else {
+            self.accept(now, mono);
+            return None;
+        };
+        let elapsed = chrono::Duration::from_std(mono.saturating_duration_since(at))
+            .unwrap_or(chrono::Duration::MAX);
+        let skew = now - wall.checked_add_signed(elapsed).unwrap_or(now);
+        let limit = chrono::Duration::from_std(CLOCK_JUMP).unwrap_or(chrono::Duration::MAX);
+        if skew.abs() > limit {
+            self.skew = Some(skew);
+            return Some(skew);
+        }
+        self.accept(now, mono);
+        None
+    }
+
+    /// Trusts the wall clock as it reads now (an administrator's `berth trash purge`).
+    fn accept(&mut self, now: DateTime<Utc>, mono: std::time::Instant) {
+        *self = ClockWatch {
+            trusted: Some((now, mono)),
+            skew: None,
+            reported: false,
+        };
+    }
+}
+
+/// How a skew reads in messages: `+26h 0m`, `-3h 5m`.
+fn skew_text(skew: chrono::Duration) -> String {
+    let minutes = skew.num_minutes();
+    let sign = if minutes < 0 { '-' } else { '+' };
+    format!("{sign}{}h {}m", minutes.abs() / 60, minutes.abs() % 60)
 }
 
 /// How often housekeeping sweeps the trash at most: reading it costs LXD a scan of every
@@ -146,7 +224,22 @@ impl Trash {
             lock: tokio::sync::Mutex::new(()),
             sizes_unknown: std::sync::atomic::AtomicBool::new(false),
             swept_at: std::sync::Mutex::new(None),
+            clock: std::sync::Mutex::new(ClockWatch::default()),
         }
+    }
+
+    fn clock(&self) -> std::sync::MutexGuard<'_, ClockWatch> {
+        self.clock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Why the purge is paused, while it is.
+    pub fn purge_paused(&self) -> Option<String> {
+        self.clock().skew.map(|skew| {
+            format!(
+                "the wall clock moved {} against the time that passed; nothing is purged until it agrees again or an administrator runs `berth trash purge`",
+                skew_text(skew)
+            )
+        })
     }
 
     /// Feeds `berth_trash_volumes` and `berth_trash_bytes` whenever the trash is listed.
@@ -171,16 +264,28 @@ impl Trash {
 
     /// Every entry of this controller's trash, oldest deletion first, with the bytes it uses.
     pub async fn entries(&self, runtime: &dyn Runtime) -> Result<Vec<TrashEntry>, RuntimeError> {
+        self.entries_of(runtime, Scope::Own).await
+    }
+
+    /// The entries of this controller's trash, or of every controller's sharing the pool
+    /// ([`Scope::All`]: a store that was lost left its entries under its old id).
+    pub async fn entries_of(
+        &self,
+        runtime: &dyn Runtime,
+        scope: Scope,
+    ) -> Result<Vec<TrashEntry>, RuntimeError> {
         let controller = self.store.controller_id().to_string();
+        let in_scope = |config: &BTreeMap<String, String>| {
+            scope == Scope::All
+                || config
+                    .get(names::CONTROLLER_LABEL)
+                    .is_none_or(|c| *c == controller)
+        };
         let volumes: Vec<Volume> = runtime
             .list_volumes(&self.pool, Some(names::TRASH_LABEL_PREFIX))
             .await?
             .into_iter()
-            .filter(|v| {
-                v.config
-                    .get(names::CONTROLLER_LABEL)
-                    .is_none_or(|c| *c == controller)
-            })
+            .filter(|v| in_scope(&v.config))
             // A deleted project's volumes on their way into the trash or back out of it: its
             // project is live. Other kinds of items belong to a live project by design.
             .filter(|v| {
@@ -200,9 +305,7 @@ impl Trash {
                 is_trash_name(&i.name)
                     && i.config.get(names::TRASH_KIND).map(String::as_str)
                         == Some(names::KIND_CONTAINER)
-                    && i.config
-                        .get(names::CONTROLLER_LABEL)
-                        .is_none_or(|c| *c == controller)
+                    && in_scope(&i.config)
             })
             .collect();
         entries.extend(TrashEntry::of_containers(containers));
@@ -224,13 +327,19 @@ impl Trash {
                 }
             }
         }
-        self.count(&entries);
+        if scope == Scope::Own {
+            self.count(&entries);
+        }
         Ok(entries)
     }
 
     fn count(&self, entries: &[TrashEntry]) {
         if let Some(metrics) = &self.metrics {
             let volumes: usize = entries.iter().map(|e| e.volumes.len()).sum();
+            let containers: usize = entries.iter().map(|e| e.instances.len()).sum();
+            metrics
+                .trash_containers
+                .set(i64::try_from(containers).unwrap_or(i64::MAX));
             let bytes: u64 = entries.iter().map(|e| e.bytes).sum();
             metrics
                 .trash_volumes
@@ -241,9 +350,13 @@ impl Trash {
         }
     }
 
-    /// The trash as the API lists it.
-    pub async fn list(&self, runtime: &dyn Runtime) -> Result<TrashList, RuntimeError> {
-        let entries = self.entries(runtime).await?;
+    /// The trash as the API lists it: this controller's, or every controller's.
+    pub async fn list(
+        &self,
+        runtime: &dyn Runtime,
+        scope: Scope,
+    ) -> Result<TrashList, RuntimeError> {
+        let entries = self.entries_of(runtime, scope).await?;
         Ok(TrashList {
             api_version: berth_api::API_VERSION.to_string(),
             kind: "TrashList".to_string(),
@@ -252,6 +365,8 @@ impl Trash {
                 .map(|e| TrashItem {
                     uid: e.uid.clone(),
                     name: e.name.clone(),
+                    kind: e.kind.clone(),
+                    controller: e.controller.clone(),
                     deleted_at: e.deleted_at,
                     trashed_at: e.trashed_at,
                     deleted_by: e.deleted_by.clone(),
@@ -260,17 +375,43 @@ impl Trash {
                     bytes: e.bytes,
                 })
                 .collect(),
+            purge_paused: self.purge_paused(),
         })
     }
 
     /// Housekeeping: [`Trash::purge_expired`] once a tenth of the retention (at most an hour;
     /// hourly when the trash is disabled) has passed since the last sweep, so an entry outlives
     /// its retention by at most that much. `None` when it was not yet time.
+    ///
+    /// A wall clock that moved more than [`CLOCK_JUMP`] against the monotonic clock since the
+    /// last sweep pauses the purge ([`ClockWatch`]): a Warning event `TrashPurgePaused` on every
+    /// entry it would have purged, the gauge `berth_trash_purge_paused`, and `trash list` says
+    /// so, until the clock agrees again or an administrator purges ([`Trash::purge_now`]).
     pub async fn sweep(
         &self,
         runtime: &dyn Runtime,
         now: DateTime<Utc>,
     ) -> Option<Result<Vec<String>, RuntimeError>> {
+        self.sweep_at(runtime, now, std::time::Instant::now()).await
+    }
+
+    /// [`Trash::sweep`] with the monotonic clock's reading given.
+    pub async fn sweep_at(
+        &self,
+        runtime: &dyn Runtime,
+        now: DateTime<Utc>,
+        mono: std::time::Instant,
+    ) -> Option<Result<Vec<String>, RuntimeError>> {
+        let jumped = self.clock().observe(now, mono);
+        if let Some(metrics) = &self.metrics {
+            metrics.trash_purge_paused.set(i64::from(jumped.is_some()));
+        }
+        if let Some(skew) = jumped {
+            if let Err(e) = self.report_pause(runtime, now, skew).await {
+                return Some(Err(e));
+            }
+            return None;
+        }
         // A disabled trash holds only what an earlier configuration left: hourly is enough.
         let every = if self.settings.enabled() {
             (self.settings.retention / 10).min(SWEEP_AT_MOST_EVERY)
@@ -287,6 +428,51 @@ impl Trash {
             *swept_at = Some(now);
         }
         Some(self.purge_expired(runtime, now).await)
+    }
+
+    /// Reports a paused purge once per episode: a warning in the log, and a Warning event on
+    /// every entry the clock as it reads would have purged.
+    async fn report_pause(
+        &self,
+        runtime: &dyn Runtime,
+        now: DateTime<Utc>,
+        skew: chrono::Duration,
+    ) -> Result<(), RuntimeError> {
+        if std::mem::replace(&mut self.clock().reported, true) {
+            return Ok(());
+        }
+        let message = self.purge_paused().unwrap_or_default();
+        tracing::warn!(skew = %skew_text(skew), "trash purge paused: {message}");
+        let due: Vec<TrashEntry> = self
+            .entries(runtime)
+            .await?
+            .into_iter()
+            .filter(|e| self.expires_at(e).is_some_and(|at| at <= now))
+            .collect();
+        for entry in &due {
+            let text = format!(
+                "the trash keeps {} (uid {}) although the wall clock says it expired: {message}",
+                entry.name, entry.uid
+            );
+            self.event(entry, EventType::Warning, "TrashPurgePaused", &text)
+                .await;
+        }
+        Ok(())
+    }
+
+    /// `berth trash purge` (administrators): trusts the wall clock as it reads now, ending a
+    /// pause, and purges what expired by it.
+    pub async fn purge_now(
+        &self,
+        runtime: &dyn Runtime,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>, RuntimeError> {
+        self.clock().accept(now, std::time::Instant::now());
+        if let Some(metrics) = &self.metrics {
+            metrics.trash_purge_paused.set(0);
+        }
+        *self.swept_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+        self.purge_expired(runtime, now).await
     }
 
     /// Deletes the volumes of every entry that expired by `now`, with a Normal

@@ -194,6 +194,9 @@ pub struct TrashEntry {
     pub kind: String,
     /// The trashed instances (a replaced container), none for a project's volumes.
     pub instances: Vec<Instance>,
+    /// The store id of the controller that trashed it (`user.berth.controller`; empty for an
+    /// entry labelled before controllers were named).
+    pub controller: String,
     /// Bytes used, summed over the volumes (0 where the pool cannot tell).
     pub bytes: u64,
 }
@@ -227,8 +230,13 @@ impl TrashEntry {
                         .filter(|u| !u.is_empty())
                         .cloned(),
                     volumes: Vec::new(),
-                    kind: KIND_PROJECT.to_string(),
+                    kind: config
+                        .get(TRASH_KIND)
+                        .filter(|k| !k.is_empty())
+                        .cloned()
+                        .unwrap_or_else(|| KIND_PROJECT.to_string()),
                     instances: Vec::new(),
+                    controller: text(CONTROLLER_LABEL),
                     bytes: 0,
                 }
             });
@@ -278,6 +286,7 @@ impl TrashEntry {
                     restore_as: None,
                     volumes: Vec::new(),
                     kind: KIND_CONTAINER.to_string(),
+                    controller: text(CONTROLLER_LABEL),
                     instances: vec![instance],
                     bytes: 0,
                 })

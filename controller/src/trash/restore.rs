@@ -48,11 +48,22 @@ impl Trash {
         }
         let _one_at_a_time = self.lock.lock().await;
         let entries = self.entries(runtime).await?;
-        let entry = Trash::find(&entries, &request.key)
-            .ok_or_else(|| {
-                TrashError::NotFound(format!("nothing in the trash is {:?}", request.key))
-            })?
-            .clone();
+        let entry = match Trash::find(&entries, &request.key) {
+            Some(entry) => entry.clone(),
+            // An entry another controller id left (a store that was lost), named by its uid:
+            // `berth trash list --all` shows it. A name alone never reaches another store's.
+            None => self
+                .entries_of(runtime, super::Scope::All)
+                .await?
+                .into_iter()
+                .find(|e| e.uid == request.key)
+                .ok_or_else(|| {
+                    TrashError::NotFound(format!(
+                        "nothing in the trash is {:?} (`berth trash list --all` shows every controller's entries; restore one of another controller by its uid)",
+                        request.key
+                    ))
+                })?,
+        };
         if entry.is_container() {
             return Err(TrashError::Conflict(format!(
                 "{} is a replaced container of project {:?}: it is not restored as a project; copy its files out with `berth trash cp {}:PATH LOCALPATH`",
@@ -183,14 +194,16 @@ impl Trash {
                     .rename_volume(&self.pool, &volume.name, &live, target(volume))
                     .await?;
             }
-            if volume
-                .config
-                .get(names::PROJECT_UID_LABEL)
-                .map(String::as_str)
-                != Some(uid)
+            let controller = self.store.controller_id();
+            let label_of = |key: &str| volume.config.get(key).map(String::as_str);
+            if label_of(names::PROJECT_UID_LABEL) != Some(uid)
+                || label_of(names::CONTROLLER_LABEL).is_some_and(|c| c != controller)
             {
-                let label =
-                    BTreeMap::from([(names::PROJECT_UID_LABEL.to_string(), uid.to_string())]);
+                // An entry of a lost store becomes this controller's with the project.
+                let label = BTreeMap::from([
+                    (names::PROJECT_UID_LABEL.to_string(), uid.to_string()),
+                    (names::CONTROLLER_LABEL.to_string(), controller.to_string()),
+                ]);
                 runtime
                     .patch_volume(&self.pool, &live, &label, target(volume))
                     .await?;

@@ -168,7 +168,7 @@ async fn a_deletion_moves_the_volumes_to_the_trash_with_its_record() {
 
     s.fake.set_volume_usage(POOL, &volumes[0], 1000);
     s.fake.set_volume_usage(POOL, &volumes[1], 24);
-    let list = s.trash.list(&*s.fake).await.unwrap();
+    let list = s.trash.list(&*s.fake, super::Scope::Own).await.unwrap();
     assert_eq!(list.kind, "TrashList");
     let [item] = list.items.as_slice() else {
         panic!("one entry: {list:?}")
@@ -198,7 +198,7 @@ async fn a_pool_that_cannot_size_volumes_counts_zero_bytes_and_is_asked_once() {
     s.delete("p", &[]);
     s.converge("p").await;
     for _ in 0..3 {
-        let list = s.trash.list(&*s.fake).await.unwrap();
+        let list = s.trash.list(&*s.fake, super::Scope::Own).await.unwrap();
         assert_eq!(list.items.len(), 1);
         assert_eq!(list.items[0].bytes, 0);
     }
@@ -454,7 +454,14 @@ async fn purged_deletions_and_a_disabled_trash_delete_the_volumes() {
             s.volumes()
         );
         assert_eq!(s.fake.count("rename_volume"), 0);
-        assert!(s.trash.list(&*s.fake).await.unwrap().items.is_empty());
+        assert!(
+            s.trash
+                .list(&*s.fake, super::Scope::Own)
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+        );
     }
 }
 
@@ -516,46 +523,108 @@ async fn housekeeping_purges_what_expired_with_an_event() {
 async fn housekeeping_sweeps_the_trash_once_a_tenth_of_its_retention() {
     let s = setup(7 * DAY);
     let now = chrono::Utc::now();
+    // The monotonic clock advances as the wall clock does: no jump.
+    let m0 = std::time::Instant::now();
+    let mono = |at: chrono::DateTime<chrono::Utc>| m0 + (at - now).to_std().unwrap_or_default();
     assert!(
-        s.trash.sweep(&*s.fake, now).await.is_some(),
+        s.trash.sweep_at(&*s.fake, now, mono(now)).await.is_some(),
         "the first sweep"
     );
     let lists = s.fake.count("list_volumes");
     let half_hour = chrono::Duration::minutes(30);
-    assert!(s.trash.sweep(&*s.fake, now + half_hour).await.is_none());
+    let later = now + half_hour;
+    assert!(
+        s.trash
+            .sweep_at(&*s.fake, later, mono(later))
+            .await
+            .is_none()
+    );
     assert_eq!(s.fake.count("list_volumes"), lists, "the trash not read");
     // A seven-day retention is swept hourly (not every 16.8 hours).
     let hour = chrono::Duration::hours(1);
-    assert!(s.trash.sweep(&*s.fake, now + hour).await.is_some());
+    let later = now + hour;
     assert!(
-        s.trash.sweep(&*s.fake, now).await.is_some(),
+        s.trash
+            .sweep_at(&*s.fake, later, mono(later))
+            .await
+            .is_some()
+    );
+    // Set back half an hour (less than a jump): swept at once.
+    assert!(
+        s.trash
+            .sweep_at(&*s.fake, now + half_hour, mono(later))
+            .await
+            .is_some(),
         "a clock gone back"
     );
 
     let short = setup(Duration::from_secs(20));
-    assert!(short.trash.sweep(&*short.fake, now).await.is_some());
-    let two_seconds = chrono::Duration::seconds(2);
     assert!(
         short
             .trash
-            .sweep(&*short.fake, now + two_seconds)
+            .sweep_at(&*short.fake, now, mono(now))
+            .await
+            .is_some()
+    );
+    let later = now + chrono::Duration::seconds(2);
+    assert!(
+        short
+            .trash
+            .sweep_at(&*short.fake, later, mono(later))
             .await
             .is_some()
     );
 
     // Disabled: not every round.
     let disabled = setup(Duration::ZERO);
-    assert!(disabled.trash.sweep(&*disabled.fake, now).await.is_some());
-    let quarter_hour = chrono::Duration::minutes(15);
-    let swept = disabled.trash.sweep(&*disabled.fake, now + quarter_hour);
-    assert!(swept.await.is_none());
     assert!(
         disabled
             .trash
-            .sweep(&*disabled.fake, now + hour)
+            .sweep_at(&*disabled.fake, now, mono(now))
             .await
             .is_some()
     );
+    let later = now + chrono::Duration::minutes(15);
+    let swept = disabled.trash.sweep_at(&*disabled.fake, later, mono(later));
+    assert!(swept.await.is_none());
+    let later = now + hour;
+    assert!(
+        disabled
+            .trash
+            .sweep_at(&*disabled.fake, later, mono(later))
+            .await
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn a_clock_jump_pauses_the_purge_until_an_admin_purges() {
+    let s = setup(Duration::from_secs(3600));
+    let now = chrono::Utc::now();
+    let m0 = std::time::Instant::now();
+    let uid = s.project("jumped").await;
+    s.delete("jumped", &[]);
+    s.converge("jumped").await;
+    assert!(s.trash.sweep_at(&*s.fake, now, m0).await.is_some());
+    // Three days forward by the wall clock, a minute by the monotonic one.
+    let jumped = now + chrono::Duration::days(3);
+    let minute = m0 + Duration::from_secs(60);
+    assert!(s.trash.sweep_at(&*s.fake, jumped, minute).await.is_none());
+    assert_eq!(s.metrics.trash_purge_paused.get(), 1);
+    assert!(s.trash.purge_paused().is_some());
+    let list = s.trash.list(&*s.fake, super::Scope::Own).await.unwrap();
+    assert!(list.items.iter().any(|i| i.uid == uid), "kept: {list:?}");
+    assert!(list.purge_paused.is_some());
+    let events = s.store.events_for(Kind::Project, "jumped").unwrap();
+    assert!(
+        events.iter().any(|e| e.reason == "TrashPurgePaused"),
+        "{events:?}"
+    );
+    // An administrator trusts the clock: what expired by it goes.
+    let purged = s.trash.purge_now(&*s.fake, jumped).await.unwrap();
+    assert_eq!(purged, vec![uid]);
+    assert_eq!(s.metrics.trash_purge_paused.get(), 0);
+    assert!(s.trash.purge_paused().is_none());
 }
 
 #[test]
@@ -776,4 +845,42 @@ async fn the_retention_counts_from_when_the_trash_received_an_entry() {
         .await
         .unwrap();
     assert_eq!(purged, vec![uid]);
+}
+
+#[test]
+fn the_clock_watch_pauses_on_a_jump_and_trusts_a_clock_that_agrees_again() {
+    let secs = chrono::Duration::seconds;
+    let t0: chrono::DateTime<chrono::Utc> = "2026-01-01T00:00:00Z".parse().unwrap();
+    let m0 = std::time::Instant::now();
+    let at = |s: u64| m0 + std::time::Duration::from_secs(s);
+    let mut watch = super::ClockWatch::default();
+    assert_eq!(
+        watch.observe(t0, at(0)),
+        None,
+        "the first reading is trusted"
+    );
+    assert_eq!(watch.observe(t0 + secs(60), at(60)), None);
+    // Two days forward in two minutes: paused, with the skew.
+    assert_eq!(
+        watch.observe(t0 + chrono::Duration::days(2), at(120)),
+        Some(chrono::Duration::days(2) - secs(120))
+    );
+    // Still off a minute later; set right again, it agrees.
+    assert!(
+        watch
+            .observe(t0 + chrono::Duration::days(2), at(180))
+            .is_some()
+    );
+    assert_eq!(watch.observe(t0 + secs(240), at(240)), None);
+    // Backwards by more than the limit pauses too, and an accepted clock is trusted from there.
+    assert!(
+        watch
+            .observe(t0 - chrono::Duration::hours(5), at(300))
+            .is_some()
+    );
+    watch.accept(t0 - chrono::Duration::hours(5), at(300));
+    assert_eq!(
+        watch.observe(t0 - chrono::Duration::hours(5) + secs(30), at(330)),
+        None
+    );
 }

@@ -451,3 +451,86 @@ async fn lxd_renames_and_relabels_custom_volumes() {
         assert_eq!(usage, None, "LXD 5.0's dir driver cannot size a volume");
     }
 }
+
+/// How many times berth started the project's runner, by its events (kept by uid, so a project
+/// restored under its uid shows its earlier life's too).
+fn runner_starts(berth: &Berth, name: &str) -> usize {
+    let list = berth
+        .client()
+        .get(&format!("{PROJECTS}/{name}/events"))
+        .json();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("runner started"))
+        })
+        .map(|e| e["count"].as_u64().unwrap_or(1) as usize)
+        .sum()
+}
+
+#[test]
+fn a_restored_project_does_not_run_its_finished_brief_again() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    let profile = format!("shell-{}", &name[name.len() - 8..]);
+    let reply = berth.client().post_json(
+        "/apis/berth.dev/v1alpha1/agentprofiles",
+        &json!({
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "AgentProfile",
+            "metadata": {"name": profile},
+            "spec": {
+                "home": format!("/root/.{profile}"),
+                "install": {"check": "test -x /usr/local/lib/berth/shell-agent"},
+                "runner": {"command": ["/usr/local/lib/berth/shell-agent", "{briefFile}"]},
+            },
+        }),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    berth.create_project(
+        &name,
+        json!({
+            "image": "berth-base",
+            "agent": profile,
+            "brief": "Write the file once\necho ran >> /workspace/runs.txt\n",
+        }),
+    );
+    berth.wait_for(&name, "the brief done", |p| {
+        p["status"]["agent"]["state"] == "done" && p["status"]["briefFinished"].is_string()
+    });
+    assert_eq!(runner_starts(&berth, &name), 1);
+
+    ok(&berth, &["delete", "project", &name, "--force"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while berth.get_project(&name).is_some() {
+        assert!(std::time::Instant::now() < deadline, "{}", berth.log_text());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    ok(&berth, &["restore", &name]);
+    berth.wait_ready(&name);
+    let restored = berth.wait_for(&name, "briefed", |p| p["status"]["step"] == "Briefed");
+    assert!(
+        restored["status"]["briefFinished"].is_string(),
+        "the finished brief is recorded on the restored project: {restored}"
+    );
+    assert_eq!(
+        runner_starts(&berth, &name),
+        1,
+        "the finished brief was handed over again:\n{}",
+        berth.log_text()
+    );
+    assert!(
+        exec(&name, "test -e /run/berth/brief.md").is_err(),
+        "no brief handed to the new container"
+    );
+    let _ = berth.client().try_request(
+        "DELETE",
+        &format!("/apis/berth.dev/v1alpha1/agentprofiles/{profile}"),
+        None,
+        &[],
+    );
+}

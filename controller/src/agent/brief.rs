@@ -9,6 +9,14 @@ use berth_api::{AgentState, ProjectStatus};
 
 use super::{RESUME_SESSION_ENV, TITLE_KNOWN_ENV};
 
+/// The id of a brief: the same for the same project and text, so recording it again after a
+/// crash names the same brief, and a spec change that leaves the brief alone (a new generation
+/// all the same) hands nothing over again.
+pub fn brief_id(uid: &str, brief: &str) -> String {
+    let digest = super::sha256_hex(format!("{uid}\0{brief}").as_bytes());
+    format!("b-{}", &digest[..16])
+}
+
 /// Whether brief `id` is finished (`done` or `failed`), by the store's record or the agent's
 /// last report: it is never handed over again.
 pub fn brief_finished(status: &ProjectStatus, id: &str) -> bool {

@@ -48,6 +48,9 @@ pub const TRASH_PROJECT: &str = "user.berth.trash.project";
 pub const TRASH_TRASHED_AT: &str = "user.berth.trash.trashedAt";
 /// `TRASH_KIND` of a copy of a live project's workspace, made before a forced checkout.
 pub const KIND_FILES: &str = "files";
+/// The brief the project's agent had finished (`status.briefFinished`) when it was deleted: a
+/// restored project does not hand it over again.
+pub const TRASH_BRIEF_FINISHED: &str = "user.berth.trash.briefFinished";
 
 /// The name and labels of the copy of `object`'s workspace volume `live` taken before a forced
 /// checkout asked for at `requested` (the name's time, so a retried copy finds its own), put
@@ -74,7 +77,7 @@ pub fn checkout_copy(
 }
 
 /// Every trash label, for clearing them once a volume is back in a project.
-pub const TRASH_KEYS: [&str; 12] = [
+pub const TRASH_KEYS: [&str; 13] = [
     TRASH_UID,
     TRASH_FROM,
     TRASH_NAME,
@@ -87,6 +90,7 @@ pub const TRASH_KEYS: [&str; 12] = [
     TRASH_KIND,
     TRASH_PROJECT,
     TRASH_TRASHED_AT,
+    TRASH_BRIEF_FINISHED,
 ];
 
 /// Whether trash labels `config` are a deleted project's (kind absent or `project`).
@@ -167,6 +171,16 @@ pub fn trash_labels(object: &StoredObject, live: &str) -> BTreeMap<String, Strin
         (TRASH_DELETED_BY.to_string(), deleted_by(object)),
         (TRASH_REASON.to_string(), reason(object).to_string()),
         (TRASH_TRASHED_AT.to_string(), trashed_at),
+        (
+            TRASH_BRIEF_FINISHED.to_string(),
+            object
+                .status
+                .value()
+                .get("briefFinished")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+        ),
         // A label left by an earlier restore that was interrupted must not steer a later one.
         (TRASH_RESTORE_AS.to_string(), String::new()),
     ])
@@ -188,6 +202,8 @@ pub struct TrashEntry {
     pub labels: BTreeMap<String, String>,
     /// The uid pinned by an interrupted restore under another name.
     pub restore_as: Option<String>,
+    /// The brief the agent had finished when the project was deleted.
+    pub brief_finished: Option<String>,
     pub volumes: Vec<Volume>,
     /// [`KIND_PROJECT`] (a deleted project's volumes) or [`KIND_CONTAINER`] (a replaced
     /// container, the one instance of `instances`).
@@ -228,6 +244,10 @@ impl TrashEntry {
                     restore_as: config
                         .get(TRASH_RESTORE_AS)
                         .filter(|u| !u.is_empty())
+                        .cloned(),
+                    brief_finished: config
+                        .get(TRASH_BRIEF_FINISHED)
+                        .filter(|b| !b.is_empty())
                         .cloned(),
                     volumes: Vec::new(),
                     kind: config
@@ -284,6 +304,7 @@ impl TrashEntry {
                     spec: Value::Null,
                     labels: BTreeMap::new(),
                     restore_as: None,
+                    brief_finished: None,
                     volumes: Vec::new(),
                     kind: KIND_CONTAINER.to_string(),
                     controller: text(CONTROLLER_LABEL),

@@ -114,6 +114,9 @@ impl Trash {
         };
         // The workspace held work once: it is never taken for one that never did.
         let mut status = json!({ "firstReachableAt": chrono::Utc::now() });
+        if let Some(finished) = finished_brief(&entry, &uid) {
+            status["briefFinished"] = json!(finished);
+        }
         // On a cluster the project goes back to the member its volumes live on.
         if let Some(member) = entry.volumes.iter().find_map(|v| target(v)) {
             status["location"] = json!(member);
@@ -256,4 +259,14 @@ fn restored_spec(
         }
     }
     Ok(spec)
+}
+
+/// The brief the restored project's agent has finished, under its uid `uid`: the one the entry
+/// recorded, when it is the brief the spec carries (a brief's id names its project's uid, so a
+/// restore under a new uid finishes the same text under the new id).
+fn finished_brief(entry: &TrashEntry, uid: &str) -> Option<String> {
+    let recorded = entry.brief_finished.as_deref()?;
+    let brief = entry.spec.get("brief").and_then(Value::as_str)?;
+    (recorded == crate::agent::brief_id(&entry.uid, brief))
+        .then(|| crate::agent::brief_id(uid, brief))
 }

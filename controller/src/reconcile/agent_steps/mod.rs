@@ -731,13 +731,7 @@ fn profiles_changed(
     format!("provisioning again: {}", changes.join(", "))
 }
 
-/// The id of a brief: the same for the same project and text, so recording it again after a
-/// crash names the same brief, and a spec change that leaves the brief alone (a new generation
-/// all the same) hands nothing over again.
-pub fn brief_id(uid: &str, brief: &str) -> String {
-    let digest = agent::sha256_hex(format!("{uid}\0{brief}").as_bytes());
-    format!("b-{}", &digest[..16])
-}
+pub use crate::agent::brief_id;
 
 /// `Provisioned`'s message: each profile with the version its check printed.
 fn provisioned_message(report: &agent::BootstrapReport) -> String {

@@ -534,3 +534,55 @@ fn a_restored_project_does_not_run_its_finished_brief_again() {
         &[],
     );
 }
+
+#[test]
+fn a_restore_goes_through_admission_and_a_refused_one_moves_nothing() {
+    let config = tempfile::NamedTempFile::new().unwrap();
+    // A documentation address: the proxy device only connects when someone connects to it,
+    // which nobody does here.
+    std::fs::write(
+        config.path(),
+        "allowedForwardTargets: [\"192.0.2.10:80\"]\n",
+    )
+    .unwrap();
+    let mut berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
+    let name = unique_name();
+    let created = berth.create_project(
+        &name,
+        json!({"image": "berth-base", "forwards": [{"port": 8080, "to": "192.0.2.10:80"}]}),
+    );
+    let uid = uid_of(&created);
+    berth.wait_ready(&name);
+    ok(&berth, &["delete", "project", &name, "--force"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while berth.get_project(&name).is_some() {
+        assert!(std::time::Instant::now() < deadline, "{}", berth.log_text());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+
+    // The operator no longer allows that target: the entry would become a project no apply
+    // could create.
+    std::fs::write(config.path(), "allowedForwardTargets: []\n").unwrap();
+    berth.kill9();
+    berth.restart(None);
+    let refused = berth_cli(&berth, &["restore", &name]);
+    assert!(!refused.status.success(), "{}", said(&refused));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("spec.forwards[0].to"),
+        "the refusal names the field: {}",
+        said(&refused)
+    );
+    assert!(berth.get_project(&name).is_none());
+    assert!(
+        trash_list(&berth).iter().any(|i| i["uid"] == uid.as_str()),
+        "the entry stays in the trash, untouched"
+    );
+    assert!(
+        volumes_of(&uid)
+            .iter()
+            .all(|v| v.starts_with("berth-trash-")),
+        "no volume moved back: {:?}",
+        volumes_of(&uid)
+    );
+}

@@ -68,6 +68,7 @@ pub(super) async fn route(
             let object = trash
                 .restore(
                     &*runtime,
+                    &state.admission,
                     Restore {
                         key: uid.to_string(),
                         new_name,
@@ -189,5 +190,8 @@ fn failure(error: TrashError) -> ApiError {
             format!("LXD: {e}"),
         ),
         TrashError::Store(e) => e.into(),
+        TrashError::Refused(refusal) => {
+            refusal.into_api_error(Some(berth_api::Kind::Project.as_str()), None)
+        }
     }
 }

@@ -79,6 +79,10 @@ pub enum TrashError {
     Conflict(String),
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
+    /// Admission refused the project the entry would become (the one admission every writer
+    /// goes through, a restore included).
+    #[error("{0}")]
+    Refused(crate::admission::Refusal),
     #[error("LXD: {0}")]
     Runtime(#[from] RuntimeError),
     #[error(transparent)]

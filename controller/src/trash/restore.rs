@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::names::{self, TrashEntry};
 use super::{Trash, TrashError, cleared, target};
+use crate::admission::{Admission, Admitter};
 use crate::runtime::Runtime;
 use crate::store::{Desired, EventType, StoredObject};
 
@@ -38,6 +39,7 @@ impl Trash {
     pub async fn restore(
         &self,
         runtime: &dyn Runtime,
+        admission: &Admission,
         request: Restore,
     ) -> Result<Arc<StoredObject>, TrashError> {
         if let Some(name) = &request.new_name {
@@ -93,6 +95,20 @@ impl Trash {
             )));
         }
 
+        // The one admission, as every writer's: what the entry recorded may no longer be
+        // allowed (a forward target an admin removed since), and nothing is moved then.
+        let desired = Desired {
+            kind: Kind::Project,
+            name: name.clone(),
+            labels: entry.labels.clone(),
+            annotations: BTreeMap::new(),
+            finalizers: Some(request.finalizers.clone()),
+            spec,
+        };
+        admission
+            .check(Admitter::Restore, &desired, None, &self.store)
+            .map_err(TrashError::Refused)?;
+
         let uid = match &request.new_name {
             None => entry.uid.clone(),
             Some(_) => self.pin_new_uid(runtime, &entry).await?,
@@ -104,14 +120,6 @@ impl Trash {
         }
         self.move_back(runtime, &entry, &uid).await?;
 
-        let desired = Desired {
-            kind: Kind::Project,
-            name: name.clone(),
-            labels: entry.labels.clone(),
-            annotations: BTreeMap::new(),
-            finalizers: Some(request.finalizers.clone()),
-            spec,
-        };
         // The workspace held work once: it is never taken for one that never did.
         let mut status = json!({ "firstReachableAt": chrono::Utc::now() });
         if let Some(finished) = finished_brief(&entry, &uid) {

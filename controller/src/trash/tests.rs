@@ -29,6 +29,7 @@ struct Setup {
     metrics: Arc<Metrics>,
     ctx: Context,
     trash: Trash,
+    admission: crate::admission::Admission,
 }
 
 fn setup(retention: Duration) -> Setup {
@@ -56,6 +57,7 @@ fn setup(retention: Duration) -> Setup {
         placement: Default::default(),
     };
     Setup {
+        admission: crate::admission::Admission::new(berth_api::Defaults::default()),
         _dir: dir,
         store,
         fake,
@@ -271,7 +273,7 @@ async fn a_volume_labelled_but_not_renamed_is_not_in_the_trash_while_its_project
     // Nor can it be restored meanwhile.
     let err = s
         .trash
-        .restore(&*s.fake, s.restore("p", None))
+        .restore(&*s.fake, &s.admission, s.restore("p", None))
         .await
         .unwrap_err();
     assert!(matches!(err, TrashError::NotFound(_)), "{err}");
@@ -286,7 +288,7 @@ async fn a_restore_keeps_the_uid_and_the_project_comes_back_up_on_its_volumes() 
 
     let object = s
         .trash
-        .restore(&*s.fake, s.restore("p", None))
+        .restore(&*s.fake, &s.admission, s.restore("p", None))
         .await
         .unwrap();
     assert_eq!(object.uid(), uid);
@@ -347,7 +349,7 @@ async fn a_restore_as_a_new_name_takes_a_new_uid_and_renames_the_volumes() {
 
     let err = s
         .trash
-        .restore(&*s.fake, s.restore(&old, None))
+        .restore(&*s.fake, &s.admission, s.restore(&old, None))
         .await
         .unwrap_err();
     assert!(matches!(err, TrashError::Conflict(_)), "name in use: {err}");
@@ -362,12 +364,12 @@ async fn a_restore_as_a_new_name_takes_a_new_uid_and_renames_the_volumes() {
         }),
     );
     s.trash
-        .restore(&*s.fake, s.restore(&old, Some("p-restored")))
+        .restore(&*s.fake, &s.admission, s.restore(&old, Some("p-restored")))
         .await
         .unwrap_err();
     let object = s
         .trash
-        .restore(&*s.fake, s.restore(&old, Some("p-restored")))
+        .restore(&*s.fake, &s.admission, s.restore(&old, Some("p-restored")))
         .await
         .unwrap();
     let uid = object.uid().to_string();
@@ -419,19 +421,23 @@ async fn a_name_takes_its_newest_entry_and_bad_names_are_refused() {
     assert_eq!(s.trash.entries(&*s.fake).await.unwrap().len(), 2);
     let object = s
         .trash
-        .restore(&*s.fake, s.restore("p", None))
+        .restore(&*s.fake, &s.admission, s.restore("p", None))
         .await
         .unwrap();
     assert_eq!(object.uid(), second);
     let err = s
         .trash
-        .restore(&*s.fake, s.restore(&first, Some("Not A Name")))
+        .restore(
+            &*s.fake,
+            &s.admission,
+            s.restore(&first, Some("Not A Name")),
+        )
         .await
         .unwrap_err();
     assert!(err.to_string().starts_with("name:"), "{err}");
     let err = s
         .trash
-        .restore(&*s.fake, s.restore("nothing", None))
+        .restore(&*s.fake, &s.admission, s.restore("nothing", None))
         .await
         .unwrap_err();
     assert!(matches!(err, TrashError::NotFound(_)), "{err}");
@@ -693,7 +699,7 @@ async fn an_interrupted_restore_stays_in_the_trash_and_finishes_when_asked_again
         }),
     );
     s.trash
-        .restore(&*s.fake, s.restore(&uid, None))
+        .restore(&*s.fake, &s.admission, s.restore(&uid, None))
         .await
         .unwrap_err();
     assert!(s.store.get(Kind::Project, "p").is_none());
@@ -709,7 +715,7 @@ async fn an_interrupted_restore_stays_in_the_trash_and_finishes_when_asked_again
 
     let object = s
         .trash
-        .restore(&*s.fake, s.restore("p", None))
+        .restore(&*s.fake, &s.admission, s.restore("p", None))
         .await
         .unwrap();
     assert_eq!(object.uid(), uid);
@@ -754,7 +760,7 @@ async fn a_replaced_container_is_an_entry_of_a_live_project_that_expires_and_is_
     // Restoring it as a project is refused, with the way to get its files.
     let refused = s
         .trash
-        .restore(&*s.fake, s.restore(&key, None))
+        .restore(&*s.fake, &s.admission, s.restore(&key, None))
         .await
         .unwrap_err();
     assert!(
@@ -762,7 +768,10 @@ async fn a_replaced_container_is_an_entry_of_a_live_project_that_expires_and_is_
         "{refused:?}"
     );
     // A name names a deleted project's entry, never a container.
-    let by_name = s.trash.restore(&*s.fake, s.restore("live", None)).await;
+    let by_name = s
+        .trash
+        .restore(&*s.fake, &s.admission, s.restore("live", None))
+        .await;
     assert!(
         matches!(by_name, Err(TrashError::NotFound(_))),
         "{by_name:?}"

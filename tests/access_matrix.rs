@@ -522,6 +522,13 @@ fn rows() -> Vec<Row> {
             [404, 200, 200],
         ),
         row(
+            "force a replacement",
+            "POST",
+            "/P/projects/alpha/forcereplace",
+            "",
+            [404, 200, 200],
+        ),
+        row(
             "get a member",
             "GET",
             "/P/projects/alpha/members/mia",

@@ -177,6 +177,26 @@ fn a_replaced_container_is_held_for_a_worktree_and_kept_in_the_trash() {
         "tracked\nchanged in the worktree\n"
     );
 
+    // A patch cannot force it: `berth.dev/forceReplace` is the server's to write.
+    let asked = held["metadata"]["annotations"]["berth.dev/recreateRequestedAt"].clone();
+    assert!(asked.is_string(), "{held}");
+    let reply = berth.client().request(
+        "PATCH",
+        &format!("{}/{name}", harness::PROJECTS),
+        Some("application/merge-patch+json"),
+        json!({"metadata": {"annotations": {"berth.dev/forceReplace": asked}}})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(
+        reply.text().contains("berth.dev/forceReplace")
+            && reply.text().contains("berth restart --recreate --force"),
+        "the refusal names the annotation: {}",
+        reply.text()
+    );
+    assert!(instances_named(&format!("berth-trash-{uid}")).is_empty());
+
     // Forced: replaced, and the old container is in the trash.
     ok(&berth, &["restart", "--recreate", "--force", &name]);
     let replaced = berth.wait_for(&name, "replaced and Ready", |p| {

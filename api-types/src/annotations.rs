@@ -7,7 +7,8 @@ pub const RESTARTED_AT: &str = "berth.dev/restartedAt";
 pub const RECREATE_REQUESTED_AT: &str = "berth.dev/recreateRequestedAt";
 /// Equal to [`RECREATE_REQUESTED_AT`]: that replacement goes ahead whatever the container holds
 /// outside /workspace (`berth restart --recreate --force`; the old container goes to the trash
-/// either way). Any other value forces nothing.
+/// either way). Any other value forces nothing. Server-owned: only
+/// `POST .../projects/NAME/forcereplace` writes it, with the recreate request it forces.
 pub const FORCE_REPLACE: &str = "berth.dev/forceReplace";
 /// Changing its value wakes an idled project (`berth start`).
 pub const WOKEN_AT: &str = "berth.dev/wokenAt";
@@ -62,11 +63,12 @@ pub const SERVER_OWNED_FIELDS: [&str; 1] = ["finalizers"];
 pub const FORCE_CHECKOUT: &str = "berth.dev/forceCheckout";
 
 /// Annotations only the server writes (see [`FORCE_DELETE`]).
-pub const SERVER_OWNED: [&str; 6] = [
+pub const SERVER_OWNED: [&str; 7] = [
     FORCE_DELETE,
     PURGE,
     DELETED_BY,
     REAPED_BY,
     LOOK_REQUESTED_AT,
     FORCE_CHECKOUT,
+    FORCE_REPLACE,
 ];

@@ -584,6 +584,15 @@ fn server_owned_message(key: &str) -> &'static str {
         annotations::FORCE_DELETE => "set only by a delete request (berth delete --force)",
         annotations::PURGE => "set only by a delete request (berth delete --force --purge)",
         annotations::DELETED_BY => "set only by a delete request, to its caller",
+        annotations::LOOK_REQUESTED_AT => {
+            "set only by a delete request or POST .../look (berth wait --for=delete)"
+        }
+        annotations::FORCE_CHECKOUT => {
+            "set only by POST .../forcecheckout (berth checkout NAME --force)"
+        }
+        annotations::FORCE_REPLACE => {
+            "set only by POST .../forcereplace (berth restart --recreate --force)"
+        }
         _ => "set only by the server, when it reaps or prunes",
     }
 }

@@ -114,6 +114,7 @@ pub const ROUTES: &[Route] = &[
     upgrade("~/projects/{project}/portforward", Member),
     route("POST", "~/projects/{project}/look", Member),
     route("POST", "~/projects/{project}/forcecheckout", Member),
+    route("POST", "~/projects/{project}/forcereplace", Member),
     route("GET", "~/projects/{project}/members", Member),
     route("GET", "~/projects/{project}/members/{user}", Member),
     route("PUT", "~/projects/{project}/members/{user}", Member),

@@ -253,6 +253,10 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             only(&method, &path, Method::POST)?;
             request_forced_checkout(state, caller, name).await
         }
+        ["projects", name, "forcereplace"] => {
+            only(&method, &path, Method::POST)?;
+            request_forced_replace(state, caller, name).await
+        }
         ["projects", name, "members"] => members::route(state, caller, &method, name, None).await,
         ["projects", name, "members", user] => {
             members::route(state, caller, &method, name, Some(user)).await
@@ -823,6 +827,23 @@ async fn request_forced_checkout(state: &Arc<ApiState>, caller: &Caller, name: &
     let store = Arc::clone(&state.store);
     let name_owned = name.to_string();
     let object = blocking(move || store.request_forced_checkout(&name_owned, &look_stamp()))
+        .await?
+        .map_err(|err| match err {
+            crate::store::StoreError::NotFound { .. } => not_found(Kind::Project, name),
+            other => other.into(),
+        })?;
+    Ok(serialized(StatusCode::OK, object.as_ref()))
+}
+
+/// `POST .../projects/NAME/forcereplace`: a member asks for the project's container to be
+/// replaced now whatever it holds outside /workspace (`berth restart --recreate --force`); the
+/// old container still goes to the trash. Answers the project, carrying the request in
+/// `berth.dev/recreateRequestedAt` and `berth.dev/forceReplace` (which no manifest may set).
+async fn request_forced_replace(state: &Arc<ApiState>, caller: &Caller, name: &str) -> Outcome {
+    may_read(state, caller, Kind::Project, name)?;
+    let store = Arc::clone(&state.store);
+    let name_owned = name.to_string();
+    let object = blocking(move || store.request_forced_replace(&name_owned, &look_stamp()))
         .await?
         .map_err(|err| match err {
             crate::store::StoreError::NotFound { .. } => not_found(Kind::Project, name),

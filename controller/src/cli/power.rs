@@ -72,15 +72,30 @@ struct Outcome {
     done: &'static str,
 }
 
+/// How a power request reaches the server.
+enum Request {
+    /// A merge patch of the project's spec or annotations.
+    Patch(Value),
+    /// `POST .../forcereplace`: the server records a recreate that nothing holds.
+    ForcedReplace,
+}
+
 async fn patch_and_report(
     context: &Context,
     name: &str,
-    patch: Value,
+    request: Request,
     requested: &str,
     wait: Option<(WaitFlags, Outcome)>,
 ) -> anyhow::Result<ExitCode> {
     let client = context.client()?;
-    client.merge_patch(Resource::Project, name, &patch).await?;
+    match request {
+        Request::Patch(patch) => {
+            client.merge_patch(Resource::Project, name, &patch).await?;
+        }
+        Request::ForcedReplace => {
+            client.request_forced_replace(name).await?;
+        }
+    }
     println!("project/{name} {requested}");
     if let Some((flags, outcome)) = wait
         && flags.wait
@@ -126,12 +141,13 @@ pub async fn restart(context: &Context, args: RestartArgs) -> anyhow::Result<Exi
         }
         false => None,
     };
-    let at = now();
-    let mut patch = restart_patch(args.recreate, &at);
-    if args.force {
-        patch["metadata"]["annotations"][berth_api::annotations::FORCE_REPLACE] = Value::from(at);
-    }
-    patch_and_report(context, &args.name, patch, requested, wait).await
+    // A forced replacement is the server's to record: no manifest or patch may carry it.
+    let request = if args.recreate && args.force {
+        Request::ForcedReplace
+    } else {
+        Request::Patch(restart_patch(args.recreate, &now()))
+    };
+    patch_and_report(context, &args.name, request, requested, wait).await
 }
 
 pub async fn stop(context: &Context, args: StopArgs) -> anyhow::Result<ExitCode> {
@@ -146,7 +162,8 @@ pub async fn stop(context: &Context, args: StopArgs) -> anyhow::Result<ExitCode>
         done: "stopped",
     };
     let wait = Some((args.wait, outcome));
-    patch_and_report(context, &args.name, stop_patch(), "stop requested", wait).await
+    let request = Request::Patch(stop_patch());
+    patch_and_report(context, &args.name, request, "stop requested", wait).await
 }
 
 /// Whether the project is meant to be stopped and is, for its current generation.
@@ -172,7 +189,7 @@ pub async fn start(context: &Context, args: StartArgs) -> anyhow::Result<ExitCod
     patch_and_report(
         context,
         &args.name,
-        start_patch(&now()),
+        Request::Patch(start_patch(&now())),
         "start requested",
         wait,
     )

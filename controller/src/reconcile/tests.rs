@@ -651,11 +651,12 @@ async fn a_worktree_outside_the_workspace_holds_a_replacement_until_forced() {
     assert_eq!(h.ready_reason("p").1, "ReplaceBlocked");
     assert_eq!(h.fake.count("rename_instance"), 0, "nothing replaced yet");
     assert_eq!(h.fake.count("create_instance"), 1);
-    // A force of another request forces nothing; one of this request goes ahead.
-    h.annotate("p", berth_api::annotations::FORCE_REPLACE, "t0");
+    // A manifest cannot force it: the annotation is the server's.
+    h.annotate("p", berth_api::annotations::FORCE_REPLACE, "t1");
     project::reconcile(&h.ctx, "p").await.expect("still held");
     assert_eq!(h.fake.count("rename_instance"), 0);
-    h.annotate("p", berth_api::annotations::FORCE_REPLACE, "t1");
+    // A person's forced request goes ahead.
+    h.store.request_forced_replace("p", "t1").unwrap();
     h.converge("p").await;
     h.assert_ready("p");
     assert_eq!(h.fake.count("create_instance"), 2, "replaced");
@@ -668,9 +669,13 @@ async fn a_worktree_outside_the_workspace_holds_a_replacement_until_forced() {
     let status = h.status("p");
     let released = berth_api::find_condition(&status.conditions, "ReplaceBlocked").unwrap();
     assert_eq!(released.reason, "Forced");
-    // A second replacement takes the next number.
+    // A later recreate is not forced by the earlier force: held again.
     h.annotate("p", berth_api::annotations::RECREATE_REQUESTED_AT, "t2");
-    h.annotate("p", berth_api::annotations::FORCE_REPLACE, "t2");
+    project::reconcile(&h.ctx, "p").await.expect("held again");
+    assert_eq!(h.ready_reason("p").1, "ReplaceBlocked");
+    assert_eq!(h.fake.count("create_instance"), 2);
+    // A second forced replacement takes the next number.
+    h.store.request_forced_replace("p", "t3").unwrap();
     h.converge("p").await;
     assert!(
         h.fake
@@ -1770,8 +1775,7 @@ async fn randomized_replacements_never_destroy_a_byte_written() {
             h.annotate(name, berth_api::annotations::RECREATE_REQUESTED_AT, &at);
         }
         if forced {
-            h.annotate(name, berth_api::annotations::RECREATE_REQUESTED_AT, &at);
-            h.annotate(name, berth_api::annotations::FORCE_REPLACE, &at);
+            h.store.request_forced_replace(name, &at).unwrap();
         }
         for _ in 0..8 {
             let _ = project::reconcile(&h.ctx, name).await;

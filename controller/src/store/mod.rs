@@ -642,20 +642,57 @@ impl Store {
         name: &str,
         stamp: &str,
     ) -> Result<Arc<StoredObject>, StoreError> {
+        self.annotate_live(
+            name,
+            &[berth_api::annotations::FORCE_CHECKOUT],
+            stamp,
+            "nothing to check out",
+        )
+    }
+
+    /// Records on a live Project that a member asked to replace its container whatever it
+    /// holds outside /workspace: [`berth_api::annotations::RECREATE_REQUESTED_AT`] and
+    /// [`berth_api::annotations::FORCE_REPLACE`] both set to `stamp`, in one write. 409 while the
+    /// project is being deleted.
+    pub fn request_forced_replace(
+        &self,
+        name: &str,
+        stamp: &str,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        self.annotate_live(
+            name,
+            &[
+                berth_api::annotations::RECREATE_REQUESTED_AT,
+                berth_api::annotations::FORCE_REPLACE,
+            ],
+            stamp,
+            "nothing to replace",
+        )
+    }
+
+    /// Sets each of `keys` to `stamp` on the live Project `name` (a metadata write).
+    fn annotate_live(
+        &self,
+        name: &str,
+        keys: &[&str],
+        stamp: &str,
+        when_deleting: &str,
+    ) -> Result<Arc<StoredObject>, StoreError> {
         self.write(Commit::Persist, |inner, pending| {
             let current = inner.existing(Kind::Project, name, None)?;
             if current.metadata.deletion_timestamp.is_some() {
                 return Err(StoreError::conflict(
                     Kind::Project,
                     name,
-                    format!("Project {name:?} is being deleted: nothing to check out"),
+                    format!("Project {name:?} is being deleted: {when_deleting}"),
                 ));
             }
             let mut next = (*current).clone();
-            next.metadata.annotations.insert(
-                berth_api::annotations::FORCE_CHECKOUT.to_string(),
-                stamp.to_string(),
-            );
+            for key in keys {
+                next.metadata
+                    .annotations
+                    .insert(key.to_string(), stamp.to_string());
+            }
             next.metadata.resource_version = Some(inner.next_rv().to_string());
             let next = Arc::new(next);
             inner.put(pending, Arc::clone(&next));

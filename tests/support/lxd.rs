@@ -326,10 +326,10 @@ pub fn delete_trash_of(controllers: &[String]) {
     };
     let instances = lxc_in(None, &["list", "--format", "csv", "-c", "n"]).unwrap_or_default();
     for name in instances.lines().filter(|n| n.starts_with("berth-trash-")) {
-        if ours(&["config", "get", name, "user.berth.controller"]) {
-            if let Err(e) = lxc_in(None, &["delete", "--force", name]) {
-                eprintln!("cleanup: delete trashed container {name}: {e}");
-            }
+        if ours(&["config", "get", name, "user.berth.controller"])
+            && let Err(e) = lxc_in(None, &["delete", "--force", name])
+        {
+            eprintln!("cleanup: delete trashed container {name}: {e}");
         }
     }
     let volumes = lxc_in(
@@ -344,17 +344,18 @@ pub fn delete_trash_of(controllers: &[String]) {
         .filter_map(|l| l.split_once(','))
         .filter(|(t, n)| *t == "custom" && n.starts_with("berth-trash-"))
     {
-        if ours(&[
+        let label = [
             "storage",
             "volume",
             "get",
             "default",
             name,
             "user.berth.controller",
-        ]) {
-            if let Err(e) = lxc_in(None, &["storage", "volume", "delete", "default", name]) {
-                eprintln!("cleanup: delete trashed volume {name}: {e}");
-            }
+        ];
+        if ours(&label)
+            && let Err(e) = lxc_in(None, &["storage", "volume", "delete", "default", name])
+        {
+            eprintln!("cleanup: delete trashed volume {name}: {e}");
         }
     }
 }

@@ -586,3 +586,69 @@ fn a_restore_goes_through_admission_and_a_refused_one_moves_nothing() {
         volumes_of(&uid)
     );
 }
+
+#[test]
+fn a_deleted_projects_container_goes_to_the_trash_with_its_volumes() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    let created = berth.create_project(&name, json!({"image": "berth-base"}));
+    let uid = uid_of(&created);
+    berth.wait_ready(&name);
+    // Outside every mount: only the container's root filesystem holds it.
+    exec(
+        &name,
+        "head -c 50000 /dev/urandom > /root/tool.bin && sha256sum /root/tool.bin > /root/tool.sum",
+    )
+    .unwrap();
+    let sum = exec(&name, "cut -d' ' -f1 /root/tool.sum").unwrap();
+    ok(&berth, &["delete", "project", &name, "--force"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while berth.get_project(&name).is_some() {
+        assert!(std::time::Instant::now() < deadline, "{}", berth.log_text());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let trashed = format!("berth-trash-{uid}-ct-1");
+    assert_eq!(
+        lxc(&["list", &trashed, "--format", "csv", "-c", "s"])
+            .unwrap()
+            .trim(),
+        "STOPPED",
+        "the container is kept, stopped"
+    );
+    // One entry: the project's volumes and its container.
+    let items: Vec<Value> = trash_list(&berth)
+        .into_iter()
+        .filter(|i| i["uid"].as_str().is_some_and(|u| u.starts_with(&uid)))
+        .collect();
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0]["kind"], "project");
+
+    let out = tempfile::tempdir().unwrap();
+    ok(
+        &berth,
+        &[
+            "trash",
+            "cp",
+            &format!("{uid}:/root/tool.bin"),
+            out.path().to_str().unwrap(),
+        ],
+    );
+    let copied = std::fs::read(out.path().join("tool.bin")).unwrap();
+    use sha2::Digest;
+    let copied_sum: String = sha2::Sha256::digest(&copied)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(copied_sum, sum.trim(), "byte for byte");
+
+    // The project comes back on a fresh container; the old one stays, an entry of its own.
+    ok(&berth, &["restore", &name]);
+    berth.wait_ready(&name);
+    let left: Vec<Value> = trash_list(&berth)
+        .into_iter()
+        .filter(|i| i["uid"].as_str().is_some_and(|u| u.starts_with(&uid)))
+        .collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0]["uid"], format!("{uid}-ct-1"));
+    assert_eq!(left[0]["kind"], "container");
+}

@@ -7,8 +7,10 @@
 //!   volumes' disks detached (they stay with the live project), labelled and renamed
 //!   `berth-trash-<uid>-ct-<n>` ([`container_into_trash`]): its root filesystem holds work outside
 //!   the mounts (worktrees, a person's tools). It expires with the trash.
-//! - A deleted project's container, once the deletion's look let it go, is deleted
-//!   ([`delete_container`]).
+//! - A deleted project's container, once the deletion's look let it go, goes to the trash the
+//!   same way ([`deleted_container`]): work outside the mounts that the look could not see
+//!   (a tool a person installed, files under /root that are no repository) is kept for the
+//!   retention. It is deleted only when the deletion was purged or the trash is disabled.
 //!
 //! Besides this module, only the trash's purge of expired items and the inspection instance's
 //! cleanup delete instances or volumes (a unit test reads the source tree to keep it so).
@@ -39,11 +41,7 @@ pub async fn volumes(
     object: &StoredObject,
     volumes: Vec<Volume>,
 ) -> Result<(), RuntimeError> {
-    let purged = object
-        .metadata
-        .annotations
-        .get(berth_api::annotations::PURGE)
-        .is_some_and(|v| v == "true");
+    let purged = purged(object);
     for volume in &volumes {
         if purged || !settings.enabled() {
             runtime
@@ -73,28 +71,55 @@ pub async fn volumes(
     Ok(())
 }
 
-/// Stops and deletes the container `name` of a project being deleted (the caller checked that
-/// it is the project's own, and the deletion's look let it go).
-pub async fn delete_container(
+/// Takes the container `name` away from `object`, a project being deleted (the caller checked
+/// that it is the project's own, and the deletion's look let it go): into the trash like a
+/// replaced one ([`container_into_trash`], the deletion's reason recorded), or stopped and
+/// deleted when the deletion was purged or the trash is disabled.
+pub async fn deleted_container(
     runtime: &dyn Runtime,
+    settings: &TrashSettings,
+    object: &StoredObject,
     name: &str,
     clean_stop: Duration,
     timeout: Duration,
 ) -> Result<(), RuntimeError> {
-    runtime
-        .stop_instance(name, StopOptions::clean_then_force(clean_stop))
-        .await?;
-    runtime.delete_instance(name, timeout).await?;
-    tracing::info!("container deleted");
+    if purged(object) || !settings.enabled() {
+        runtime
+            .stop_instance(name, StopOptions::clean_then_force(clean_stop))
+            .await?;
+        runtime.delete_instance(name, timeout).await?;
+        tracing::info!("container deleted");
+        return Ok(());
+    }
+    let replaced = Replaced {
+        object,
+        name,
+        why: trash::reason(object),
+        now: crate::clock::now(),
+        clean_stop,
+        timeout,
+    };
+    container_into_trash(runtime, &replaced).await?;
     Ok(())
 }
 
-/// What a replacement puts in the trash: the project's container, and why it goes.
+/// Whether the deletion of `object` skips the trash (`DELETE ...?purge=true`, admins).
+fn purged(object: &StoredObject) -> bool {
+    object
+        .metadata
+        .annotations
+        .get(berth_api::annotations::PURGE)
+        .is_some_and(|v| v == "true")
+}
+
+/// What a replacement (or a deletion) puts in the trash: the project's container, and why it
+/// goes.
 pub struct Replaced<'a> {
     pub object: &'a StoredObject,
     /// The container's name (the project's).
     pub name: &'a str,
-    /// `recreate` or `image`, recorded as the entry's reason.
+    /// `recreate` or `image` (a deletion's: `deleted`, `forced`, `reaper`, `prune`), recorded
+    /// as the entry's reason.
     pub why: &'a str,
     pub now: DateTime<Utc>,
     /// How long the container gets to stop cleanly before it is killed.
@@ -142,7 +167,12 @@ pub async fn container_into_trash(
         Some(n) => n,
         None => next_free(runtime, uid).await?,
     };
-    let key = trash::container_key(uid, n);
+    // A deleted project's container joins its project's entry (restored with it, purged with
+    // it); a replaced one is an entry of its own.
+    let key = match object.metadata.deletion_timestamp {
+        Some(_) => uid.to_string(),
+        None => trash::container_key(uid, n),
+    };
     let labels = trash::container_labels(object, &key, *now, why);
     runtime
         .update_instance(name, &|edit| {

@@ -78,7 +78,7 @@ impl Draft {
             status,
             record,
             generation: object.generation(),
-            now: Utc::now(),
+            now: crate::clock::now(),
         }
     }
 

@@ -34,7 +34,7 @@ use crate::store::{Doc, EventType, Store, StoreError, StoredObject};
 
 pub use names::{
     KIND_CONTAINER, TRASH_UID, TrashEntry, checkout_copy, container_key, container_labels,
-    container_number, container_trash_name, is_trash_name, trash_labels, trash_name,
+    container_number, container_trash_name, is_trash_name, reason, trash_labels, trash_name,
 };
 pub use restore::Restore;
 
@@ -279,17 +279,15 @@ impl Trash {
         scope: Scope,
     ) -> Result<Vec<TrashEntry>, RuntimeError> {
         let controller = self.store.controller_id().to_string();
-        let in_scope = |config: &BTreeMap<String, String>| {
-            scope == Scope::All
-                || config
-                    .get(names::CONTROLLER_LABEL)
-                    .is_none_or(|c| *c == controller)
+        let ours = |config: &BTreeMap<String, String>| {
+            config
+                .get(names::CONTROLLER_LABEL)
+                .is_none_or(|c| *c == controller)
         };
         let volumes: Vec<Volume> = runtime
             .list_volumes(&self.pool, Some(names::TRASH_LABEL_PREFIX))
             .await?
             .into_iter()
-            .filter(|v| in_scope(&v.config))
             // A deleted project's volumes on their way into the trash or back out of it: its
             // project is live. Other kinds of items belong to a live project by design.
             .filter(|v| {
@@ -309,10 +307,26 @@ impl Trash {
                 is_trash_name(&i.name)
                     && i.config.get(names::TRASH_KIND).map(String::as_str)
                         == Some(names::KIND_CONTAINER)
-                    && in_scope(&i.config)
             })
             .collect();
-        entries.extend(TrashEntry::of_containers(containers));
+        // A deleted project's container is part of its project's entry (keyed by the project's
+        // uid); a replaced one is an entry of its own. One whose project is live is on its way
+        // into the trash, like the volumes above.
+        for container in TrashEntry::of_containers(containers) {
+            if let Some(entry) = entries.iter_mut().find(|e| e.uid == container.uid) {
+                entry.instances.extend(container.instances);
+            } else if self.store.get_by_uid(&container.uid).is_none() {
+                entries.push(container);
+            }
+        }
+        // Whole entries are this controller's or not: one whose volumes or container carry this
+        // store's id (or none, from before ids existed). Never a part of an entry.
+        if scope == Scope::Own {
+            entries.retain(|e| {
+                e.volumes.iter().any(|v| ours(&v.config))
+                    || e.instances.iter().any(|i| ours(&i.config))
+            });
+        }
         entries.sort_by(|a, b| a.deleted_at.cmp(&b.deleted_at).then(a.uid.cmp(&b.uid)));
         for entry in &mut entries {
             for volume in &entry.volumes {

@@ -154,11 +154,11 @@ pub fn deleted_by(object: &StoredObject) -> String {
 /// keeps an item for its whole retention from when it received it, however long the deletion
 /// was held before. Labelling again after a crash moves it later, never earlier.
 pub fn trash_labels(object: &StoredObject, live: &str) -> BTreeMap<String, String> {
-    let trashed_at = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let trashed_at = crate::clock::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let deleted_at = object
         .metadata
         .deletion_timestamp
-        .unwrap_or_else(Utc::now)
+        .unwrap_or_else(crate::clock::now)
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let labels = serde_json::to_string(&object.metadata.labels).unwrap_or_default();
     BTreeMap::from([
@@ -357,7 +357,14 @@ pub fn container_labels(
         (TRASH_FROM.to_string(), object.name().to_string()),
         (TRASH_TRASHED_AT.to_string(), at.clone()),
         (TRASH_DELETED_AT.to_string(), at),
-        (TRASH_DELETED_BY.to_string(), "replacement".to_string()),
+        (
+            TRASH_DELETED_BY.to_string(),
+            // A deleted project's container records who deleted it, like its volumes.
+            match object.metadata.deletion_timestamp {
+                Some(_) => deleted_by(object),
+                None => "replacement".to_string(),
+            },
+        ),
         (TRASH_REASON.to_string(), why.to_string()),
     ])
 }

@@ -49,11 +49,11 @@ impl Trash {
             })?;
         }
         let _one_at_a_time = self.lock.lock().await;
-        let entries = self.entries(runtime).await?;
-        let entry = match Trash::find(&entries, &request.key) {
+        // A name reaches this store's entries only; a uid reaches any (`berth trash list
+        // --all`: a store that was lost). Either way the entry is whole.
+        let own = self.entries_of(runtime, super::Scope::Own).await?;
+        let entry = match Trash::find(&own, &request.key) {
             Some(entry) => entry.clone(),
-            // An entry another controller id left (a store that was lost), named by its uid:
-            // `berth trash list --all` shows it. A name alone never reaches another store's.
             None => self
                 .entries_of(runtime, super::Scope::All)
                 .await?
@@ -144,6 +144,22 @@ impl Trash {
                 .await
             {
                 tracing::warn!(volume = live.as_str(), error = %e, "trash labels left on a restored volume");
+            }
+        }
+        // The deleted project's container stays in the trash, now an entry of its own (as a
+        // replaced one is): the project comes back on a fresh container, and what only the old
+        // one held can still be copied out of it (`berth trash cp`) until it expires.
+        for instance in &entry.instances {
+            let Some(n) = names::container_number(&entry.uid, &instance.name) else {
+                continue;
+            };
+            let mut own = crate::runtime::InstancePatch::default();
+            own.config.insert(
+                names::TRASH_UID.to_string(),
+                names::container_key(&entry.uid, n),
+            );
+            if let Err(e) = runtime.patch_instance(&instance.name, &own).await {
+                tracing::warn!(instance = instance.name.as_str(), error = %e, "the deleted container stays keyed by the restored project");
             }
         }
         tracing::info!(

@@ -33,9 +33,14 @@ struct Setup {
 }
 
 fn setup(retention: Duration) -> Setup {
+    setup_on(Arc::new(FakeRuntime::new()), retention)
+}
+
+/// A daemon's store, trash and reconciler over `fake`: a second one over the same fake is a
+/// daemon that lost its store (a new controller id) in front of the same LXD.
+fn setup_on(fake: Arc<FakeRuntime>, retention: Duration) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
-    let fake = Arc::new(FakeRuntime::new());
     let metrics = Arc::new(Metrics::new());
     let settings = ControllerSettings {
         trash: TrashSettings { retention },
@@ -313,7 +318,13 @@ async fn a_restore_keeps_the_uid_and_the_project_comes_back_up_on_its_volumes() 
             "{config:?}"
         );
     }
-    assert!(s.trash.entries(&*s.fake).await.unwrap().is_empty());
+    // The deleted project's container stays behind as an entry of its own.
+    let left = s.trash.entries(&*s.fake).await.unwrap();
+    let keys: Vec<(&str, &str)> = left
+        .iter()
+        .map(|e| (e.uid.as_str(), e.kind.as_str()))
+        .collect();
+    assert_eq!(keys, [(format!("{uid}-ct-1").as_str(), "container")]);
     let events = s.store.events_for(Kind::Project, "p").unwrap();
     let restored = events
         .iter()
@@ -892,4 +903,262 @@ fn the_clock_watch_pauses_on_a_jump_and_trusts_a_clock_that_agrees_again() {
         watch.observe(t0 - chrono::Duration::hours(5) + secs(30), at(330)),
         None
     );
+}
+
+/// The tag the simulation puts on every volume and container it follows.
+const SIM_ID: &str = "user.sim.id";
+/// The simulation's seed: a failure names it, and the same seed walks the same way.
+const SEED: u64 = 0x7472_6173_6800_0001;
+
+/// Every tagged volume and container in the fake, by tag.
+fn tagged(fake: &FakeRuntime) -> std::collections::BTreeSet<String> {
+    let volumes = fake
+        .volume_names(POOL)
+        .into_iter()
+        .filter_map(|n| fake.volume(POOL, &n)?.config.get(SIM_ID).cloned());
+    let instances = fake
+        .instance_names()
+        .into_iter()
+        .filter_map(|n| fake.instance(&n)?.config.get(SIM_ID).cloned());
+    volumes.chain(instances).collect()
+}
+
+/// A long random life of a trash: projects created, replaced, deleted and restored, workspaces
+/// copied before forced checkouts, time passing, the wall clock jumping forward and back, the
+/// host suspended (real time the monotonic clock did not see, then an admin's purge), and the
+/// store lost (a new controller in front of the same LXD, which restores the old store's
+/// entries by uid). After every step, every volume and container a project ever had is still
+/// in LXD (live or in the trash) unless it spent a full retention of real time in the trash.
+#[tokio::test]
+async fn randomized_life_of_the_trash_never_destroys_a_byte_before_its_retention() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    const RETENTION: Duration = Duration::from_secs(3600);
+    let mut rng = StdRng::seed_from_u64(SEED);
+    let fake = Arc::new(FakeRuntime::new());
+    let mut s = setup_on(Arc::clone(&fake), RETENTION);
+    let m0 = std::time::Instant::now();
+    // Real time, what the monotonic clock saw of it, and the wall clock's shift from the
+    // system's (this thread's `crate::clock`).
+    let (mut real, mut mono, mut shift) =
+        (Duration::ZERO, Duration::ZERO, chrono::Duration::zero());
+    // Every thing followed: when (real time) it went into the trash, if it did.
+    let mut things: BTreeMap<String, Option<Duration>> = BTreeMap::new();
+    let mut next_id = 0_u32;
+    let mut live: Vec<String> = Vec::new();
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+
+    async fn tag_container(fake: &FakeRuntime, name: &str, id: String) {
+        let mut patch = crate::runtime::InstancePatch::default();
+        patch.config.insert(SIM_ID.to_string(), id);
+        fake.patch_instance(name, &patch).await.unwrap();
+    }
+    async fn tag_volume(fake: &FakeRuntime, name: &str, id: String) {
+        let tag = BTreeMap::from([(SIM_ID.to_string(), id)]);
+        fake.patch_volume(POOL, name, &tag, None).await.unwrap();
+    }
+    // The tag of the container `name` and of each volume of project `uid` not yet tagged.
+    let tag_of_container = |name: &str| {
+        fake.instance(name)
+            .and_then(|i| i.config.get(SIM_ID).cloned())
+    };
+
+    for step in 0..400 {
+        crate::clock::shift_this_thread(Some(shift));
+        let op = rng.random_range(0..100);
+        let what = match op {
+            0..=19 if live.len() < 6 => {
+                next_id += 1;
+                let name = format!("p{next_id}");
+                let uid = s.project(&name).await;
+                for volume in live_names(&uid) {
+                    next_id += 1;
+                    tag_volume(&fake, &volume, format!("v{next_id}")).await;
+                    things.insert(format!("v{next_id}"), None);
+                }
+                next_id += 1;
+                tag_container(&fake, &name, format!("c{next_id}")).await;
+                things.insert(format!("c{next_id}"), None);
+                live.push(name);
+                "create"
+            }
+            20..=34 if !live.is_empty() => {
+                let name = live[rng.random_range(0..live.len())].clone();
+                let old = tag_of_container(&name).expect("a tagged container");
+                let stamp = format!("r{step}");
+                s.store.request_forced_replace(&name, &stamp).unwrap();
+                s.converge(&name).await;
+                things.insert(old, Some(real));
+                next_id += 1;
+                tag_container(&fake, &name, format!("c{next_id}")).await;
+                things.insert(format!("c{next_id}"), None);
+                "replace"
+            }
+            35..=49 if !live.is_empty() => {
+                let name = live.remove(rng.random_range(0..live.len()));
+                let container = tag_of_container(&name);
+                let uid = s.uid(&name);
+                let volumes: Vec<String> = live_names(&uid)
+                    .iter()
+                    .filter_map(|v| fake.volume(POOL, v)?.config.get(SIM_ID).cloned())
+                    .collect();
+                s.delete(&name, &[]);
+                s.converge(&name).await;
+                for id in volumes.into_iter().chain(container) {
+                    things.insert(id, Some(real));
+                }
+                "delete"
+            }
+            50..=57 if !live.is_empty() => {
+                // A forced checkout's copy of the workspace, as the step makes it.
+                let name = &live[rng.random_range(0..live.len())];
+                let object = s.store.get(Kind::Project, name).unwrap();
+                let workspace = DurableLayout::workspace_volume(object.uid());
+                let asked = crate::clock::now() + chrono::Duration::seconds(i64::from(next_id));
+                let (copy, mut labels) =
+                    super::checkout_copy(&object, &workspace, asked, crate::clock::now());
+                next_id += 1;
+                labels.insert(SIM_ID.to_string(), format!("f{next_id}"));
+                let request = crate::runtime::CreateVolume {
+                    pool: POOL.into(),
+                    name: copy,
+                    size: None,
+                    config: labels,
+                    target: None,
+                };
+                fake.copy_volume(&workspace, &request).await.unwrap();
+                things.insert(format!("f{next_id}"), Some(real));
+                "checkout copy"
+            }
+            58..=65 => {
+                // Restore an entry of this store or, by uid, of a lost one.
+                let entries = s.trash.entries_of(&*fake, super::Scope::All).await.unwrap();
+                // By name, so the walk is the seed's alone (uids are random).
+                let mut restorable: Vec<_> = entries
+                    .iter()
+                    .filter(|e| e.kind == super::names::KIND_PROJECT)
+                    .filter(|e| s.store.get(Kind::Project, &e.name).is_none())
+                    .collect();
+                restorable.sort_by(|a, b| a.name.cmp(&b.name));
+                if restorable.is_empty() {
+                    continue;
+                }
+                let entry = restorable[rng.random_range(0..restorable.len())].clone();
+                let back: Vec<String> = entry
+                    .volumes
+                    .iter()
+                    .filter_map(|v| v.config.get(SIM_ID).cloned())
+                    .collect();
+                s.trash
+                    .restore(&*fake, &s.admission, s.restore(&entry.uid, None))
+                    .await
+                    .unwrap();
+                s.converge(&entry.name).await;
+                for id in back {
+                    things.insert(id, None);
+                }
+                next_id += 1;
+                tag_container(&fake, &entry.name, format!("c{next_id}")).await;
+                things.insert(format!("c{next_id}"), None);
+                live.push(entry.name.clone());
+                "restore"
+            }
+            66..=85 => {
+                let by = Duration::from_secs(rng.random_range(60..3000));
+                real += by;
+                mono += by;
+                shift += chrono::Duration::from_std(by).unwrap();
+                "time passes"
+            }
+            86..=91 => {
+                // Set forward by days, then back: the purge pauses, and resumes by itself.
+                let jump = chrono::Duration::days(rng.random_range(1..30));
+                crate::clock::shift_this_thread(Some(shift + jump));
+                let _ = s
+                    .trash
+                    .sweep_at(&*fake, crate::clock::now(), m0 + mono)
+                    .await;
+                assert!(
+                    s.trash.purge_paused().is_some(),
+                    "step {step}: a jump pauses"
+                );
+                check(&fake, &things, real, RETENTION, step, "a jump");
+                crate::clock::shift_this_thread(Some(shift));
+                "clock jumps and comes back"
+            }
+            92..=95 => {
+                // Suspended for hours: real time the monotonic clock did not see. The purge
+                // pauses; an admin who knows the clock is right purges.
+                let by = Duration::from_secs(rng.random_range(7200..20_000));
+                real += by;
+                shift += chrono::Duration::from_std(by).unwrap();
+                crate::clock::shift_this_thread(Some(shift));
+                let _ = s
+                    .trash
+                    .sweep_at(&*fake, crate::clock::now(), m0 + mono)
+                    .await;
+                check(&fake, &things, real, RETENTION, step, "a suspend");
+                s.trash
+                    .purge_now(&*fake, crate::clock::now())
+                    .await
+                    .unwrap();
+                "suspend, then an admin purges"
+            }
+            _ if step % 3 == 0 => {
+                // The store is lost: the projects it knew stay in LXD, unmanaged.
+                s = setup_on(Arc::clone(&fake), RETENTION);
+                live.clear();
+                "store lost"
+            }
+            _ => continue,
+        };
+        let _ = s
+            .trash
+            .sweep_at(&*fake, crate::clock::now(), m0 + mono)
+            .await;
+        check(&fake, &things, real, RETENTION, step, what);
+        *counts.entry(what).or_default() += 1;
+    }
+    crate::clock::shift_this_thread(None);
+    // The random walk reached every kind of step, and purged something.
+    for what in [
+        "create",
+        "replace",
+        "delete",
+        "checkout copy",
+        "restore",
+        "clock jumps and comes back",
+        "suspend, then an admin purges",
+        "store lost",
+    ] {
+        assert!(
+            counts.get(what).copied().unwrap_or(0) >= 2,
+            "too few {what}: {counts:?} (seed {SEED:#x})"
+        );
+    }
+    let present = tagged(&fake);
+    assert!(
+        things.keys().any(|id| !present.contains(id)),
+        "nothing was ever purged: {counts:?}"
+    );
+
+    /// Every thing is in LXD unless it spent a full retention of real time in the trash.
+    fn check(
+        fake: &FakeRuntime,
+        things: &BTreeMap<String, Option<Duration>>,
+        real: Duration,
+        retention: Duration,
+        step: usize,
+        what: &str,
+    ) {
+        let present = tagged(fake);
+        for (id, trashed) in things {
+            let may_be_gone = trashed.is_some_and(|at| real.saturating_sub(at) >= retention);
+            assert!(
+                present.contains(id) || may_be_gone,
+                "step {step} ({what}): {id} is gone after {:?} in the trash (seed {SEED:#x})",
+                trashed.map(|at| real.saturating_sub(at))
+            );
+        }
+    }
 }

@@ -410,7 +410,8 @@ impl AgentSteps {
         requested: DateTime<Utc>,
     ) -> Result<String, crate::runtime::RuntimeError> {
         let live = crate::layout::DurableLayout::workspace_volume(object.uid());
-        let (name, labels) = crate::trash::checkout_copy(object, &live, requested, Utc::now());
+        let (name, labels) =
+            crate::trash::checkout_copy(object, &live, requested, crate::clock::now());
         let pool = &self.settings.storage_pool;
         let target = status.location.clone();
         if self

@@ -459,7 +459,7 @@ fn in_order(calls: &[String], wanted: &[&str]) -> bool {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_running_container_is_stopped_then_inspected_again_then_deleted() {
+async fn a_running_container_is_stopped_then_inspected_again_then_trashed() {
     let s = setup();
     s.deleting(
         "p",
@@ -478,10 +478,10 @@ async fn a_running_container_is_stopped_then_inspected_again_then_deleted() {
                 "start_instance p",
                 "exec p",
                 "stop_instance p",
-                "delete_instance p"
+                "rename_instance p"
             ]
         ),
-        "inspect, stop, inspect the stopped workspace, delete: {calls:?}"
+        "inspect, stop, inspect the stopped workspace, into the trash: {calls:?}"
     );
 }
 

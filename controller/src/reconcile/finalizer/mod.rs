@@ -48,8 +48,10 @@ pub async fn finalize(
 
     if let Some(instance) = runtime.get_instance(name).await? {
         if uid_label(&instance.config) == Some(uid) {
-            crate::dispose::delete_container(
+            crate::dispose::deleted_container(
                 runtime,
+                &settings.trash,
+                &object,
                 name,
                 TEARDOWN_CLEAN_STOP,
                 settings.timeouts.delete,

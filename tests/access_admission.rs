@@ -483,3 +483,38 @@ fn a_gitsource_names_to_a_member_only_the_projects_it_may_get() {
     let events = local.get(&format!("{P}/gitsources/fleet/events")).text();
     assert!(events.contains(&hidden), "{events}");
 }
+
+/// A member's read-edit-replace of a project whose resources an admin set, leaving the
+/// resources block out, was refused as if it changed them (403): leaving out what the member
+/// may not change keeps the stored value, and the limits stay as the admin set them.
+#[test]
+fn a_member_replace_that_leaves_out_the_resources_keeps_them() {
+    let (daemon, member) = daemon_with_member();
+    let local = daemon.client();
+    let path = format!("{P}/projects/mine");
+    let mut limited = local.get(&path).json();
+    limited["spec"]["resources"] =
+        json!({"cpu": "1", "memory": "1GiB", "disk": "5GiB", "workspaceSize": "2GiB"});
+    let reply = local.put_json(&path, &limited);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let set = local.get(&path).json()["spec"]["resources"].clone();
+
+    let mut edited = member.get(&path).json();
+    edited["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resources")
+        .expect("the project has resources");
+    edited["spec"]["brief"] = json!("a new brief");
+    let reply = member.json("PUT", &path, &edited);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let after = local.get(&path).json();
+    assert_eq!(after["spec"]["resources"], set, "the limits stay as set");
+    assert_eq!(after["spec"]["brief"], "a new brief");
+
+    // Changing them is still refused.
+    let mut raised = member.get(&path).json();
+    raised["spec"]["resources"]["disk"] = json!("500GiB");
+    let reply = member.json("PUT", &path, &raised);
+    assert_eq!(reply.status, 403, "{}", reply.text());
+}

@@ -476,6 +476,16 @@ impl Admission {
         let current = stored(kind, &name);
         check_server_owned(&annotations, current.as_deref()).map_err(Refusal::ServerOwned)?;
         check_server_owned_fields(who, finalizers.as_deref(), current.as_deref())?;
+        // A user who may not change a project's resources and leaves the block out keeps the
+        // stored one (a read, an edit of the brief and a replace must not read as a change).
+        if matches!(who, Admitter::User { .. })
+            && kind == Kind::Project
+            && manifest.pointer("/spec/resources").is_none()
+            && let Some(stored) = current.as_deref().and_then(|c| c.spec.get("resources"))
+            && let Value::Object(fields) = &mut spec
+        {
+            fields.insert("resources".to_string(), stored);
+        }
         if let Some(given) = given {
             let overrides =
                 carry_defaulted(&mut spec, &given, &self.defaulted_spec, current.as_deref());

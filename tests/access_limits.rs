@@ -143,6 +143,8 @@ fn apply_bodies_cost_bounded_memory_and_bounded_errors() {
 struct Browser {
     addr: String,
     cookies: BTreeMap<String, String>,
+    /// The loopback address it connects from (127.0.0.1 unless set).
+    from: Option<std::net::Ipv4Addr>,
 }
 
 impl Browser {
@@ -150,12 +152,35 @@ impl Browser {
         Browser {
             addr: addr.to_string(),
             cookies: BTreeMap::new(),
+            from: None,
         }
+    }
+
+    /// A browser on another loopback address (another machine, as far as the console knows).
+    fn from(addr: &str, source: std::net::Ipv4Addr) -> Browser {
+        Browser {
+            from: Some(source),
+            ..Browser::new(addr)
+        }
+    }
+
+    fn connect(&self) -> TcpStream {
+        let Some(source) = self.from else {
+            return TcpStream::connect(&self.addr).expect("connect to the console");
+        };
+        let to: std::net::SocketAddr = self.addr.parse().expect("an IP:PORT");
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("a socket");
+        socket
+            .bind(&std::net::SocketAddr::from((source, 0)).into())
+            .expect("bind the source address");
+        socket.connect(&to.into()).expect("connect to the console");
+        socket.into()
     }
 
     /// The status and body of one request.
     fn send(&mut self, method: &str, path: &str, body: &str) -> (u16, String) {
-        let mut stream = TcpStream::connect(&self.addr).expect("connect to the console");
+        let mut stream = self.connect();
         stream
             .set_read_timeout(Some(Duration::from_secs(60)))
             .unwrap();
@@ -238,6 +263,28 @@ fn a_console_session_ends_with_its_user_even_when_the_name_returns() {
         None,
         "the old session is not the new user's"
     );
+}
+
+/// Failed sign-ins are limited per source address: past ten in a minute, even a valid token
+/// from that address gets 429 and a Retry-After, while a person on another address signs in.
+#[test]
+fn failed_sign_ins_lock_out_their_address_and_nobody_else() {
+    let daemon = Daemon::start_with(&["--listen", "127.0.0.1:0"]);
+    let addr = daemon.tcp_addr();
+    let token = daemon.add_user("ann", false);
+    let guesser = std::net::Ipv4Addr::new(127, 0, 0, 1);
+    for i in 0..10 {
+        let status = Browser::from(&addr, guesser).sign_in(&format!("guess-{i}"));
+        assert_eq!(status, 401, "guess {i}");
+    }
+    let mut locked = Browser::from(&addr, guesser);
+    assert_eq!(locked.sign_in(&token), 429, "the guessing address waits");
+    let (status, page) = locked.send("POST", "/ui/signin", "csrf=x&token=y");
+    assert!(matches!(status, 403 | 429), "{status}: {page}");
+
+    let mut elsewhere = Browser::from(&addr, std::net::Ipv4Addr::new(127, 0, 0, 2));
+    assert_eq!(elsewhere.sign_in(&token), 303, "another address signs in");
+    assert_eq!(elsewhere.signed_in_as().as_deref(), Some("ann"));
 }
 
 #[test]

@@ -44,7 +44,7 @@ pub async fn handle(
     // The console signs its own people in (a session cookie or a bearer token), on either
     // listener: whoever reaches it through `berth ui`'s loopback port is no local admin.
     if ui::serves(&path) {
-        return ui::handle(state, caller.transport, req).await;
+        return ui::handle(state, caller.transport, &caller.identity, req).await;
     }
     let authenticated =
         if caller.transport == Transport::Tcp && !authority::is_public(&method, &path) {

@@ -103,10 +103,12 @@ pub(super) fn mint_sign_in(state: &ApiState, caller: &Caller) -> Outcome {
 pub async fn handle(
     state: Arc<ApiState>,
     transport: Transport,
+    peer: &str,
     req: Request<Incoming>,
 ) -> Response<Body> {
     let secure = state.console.tls && transport == Transport::Tcp;
-    let mut response = match route(&state, secure, req).await {
+    let source = source_address(peer);
+    let mut response = match route(&state, secure, source, req).await {
         Ok(response) => response,
         Err(err) => error_page(&err),
     };
@@ -261,7 +263,24 @@ fn require_own_origin(headers: &HeaderMap, secure: bool) -> Result<(), ApiError>
     )))
 }
 
-async fn route(state: &Arc<ApiState>, secure: bool, req: Request<Incoming>) -> Outcome {
+/// The address a connection came from, without its port (`tcp:127.0.0.1:40000` is
+/// `tcp:127.0.0.1`; a unix socket's peer, `unix:<user>`, is itself): failed sign-ins are
+/// counted by it.
+fn source_address(peer: &str) -> &str {
+    match peer.strip_prefix("tcp:") {
+        Some(addr) => addr
+            .rsplit_once(':')
+            .map_or(peer, |(host, _)| &peer[..4 + host.len()]),
+        None => peer,
+    }
+}
+
+async fn route(
+    state: &Arc<ApiState>,
+    secure: bool,
+    source: &str,
+    req: Request<Incoming>,
+) -> Outcome {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = Query::parse(req.uri().query());
@@ -281,12 +300,13 @@ async fn route(state: &Arc<ApiState>, secure: bool, req: Request<Incoming>) -> O
             return Ok(redeem_link(
                 state,
                 secure,
+                source,
                 query.get("token").unwrap_or_default(),
             ));
         }
         ("signin", &Method::POST) => {
             require_own_origin(req.headers(), secure)?;
-            return sign_in(state, secure, req).await;
+            return sign_in(state, secure, source, req).await;
         }
         _ => {}
     }
@@ -443,15 +463,38 @@ fn signed_in(state: &ApiState, secure: bool, principal: Principal) -> Response<B
 }
 
 /// `GET /ui/?token=T`: a one-time sign-in token, used up whatever happens next.
-fn redeem_link(state: &ApiState, secure: bool, token: &str) -> Response<Body> {
-    match state.console.sessions.redeem_sign_in(token) {
-        Some(principal) => signed_in(state, secure, principal),
-        None => sign_in_page(
-            secure,
-            Some("This sign-in link was used already or has expired: run berth ui again."),
-            StatusCode::UNAUTHORIZED,
-        ),
+fn redeem_link(state: &ApiState, secure: bool, source: &str, token: &str) -> Response<Body> {
+    let sessions = &state.console.sessions;
+    if sessions.failing(source) {
+        return too_many_failures(secure);
     }
+    match sessions.redeem_sign_in(token) {
+        Some(principal) => signed_in(state, secure, principal),
+        None => {
+            sessions.count_failure(source);
+            sign_in_page(
+                secure,
+                Some("This sign-in link was used already or has expired: run berth ui again."),
+                StatusCode::UNAUTHORIZED,
+            )
+        }
+    }
+}
+
+/// The answer to a source address past its failed sign-ins: 429, with when to try again.
+fn too_many_failures(secure: bool) -> Response<Body> {
+    let mut response = sign_in_page(
+        secure,
+        Some("sign-in: too many failed sign-ins from this address; wait a minute and try again."),
+        StatusCode::TOO_MANY_REQUESTS,
+    );
+    let retry = sessions::SIGN_IN_WINDOW.as_secs().to_string();
+    if let Ok(value) = hyper::header::HeaderValue::from_str(&retry) {
+        response
+            .headers_mut()
+            .insert(hyper::header::RETRY_AFTER, value);
+    }
+    response
 }
 
 /// A form's fields.
@@ -463,8 +506,9 @@ async fn form(req: Request<Incoming>) -> Result<(HeaderMap, Query), ApiError> {
     Ok((parts.headers, Query::parse(Some(text))))
 }
 
-/// `POST /ui/signin`: a berth token for a session.
-async fn sign_in(state: &ApiState, secure: bool, req: Request<Incoming>) -> Outcome {
+/// `POST /ui/signin`: a berth token for a session. A source address that failed too often
+/// within the window is refused before its token is looked at.
+async fn sign_in(state: &ApiState, secure: bool, source: &str, req: Request<Incoming>) -> Outcome {
     let (headers, fields) = form(req).await?;
     let expected = cookie(&headers, SIGN_IN_COOKIE).unwrap_or_default();
     let sent = fields.get("csrf").unwrap_or_default();
@@ -474,6 +518,9 @@ async fn sign_in(state: &ApiState, secure: bool, req: Request<Incoming>) -> Outc
             Some("csrf: the form was not the one this console gave; try again."),
             StatusCode::FORBIDDEN,
         ));
+    }
+    if state.console.sessions.failing(source) {
+        return Ok(too_many_failures(secure));
     }
     let token = fields.get("token").unwrap_or_default().trim();
     match crate::auth::authenticate(&state.store, token)? {
@@ -487,11 +534,14 @@ async fn sign_in(state: &ApiState, secure: bool, req: Request<Incoming>) -> Outc
                 user_id: Some(user.id),
             },
         )),
-        None => Ok(sign_in_page(
-            secure,
-            Some("token: that token is not valid."),
-            StatusCode::UNAUTHORIZED,
-        )),
+        None => {
+            state.console.sessions.count_failure(source);
+            Ok(sign_in_page(
+                secure,
+                Some("token: that token is not valid."),
+                StatusCode::UNAUTHORIZED,
+            ))
+        }
     }
 }
 

@@ -27,6 +27,12 @@ pub const MAX_SIGN_INS: usize = 30;
 pub const SIGN_IN_WINDOW: Duration = Duration::from_secs(60);
 /// The most unused sign-in tokens kept.
 const MAX_SIGN_IN_TOKENS: usize = 256;
+/// The most failed sign-ins (a token that is not valid, a used or unknown link) one source
+/// address makes within [`SIGN_IN_WINDOW`]; past it the source's sign-ins are refused (429)
+/// until the window moves on. Other addresses sign in as before.
+pub const MAX_FAILED_SIGN_INS: usize = 10;
+/// The most source addresses whose failures are remembered; past it the quietest are forgotten.
+const MAX_FAILING_SOURCES: usize = 4096;
 
 /// Who a session (or a sign-in token) stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +78,8 @@ pub struct Sessions {
     sign_in: Mutex<HashMap<String, Entry<Principal>>>,
     /// Per identity: when its recent sign-ins happened, oldest first.
     recent: Mutex<HashMap<String, VecDeque<Instant>>>,
+    /// Per source address: when its recent failed sign-ins happened, oldest first.
+    failed: Mutex<HashMap<String, VecDeque<Instant>>>,
 }
 
 /// 256 random bits, URL-safe.
@@ -166,6 +174,46 @@ impl Sessions {
         }
         times.push_back(now);
         Ok(())
+    }
+
+    /// Whether `source` (a client address) failed [`MAX_FAILED_SIGN_INS`] times within
+    /// [`SIGN_IN_WINDOW`]: its next sign-in is refused without looking at the token.
+    pub fn failing(&self, source: &str) -> bool {
+        let now = Instant::now();
+        let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        failed.get_mut(source).is_some_and(|times| {
+            while times
+                .front()
+                .is_some_and(|at| now.duration_since(*at) >= SIGN_IN_WINDOW)
+            {
+                times.pop_front();
+            }
+            times.len() >= MAX_FAILED_SIGN_INS
+        })
+    }
+
+    /// Counts a failed sign-in from `source`.
+    pub fn count_failure(&self, source: &str) {
+        let now = Instant::now();
+        let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        let in_window = |at: &Instant| now.duration_since(*at) < SIGN_IN_WINDOW;
+        if failed.len() >= MAX_FAILING_SOURCES {
+            failed.retain(|_, times| times.back().is_some_and(in_window));
+        }
+        if failed.len() >= MAX_FAILING_SOURCES && !failed.contains_key(source) {
+            let quietest = failed
+                .iter()
+                .min_by_key(|(_, times)| times.back().copied())
+                .map(|(k, _)| k.clone());
+            if let Some(key) = quietest {
+                failed.remove(&key);
+            }
+        }
+        let times = failed.entry(source.to_string()).or_default();
+        while times.len() >= MAX_FAILED_SIGN_INS {
+            times.pop_front();
+        }
+        times.push_back(now);
     }
 
     /// The session whose cookie is `cookie`, while it lasts.
@@ -296,6 +344,22 @@ mod tests {
         // Expired sessions make room.
         tokio::time::advance(SESSION_TTL).await;
         assert!(sessions.open(alice()).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_sign_ins_are_limited_per_source_and_window() {
+        let sessions = Sessions::default();
+        for _ in 0..MAX_FAILED_SIGN_INS {
+            assert!(!sessions.failing("tcp:127.0.0.9"));
+            sessions.count_failure("tcp:127.0.0.9");
+        }
+        assert!(sessions.failing("tcp:127.0.0.9"));
+        assert!(
+            !sessions.failing("tcp:127.0.0.2"),
+            "another address signs in"
+        );
+        tokio::time::advance(SIGN_IN_WINDOW).await;
+        assert!(!sessions.failing("tcp:127.0.0.9"), "the window moved on");
     }
 
     #[tokio::test(start_paused = true)]

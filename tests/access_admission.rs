@@ -479,9 +479,49 @@ fn a_gitsource_names_to_a_member_only_the_projects_it_may_get() {
         assert_eq!(reply.status, 200, "{path}: {}", reply.text());
         assert!(!reply.text().contains(&hidden), "{path}: {}", reply.text());
     }
+    // A watch of GitSources shows the same: its first event names only what she may get.
+    let first = first_watch_event(
+        &daemon.tcp_addr(),
+        &token,
+        &format!("{P}/gitsources?watch=true"),
+    );
+    assert!(
+        first.contains("ADDED") && first.contains(&shared),
+        "{first}"
+    );
+    assert!(
+        !first.contains(&hidden),
+        "the watch names {hidden}: {first}"
+    );
     // The admin reads it all.
     let events = local.get(&format!("{P}/gitsources/fleet/events")).text();
     assert!(events.contains(&hidden), "{events}");
+}
+
+/// The raw bytes of a watch over plain TCP up to the end of its first event line.
+fn first_watch_event(addr: &str, token: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut chunk = [0_u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        if let Some((_, body)) = text.split_once("\r\n\r\n")
+            && body.contains("}\n")
+        {
+            return text;
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return text,
+            Ok(n) => raw.extend_from_slice(&chunk[..n]),
+        }
+    }
 }
 
 /// A member's read-edit-replace of a project whose resources an admin set, leaving the

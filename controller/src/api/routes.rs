@@ -334,6 +334,7 @@ async fn resource(
             query.selector()?,
             None,
             watch_filter(state, caller),
+            watch_redaction(state, caller, kind),
         )),
         ([], &Method::GET) => list(state, caller, kind, query),
         ([], &Method::POST) => create_or_replace(state, caller, kind, None, req, query).await,
@@ -347,6 +348,7 @@ async fn resource(
                 query.selector()?,
                 Some(name.to_string()),
                 watch_filter(state, caller),
+                watch_redaction(state, caller, kind),
             ))
         }
         ([name], &Method::GET) => {
@@ -460,6 +462,22 @@ fn get(state: &ApiState, caller: &Caller, kind: Kind, name: &str) -> Outcome {
         return Ok(serialized(StatusCode::OK, &value));
     }
     Ok(serialized(StatusCode::OK, object.as_ref()))
+}
+
+/// A watch of GitSources by a reader who is not an admin: each object as `get` shows it, the
+/// project names it may not get hidden (its projects judged at each event, as they change).
+fn watch_redaction(state: &Arc<ApiState>, caller: &Caller, kind: Kind) -> Option<watch::Redact> {
+    if kind != Kind::GitSource || caller.admin {
+        return None;
+    }
+    let (state, caller) = (Arc::clone(state), caller.clone());
+    Some(Box::new(move |object: &StoredObject| {
+        let mut value = serde_json::to_value(object).unwrap_or_default();
+        if let Some(redaction) = Redaction::of(&state, &caller) {
+            redaction.object(&mut value);
+        }
+        value
+    }))
 }
 
 fn not_found(kind: Kind, name: &str) -> ApiError {

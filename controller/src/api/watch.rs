@@ -23,6 +23,9 @@ use berth_api::wire::{ApiStatus, WatchEvent, WatchEventType};
 
 /// Which objects a watcher may see, asked at each event (membership can change mid-watch).
 pub type Filter = Box<dyn Fn(&StoredObject) -> bool + Send + Sync>;
+/// What a watcher is sent of an object, when not the object as stored: a GitSource with the
+/// project names its reader may not get hidden, judged at each event.
+pub type Redact = Box<dyn Fn(&StoredObject) -> serde_json::Value + Send + Sync>;
 
 /// Lines buffered per watcher before the writer waits for the client.
 const BUFFERED_LINES: usize = 256;
@@ -96,6 +99,14 @@ fn line<T: Serialize>(type_: WatchEventType, object: T) -> Bytes {
     Bytes::from(bytes)
 }
 
+/// One event line for `object`, redacted for the watcher when it has to be.
+fn object_line(type_: WatchEventType, object: &StoredObject, redact: Option<&Redact>) -> Bytes {
+    match redact {
+        Some(redact) => line(type_, redact(object)),
+        None => line(type_, object),
+    }
+}
+
 fn event_type(change: ChangeType) -> WatchEventType {
     match change {
         ChangeType::Added => WatchEventType::Added,
@@ -111,6 +122,7 @@ pub fn stream(
     selector: LabelSelector,
     name: Option<String>,
     filter: Option<Filter>,
+    redact: Option<Redact>,
 ) -> Response<Body> {
     let holder = Holder::of(state, caller);
     let state = Arc::clone(state);
@@ -129,7 +141,7 @@ pub fn stream(
         for object in existing.iter().filter(|o| wanted(o)) {
             shown.insert(object.uid().to_string());
             if tx
-                .send(line(WatchEventType::Added, object.as_ref()))
+                .send(object_line(WatchEventType::Added, object, redact.as_ref()))
                 .await
                 .is_err()
             {
@@ -166,8 +178,9 @@ pub fn stream(
                     } else {
                         shown.insert(change.uid.clone());
                     }
+                    let type_ = event_type(change.type_);
                     if tx
-                        .send(line(event_type(change.type_), change.object.as_ref()))
+                        .send(object_line(type_, &change.object, redact.as_ref()))
                         .await
                         .is_err()
                     {

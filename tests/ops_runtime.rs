@@ -103,6 +103,9 @@ fn a_running_project_shows_live_figures_and_runs_commands() {
         at("/network").is_object() && at("/disk").is_object(),
         "{figures}"
     );
+    // Each interface carries its MAC and MTU; loopback is the only one here.
+    assert_eq!(at("/network/lo/mtu"), 65536, "{figures}");
+    assert!(at("/network/lo/mac").is_string(), "{figures}");
     assert!(
         at("/os/distribution")
             .as_str()
@@ -166,6 +169,7 @@ fn a_running_project_shows_live_figures_and_runs_commands() {
     );
     assert!(!field("Disk").is_empty());
     assert!(field("Network").contains("lo "), "{runtime}");
+    assert!(field("Network").contains("mtu 65536"), "{runtime}");
     let os = field("OS");
     assert!(
         os.contains("Debian") && os.contains("kernel ") && os.contains(&format!("hostname {name}")),

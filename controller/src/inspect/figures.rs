@@ -110,6 +110,9 @@ pub struct Memory {
 #[serde(rename_all = "camelCase")]
 pub struct Interface {
     pub addresses: Vec<String>,
+    /// Hardware address; empty when the interface has none (loopback).
+    pub mac: String,
+    pub mtu: u32,
     pub bytes_received: u64,
     pub bytes_sent: u64,
 }
@@ -200,6 +203,8 @@ fn from_instance(instance: &Instance) -> RuntimeFigures {
                     name.clone(),
                     Interface {
                         addresses: n.addresses.clone(),
+                        mac: n.mac.clone(),
+                        mtu: n.mtu,
                         bytes_received: n.bytes_received,
                         bytes_sent: n.bytes_sent,
                     },

@@ -75,8 +75,13 @@ pub fn runtime_section(figures: &Value) -> Option<String> {
         .into_iter()
         .flatten()
         .map(|(name, n)| {
+            let mac = n["mac"]
+                .as_str()
+                .filter(|m| !m.is_empty())
+                .unwrap_or("none");
             format!(
-                "{name} {} in / {} out",
+                "{name} (mac {mac}, mtu {}) {} in / {} out",
+                n["mtu"],
                 bytes(&n["bytesReceived"]),
                 bytes(&n["bytesSent"])
             )
@@ -178,7 +183,7 @@ mod tests {
             "cpu": {"usageSeconds": 1.5},
             "memory": {"usageBytes": 10485760, "peakBytes": 20971520, "swapBytes": 0},
             "disk": {"root": 2048},
-            "network": {"lo": {"bytesReceived": 100, "bytesSent": 100}},
+            "network": {"lo": {"mac": "", "mtu": 65536, "bytesReceived": 100, "bytesSent": 100}},
             "os": {"distribution": "Debian GNU/Linux 12 (bookworm)", "kernel": "6.1.0", "cpuCount": 2,
                    "uptimeSeconds": 3725.0, "hostname": "payments"},
             "agents": [{"profile": "shell", "installed": true, "version": "GNU bash 5.2",
@@ -192,7 +197,7 @@ mod tests {
             "CPU Time:         1.50s",
             "Memory:           10.0 MiB (peak 20.0 MiB, swap 0 B)",
             "root 2.0 KiB",
-            "lo 100 B in / 100 B out",
+            "lo (mac none, mtu 65536) 100 B in / 100 B out",
             "Debian GNU/Linux 12 (bookworm), kernel 6.1.0, 2 CPUs, up 1h2m, hostname payments",
             "shell: GNU bash 5.2, /workspace/AGENTS.md present",
         ] {

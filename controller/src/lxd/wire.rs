@@ -172,6 +172,10 @@ pub(crate) struct NetworkJson {
     #[serde(default)]
     pub addresses: Vec<AddressJson>,
     #[serde(default)]
+    pub hwaddr: String,
+    #[serde(default)]
+    pub mtu: u32,
+    #[serde(default)]
     pub counters: CountersJson,
 }
 
@@ -220,6 +224,8 @@ impl From<StateJson> for InstanceState {
                         k,
                         NetworkState {
                             addresses: n.addresses.into_iter().map(|a| a.address).collect(),
+                            mac: n.hwaddr,
+                            mtu: n.mtu,
                             bytes_received: count(n.counters.bytes_received),
                             bytes_sent: count(n.counters.bytes_sent),
                         },

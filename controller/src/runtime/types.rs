@@ -164,6 +164,11 @@ pub struct InstanceState {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetworkState {
     pub addresses: Vec<String>,
+    /// Hardware address; empty when the interface has none (loopback).
+    #[serde(default)]
+    pub mac: String,
+    #[serde(default)]
+    pub mtu: u32,
     pub bytes_received: u64,
     pub bytes_sent: u64,
 }

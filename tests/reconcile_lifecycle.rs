@@ -95,9 +95,12 @@ fn apply_ends_ready_with_limits_label_and_workspace_volume() {
     // Ready, its pid read (the create step reads the started container without its state, the
     // next resync reads it) and its first inspection recorded; then unchanged across passes:
     // neither the controller nor the scheduler rewrites a status nothing changed in.
-    let project = berth.wait_for(&name, "its pid and first inspection", |p| {
+    // The reap plan too: one made while the project was still being built (no idle action
+    // yet) is made again once a pass sees it Ready.
+    let project = berth.wait_for(&name, "its pid, first inspection and plan", |p| {
         p["status"]["container"]["pid"].is_i64()
             && p["status"]["activity"]["inspectedAt"].is_string()
+            && p["status"]["reap"]["nextAction"] == "Stop"
     });
     let rv = project["metadata"]["resourceVersion"].clone();
     std::thread::sleep(Duration::from_secs(5));

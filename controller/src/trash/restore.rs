@@ -84,14 +84,16 @@ impl Trash {
         let spec = restored_spec(&entry, &request, |display| {
             self.store.project_with_display_name(display).is_some()
         })?;
-        if let Some(holder) = spec
+        // The same refusal the store gives any writer: it names no project, since the caller
+        // may not be allowed to know the other one exists.
+        if let Some(display) = spec
             .get("displayName")
             .and_then(Value::as_str)
-            .and_then(|d| self.store.project_with_display_name(d))
+            .filter(|d| self.store.project_with_display_name(d).is_some())
         {
             return Err(TrashError::Conflict(format!(
-                "project {holder:?} holds the display name {:?}; restore under another name with --as NEW",
-                spec["displayName"]
+                "spec.displayName: {:?} is already the display name of another project; restore under another name with --as NEW",
+                display.trim()
             )));
         }
 

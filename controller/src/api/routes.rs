@@ -820,20 +820,38 @@ fn look_stamp() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
 }
 
-/// `POST .../projects/NAME/look`: a member asks the finalizer to look at the workspace of a
-/// held deletion again now (`berth wait --for=delete`); 409 when the project is not being
-/// deleted. Answers the project, carrying the request in `berth.dev/lookRequestedAt`.
-async fn request_look(state: &Arc<ApiState>, caller: &Caller, name: &str) -> Outcome {
+/// A member's request recorded on project `name` by `write` (given the store, the name and a
+/// fresh stamp), answered with the project.
+async fn request_on_project(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    name: &str,
+    write: fn(
+        &crate::store::Store,
+        &str,
+        &str,
+    ) -> Result<Arc<StoredObject>, crate::store::StoreError>,
+) -> Outcome {
     may_read(state, caller, Kind::Project, name)?;
     let store = Arc::clone(&state.store);
     let name_owned = name.to_string();
-    let object = blocking(move || store.request_look(Kind::Project, &name_owned, &look_stamp()))
+    let object = blocking(move || write(&store, &name_owned, &look_stamp()))
         .await?
         .map_err(|err| match err {
             crate::store::StoreError::NotFound { .. } => not_found(Kind::Project, name),
             other => other.into(),
         })?;
     Ok(serialized(StatusCode::OK, object.as_ref()))
+}
+
+/// `POST .../projects/NAME/look`: a member asks the finalizer to look at the workspace of a
+/// held deletion again now (`berth wait --for=delete`); 409 when the project is not being
+/// deleted. Answers the project, carrying the request in `berth.dev/lookRequestedAt`.
+async fn request_look(state: &Arc<ApiState>, caller: &Caller, name: &str) -> Outcome {
+    request_on_project(state, caller, name, |store, name, stamp| {
+        store.request_look(Kind::Project, name, stamp)
+    })
+    .await
 }
 
 /// `POST .../projects/NAME/forcecheckout`: a member asks for the project's held checkout
@@ -841,16 +859,13 @@ async fn request_look(state: &Arc<ApiState>, caller: &Caller, name: &str) -> Out
 /// copies into the trash. Answers the project, carrying the request in
 /// `berth.dev/forceCheckout`; a request made while nothing is held forces nothing.
 async fn request_forced_checkout(state: &Arc<ApiState>, caller: &Caller, name: &str) -> Outcome {
-    may_read(state, caller, Kind::Project, name)?;
-    let store = Arc::clone(&state.store);
-    let name_owned = name.to_string();
-    let object = blocking(move || store.request_forced_checkout(&name_owned, &look_stamp()))
-        .await?
-        .map_err(|err| match err {
-            crate::store::StoreError::NotFound { .. } => not_found(Kind::Project, name),
-            other => other.into(),
-        })?;
-    Ok(serialized(StatusCode::OK, object.as_ref()))
+    request_on_project(
+        state,
+        caller,
+        name,
+        crate::store::Store::request_forced_checkout,
+    )
+    .await
 }
 
 /// `POST .../projects/NAME/forcereplace`: a member asks for the project's container to be
@@ -858,16 +873,13 @@ async fn request_forced_checkout(state: &Arc<ApiState>, caller: &Caller, name: &
 /// old container still goes to the trash. Answers the project, carrying the request in
 /// `berth.dev/recreateRequestedAt` and `berth.dev/forceReplace` (which no manifest may set).
 async fn request_forced_replace(state: &Arc<ApiState>, caller: &Caller, name: &str) -> Outcome {
-    may_read(state, caller, Kind::Project, name)?;
-    let store = Arc::clone(&state.store);
-    let name_owned = name.to_string();
-    let object = blocking(move || store.request_forced_replace(&name_owned, &look_stamp()))
-        .await?
-        .map_err(|err| match err {
-            crate::store::StoreError::NotFound { .. } => not_found(Kind::Project, name),
-            other => other.into(),
-        })?;
-    Ok(serialized(StatusCode::OK, object.as_ref()))
+    request_on_project(
+        state,
+        caller,
+        name,
+        crate::store::Store::request_forced_replace,
+    )
+    .await
 }
 
 async fn put_status(

@@ -1,0 +1,386 @@
+//! The controller against a real LXD: apply → Ready, durable /workspace through stop, start,
+//! a container deleted behind berth's back and an image change, limits, restart, name
+//! conflicts, the paused annotation and deletion.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::{
+    Berth, exec, instance_count, instance_state, instance_uid, live_volumes_of, lxc, lxc_when_idle,
+    ready_reason, uid_of, unique_name, volumes_of,
+};
+use serde_json::json;
+
+#[test]
+fn apply_ends_ready_with_limits_label_and_workspace_volume() {
+    // A short interval, so the pid (read at the first resync) and the first inspection come
+    // soon, and the status is then watched across passes that must not rewrite it.
+    let config = tempfile::NamedTempFile::new().expect("config file");
+    std::fs::write(config.path(), "scheduler: {interval: 2s}\n").expect("write config");
+    let mut berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
+    let name = unique_name();
+    berth.create_project(
+        &name,
+        json!({"image": "berth-tiny", "resources": {"cpu": "1", "memory": "256MiB"}}),
+    );
+    let project = berth.wait_ready(&name);
+    let uid = uid_of(&project);
+    let status = &project["status"];
+    assert_eq!(status["phase"], "Ready");
+    assert_eq!(status["step"], "Reachable");
+    assert_eq!(status["container"]["name"], name.as_str());
+    assert!(
+        status["container"]["imageFingerprint"].is_string(),
+        "{status}"
+    );
+    assert!(
+        project["metadata"]["finalizers"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("berth.dev/teardown"))
+    );
+
+    assert_eq!(instance_uid(&name).as_deref(), Some(uid.as_str()));
+    // The container names the controller that made it, as its store knows itself.
+    let controller: String = rusqlite::Connection::open(berth.data_dir.join("berth.db"))
+        .unwrap()
+        .query_row(
+            "SELECT value FROM settings WHERE name = 'controllerId'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        lxc(&["config", "get", &name, "user.berth.controller"])
+            .unwrap()
+            .trim(),
+        controller
+    );
+    assert_eq!(
+        lxc(&["config", "get", &name, "limits.memory"])
+            .unwrap()
+            .trim(),
+        "268435456"
+    );
+    // One pinned CPU is what the container sees.
+    assert_eq!(exec(&name, "nproc").unwrap().trim(), "1");
+    assert_eq!(volumes_of(&uid), [format!("berth-{uid}-workspace")]);
+    assert!(
+        exec(
+            &name,
+            "mountpoint -q /workspace || grep -q ' /workspace ' /proc/mounts"
+        )
+        .is_ok()
+    );
+
+    // Events tell the story step by step.
+    let events = berth
+        .client()
+        .get(&format!("{}/{name}/events", crate::harness::PROJECTS))
+        .json();
+    let reasons: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["reason"].as_str())
+        .collect();
+    for step in ["Created", "Started", "Reachable", "Ready"] {
+        assert!(reasons.contains(&step), "no {step} event in {reasons:?}");
+    }
+
+    // Ready, its pid read (the create step reads the started container without its state, the
+    // next resync reads it) and its first inspection recorded; then unchanged across passes:
+    // neither the controller nor the scheduler rewrites a status nothing changed in.
+    // The reap plan too: one made while the project was still being built (no idle action
+    // yet) is made again once a pass sees it Ready.
+    let project = berth.wait_for(&name, "its pid, first inspection and plan", |p| {
+        p["status"]["container"]["pid"].is_i64()
+            && p["status"]["activity"]["inspectedAt"].is_string()
+            && p["status"]["reap"]["nextAction"] == "Stop"
+    });
+    let rv = project["metadata"]["resourceVersion"].clone();
+    std::thread::sleep(Duration::from_secs(5));
+    let again = berth.get_project(&name).unwrap();
+    assert_eq!(
+        again["metadata"]["resourceVersion"], rv,
+        "status churn: {project} became {again}"
+    );
+}
+
+#[test]
+fn workspace_survives_stop_start_and_a_container_deleted_behind_berths_back() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    berth.create_project(&name, json!({"image": "berth-tiny"}));
+    let project = berth.wait_ready(&name);
+    let uid = uid_of(&project);
+    exec(&name, "echo durable > /workspace/note").unwrap();
+
+    berth.patch_project(&name, json!({"spec": {"state": "Stopped"}}));
+    berth.wait_for(&name, "Stopped", |p| p["status"]["phase"] == "Stopped");
+    assert_eq!(instance_state(&name).as_deref(), Some("STOPPED"));
+
+    berth.patch_project(&name, json!({"spec": {"state": "Running"}}));
+    berth.wait_ready(&name);
+    assert_eq!(
+        exec(&name, "cat /workspace/note").unwrap().trim(),
+        "durable"
+    );
+
+    lxc_when_idle(&["delete", "--force", &name]).unwrap();
+    let recreated = berth.wait_for(&name, "recreated and Ready", |p| {
+        ready_reason(p).is_some_and(|(s, _)| s == "True")
+            && p["status"]["container"]["createdAt"] != project["status"]["container"]["createdAt"]
+    });
+    assert_eq!(instance_count(&name), 1);
+    assert_eq!(instance_uid(&name).as_deref(), Some(uid.as_str()));
+    assert_eq!(
+        exec(&name, "cat /workspace/note").unwrap().trim(),
+        "durable"
+    );
+    assert_eq!(
+        volumes_of(&uid).len(),
+        1,
+        "the same volume, not a second one"
+    );
+    assert_eq!(recreated["status"]["phase"], "Ready");
+}
+
+#[test]
+fn a_new_image_replaces_the_container_and_keeps_the_workspace() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    berth.create_project(&name, json!({"image": "berth-tiny"}));
+    let first = berth.wait_ready(&name);
+    exec(&name, "echo kept > /workspace/note").unwrap();
+    let tiny = first["status"]["container"]["imageFingerprint"].clone();
+
+    berth.patch_project(&name, json!({"spec": {"image": "berth-base"}}));
+    let replaced = berth.wait_for(&name, "Ready on the new image", |p| {
+        ready_reason(p).is_some_and(|(s, _)| s == "True")
+            && p["status"]["observedGeneration"] == p["metadata"]["generation"]
+            && p["status"]["container"]["imageFingerprint"] != tiny
+    });
+    assert!(replaced["status"]["container"]["imageFingerprint"].is_string());
+    assert_eq!(exec(&name, "cat /workspace/note").unwrap().trim(), "kept");
+    // The Debian image has bash; the busybox one does not.
+    assert!(exec(&name, "command -v bash").is_ok());
+    assert_eq!(instance_count(&name), 1);
+}
+
+#[test]
+fn the_restart_annotation_reboots_the_container() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    berth.create_project(&name, json!({"image": "berth-tiny"}));
+    berth.wait_ready(&name);
+    // The start in the create step is read without the container's state: its pid follows
+    // with the next read.
+    let before = berth.wait_for(&name, "its pid", |p| {
+        p["status"]["container"]["pid"].is_i64()
+    });
+    let pid = before["status"]["container"]["pid"].clone();
+    exec(&name, "echo gone-after-boot > /run/marker").unwrap();
+
+    berth.patch_project(
+        &name,
+        json!({"metadata": {"annotations": {"berth.dev/restartedAt": "2026-01-01T00:00:00Z"}}}),
+    );
+    let after = berth.wait_for(&name, "Ready after a restart", |p| {
+        ready_reason(p).is_some_and(|(s, _)| s == "True")
+            && p["status"]["container"]["pid"].is_i64()
+            && p["status"]["container"]["pid"] != pid
+    });
+    assert_eq!(after["status"]["phase"], "Ready");
+    // /run is a tmpfs: a real reboot empties it.
+    assert!(exec(&name, "test -e /run/marker").is_err());
+}
+
+#[test]
+fn a_container_berth_did_not_create_is_never_touched() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    lxc(&["init", "berth-tiny", &name]).unwrap();
+    struct Remove(String);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = lxc(&["delete", "--force", &self.0]);
+        }
+    }
+    let _remove = Remove(name.clone());
+
+    berth.create_project(&name, json!({"image": "berth-tiny"}));
+    let project = berth.wait_for(&name, "NameConflict", |p| {
+        ready_reason(p).is_some_and(|(_, r)| r == "NameConflict")
+    });
+    assert_eq!(project["status"]["phase"], "Error");
+    assert_eq!(instance_state(&name).as_deref(), Some("STOPPED"));
+    assert_eq!(
+        instance_uid(&name),
+        None,
+        "berth labelled a container it does not own"
+    );
+
+    // Deleting the project leaves the stranger alone.
+    berth.delete_project(&name);
+    assert_eq!(instance_count(&name), 1);
+    assert!(live_volumes_of(&uid_of(&project)).is_empty());
+}
+
+#[test]
+fn a_paused_project_is_left_alone() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    berth.create_project(&name, json!({"image": "berth-tiny"}));
+    berth.wait_ready(&name);
+    berth.patch_project(
+        &name,
+        json!({"metadata": {"annotations": {"berth.dev/reconcile": "paused"}}}),
+    );
+    berth.wait_for(&name, "ReconcilePaused", |p| {
+        ready_reason(p).is_some_and(|(_, r)| r == "ReconcilePaused")
+    });
+    lxc_when_idle(&["stop", "--force", &name]).unwrap();
+    // Nothing starts it again while paused (events arrive well within this window).
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert_eq!(instance_state(&name).as_deref(), Some("STOPPED"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    berth.patch_project(
+        &name,
+        json!({"metadata": {"annotations": {"berth.dev/reconcile": null}}}),
+    );
+    berth.wait_ready(&name);
+    assert_eq!(instance_state(&name).as_deref(), Some("RUNNING"));
+}
+
+#[test]
+fn delete_removes_the_container_and_trashes_the_volumes() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    berth.create_project(&name, json!({"image": "berth-tiny"}));
+    let project = berth.wait_ready(&name);
+    let uid = uid_of(&project);
+    exec(&name, "echo bye > /workspace/f").unwrap();
+    assert_eq!(volumes_of(&uid).len(), 1);
+
+    berth.delete_project(&name);
+    assert_eq!(instance_count(&name), 0);
+    // The volumes leave the project's names for the trash.
+    assert_eq!(volumes_of(&uid), [format!("berth-trash-{uid}-workspace")]);
+
+    // The same name again gets fresh volumes.
+    berth.create_project(&name, json!({"image": "berth-tiny"}));
+    let again = berth.wait_ready(&name);
+    assert_ne!(uid_of(&again), uid);
+    assert!(exec(&name, "test -e /workspace/f").is_err());
+}
+
+/// Runs the `berth` client against the test's daemon.
+fn berth_cli(berth: &Berth, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(args)
+        .env("BERTH_SERVER", &berth.socket)
+        .env_remove("BERTH_TOKEN")
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run berth")
+}
+
+#[test]
+fn a_start_lxd_refuses_is_explained_by_get_describe_events_and_wait() {
+    let mut berth = Berth::start(None);
+    let name = unique_name();
+    berth.create_project(&name, json!({"image": "berth-tiny"}));
+    berth.wait_ready(&name);
+    berth.patch_project(&name, json!({"spec": {"state": "Stopped"}}));
+    berth.wait_for(&name, "Stopped", |p| p["status"]["phase"] == "Stopped");
+
+    // A host directory bound into the container, then removed: LXD refuses every start.
+    let source = berth.dir.path().join("bound");
+    std::fs::create_dir(&source).unwrap();
+    lxc_when_idle(&[
+        "config",
+        "device",
+        "add",
+        &name,
+        "gone",
+        "disk",
+        &format!("source={}", source.display()),
+        "path=/mnt/gone",
+    ])
+    .unwrap();
+    std::fs::remove_dir(&source).unwrap();
+    let cause = "Missing source path";
+
+    berth.patch_project(&name, json!({"spec": {"state": "Running"}}));
+    let failed = berth.wait_for(&name, "StepFailed", |p| {
+        ready_reason(p).is_some_and(|(_, reason)| reason == "StepFailed")
+    });
+    let message = failed["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.starts_with("step Started failed: ") && message.contains(cause),
+        "{message}"
+    );
+
+    let text = |out: std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let get = text(berth_cli(&berth, &["get", "project", &name]));
+    assert!(
+        get.contains("StepFailed: step Started failed") && get.contains(cause),
+        "{get}"
+    );
+    let describe = text(berth_cli(&berth, &["describe", "project", &name]));
+    assert!(
+        describe.contains("StepFailed") && describe.contains(cause),
+        "{describe}"
+    );
+    // One row, whatever the number of attempts: repeats count on it.
+    let events = text(berth_cli(&berth, &["events"]));
+    let rows: Vec<&str> = events
+        .lines()
+        .filter(|l| l.contains("StepFailed"))
+        .collect();
+    assert_eq!(rows.len(), 1, "{events}");
+    assert!(
+        rows[0].contains("Warning") && rows[0].contains(cause),
+        "{events}"
+    );
+    let waited = berth_cli(
+        &berth,
+        &[
+            "wait",
+            &format!("project/{name}"),
+            "--for=condition=Ready",
+            "--timeout=2s",
+        ],
+    );
+    assert_eq!(waited.status.code(), Some(1));
+    let waited = text(waited);
+    assert!(
+        waited.contains("timed out") && waited.contains("StepFailed") && waited.contains(cause),
+        "{waited}"
+    );
+
+    // Once the device is gone the next retry starts it, and the message clears.
+    lxc_when_idle(&["config", "device", "remove", &name, "gone"]).unwrap();
+    let ready = berth.wait_ready(&name);
+    let (_, reason) = ready_reason(&ready).unwrap();
+    assert_ne!(reason, "StepFailed");
+    let get = text(berth_cli(&berth, &["get", "project", &name]));
+    assert!(!get.contains(cause), "{get}");
+}

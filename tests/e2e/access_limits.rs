@@ -487,3 +487,76 @@ fn an_open_exec_ends_when_its_user_leaves_the_project() {
     assert!(stderr.contains("revoked"), "{stderr}");
     berth.delete_project(&name);
 }
+
+#[test]
+fn a_running_command_stops_when_its_user_leaves_the_project() {
+    let mut berth = crate::harness::Berth::start_with(&[], &["--listen", "127.0.0.1:0"]);
+    let addr = crate::support::daemon::logged_addr(&berth.log_text(), "serving the API over TCP");
+    let name = crate::harness::unique_name();
+    berth.create_project(&name, serde_json::json!({"image": "berth-tiny"}));
+    let user = format!("runner-{name}");
+    let reply = berth.client().post_json(
+        &format!("{API}/users"),
+        &serde_json::json!({"name": user, "admin": false}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let token = reply.json()["token"].as_str().unwrap().to_string();
+    let member = format!("{}/{name}/members/{user}", crate::harness::PROJECTS);
+    let reply = berth.client().request("PUT", &member, None, b"");
+    assert!(reply.status < 300, "{}", reply.text());
+    berth.wait_ready(&name);
+
+    // A member's command run to its end (no `-i`), longer than the test waits below.
+    let server = format!("http://{addr}");
+    let mut exec = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["--server", &server, "--token", &token, "exec", &name])
+        .args(["--timeout", "100", "--", "sleep", "97"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run berth exec");
+    let running = || {
+        crate::harness::exec(&name, "ps -o args= 2>/dev/null || ps")
+            .unwrap_or_default()
+            .contains("sleep 97")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !running() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sleep never started in {name}\n{}",
+            berth.log_text()
+        );
+        if let Some(status) = exec.try_wait().unwrap() {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(exec.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+            panic!("berth exec ended early ({status}): {stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // The membership goes: the caller is told, and the command stops with it.
+    let reply = berth.client().delete(&member);
+    assert!(reply.status < 300, "{}", reply.text());
+    let ended = crate::support::daemon::wait_with_deadline(&mut exec, Duration::from_secs(60));
+    if ended.is_none() {
+        let _ = exec.kill();
+        let _ = exec.wait();
+    }
+    assert!(
+        ended.is_some_and(|status| !status.success()),
+        "berth exec still runs (or succeeded) after the membership was removed: {ended:?}"
+    );
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(exec.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("revoked"), "{stderr}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while running() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sleep still runs in {name} after its caller's access was revoked"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    berth.delete_project(&name);
+}

@@ -290,6 +290,58 @@ async fn exec_captures_output_exit_code_env_cwd_and_cleans_its_logs() {
     }
 }
 
+/// A command nobody waits for any more is stopped: one past its timeout, and one whose
+/// caller dropped the exec (a request that went away, a right that was revoked).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exec_nobody_waits_for_is_stopped() {
+    let lxd = client().await;
+    let name = unique_name();
+    let mut cleanup = Cleanup::new();
+    cleanup.instance(&name);
+    create(&lxd, &request(&name, TINY)).await;
+    lxd.start_instance(&name, OP_TIMEOUT).await.unwrap();
+    let running = |marker: &'static str| {
+        let (lxd, name) = (&lxd, &name);
+        async move {
+            lxd.exec(name, &exec(&["ps", "-o", "args"]))
+                .await
+                .is_ok_and(|out| out.stdout_str().contains(marker))
+        }
+    };
+
+    let timed = ExecRequest::new(["sleep", "2996"], Duration::from_secs(2));
+    let err = lxd.exec(&name, &timed).await.unwrap_err();
+    assert!(matches!(err, RuntimeError::Timeout { .. }), "{err}");
+    eventually(
+        Duration::from_secs(60),
+        "the timed-out sleep stops",
+        || async { !running("sleep 2996").await },
+    )
+    .await;
+
+    // Polled until the sleep runs, then dropped.
+    let long = exec(&["sleep", "2995"]);
+    let mut dropped = Box::pin(lxd.exec(&name, &long));
+    let until = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        tokio::select! {
+            ended = &mut dropped => panic!("sleep ended by itself: {ended:?}"),
+            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+        if running("sleep 2995").await {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "sleep never started");
+    }
+    drop(dropped);
+    eventually(
+        Duration::from_secs(60),
+        "the dropped sleep stops",
+        || async { !running("sleep 2995").await },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn files_are_written_read_and_deleted_with_owner_and_mode() {
     let lxd = client().await;

@@ -46,8 +46,25 @@ pub(super) async fn exec(
         .map_err(|e| ApiError::bad_request(format!("exec body: {e}")))?;
     let request = exec_request(state, &project, &call)?;
     tracing::info!(project = name, caller = %caller.identity, "exec");
-    let result = state.inspector.exec(&project, &request).await?;
-    Ok(serialized(StatusCode::OK, &result))
+    // The command runs while its caller may still exec here: removing the user, or their
+    // membership, stops it within `watch::RECHECK` (dropping the exec stops the command).
+    let holder = super::watch::Holder::of(state, caller);
+    let revoked = holder.revoked(state, || {
+        access::member_project(state, caller, name).is_ok()
+    });
+    tokio::select! {
+        result = state.inspector.exec(&project, &request) => {
+            Ok(serialized(StatusCode::OK, &result?))
+        }
+        () = revoked => {
+            tracing::info!(project = name, caller = %caller.identity, "exec stopped: access revoked");
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                "access to this project was revoked while the command ran: it was stopped",
+            ))
+        }
+    }
 }
 
 /// A member's project and the request's body (at most `limit` bytes) with its media type.

@@ -240,7 +240,7 @@ fn exit_code(op: &Operation, what: &str) -> Result<i32> {
     Ok(i32::try_from(code).unwrap_or(-1))
 }
 
-async fn wait_operation(
+pub(super) async fn wait_operation(
     transport: &Transport,
     operation: &str,
     what: &str,
@@ -664,6 +664,9 @@ impl Runtime for LxdClient {
                 ..ExecOutput::default()
             });
         }
+        // From here on a caller that stops waiting (the timeout, a dropped request) leaves
+        // nothing running: dropping `running` stops the command and deletes its files.
+        let running = capture.running(&self.transport, name);
         let mut gaps = Capture::gaps();
         let op = loop {
             let remaining = request.timeout.saturating_sub(started.elapsed());
@@ -671,7 +674,6 @@ impl Runtime for LxdClient {
             match self.wait(&operation, &what, gap).await {
                 Ok(op) => break op,
                 Err(RuntimeError::Timeout { .. }) if started.elapsed() >= request.timeout => {
-                    capture.remove_later(&self.transport, name);
                     return Err(RuntimeError::Timeout {
                         what,
                         after: request.timeout,
@@ -682,16 +684,15 @@ impl Runtime for LxdClient {
                         if let Err(e) = capture.stop(&self.transport, name).await {
                             tracing::warn!(instance = name, error = %e, "could not stop a command past its output cap");
                         }
+                        running.finished();
                         return capture.collect(&self.transport, name, &what, -1).await;
                     }
                 }
-                Err(e) => {
-                    capture.remove_later(&self.transport, name);
-                    return Err(e);
-                }
+                Err(e) => return Err(e),
             }
         };
         let exit_code = exit_code(&op, &what)?;
+        running.finished();
         capture
             .collect(&self.transport, name, &what, exit_code)
             .await

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use reqwest::Method;
 
-use super::transport::{Keep, Transport, parse_envelope};
+use super::transport::{Keep, Reply, Transport, parse_envelope};
 use crate::runtime::{ExecOutput, RuntimeError};
 
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
@@ -42,6 +42,8 @@ const STOP: &str = r#"for f in /proc/[0-9]*/fd/1 /proc/[0-9]*/fd/2; do
 done
 exit 0"#;
 
+/// How long stopping a command may take.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How soon the sizes are first looked at, and the longest gap between two looks.
 const FIRST_LOOK: Duration = Duration::from_millis(250);
 const LONGEST_GAP: Duration = Duration::from_secs(2);
@@ -100,8 +102,8 @@ impl Capture {
         Ok(stdout?.size > self.cap as u64 || stderr?.size > self.cap as u64)
     }
 
-    /// Kills what writes into the files after a stream passed the cap; what ended meanwhile is
-    /// no matter.
+    /// Kills what writes into the files (a stream passed the cap, or nobody waits for the
+    /// command any more); what ended meanwhile is no matter.
     pub async fn stop(&self, transport: &Transport, instance: &str) -> Result<()> {
         let body = serde_json::json!({
             "command": ["sh", "-c", STOP, "sh", self.stdout, self.stderr],
@@ -109,16 +111,21 @@ impl Capture {
             "interactive": false,
             "record-output": false,
         });
-        transport
+        let what = format!("stop a command in {instance}");
+        let submitted = transport
             .call(
                 Method::POST,
                 &format!("{}/exec", super::client::instance_path(instance)),
-                format!("stop a command in {instance} at its output cap"),
+                what.clone(),
             )
             .json(body)
             .send()
-            .await
-            .map(|_| ())
+            .await?;
+        // Done only once the script ran: the files it compares against must still be there.
+        if let Reply::Async { operation } = submitted {
+            super::client::wait_operation(transport, &operation, &what, STOP_TIMEOUT).await?;
+        }
+        Ok(())
     }
 
     /// Reads both streams back, each up to the cap, and deletes the files in the background.
@@ -222,6 +229,33 @@ impl Capture {
         }
     }
 
+    /// Stops the command and deletes the files in the background: for a command whose caller
+    /// no longer waits for it (its timeout passed, or the caller went away or lost its right).
+    pub fn abandon(&self, transport: &Arc<Transport>, instance: &str) {
+        let (capture, transport, instance) =
+            (self.clone(), Arc::clone(transport), instance.to_string());
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            if let Err(e) = capture.stop(&transport, &instance).await {
+                tracing::warn!(instance, error = %e, "could not stop an abandoned command");
+            }
+            capture.remove_later(&transport, &instance);
+        });
+    }
+
+    /// Until [`Running::finished`], dropping the returned guard abandons the command: a
+    /// caller that stops waiting (a dropped request, a revoked right) leaves nothing running.
+    pub fn running<'a>(&'a self, transport: &'a Arc<Transport>, instance: &'a str) -> Running<'a> {
+        Running {
+            capture: self,
+            transport,
+            instance,
+            finished: false,
+        }
+    }
+
     /// Deletes the files without holding up the answer; a failed delete leaves a file in the
     /// container's `/tmp`, which is not worth failing the command for.
     pub fn remove_later(&self, transport: &Arc<Transport>, instance: &str) {
@@ -246,6 +280,29 @@ impl Capture {
                 }
             }
         });
+    }
+}
+
+/// A command in flight: abandoned (stopped, its files deleted) when dropped before it finished.
+pub(crate) struct Running<'a> {
+    capture: &'a Capture,
+    transport: &'a Arc<Transport>,
+    instance: &'a str,
+    finished: bool,
+}
+
+impl Running<'_> {
+    /// The command ended (or was stopped) and its files are being dealt with: nothing to undo.
+    pub fn finished(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.capture.abandon(self.transport, self.instance);
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{Berth, PROJECTS};
+use crate::support::daemon::TcpClient;
 use serde_json::{Value, json};
 
 /// Generous: a request through LXD's proxy answers in milliseconds, but the machine is shared.
@@ -436,4 +437,85 @@ fn a_preview_request_wakes_an_idled_project_and_counts_as_activity() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// A member's ticket, exchanged on the preview listener for the session cookie it sets.
+fn session_cookie(api: &TcpClient, addr: &str, project: &str, host: &str) -> String {
+    let reply = api.json(
+        "POST",
+        &format!("{PROJECTS}/{project}/previewtickets"),
+        &json!({"port": 8000}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let link = reply.json()["url"].as_str().unwrap().to_string();
+    let exchange = get(addr, host, &link[link.find("/?").unwrap()..], &[]);
+    assert_eq!(exchange.status, 303, "{exchange:?}");
+    let set_cookie = exchange.header("set-cookie").expect("a cookie");
+    format!("Cookie: {}", set_cookie.split(';').next().unwrap())
+}
+
+#[test]
+fn idle_connections_and_another_members_tickets_never_keep_a_member_out() {
+    const CAP: usize = 64;
+    /// The most preview sessions one user holds (`preview::tickets`).
+    const PER_USER: usize = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("berth.yaml");
+    std::fs::write(&config, format!("listen: {{maxConnections: {CAP}}}\n")).unwrap();
+    let mut berth = Berth::start_with(
+        &[],
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let api = crate::support::daemon::logged_addr(&berth.log_text(), "serving the API over TCP");
+    let addr = berth.preview_addr();
+    let name = crate::harness::unique_name();
+    berth.create_project(&name, json!({"image": "berth-tiny"}));
+    let (alice, mallory) = (format!("alice-{name}"), format!("mallory-{name}"));
+    let alice_api = TcpClient::new(&api, Some(&add_user(&berth, &alice)), None);
+    let mallory_api = TcpClient::new(&api, Some(&add_user(&berth, &mallory)), None);
+    add_member(&berth, &name, &alice);
+    add_member(&berth, &name, &mallory);
+    berth.wait_ready(&name);
+    start_servers(&name);
+    let host = format!("{name}--8000.localhost");
+    let alice_cookie = session_cookie(&alice_api, &addr, &name, &host);
+    let answer = get(&addr, &host, "/", std::slice::from_ref(&alice_cookie));
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (200, INDEX),
+        "{answer:?}"
+    );
+
+    // Another member mints and redeems four times the per-user number of sessions: her own
+    // oldest end, never Alice's.
+    for _ in 0..4 * PER_USER {
+        session_cookie(&mallory_api, &addr, &name, &host);
+    }
+    let answer = get(&addr, &host, "/", std::slice::from_ref(&alice_cookie));
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (200, INDEX),
+        "Alice's preview session after another member's many: {answer:?}"
+    );
+
+    // Twice the cap in connections that never send a byte, all held open by this process;
+    // Alice's requests, each on a new connection, are served again and again.
+    let idle: Vec<TcpStream> = (0..2 * CAP)
+        .map(|_| TcpStream::connect(&addr).expect("connect to the preview listener"))
+        .collect();
+    for _ in 0..5 {
+        let answer = get(&addr, &host, "/", std::slice::from_ref(&alice_cookie));
+        assert_eq!(
+            (answer.status, answer.body.as_str()),
+            (200, INDEX),
+            "a member's preview beside {} idle connections: {answer:?}",
+            idle.len()
+        );
+    }
+    drop(idle);
 }

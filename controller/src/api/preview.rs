@@ -33,7 +33,7 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 
 use super::error::ApiError;
 use super::routes::{Outcome, Query, serialized};
-use super::server::{HANDSHAKE_DEADLINE, Slots, serve_http1};
+use super::server::{HANDSHAKE_DEADLINE, Probation, Slots, Unproven, serve_http1};
 use super::{ApiState, Body, Caller, Transport, access, authority};
 use crate::inspect::reach::Unreached;
 use crate::preview::Previews;
@@ -96,6 +96,10 @@ pub async fn serve_previews(
         return;
     };
     let slots = Slots::new("preview", max_connections, metrics);
+    // As on the API's TCP listener: a connection that has not yet shown a member's credentials
+    // holds a small share of the slots for a short while, so idle or anonymous clients never
+    // keep a member's browser out.
+    let unproven = Unproven::new(max_connections);
     loop {
         let accepted = tokio::select! {
             _ = state.shutdown.cancelled() => return,
@@ -109,22 +113,37 @@ pub async fn serve_previews(
                 continue;
             }
         };
-        // Past the cap the connection is dropped at once.
-        let Some(slot) = slots.take() else {
+        // Past the cap the connection is dropped at once, unless an unproven one made room.
+        let Some(slot) = slots
+            .take()
+            .or_else(|| unproven.make_room().then(|| slots.take()).flatten())
+        else {
             continue;
         };
+        let probation = Arc::new(unproven.admit(slot));
         let state = Arc::clone(&state);
         let previews = Arc::clone(&previews);
         let tls = tls.clone();
         tokio::spawn(async move {
-            let _slot = slot;
-            match tls {
-                None => serve_connection(state, previews, stream, peer).await,
-                Some(acceptor) => {
-                    match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => serve_connection(state, previews, stream, peer).await,
-                        _ => tracing::debug!(%peer, "preview TLS handshake failed"),
+            let served = async {
+                match tls {
+                    None => serve_connection(state, previews, stream, peer, &probation).await,
+                    Some(acceptor) => {
+                        match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream))
+                            .await
+                        {
+                            Ok(Ok(stream)) => {
+                                serve_connection(state, previews, stream, peer, &probation).await
+                            }
+                            _ => tracing::debug!(%peer, "preview TLS handshake failed"),
+                        }
                     }
+                }
+            };
+            tokio::select! {
+                () = served => {}
+                () = probation.expired() => {
+                    tracing::debug!(%peer, "closed a preview connection that showed no credentials in time");
                 }
             }
         });
@@ -136,14 +155,17 @@ async fn serve_connection<S>(
     previews: Arc<Previews>,
     stream: S,
     peer: std::net::SocketAddr,
+    probation: &Arc<Probation>,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let shutdown = state.shutdown.clone();
+    let probation = Arc::clone(probation);
     serve_http1(stream, shutdown, "preview connection", move |req| {
         let state = Arc::clone(&state);
         let previews = Arc::clone(&previews);
-        async move { handle(&state, &previews, req, peer).await }
+        let probation = Arc::clone(&probation);
+        async move { handle(&state, &previews, req, peer, &probation).await }
     })
     .await;
 }
@@ -154,6 +176,7 @@ async fn handle(
     previews: &Arc<Previews>,
     mut req: Request<Incoming>,
     peer: std::net::SocketAddr,
+    probation: &Probation,
 ) -> Response<PreviewBody> {
     let host = req
         .headers()
@@ -170,7 +193,7 @@ async fn handle(
     };
     let query = Query::parse(req.uri().query());
     if let Some(ticket) = query.get(TICKET_PARAM) {
-        return exchange(state, previews, &project, ticket, &host, &req);
+        return exchange(state, previews, &project, ticket, &host, &req, probation);
     }
     let Some(caller) = credentials(state, previews, &project, &mut req, &host) else {
         return refused(Refusal::NotFound);
@@ -178,6 +201,7 @@ async fn handle(
     if authority::judge_preview(state, &caller, &name).is_err() {
         return refused(Refusal::NotFound);
     }
+    probation.prove();
     let upstream = match open_port(state, previews, &project, port).await {
         Ok(upstream) => upstream,
         Err(refusal) => return refused(refusal),
@@ -284,6 +308,7 @@ fn exchange(
     ticket: &str,
     host: &str,
     req: &Request<Incoming>,
+    probation: &Probation,
 ) -> Response<PreviewBody> {
     let Some((cookie, grant)) = previews.tickets.redeem(ticket, host) else {
         return refused(Refusal::NotFound);
@@ -294,6 +319,7 @@ fn exchange(
     if authority::judge_preview(state, &caller, project.name()).is_err() {
         return refused(Refusal::NotFound);
     }
+    probation.prove();
     let rest: Vec<(String, String)> =
         url::form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes())
             .filter(|(k, _)| k != TICKET_PARAM)

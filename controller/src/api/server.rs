@@ -152,7 +152,7 @@ impl Drop for Slot {
 
 /// The TCP connections of one listener that have not yet shown a valid token, oldest first.
 #[derive(Clone)]
-struct Unproven {
+pub(super) struct Unproven {
     open: Arc<std::sync::Mutex<UnprovenList>>,
     share: usize,
 }
@@ -166,7 +166,7 @@ struct UnprovenList {
 }
 
 impl Unproven {
-    fn new(max_connections: usize) -> Unproven {
+    pub(super) fn new(max_connections: usize) -> Unproven {
         Unproven {
             open: Arc::default(),
             share: (max_connections / UNAUTHENTICATED_SHARE).max(1),
@@ -175,7 +175,7 @@ impl Unproven {
 
     /// Registers a new connection with its slot, closing the oldest unproven one when the
     /// share is full.
-    fn admit(&self, slot: Slot) -> Probation {
+    pub(super) fn admit(&self, slot: Slot) -> Probation {
         let mut list = self.open.lock().unwrap_or_else(|e| e.into_inner());
         while list.open.len() >= self.share {
             if !Self::close_oldest(&mut list) {
@@ -196,7 +196,7 @@ impl Unproven {
     }
 
     /// Closes the oldest unproven connection, giving its slot back; false when there is none.
-    fn make_room(&self) -> bool {
+    pub(super) fn make_room(&self) -> bool {
         Self::close_oldest(&mut self.open.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
@@ -220,7 +220,7 @@ impl Unproven {
 
 /// A TCP connection until it shows a valid token: closed at [`UNAUTHENTICATED_DEADLINE`], or
 /// earlier to make room for a newer connection.
-struct Probation {
+pub(super) struct Probation {
     id: u64,
     closed: CancellationToken,
     /// The slot, once proven: held by the connection from then on.
@@ -230,11 +230,11 @@ struct Probation {
 }
 
 impl Probation {
-    fn is_proven(&self) -> bool {
+    pub(super) fn is_proven(&self) -> bool {
         self.proven.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    fn prove(&self) {
+    pub(super) fn prove(&self) {
         if !self.proven.swap(true, std::sync::atomic::Ordering::Relaxed)
             && let Some(slot) = self.unproven.take(self.id)
         {
@@ -243,7 +243,7 @@ impl Probation {
     }
 
     /// Resolves when the connection is to be closed for never proving itself.
-    async fn expired(&self) {
+    pub(super) async fn expired(&self) {
         tokio::select! {
             _ = self.closed.cancelled() => {}
             _ = tokio::time::sleep(UNAUTHENTICATED_DEADLINE) => {

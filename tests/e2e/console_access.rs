@@ -286,7 +286,7 @@ fn a_non_member_sees_nothing_of_another_members_project() {
     let paths = [
         ("GET", "/ui/projects/{}"),
         ("GET", "/ui/projects/{}/events"),
-        ("GET", "/ui/projects/{}/preview/8000"),
+        ("POST", "/ui/projects/{}/preview/8000"),
         ("GET", "/ui/api/apis/berth.dev/v1alpha1/projects/{}"),
         ("POST", "/ui/projects/{}/answer"),
         ("POST", "/ui/projects/{}/stop"),

@@ -79,10 +79,10 @@ with sync_playwright() as p:
     no_serious_violations(page, "the fleet page")
     page.screenshot(path=f"{cfg['artifacts']}/console-fleet.png", full_page=True)
 
-    step("a preview link reaches the server in the container")
-    link = dirty.locator(f'a[href$="/preview/{cfg["port"]}"]')
-    expect(link).to_be_visible(timeout=WAIT)
-    link.click()
+    step("a preview button reaches the server in the container")
+    button = dirty.locator(f'form[action$="/preview/{cfg["port"]}"] button')
+    expect(button).to_be_visible(timeout=WAIT)
+    button.click()
     expect(page.locator("body")).to_contain_text("hello from inside the container", timeout=WAIT)
     assert f"{cfg['dirty']}--{cfg['port']}." in page.url, page.url
     assert "berth-ticket" not in page.url, f"the ticket stays out of the address: {page.url}"

@@ -161,7 +161,7 @@ pub const CONSOLE: &[Route] = &[
     route("POST", "/ui/signout", Authenticated),
     route("GET", "/ui/projects/{project}", Member),
     route("GET", "/ui/projects/{project}/events", Member),
-    route("GET", "/ui/projects/{project}/preview/{port}", Member),
+    route("POST", "/ui/projects/{project}/preview/{port}", Member),
     route("POST", "/ui/projects/{project}/{action}", Member),
     route("GET", "/ui/api/{rest*}", Authenticated),
     route("POST", "/ui/api/{rest*}", Authenticated),

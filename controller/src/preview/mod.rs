@@ -60,6 +60,13 @@ impl PreviewSite {
         }
     }
 
+    /// Every preview host as a CSP source (`http://*.localhost:7481`): where the console's
+    /// preview forms may send a browser.
+    pub fn csp_source(&self) -> String {
+        let any = self.url("*", 1);
+        any.replacen("*--1.", "*.", 1)
+    }
+
     /// The project and port a `Host` header names, and the host without its port; `None` for
     /// any other host.
     pub fn parse_host(&self, header: &str) -> Option<(String, u16, String)> {
@@ -83,6 +90,14 @@ impl PreviewSite {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_preview_host_is_one_csp_source() {
+        let site = PreviewSite::new("localhost", false, Some(7481));
+        assert_eq!(site.csp_source(), "http://*.localhost:7481");
+        let site = PreviewSite::new("Dev.Example.", true, Some(443));
+        assert_eq!(site.csp_source(), "https://*.dev.example");
+    }
 
     #[test]
     fn urls_carry_the_listeners_port_unless_it_is_the_default() {

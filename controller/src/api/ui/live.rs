@@ -117,11 +117,13 @@ impl Lines {
 pub async fn fleet(
     state: &Arc<ApiState>,
     caller: &Caller,
+    csrf: &str,
     filter: Filter,
     selector: LabelSelector,
 ) -> Outcome {
     let body = watch(state, caller, &format!("{API_PREFIX}/projects?watch=true")).await?;
     let (tx, rx) = mpsc::channel::<Bytes>(BUFFERED);
+    let csrf = csrf.to_string();
     tokio::spawn(async move {
         let Some(mut lines) = Lines::start(body, &tx).await else {
             return;
@@ -140,7 +142,7 @@ pub async fn fleet(
                             &json!({
                                 "uid": project.uid(),
                                 "name": project.name(),
-                                "html": pages::fleet_row(&project, Utc::now()),
+                                "html": pages::fleet_row(&project, Utc::now(), &csrf),
                             }),
                         )
                     } else {
@@ -161,6 +163,7 @@ pub async fn fleet(
 pub async fn project(
     state: &Arc<ApiState>,
     caller: &Caller,
+    csrf: &str,
     name: &str,
     offset: Option<u64>,
 ) -> Outcome {
@@ -169,6 +172,7 @@ pub async fn project(
     let (tx, rx) = mpsc::channel::<Bytes>(BUFFERED);
     let state = Arc::clone(state);
     let caller = caller.clone();
+    let csrf = csrf.to_string();
     tokio::spawn(async move {
         let Some(mut lines) = Lines::start(body, &tx).await else {
             return;
@@ -182,7 +186,7 @@ pub async fn project(
                 _ = tx.closed() => return,
                 change = lines.next() => match change {
                     None => return,
-                    Some(change) => summary(&state, &caller, &path, &change).await,
+                    Some(change) => summary(&state, &caller, &csrf, &path, &change).await,
                 },
                 _ = follow.tick(), if offset.is_some() => {
                     let from = offset.unwrap_or(0);
@@ -214,6 +218,7 @@ pub async fn project(
 async fn summary(
     state: &Arc<ApiState>,
     caller: &Caller,
+    csrf: &str,
     path: &str,
     change: &Value,
 ) -> Option<Bytes> {
@@ -227,7 +232,7 @@ async fn summary(
             Some(event(
                 "summary",
                 &json!({
-                    "html": pages::project_summary(&project, &events.body, Utc::now()),
+                    "html": pages::project_summary(&project, &events.body, Utc::now(), csrf),
                     "blocked": project.question().is_some(),
                     "title": project.title(),
                 }),

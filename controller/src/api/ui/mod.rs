@@ -112,21 +112,29 @@ pub async fn handle(
         Ok(response) => response,
         Err(err) => error_page(&err),
     };
-    harden(response.headers_mut());
+    let previews = state.previews.as_ref().map(|p| p.site.csp_source());
+    harden(response.headers_mut(), previews.as_deref());
     response
 }
 
 /// What every console answer carries: no caching, no framing, scripts and styles from the
 /// console alone, and a referrer only to the console itself (a preview link's ticket stays out
 /// of other sites' logs; `no-referrer` would make browsers send `Origin: null` on the console's
-/// own forms, which the Origin check refuses).
-fn harden(headers: &mut HeaderMap) {
+/// own forms, which the Origin check refuses). Forms post to the console alone, and a preview
+/// form's answer may send the browser on to a preview host (`previews`, a CSP source).
+fn harden(headers: &mut HeaderMap, previews: Option<&str>) {
+    let csp = format!(
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+         connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'{}",
+        previews.map(|p| format!(" {p}")).unwrap_or_default()
+    );
+    // A domain no header can carry leaves previews out, never the policy.
+    let csp = HeaderValue::from_str(&csp).unwrap_or(HeaderValue::from_static(
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+         connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    ));
+    headers.insert("content-security-policy", csp);
     let fixed = [
-        (
-            "content-security-policy",
-            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
-             connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
-        ),
         ("x-content-type-options", "nosniff"),
         ("referrer-policy", "same-origin"),
         ("x-frame-options", "DENY"),
@@ -339,7 +347,7 @@ async fn route(
         (["events"], &Method::GET) => {
             let filter = Filter::from_query(&query);
             let selector = filter.label_selector().map_err(ApiError::bad_request)?;
-            live::fleet(state, &visitor.caller, filter, selector).await
+            live::fleet(state, &visitor.caller, visitor.csrf(), filter, selector).await
         }
         (["signout"], &Method::POST) => sign_out(state, secure, &visitor, req).await,
         (["projects", name], &Method::GET) => {
@@ -347,10 +355,10 @@ async fn route(
         }
         (["projects", name, "events"], &Method::GET) => {
             let offset = query.get("offset").and_then(|o| o.parse().ok());
-            live::project(state, &visitor.caller, name, offset).await
+            live::project(state, &visitor.caller, visitor.csrf(), name, offset).await
         }
-        (["projects", name, "preview", port], &Method::GET) => {
-            preview(state, &visitor, name, port).await
+        (["projects", name, "preview", port], &Method::POST) => {
+            preview(state, &visitor, name, port, req).await
         }
         (["projects", name, action], &Method::POST) => {
             act(state, &visitor, name, action, req).await
@@ -609,7 +617,13 @@ async fn fleet(state: &Arc<ApiState>, visitor: &Visitor, query: &Query) -> Outco
         Err(e) => (Vec::new(), Some(e)),
     };
     pages::sort(&mut projects, &filter);
-    let main = pages::fleet(&projects, &filter, Utc::now(), error.as_deref());
+    let main = pages::fleet(
+        &projects,
+        &filter,
+        Utc::now(),
+        visitor.csrf(),
+        error.as_deref(),
+    );
     let code = if error.is_some() {
         StatusCode::BAD_REQUEST
     } else {
@@ -678,7 +692,7 @@ async fn project_page(
         "<div id=\"project-live\" data-name=\"{}\" data-offset=\"{}\">{}</div>",
         esc(name),
         log.body["nextOffset"].as_u64().unwrap_or(0),
-        pages::project_summary(&project, &events.body, now)
+        pages::project_summary(&project, &events.body, now, visitor.csrf())
     ));
     // The answer form stays put across live updates (what is typed is kept); it shows while
     // the agent waits.
@@ -813,9 +827,16 @@ async fn act(
     Ok(redirect(&format!("/ui/projects/{}?done={done}", seg(name))))
 }
 
-/// `GET /ui/projects/NAME/preview/PORT`: a one-time preview ticket through the API, and the
-/// browser sent to the preview host with it.
-async fn preview(state: &Arc<ApiState>, visitor: &Visitor, name: &str, port: &str) -> Outcome {
+/// `POST /ui/projects/NAME/preview/PORT` (a form, with the session's CSRF token): a one-time
+/// preview ticket through the API, and the browser sent to the preview host with it.
+async fn preview(
+    state: &Arc<ApiState>,
+    visitor: &Visitor,
+    name: &str,
+    port: &str,
+    req: Request<Incoming>,
+) -> Outcome {
+    checked_form(visitor, req).await?;
     let port: u16 = port
         .parse()
         .map_err(|_| ApiError::bad_request(format!("port: {port:?} is not a port number")))?;

@@ -225,7 +225,8 @@ pub fn preview_href(name: &str, port: u16) -> String {
 }
 
 /// The fleet table's row for `project`.
-pub fn fleet_row(project: &Project, now: DateTime<Utc>) -> String {
+/// The fleet table's row for `project`; `csrf` goes into its forms (the preview buttons).
+pub fn fleet_row(project: &Project, now: DateTime<Utc>, csrf: &str) -> String {
     let name = project.name();
     let phase = project.status.phase.as_str();
     let agent = project
@@ -300,7 +301,7 @@ pub fn fleet_row(project: &Project, now: DateTime<Utc>) -> String {
             );
         }
     }
-    let _ = write!(row, "</td><td>{}</td>", ports_cell(project));
+    let _ = write!(row, "</td><td>{}</td>", ports_cell(project, csrf));
     let _ = write!(row, "<td>");
     if let Some((action, at)) = next {
         let verb = match action {
@@ -327,15 +328,20 @@ fn agent_cell(project: &Project) -> String {
     }
 }
 
-fn ports_cell(project: &Project) -> String {
+/// A button per reported port that opens its preview: a form, since opening one mints a
+/// ticket (a write), so it carries the session's CSRF token like every other form.
+fn ports_cell(project: &Project, csrf: &str) -> String {
     project
         .status
         .ports
         .iter()
         .map(|p| {
             format!(
-                "<a href=\"{}\" title=\"Open {} with a one-time preview ticket\">{}</a>",
+                "<form method=\"post\" action=\"{}\" class=\"inline port\">\
+                 <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+                 <button type=\"submit\" class=\"link\" title=\"Open {} with a one-time preview ticket\">{}</button></form>",
                 preview_href(project.name(), p.port),
+                esc(csrf),
                 esc(&p.url),
                 p.port
             )
@@ -370,6 +376,7 @@ pub fn fleet(
     projects: &[Project],
     filter: &Filter,
     now: DateTime<Utc>,
+    csrf: &str,
     error: Option<&str>,
 ) -> String {
     let mut html = String::from("<h1>Fleet</h1>");
@@ -437,7 +444,7 @@ pub fn fleet(
     }
     let _ = write!(html, "</tr></thead><tbody>");
     for project in projects {
-        html.push_str(&fleet_row(project, now));
+        html.push_str(&fleet_row(project, now, csrf));
     }
     let _ = write!(html, "</tbody></table>");
     if projects.is_empty() {
@@ -500,7 +507,12 @@ pub fn sort(projects: &mut [Project], filter: &Filter) {
 
 /// The project page's live part: what it is, where it stands, what protects it, its
 /// conditions and its recent events. Replaced whole by each live update.
-pub fn project_summary(project: &Project, events: &Value, now: DateTime<Utc>) -> String {
+pub fn project_summary(
+    project: &Project,
+    events: &Value,
+    now: DateTime<Utc>,
+    csrf: &str,
+) -> String {
     let mut html = String::new();
     let _ = write!(
         html,
@@ -537,7 +549,7 @@ pub fn project_summary(project: &Project, events: &Value, now: DateTime<Utc>) ->
         let _ = write!(html, "</dd>");
     }
     if !project.status.ports.is_empty() {
-        let _ = write!(html, "<dt>Ports</dt><dd>{}</dd>", ports_cell(project));
+        let _ = write!(html, "<dt>Ports</dt><dd>{}</dd>", ports_cell(project, csrf));
     }
     if !project.status.message.is_empty() {
         let _ = write!(
@@ -674,7 +686,7 @@ mod tests {
             "activity": {"lastActiveAt": "2026-12-02T11:55:00Z", "source": "files"},
             "ports": [{"port": 8000, "url": "http://web--8000.localhost:7481"}],
         }));
-        let row = fleet_row(&p, now());
+        let row = fleet_row(&p, now(), "tok<en>");
         assert!(row.contains("Fix &lt;the&gt; bug"), "{row}");
         assert!(row.contains("UnsavedWork"), "{row}");
         assert!(row.contains("notes &lt;1&gt;.txt"), "{row}");
@@ -682,7 +694,11 @@ mod tests {
         assert!(row.contains("5m ago"), "{row}");
         assert!(row.contains("(files)"), "{row}");
         assert!(
-            row.contains("href=\"/ui/projects/web/preview/8000\""),
+            row.contains("<form method=\"post\" action=\"/ui/projects/web/preview/8000\""),
+            "{row}"
+        );
+        assert!(
+            row.contains("name=\"csrf\" value=\"tok&lt;en&gt;\""),
             "{row}"
         );
         assert!(row.contains("stop <time"), "{row}");
@@ -699,13 +715,13 @@ mod tests {
         }));
         assert_eq!(p.protected_by, vec![ProtectionReason::AgentBlocked]);
         assert_eq!(p.protection_words(), "the agent asks: which <colour>?");
-        let row = fleet_row(&p, now());
+        let row = fleet_row(&p, now(), "");
         assert!(
             row.contains("the agent asks: which &lt;colour&gt;?"),
             "{row}"
         );
         assert_eq!(p.title(), "web", "falls back to the name");
-        let summary = project_summary(&p, &json!({"items": []}), now());
+        let summary = project_summary(&p, &json!({"items": []}), now(), "");
         assert!(
             summary.contains("<blockquote class=\"question\">which &lt;colour&gt;?</blockquote>")
         );

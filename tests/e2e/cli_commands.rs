@@ -1923,3 +1923,72 @@ fn colour_only_on_a_terminal_and_never_with_no_color() {
     let piped = daemon.berth(&["get", "projects"]).ok();
     assert!(!piped.stdout.contains('\x1b'), "{piped:?}");
 }
+
+#[test]
+fn the_server_derives_a_generated_name_and_rename_changes_the_display_name() {
+    let daemon = Daemon::start();
+    // Over the API: metadata.generateName, as `berth create project` sends it.
+    let post = |basis: &str| {
+        daemon.serve.client().post_json(
+            "/apis/berth.dev/v1alpha1/projects",
+            &serde_json::json!({
+                "apiVersion": "berth.dev/v1alpha1",
+                "kind": "Project",
+                "metadata": {"generateName": basis},
+                "spec": {},
+            }),
+        )
+    };
+    let first = post("Web Shop");
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert_eq!(first.json()["metadata"]["name"], "web-shop");
+    assert_eq!(first.json()["spec"]["displayName"], "Web Shop");
+    // The same display name is still the one project's: 409, nothing made.
+    let again = post("web shop");
+    assert_eq!(again.status, 409, "{}", again.text());
+    let reply = daemon.serve.client().post_json(
+        "/apis/berth.dev/v1alpha1/projects",
+        &serde_json::json!({
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Project",
+            "metadata": {"generateName": "Web Shop"},
+            "spec": {"displayName": "Web Shop (staging)"},
+        }),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    assert_eq!(reply.json()["metadata"]["name"], "web-shop-2");
+    let both = daemon.serve.client().post_json(
+        "/apis/berth.dev/v1alpha1/projects",
+        &serde_json::json!({
+            "metadata": {"name": "x", "generateName": "Web Shop"},
+            "spec": {},
+        }),
+    );
+    assert_eq!(both.status, 400, "{}", both.text());
+    assert!(
+        both.text().contains("metadata.generateName"),
+        "{}",
+        both.text()
+    );
+
+    // `berth rename`: the display name changes, the name stays; a taken one is 409.
+    let run = daemon.berth(&["rename", "web-shop", "Storefront"]).ok();
+    assert_eq!(run.stdout, "project/web-shop renamed to \"Storefront\"\n");
+    assert_eq!(
+        daemon.object("project", "web-shop")["spec"]["displayName"],
+        "Storefront"
+    );
+    let run = daemon
+        .berth(&["rename", "web-shop-2", "storefront"])
+        .fails(1);
+    assert!(run.stderr.contains("Conflict"), "{run:?}");
+    assert_eq!(
+        daemon.object("project", "web-shop-2")["spec"]["displayName"],
+        "Web Shop (staging)"
+    );
+    let run = daemon.berth(&["rename", "nope", "Anything"]).fails(1);
+    assert!(
+        run.stderr.contains("NotFound") || run.stderr.contains("not found"),
+        "{run:?}"
+    );
+}

@@ -492,6 +492,16 @@ async fn admit_one(
     name: Option<&str>,
     req: Request<Incoming>,
 ) -> Result<Admitted, ApiError> {
+    let value = read_object(kind, name, req).await?;
+    admit_value(state, caller, kind, name, &value)
+}
+
+/// The request's body as one object of `kind`, with what the URL says filled in.
+async fn read_object(
+    kind: Kind,
+    name: Option<&str>,
+    req: Request<Incoming>,
+) -> Result<Value, ApiError> {
     let media = body::media_type(req.headers());
     let (parts, incoming) = req.into_parts();
     let bytes = body::read(incoming, &parts.headers, OBJECT_LIMIT)
@@ -499,7 +509,31 @@ async fn admit_one(
         .map_err(|err| err.about(kind.as_str(), name))?;
     let mut value = body::decode(&bytes, media.as_deref())?;
     fill_identity(&mut value, kind, name);
-    admit_value(state, caller, kind, name, &value)
+    Ok(value)
+}
+
+/// `metadata.generateName` of a create, taken out of the object: the text the server derives
+/// the name from. `None` when the object names itself.
+fn take_generate_name(value: &mut Value) -> Result<Option<String>, ApiError> {
+    let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return Ok(None);
+    };
+    let Some(basis) = metadata.remove("generateName") else {
+        return Ok(None);
+    };
+    let named = metadata
+        .get("name")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    match basis.as_str().map(str::trim) {
+        _ if named => Err(ApiError::bad_request(
+            "metadata.generateName: give metadata.name or metadata.generateName, not both",
+        )),
+        Some(basis) if !basis.is_empty() => Ok(Some(basis.to_string())),
+        _ => Err(ApiError::bad_request(
+            "metadata.generateName: must be a non-empty string",
+        )),
+    }
 }
 
 /// A body may leave out what the URL already says.
@@ -575,7 +609,13 @@ async fn create_or_replace(
     query: &Query,
 ) -> Outcome {
     let commit = query.commit()?;
-    let admitted = admit_one(state, caller, kind, name, req).await?;
+    let mut value = read_object(kind, name, req).await?;
+    if name.is_none()
+        && let Some(basis) = take_generate_name(&mut value)?
+    {
+        return create_generated(state, caller, kind, value, &basis, commit).await;
+    }
+    let admitted = admit_value(state, caller, kind, name, &value)?;
     let warnings = state.admission.warnings(&admitted.desired);
     let rv = admitted.resource_version;
     let mut desired = admitted.desired;
@@ -597,6 +637,61 @@ async fn create_or_replace(
     };
     Ok(warned(serialized(code, object.as_ref()), &warnings))
 }
+
+/// A create whose name the server derives from `basis` (`metadata.generateName`), as `berth
+/// create project` does from a display name: its slug, or the slug with `-2`, `-3`, ... when
+/// taken, tried again when another create took the name meanwhile. A project without a display
+/// name gets `basis` as its display name.
+async fn create_generated(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    kind: Kind,
+    mut value: Value,
+    basis: &str,
+    commit: Commit,
+) -> Outcome {
+    if kind == Kind::Project
+        && let Some(object) = value.as_object_mut()
+        && let Value::Object(spec) = object.entry("spec").or_insert_with(|| json!({}))
+    {
+        spec.entry("displayName").or_insert_with(|| json!(basis));
+    }
+    for _ in 0..GENERATE_ATTEMPTS {
+        let name = berth_api::derive_name(basis, |n| state.store.get(kind, n).is_some())
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "metadata.generateName: {basis:?} has no letters or digits to derive a name from"
+                ))
+            })?;
+        value["metadata"]["name"] = json!(name);
+        let admitted = admit_value(state, caller, kind, None, &value)?;
+        let warnings = state.admission.warnings(&admitted.desired);
+        let mut desired = admitted.desired;
+        desired.finalizers = admitted.finalizers;
+        access::check_write(state, caller, &desired, None)?;
+        let store = Arc::clone(&state.store);
+        let creator = caller.identity.clone();
+        match blocking(move || store.create_by(Some(&creator), desired, commit)).await? {
+            Ok(created) => {
+                return Ok(warned(
+                    serialized(StatusCode::CREATED, created.as_ref()),
+                    &warnings,
+                ));
+            }
+            // Another create took the name since it was derived: the next one.
+            Err(crate::store::StoreError::AlreadyExists { .. }) => continue,
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "AlreadyExists",
+        format!("no free name derived from {basis:?} after {GENERATE_ATTEMPTS} attempts"),
+    ))
+}
+
+/// How often a generated name is derived again when concurrent creates keep taking it.
+const GENERATE_ATTEMPTS: usize = 50;
 
 async fn patch(
     state: &Arc<ApiState>,

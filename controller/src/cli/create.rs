@@ -1,8 +1,7 @@
-//! `berth create project DISPLAY_NAME`: the name is derived from the display name, taking the
-//! next free suffix when another project holds it.
+//! `berth create project DISPLAY_NAME`: the server derives the name from the display name
+//! (`metadata.generateName`), taking the next free suffix when another project holds it.
 
 use std::collections::BTreeMap;
-use std::collections::HashSet;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
@@ -12,9 +11,6 @@ use super::progress::{self, Goal};
 use super::render::name_of;
 use super::{Context, render};
 use crate::client::Resource;
-
-/// How many suffixes to try when names are being taken concurrently.
-const MAX_ATTEMPTS: usize = 50;
 
 #[derive(Debug, Args)]
 pub struct CreateArgs {
@@ -85,15 +81,12 @@ async fn create_project(context: &Context, args: CreateProjectArgs) -> anyhow::R
     if display_name.is_empty() {
         anyhow::bail!("DISPLAY_NAME: must not be empty");
     }
+    if berth_api::slugify(display_name).is_none() {
+        anyhow::bail!(
+            "DISPLAY_NAME: {display_name:?} has no letters or digits to derive a name from"
+        );
+    }
     let client = context.client()?;
-    let list = client.list(Resource::Project, None).await?;
-    let mut taken: HashSet<String> = list
-        .get("items")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|o| name_of(o).to_string())
-        .collect();
 
     let mut spec = Map::new();
     spec.insert("displayName".into(), json!(display_name));
@@ -124,48 +117,34 @@ async fn create_project(context: &Context, args: CreateProjectArgs) -> anyhow::R
     }
     let labels: BTreeMap<String, String> = args.labels.into_iter().collect();
 
-    for _ in 0..MAX_ATTEMPTS {
-        let Some(name) = berth_api::derive_name(display_name, |n| taken.contains(n)) else {
-            anyhow::bail!(
-                "DISPLAY_NAME: {display_name:?} has no letters or digits to derive a name from"
-            );
-        };
-        let mut metadata = json!({"name": name});
-        if !labels.is_empty() {
-            metadata["labels"] = json!(labels);
-        }
-        let object = json!({
-            "apiVersion": "berth.dev/v1alpha1",
-            "kind": "Project",
-            "metadata": metadata,
-            "spec": spec,
-        });
-        match client.create(Resource::Project, &object).await {
-            Ok(created) => {
-                match args.output {
-                    Some(render::OutputFormat::Yaml) => print!("{}", render::to_yaml(&created)),
-                    Some(render::OutputFormat::Json) => print!("{}", render::to_json(&created)),
-                    Some(render::OutputFormat::Name) => println!("project/{name}"),
-                    _ => println!("project/{name} created"),
-                }
-                if args.wait {
-                    let target = [(Resource::Project, name.clone())];
-                    let print = args.output.is_none();
-                    let reached =
-                        progress::wait_for(&client, &target, Goal::Ready, args.timeout, print)
-                            .await?;
-                    if print {
-                        println!("project/{name} {}", reached.word(&target[0]));
-                    }
-                }
-                return Ok(ExitCode::SUCCESS);
-            }
-            // Someone took the name since the list: try the next suffix.
-            Err(err) if err.status().is_some_and(|s| s.is_already_exists()) => {
-                taken.insert(name);
-            }
-            Err(err) => return Err(err.into()),
+    // The server derives the name (the slug, or the next free `-N`), so two creates of one
+    // display name never race each other to the same name.
+    let mut metadata = json!({ "generateName": display_name });
+    if !labels.is_empty() {
+        metadata["labels"] = json!(labels);
+    }
+    let object = json!({
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "Project",
+        "metadata": metadata,
+        "spec": spec,
+    });
+    let created = client.create(Resource::Project, &object).await?;
+    let name = name_of(&created).to_string();
+    match args.output {
+        Some(render::OutputFormat::Yaml) => print!("{}", render::to_yaml(&created)),
+        Some(render::OutputFormat::Json) => print!("{}", render::to_json(&created)),
+        Some(render::OutputFormat::Name) => println!("project/{name}"),
+        _ => println!("project/{name} created"),
+    }
+    if args.wait {
+        let target = [(Resource::Project, name.clone())];
+        let print = args.output.is_none();
+        let reached =
+            progress::wait_for(&client, &target, Goal::Ready, args.timeout, print).await?;
+        if print {
+            println!("project/{name} {}", reached.word(&target[0]));
         }
     }
-    anyhow::bail!("could not find a free name for {display_name:?} after {MAX_ATTEMPTS} attempts")
+    Ok(ExitCode::SUCCESS)
 }

@@ -34,6 +34,7 @@ mod power;
 mod progress;
 mod reap;
 mod reconcile;
+mod rename;
 mod render;
 mod restore;
 mod secret;
@@ -118,6 +119,8 @@ enum Command {
     Exec(exec::ExecArgs),
     /// Create an object from a few flags.
     Create(create::CreateArgs),
+    /// Change a project's display name.
+    Rename(rename::RenameArgs),
     /// Restart a project's container (or replace it with --recreate).
     Restart(power::RestartArgs),
     /// Stop a project's container.
@@ -299,6 +302,7 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Events(args) => events::run(context, args).await,
             Command::Exec(args) => exec::run(context, args).await,
             Command::Create(args) => create::run(context, args).await,
+            Command::Rename(args) => rename::run(context, args).await,
             Command::Restart(args) => power::restart(context, args).await,
             Command::Stop(args) => power::stop(context, args).await,
             Command::Start(args) => power::start(context, args).await,

@@ -504,11 +504,13 @@ fn edited_seeds_stay_work_after_the_container_is_recreated() {
         &name,
         json!({"metadata": {"annotations": {"berth.dev/recreateRequestedAt": "2026-01-01T00:00:00Z"}}}),
     );
+    // The new container is there (the old one is gone into the trash first, so no answer
+    // is not yet a new one), running, and the project Ready on it.
     let until = Instant::now() + READY_DEADLINE;
     while lxc(&["config", "get", &name, "volatile.uuid"])
         .ok()
-        .as_ref()
-        == Some(&container)
+        .is_none_or(|uuid| uuid == container)
+        || crate::harness::instance_state(&name).as_deref() != Some("RUNNING")
     {
         assert!(Instant::now() < until, "the container was not recreated");
         std::thread::sleep(Duration::from_millis(250));

@@ -90,6 +90,47 @@ fn a_member_cannot_remove_or_add_finalizers() {
     assert_eq!(local.get(&format!("{P}/projects/wedged")).status, 404);
 }
 
+/// Finalizers are the server's for admins over the network too: an admin token cannot end a
+/// held deletion by stripping `berth.dev/teardown` (that would leave the container and its
+/// volumes outside the trash); only the local administrator on the unix socket holds that last
+/// resort, as the controller does.
+#[test]
+fn an_admin_over_tcp_cannot_edit_finalizers_either() {
+    let (daemon, _member) = daemon_with_member();
+    let local = daemon.client();
+    let admin_token = daemon.add_user("ada", true);
+    let admin = TcpClient::new(&daemon.tcp_addr(), None, None).with_token(Some(&admin_token));
+    let path = format!("{P}/projects/mine");
+    let mut held = local.get(&path).json();
+    held["metadata"]["finalizers"] = json!(["berth.dev/teardown"]);
+    assert_eq!(local.put_json(&path, &held).status, 200);
+    assert_eq!(local.delete(&path).status, 202);
+
+    let mut stripped = admin.get(&path).json();
+    stripped["metadata"]["finalizers"] = json!([]);
+    let reply = admin.json("PUT", &path, &stripped);
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(
+        reply.text().contains("metadata.finalizers"),
+        "{}",
+        reply.text()
+    );
+    let mut wedged = admin.get(&path).json();
+    wedged["metadata"]["finalizers"] = json!(["berth.dev/teardown", "example.com/wedge"]);
+    assert_eq!(admin.json("PUT", &path, &wedged).status, 400);
+    assert_eq!(
+        local.get(&path).json()["metadata"]["finalizers"],
+        json!(["berth.dev/teardown"])
+    );
+
+    // The local administrator may: the object goes once nothing holds it.
+    let mut released = local.get(&path).json();
+    released["metadata"]["finalizers"] = json!([]);
+    let reply = local.put_json(&path, &released);
+    assert!(reply.status < 300, "{}", reply.text());
+    assert_eq!(local.get(&path).status, 404);
+}
+
 /// Issue item: a member applied her project with `?applyset=gitsource-fleet` and could then
 /// read the GitSource `fleet` (URL, inventory, events). A GitSource's applyset is its
 /// controller's alone, for admins too.

@@ -36,8 +36,12 @@ use crate::store::{Desired, Store, StoredObject};
 pub enum Admitter<'a> {
     /// An API user who is not an admin (over TCP, with its token; or the console's session).
     User { name: &'a str },
-    /// An admin: an admin token, or the local administrator on the unix socket.
+    /// An admin token's user (over TCP, or the console's session).
     Admin { name: &'a str },
+    /// The local administrator on the unix socket: an admin who also holds the last resort
+    /// over finalizers, as the controller itself does (a deletion no finalizer may end
+    /// otherwise). Nobody reaching the daemon over a network does.
+    Local { name: &'a str },
     /// The GitSource controller applying GitSource `name`'s manifests. GitSources are written
     /// by admins, and one applies on its owner's behalf, with an admin's rights, except what
     /// no manifest may do: set server-owned metadata, or forward anywhere not allowed.
@@ -54,7 +58,9 @@ impl Admitter<'_> {
 
     fn describe(&self) -> String {
         match self {
-            Admitter::User { name } | Admitter::Admin { name } => format!("user {name:?}"),
+            Admitter::User { name } | Admitter::Admin { name } | Admitter::Local { name } => {
+                format!("user {name:?}")
+            }
             Admitter::GitSource { name } => format!("GitSource {name:?}"),
             Admitter::Restore => "a restore".to_string(),
         }
@@ -547,7 +553,7 @@ fn check_server_owned_fields(
     finalizers: Option<&[String]>,
     current: Option<&StoredObject>,
 ) -> Result<(), Refusal> {
-    if matches!(who, Admitter::Admin { .. } | Admitter::Restore) {
+    if matches!(who, Admitter::Local { .. } | Admitter::Restore) {
         return Ok(());
     }
     let Some(finalizers) = finalizers else {
@@ -1106,12 +1112,14 @@ mod tests {
         let fleet = Admitter::GitSource { name: "fleet" };
         let other = Admitter::GitSource { name: "other" };
         let restore = Admitter::Restore;
+        const LOCAL: Admitter<'static> = Admitter::Local { name: "root" };
         const OK: &str = "ok";
         const OWNED: &str = "server-owned";
         const INVALID: &str = "invalid";
         const FORBIDDEN: &str = "forbidden";
         const HIDDEN: &str = "hidden";
-        // (rule, manifest, [user, admin, GitSource fleet, GitSource other, restore])
+        // (rule, manifest, [user, admin, GitSource fleet, GitSource other, restore]); the local
+        // administrator is checked against the admin's column.
         let table = [
             (
                 "a server-owned annotation",
@@ -1127,7 +1135,7 @@ mod tests {
                     json!({"name": "p", "finalizers": ["example.com/wedge"]}),
                     json!({}),
                 ),
-                [OWNED, OK, OWNED, OWNED, OK],
+                [OWNED, OWNED, OWNED, OWNED, OK],
             ),
             (
                 "a forward outside allowedForwardTargets",
@@ -1182,9 +1190,15 @@ mod tests {
         ];
         let mut failures = Vec::new();
         for (rule, manifest, expected) in table {
-            for (who, want) in [user, admin, fleet, other, restore]
+            // The local administrator is an admin who may also write finalizers.
+            let local = if rule == "finalizers" {
+                OK
+            } else {
+                expected[1]
+            };
+            for (who, want) in [user, admin, fleet, other, restore, LOCAL]
                 .into_iter()
-                .zip(expected)
+                .zip(expected.into_iter().chain([local]))
             {
                 let got = match admission.admit(who, &manifest, &store) {
                     Ok(_) => OK,

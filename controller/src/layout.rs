@@ -14,6 +14,9 @@ pub const UID_LABEL: &str = "user.berth.uid";
 pub const CONTROLLER_LABEL: &str = "user.berth.controller";
 /// The prefix of every label berth sets; listing by it finds berth's instances in one call.
 pub const LABEL_PREFIX: &str = "user.berth.";
+/// On a home volume made for a profile added to an existing container: `pending` until what
+/// the container already held at the home path was copied in (then the key goes).
+pub const CARRY_KEY: &str = "user.berth.carry";
 /// The finalizer that holds a project until its container and volumes are gone.
 pub const FINALIZER: &str = "berth.dev/teardown";
 

@@ -384,3 +384,102 @@ fn a_start_lxd_refuses_is_explained_by_get_describe_events_and_wait() {
     let get = text(berth_cli(&berth, &["get", "project", &name]));
     assert!(!get.contains(cause), "{get}");
 }
+
+/// A profile added to a running project gets a home volume over its home path; what the
+/// container already held there (a provider's login, its sessions) is copied into the volume
+/// first, so nothing is hidden, and it is said in an event.
+#[test]
+fn a_profile_added_later_keeps_what_its_home_already_held() {
+    let mut berth = Berth::start_with(&[], &[]);
+    let name = unique_name();
+    let profile = format!("carry-{}", &name[name.len() - 8..]);
+    let reply = berth.client().post_json(
+        "/apis/berth.dev/v1alpha1/agentprofiles",
+        &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "AgentProfile",
+            "metadata": {"name": profile},
+            "spec": {"home": "/root/.claude", "install": {"check": "true"},
+                     "runner": {"command": ["sleep", "100000"]}}}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    berth.create_project(&name, json!({"image": "berth-tiny"}));
+    let project = berth.wait_ready(&name);
+    let uid = uid_of(&project);
+    let before = "mkdir -p /root/.claude/projects && printf 'token-abc\\n' > /root/.claude/.credentials.json \
+                  && printf '{\"turn\":1}\\n' > /root/.claude/projects/s.jsonl \
+                  && chmod 600 /root/.claude/.credentials.json";
+    exec(&name, before).unwrap();
+
+    let reply = berth.patch_project(&name, json!({"spec": {"agents": [profile]}}));
+    assert!(reply.status < 300, "{}", reply.text());
+    let volume = format!("berth-{uid}-home-{profile}");
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while exec(&name, "grep -q ' /root/.claude ' /proc/mounts").is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the home volume was never mounted\n{}",
+            berth.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The files are there, now on the volume, with their mode.
+    assert_eq!(
+        exec(
+            &name,
+            "cat /root/.claude/.credentials.json /root/.claude/projects/s.jsonl"
+        )
+        .unwrap(),
+        "token-abc\n{\"turn\":1}\n"
+    );
+    assert_eq!(
+        exec(&name, "stat -c %a /root/.claude/.credentials.json")
+            .unwrap()
+            .trim(),
+        "600"
+    );
+    assert!(
+        live_volumes_of(&uid).contains(&volume),
+        "{:?}",
+        live_volumes_of(&uid)
+    );
+    assert_eq!(
+        lxc(&[
+            "storage",
+            "volume",
+            "get",
+            "default",
+            &volume,
+            "user.berth.carry"
+        ])
+        .unwrap_or_default()
+        .trim(),
+        "",
+        "the volume still waits for its copy"
+    );
+    let devices = lxc(&["config", "device", "list", &name]).unwrap();
+    assert!(
+        !devices.lines().any(|d| d.starts_with("carry-")),
+        "the copy's mount was left behind: {devices}"
+    );
+    let events = berth
+        .client()
+        .get(&format!("{}/{name}/events", crate::harness::PROJECTS))
+        .json();
+    let carried = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["reason"] == "HomeCarried")
+        .unwrap_or_else(|| panic!("no HomeCarried event: {events}"));
+    assert!(
+        carried["message"]
+            .as_str()
+            .unwrap()
+            .contains("/root/.claude"),
+        "{carried}"
+    );
+    berth.delete_project(&name);
+    let reply = berth
+        .client()
+        .delete(&format!("/apis/berth.dev/v1alpha1/agentprofiles/{profile}"));
+    assert!(reply.status < 300, "{}", reply.text());
+}

@@ -69,9 +69,9 @@ pub use profile::{
 };
 pub use project::{
     ActivitySource, ActivityStatus, AgentState, AgentStatus, ContainerStatus, DEFAULTED_FIELDS,
-    Defaults, DeletionHold, Forward, IdleAction, MIN_MEMORY_BYTES, Phase, PortStatus, PowerState,
-    Project, ProjectSpec, ProjectStatus, ProtectionReason, ReapAction, ReapPolicy, ReapStatus,
-    Repo, ResolvedReapPolicy, Resources, SeedFile, Step, UnsavedWork,
+    Defaults, DeletionHold, Forward, IdleAction, MIN_MEMORY_BYTES, MIN_PROCESSES, Phase,
+    PortStatus, PowerState, Project, ProjectSpec, ProjectStatus, ProtectionReason, ReapAction,
+    ReapPolicy, ReapStatus, Repo, ResolvedReapPolicy, Resources, SeedFile, Step, UnsavedWork,
 };
 pub use quantity::{CpuQuantity, Quantity};
 pub use schema::schemas;

@@ -18,12 +18,13 @@ use crate::quantity::{CpuQuantity, Quantity, scalar};
 /// The spec fields [`Project::apply_defaults`] fills from the fleet defaults, as dotted paths.
 /// Defaulting fills them when a project is created; an existing project keeps what it holds
 /// (admission carries them over), so a change of fleet defaults never reaches running projects.
-pub const DEFAULTED_FIELDS: [&str; 9] = [
+pub const DEFAULTED_FIELDS: [&str; 10] = [
     "image",
     "resources.cpu",
     "resources.memory",
     "resources.disk",
     "resources.workspaceSize",
+    "resources.processes",
     "reap.idleAfter",
     "reap.idleAction",
     "reap.maxAge",
@@ -190,6 +191,10 @@ pub struct Resources {
     /// Size of the durable /workspace volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_size: Option<Quantity>,
+    /// The most processes (and threads) the container may run at once (LXD's
+    /// `limits.processes`): a runaway program or a fork bomb stops there. Applies live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<u32>,
 }
 
 impl Resources {
@@ -198,6 +203,7 @@ impl Resources {
             && self.memory.is_none()
             && self.disk.is_none()
             && self.workspace_size.is_none()
+            && self.processes.is_none()
     }
 
     /// Takes every field not set here from `other`.
@@ -213,6 +219,9 @@ impl Resources {
         }
         if self.workspace_size.is_none() {
             self.workspace_size = other.workspace_size.clone();
+        }
+        if self.processes.is_none() {
+            self.processes = other.processes;
         }
     }
 }
@@ -365,6 +374,8 @@ impl Default for Defaults {
                 memory: "4GiB".parse().ok(),
                 disk: None,
                 workspace_size: None,
+                // A ceiling for a fork bomb, far above what agents, browsers and builds run.
+                processes: Some(4096),
             },
             reap: ReapPolicy::design_defaults(),
         }
@@ -967,7 +978,22 @@ fn check_profile_name(name: &str, field: &str, errs: &mut ValidationErrors) {
 /// container (1KiB fails every start), and little runs in a few MiB anyway.
 pub const MIN_MEMORY_BYTES: u64 = 32 * 1024 * 1024;
 
+/// The least `resources.processes` admission accepts: the container's init, an exec and a git
+/// command with its helpers fit, so berth can still look inside a project at its limit.
+pub const MIN_PROCESSES: u32 = 32;
+
 fn validate_resources(r: &Resources, prefix: &str, errs: &mut ValidationErrors) {
+    if let Some(processes) = r.processes
+        && processes < MIN_PROCESSES
+    {
+        errs.push(
+            format!("{prefix}.processes"),
+            format!(
+                "{processes} is below the minimum of {MIN_PROCESSES}: the container's init and \
+                 berth's own commands need that many"
+            ),
+        );
+    }
     if r.cpu.as_ref().is_some_and(|c| c.millis() == 0) {
         errs.push(format!("{prefix}.cpu"), "must be more than 0");
     }

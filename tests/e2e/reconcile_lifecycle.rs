@@ -483,3 +483,80 @@ fn a_profile_added_later_keeps_what_its_home_already_held() {
         .delete(&format!("/apis/berth.dev/v1alpha1/agentprofiles/{profile}"));
     assert!(reply.status < 300, "{}", reply.text());
 }
+
+/// `spec.resources.processes` is LXD's `limits.processes`: a fork bomb stops at it, and a
+/// changed limit applies to the running container, which keeps running.
+#[test]
+fn a_process_limit_stops_a_fork_bomb_and_changes_live() {
+    let mut berth = Berth::start_with(&[], &[]);
+    let name = unique_name();
+    berth.create_project(
+        &name,
+        json!({"image": "berth-tiny", "resources": {"processes": 40}}),
+    );
+    berth.wait_ready(&name);
+    let limit = || {
+        lxc(&["config", "get", &name, "limits.processes"])
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    // As LXD counts them (the container's pids cgroup): at its limit nothing inside can fork
+    // a `ps`, so the count comes from outside.
+    let processes = || -> i64 {
+        lxc(&["query", &format!("/1.0/instances/{name}/state")])
+            .ok()
+            .and_then(|state| serde_json::from_str::<serde_json::Value>(&state).ok())
+            .and_then(|state| state["processes"].as_i64())
+            .unwrap_or(-1)
+    };
+    let settle = |below: i64| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while processes() >= below {
+            assert!(
+                Instant::now() < deadline,
+                "{} processes still run",
+                processes()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    assert_eq!(limit(), "40");
+    // Eighty sleepers asked for, each for 20 s; the limit lets fewer than forty run.
+    let bomb = "sh -c 'i=0; while [ $i -lt 80 ]; do sleep 20 </dev/null >/dev/null 2>&1 & \
+                i=$((i+1)); done' >/dev/null 2>&1; exit 0";
+    exec(&name, bomb).unwrap();
+    let ran = processes();
+    assert!(
+        (20..=40).contains(&ran),
+        "{ran} processes under a limit of 40"
+    );
+    settle(15);
+
+    let before = lxc(&["config", "get", &name, "volatile.uuid"]).unwrap();
+    let reply = berth.patch_project(&name, json!({"spec": {"resources": {"processes": 400}}}));
+    assert!(reply.status < 300, "{}", reply.text());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while limit() != "400" {
+        assert!(
+            Instant::now() < deadline,
+            "limits.processes is still {}",
+            limit()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(instance_state(&name).as_deref(), Some("RUNNING"));
+    assert_eq!(
+        lxc(&["config", "get", &name, "volatile.uuid"]).unwrap(),
+        before,
+        "the limit changed by replacing the container"
+    );
+    exec(&name, bomb).unwrap();
+    let ran = processes();
+    assert!(
+        ran >= 80,
+        "{ran} processes under a limit of 400: every sleeper runs"
+    );
+    settle(15);
+    berth.delete_project(&name);
+}

@@ -27,7 +27,7 @@ fn table() -> Vec<(&'static str, &'static str, &'static str, serde_json::Value)>
                 "displayName": "bare",
                 "state": "Running",
                 "image": "berth-base",
-                "resources": {"cpu": "2", "memory": "4GiB"},
+                "resources": {"cpu": "2", "memory": "4GiB", "processes": 4096},
                 "reap": {"idleAfter": "8h", "idleAction": "Stop", "maxAge": "30d", "protectIgnored": BUILT_IN},
             }),
         ),
@@ -39,7 +39,7 @@ fn table() -> Vec<(&'static str, &'static str, &'static str, serde_json::Value)>
                 "displayName": "Own Thing",
                 "state": "Stopped",
                 "image": "custom",
-                "resources": {"cpu": "2", "memory": "8Gi", "workspaceSize": "50GiB"},
+                "resources": {"cpu": "2", "memory": "8Gi", "workspaceSize": "50GiB", "processes": 4096},
                 "reap": {"idleAfter": "2h", "idleAction": "Stop", "maxAge": "never", "protectIgnored": []},
             }),
         ),
@@ -53,7 +53,7 @@ fn table() -> Vec<(&'static str, &'static str, &'static str, serde_json::Value)>
                 "image": "other",
                 "agent": "shell",
                 "brief": "hello",
-                "resources": {"cpu": "500m", "memory": "4GiB", "disk": "10GiB"},
+                "resources": {"cpu": "500m", "memory": "4GiB", "disk": "10GiB", "processes": 4096},
                 "reap": {"idleAfter": "8h", "idleAction": "Delete", "maxAge": "30d", "protectIgnored": ["*.pem"]},
             }),
         ),
@@ -65,7 +65,7 @@ fn table() -> Vec<(&'static str, &'static str, &'static str, serde_json::Value)>
                 "displayName": "blank",
                 "state": "Running",
                 "image": "berth-base",
-                "resources": {"cpu": "2", "memory": "4GiB"},
+                "resources": {"cpu": "2", "memory": "4GiB", "processes": 4096},
                 "reap": {"idleAfter": "8h", "idleAction": "Stop", "maxAge": "30d", "protectIgnored": BUILT_IN},
             }),
         ),
@@ -175,7 +175,7 @@ fn at<'a>(value: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Va
 #[test]
 fn defaulted_fields_are_exactly_what_defaulting_fills() {
     let defaults: Defaults = serde_yaml::from_str(
-        "image: img\nresources: {cpu: '3', memory: 3GiB, disk: 3GiB, workspaceSize: 3GiB}\n",
+        "image: img\nresources: {cpu: '3', memory: 3GiB, disk: 3GiB, workspaceSize: 3GiB, processes: 300}\n",
     )
     .unwrap();
     let mut p = project("metadata: {name: bare}\n");

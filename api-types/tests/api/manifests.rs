@@ -21,7 +21,7 @@ const BAD: &[(&str, &str, &[&str])] = &[
         &[
             "metadata.namespace: unknown field (expected one of `name`, `uid`, `generation`, `resourceVersion`, `labels`, `annotations`, `creationTimestamp`, `deletionTimestamp`, `finalizers`)",
             "spec.repo.brnach: unknown field (expected `url` or `branch`)",
-            "spec.resources.memroy: unknown field (expected one of `cpu`, `memory`, `disk`, `workspaceSize`)",
+            "spec.resources.memroy: unknown field (expected one of `cpu`, `memory`, `disk`, `workspaceSize`, `processes`)",
             "spec.seedFiles[0].bogus: unknown field (expected one of `path`, `content`, `mode`, `merge`)",
             "specs: unknown field (expected one of `apiVersion`, `kind`, `metadata`, `spec`, `status`)",
         ],

@@ -33,13 +33,20 @@ pub struct Envelope {
     pub disk_bytes: Option<Limit>,
     /// Quota of the workspace volume.
     pub workspace_bytes: Option<Limit>,
+    /// The most processes at once (`limits.processes`).
+    pub processes: Option<Limit>,
 }
 
 /// The config keys berth manages for limits; a key absent from the desired set is removed.
-pub const LIMIT_KEYS: [&str; 3] = ["limits.cpu", "limits.cpu.allowance", "limits.memory"];
+pub const LIMIT_KEYS: [&str; 4] = [
+    "limits.cpu",
+    "limits.cpu.allowance",
+    "limits.memory",
+    "limits.processes",
+];
 
 impl Envelope {
-    /// The instance config keys for CPU and memory. Whole CPUs pin that many CPUs
+    /// The instance config keys for CPU, memory and processes. Whole CPUs pin that many CPUs
     /// (`limits.cpu`); a fraction becomes a hard time quota (`limits.cpu.allowance`).
     pub fn config(&self, include: impl Fn(Origin) -> bool) -> BTreeMap<String, String> {
         let mut config = BTreeMap::new();
@@ -54,6 +61,9 @@ impl Envelope {
         }
         if let Some(memory) = self.memory_bytes.filter(|l| include(l.origin)) {
             config.insert("limits.memory".to_string(), memory.value.to_string());
+        }
+        if let Some(processes) = self.processes.filter(|l| include(l.origin)) {
+            config.insert("limits.processes".to_string(), processes.value.to_string());
         }
         config
     }

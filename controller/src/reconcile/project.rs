@@ -842,6 +842,7 @@ impl Project<'_> {
         fleet(self.envelope.cpu_millis)
             || fleet(self.envelope.memory_bytes)
             || fleet(self.envelope.disk_bytes)
+            || fleet(self.envelope.processes)
     }
 
     fn has_project_limits(&self) -> bool {
@@ -850,6 +851,7 @@ impl Project<'_> {
             || project(self.envelope.memory_bytes)
             || project(self.envelope.disk_bytes)
             || project(self.envelope.workspace_bytes)
+            || project(self.envelope.processes)
     }
 
     /// The member to create the volumes and the container on: the one recorded in
@@ -1853,6 +1855,7 @@ pub fn envelope_of(spec: &Resources, overrides: Option<&str>) -> Envelope {
             "resources.workspaceSize",
             spec.workspace_size.as_ref().map(|q| q.as_bytes()),
         ),
+        processes: limit("resources.processes", spec.processes.map(u64::from)),
     }
 }
 

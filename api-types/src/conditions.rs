@@ -19,11 +19,16 @@ pub mod condition_types {
     pub const REPLACE_BLOCKED: &str = "ReplaceBlocked";
     /// The checkout waits: the workspace holds files berth did not write, and no repository.
     pub const CHECKOUT_BLOCKED: &str = "CheckoutBlocked";
+    /// A changed `resources.disk` or `workspaceSize` is not applied yet: LXD refused it (a
+    /// volume shrunk below what it holds); tried again each pass.
+    pub const RESIZE_PENDING: &str = "ResizePending";
+    /// A changed size is recorded but the storage pool does not enforce sizes (LXD's `dir`).
+    pub const RESIZE_UNSUPPORTED: &str = "ResizeUnsupported";
     /// GitSource: a sync is in progress.
     pub const RECONCILING: &str = "Reconciling";
 
     /// Every Project condition type, in the order `describe` shows them.
-    pub const PROJECT: [&str; 10] = [
+    pub const PROJECT: [&str; 12] = [
         READY,
         MOUNTS_READY,
         RESOURCES_APPLIED,
@@ -34,6 +39,8 @@ pub mod condition_types {
         IMAGE_OUTDATED,
         REPLACE_BLOCKED,
         CHECKOUT_BLOCKED,
+        RESIZE_PENDING,
+        RESIZE_UNSUPPORTED,
     ];
 }
 
@@ -70,6 +77,8 @@ pub mod reasons {
     pub const DELETING: &str = "Deleting";
     pub const PROVISIONING_FAILED: &str = "ProvisioningFailed";
     pub const RESOURCES_REJECTED: &str = "ResourcesRejected";
+    /// A size LXD refused to change (`ResizePending`).
+    pub const RESIZE_REFUSED: &str = "ResizeRefused";
     pub const APPLIED: &str = "Applied";
     pub const NEW_IMAGE_AVAILABLE: &str = "NewImageAvailable";
     /// GitSource sync outcomes.

@@ -560,3 +560,177 @@ fn a_process_limit_stops_a_fork_bomb_and_changes_live() {
     settle(15);
     berth.delete_project(&name);
 }
+
+/// A changed `disk` or `workspaceSize` reaches the container and its volume; on this `dir`
+/// pool, which enforces no size, the project says so in `ResizeUnsupported`, naming the field.
+#[test]
+fn a_changed_size_is_applied_or_said_to_be_unsupported() {
+    let mut berth = Berth::start_with(&[], &[]);
+    let name = unique_name();
+    berth.create_project(
+        &name,
+        json!({"image": "berth-tiny", "resources": {"workspaceSize": "1GiB"}}),
+    );
+    let project = berth.wait_ready(&name);
+    let uid = uid_of(&project);
+    let volume = format!("berth-{uid}-workspace");
+    let size = || {
+        lxc(&["storage", "volume", "get", "default", &volume, "size"])
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(size(), "1073741824");
+    let before = lxc(&["config", "get", &name, "volatile.uuid"]).unwrap();
+
+    let reply = berth.patch_project(
+        &name,
+        json!({"spec": {"resources": {"workspaceSize": "2GiB", "disk": "3GiB"}}}),
+    );
+    assert!(reply.status < 300, "{}", reply.text());
+    let project = berth.wait_for(&name, "ResizeUnsupported", |p| {
+        p["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter().any(|c| {
+                c["type"] == "ResizeUnsupported"
+                    && c["status"] == "True"
+                    && c["message"].as_str().is_some_and(|m| {
+                        m.contains("spec.resources.workspaceSize")
+                            && m.contains("spec.resources.disk")
+                    })
+            })
+        })
+    });
+    assert_eq!(size(), "2147483648", "{}", project["status"]);
+    assert_eq!(
+        lxc(&["config", "device", "get", &name, "root", "size"])
+            .unwrap()
+            .trim(),
+        "3221225472"
+    );
+    // Applied to the container as it runs: the same container.
+    assert_eq!(
+        lxc(&["config", "get", &name, "volatile.uuid"]).unwrap(),
+        before
+    );
+    assert_eq!(instance_state(&name).as_deref(), Some("RUNNING"));
+    berth.delete_project(&name);
+}
+
+/// The btrfs pool `scripts/setup-test-deps` makes once (a loop file): a pool that enforces
+/// sizes, beside the shared `dir` pool. The test's volumes on it (named by its project's uid,
+/// in the trash too) are deleted when it ends; the pool stays, so no test changes LXD's pools
+/// while others run.
+const QUOTA_POOL: &str = "berth-test-quota";
+
+struct QuotaVolumes {
+    uid: String,
+}
+
+impl Drop for QuotaVolumes {
+    fn drop(&mut self) {
+        let listed =
+            lxc(&["storage", "volume", "list", QUOTA_POOL, "--format", "csv"]).unwrap_or_default();
+        for line in listed.lines() {
+            let mut fields = line.split(',');
+            if let (Some("custom"), Some(volume)) = (fields.next(), fields.next())
+                && !self.uid.is_empty()
+                && volume.contains(&self.uid)
+            {
+                let _ = lxc(&["storage", "volume", "delete", QUOTA_POOL, volume]);
+            }
+        }
+    }
+}
+
+/// On a pool that enforces sizes a changed `workspaceSize` applies to the running project
+/// (what did not fit now fits), and one LXD refuses (below what the volume holds) is said in
+/// `ResizePending` with LXD's words, the volume left as it was.
+#[test]
+fn a_size_changes_live_on_a_pool_that_enforces_it() {
+    let config = tempfile::NamedTempFile::new().expect("config file");
+    std::fs::write(
+        config.path(),
+        format!("lxd: {{storagePool: {QUOTA_POOL}}}\n"),
+    )
+    .unwrap();
+    let mut berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
+    let name = unique_name();
+    berth.create_project(
+        &name,
+        json!({"image": "berth-tiny", "resources": {"workspaceSize": "64MiB"}}),
+    );
+    let project = berth.wait_ready(&name);
+    let _volumes = QuotaVolumes {
+        uid: uid_of(&project),
+    };
+    let volume = format!("berth-{}-workspace", uid_of(&project));
+    let size = || {
+        lxc(&["storage", "volume", "get", QUOTA_POOL, &volume, "size"])
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    let write = |mib: u32, file: &str| {
+        exec(
+            &name,
+            &format!("dd if=/dev/zero of=/workspace/{file} bs=1M count={mib} 2>/dev/null && sync"),
+        )
+    };
+    assert!(
+        write(100, "big").is_err(),
+        "100MiB fit in a 64MiB workspace"
+    );
+    exec(&name, "rm -f /workspace/big").unwrap();
+
+    let reply = berth.patch_project(
+        &name,
+        json!({"spec": {"resources": {"workspaceSize": "256MiB"}}}),
+    );
+    assert!(reply.status < 300, "{}", reply.text());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while size() != "268435456" {
+        assert!(Instant::now() < deadline, "the volume is still {}", size());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    write(100, "big").expect("100MiB fit once the workspace is 256MiB");
+    let events = berth
+        .client()
+        .get(&format!("{}/{name}/events", crate::harness::PROJECTS))
+        .json();
+    assert!(
+        events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["reason"] == "Resized"
+                && e["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("workspaceSize")),
+        "{events}"
+    );
+
+    let reply = berth.patch_project(
+        &name,
+        json!({"spec": {"resources": {"workspaceSize": "32MiB"}}}),
+    );
+    assert!(reply.status < 300, "{}", reply.text());
+    berth.wait_for(&name, "ResizePending", |p| {
+        p["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter().any(|c| {
+                c["type"] == "ResizePending"
+                    && c["status"] == "True"
+                    && c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("spec.resources.workspaceSize"))
+            })
+        })
+    });
+    assert_eq!(size(), "268435456", "a refused shrink changed the volume");
+    assert_eq!(
+        exec(&name, "wc -c < /workspace/big").unwrap().trim(),
+        "104857600"
+    );
+    berth.delete_project(&name);
+    drop(berth);
+}

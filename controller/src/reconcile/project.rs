@@ -1010,6 +1010,9 @@ impl Project<'_> {
         if let Next::Return(action) = self.converge_limits(&mut draft, &instance).await? {
             return Ok(action);
         }
+        if let Next::Return(action) = self.converge_sizes(&mut draft, &instance).await? {
+            return Ok(action);
+        }
         if let Next::Return(action) = self.converge_forwards(&mut draft, &instance).await? {
             return Ok(action);
         }
@@ -1683,6 +1686,107 @@ impl Project<'_> {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Sizes the project asks for (`resources.disk`, the root disk's `size`; `workspaceSize`,
+    /// the workspace volume's) applied to an existing container and volume when they changed:
+    /// live where the pool enforces sizes (`Resized`), recorded with `ResizeUnsupported` where
+    /// it does not, and `ResizePending` with LXD's words when LXD refuses (tried each pass).
+    async fn converge_sizes(&self, draft: &mut Draft, instance: &Instance) -> Concern {
+        let runtime = &*self.ctx.runtime;
+        let settings = &self.ctx.settings;
+        let pool = &settings.storage_pool;
+        let own = |limit: Option<Limit>| limit.filter(|l| l.origin == Origin::Project);
+        let mut applied: Vec<&str> = Vec::new();
+        let mut refused: Vec<String> = Vec::new();
+        if let Some(root) = own(self.envelope.disk_bytes)
+            .and_then(|_| self.envelope.root_device(pool, |o| o == Origin::Project))
+        {
+            let have = instance.devices.get("root").and_then(|d| d.get("size"));
+            if have != root.get("size") {
+                let patch = InstancePatch {
+                    config: BTreeMap::new(),
+                    devices: BTreeMap::from([("root".to_string(), root)]),
+                };
+                match runtime.patch_instance(self.name(), &patch).await {
+                    Ok(()) => applied.push("spec.resources.disk"),
+                    Err(RuntimeError::Rejected { message, .. }) => {
+                        refused.push(format!("spec.resources.disk: {message}"));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        if let Some(size) = own(self.envelope.workspace_bytes) {
+            let member = member_name(&instance.location);
+            let volume = DurableLayout::workspace_volume(self.object.uid());
+            let want = size.value.to_string();
+            let have = runtime
+                .get_volume(pool, &volume, member.as_deref())
+                .await?
+                .and_then(|v| v.config.get("size").cloned());
+            if have.is_some_and(|have| have != want) {
+                let config = BTreeMap::from([("size".to_string(), want)]);
+                match runtime
+                    .patch_volume(pool, &volume, &config, member.as_deref())
+                    .await
+                {
+                    Ok(()) => applied.push("spec.resources.workspaceSize"),
+                    Err(RuntimeError::Rejected { message, .. }) => {
+                        refused.push(format!("spec.resources.workspaceSize: {message}"));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        if !refused.is_empty() {
+            let message = refused.join("; ");
+            let already = draft
+                .condition(condition_types::RESIZE_PENDING)
+                .is_some_and(|c| c.status == ConditionStatus::True && c.message == message);
+            if !already {
+                self.warn(reasons::RESIZE_REFUSED, &message).await;
+            }
+            draft.set_condition(
+                condition_types::RESIZE_PENDING,
+                ConditionStatus::True,
+                reasons::RESIZE_REFUSED,
+                &message,
+            );
+        } else if draft
+            .condition(condition_types::RESIZE_PENDING)
+            .is_some_and(|c| c.status == ConditionStatus::True)
+        {
+            draft.set_condition(
+                condition_types::RESIZE_PENDING,
+                ConditionStatus::False,
+                reasons::APPLIED,
+                "",
+            );
+        }
+        if applied.is_empty() {
+            return Ok(Next::Continue);
+        }
+        if settings.pool_enforces_quotas {
+            self.warn_normal(
+                "Resized",
+                &format!("applied {} to the running project", applied.join(", ")),
+            )
+            .await;
+        } else {
+            let message = format!(
+                "{}: recorded, but storage pool {pool:?} does not enforce sizes",
+                applied.join(", ")
+            );
+            self.warn(reasons::QUOTA_NOT_ENFORCED, &message).await;
+            draft.set_condition(
+                condition_types::RESIZE_UNSUPPORTED,
+                ConditionStatus::True,
+                reasons::QUOTA_NOT_ENFORCED,
+                &message,
+            );
+        }
+        self.commit_and_go_on(draft).await
     }
 
     /// Host forwards (`spec.forwards`) added, changed or removed on the container.

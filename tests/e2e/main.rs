@@ -43,6 +43,7 @@ mod ops_readiness;
 mod ops_runtime;
 mod pipeline_agent;
 mod preview_urls;
+mod provider_homes;
 mod readme_walkthrough;
 mod reap_scheduler;
 mod reconcile_crash;

@@ -70,13 +70,13 @@ impl RuntimeHandle {
     }
 }
 
-#[cfg(all(test, feature = "testing"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
     #[tokio::test]
     async fn a_ready_handle_hands_out_its_runtime() {
-        let fake: Arc<dyn Runtime> = Arc::new(crate::runtime::fake::FakeRuntime::new());
+        let fake: Arc<dyn Runtime> = Arc::new(crate::testing::fake_runtime::FakeRuntime::new());
         let handle = RuntimeHandle::ready(Arc::clone(&fake));
         assert!(Arc::ptr_eq(&handle.get().unwrap(), &fake));
         assert!(Arc::ptr_eq(&handle.connect().await.unwrap(), &fake));

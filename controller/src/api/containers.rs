@@ -355,7 +355,7 @@ fn runtime_error(name: &str, e: &RuntimeError) -> ApiError {
     }
 }
 
-#[cfg(all(test, feature = "testing"))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::inspect::reach::owned_container;
@@ -372,7 +372,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_container_is_not_a_conflict() {
-        let fake = crate::runtime::fake::FakeRuntime::new();
+        let fake = crate::testing::fake_runtime::FakeRuntime::new();
         let err = owned_container(&fake, "nothing", "u1", "c1")
             .await
             .unwrap_err();

@@ -86,7 +86,7 @@ pub async fn owned_container(
     }
 }
 
-#[cfg(all(test, feature = "testing"))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::layout::UID_LABEL;

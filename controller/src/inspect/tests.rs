@@ -14,10 +14,9 @@ fn unconnected_inspector_is_not_ready_and_says_where_it_looked() {
     assert!(inspector.runtime().is_none());
 }
 
-#[cfg(feature = "testing")]
 #[test]
 fn a_connected_inspector_is_ready_until_a_probe_says_otherwise() {
-    let fake: Arc<dyn Runtime> = Arc::new(crate::runtime::fake::FakeRuntime::new());
+    let fake: Arc<dyn Runtime> = Arc::new(crate::testing::fake_runtime::FakeRuntime::new());
     let lxd = Arc::new(RuntimeHandle::ready(fake));
     let inspector = Inspector::new("unix:///lxd.socket", "c1", Some(lxd), Default::default());
     assert!(inspector.runtime().is_some());

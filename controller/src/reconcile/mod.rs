@@ -288,5 +288,5 @@ pub fn spawn_controller(
     }
 }
 
-#[cfg(all(test, feature = "testing"))]
+#[cfg(test)]
 mod tests;

@@ -15,10 +15,10 @@ use super::{
 };
 use crate::layout::{CONTROLLER_LABEL, DurableLayout, FINALIZER, UID_LABEL};
 use crate::metrics::Metrics;
-use crate::runtime::fake::{FakeRuntime, Fault};
 use crate::runtime::{Instance, InstanceStatus, Runtime, RuntimeError};
 use crate::store::{Desired, Store};
 use crate::testing::eventually;
+use crate::testing::fake_runtime::{FakeRuntime, Fault};
 use crate::testing::inspection::{FakeWorkspace, script_inspection};
 
 /// More reconciles than any convergence here needs; hitting it means a loop.
@@ -595,7 +595,7 @@ async fn a_new_image_replaces_the_container_and_keeps_the_volume() {
     let instance = h.fake.instance("p").unwrap();
     assert_eq!(
         instance.base_image(),
-        Some(crate::runtime::fake::fake_fingerprint("berth-base").as_str())
+        Some(crate::testing::fake_runtime::fake_fingerprint("berth-base").as_str())
     );
     assert_eq!(h.fake.count("delete_volume"), 0);
     assert_eq!(h.fake.count("delete_instance"), 0, "nothing is deleted");
@@ -1008,7 +1008,7 @@ async fn a_deleted_alias_falls_back_to_the_recorded_fingerprint() {
     h.fake.vanish("p");
     // The alias goes; the image itself stays (the fake keeps images by alias, so another
     // alias holds it).
-    let fingerprint = crate::runtime::fake::fake_fingerprint("berth-tiny");
+    let fingerprint = crate::testing::fake_runtime::fake_fingerprint("berth-tiny");
     h.fake.remove_image("berth-tiny");
     h.fake.add_image("kept", &fingerprint);
     h.converge("p").await;

@@ -2,14 +2,12 @@
 //! exec, files, custom storage volumes, images and the event stream.
 //!
 //! The trait knows LXD concepts (an instance, a `user.*` config key, a storage pool) but nothing
-//! about berth projects. `crate::lxd::LxdClient` implements it against a real daemon; the
-//! `FakeRuntime` (feature `testing`) implements it in memory with fault injection for unit tests.
+//! about berth projects. `crate::lxd::LxdClient` implements it against a real daemon;
+//! `crate::testing::fake_runtime::FakeRuntime` implements it in memory with fault injection for
+//! unit tests, benchmarks and scale simulation.
 
 mod error;
 mod types;
-
-#[cfg(feature = "testing")]
-pub mod fake;
 
 use std::pin::Pin;
 use std::time::Duration;

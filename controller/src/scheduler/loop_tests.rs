@@ -292,11 +292,10 @@ impl Drop for Decrement {
     }
 }
 
-#[cfg(feature = "testing")]
 #[tokio::test(start_paused = true)]
 async fn inspect_all_turns_a_hung_exec_into_inspection_failed() {
-    use crate::runtime::fake::FakeRuntime;
     use crate::runtime::{ExecOutput, Instance};
+    use crate::testing::fake_runtime::FakeRuntime;
 
     let fake = Arc::new(FakeRuntime::new());
     for name in ["slow", "fast"] {

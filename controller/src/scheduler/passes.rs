@@ -1090,10 +1090,10 @@ fn plan_reason(object: &StoredObject, status: &ProjectStatus) -> String {
     }
 }
 
-#[cfg(all(test, feature = "testing"))]
+#[cfg(test)]
 #[path = "passes_tests.rs"]
 mod tests;
 
-#[cfg(all(test, feature = "testing"))]
+#[cfg(test)]
 #[path = "sim_tests.rs"]
 mod sim;

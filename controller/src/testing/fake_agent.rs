@@ -30,8 +30,8 @@ use serde_json::{Value, json};
 use crate::agent::{
     ANSWER_FILE, BRIEF_FILE, BRIEF_ID_FILE, RUNNER_PID_FILE, STATUS_FILE, sanitize_untrusted,
 };
-use crate::runtime::fake::FakeRuntime;
 use crate::runtime::{ExecOutput, ExecRequest, FileWrite, Runtime, RuntimeError};
+use crate::testing::fake_runtime::FakeRuntime;
 
 /// What the fake's install checks print as the CLI's version.
 pub const FAKE_AGENT_VERSION: &str = "fake-agent 1.0";

@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use tokio::sync::broadcast;
 
-use super::{
+use crate::runtime::{
     CreateInstance, CreateVolume, Created, EventKind, EventStream, ExecOutput, ExecRequest,
     FileWrite, HostCapacity, ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch,
     InstanceState, InstanceStatus, InteractiveExec, Mkdir, Operation, OperationStatus, Result,

@@ -5,8 +5,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use chrono::{DateTime, Utc};
 
-use crate::runtime::fake::FakeRuntime;
 use crate::runtime::{ExecOutput, ExecRequest};
+use crate::testing::fake_runtime::FakeRuntime;
 use crate::workspace::inspect::HEADER;
 
 /// What a scripted inspection reports (see [`script_inspection`]).

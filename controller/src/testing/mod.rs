@@ -1,10 +1,10 @@
-//! Test support: fakes and fixtures for the crate's unit tests, its integration tests and the
-//! benchmarks (feature `testing`). Nothing in production code uses it.
+//! Test support: fakes and fixtures for the crate's unit tests (built with `cfg(test)`, so a
+//! plain `cargo test` runs every one), the benchmarks and scale simulation (feature `testing`).
+//! Nothing in production code uses it.
 
-#[cfg(feature = "testing")]
 pub mod fake_agent;
+pub mod fake_runtime;
 pub mod fixtures;
-#[cfg(feature = "testing")]
 pub mod inspection;
 
 /// Waits in real time until `check` holds, failing the test with `what` after a minute.

@@ -38,11 +38,10 @@ fn edits_replace_exact_bytes_and_count_every_occurrence() {
 
 /// Only the exec that changes the workspace leaves an outcome unknown when LXD's answer is
 /// lost; a lost read, a lost staging write or LXD's refusal is "unreachable": nothing ran.
-#[cfg(feature = "testing")]
 #[tokio::test(start_paused = true)]
 async fn a_lost_answer_is_outcome_unknown_only_once_a_mutation_was_sent() {
     use crate::runtime::Instance;
-    use crate::runtime::fake::{FakeRuntime, Fault};
+    use crate::testing::fake_runtime::{FakeRuntime, Fault};
 
     let fake = Arc::new(FakeRuntime::new());
     fake.insert_instance(Instance::running("p", BTreeMap::new()));

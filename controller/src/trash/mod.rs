@@ -16,7 +16,7 @@
 mod names;
 mod restore;
 
-#[cfg(all(test, feature = "testing"))]
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;

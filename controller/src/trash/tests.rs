@@ -15,9 +15,9 @@ use super::{Restore, Trash, TrashError, TrashSettings, is_trash_name};
 use crate::layout::{DurableLayout, FINALIZER, UID_LABEL};
 use crate::metrics::Metrics;
 use crate::reconcile::{Action, Context, ControllerSettings, NoLaterSteps, WorkQueue, project};
-use crate::runtime::fake::{FakeRuntime, Fault};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::store::{Desired, Store};
+use crate::testing::fake_runtime::{FakeRuntime, Fault};
 
 const POOL: &str = "default";
 const DAY: Duration = Duration::from_secs(86_400);

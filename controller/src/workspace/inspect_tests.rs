@@ -558,11 +558,10 @@ fn known_files_are_given_in_sha256sum_format() {
     );
 }
 
-#[cfg(feature = "testing")]
 mod on_fake_runtime {
     use super::*;
     use crate::runtime::Instance;
-    use crate::runtime::fake::FakeRuntime;
+    use crate::testing::fake_runtime::FakeRuntime;
 
     fn running(fake: &FakeRuntime, name: &str) {
         fake.insert_instance(Instance::running(name, BTreeMap::new()));

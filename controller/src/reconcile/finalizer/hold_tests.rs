@@ -14,9 +14,9 @@ use super::*;
 use crate::layout::{CONTROLLER_LABEL, UID_LABEL};
 use crate::metrics::Metrics;
 use crate::reconcile::{Action, Backoff, ControllerSettings, NoLaterSteps, WorkQueue};
-use crate::runtime::fake::FakeRuntime;
 use crate::runtime::{CreateVolume, ExecOutput, Instance, InstanceStatus, Runtime};
 use crate::store::Desired;
+use crate::testing::fake_runtime::FakeRuntime;
 use crate::testing::fixtures::{delete_project, finalized_project};
 use crate::testing::inspection::{FakeWorkspace, inspection_report, is_inspection};
 use crate::workspace::inspection_instance::{INSPECTS_LABEL, instance_name};
@@ -290,7 +290,7 @@ async fn the_inspection_instance_is_made_the_way_the_contract_says() {
     let object = s.deleting(
         "p",
         json!({"phase": "Missing", "step": "Requested", "firstReachableAt": "2026-01-01T00:00:00Z",
-               "container": {"name": "p", "imageFingerprint": crate::runtime::fake::fake_fingerprint("berth-tiny")}}),
+               "container": {"name": "p", "imageFingerprint": crate::testing::fake_runtime::fake_fingerprint("berth-tiny")}}),
         Container::Missing,
         FakeWorkspace::default(),
     );
@@ -320,7 +320,7 @@ async fn the_inspection_instance_is_made_the_way_the_contract_says() {
     );
     assert_eq!(
         instance.base_image(),
-        Some(crate::runtime::fake::fake_fingerprint("berth-tiny").as_str()),
+        Some(crate::testing::fake_runtime::fake_fingerprint("berth-tiny").as_str()),
         "made from the recorded fingerprint first"
     );
     let workspace = &instance.devices["workspace"];
@@ -774,7 +774,7 @@ async fn randomized_deletions_never_destroy_protected_work() {
             }
             if rng.random_bool(0.5) {
                 status["container"] = json!({"name": name,
-                    "imageFingerprint": crate::runtime::fake::fake_fingerprint("berth-tiny")});
+                    "imageFingerprint": crate::testing::fake_runtime::fake_fingerprint("berth-tiny")});
             }
         } else {
             status["step"] = json!(steps[rng.random_range(0..3)]);
@@ -833,10 +833,12 @@ async fn randomized_deletions_never_destroy_protected_work() {
             ][rng.random_range(0..7)];
             s.fake.fault_method(
                 method,
-                crate::runtime::fake::Fault::Fail(crate::runtime::RuntimeError::Transport {
-                    what: method.into(),
-                    message: "injected".into(),
-                }),
+                crate::testing::fake_runtime::Fault::Fail(
+                    crate::runtime::RuntimeError::Transport {
+                        what: method.into(),
+                        message: "injected".into(),
+                    },
+                ),
             );
         }
         let protected = world.protected(container);

@@ -60,7 +60,7 @@ pub use gitsource::{
     GitSource, GitSourceSpec, GitSourceStatus, file_url_path, redact_credentials,
     url_has_credentials, validate_git_url,
 };
-pub use meta::{API_VERSION, Condition, ConditionStatus, ObjectMeta};
+pub use meta::{API_VERSION, Condition, ConditionStatus, ObjectMeta, TEARDOWN_FINALIZER};
 pub use naming::{derive_name, display_name_key, slugify, validate_env_key, validate_name};
 pub use object::{Kind, Object, UnknownKind, decode_manifest, decode_stored};
 pub use profile::{

@@ -11,6 +11,10 @@ use crate::quantity::scalar::{self, Bare};
 /// The API group and version of every berth object.
 pub const API_VERSION: &str = "berth.dev/v1alpha1";
 
+/// The finalizer the controller puts on every project: its container and volumes go (into the
+/// trash) before the object does.
+pub const TEARDOWN_FINALIZER: &str = "berth.dev/teardown";
+
 /// Object metadata, as Kubernetes shapes it. `name`, `labels` and `annotations` are written by
 /// users; everything else is set by the server and ignored when a manifest is applied.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

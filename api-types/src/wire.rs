@@ -6,6 +6,9 @@ use crate::error::{FieldError, ValidationErrors};
 use crate::meta::API_VERSION;
 use crate::object::{Kind, Object};
 
+/// The version of the workspace tools protocol (`.../tools/...` requests and answers).
+pub const TOOLS_PROTOCOL_VERSION: &str = "berth.dev/tools/v1";
+
 /// Where every berth object lives on the server: `/apis/` and the [`API_VERSION`].
 pub const API_PREFIX: &str = "/apis/berth.dev/v1alpha1";
 

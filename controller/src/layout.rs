@@ -18,7 +18,7 @@ pub const LABEL_PREFIX: &str = "user.berth.";
 /// the container already held at the home path was copied in (then the key goes).
 pub const CARRY_KEY: &str = "user.berth.carry";
 /// The finalizer that holds a project until its container and volumes are gone.
-pub const FINALIZER: &str = "berth.dev/teardown";
+pub const FINALIZER: &str = berth_api::TEARDOWN_FINALIZER;
 
 /// One durable volume and where it is attached in the container.
 #[derive(Debug, Clone, PartialEq, Eq)]

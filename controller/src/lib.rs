@@ -31,3 +31,6 @@ pub mod testing;
 pub mod tools;
 pub mod trash;
 pub mod workspace;
+
+#[cfg(test)]
+mod invariants_tests;

@@ -124,7 +124,7 @@ async fn create_project(context: &Context, args: CreateProjectArgs) -> anyhow::R
         metadata["labels"] = json!(labels);
     }
     let object = json!({
-        "apiVersion": "berth.dev/v1alpha1",
+        "apiVersion": berth_api::API_VERSION,
         "kind": "Project",
         "metadata": metadata,
         "spec": spec,

@@ -34,7 +34,7 @@ use run::{Run, SIDE_CALL_TIMEOUT, verdict_error};
 use script::Verdict;
 
 /// The protocol version `GET .../tools` announces.
-pub const PROTOCOL_VERSION: &str = "berth.dev/tools/v1";
+pub const PROTOCOL_VERSION: &str = berth_api::wire::TOOLS_PROTOCOL_VERSION;
 /// How long recorded outcomes answer repeated ids.
 pub const RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// How often expired records are deleted, at most.

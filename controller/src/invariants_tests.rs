@@ -1,0 +1,235 @@
+//! The rules ARCHITECTURE.md states, kept by reading the source tree: which top-level module may
+//! import which (one direction, no cycle), no `berth.dev/` name spelled outside `berth-api`, and
+//! feature `testing` only where the list below says.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Each top-level module and the top-level modules its production code may name (`crate::X`).
+/// A new arrow is added here on purpose, and must not close a cycle.
+#[rustfmt::skip]
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("activity_log", &["scheduler"]),
+    ("admission", &["agent", "file_roots", "runtime", "store"]),
+    ("agent", &["file_roots", "runtime"]),
+    ("api", &[
+        "admission", "agent", "auth", "clock", "config", "inspect", "layout", "metrics", "preview",
+        "reconcile", "runtime", "scheduler", "secrets", "store", "tools", "trash", "workspace",
+    ]),
+    ("auth", &["store"]),
+    ("cli", &[
+        "api", "client", "config", "daemon", "gitops", "inspect", "manifests", "mcp", "preview",
+        "scheduler", "trash", "workspace",
+    ]),
+    ("client", &["api", "config"]),
+    ("clock", &[]),
+    ("config", &["trash"]),
+    ("daemon", &[
+        "activity_log", "admission", "api", "config", "file_roots", "gitops", "inspect", "lxd",
+        "metrics", "preview", "reconcile", "runtime_handle", "scheduler", "secrets", "store",
+        "tools", "trash",
+    ]),
+    ("dispose", &["clock", "layout", "runtime", "store", "trash"]),
+    ("file_roots", &[]),
+    ("gitops", &["admission", "manifests", "secrets", "store"]),
+    ("inspect", &["activity_log", "layout", "runtime", "runtime_handle", "store"]),
+    ("layout", &["runtime", "trash"]),
+    ("lxd", &["runtime"]),
+    ("manifests", &[]),
+    ("mcp", &["client", "tools"]),
+    ("metrics", &["lxd"]),
+    ("preview", &["runtime"]),
+    ("reconcile", &[
+        "agent", "clock", "config", "dispose", "file_roots", "layout", "metrics", "runtime",
+        "runtime_handle", "secrets", "store", "trash", "workspace",
+    ]),
+    ("runtime", &[]),
+    ("runtime_handle", &["lxd", "runtime"]),
+    ("scheduler", &[
+        "agent", "clock", "config", "layout", "metrics", "preview", "reconcile", "runtime",
+        "store", "trash", "workspace",
+    ]),
+    ("secrets", &["store"]),
+    ("store", &[]),
+    ("testing", &[]),
+    ("tools", &["agent", "inspect", "reconcile", "runtime", "runtime_handle", "secrets", "store"]),
+    ("trash", &["admission", "agent", "clock", "metrics", "runtime", "store"]),
+    ("workspace", &["agent", "layout", "runtime", "store"]),
+];
+
+/// The files that may name feature `testing`: the crate root (what the feature builds), the
+/// fault points and the clock shift the end-to-end tests drive.
+const TESTING_FEATURE: [&str; 3] = ["lib.rs", "reconcile/fault.rs", "clock.rs"];
+
+/// Every source file under `src/` with its production text: comments out, and each item marked
+/// `#[cfg(test)]` at the top level of the file left out (a `mod x;` line, or a block up to its
+/// closing `}` at column 0). Test files, `testing/` and this file are not production.
+fn production() -> Vec<(String, String)> {
+    fn walk(dir: &Path, root: &Path, out: &mut Vec<(String, String)>) {
+        for entry in std::fs::read_dir(dir).expect("read the source tree") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                walk(&path, root, out);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let relative = path
+                .strip_prefix(root)
+                .expect("under src")
+                .to_string_lossy()
+                .replace('\\', "/");
+            let file = relative.rsplit('/').next().unwrap_or(&relative);
+            if relative.starts_with("testing/") || file == "tests.rs" || file.ends_with("_tests.rs")
+            {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("read a source file");
+            out.push((relative, production_text(&text)));
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = Vec::new();
+    walk(&root, &root, &mut out);
+    assert!(out.len() > 50, "the source tree was read: {}", out.len());
+    out
+}
+
+fn production_text(text: &str) -> String {
+    let mut kept = String::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if line == "#[cfg(test)]" {
+            for item in lines.by_ref() {
+                if item.starts_with("#[") {
+                    continue;
+                }
+                if !item.trim_end().ends_with(';') {
+                    for rest in lines.by_ref() {
+                        if rest == "}" {
+                            break;
+                        }
+                    }
+                }
+                break;
+            }
+            continue;
+        }
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        kept.push_str(line);
+        kept.push('\n');
+    }
+    kept
+}
+
+fn top_level(relative: &str) -> &str {
+    let first = relative.split('/').next().unwrap_or(relative);
+    first.strip_suffix(".rs").unwrap_or(first)
+}
+
+#[test]
+fn top_level_modules_import_only_what_the_table_allows() {
+    let allowed: BTreeMap<&str, BTreeSet<&str>> = ALLOWED
+        .iter()
+        .map(|(module, deps)| (*module, deps.iter().copied().collect()))
+        .collect();
+    let sources = production();
+    let modules: BTreeSet<&str> = sources.iter().map(|(r, _)| top_level(r)).collect();
+    let mut offenders = Vec::new();
+    for (relative, text) in &sources {
+        let module = top_level(relative);
+        if matches!(module, "lib" | "main" | "invariants_tests") {
+            continue;
+        }
+        let Some(may) = allowed.get(module) else {
+            offenders.push(format!("{module}: not in the table"));
+            continue;
+        };
+        for used in text.split("crate::").skip(1) {
+            let name: String = used
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            if name != module && modules.contains(name.as_str()) && !may.contains(name.as_str()) {
+                offenders.push(format!("{relative}: crate::{name}"));
+            }
+        }
+    }
+    offenders.sort();
+    offenders.dedup();
+    assert!(
+        offenders.is_empty(),
+        "imports the table in invariants_tests.rs does not allow (add the arrow on purpose, \
+         or move the code): {offenders:#?}"
+    );
+}
+
+#[test]
+fn the_allowed_imports_have_no_cycle() {
+    let graph: BTreeMap<&str, &[&str]> = ALLOWED.iter().copied().collect();
+    // Kahn's algorithm: what never reaches in-degree zero sits on a cycle.
+    let mut pending: BTreeMap<&str, usize> = graph.keys().map(|m| (*m, 0)).collect();
+    for deps in graph.values() {
+        for dep in *deps {
+            *pending.entry(dep).or_default() += 1;
+        }
+    }
+    let mut ready: Vec<&str> = pending
+        .iter()
+        .filter(|(_, n)| **n == 0)
+        .map(|(m, _)| *m)
+        .collect();
+    let mut seen = 0;
+    while let Some(module) = ready.pop() {
+        seen += 1;
+        for dep in graph.get(module).copied().unwrap_or_default() {
+            let n = pending.get_mut(dep).expect("counted");
+            *n -= 1;
+            if *n == 0 {
+                ready.push(dep);
+            }
+        }
+    }
+    let on_cycle: Vec<&str> = pending
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(m, _)| *m)
+        .collect();
+    assert_eq!(seen, pending.len(), "a cycle through {on_cycle:?}");
+}
+
+#[test]
+fn berth_dev_names_are_spelled_only_in_berth_api() {
+    let offenders: Vec<String> = production()
+        .into_iter()
+        .filter(|(relative, _)| relative != "invariants_tests.rs")
+        .flat_map(|(relative, text)| {
+            text.lines()
+                .filter(|line| line.contains("\"berth.dev/"))
+                .map(|line| format!("{relative}: {}", line.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "name these through berth_api (annotations, API_VERSION, ...): {offenders:#?}"
+    );
+}
+
+#[test]
+fn feature_testing_is_named_only_where_allowed() {
+    let offenders: Vec<String> = production()
+        .into_iter()
+        .filter(|(relative, text)| {
+            text.contains("feature = \"testing\"") && !TESTING_FEATURE.contains(&relative.as_str())
+        })
+        .map(|(relative, _)| relative)
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "production code gated on feature testing: {offenders:?}"
+    );
+}

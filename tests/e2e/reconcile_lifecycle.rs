@@ -647,6 +647,12 @@ impl Drop for QuotaVolumes {
 /// `ResizePending` with LXD's words, the volume left as it was.
 #[test]
 fn a_size_changes_live_on_a_pool_that_enforces_it() {
+    if let Err(e) = lxc(&["storage", "show", QUOTA_POOL]) {
+        panic!(
+            "the LXD storage pool {QUOTA_POOL} is missing (scripts/setup-test-deps makes it: \
+             btrfs on a loop file): {e}"
+        );
+    }
     let config = tempfile::NamedTempFile::new().expect("config file");
     std::fs::write(
         config.path(),

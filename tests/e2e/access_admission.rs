@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::support::daemon::{Daemon, TcpClient};
+use crate::support::git;
 use serde_json::{Value, json};
 
 const P: &str = "/apis/berth.dev/v1alpha1";
@@ -200,24 +201,6 @@ fn a_display_name_conflict_names_no_project_the_caller_cannot_get() {
     let reply = member.json("POST", &format!("{P}/apply"), &list);
     assert_eq!(reply.status, 409, "{}", reply.text());
     assert!(!reply.text().contains("secret-plan-x7"), "{}", reply.text());
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .output()
-        .expect("run git");
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
 
 /// A bare repository holding `files` on `main`, as a `file://` URL.

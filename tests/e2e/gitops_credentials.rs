@@ -6,11 +6,12 @@
 //! so the test sees whether the password was anywhere `ps` (or `/proc`) could show it.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::support::daemon::{Daemon, TcpClient};
+use crate::support::git;
 use serde_json::{Value, json};
 
 const API: &str = "/apis/berth.dev/v1alpha1";
@@ -91,22 +92,6 @@ server.socket = context.wrap_socket(server.socket, server_side=True)
 print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
-
-fn git(dir: &Path, args: &[&str]) {
-    let output = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .expect("run git");
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
 
 /// The private repository and the HTTPS server in front of it, killed on drop.
 struct PrivateRepo {

@@ -7,11 +7,12 @@
 //! One repository's projects come up in real LXD containers, change, and are pruned, one of
 //! them while its workspace holds work.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::daemon::{Client, Daemon};
+use crate::support::git;
 use serde_json::{Value, json};
 
 const API: &str = "/apis/berth.dev/v1alpha1";
@@ -23,24 +24,6 @@ struct Repo {
     _dir: tempfile::TempDir,
     bare: PathBuf,
     work: PathBuf,
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .output()
-        .expect("run git");
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
 
 impl Repo {

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::daemon::{Client, Daemon, TcpClient};
+use crate::support::git;
 use serde_json::{Value, json};
 
 const API: &str = "/apis/berth.dev/v1alpha1";
@@ -96,24 +97,6 @@ fn yaml_aliases_expanding_past_the_bound_are_refused_by_the_api() {
     assert!(get(&api, "projects", "bomb").is_none());
     // And it still answers.
     assert_eq!(api.get("/healthz").status, 200);
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .output()
-        .expect("run git");
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
 
 /// A bare repository holding `files`, committed and pushed once; returns its URL and commit.

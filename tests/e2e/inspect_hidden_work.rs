@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{PROJECTS, READY_DEADLINE, instance_uid, lxc, try_volumes_of};
 use crate::support::daemon::{Client, Daemon};
+use crate::support::git;
 use serde_json::{Value, json};
 
 /// How long the scheduler gets to notice something, many rounds of its interval on a busy
@@ -158,21 +159,6 @@ fn said(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=berth test",
-            "-c",
-            "user.email=t@berth.invalid",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}: {out:?}");
 }
 
 /// A bare repository on the host with one commit on `main` that ignores `data/`.

@@ -19,6 +19,7 @@ use crate::harness::{
     volumes_of,
 };
 use crate::support::daemon::{Client, Daemon};
+use crate::support::git;
 use serde_json::{Value, json};
 
 /// How long the scheduler gets to notice something, many rounds of its interval on a busy
@@ -372,21 +373,6 @@ fn line_of<'a>(table: &'a str, name: &str) -> &'a str {
         .lines()
         .find(|l| l.split_whitespace().next() == Some(name))
         .unwrap_or_else(|| panic!("{name} not listed:\n{table}"))
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=berth test",
-            "-c",
-            "user.email=test@berth.invalid",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}: {out:?}");
 }
 
 /// A bare repository on the host with one commit on `main`.

@@ -30,3 +30,29 @@ pub fn eventually<T>(
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Runs git in `dir` as the tests' own user (a fixed identity, no global or system config, no
+/// prompt) and returns its trimmed stdout; fails the test when git fails.
+pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=berth test",
+            "-c",
+            "user.email=t@berth.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .expect("run git");
+    assert!(
+        output.status.success(),
+        "git {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}

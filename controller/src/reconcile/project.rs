@@ -1721,11 +1721,12 @@ impl Project<'_> {
             let member = member_name(&instance.location);
             let volume = DurableLayout::workspace_volume(self.object.uid());
             let want = size.value.to_string();
+            // A volume made without a size gets one too; a missing one is the mounts' concern.
             let have = runtime
                 .get_volume(pool, &volume, member.as_deref())
                 .await?
-                .and_then(|v| v.config.get("size").cloned());
-            if have.is_some_and(|have| have != want) {
+                .map(|v| v.config.get("size").cloned());
+            if have.is_some_and(|have| have.as_deref() != Some(want.as_str())) {
                 let config = BTreeMap::from([("size".to_string(), want)]);
                 match runtime
                     .patch_volume(pool, &volume, &config, member.as_deref())

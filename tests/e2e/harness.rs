@@ -167,6 +167,25 @@ impl Berth {
         self.spawn(fault);
     }
 
+    /// Waits until `/readyz` answers 200: the store open, LXD connected, the controller
+    /// running. A daemon just started answers `/healthz` before it reaches LXD.
+    pub fn wait_connected(&self) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(reply) = self.client().try_request("GET", "/readyz", None, &[])
+                && reply.status == 200
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "berth serve never became ready:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Creates a project from `spec` and remembers it for cleanup.
     pub fn create_project(&mut self, name: &str, spec: Value) -> Value {
         let body = json!({

@@ -112,6 +112,7 @@ fn a_lost_store_keeps_its_trash_for_an_admin_to_list_and_restore() {
     berth.kill9();
     std::fs::remove_dir_all(&berth.data_dir).expect("remove the data dir");
     berth.restart(None);
+    berth.wait_connected();
 
     let own = trash(&berth, false);
     assert!(

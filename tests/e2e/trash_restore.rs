@@ -560,6 +560,7 @@ fn a_restore_goes_through_admission_and_a_refused_one_moves_nothing() {
     std::fs::write(config.path(), "allowedForwardTargets: []\n").unwrap();
     berth.kill9();
     berth.restart(None);
+    berth.wait_connected();
     let refused = berth_cli(&berth, &["restore", &name]);
     assert!(!refused.status.success(), "{}", said(&refused));
     let stderr = String::from_utf8_lossy(&refused.stderr);

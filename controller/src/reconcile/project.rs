@@ -607,7 +607,7 @@ impl Project<'_> {
         }
 
         for mount in &self.layout.mounts {
-            self.create_volume(mount, member.as_deref()).await?;
+            self.create_volume(mount, member.as_deref(), None).await?;
         }
 
         let mut with_fleet = true;
@@ -1380,19 +1380,8 @@ impl Project<'_> {
             return Ok(volume.config.get(CARRY_KEY).is_some_and(|v| v == "pending"));
         }
         let home = mount.device != "workspace";
-        let mut config = self.layout.labels();
-        if home {
-            config.insert(CARRY_KEY.to_string(), "pending".to_string());
-        }
-        runtime
-            .create_volume(&CreateVolume {
-                pool: pool.clone(),
-                name: mount.volume.clone(),
-                size: mount.size_bytes.map(|b| b.to_string()),
-                config,
-                target: member.map(str::to_string),
-            })
-            .await?;
+        let carry = home.then(|| (CARRY_KEY.to_string(), "pending".to_string()));
+        self.create_volume(mount, member, carry).await?;
         Ok(home)
     }
 
@@ -1461,20 +1450,24 @@ impl Project<'_> {
         Ok(())
     }
 
-    /// Creates the volume of `mount` on `member` (an existing one is left as it is).
+    /// Creates the volume of `mount` on `member` with the project's labels and `extra` (an
+    /// existing one is left as it is).
     async fn create_volume(
         &self,
         mount: &crate::layout::Mount,
         member: Option<&str>,
+        extra: Option<(String, String)>,
     ) -> Result<(), RuntimeError> {
         let settings = &self.ctx.settings;
+        let mut config = self.layout.labels();
+        config.extend(extra);
         self.ctx
             .runtime
             .create_volume(&CreateVolume {
                 pool: settings.storage_pool.clone(),
                 name: mount.volume.clone(),
                 size: mount.size_bytes.map(|b| b.to_string()),
-                config: self.layout.labels(),
+                config,
                 target: member.map(str::to_string),
             })
             .await?;

@@ -17,6 +17,10 @@ pub const LABEL_PREFIX: &str = "user.berth.";
 /// On a home volume made for a profile added to an existing container: `pending` until what
 /// the container already held at the home path was copied in (then the key goes).
 pub const CARRY_KEY: &str = "user.berth.carry";
+/// On a container: the workspace size (bytes) last applied to its workspace volume, so a
+/// reconcile compares the spec with its own config and asks LXD for the volume only when they
+/// differ (a changed size, a new container).
+pub const WORKSPACE_SIZE_KEY: &str = "user.berth.workspaceSize";
 /// The finalizer that holds a project until its container and volumes are gone.
 pub const FINALIZER: &str = berth_api::TEARDOWN_FINALIZER;
 

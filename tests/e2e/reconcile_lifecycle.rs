@@ -599,6 +599,13 @@ fn a_changed_size_is_applied_or_said_to_be_unsupported() {
         })
     });
     assert_eq!(size(), "2147483648", "{}", project["status"]);
+    // The container records the size applied, so later passes leave the volume unasked.
+    assert_eq!(
+        lxc(&["config", "get", &name, "user.berth.workspaceSize"])
+            .unwrap()
+            .trim(),
+        "2147483648"
+    );
     assert_eq!(
         lxc(&["config", "device", "get", &name, "root", "size"])
             .unwrap()

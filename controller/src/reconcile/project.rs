@@ -22,7 +22,7 @@ use super::status::{Draft, Idling, PendingOperation, idling, transitions};
 use super::steps::{StepContext, StepOutcome, next_required, resume_after_boot};
 use super::{Action, Context, ReconcileError, fault, finalizer, own_changes, replace};
 use crate::dispose;
-use crate::layout::{CARRY_KEY, DurableLayout, FINALIZER, uid_label};
+use crate::layout::{CARRY_KEY, DurableLayout, FINALIZER, WORKSPACE_SIZE_KEY, uid_label};
 use crate::runtime::{
     CreateInstance, CreateVolume, Created, ExecRequest, ImageSource, Instance, InstancePatch,
     InstanceStatus, OperationStatus, RuntimeError, StopOptions,
@@ -1692,6 +1692,7 @@ impl Project<'_> {
         let own = |limit: Option<Limit>| limit.filter(|l| l.origin == Origin::Project);
         let mut applied: Vec<&str> = Vec::new();
         let mut refused: Vec<String> = Vec::new();
+        let mut record = BTreeMap::new();
         if let Some(root) = own(self.envelope.disk_bytes)
             .and_then(|_| self.envelope.root_device(pool, |o| o == Origin::Project))
         {
@@ -1710,28 +1711,47 @@ impl Project<'_> {
                 }
             }
         }
-        if let Some(size) = own(self.envelope.workspace_bytes) {
+        // The volume is asked for only when the container's record of the size differs (a
+        // changed size, a new container): a pass over an unchanged project costs LXD nothing.
+        if let Some(size) = own(self.envelope.workspace_bytes)
+            .map(|l| l.value.to_string())
+            .filter(|want| instance.config.get(WORKSPACE_SIZE_KEY) != Some(want))
+        {
             let member = member_name(&instance.location);
             let volume = DurableLayout::workspace_volume(self.object.uid());
-            let want = size.value.to_string();
             // A volume made without a size gets one too; a missing one is the mounts' concern.
             let have = runtime
                 .get_volume(pool, &volume, member.as_deref())
                 .await?
                 .map(|v| v.config.get("size").cloned());
-            if have.is_some_and(|have| have.as_deref() != Some(want.as_str())) {
-                let config = BTreeMap::from([("size".to_string(), want)]);
+            if have
+                .as_ref()
+                .is_some_and(|have| have.as_deref() != Some(size.as_str()))
+            {
+                let config = BTreeMap::from([("size".to_string(), size.clone())]);
                 match runtime
                     .patch_volume(pool, &volume, &config, member.as_deref())
                     .await
                 {
-                    Ok(()) => applied.push("spec.resources.workspaceSize"),
+                    Ok(()) => {
+                        applied.push("spec.resources.workspaceSize");
+                        record.insert(WORKSPACE_SIZE_KEY.to_string(), size);
+                    }
                     Err(RuntimeError::Rejected { message, .. }) => {
                         refused.push(format!("spec.resources.workspaceSize: {message}"));
                     }
                     Err(e) => return Err(e.into()),
                 }
+            } else if have.is_some() {
+                record.insert(WORKSPACE_SIZE_KEY.to_string(), size);
             }
+        }
+        if !record.is_empty() {
+            let patch = InstancePatch {
+                config: record,
+                devices: BTreeMap::new(),
+            };
+            runtime.patch_instance(self.name(), &patch).await?;
         }
         if !refused.is_empty() {
             let message = refused.join("; ");

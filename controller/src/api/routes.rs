@@ -615,7 +615,24 @@ async fn create_or_replace(
     {
         return create_generated(state, caller, kind, value, &basis, commit).await;
     }
-    let admitted = admit_value(state, caller, kind, name, &value)?;
+    write_object(state, caller, kind, name, &value, commit)
+        .await?
+        .map_err(ApiError::from)
+}
+
+/// Admits `value` and writes it: a create (no `name`: `201 Created`) or a replace (`200 OK`),
+/// with its finalizers as sent, the caller allowed to write it over what is stored now, and
+/// answered with the admission warnings. The store's refusal comes back as it is, for a caller
+/// that tries again (a generated name taken meanwhile).
+async fn write_object(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    kind: Kind,
+    name: Option<&str>,
+    value: &Value,
+    commit: Commit,
+) -> Result<Result<Response<Body>, crate::store::StoreError>, ApiError> {
+    let admitted = admit_value(state, caller, kind, name, value)?;
     let warnings = state.admission.warnings(&admitted.desired);
     let rv = admitted.resource_version;
     let mut desired = admitted.desired;
@@ -623,19 +640,18 @@ async fn create_or_replace(
     let current = state.store.get(desired.kind, &desired.name);
     access::check_write(state, caller, &desired, current.as_deref())?;
     let store = Arc::clone(&state.store);
-    let (code, object) = match name {
+    let written = match name {
         None => {
             let creator = caller.identity.clone();
-            let created =
-                blocking(move || store.create_by(Some(&creator), desired, commit)).await??;
-            (StatusCode::CREATED, created)
+            blocking(move || store.create_by(Some(&creator), desired, commit))
+                .await?
+                .map(|created| (StatusCode::CREATED, created))
         }
-        Some(_) => {
-            let (replaced, _) = blocking(move || store.replace(desired, rv, commit)).await??;
-            (StatusCode::OK, replaced)
-        }
+        Some(_) => blocking(move || store.replace(desired, rv, commit))
+            .await?
+            .map(|(replaced, _)| (StatusCode::OK, replaced)),
     };
-    Ok(warned(serialized(code, object.as_ref()), &warnings))
+    Ok(written.map(|(code, object)| warned(serialized(code, object.as_ref()), &warnings)))
 }
 
 /// A create whose name the server derives from `basis` (`metadata.generateName`), as `berth
@@ -664,23 +680,10 @@ async fn create_generated(
                 ))
             })?;
         value["metadata"]["name"] = json!(name);
-        let admitted = admit_value(state, caller, kind, None, &value)?;
-        let warnings = state.admission.warnings(&admitted.desired);
-        let mut desired = admitted.desired;
-        desired.finalizers = admitted.finalizers;
-        access::check_write(state, caller, &desired, None)?;
-        let store = Arc::clone(&state.store);
-        let creator = caller.identity.clone();
-        match blocking(move || store.create_by(Some(&creator), desired, commit)).await? {
-            Ok(created) => {
-                return Ok(warned(
-                    serialized(StatusCode::CREATED, created.as_ref()),
-                    &warnings,
-                ));
-            }
+        match write_object(state, caller, kind, None, &value, commit).await? {
             // Another create took the name since it was derived: the next one.
             Err(crate::store::StoreError::AlreadyExists { .. }) => continue,
-            Err(err) => return Err(err.into()),
+            written => return written.map_err(ApiError::from),
         }
     }
     Err(ApiError::new(

@@ -117,22 +117,20 @@ pub async fn handle(
     response
 }
 
+/// The console's content security policy; `form-action` gains the preview hosts when there are.
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
 /// What every console answer carries: no caching, no framing, scripts and styles from the
 /// console alone, and a referrer only to the console itself (a preview link's ticket stays out
 /// of other sites' logs; `no-referrer` would make browsers send `Origin: null` on the console's
 /// own forms, which the Origin check refuses). Forms post to the console alone, and a preview
 /// form's answer may send the browser on to a preview host (`previews`, a CSP source).
 fn harden(headers: &mut HeaderMap, previews: Option<&str>) {
-    let csp = format!(
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
-         connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'{}",
-        previews.map(|p| format!(" {p}")).unwrap_or_default()
-    );
     // A domain no header can carry leaves previews out, never the policy.
-    let csp = HeaderValue::from_str(&csp).unwrap_or(HeaderValue::from_static(
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
-         connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
-    ));
+    let csp = previews
+        .and_then(|p| HeaderValue::from_str(&format!("{CSP} {p}")).ok())
+        .unwrap_or(HeaderValue::from_static(CSP));
     headers.insert("content-security-policy", csp);
     let fixed = [
         ("x-content-type-options", "nosniff"),

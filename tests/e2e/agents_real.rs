@@ -18,7 +18,6 @@
 //! it finished, a wake (stop, start) and a replaced container do not run the brief again either.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::harness::{Berth, PROJECTS, exec, lxc, ready_reason, unique_name};
@@ -31,19 +30,10 @@ const MODEL_PORT: u16 = 18080;
 const PROXY_PORT: u16 = 18443;
 const BASH: &str = "git init -q scratch";
 
-fn berth_cli(berth: &Berth, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(args)
-        .output()
-        .expect("run berth")
-}
-
 fn apply_shipped_profile(berth: &Berth, name: &str) {
     let path =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../manifests/agents/{name}.yaml"));
-    let out = berth_cli(berth, &["apply", "-f", path.to_str().unwrap()]);
+    let out = berth.cli(&["apply", "-f", path.to_str().unwrap()]);
     assert!(out.status.success(), "apply {name}: {out:?}");
 }
 
@@ -248,7 +238,7 @@ fn allowed_to_finish(
     result: &str,
     ran: &str,
 ) {
-    let out = berth_cli(berth, &["answer", name, "allow"]);
+    let out = berth.cli(&["answer", name, "allow"]);
     assert!(out.status.success(), "berth answer: {out:?}");
     let stats = wait_fixture(fixture, result, |s| {
         s["bashResults"].as_array().is_some_and(|a| !a.is_empty())
@@ -264,7 +254,7 @@ fn allowed_to_finish(
 /// among the rest), one runner started, and after a crash and a reboot the project is Ready
 /// again with still that one runner.
 fn logged_then_rebooted_once(berth: &mut Berth, name: &str, tool: &str) {
-    let out = berth_cli(berth, &["logs", name]);
+    let out = berth.cli(&["logs", name]);
     assert!(out.status.success(), "berth logs: {out:?}");
     let log = String::from_utf8_lossy(&out.stdout);
     for expected in [
@@ -430,7 +420,7 @@ fn apply_profile_with(berth: &Berth, name: &str, from: &str, to: &str) {
     );
     let file = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
     std::fs::write(file.path(), text.replace(from, to)).unwrap();
-    let out = berth_cli(berth, &["apply", "-f", file.path().to_str().unwrap()]);
+    let out = berth.cli(&["apply", "-f", file.path().to_str().unwrap()]);
     assert!(out.status.success(), "apply {name}: {out:?}");
 }
 
@@ -550,11 +540,11 @@ fn codex_works_a_brief_blocks_on_an_approval_and_finishes_once() {
 
     // A wake (stop, then start) and a replaced container: still not run again.
     for args in [&["stop", "--wait"][..], &["start", "--wait"]] {
-        let out = berth_cli(&berth, &[args, &[name.as_str()]].concat());
+        let out = berth.cli(&[args, &[name.as_str()]].concat());
         assert!(out.status.success(), "berth {args:?}: {out:?}");
     }
     exec(&name, "touch /etc/berth-before-replace").unwrap();
-    let out = berth_cli(&berth, &["restart", "--recreate", &name]);
+    let out = berth.cli(&["restart", "--recreate", &name]);
     assert!(out.status.success(), "berth restart --recreate: {out:?}");
     let deadline = Instant::now() + DEADLINE;
     while exec(&name, "test ! -e /etc/berth-before-replace").is_err() {

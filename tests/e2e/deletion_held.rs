@@ -17,6 +17,7 @@ use crate::harness::{
     try_volumes_of, volumes_of,
 };
 use crate::support::daemon::{Client, Daemon, spawn_serve_args, wait_with_deadline};
+use crate::support::said;
 use serde_json::{Value, json};
 
 /// How long a held deletion may take to show, or to finish once the work is gone.
@@ -229,14 +230,6 @@ fn condition(project: &Value, type_: &str) -> Value {
         .as_array()
         .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
         .unwrap_or_default()
-}
-
-fn said(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// Runs a script in the workspace with a git identity.

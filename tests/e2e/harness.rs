@@ -186,6 +186,30 @@ impl Berth {
         }
     }
 
+    /// Runs the `berth` CLI against this daemon (no token, no stdin, no colour).
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("--server")
+            .arg(&self.socket)
+            .args(args)
+            .env_remove("BERTH_TOKEN")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run berth")
+    }
+
+    /// [`Berth::cli`] that must succeed; its stdout.
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "berth {args:?}: {}",
+            crate::support::said(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Creates a project from `spec` and remembers it for cleanup.
     pub fn create_project(&mut self, name: &str, spec: Value) -> Value {
         let body = json!({

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::harness::{PROJECTS, READY_DEADLINE, instance_uid, lxc, try_volumes_of};
 use crate::support::daemon::{Client, Daemon};
 use crate::support::git;
+use crate::support::said;
 use serde_json::{Value, json};
 
 /// How long the scheduler gets to notice something, many rounds of its interval on a busy
@@ -151,14 +152,6 @@ fn strings(value: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn said(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// A bare repository on the host with one commit on `main` that ignores `data/`.

@@ -2,23 +2,11 @@
 //! figures are live and plausible, `describe` shows them, exec runs in /workspace with the
 //! project's environment and secrets and returns the exit code, and only members get either.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{Berth, PROJECTS};
 use crate::support::daemon::Daemon;
 use serde_json::{Value, json};
-
-fn berth_cli(berth: &Berth, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(args)
-        .env_remove("BERTH_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run berth")
-}
 
 /// Polls the runtime figures until the container runs, answered from inside and has used some
 /// CPU time (the cgroup's counter reads 0 for the first moments of a container's life).
@@ -132,7 +120,7 @@ fn a_running_project_shows_live_figures_and_runs_commands() {
             .get("/workspace/PROBE.md")
             .is_some()
     });
-    let described = berth_cli(&berth, &["describe", "project", &name]);
+    let described = berth.cli(&["describe", "project", &name]);
     assert!(described.status.success(), "{described:?}");
     let text = String::from_utf8_lossy(&described.stdout);
     let runtime = text
@@ -227,21 +215,18 @@ fn a_running_project_shows_live_figures_and_runs_commands() {
     assert!(bad.text().contains("command"), "{}", bad.text());
 
     // The CLI prints the output and exits with the command's code.
-    let out = berth_cli(
-        &berth,
-        &[
-            "exec",
-            &name,
-            "--",
-            "sh",
-            "-c",
-            "echo out; echo err >&2; exit 4",
-        ],
-    );
+    let out = berth.cli(&[
+        "exec",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 4",
+    ]);
     assert_eq!(out.status.code(), Some(4), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
-    let ok = berth_cli(&berth, &["exec", &name, "--", "true"]);
+    let ok = berth.cli(&["exec", &name, "--", "true"]);
     assert_eq!(ok.status.code(), Some(0), "{ok:?}");
 
     berth.delete_project(&name);

@@ -4,7 +4,6 @@
 //! an image change. The profiles cannot install on berth-tiny without a network, which holds
 //! nothing up (`ProfileFailed`); their homes are mounted all the same.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{Berth, exec, lxc, unique_name};
@@ -19,24 +18,6 @@ const HOMES: [(&str, &str); 6] = [
     ("antigravity", "/root/.gemini/antigravity-cli"),
     ("shell", "/root/.berth-shell"),
 ];
-
-fn berth_cli(berth: &Berth, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(args)
-        .env_remove("BERTH_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run berth");
-    assert!(
-        out.status.success(),
-        "berth {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// What each home and the workspace's `.env` hold, as the container reads them.
 fn contents(name: &str) -> String {
     let mut script = String::new();
@@ -71,7 +52,7 @@ fn wait_replaced(berth: &Berth, name: &str, old: &str) -> Value {
 fn provider_homes_and_secrets_survive_a_recreate_and_an_image_change() {
     let mut berth = Berth::start_with(&[], &[]);
     let agents = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/agents/");
-    berth_cli(&berth, &["apply", "-f", agents]);
+    berth.cli_ok(&["apply", "-f", agents]);
     let name = unique_name();
     let profiles: Vec<&str> = HOMES.iter().map(|(p, _)| *p).collect();
     berth.create_project(&name, json!({"image": "berth-tiny", "agents": profiles}));
@@ -90,10 +71,7 @@ fn provider_homes_and_secrets_survive_a_recreate_and_an_image_change() {
     let value = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(value.path(), "s3cret-value").unwrap();
     let from = value.path().to_str().unwrap();
-    berth_cli(
-        &berth,
-        &["secret", "set", &name, "API_KEY", "--from-file", from],
-    );
+    berth.cli_ok(&["secret", "set", &name, "API_KEY", "--from-file", from]);
     let deadline = Instant::now() + Duration::from_secs(120);
     while exec(&name, "grep -q '^API_KEY=s3cret-value$' /workspace/.env").is_err() {
         assert!(
@@ -106,7 +84,7 @@ fn provider_homes_and_secrets_survive_a_recreate_and_an_image_change() {
     assert!(before.contains("kept by antigravity"), "{before}");
 
     let old = lxc(&["config", "get", &name, "volatile.uuid"]).unwrap();
-    berth_cli(&berth, &["restart", &name, "--recreate"]);
+    berth.cli_ok(&["restart", &name, "--recreate"]);
     wait_replaced(&berth, &name, &old);
     assert_eq!(contents(&name), before, "after restart --recreate");
 

@@ -276,18 +276,6 @@ fn delete_removes_the_container_and_trashes_the_volumes() {
     assert!(exec(&name, "test -e /workspace/f").is_err());
 }
 
-/// Runs the `berth` client against the test's daemon.
-fn berth_cli(berth: &Berth, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(args)
-        .env("BERTH_SERVER", &berth.socket)
-        .env_remove("BERTH_TOKEN")
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run berth")
-}
-
 #[test]
 fn a_start_lxd_refuses_is_explained_by_get_describe_events_and_wait() {
     let mut berth = Berth::start(None);
@@ -339,18 +327,18 @@ fn a_start_lxd_refuses_is_explained_by_get_describe_events_and_wait() {
             String::from_utf8_lossy(&out.stderr)
         )
     };
-    let get = text(berth_cli(&berth, &["get", "project", &name]));
+    let get = text(berth.cli(&["get", "project", &name]));
     assert!(
         get.contains("StepFailed: step Started failed") && get.contains(cause),
         "{get}"
     );
-    let describe = text(berth_cli(&berth, &["describe", "project", &name]));
+    let describe = text(berth.cli(&["describe", "project", &name]));
     assert!(
         describe.contains("StepFailed") && describe.contains(cause),
         "{describe}"
     );
     // One row, whatever the number of attempts: repeats count on it.
-    let events = text(berth_cli(&berth, &["events"]));
+    let events = text(berth.cli(&["events"]));
     let rows: Vec<&str> = events
         .lines()
         .filter(|l| l.contains("StepFailed"))
@@ -360,15 +348,12 @@ fn a_start_lxd_refuses_is_explained_by_get_describe_events_and_wait() {
         rows[0].contains("Warning") && rows[0].contains(cause),
         "{events}"
     );
-    let waited = berth_cli(
-        &berth,
-        &[
-            "wait",
-            &format!("project/{name}"),
-            "--for=condition=Ready",
-            "--timeout=2s",
-        ],
-    );
+    let waited = berth.cli(&[
+        "wait",
+        &format!("project/{name}"),
+        "--for=condition=Ready",
+        "--timeout=2s",
+    ]);
     assert_eq!(waited.status.code(), Some(1));
     let waited = text(waited);
     assert!(
@@ -381,7 +366,7 @@ fn a_start_lxd_refuses_is_explained_by_get_describe_events_and_wait() {
     let ready = berth.wait_ready(&name);
     let (_, reason) = ready_reason(&ready).unwrap();
     assert_ne!(reason, "StepFailed");
-    let get = text(berth_cli(&berth, &["get", "project", &name]));
+    let get = text(berth.cli(&["get", "project", &name]));
     assert!(!get.contains(cause), "{get}");
 }
 

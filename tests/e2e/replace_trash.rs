@@ -6,41 +6,16 @@
 //! worktree's files out byte for byte; `berth restore` of it refuses; and housekeeping purges it
 //! after `trash.retention`.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use crate::harness::{Berth, exec, lxc, uid_of, unique_name};
 use crate::support::eventually;
+use crate::support::said;
 use serde_json::{Value, json};
 
 /// Short enough to see the purge within the test, long enough to copy the files out first.
 const RETENTION_SECS: u64 = 60;
-
-fn berth_cli(berth: &Berth, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(args)
-        .env_remove("BERTH_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run berth")
-}
-
-fn said(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn ok(berth: &Berth, args: &[&str]) -> String {
-    let out = berth_cli(berth, args);
-    assert!(out.status.success(), "berth {args:?}: {}", said(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn condition<'a>(project: &'a Value, type_: &str) -> Option<&'a Value> {
     project["status"]["conditions"]
@@ -50,7 +25,7 @@ fn condition<'a>(project: &'a Value, type_: &str) -> Option<&'a Value> {
 }
 
 fn trash_items(berth: &Berth) -> Vec<Value> {
-    let list: Value = serde_json::from_str(&ok(berth, &["trash", "list", "-o", "json"]))
+    let list: Value = serde_json::from_str(&berth.cli_ok(&["trash", "list", "-o", "json"]))
         .expect("trash list -o json is JSON");
     list["items"].as_array().cloned().unwrap_or_default()
 }
@@ -151,11 +126,11 @@ fn a_replaced_container_is_held_for_a_worktree_and_kept_in_the_trash() {
     let ready = condition(&held, "Ready").unwrap();
     assert_eq!(ready["status"], "False");
     assert_eq!(ready["reason"], "ReplaceBlocked");
-    let events = ok(&berth, &["events", "project", &name]);
+    let events = berth.cli_ok(&["events", "project", &name]);
     assert!(events.contains("ReplaceBlocked"), "{events}");
 
     // A recreate nobody forced is held too; the container is the one it was.
-    ok(&berth, &["restart", "--recreate", &name]);
+    berth.cli_ok(&["restart", "--recreate", &name]);
     let held = berth.wait_for(&name, "ReplaceBlocked for the recreate", |p| {
         condition(p, "ReplaceBlocked").is_some_and(|c| {
             c["status"] == "True"
@@ -193,7 +168,7 @@ fn a_replaced_container_is_held_for_a_worktree_and_kept_in_the_trash() {
     assert!(instances_named(&format!("berth-trash-{uid}")).is_empty());
 
     // Forced: replaced, and the old container is in the trash.
-    ok(&berth, &["restart", "--recreate", "--force", &name]);
+    berth.cli_ok(&["restart", "--recreate", "--force", &name]);
     let replaced = berth.wait_for(&name, "replaced and Ready", |p| {
         p["status"]["container"]["createdAt"] != first_container
             && crate::harness::ready_reason(p).is_some_and(|(s, _)| s == "True")
@@ -237,41 +212,32 @@ fn a_replaced_container_is_held_for_a_worktree_and_kept_in_the_trash() {
     assert_eq!(item["name"], name.as_str());
     assert_eq!(item["reason"], "recreate");
     assert!(item["expiresAt"].is_string(), "{item}");
-    let table = ok(&berth, &["trash", "list"]);
+    let table = berth.cli_ok(&["trash", "list"]);
     assert!(table.contains(&key), "{table}");
 
     // The worktree's files come out of the stopped, trashed container byte for byte.
     let out = tempfile::tempdir().unwrap();
-    ok(
-        &berth,
-        &[
-            "trash",
-            "cp",
-            &format!("{key}:/root/wt/tracked.txt"),
-            out.path().to_str().unwrap(),
-        ],
-    );
+    berth.cli_ok(&[
+        "trash",
+        "cp",
+        &format!("{key}:/root/wt/tracked.txt"),
+        out.path().to_str().unwrap(),
+    ]);
     let new_bin = out.path().join("copied.bin");
-    ok(
-        &berth,
-        &[
-            "trash",
-            "cp",
-            &format!("{key}:/root/wt/new.bin"),
-            new_bin.to_str().unwrap(),
-        ],
-    );
+    berth.cli_ok(&[
+        "trash",
+        "cp",
+        &format!("{key}:/root/wt/new.bin"),
+        new_bin.to_str().unwrap(),
+    ]);
     assert_eq!(sha256(&out.path().join("tracked.txt")), hashes[0]);
     assert_eq!(sha256(&new_bin), hashes[1]);
-    let missing = berth_cli(
-        &berth,
-        &[
-            "trash",
-            "cp",
-            &format!("{key}:/root/wt/nothing"),
-            "/dev/null",
-        ],
-    );
+    let missing = berth.cli(&[
+        "trash",
+        "cp",
+        &format!("{key}:/root/wt/nothing"),
+        "/dev/null",
+    ]);
     assert!(!missing.status.success(), "{}", said(&missing));
     assert!(
         said(&missing).contains("no file /root/wt/nothing"),
@@ -279,7 +245,7 @@ fn a_replaced_container_is_held_for_a_worktree_and_kept_in_the_trash() {
         said(&missing)
     );
     // Not a project: restore refuses and says how to get the files.
-    let restore = berth_cli(&berth, &["restore", &key]);
+    let restore = berth.cli(&["restore", &key]);
     assert!(!restore.status.success(), "{}", said(&restore));
     assert!(
         said(&restore).contains("berth trash cp"),
@@ -302,7 +268,7 @@ fn a_replaced_container_is_held_for_a_worktree_and_kept_in_the_trash() {
         trash_items(&berth).iter().all(|i| i["uid"] != key.as_str()),
         "purged from the listing too"
     );
-    let events = ok(&berth, &["events", "project", &name]);
+    let events = berth.cli_ok(&["events", "project", &name]);
     assert!(events.contains("TrashPurged"), "{events}");
     berth.delete_project(&name);
 }

@@ -5,37 +5,11 @@
 //! `trash list` says so) instead of emptying the trash, until the clock agrees again or an
 //! admin runs `berth trash purge`.
 
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{Berth, exec, uid_of, unique_name};
+use crate::support::said;
 use serde_json::{Value, json};
-
-fn berth_cli(berth: &Berth, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(args)
-        .env_remove("BERTH_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run berth")
-}
-
-fn said(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn ok(berth: &Berth, args: &[&str]) -> String {
-    let out = berth_cli(berth, args);
-    assert!(out.status.success(), "berth {args:?}: {}", said(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// `berth trash list [--all] -o json`, parsed whole.
 fn trash(berth: &Berth, all: bool) -> Value {
@@ -43,7 +17,7 @@ fn trash(berth: &Berth, all: bool) -> Value {
     if all {
         args.push("--all");
     }
-    serde_json::from_str(&ok(berth, &args)).expect("trash list -o json is JSON")
+    serde_json::from_str(&berth.cli_ok(&args)).expect("trash list -o json is JSON")
 }
 
 fn holds(list: &Value, uid: &str) -> bool {
@@ -89,7 +63,7 @@ fn fingerprint(name: &str) -> String {
 }
 
 fn deleted(berth: &Berth, name: &str) {
-    ok(berth, &["delete", "project", name, "--force"]);
+    berth.cli_ok(&["delete", "project", name, "--force"]);
     until(berth, "the project gone", || {
         berth.get_project(name).is_none()
     });
@@ -135,21 +109,21 @@ fn a_lost_store_keeps_its_trash_for_an_admin_to_list_and_restore() {
         item["controller"].as_str().is_some_and(|c| !c.is_empty()),
         "{item}"
     );
-    let table = ok(&berth, &["trash", "list", "--all"]);
+    let table = berth.cli_ok(&["trash", "list", "--all"]);
     assert!(
         table.contains("CONTROLLER") && table.contains(&uid),
         "{table}"
     );
 
     // A name alone does not reach another store's entry; its uid does.
-    let by_name = berth_cli(&berth, &["restore", &name]);
+    let by_name = berth.cli(&["restore", &name]);
     assert!(!by_name.status.success(), "{}", said(&by_name));
     assert!(
         String::from_utf8_lossy(&by_name.stderr).contains("--all"),
         "the refusal points at trash list --all: {}",
         said(&by_name)
     );
-    ok(&berth, &["restore", &uid]);
+    berth.cli_ok(&["restore", &uid]);
     let restored = berth.get_project(&name).expect("restored");
     berth.track(&restored);
     berth.wait_ready(&name);
@@ -198,7 +172,7 @@ fn a_clock_jump_pauses_the_purge_until_the_clock_agrees_or_an_admin_purges() {
         metrics.lines().any(|l| l == "berth_trash_purge_paused 1"),
         "{metrics}"
     );
-    let listed = berth_cli(&berth, &["trash", "list"]);
+    let listed = berth.cli(&["trash", "list"]);
     assert!(
         String::from_utf8_lossy(&listed.stderr).contains("Purging is paused"),
         "{}",
@@ -227,7 +201,7 @@ fn a_clock_jump_pauses_the_purge_until_the_clock_agrees_or_an_admin_purges() {
     until(&berth, "the purge paused again", || {
         trash(&berth, false)["purgePaused"].is_string()
     });
-    let purged = ok(&berth, &["trash", "purge"]);
+    let purged = berth.cli_ok(&["trash", "purge"]);
     assert!(purged.contains(&uid), "{purged}");
     let after = trash(&berth, false);
     assert!(!holds(&after, &uid), "{after}");

@@ -5,43 +5,18 @@
 //! the trash nor in LXD; the trash and purging are admin rights.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 
 use crate::harness::{Berth, PROJECTS, exec, lxc, uid_of, unique_name, volumes_of};
 use crate::support::daemon::{Daemon, TcpClient};
+use crate::support::said;
 use serde_json::{Value, json};
 
 const TRASH: &str = "/apis/berth.dev/v1alpha1/trash";
 
-fn berth_cli(berth: &Berth, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(args)
-        .env_remove("BERTH_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run berth")
-}
-
-fn said(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn ok(berth: &Berth, args: &[&str]) -> String {
-    let out = berth_cli(berth, args);
-    assert!(out.status.success(), "berth {args:?}: {}", said(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// `berth trash list -o json`, parsed.
 fn trash_list(berth: &Berth) -> Vec<Value> {
-    let list: Value = serde_json::from_str(&ok(berth, &["trash", "list", "-o", "json"]))
+    let list: Value = serde_json::from_str(&berth.cli_ok(&["trash", "list", "-o", "json"]))
         .expect("trash list -o json is JSON");
     assert_eq!(list["kind"], "TrashList");
     assert_eq!(list["apiVersion"], "berth.dev/v1alpha1");
@@ -116,7 +91,7 @@ fn a_forced_delete_goes_to_the_trash_and_restore_brings_the_workspace_back() {
     .unwrap();
     let before = workspace_fingerprint(&name);
 
-    ok(&berth, &["delete", "project", &name, "--force"]);
+    berth.cli_ok(&["delete", "project", &name, "--force"]);
     assert!(berth.get_project(&name).is_none());
     assert_eq!(
         volumes_of(&uid),
@@ -124,7 +99,7 @@ fn a_forced_delete_goes_to_the_trash_and_restore_brings_the_workspace_back() {
         "the workspace is in the trash, under its trash name only"
     );
 
-    let table = ok(&berth, &["trash", "list"]);
+    let table = berth.cli_ok(&["trash", "list"]);
     assert!(table.contains(&name) && table.contains(&uid), "{table}");
     let items = trash_list(&berth);
     let item = items
@@ -153,7 +128,7 @@ fn a_forced_delete_goes_to_the_trash_and_restore_brings_the_workspace_back() {
     );
     assert!(metrics.contains("berth_trash_bytes "), "{metrics}");
 
-    let restored = ok(&berth, &["restore", &name]);
+    let restored = berth.cli_ok(&["restore", &name]);
     assert!(restored.contains(&name), "{restored}");
     let project = berth.wait_ready(&name);
     assert_eq!(uid_of(&project), uid, "a restore keeps the uid");
@@ -226,7 +201,7 @@ fn a_deletion_held_past_the_retention_keeps_its_trash_copy_for_the_full_retentio
         chrono::Utc::now() > held_until
     });
 
-    ok(&berth, &["delete", "project", &name, "--force"]);
+    berth.cli_ok(&["delete", "project", &name, "--force"]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
     while berth.get_project(&name).is_some() {
         assert!(std::time::Instant::now() < deadline, "{}", berth.log_text());
@@ -264,7 +239,7 @@ fn a_deletion_held_past_the_retention_keeps_its_trash_copy_for_the_full_retentio
         "purged before its retention:\n{}",
         berth.log_text()
     );
-    ok(&berth, &["restore", &name]);
+    berth.cli_ok(&["restore", &name]);
     berth.wait_ready(&name);
     assert_eq!(notes(), before, "the work came back byte for byte");
 }
@@ -276,12 +251,12 @@ fn a_restore_as_a_new_name_comes_back_alongside_and_purge_leaves_nothing() {
     let first = uid_of(&berth.create_project(&name, json!({"image": "berth-tiny"})));
     berth.wait_ready(&name);
     exec(&name, "echo kept > /workspace/f && chmod 640 /workspace/f").unwrap();
-    ok(&berth, &["delete", "project", &name, "--force"]);
+    berth.cli_ok(&["delete", "project", &name, "--force"]);
 
     // The trash never blocks the name: a new project takes it at once.
     let second = uid_of(&berth.create_project(&name, json!({"image": "berth-tiny"})));
     berth.wait_ready(&name);
-    let refused = berth_cli(&berth, &["restore", &name]);
+    let refused = berth.cli(&["restore", &name]);
     assert!(!refused.status.success(), "{}", said(&refused));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
@@ -294,7 +269,7 @@ fn a_restore_as_a_new_name_comes_back_alongside_and_purge_leaves_nothing() {
     assert_eq!(reply.status, 409, "{}", reply.text());
 
     let alongside = format!("{name}-b");
-    ok(&berth, &["restore", &name, "--as", &alongside]);
+    berth.cli_ok(&["restore", &name, "--as", &alongside]);
     let project = berth.wait_ready(&alongside);
     berth.track(&project);
     let third = uid_of(&project);
@@ -322,7 +297,7 @@ fn a_restore_as_a_new_name_comes_back_alongside_and_purge_leaves_nothing() {
     assert_eq!(berth.get_project(&name).map(|p| uid_of(&p)), Some(second));
 
     // --purge skips the trash: nothing of it is left anywhere.
-    ok(&berth, &["delete", "project", &alongside, "--purge"]);
+    berth.cli_ok(&["delete", "project", &alongside, "--purge"]);
     assert!(berth.get_project(&alongside).is_none());
     assert!(volumes_of(&third).is_empty(), "{:?}", volumes_of(&third));
     assert!(
@@ -499,13 +474,13 @@ fn a_restored_project_does_not_run_its_finished_brief_again() {
     });
     assert_eq!(runner_starts(&berth, &name), 1);
 
-    ok(&berth, &["delete", "project", &name, "--force"]);
+    berth.cli_ok(&["delete", "project", &name, "--force"]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
     while berth.get_project(&name).is_some() {
         assert!(std::time::Instant::now() < deadline, "{}", berth.log_text());
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    ok(&berth, &["restore", &name]);
+    berth.cli_ok(&["restore", &name]);
     berth.wait_ready(&name);
     let restored = berth.wait_for(&name, "briefed", |p| p["status"]["step"] == "Briefed");
     assert!(
@@ -548,7 +523,7 @@ fn a_restore_goes_through_admission_and_a_refused_one_moves_nothing() {
     );
     let uid = uid_of(&created);
     berth.wait_ready(&name);
-    ok(&berth, &["delete", "project", &name, "--force"]);
+    berth.cli_ok(&["delete", "project", &name, "--force"]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
     while berth.get_project(&name).is_some() {
         assert!(std::time::Instant::now() < deadline, "{}", berth.log_text());
@@ -561,7 +536,7 @@ fn a_restore_goes_through_admission_and_a_refused_one_moves_nothing() {
     berth.kill9();
     berth.restart(None);
     berth.wait_connected();
-    let refused = berth_cli(&berth, &["restore", &name]);
+    let refused = berth.cli(&["restore", &name]);
     assert!(!refused.status.success(), "{}", said(&refused));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
@@ -597,7 +572,7 @@ fn a_deleted_projects_container_goes_to_the_trash_with_its_volumes() {
     )
     .unwrap();
     let sum = exec(&name, "cut -d' ' -f1 /root/tool.sum").unwrap();
-    ok(&berth, &["delete", "project", &name, "--force"]);
+    berth.cli_ok(&["delete", "project", &name, "--force"]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
     while berth.get_project(&name).is_some() {
         assert!(std::time::Instant::now() < deadline, "{}", berth.log_text());
@@ -620,15 +595,12 @@ fn a_deleted_projects_container_goes_to_the_trash_with_its_volumes() {
     assert_eq!(items[0]["kind"], "project");
 
     let out = tempfile::tempdir().unwrap();
-    ok(
-        &berth,
-        &[
-            "trash",
-            "cp",
-            &format!("{uid}:/root/tool.bin"),
-            out.path().to_str().unwrap(),
-        ],
-    );
+    berth.cli_ok(&[
+        "trash",
+        "cp",
+        &format!("{uid}:/root/tool.bin"),
+        out.path().to_str().unwrap(),
+    ]);
     let copied = std::fs::read(out.path().join("tool.bin")).unwrap();
     use sha2::Digest;
     let copied_sum: String = sha2::Sha256::digest(&copied)
@@ -638,7 +610,7 @@ fn a_deleted_projects_container_goes_to_the_trash_with_its_volumes() {
     assert_eq!(copied_sum, sum.trim(), "byte for byte");
 
     // The project comes back on a fresh container; the old one stays, an entry of its own.
-    ok(&berth, &["restore", &name]);
+    berth.cli_ok(&["restore", &name]);
     berth.wait_ready(&name);
     let left: Vec<Value> = trash_list(&berth)
         .into_iter()

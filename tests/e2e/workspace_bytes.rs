@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::harness::{PROJECTS, READY_DEADLINE, instance_uid, lxc, ready_reason, try_volumes_of};
 use crate::support::daemon::{Client, Daemon};
 use crate::support::git;
+use crate::support::said;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -203,14 +204,6 @@ fn strings(value: &Value) -> Vec<String> {
 
 fn unsaved_files(p: &Value) -> Vec<String> {
     strings(&p["status"]["unsavedWork"]["files"])
-}
-
-fn said(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 fn upstream_repo(dir: &Path) {

@@ -46,6 +46,7 @@ pub mod power;
 pub mod profile;
 pub mod project;
 pub mod quantity;
+pub mod schedule;
 pub mod schema;
 pub mod wire;
 pub mod yaml;
@@ -74,6 +75,7 @@ pub use project::{
     ReapPolicy, ReapStatus, Repo, ResolvedReapPolicy, Resources, SeedFile, Step, UnsavedWork,
 };
 pub use quantity::{CpuQuantity, Quantity};
+pub use schedule::{Schedule, ScheduleSpec, ScheduleStatus, ScheduledBrief};
 pub use schema::schemas;
 pub use wire::{
     API_PREFIX, ApiStatus, ListMeta, ObjectList, StatusDetails, WatchEvent, WatchEventType,

@@ -14,6 +14,7 @@ use crate::meta::{API_VERSION, Condition};
 use crate::naming::validate_env_key;
 use crate::object::kind_object;
 use crate::quantity::{CpuQuantity, Quantity, scalar};
+use crate::schedule::{ScheduleSpec, ScheduleStatus, ScheduledBrief, validate_schedules};
 
 /// The spec fields [`Project::apply_defaults`] fills from the fleet defaults, as dotted paths.
 /// Defaulting fills them when a project is created; an existing project keeps what it holds
@@ -109,6 +110,9 @@ pub struct ProjectSpec {
     /// The agent's task; delivering it is the last step.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub brief: String,
+    /// Briefs handed to the agent at the times of a cron.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<ScheduleSpec>,
     /// When an unused project is stopped or deleted.
     #[serde(default, skip_serializing_if = "ReapPolicy::is_empty")]
     pub reap: ReapPolicy,
@@ -491,6 +495,19 @@ pub struct ProjectStatus {
     /// Inspection figures (CPU, memory, disk) as last read from LXD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<serde_json::Value>,
+    /// Each schedule's next and last run, in the order of `spec.schedules`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<ScheduleStatus>,
+    /// The brief the last due schedule handed over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_brief: Option<ScheduledBrief>,
+}
+
+impl ProjectStatus {
+    /// The next run of any of the project's schedules.
+    pub fn next_scheduled_run(&self) -> Option<DateTime<Utc>> {
+        self.schedules.iter().filter_map(|s| s.next_run).min()
+    }
 }
 
 /// Summary of where a project stands.
@@ -942,6 +959,13 @@ pub(crate) fn validate_project(p: &Project, errs: &mut ValidationErrors) {
         }
     }
     validate_reap(&s.reap, "spec.reap", errs);
+    validate_schedules(&s.schedules, errs);
+    if !s.schedules.is_empty() && s.agent.is_none() {
+        errs.push(
+            "spec.schedules",
+            "a schedule hands its brief to the project's agent: set spec.agent",
+        );
+    }
     let mut ports = std::collections::BTreeSet::new();
     for (i, forward) in s.forwards.iter().enumerate() {
         if forward.port == 0 {

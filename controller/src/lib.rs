@@ -24,7 +24,6 @@ pub mod reconcile;
 pub mod runtime;
 pub mod runtime_handle;
 pub mod scheduler;
-pub mod schedules;
 pub mod secrets;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]

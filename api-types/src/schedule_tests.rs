@@ -6,6 +6,14 @@ fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(y, mo, d, h, mi, s).unwrap()
 }
 
+fn spec(cron: &str, timezone: &str, brief: &str) -> ScheduleSpec {
+    ScheduleSpec {
+        cron: cron.to_string(),
+        brief: brief.to_string(),
+        timezone: timezone.to_string(),
+    }
+}
+
 #[test]
 fn a_bad_cron_or_timezone_names_its_field() {
     for (cron, tz, brief, want) in [
@@ -20,17 +28,29 @@ fn a_bad_cron_or_timezone_names_its_field() {
         ),
         ("0 9 * * MON", "UTC", "  ", "spec.schedules[1].brief: "),
     ] {
-        let err =
-            validate([("*/5 * * * *", "Europe/Paris", "ok"), (cron, tz, brief)]).expect_err(cron);
+        let mut errs = ValidationErrors::new();
+        validate_schedules(
+            &[
+                spec("*/5 * * * *", "Europe/Paris", "ok"),
+                spec(cron, tz, brief),
+            ],
+            &mut errs,
+        );
+        let err = errs.into_result().expect_err(cron).to_string();
         assert!(err.starts_with(want), "{cron} {tz}: {err}");
         assert!(!err.contains('\n'), "{err}");
     }
-    validate([("0 9 * * MON-FRI", "America/New_York", "standup")]).unwrap();
+    let mut errs = ValidationErrors::new();
+    validate_schedules(
+        &[spec("0 9 * * MON-FRI", "America/New_York", "standup")],
+        &mut errs,
+    );
+    assert!(errs.is_empty());
 }
 
 #[test]
 fn the_next_run_is_read_in_the_schedules_timezone() {
-    let s = Schedule::parse("s", "0 9 * * *", "Europe/Paris").unwrap();
+    let s = Schedule::parse("0 9 * * *", "Europe/Paris").unwrap();
     // 09:00 in Paris is 08:00 UTC in winter and 07:00 UTC in summer.
     assert_eq!(
         s.next_after(utc(2026, 1, 10, 12, 0, 0)),
@@ -40,7 +60,7 @@ fn the_next_run_is_read_in_the_schedules_timezone() {
         s.next_after(utc(2026, 7, 10, 12, 0, 0)),
         Some(utc(2026, 7, 11, 7, 0, 0))
     );
-    let utc_default = Schedule::parse("s", "0 9 * * *", "").unwrap();
+    let utc_default = Schedule::parse("0 9 * * *", "").unwrap();
     assert_eq!(
         utc_default.next_after(utc(2026, 1, 10, 9, 0, 0)),
         Some(utc(2026, 1, 11, 9, 0, 0))
@@ -49,7 +69,7 @@ fn the_next_run_is_read_in_the_schedules_timezone() {
 
 #[test]
 fn a_new_schedule_waits_for_its_first_time() {
-    let s = Schedule::parse("s", "* * * * *", "").unwrap();
+    let s = Schedule::parse("* * * * *", "").unwrap();
     let now = utc(2026, 3, 1, 10, 0, 30);
     assert_eq!(
         s.plan(None, now),
@@ -62,7 +82,7 @@ fn a_new_schedule_waits_for_its_first_time() {
 
 #[test]
 fn missed_times_run_once_and_the_next_run_moves_past_now() {
-    let s = Schedule::parse("s", "* * * * *", "").unwrap();
+    let s = Schedule::parse("* * * * *", "").unwrap();
     let persisted = utc(2026, 3, 1, 10, 1, 0);
     // Down from 10:00:30 to 10:05:10: four times missed, one run.
     let now = utc(2026, 3, 1, 10, 5, 10);
@@ -81,7 +101,7 @@ fn missed_times_run_once_and_the_next_run_moves_past_now() {
 
 #[test]
 fn a_schedule_is_due_at_its_time_not_before() {
-    let s = Schedule::parse("s", "30 14 * * *", "UTC").unwrap();
+    let s = Schedule::parse("30 14 * * *", "UTC").unwrap();
     let at = utc(2026, 3, 1, 14, 30, 0);
     assert_eq!(s.plan(Some(at), utc(2026, 3, 1, 14, 29, 59)).run, None);
     assert_eq!(s.plan(Some(at), at).run, Some(at));

@@ -25,6 +25,7 @@ pub mod startup;
 pub mod status;
 pub mod steps;
 pub mod triggers;
+pub mod wake;
 
 use std::sync::Arc;
 use std::time::Duration;

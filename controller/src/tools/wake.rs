@@ -4,27 +4,22 @@
 //! it back to Reachable. A project stopped by its own `spec.state: Stopped` is never started
 //! by a tool call.
 
-use crate::store::Commit;
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_api::annotations::WOKEN_AT;
-
 use crate::reconcile::status::{Idling, idling};
+use crate::reconcile::wake::{WakeError, request_wake};
 use berth_api::{ProjectStatus, Step};
-use chrono::{SecondsFormat, Utc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::blocking;
 use super::error::ToolError;
-use crate::store::{Desired, EventType, Store, StoreError, StoredObject};
+use crate::store::{Store, StoredObject};
 use berth_api::Kind;
 
 /// How often the store is looked at while a woken project starts (it is in memory).
 const POLL: Duration = Duration::from_millis(200);
-/// Attempts at writing the annotation while other writers move the resourceVersion.
-const WRITE_ATTEMPTS: usize = 5;
 
 /// Where a project stands for a tool call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,38 +125,15 @@ fn fresh(store: &Store, project: &StoredObject) -> Result<Arc<StoredObject>, Too
 /// Sets `berth.dev/wokenAt` to now, as `berth start` does; the reconciler reads it.
 async fn wake(store: &Arc<Store>, project: &StoredObject, by: &str) -> Result<(), ToolError> {
     let store = Arc::clone(store);
-    let message = format!("{by} woke the idled project");
-    let (name, uid) = (project.name().to_string(), project.uid().to_string());
-    blocking(move || {
-        let at = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
-        for _ in 0..WRITE_ATTEMPTS {
-            let Some(current) = store.get(Kind::Project, &name).filter(|o| o.uid() == uid) else {
-                return Err(ToolError::unreachable(format!(
-                    "project {name:?} was deleted"
-                )));
-            };
-            let mut annotations = current.metadata.annotations.clone();
-            annotations.insert(WOKEN_AT.to_string(), at.clone());
-            let desired = Desired {
-                kind: Kind::Project,
-                name: name.clone(),
-                labels: current.metadata.labels.clone(),
-                annotations,
-                finalizers: None,
-                spec: current.spec.value(),
-            };
-            match store.replace(desired, Some(current.resource_version()), Commit::Persist) {
-                Ok((object, _)) => {
-                    store.record_or_warn(&object, EventType::Normal, "WakeRequested", &message);
-                    return Ok(());
-                }
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(err) => return Err(ToolError::from(err)),
-            }
-        }
-        Err(ToolError::unreachable(format!(
-            "project {name:?} is idled and waking it kept conflicting with other writes"
-        )))
+    let (name, uid, by) = (
+        project.name().to_string(),
+        project.uid().to_string(),
+        by.to_string(),
+    );
+    blocking(move || match request_wake(&store, &name, &uid, &by) {
+        Ok(()) => Ok(()),
+        Err(WakeError::Store(err)) => Err(ToolError::from(err)),
+        Err(err) => Err(ToolError::unreachable(err.to_string())),
     })
     .await?
 }
@@ -179,6 +151,7 @@ fn deleting() -> ToolError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use berth_api::annotations::WOKEN_AT;
     use serde_json::json;
 
     fn object(

@@ -611,7 +611,7 @@ fn get_tables_align_and_name_output_is_kind_slash_name() {
             .lines()
             .next()
             .unwrap()
-            .ends_with("IMAGE        AGENT   TITLE   PROTECTED   PORTS   MEMBER"),
+            .ends_with("IMAGE        AGENT   TITLE   PROTECTED   PORTS   NEXT RUN   MEMBER"),
         "{}",
         wide.stdout
     );

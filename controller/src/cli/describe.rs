@@ -8,6 +8,7 @@ use clap::Args;
 use serde_json::{Map, Value};
 
 use super::Context;
+use super::duration::human_age;
 use super::events::event_rows;
 use super::get::kind_and_names;
 use super::render::{age_at, str_at, to_yaml, value_at};
@@ -58,8 +59,9 @@ pub async fn run(context: &Context, args: DescribeArgs) -> anyhow::Result<ExitCo
 }
 
 /// Status fields with a section of their own, or shown in the header.
-const STATUS_SECTIONS: [&str; 8] = [
+const STATUS_SECTIONS: [&str; 9] = [
     "phase",
+    "schedules",
     "location",
     "unsavedWork",
     "step",
@@ -195,6 +197,10 @@ pub fn describe(
         out.push_str(&unsaved_work_section(unsaved));
     }
 
+    if let Some(section) = schedules_section(object, now) {
+        out.push_str(&section);
+    }
+
     if let Some(container) = status.get("container").filter(|c| !c.is_null()) {
         out.push_str("Container:\n");
         out.push_str(&indent(&to_yaml(container), 2));
@@ -217,6 +223,47 @@ pub fn describe(
         }
     }
     out
+}
+
+/// `spec.schedules` with each one's next and last run (`status.schedules`, in spec order).
+fn schedules_section(object: &Value, now: DateTime<Utc>) -> Option<String> {
+    let specs = value_at(object, "spec.schedules")?.as_array()?;
+    if specs.is_empty() {
+        return None;
+    }
+    let recorded = value_at(object, "status.schedules").and_then(Value::as_array);
+    let when = |entry: Option<&Value>, key: &str| -> String {
+        let Some(at) = entry.and_then(|e| e.get(key)).and_then(Value::as_str) else {
+            return String::new();
+        };
+        let relative = DateTime::parse_from_rfc3339(at)
+            .map(|t| (t.with_timezone(&Utc) - now).num_seconds())
+            .map(|s| match s {
+                s if s > 0 => format!(" (in {})", human_age(s)),
+                s => format!(" ({} ago)", human_age(-s)),
+            })
+            .unwrap_or_default();
+        format!("{at}{relative}")
+    };
+    let mut table = Table::new(["cron", "timezone", "next run", "last run", "brief"]);
+    for (n, spec) in specs.iter().enumerate() {
+        // Written in spec order by the last round; an edit since shows no times until the next.
+        let entry = recorded
+            .and_then(|r| r.get(n))
+            .filter(|e| e.get("cron") == spec.get("cron"));
+        let brief = str_at(spec, "brief").lines().next().unwrap_or_default();
+        table.row(vec![
+            str_at(spec, "cron").to_string(),
+            match str_at(spec, "timezone") {
+                "" => "UTC".to_string(),
+                zone => zone.to_string(),
+            },
+            when(entry, "nextRun"),
+            when(entry, "lastRun"),
+            brief.chars().take(60).collect(),
+        ]);
+    }
+    Some(format!("Schedules:\n{}", indent(&table.render(), 2)))
 }
 
 /// `status.unsavedWork`: each kind of work found, and the files and refs that hold it (names
@@ -324,6 +371,39 @@ mod tests {
                 .ends_with("(1 more character)")
         );
         assert_eq!(short["seedFiles"][0]["path"], "a");
+    }
+
+    #[test]
+    fn schedules_show_their_next_and_last_runs() {
+        let now = DateTime::parse_from_rfc3339("2026-01-01T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let object = json!({
+            "spec": {"schedules": [
+                {"cron": "0 * * * *", "brief": "Check the build\nthen report"},
+                {"cron": "0 9 * * MON", "timezone": "Europe/Paris", "brief": "Weekly"}]},
+            "status": {"schedules": [
+                {"id": "s-1", "cron": "0 * * * *", "nextRun": "2026-01-01T13:00:00Z",
+                 "lastRun": "2026-01-01T11:00:00Z"},
+                {"id": "s-2", "cron": "0 8 * * MON", "nextRun": "2026-01-05T08:00:00Z"}]}
+        });
+        let section = schedules_section(&object, now).unwrap();
+        let lines: Vec<&str> = section.lines().collect();
+        assert_eq!(lines[0], "Schedules:");
+        assert!(lines[1].trim_start().starts_with("CRON"), "{section}");
+        assert!(
+            lines[2].contains("UTC")
+                && lines[2].contains("2026-01-01T13:00:00Z (in 60m)")
+                && lines[2].contains("2026-01-01T11:00:00Z (60m ago)")
+                && lines[2].trim_end().ends_with("Check the build"),
+            "{section}"
+        );
+        // Recorded for another cron: an edit the scheduler has not planned yet.
+        assert!(
+            lines[3].contains("Europe/Paris") && !lines[3].contains("2026"),
+            "{section}"
+        );
+        assert_eq!(schedules_section(&json!({"spec": {}}), now), None);
     }
 
     #[test]

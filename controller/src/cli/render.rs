@@ -127,7 +127,15 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
     };
     if wide {
         headers.extend(match resource {
-            Resource::Project => &["image", "agent", "title", "protected", "ports", "member"][..],
+            Resource::Project => &[
+                "image",
+                "agent",
+                "title",
+                "protected",
+                "ports",
+                "next run",
+                "member",
+            ][..],
             Resource::AgentProfile => &["runner"][..],
             Resource::GitSource => &["path", "interval", "suspend"][..],
         });
@@ -170,6 +178,7 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
                     str_at(object, "status.title").to_string(),
                     protected_cell(object),
                     joined_at(object, "status.ports", Some("port")),
+                    next_run_cell(object, now),
                     // The cluster member, last: empty on a single LXD server.
                     str_at(object, "status.location").to_string(),
                 ]),
@@ -192,6 +201,23 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
         table.push_header("labels");
     }
     table
+}
+
+/// When the project's next scheduled brief is due (`in 25m`), empty without schedules.
+fn next_run_cell(object: &Value, now: DateTime<Utc>) -> String {
+    let next = value_at(object, "status.schedules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.get("nextRun").and_then(Value::as_str))
+        .filter_map(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&Utc))
+        .min();
+    match next {
+        Some(t) if t > now => format!("in {}", human_age((t - now).num_seconds())),
+        Some(_) => "due".to_string(),
+        None => String::new(),
+    }
 }
 
 /// `key=value,...` of the object's labels, `<none>` without any, as kubectl shows them.
@@ -298,6 +324,8 @@ mod tests {
                               "agent": {"state": "blocked"},
                               "reap": {"protectedBy": ["UnsavedWork", "AgentBlocked"]},
                               "ports": [{"port": 3000, "url": "http://x"}, {"port": 8080}],
+                              "schedules": [{"id": "s-1", "cron": "0 * * * *", "nextRun": "2026-01-01T12:25:00Z"},
+                                            {"id": "s-2", "cron": "0 9 * * *", "nextRun": "2026-01-02T09:00:00Z"}],
                               "location": "m2"}}),
             json!({"metadata": {"name": "new", "creationTimestamp": "2026-01-01T11:59:30Z"},
                    "spec": {"displayName": "new"}}),
@@ -315,13 +343,13 @@ new            new            Pending             30s
         let first = wide.lines().nth(1).unwrap();
         assert!(
             first.ends_with(
-                "berth-base   shell (blocked)   Fix the test   AgentBlocked,UnsavedWork   3000,8080   m2"
+                "berth-base   shell (blocked)   Fix the test   AgentBlocked,UnsavedWork   3000,8080   in 25m     m2"
             ),
             "{first:?}"
         );
         assert!(wide.starts_with("NAME "));
         assert!(wide.lines().next().unwrap().ends_with(
-            "IMAGE        AGENT             TITLE          PROTECTED                  PORTS       MEMBER"
+            "IMAGE        AGENT             TITLE          PROTECTED                  PORTS       NEXT RUN   MEMBER"
         ));
     }
 

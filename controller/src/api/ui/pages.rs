@@ -573,6 +573,7 @@ pub fn project_summary(
             esc(question)
         );
     }
+    html.push_str(&schedules_section(project, now));
     let _ = write!(
         html,
         "<section aria-labelledby=\"h-conditions\"><h2 id=\"h-conditions\">Conditions</h2><table><thead><tr>\
@@ -619,6 +620,42 @@ pub fn project_summary(
     html
 }
 
+/// The project's schedules with their next and last runs; empty without any.
+fn schedules_section(project: &Project, now: DateTime<Utc>) -> String {
+    let Some(specs) = project.raw["spec"]["schedules"]
+        .as_array()
+        .filter(|s| !s.is_empty())
+    else {
+        return String::new();
+    };
+    let mut html = String::from(
+        "<section aria-labelledby=\"h-schedules\"><h2 id=\"h-schedules\">Schedules</h2><table><thead><tr>\
+         <th scope=\"col\">Cron</th><th scope=\"col\">Timezone</th><th scope=\"col\">Next run</th><th scope=\"col\">Last run</th><th scope=\"col\">Brief</th></tr></thead><tbody>",
+    );
+    for (n, spec) in specs.iter().enumerate() {
+        let cron = spec["cron"].as_str().unwrap_or_default();
+        // In spec order once the scheduler planned the spec as it is.
+        let recorded = project.status.schedules.get(n).filter(|r| r.cron == cron);
+        let at = |t: Option<DateTime<Utc>>, suffix: &str| {
+            t.map(|t| time(now, t, suffix)).unwrap_or_default()
+        };
+        let _ = write!(
+            html,
+            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(cron),
+            esc(spec["timezone"]
+                .as_str()
+                .filter(|z| !z.is_empty())
+                .unwrap_or("UTC")),
+            at(recorded.and_then(|r| r.next_run), ""),
+            at(recorded.and_then(|r| r.last_run), " ago"),
+            esc(spec["brief"].as_str().unwrap_or_default())
+        );
+    }
+    html.push_str("</tbody></table></section>");
+    html
+}
+
 /// The live runtime figures, as the API's `runtime` route answered them (or why not).
 pub fn runtime_figures(answer: Result<&Value, &str>) -> String {
     match answer {
@@ -656,6 +693,31 @@ mod tests {
             "spec": {"image": "berth-tiny"},
             "status": status,
         }))
+    }
+
+    #[test]
+    fn the_page_lists_schedules_with_their_runs() {
+        let mut project = project(json!({"schedules": [
+            {"id": "s-1", "cron": "0 * * * *", "nextRun": "2026-12-02T13:00:00Z",
+             "lastRun": "2026-12-02T11:00:00Z"}]}));
+        project.raw["spec"] = json!({"schedules": [
+            {"cron": "0 * * * *", "brief": "Check <the> build"}]});
+        let html = schedules_section(&project, now());
+        assert!(
+            html.contains("<h2 id=\"h-schedules\">Schedules</h2>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<code>0 * * * *</code></td><td>UTC</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains(">in 60m</time>") && html.contains(">60m ago</time>"),
+            "{html}"
+        );
+        assert!(html.contains("Check &lt;the&gt; build"), "{html}");
+        project.raw["spec"] = json!({});
+        assert_eq!(schedules_section(&project, now()), "");
     }
 
     #[test]

@@ -210,6 +210,53 @@ impl Berth {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The value of one sample on `/metrics` (`name{labels}`), failing when it is absent.
+    pub fn metric(&self, sample: &str) -> f64 {
+        let text = self.client().get("/metrics").text();
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(sample)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no {sample} on /metrics:\n{text}"))
+    }
+
+    /// Waits until the scheduler ran its `pass` `n` more times.
+    pub fn wait_passes(&self, pass: &str, n: u32) {
+        let sample = format!("berth_scheduler_pass_duration_seconds_count{{pass=\"{pass}\"}}");
+        let target = self.metric(&sample) + f64::from(n);
+        let deadline = Instant::now() + READY_DEADLINE;
+        while self.metric(&sample) < target {
+            assert!(
+                Instant::now() < deadline,
+                "the scheduler stalled:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The project's events, oldest first.
+    pub fn events(&self, name: &str) -> Vec<Value> {
+        self.client()
+            .get(&format!("{PROJECTS}/{name}/events"))
+            .json()["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The events of the project with `reason`.
+    pub fn events_of(&self, name: &str, reason: &str) -> Vec<Value> {
+        self.events(name)
+            .into_iter()
+            .filter(|e| e["reason"] == reason)
+            .collect()
+    }
+
     /// Creates a project from `spec` and remembers it for cleanup.
     pub fn create_project(&mut self, name: &str, spec: Value) -> Value {
         let body = json!({

@@ -51,6 +51,7 @@ mod reconcile_lifecycle;
 mod replace_trash;
 mod restore_admission;
 mod scheduler_inspect;
+mod schedules;
 mod secrets_at_rest;
 mod tools_workspace;
 mod trash_clock_store;

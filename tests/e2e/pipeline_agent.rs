@@ -21,7 +21,7 @@ const CANARY_1: &str = "canary-one-5e1f";
 const CANARY_2: &str = "canary-two-9c3d";
 
 /// The `shell` profile of `manifests/agents/shell.yaml`, under a name of this test's own.
-fn shell_profile(name: &str) -> Value {
+pub(crate) fn shell_profile(name: &str) -> Value {
     json!({
         "apiVersion": "berth.dev/v1alpha1",
         "kind": "AgentProfile",
@@ -35,12 +35,12 @@ fn shell_profile(name: &str) -> Value {
     })
 }
 
-fn apply_profile(berth: &Berth, name: &str) {
+pub(crate) fn apply_profile(berth: &Berth, name: &str) {
     let reply = berth.client().post_json(PROFILES, &shell_profile(name));
     assert_eq!(reply.status, 201, "create profile {name}: {}", reply.text());
 }
 
-fn delete_profile(berth: &Berth, name: &str) {
+pub(crate) fn delete_profile(berth: &Berth, name: &str) {
     let _ = berth
         .client()
         .try_request("DELETE", &format!("{PROFILES}/{name}"), None, &[]);

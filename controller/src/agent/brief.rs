@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use berth_api::{AgentState, ProjectStatus};
+use berth_api::{AgentState, ProjectSpec, ProjectStatus, ScheduledBrief};
+use chrono::SecondsFormat;
 
 use super::{RESUME_SESSION_ENV, TITLE_KNOWN_ENV};
 
@@ -15,6 +16,44 @@ use super::{RESUME_SESSION_ENV, TITLE_KNOWN_ENV};
 pub fn brief_id(uid: &str, brief: &str) -> String {
     let digest = super::sha256_hex(format!("{uid}\0{brief}").as_bytes());
     format!("b-{}", &digest[..16])
+}
+
+/// The brief a scheduled run hands over: a new id for each run, even of the same text.
+pub fn scheduled_brief_id(uid: &str, run: &ScheduledBrief) -> String {
+    let at = run.at.to_rfc3339_opts(SecondsFormat::Secs, true);
+    let digest = super::sha256_hex(format!("{uid}\0{}\0{at}", run.brief).as_bytes());
+    format!("b-{}", &digest[..16])
+}
+
+/// The brief the agent is to work, and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentBrief<'a> {
+    pub id: String,
+    pub text: &'a str,
+    /// The schedule whose run handed it over; `None` for `spec.brief`.
+    pub schedule: Option<&'a ScheduledBrief>,
+}
+
+/// The one answer to "which brief now": the last scheduled run's, unless `spec.brief` changed
+/// since that run (the newer of the two wins), else `spec.brief`.
+pub fn current_brief<'a>(
+    uid: &str,
+    spec: &'a ProjectSpec,
+    status: &'a ProjectStatus,
+) -> CurrentBrief<'a> {
+    let own = brief_id(uid, &spec.brief);
+    match &status.scheduled_brief {
+        Some(run) if run.over == own => CurrentBrief {
+            id: scheduled_brief_id(uid, run),
+            text: &run.brief,
+            schedule: Some(run),
+        },
+        _ => CurrentBrief {
+            id: own,
+            text: &spec.brief,
+            schedule: None,
+        },
+    }
 }
 
 /// Whether brief `id` is finished (`done` or `failed`), by the store's record or the agent's

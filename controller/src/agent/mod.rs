@@ -33,7 +33,10 @@ pub use bootstrap::sync_credentials;
 pub use bootstrap::{
     BootstrapReport, InstallOutcome, ProfileBootstrap, bootstrap, bootstrap_best_effort,
 };
-pub use brief::{brief_finished, brief_id, record_brief_progress, runner_env};
+pub use brief::{
+    CurrentBrief, brief_finished, brief_id, current_brief, record_brief_progress, runner_env,
+    scheduled_brief_id,
+};
 pub use checkout::{BLOCKING_FILES_NAMED, CheckoutMode, CheckoutOutcome, checkout};
 pub use exec::sha256_hex;
 pub use runner::{

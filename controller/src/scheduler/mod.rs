@@ -1,4 +1,4 @@
-//! The scheduler: one loop of passes (resync, activity, reap, housekeeping) and the decisions
+//! The scheduler: one loop of passes (resync, schedules, activity, reap, housekeeping) and the decisions
 //! they make. Reaping is the only path in berth that can lose work irreversibly, so the decision
 //! ([`policy`]) is pure and exhaustively tested, and it only ever sees facts gathered by one
 //! inspection ([`inspect`]) that refuses to guess.
@@ -13,6 +13,7 @@ pub mod passes;
 pub mod policy;
 pub mod ports;
 pub mod reap;
+pub mod schedules;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -33,6 +34,8 @@ use crate::workspace::inspect::{self, Expected, InspectError, Inspection};
 pub enum Pass {
     /// Enqueue every project so the reconciler re-checks drift.
     Resync,
+    /// Hand over the briefs of due schedules, waking idled projects.
+    Schedules,
     /// Inspect running projects: agent status, git state, ports, CPU, file changes.
     Activity,
     /// Decide and carry out idle stops and deletions, on what the activity pass recorded.
@@ -43,12 +46,19 @@ pub enum Pass {
 
 impl Pass {
     /// Activity runs before reaping because reaping decides on what it records.
-    pub const ALL: [Pass; 4] = [Pass::Resync, Pass::Activity, Pass::Reap, Pass::Housekeeping];
+    pub const ALL: [Pass; 5] = [
+        Pass::Resync,
+        Pass::Schedules,
+        Pass::Activity,
+        Pass::Reap,
+        Pass::Housekeeping,
+    ];
 
     /// The `pass` label of `scheduler_pass_duration_seconds`.
     pub fn label(self) -> &'static str {
         match self {
             Pass::Resync => "resync",
+            Pass::Schedules => "schedules",
             Pass::Activity => "activity",
             Pass::Reap => "reap",
             Pass::Housekeeping => "housekeeping",

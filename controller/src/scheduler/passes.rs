@@ -42,6 +42,9 @@ use crate::store::{
 use crate::workspace::inspect::{InspectError, Inspection};
 use crate::workspace::protection::{self, reasons_text};
 
+#[path = "pass_schedules.rs"]
+mod pass_schedules;
+
 /// The annotation a deletion the reaper asked for carries, so that events and audits tell it
 /// from a person's.
 pub const REAPED_ANNOTATION: &str = berth_api::annotations::REAPED_BY;
@@ -864,6 +867,7 @@ impl Passes for DaemonPasses {
     async fn run(&self, pass: Pass) {
         match pass {
             Pass::Resync => self.resync().await,
+            Pass::Schedules => self.schedules().await,
             Pass::Activity => self.activity().await,
             Pass::Reap => self.reap().await,
             Pass::Housekeeping => self.housekeeping().await,

@@ -97,6 +97,9 @@ pub const PROJECT_FIELDS: &[Field] = &[
     field("briefFinished", &[Scheduler, AgentSteps]),
     field("seededFiles", &[AgentSteps]),
     field("provisionedProfiles", &[AgentSteps]),
+    // A schedule's runs, and the brief the last one handed over.
+    field("schedules", &[Scheduler]),
+    field("scheduledBrief", &[Scheduler]),
 ];
 
 /// Whether `manager` may write the field `name` of a status of `kind`.

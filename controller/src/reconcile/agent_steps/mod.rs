@@ -504,7 +504,8 @@ impl AgentSteps {
             }
         };
         let status = self.status(project.name);
-        let brief_id = brief_id(project.uid, &project.spec.brief);
+        let brief = agent::current_brief(project.uid, project.spec, &status);
+        let brief_id = brief.id.clone();
         if status.brief_id.as_deref() != Some(brief_id.as_str()) {
             // Recorded before the runner gets it, so a crash between the two hands over the
             // same id again.
@@ -523,7 +524,7 @@ impl AgentSteps {
             project.name,
             &profile,
             &brief_id,
-            &project.spec.brief,
+            brief.text,
             &env,
             &values,
         )
@@ -534,7 +535,13 @@ impl AgentSteps {
                     project.name,
                     EventType::Normal,
                     "RunnerStarted",
-                    &format!("runner started as pid {pid} with brief {brief_id}"),
+                    &match brief.schedule {
+                        Some(run) => format!(
+                            "runner started as pid {pid} with brief {brief_id}, scheduled for {}",
+                            run.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                        ),
+                        None => format!("runner started as pid {pid} with brief {brief_id}"),
+                    },
                 );
                 Ok(StepOutcome::Done)
             }
@@ -663,12 +670,19 @@ impl LaterSteps for AgentSteps {
         if done < Step::RunnerStarted || !asked_for(project.spec, Step::RunnerStarted) {
             return None;
         }
-        let handed = status.brief_id?;
-        let current = brief_id(project.uid, &project.spec.brief);
-        (handed != current).then(|| {
+        let handed = status.brief_id.as_deref()?;
+        let current = agent::current_brief(project.uid, project.spec, &status);
+        (handed != current.id).then(|| {
+            let why = match current.schedule {
+                Some(run) => format!(
+                    "a schedule ran at {}",
+                    run.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                ),
+                None => "spec.brief changed".to_string(),
+            };
             (
                 Step::Seeded,
-                format!("spec.brief changed: brief {current} replaces brief {handed}"),
+                format!("{why}: brief {} replaces brief {handed}", current.id),
             )
         })
     }

@@ -1,0 +1,218 @@
+//! Scheduled briefs against a real LXD with the offline `shell` agent and a daemon whose clock
+//! the test moves: a due schedule hands its brief over once however many of its times were
+//! missed, `get -o wide` shows the next run, a changed `spec.brief` wins over an older run, a
+//! stopped project's run is skipped and said so, and an idled project is woken for its run.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use crate::harness::{Berth, exec, unique_name};
+use crate::pipeline_agent::{apply_profile, delete_profile};
+
+/// A daemon running a scheduler round every second, whose clock reads `shift`'s seconds ahead.
+struct Clocked {
+    berth: Berth,
+    shift: tempfile::NamedTempFile,
+    _config: tempfile::NamedTempFile,
+    profile: String,
+}
+
+impl Clocked {
+    fn start() -> Clocked {
+        let config = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(config.path(), "scheduler: {interval: 1s}\n").unwrap();
+        let shift = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(shift.path(), "0").unwrap();
+        let berth = Berth::start_with(
+            &[(
+                "BERTH_TESTING_CLOCK_SHIFT_FILE",
+                shift.path().to_str().unwrap(),
+            )],
+            &["--config", config.path().to_str().unwrap()],
+        );
+        let profile = format!("shell-{}", &unique_name()[5..]);
+        apply_profile(&berth, &profile);
+        Clocked {
+            berth,
+            shift,
+            _config: config,
+            profile,
+        }
+    }
+
+    /// Moves the daemon's clock so that it reads `at` plus `past`.
+    fn set_clock(&self, at: DateTime<Utc>, past: Duration) {
+        let seconds = (at - Utc::now()).num_seconds() + past.as_secs() as i64;
+        std::fs::write(self.shift.path(), seconds.to_string()).unwrap();
+    }
+
+    /// Waits until the agent finished the brief status names as current, other than `not`.
+    fn wait_brief_done(&self, name: &str, not: Option<&str>) -> Value {
+        self.berth.wait_for(name, "done with a new brief", |p| {
+            let status = &p["status"];
+            status["agent"]["state"] == "done"
+                && status["agent"]["briefId"] == status["briefId"]
+                && status["briefId"].as_str() != not
+        })
+    }
+}
+
+impl Drop for Clocked {
+    fn drop(&mut self) {
+        delete_profile(&self.berth, &self.profile);
+    }
+}
+
+fn time(value: &Value) -> DateTime<Utc> {
+    value
+        .as_str()
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_else(|| panic!("not a time: {value}"))
+}
+
+/// The brief lines the shell agent worked since the container booted, in order (it logs every
+/// line it works to /run/berth/shell.log).
+fn worked(name: &str) -> Vec<String> {
+    exec(name, "cat /run/berth/shell.log")
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("mark-"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_due_schedule_hands_its_brief_over_once_however_many_times_were_missed() {
+    let mut clocked = Clocked::start();
+    let name = unique_name();
+    clocked.berth.create_project(
+        &name,
+        json!({
+            "agent": clocked.profile,
+            "brief": "mark-spec\n",
+            "schedules": [{"cron": "0 * * * *", "brief": "mark-scheduled\n"}],
+            "reap": {"idleAfter": "100d", "maxAge": "never"},
+        }),
+    );
+    clocked.berth.wait_ready(&name);
+    let first = clocked.wait_brief_done(&name, None);
+    let first_brief = first["status"]["briefId"].as_str().unwrap().to_string();
+    let planned = clocked.berth.wait_for(&name, "planned", |p| {
+        p["status"]["schedules"][0]["nextRun"].is_string()
+    });
+    let due = time(&planned["status"]["schedules"][0]["nextRun"]);
+    assert!(due > Utc::now(), "{due}");
+    let wide = clocked
+        .berth
+        .cli_ok(&["get", "project", &name, "-o", "wide"]);
+    assert!(wide.contains("NEXT RUN"), "{wide}");
+    assert!(
+        wide.lines().nth(1).is_some_and(|l| l.contains(" in ")),
+        "{wide}"
+    );
+
+    // berth is "down" over three more of its times: the run happens once, for the first.
+    clocked.set_clock(due, Duration::from_secs(3 * 3600 + 60));
+    let ran = clocked.wait_brief_done(&name, Some(&first_brief));
+    let status = &ran["status"];
+    assert_eq!(time(&status["scheduledBrief"]["at"]), due, "{status}");
+    assert_eq!(time(&status["schedules"][0]["lastRun"]), due);
+    assert_eq!(
+        time(&status["schedules"][0]["nextRun"]),
+        due + chrono::Duration::hours(4)
+    );
+    assert_eq!(worked(&name), ["mark-spec", "mark-scheduled"]);
+    clocked.berth.wait_passes("schedules", 3);
+    assert_eq!(worked(&name), ["mark-spec", "mark-scheduled"]);
+    let ran_events = clocked.berth.events_of(&name, "ScheduleRan");
+    assert_eq!(ran_events.len(), 1, "{ran_events:?}");
+    assert!(
+        ran_events[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("0 * * * *")),
+        "{ran_events:?}"
+    );
+    let scheduled_brief = status["briefId"].as_str().unwrap().to_string();
+
+    // A spec.brief written after the run is newer: it goes to the agent.
+    clocked
+        .berth
+        .patch_project(&name, json!({"spec": {"brief": "mark-again\n"}}));
+    clocked.wait_brief_done(&name, Some(&scheduled_brief));
+    assert_eq!(worked(&name), ["mark-spec", "mark-scheduled", "mark-again"]);
+
+    // A project stopped by its spec stays stopped: the run is skipped, and said so.
+    clocked.berth.cli_ok(&["stop", &name]);
+    clocked
+        .berth
+        .wait_for(&name, "stopped", |p| p["status"]["phase"] == "Stopped");
+    clocked.set_clock(due, Duration::from_secs(4 * 3600 + 60));
+    let skipped = clocked.berth.wait_for(&name, "past its next run", |p| {
+        p["status"]["schedules"][0]["lastRun"]
+            .as_str()
+            .is_some_and(|t| time(&json!(t)) == due + chrono::Duration::hours(4))
+    });
+    assert_eq!(time(&skipped["status"]["scheduledBrief"]["at"]), due);
+    let said = clocked.berth.events_of(&name, "ScheduleSkipped");
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("spec.state: Stopped")),
+        "{said:?}"
+    );
+}
+
+#[test]
+fn a_schedule_wakes_an_idled_project_for_its_brief() {
+    let mut clocked = Clocked::start();
+    let name = unique_name();
+    // Once a year, far enough ahead that idling the project does not reach it.
+    clocked.berth.create_project(
+        &name,
+        json!({
+            "agent": clocked.profile,
+            "brief": "mark-spec\n",
+            "schedules": [{"cron": "0 0 1 1 *", "brief": "mark-woken\n",
+                           "timezone": "Europe/Paris"}],
+            "reap": {"idleAfter": "1h", "idleAction": "Stop", "maxAge": "never"},
+        }),
+    );
+    clocked.berth.wait_ready(&name);
+    let first = clocked.wait_brief_done(&name, None);
+    let first_brief = first["status"]["briefId"].as_str().unwrap().to_string();
+    let planned = clocked.berth.wait_for(&name, "planned", |p| {
+        p["status"]["schedules"][0]["nextRun"].is_string()
+    });
+    let due = time(&planned["status"]["schedules"][0]["nextRun"]);
+    // Midnight in Paris is 23:00 or 22:00 UTC.
+    assert!(
+        matches!(due.format("%H:%M").to_string().as_str(), "23:00" | "22:00"),
+        "{due}"
+    );
+
+    // Two hours without activity: the reaper idles it.
+    clocked.set_clock(Utc::now(), Duration::from_secs(2 * 3600));
+    clocked.berth.wait_for(&name, "idled", |p| {
+        p["status"]["reap"]["idledAt"].is_string() && p["status"]["phase"] == "Stopped"
+    });
+    // Kept from idling again once woken, however far the clock moves.
+    clocked
+        .berth
+        .patch_project(&name, json!({"spec": {"reap": {"idleAfter": "1000d"}}}));
+
+    clocked.set_clock(due, Duration::from_secs(30));
+    clocked.wait_brief_done(&name, Some(&first_brief));
+    // Booted again to be woken: this boot worked the scheduled brief alone.
+    assert_eq!(worked(&name), ["mark-woken"]);
+    let woke = clocked.berth.events_of(&name, "WakeRequested");
+    assert!(
+        woke.iter().any(|e| e["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("a scheduled brief woke"))),
+        "{woke:?}"
+    );
+}

@@ -178,7 +178,7 @@ fn a_schedule_wakes_an_idled_project_for_its_brief() {
             "brief": "mark-spec\n",
             "schedules": [{"cron": "0 0 1 1 *", "brief": "mark-woken\n",
                            "timezone": "Europe/Paris"}],
-            "reap": {"idleAfter": "1h", "idleAction": "Stop", "maxAge": "never"},
+            "reap": {"idleAfter": "5s", "idleAction": "Stop", "maxAge": "never"},
         }),
     );
     clocked.berth.wait_ready(&name);
@@ -193,26 +193,27 @@ fn a_schedule_wakes_an_idled_project_for_its_brief() {
         matches!(due.format("%H:%M").to_string().as_str(), "23:00" | "22:00"),
         "{due}"
     );
-
-    // Two hours without activity: the reaper idles it.
-    clocked.set_clock(Utc::now(), Duration::from_secs(2 * 3600));
+    // Five seconds without activity: the reaper idles it.
     clocked.berth.wait_for(&name, "idled", |p| {
         p["status"]["reap"]["idledAt"].is_string() && p["status"]["phase"] == "Stopped"
     });
-    // Kept from idling again once woken, however far the clock moves.
-    clocked
-        .berth
-        .patch_project(&name, json!({"spec": {"reap": {"idleAfter": "1000d"}}}));
 
     clocked.set_clock(due, Duration::from_secs(30));
-    clocked.wait_brief_done(&name, Some(&first_brief));
-    // Booted again to be woken: this boot worked the scheduled brief alone.
-    assert_eq!(worked(&name), ["mark-woken"]);
+    let ran = clocked.wait_brief_done(&name, Some(&first_brief));
+    assert_eq!(time(&ran["status"]["scheduledBrief"]["at"]), due);
     let woke = clocked.berth.events_of(&name, "WakeRequested");
     assert!(
         woke.iter().any(|e| e["message"]
             .as_str()
             .is_some_and(|m| m.starts_with("a scheduled brief woke"))),
         "{woke:?}"
+    );
+    let stamp = due.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let started = clocked.berth.events_of(&name, "RunnerStarted");
+    assert!(
+        started.iter().any(|e| e["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with(&format!("scheduled for {stamp}")))),
+        "{started:?}"
     );
 }

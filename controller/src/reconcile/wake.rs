@@ -5,7 +5,7 @@
 
 use berth_api::Kind;
 use berth_api::annotations::WOKEN_AT;
-use chrono::{SecondsFormat, Utc};
+use chrono::SecondsFormat;
 
 use crate::store::{Commit, Desired, EventType, Store, StoreError};
 
@@ -26,7 +26,8 @@ pub enum WakeError {
 /// Sets `berth.dev/wokenAt` on project `name` (while it is still the one of `uid`) to now and
 /// records a `WakeRequested` event saying `by` woke it. Blocking: call it from a store thread.
 pub fn request_wake(store: &Store, name: &str, uid: &str, by: &str) -> Result<(), WakeError> {
-    let at = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+    // The daemon's clock, which the reaper's idling was recorded by.
+    let at = crate::clock::now().to_rfc3339_opts(SecondsFormat::Secs, true);
     let message = format!("{by} woke the idled project");
     for _ in 0..WRITE_ATTEMPTS {
         let Some(current) = store.get(Kind::Project, name).filter(|o| o.uid() == uid) else {

@@ -113,6 +113,9 @@ pub struct ProjectSpec {
     /// Briefs handed to the agent at the times of a cron.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub schedules: Vec<ScheduleSpec>,
+    /// What berth adds to the workspace for the agent beyond its profiles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<Capability>,
     /// When an unused project is stopped or deleted.
     #[serde(default, skip_serializing_if = "ReapPolicy::is_empty")]
     pub reap: ReapPolicy,
@@ -120,6 +123,21 @@ pub struct ProjectSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forwards: Vec<Forward>,
 }
+
+/// Something berth adds to a workspace for its agent.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum Capability {
+    /// The agent lists and adds its own project's schedules: `berth-schedule` and its skill
+    /// under `/workspace/.berth/`, reaching berth at `127.0.0.1:`[`AGENT_API_PORT`] inside
+    /// the container with a token good for this project's schedules alone.
+    Schedules,
+}
+
+/// The port inside a container where berth's agent API answers (a `schedules` capability).
+pub const AGENT_API_PORT: u16 = 7391;
 
 /// `127.0.0.1:port` inside the container reaches the host address `to` (an LXD proxy device
 /// bound in the instance: no NIC needed).
@@ -960,6 +978,22 @@ pub(crate) fn validate_project(p: &Project, errs: &mut ValidationErrors) {
     }
     validate_reap(&s.reap, "spec.reap", errs);
     validate_schedules(&s.schedules, errs);
+    if s.capabilities.contains(&Capability::Schedules) && s.agent.is_none() {
+        errs.push(
+            "spec.capabilities",
+            "schedules is for the project's agent: set spec.agent",
+        );
+    }
+    for (i, forward) in s.forwards.iter().enumerate() {
+        if forward.port == AGENT_API_PORT && s.capabilities.contains(&Capability::Schedules) {
+            errs.push(
+                format!("spec.forwards[{i}].port"),
+                format!(
+                    "{AGENT_API_PORT} is where berth's agent API answers (capability schedules)"
+                ),
+            );
+        }
+    }
     if !s.schedules.is_empty() && s.agent.is_none() {
         errs.push(
             "spec.schedules",

@@ -247,6 +247,12 @@ impl TrashConfig {
 }
 
 impl Config {
+    /// berth's agent socket (`<dataDir>/agent-api.sock`), which agents reach from inside
+    /// their containers through a proxy device (capability `schedules`).
+    pub fn agent_api_socket(&self) -> PathBuf {
+        self.data_dir.join("agent-api.sock")
+    }
+
     /// Reads `path` (no path: every default), then validates. There is no implicit system
     /// file: what a daemon runs with is what its command line says.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {

@@ -193,6 +193,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         tracing::info!(%addr, tls = listeners.tls.is_some(), "serving the API over TCP");
     }
 
+    // Bound before the controller starts, which gives containers a way to it.
+    let agent_listener = api::bind_unix(&config.agent_api_socket()).await?;
+
     // Bound before the controller starts: `status.ports` carries the listener's port.
     let preview_tls = tls_acceptor.filter(|_| !config.listen.preview.is_empty());
     let preview_listener = match config.listen.preview.as_str() {
@@ -331,6 +334,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             Some(Arc::clone(&metrics)),
         ))
     });
+    let agent_server = tokio::spawn(api::agent_api::serve_agent_api(
+        Arc::clone(&state),
+        agent_listener,
+        config.listen.max_connections,
+        Some(Arc::clone(&metrics)),
+    ));
     let server = tokio::spawn(api::serve(state, listeners));
     tracing::info!(
         socket = %config.listen.socket.display(),
@@ -351,6 +360,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     if let Some(preview_server) = preview_server {
         let _ = preview_server.await;
     }
+    let _ = agent_server.await;
+    let _ = std::fs::remove_file(config.agent_api_socket());
     drop(store);
     tracing::info!("stopped");
     Ok(())

@@ -1,7 +1,8 @@
 //! Scheduled briefs against a real LXD with the offline `shell` agent and a daemon whose clock
 //! the test moves: a due schedule hands its brief over once however many of its times were
 //! missed, `get -o wide` shows the next run, a changed `spec.brief` wins over an older run, a
-//! stopped project's run is skipped and said so, and an idled project is woken for its run.
+//! stopped project's run is skipped and said so, an idled project is woken for its run, and
+//! an agent with the `schedules` capability adds its own project's schedules, and nothing else.
 
 use std::time::Duration;
 
@@ -215,5 +216,93 @@ fn a_schedule_wakes_an_idled_project_for_its_brief() {
             .as_str()
             .is_some_and(|m| m.ends_with(&format!("scheduled for {stamp}")))),
         "{started:?}"
+    );
+}
+
+/// Runs `berth-schedule ARGS` in the project's container as its agent would, with `env` laid
+/// over its environment.
+fn berth_schedule(name: &str, env: &str, args: &str) -> Result<String, String> {
+    exec(
+        name,
+        &format!("cd /workspace && {env} /workspace/.berth/bin/berth-schedule {args}"),
+    )
+}
+
+#[test]
+fn an_agent_adds_its_own_projects_schedules_and_nothing_else() {
+    let mut clocked = Clocked::start();
+    let (own, other) = (unique_name(), unique_name());
+    for name in [&own, &other] {
+        clocked.berth.create_project(
+            name,
+            json!({
+                "agent": clocked.profile,
+                "brief": "mark-spec\n",
+                "capabilities": ["schedules"],
+                "reap": {"idleAfter": "100d", "maxAge": "never"},
+            }),
+        );
+    }
+    clocked.berth.wait_ready(&own);
+    clocked.berth.wait_ready(&other);
+    let issued = clocked.berth.events_of(&own, "ProjectTokenIssued");
+    assert_eq!(issued.len(), 1, "{issued:?}");
+    let token = exec(&own, "sed -n 's/^BERTH_PROJECT_TOKEN=//p' /workspace/.env").unwrap();
+    let token = token.trim().trim_matches(['"', '\'']);
+    assert!(token.starts_with(&format!("berthp.{own}.")), "{token}");
+
+    // The agent adds a schedule with the CLI berth published, and reads it back planned.
+    let added = berth_schedule(&own, "", "add '30 6 * * *' 'Rebuild the index' Asia/Tokyo")
+        .unwrap_or_else(|e| panic!("berth-schedule add: {e}"));
+    assert!(added.contains("Rebuild the index"), "{added}");
+    let planned = clocked.berth.wait_for(&own, "planned", |p| {
+        p["status"]["schedules"][0]["nextRun"].is_string()
+    });
+    assert_eq!(
+        planned["spec"]["schedules"],
+        json!([{"cron": "30 6 * * *", "brief": "Rebuild the index", "timezone": "Asia/Tokyo"}])
+    );
+    let listed = berth_schedule(&own, "", "list").unwrap();
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["project"], own.as_str());
+    assert!(listed["items"][0]["nextRun"].is_string(), "{listed}");
+    assert_eq!(clocked.berth.events_of(&own, "ScheduleAdded").len(), 1);
+    // A bad cron is refused naming its field, and nothing is written.
+    let bad = berth_schedule(&own, "", "add '61 * * * *' 'never'").unwrap_err();
+    assert!(bad.contains("spec.schedules[1].cron"), "{bad}");
+
+    // Another project's name on this token, a token of no project, or none: the same refusal,
+    // and the other project is untouched.
+    let forged = token.replacen(&own, &other, 1);
+    for env in [
+        format!("BERTH_PROJECT_TOKEN={forged}"),
+        format!("BERTH_PROJECT_TOKEN=berthp.{other}.{}", "0".repeat(64)),
+        "BERTH_PROJECT_TOKEN=nobody BERTH_ENV_FILE=/dev/null".to_string(),
+    ] {
+        let refused = berth_schedule(&own, &env, "add '* * * * *' 'take over'").unwrap_err();
+        assert!(
+            refused.contains("no project for this token"),
+            "{env}: {refused}"
+        );
+    }
+    // The token opens the agent socket's schedules routes alone: any other path is 404.
+    let secrets = exec(
+        &own,
+        &format!(
+            "exec bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}; \
+             printf \"GET /apis/berth.dev/v1alpha1/projects/{own}/secrets HTTP/1.1\\r\\nHost: b\\r\\n\
+             Authorization: Bearer {token}\\r\\nConnection: close\\r\\n\\r\\n\" >&3; head -n 1 <&3'",
+            port = berth_api::AGENT_API_PORT
+        ),
+    )
+    .unwrap();
+    assert!(secrets.starts_with("HTTP/1.1 404"), "{secrets}");
+    let untouched = clocked.berth.get_project(&other).unwrap();
+    assert!(untouched["spec"]["schedules"].is_null(), "{untouched}");
+    assert_eq!(
+        clocked.berth.get_project(&own).unwrap()["spec"]["schedules"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
     );
 }

@@ -12,7 +12,7 @@ const BAD: &[(&str, &str, &[&str])] = &[
         "unknown field at spec level",
         "kind: Project\nmetadata: {name: p}\nspec: {imgae: x}\n",
         &[
-            "spec.imgae: unknown field (expected one of `displayName`, `state`, `image`, `resources`, `agent`, `agents`, `repo`, `seedFiles`, `env`, `brief`, `schedules`, `reap`, `forwards`)",
+            "spec.imgae: unknown field (expected one of `displayName`, `state`, `image`, `resources`, `agent`, `agents`, `repo`, `seedFiles`, `env`, `brief`, `schedules`, `capabilities`, `reap`, `forwards`)",
         ],
     ),
     (
@@ -273,7 +273,7 @@ const BAD: &[(&str, &str, &[&str])] = &[
             "spec.agent: \"Shell\" is not a valid name (must be lower-case letters, digits and '-', start with a letter, end with a letter or digit, at most 63 characters)",
             "spec.displayName: must not be blank",
             "spec.env.A-B: \"A-B\" is not a valid environment variable name (letters, digits and '_', not starting with a digit)",
-            "spec.extra: unknown field (expected one of `displayName`, `state`, `image`, `resources`, `agent`, `agents`, `repo`, `seedFiles`, `env`, `brief`, `schedules`, `reap`, `forwards`)",
+            "spec.extra: unknown field (expected one of `displayName`, `state`, `image`, `resources`, `agent`, `agents`, `repo`, `seedFiles`, `env`, `brief`, `schedules`, `capabilities`, `reap`, `forwards`)",
             "spec.image: \"two words\" must not contain whitespace",
             "spec.reap.idleAfter: must be more than 0",
             "spec.resources.cpu: must be more than 0",

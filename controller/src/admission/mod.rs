@@ -48,12 +48,15 @@ pub enum Admitter<'a> {
     GitSource { name: &'a str },
     /// A project put back from the trash, as it was.
     Restore,
+    /// A project's own agent, by the project token of its `schedules` capability: it may add
+    /// to that project's `spec.schedules` and change nothing else.
+    ProjectAgent { project: &'a str },
 }
 
 impl Admitter<'_> {
     /// Whether this writer has an admin's rights over limits, forwards and host paths.
     fn acts_as_admin(&self) -> bool {
-        !matches!(self, Admitter::User { .. })
+        !matches!(self, Admitter::User { .. } | Admitter::ProjectAgent { .. })
     }
 
     fn describe(&self) -> String {
@@ -63,8 +66,41 @@ impl Admitter<'_> {
             }
             Admitter::GitSource { name } => format!("GitSource {name:?}"),
             Admitter::Restore => "a restore".to_string(),
+            Admitter::ProjectAgent { project } => format!("the agent of project {project:?}"),
         }
     }
+}
+
+/// A project's agent writes its own project's `spec.schedules`, and nothing else of it or of
+/// any other object.
+fn only_schedules(
+    project: &str,
+    desired: &Desired,
+    current: Option<&StoredObject>,
+) -> Result<(), Refusal> {
+    let Some(current) = current.filter(|c| c.kind == Kind::Project && c.name() == project) else {
+        return Err(Refusal::forbidden(
+            "metadata.name",
+            format!("the agent of project {project:?} writes that project alone"),
+        ));
+    };
+    let without_schedules = |spec: &Value| {
+        let mut spec = spec.clone();
+        if let Some(fields) = spec.as_object_mut() {
+            fields.remove("schedules");
+        }
+        spec
+    };
+    let same_meta = desired.labels == current.metadata.labels
+        && desired.annotations == current.metadata.annotations
+        && desired.finalizers.is_none();
+    if !same_meta || without_schedules(&desired.spec) != without_schedules(&current.spec.value()) {
+        return Err(Refusal::forbidden(
+            "spec",
+            format!("the agent of project {project:?} may change only its spec.schedules"),
+        ));
+    }
+    Ok(())
 }
 
 /// The host's capacity once LXD has told it (`None` until then, or when it cannot be read):
@@ -317,6 +353,9 @@ impl Admission {
                 return Err(Refusal::Hidden(current.kind, current.name().to_string()));
             }
         }
+        if let Admitter::ProjectAgent { project } = who {
+            return only_schedules(project, desired, current);
+        }
         check_server_owned_fields(who, desired.finalizers.as_deref(), current)?;
         if let Some(set) = desired.annotations.get(annotations::APPLYSET)
             && current.and_then(|c| c.metadata.annotations.get(annotations::APPLYSET)) != Some(set)
@@ -352,6 +391,56 @@ impl Admission {
             self.check_file_url(who, "spec.repo.url", url)?;
         }
         Ok(())
+    }
+
+    /// A project's agent adding `schedule` to its own project `current`: the project as it is
+    /// (metadata, defaults and the fields they override untouched) with the schedule appended,
+    /// validated as any manifest is and checked as [`Admitter::ProjectAgent`].
+    pub fn admit_schedule(
+        &self,
+        current: &StoredObject,
+        schedule: &berth_api::ScheduleSpec,
+        store: &Store,
+    ) -> Result<Desired, Refusal> {
+        let mut spec = current.spec.value();
+        let Some(fields) = spec.as_object_mut() else {
+            return Err(Refusal::forbidden("spec", "the stored project has no spec"));
+        };
+        let entry = serde_json::to_value(schedule).unwrap_or_default();
+        match fields.get_mut("schedules").and_then(Value::as_array_mut) {
+            Some(list) => list.push(entry),
+            None => {
+                fields.insert("schedules".to_string(), Value::Array(vec![entry]));
+            }
+        }
+        let manifest = serde_json::json!({
+            "apiVersion": berth_api::API_VERSION,
+            "kind": "Project",
+            "metadata": {"name": current.name()},
+            "spec": spec,
+        });
+        berth_api::decode_manifest(manifest).map_err(|errors| {
+            Refusal::Invalid(
+                errors
+                    .causes
+                    .into_iter()
+                    .map(|c| Cause::new(c.field, c.message))
+                    .collect(),
+            )
+        })?;
+        let desired = Desired {
+            kind: Kind::Project,
+            name: current.name().to_string(),
+            labels: current.metadata.labels.clone(),
+            annotations: current.metadata.annotations.clone(),
+            finalizers: None,
+            spec,
+        };
+        let who = Admitter::ProjectAgent {
+            project: current.name(),
+        };
+        self.check(who, &desired, Some(current), store)?;
+        Ok(desired)
     }
 
     /// Whether `who` may write into applyset `set`: a GitSource's set is that GitSource's

@@ -7,8 +7,9 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::Path;
 
-use berth_api::Forward;
+use berth_api::{AGENT_API_PORT, Forward};
 
 use crate::runtime::Device;
 
@@ -36,12 +37,34 @@ pub fn device(forward: &Forward) -> Option<Device> {
     ]))
 }
 
-/// The forward devices a spec asks for, by device name.
-pub fn devices(forwards: &[Forward]) -> BTreeMap<String, Device> {
-    forwards
+/// The device through which a project's agent reaches berth's agent API (a `schedules`
+/// capability): `127.0.0.1:`[`AGENT_API_PORT`] inside the container, berth's agent socket on
+/// the host.
+pub const AGENT_API_DEVICE: &str = "berth-agent-api";
+
+fn agent_api_device(socket: &Path) -> Device {
+    BTreeMap::from([
+        ("type".to_string(), "proxy".to_string()),
+        ("bind".to_string(), "instance".to_string()),
+        (
+            "listen".to_string(),
+            format!("tcp:127.0.0.1:{AGENT_API_PORT}"),
+        ),
+        ("connect".to_string(), format!("unix:{}", socket.display())),
+    ])
+}
+
+/// The proxy devices a spec asks for, by device name: its forwards, and the agent API's
+/// when `agent_api` (berth's agent socket) is given for a project that asks for it.
+pub fn devices(forwards: &[Forward], agent_api: Option<&Path>) -> BTreeMap<String, Device> {
+    let mut devices: BTreeMap<String, Device> = forwards
         .iter()
         .filter_map(|f| Some((device_name(f.port), device(f)?)))
-        .collect()
+        .collect();
+    if let Some(socket) = agent_api {
+        devices.insert(AGENT_API_DEVICE.to_string(), agent_api_device(socket));
+    }
+    devices
 }
 
 /// What differs between the forwards asked for and an instance's devices: the devices to add
@@ -58,8 +81,12 @@ impl Drift {
     }
 }
 
-pub fn drift(forwards: &[Forward], have: &BTreeMap<String, Device>) -> Drift {
-    let want = devices(forwards);
+pub fn drift(
+    forwards: &[Forward],
+    agent_api: Option<&Path>,
+    have: &BTreeMap<String, Device>,
+) -> Drift {
+    let want = devices(forwards, agent_api);
     let upsert = want
         .iter()
         .filter(|(name, device)| have.get(*name) != Some(device))
@@ -67,7 +94,10 @@ pub fn drift(forwards: &[Forward], have: &BTreeMap<String, Device>) -> Drift {
         .collect();
     let remove = have
         .keys()
-        .filter(|name| name.starts_with(DEVICE_PREFIX) && !want.contains_key(*name))
+        .filter(|name| {
+            (name.starts_with(DEVICE_PREFIX) || *name == AGENT_API_DEVICE)
+                && !want.contains_key(*name)
+        })
         .cloned()
         .collect();
     Drift { upsert, remove }
@@ -119,23 +149,37 @@ mod tests {
 
     #[test]
     fn drift_adds_changes_and_removes_only_berths_forwards() {
-        let mut have = devices(&[fwd(1000, "127.0.0.1:1"), fwd(2000, "127.0.0.1:2")]);
+        let mut have = devices(&[fwd(1000, "127.0.0.1:1"), fwd(2000, "127.0.0.1:2")], None);
         have.insert("workspace".into(), Device::new());
         let want = [
             fwd(1000, "127.0.0.1:1"),
             fwd(2000, "127.0.0.1:3"),
             fwd(3000, "127.0.0.1:4"),
         ];
-        let d = drift(&want, &have);
+        let d = drift(&want, None, &have);
         assert_eq!(
             d.upsert.keys().collect::<Vec<_>>(),
             ["berth-forward-2000", "berth-forward-3000"]
         );
         assert!(d.remove.is_empty());
-        let d = drift(&[], &have);
+        let d = drift(&[], None, &have);
         assert!(d.upsert.is_empty());
         assert_eq!(d.remove, ["berth-forward-1000", "berth-forward-2000"]);
-        assert!(drift(&want[..1], &devices(&want[..1])).is_empty());
+        assert!(drift(&want[..1], None, &devices(&want[..1], None)).is_empty());
+        // The agent API's device comes and goes with the capability.
+        let socket = Path::new("/var/lib/berth/agent-api.sock");
+        let with = devices(&want[..1], Some(socket));
+        assert_eq!(
+            with[AGENT_API_DEVICE]["connect"],
+            "unix:/var/lib/berth/agent-api.sock"
+        );
+        assert_eq!(
+            with[AGENT_API_DEVICE]["listen"],
+            format!("tcp:127.0.0.1:{AGENT_API_PORT}")
+        );
+        let added = drift(&want[..1], Some(socket), &devices(&want[..1], None));
+        assert_eq!(added.upsert.keys().collect::<Vec<_>>(), [AGENT_API_DEVICE]);
+        assert_eq!(drift(&want[..1], None, &with).remove, [AGENT_API_DEVICE]);
     }
 
     #[test]

@@ -20,6 +20,7 @@
 
 mod bootstrap;
 mod brief;
+pub mod capability;
 mod checkout;
 mod exec;
 pub mod forwards;

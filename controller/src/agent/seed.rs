@@ -341,6 +341,16 @@ fn desired_files(spec: &ProjectSpec, profiles: &[NamedProfile<'_>]) -> Result<Ve
             }),
         }
     }
+    // What the capabilities add is berth's own: a seed file of the same path gives way.
+    for (path, content, mode) in super::capability::files(spec) {
+        files.retain(|f| f.path != path);
+        files.push(DesiredFile {
+            path: path.to_string(),
+            content,
+            mode,
+            sources: vec!["spec.capabilities".to_string()],
+        });
+    }
     Ok(files)
 }
 

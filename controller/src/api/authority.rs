@@ -28,6 +28,8 @@ pub enum Authority {
     Admin,
     /// The local administrator on the unix socket (and the controller in process) alone.
     Local,
+    /// A project token, for its own project alone: the agent socket's routes ([`AGENT`]).
+    ProjectToken,
 }
 
 /// One route: its method, its path pattern (`{x}` is one segment, `{rest*}` any number of
@@ -58,7 +60,7 @@ const fn upgrade(pattern: &'static str, authority: Authority) -> Route {
     }
 }
 
-use Authority::{Admin, Authenticated, Local, Member, Public};
+use Authority::{Admin, Authenticated, Local, Member, ProjectToken, Public};
 
 /// Every route of the API, on the unix socket, on TCP and under `/ui/api/`.
 pub const ROUTES: &[Route] = &[
@@ -180,6 +182,14 @@ pub const PREVIEW: &[Route] = &[Route {
     upgrade: true,
 }];
 
+/// The agent socket's routes (`api::agent_api`): a project's agent lists and adds its own
+/// project's schedules, by the project token its `schedules` capability gave it. Nothing else
+/// is reachable there, and a project token opens nothing on the other listeners.
+pub const AGENT: &[Route] = &[
+    route("GET", "/agent/v1/schedules", ProjectToken),
+    route("POST", "/agent/v1/schedules", ProjectToken),
+];
+
 /// The placeholders a path bound: each name and its segment(s), percent-decoded.
 pub type Params = Vec<(&'static str, String)>;
 
@@ -294,6 +304,11 @@ pub fn judge(
             "{} {}: only the local administrator on the unix socket",
             route.method, route.pattern
         ))),
+        // Judged by the agent socket alone, which finds the project from the token.
+        ProjectToken => Err(ApiError::not_found(format!(
+            "no route for {}",
+            route.pattern
+        ))),
     }
 }
 
@@ -366,7 +381,7 @@ mod tests {
 
     #[test]
     fn every_route_is_listed_once() {
-        for table in [ROUTES, CONSOLE] {
+        for table in [ROUTES, CONSOLE, AGENT] {
             for (i, route) in table.iter().enumerate() {
                 assert!(
                     !table[..i]

@@ -2,6 +2,7 @@
 //! backed by the store. Handlers admit what users send, the store decides what is written.
 
 pub mod access;
+pub mod agent_api;
 mod attach;
 pub mod authority;
 mod body;

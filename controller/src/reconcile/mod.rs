@@ -92,6 +92,9 @@ pub struct ControllerSettings {
     /// `defaults.image`: what a workspace volume without a container is inspected from when
     /// the project's own images are gone.
     pub default_image: String,
+    /// berth's agent socket, which a project with the `schedules` capability reaches from
+    /// inside its container; `None` when the daemon serves none.
+    pub agent_api_socket: Option<std::path::PathBuf>,
 }
 
 impl Default for ControllerSettings {
@@ -107,6 +110,7 @@ impl Default for ControllerSettings {
             held_recheck: crate::config::HELD_RECHECK,
             trash: crate::trash::TrashSettings::default(),
             default_image: "berth-base".to_string(),
+            agent_api_socket: None,
         }
     }
 }

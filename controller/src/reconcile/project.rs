@@ -932,7 +932,10 @@ impl Project<'_> {
         if let Some(root) = self.envelope.root_device(&settings.storage_pool, include) {
             devices.insert("root".to_string(), root);
         }
-        devices.extend(crate::agent::forwards::devices(&self.spec.forwards));
+        devices.extend(crate::agent::forwards::devices(
+            &self.spec.forwards,
+            self.agent_api(),
+        ));
         CreateInstance {
             name: self.name().to_string(),
             image,
@@ -1803,9 +1806,20 @@ impl Project<'_> {
         self.commit_and_go_on(draft).await
     }
 
-    /// Host forwards (`spec.forwards`) added, changed or removed on the container.
+    /// berth's agent socket, when the project asks for the agent API (`schedules`).
+    fn agent_api(&self) -> Option<&std::path::Path> {
+        self.spec
+            .capabilities
+            .contains(&berth_api::Capability::Schedules)
+            .then_some(self.ctx.settings.agent_api_socket.as_deref())
+            .flatten()
+    }
+
+    /// Host forwards (`spec.forwards`) and the agent API's device added, changed or removed
+    /// on the container.
     async fn converge_forwards(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let drift = crate::agent::forwards::drift(&self.spec.forwards, &instance.devices);
+        let drift =
+            crate::agent::forwards::drift(&self.spec.forwards, self.agent_api(), &instance.devices);
         if drift.is_empty() {
             return Ok(Next::Continue);
         }

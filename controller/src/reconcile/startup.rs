@@ -31,6 +31,7 @@ pub fn settings_from_config(config: &Config) -> Result<ControllerSettings, Strin
         held_recheck: config.scheduler.recheck(),
         trash: config.trash.settings(),
         default_image: config.defaults.image.clone(),
+        agent_api_socket: Some(config.agent_api_socket()),
         ..ControllerSettings::default()
     })
 }

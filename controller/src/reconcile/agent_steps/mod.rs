@@ -448,6 +448,7 @@ impl AgentSteps {
         };
         let named: Vec<agent::NamedProfile<'_>> =
             profiles.iter().map(|(n, p)| (n.as_str(), p)).collect();
+        self.mint_project_token(project)?;
         let values = self.secret_values(project.uid)?;
         let status = self.status(project.name);
         let previous = WrittenFiles {
@@ -610,6 +611,28 @@ impl AgentSteps {
             message: format!("waiting for the agent to acknowledge brief {current}"),
             retry_after: BRIEF_POLL,
         })
+    }
+
+    /// A project whose capabilities need a project token gets one, once: a project secret, so
+    /// it reaches `/workspace/.env` with the others and outlives any container.
+    fn mint_project_token(&self, project: &StepContext<'_>) -> Result<(), StepError> {
+        use agent::capability::{TOKEN_KEY, new_token, token_project};
+        if !agent::capability::wants_token(project.spec) {
+            return Ok(());
+        }
+        let current = self.secrets.get(project.uid, TOKEN_KEY)?;
+        if current.as_deref().and_then(token_project) == Some(project.name) {
+            return Ok(());
+        }
+        self.secrets
+            .set(project.uid, TOKEN_KEY, new_token(project.name).as_bytes())?;
+        self.event(
+            project.name,
+            EventType::Normal,
+            "ProjectTokenIssued",
+            &format!("{TOKEN_KEY} set: the agent's token for this project's schedules"),
+        );
+        Ok(())
     }
 
     fn secret_values(&self, uid: &str) -> Result<BTreeMap<String, String>, StepError> {

@@ -510,9 +510,6 @@ pub struct ProjectStatus {
     /// steps after it run again.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub provisioned_profiles: BTreeMap<String, String>,
-    /// Inspection figures (CPU, memory, disk) as last read from LXD.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime: Option<serde_json::Value>,
     /// Each schedule's next and last run, in the order of `spec.schedules`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub schedules: Vec<ScheduleStatus>,

@@ -233,3 +233,40 @@ fn feature_testing_is_named_only_where_allowed() {
         "production code gated on feature testing: {offenders:?}"
     );
 }
+
+/// Every field of a Project's status has its writers declared in `PROJECT_FIELDS`, and every
+/// declared field is one the status has: a field nobody owns is one no writer may set.
+#[test]
+fn every_project_status_field_has_an_owner() {
+    let (_, schema) = berth_api::schemas()
+        .into_iter()
+        .find(|(file, _)| *file == "project.json")
+        .expect("the Project schema");
+    let fields: BTreeSet<String> = schema["$defs"]["ProjectStatus"]["properties"]
+        .as_object()
+        .expect("the status has properties")
+        .keys()
+        .cloned()
+        .collect();
+    let owned: BTreeSet<String> = crate::store::PROJECT_FIELDS
+        .iter()
+        .filter(|f| !f.owners.is_empty())
+        .map(|f| f.name.to_string())
+        .collect();
+    let unowned: Vec<&String> = fields.difference(&owned).collect();
+    // The reconciler's own record (`status.controller`: when a step started, ...) is JSON it
+    // alone reads, outside the typed status.
+    let unknown: Vec<&String> = owned
+        .difference(&fields)
+        .filter(|f| f.as_str() != "controller")
+        .collect();
+    assert!(
+        unowned.is_empty(),
+        "status fields without an owner in PROJECT_FIELDS: {unowned:?}"
+    );
+    assert!(
+        unknown.is_empty(),
+        "PROJECT_FIELDS names fields the status lacks: {unknown:?}"
+    );
+}
+

@@ -54,8 +54,7 @@ fn full_project_round_trips() {
             "reap": {"protectedBy": ["AgentBlocked", "UnsavedWork"], "nextAction": "Stop", "nextActionAt": "2026-01-01T08:00:00Z"},
             "ports": [{"port": 3000, "url": "http://payments-api--3000.localhost"}],
             "message": "waiting",
-            "briefId": "b1",
-            "runtime": {"memoryBytes": 12345, "cpuSeconds": 1.5}
+            "briefId": "b1"
         }
     });
     let obj = decode_stored(stored.clone()).expect("decodes");

@@ -270,3 +270,18 @@ fn every_project_status_field_has_an_owner() {
     );
 }
 
+/// Events are written by the store's one recorder (`record_or_warn`, `publish_event`, which
+/// log a failure and keep writes off the async workers): nobody outside the store calls the
+/// raw write.
+#[test]
+fn events_are_recorded_only_through_the_recorder() {
+    let bypasses: Vec<String> = production()
+        .into_iter()
+        .filter(|(file, text)| !file.starts_with("store/") && text.contains(".record_event("))
+        .map(|(file, _)| file)
+        .collect();
+    assert!(
+        bypasses.is_empty(),
+        "events recorded around the recorder in {bypasses:?}"
+    );
+}

@@ -201,14 +201,15 @@ pub(super) async fn answer(
     crate::agent::answer(&*runtime, project.name(), &text)
         .await
         .map_err(agent_failure)?;
-    if let Err(e) = state.store.record_event(
-        &project,
-        crate::store::EventType::Normal,
-        "Answered",
-        &format!("{} answered the agent", caller.identity),
-    ) {
-        tracing::warn!(error = %e, "could not record an event");
-    }
+    state
+        .store
+        .publish_event(
+            &project,
+            crate::store::EventType::Normal,
+            "Answered",
+            &format!("{} answered the agent", caller.identity),
+        )
+        .await;
     Ok(json_response(
         StatusCode::OK,
         &json!({"apiVersion": berth_api::API_VERSION, "kind": "Answer", "project": name}),

@@ -145,14 +145,11 @@ async fn audit(
     reason: &'static str,
     message: String,
 ) {
-    let store = Arc::clone(&state.store);
-    let project = Arc::clone(project);
-    let recorded =
-        blocking(move || store.record_event(&project, EventType::Normal, reason, &message)).await;
-    if let Ok(Err(err)) = recorded {
-        // The secret is written; only its trace is missing.
-        tracing::warn!(error = %err, "recording a secrets event failed");
-    }
+    // The secret is written; a failure leaves only its trace missing (and is logged).
+    state
+        .store
+        .publish_event(project, EventType::Normal, reason, &message)
+        .await;
 }
 
 /// The value: `{"value": "..."}` for a JSON body, the raw bytes otherwise (what

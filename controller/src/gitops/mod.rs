@@ -563,9 +563,7 @@ impl GitOps {
     }
 
     fn event(&self, object: &StoredObject, type_: EventType, reason: &str, message: &str) {
-        if let Err(err) = self.store.record_event(object, type_, reason, message) {
-            tracing::warn!(gitsource = object.name(), %err, "cannot record an event");
-        }
+        self.store.record_or_warn(object, type_, reason, message);
     }
 }
 

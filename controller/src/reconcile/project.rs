@@ -534,16 +534,15 @@ impl Project<'_> {
                                 "{count} of {expected} berth containers vanished at once; berth recreates none of them until a person acts (berth restart --recreate NAME)"
                             );
                             tracing::error!("{message}");
-                            let target = self.object.clone();
-                            let _ = store_call(self.ctx, move |store| {
-                                store.record_event(
-                                    &target,
+                            self.ctx
+                                .store
+                                .publish_event(
+                                    self.object,
                                     crate::store::EventType::Warning,
                                     "ContainersVanished",
                                     &message,
                                 )
-                            })
-                            .await;
+                                .await;
                         }
                         draft.set_not_ready(
                             Phase::Missing,

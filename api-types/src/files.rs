@@ -158,6 +158,22 @@ pub fn workspace_file_path(path: &str) -> Result<String, String> {
     Ok(format!("{WORKSPACE_DIR}/{}", rest.join("/")))
 }
 
+/// Resolves a directory that must lie under /workspace, as [`workspace_file_path`] resolves a
+/// file (a trailing `/` allowed). /workspace itself is refused: berth places nothing at its top.
+pub fn workspace_dir_path(path: &str) -> Result<String, String> {
+    let trimmed = path.trim_end_matches('/');
+    if trimmed.is_empty() && !path.is_empty() {
+        return Err(format!("{path:?} must lie under {WORKSPACE_DIR}"));
+    }
+    workspace_file_path(trimmed).map_err(|e| {
+        if e.contains("must name a file") {
+            format!("{path:?} must name a directory under {WORKSPACE_DIR}")
+        } else {
+            e
+        }
+    })
+}
+
 /// Checks an absolute path and returns it normalized (no `.`, no doubled or trailing `/`).
 pub fn absolute_path(path: &str) -> Result<String, String> {
     if path.is_empty() {

@@ -56,7 +56,7 @@ pub use conditions::{
 };
 pub use duration::{BerthDuration, MAX_DURATION, MAX_DURATION_TEXT, MaxAge};
 pub use error::{FieldError, ValidationErrors};
-pub use files::{FileMode, MergeMode, WORKSPACE_DIR, workspace_file_path};
+pub use files::{FileMode, MergeMode, WORKSPACE_DIR, workspace_dir_path, workspace_file_path};
 pub use gitsource::{
     GitSource, GitSourceSpec, GitSourceStatus, file_url_path, redact_credentials,
     url_has_credentials, validate_git_url,
@@ -66,7 +66,7 @@ pub use naming::{derive_name, display_name_key, slugify, validate_env_key, valid
 pub use object::{Kind, Object, UnknownKind, decode_manifest, decode_stored};
 pub use profile::{
     AgentInstall, AgentInstructions, AgentProfile, AgentProfileSpec, AgentProfileStatus,
-    AgentRunner, CredentialRef, RunnerProtocol, RuntimeAsset,
+    AgentRunner, AgentSkill, CredentialRef, MAX_SKILLS, RunnerProtocol, RuntimeAsset,
 };
 pub use project::{
     AGENT_API_PORT, ActivitySource, ActivityStatus, AgentState, AgentStatus, Capability,

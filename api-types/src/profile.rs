@@ -4,10 +4,14 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ValidationErrors;
-use crate::files::{FileMode, WORKSPACE_DIR, absolute_path, is_within, workspace_file_path};
+use crate::files::{
+    FileMode, WORKSPACE_DIR, absolute_path, is_within, workspace_dir_path, workspace_file_path,
+};
+use crate::gitsource::validate_git_url;
 use crate::meta::Condition;
 use crate::naming::validate_env_key;
 use crate::object::kind_object;
+use crate::project::{Repo, validate_ref_name};
 
 kind_object! {
     /// One agent CLI (claude, codex, the offline `shell` agent, ...).
@@ -37,6 +41,9 @@ pub struct AgentProfileSpec {
     /// Non-secret files placed under `home`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runtime_assets: Vec<RuntimeAsset>,
+    /// Skill directories copied into every workspace that lists the profile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<AgentSkill>,
     #[serde(default)]
     #[schemars(extend("x-berth-required" = true))]
     pub runner: AgentRunner,
@@ -99,6 +106,62 @@ pub struct RuntimeAsset {
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<FileMode>,
+}
+
+/// One skill directory, from a host path or a git repository, placed in the workspace at
+/// `<target>/<name>/`, its name being the directory's (or the repository's) own.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentSkill {
+    /// An absolute directory on the berth host, under the config's `allowedFileRoots`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A git repository whose tree is the skill (a `file://` one under `allowedFileRoots`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<Repo>,
+    /// The directory under /workspace that holds the profile's skills (`.claude/skills`).
+    #[serde(default)]
+    #[schemars(extend("x-berth-required" = true))]
+    pub target: String,
+}
+
+/// The most skills one profile may list.
+pub const MAX_SKILLS: usize = 64;
+
+impl AgentSkill {
+    /// The skill's directory name: the last component of `path`, or of the repository's URL
+    /// without `.git`. `None` when neither names one.
+    pub fn name(&self) -> Option<&str> {
+        let last = match (&self.path, &self.repo) {
+            (Some(path), None) => path.trim_end_matches('/').rsplit('/').next()?,
+            (None, Some(repo)) => {
+                let url = repo.url.trim_end_matches('/');
+                let last = url.rsplit(['/', ':']).next()?;
+                last.strip_suffix(".git").unwrap_or(last)
+            }
+            _ => return None,
+        };
+        (!last.is_empty() && last != "." && last != "..").then_some(last)
+    }
+
+    /// The absolute directory the skill's files go to, `<target>/<name>`; `None` when the
+    /// target or the name is invalid.
+    pub fn placed_at(&self) -> Option<String> {
+        let target = workspace_dir_path(&self.target).ok()?;
+        Some(format!("{target}/{}", self.name()?))
+    }
+
+    /// Where the skill comes from, as a person reads it (a host path or a repository URL).
+    pub fn source(&self) -> String {
+        match (&self.path, &self.repo) {
+            (Some(path), _) => path.clone(),
+            (None, Some(repo)) => match &repo.branch {
+                Some(branch) => format!("{} ({branch})", crate::redact_credentials(&repo.url)),
+                None => crate::redact_credentials(&repo.url).into_owned(),
+            },
+            (None, None) => String::new(),
+        }
+    }
 }
 
 /// The command that works a brief. `{briefFile}` in an argument stands for the brief's path.
@@ -213,9 +276,63 @@ pub(crate) fn validate_profile(p: &AgentProfile, errs: &mut ValidationErrors) {
             Err(e) => errs.push(field, e),
         }
     }
+    validate_skills(&s.skills, errs);
     if s.runner.command.is_empty() {
         errs.push("spec.runner.command", "required");
     } else if s.runner.command[0].trim().is_empty() {
         errs.push("spec.runner.command[0]", "must name a program");
+    }
+}
+
+fn validate_skills(skills: &[AgentSkill], errs: &mut ValidationErrors) {
+    if skills.len() > MAX_SKILLS {
+        errs.push(
+            "spec.skills",
+            format!("at most {MAX_SKILLS} skills, not {}", skills.len()),
+        );
+    }
+    let mut placed: Vec<(String, usize)> = Vec::new();
+    for (i, skill) in skills.iter().enumerate() {
+        let field = |name: &str| format!("spec.skills[{i}].{name}");
+        match (&skill.path, &skill.repo) {
+            (Some(_), Some(_)) => errs.push(
+                format!("spec.skills[{i}]"),
+                "give either path or repo, not both",
+            ),
+            (None, None) => errs.push(format!("spec.skills[{i}]"), "give a path or a repo"),
+            (Some(path), None) => match absolute_path(path) {
+                Ok(normal) if normal == "/" => errs.push(field("path"), "must not be /"),
+                Ok(_) => {}
+                Err(e) => errs.push(field("path"), e),
+            },
+            (None, Some(repo)) => {
+                if repo.url.is_empty() {
+                    errs.push(field("repo.url"), "required");
+                } else if let Err(e) =
+                    validate_git_url(&repo.url, &["https", "http", "ssh", "git", "file"])
+                {
+                    errs.push(field("repo.url"), e);
+                } else if skill.name().is_none() {
+                    errs.push(field("repo.url"), format!("{:?} names no repository", repo.url));
+                }
+                if let Some(branch) = &repo.branch
+                    && let Err(e) = validate_ref_name(branch)
+                {
+                    errs.push(field("repo.branch"), e);
+                }
+            }
+        }
+        if let Err(e) = workspace_dir_path(&skill.target) {
+            errs.push(field("target"), e);
+        }
+        if let Some(at) = skill.placed_at() {
+            match placed.iter().find(|(p, _)| *p == at) {
+                Some((_, first)) => errs.push(
+                    format!("spec.skills[{i}]"),
+                    format!("places its files at {at}, as spec.skills[{first}] does"),
+                ),
+                None => placed.push((at, i)),
+            }
+        }
     }
 }

@@ -212,6 +212,21 @@ const BAD: &[(&str, &str, &[&str])] = &[
         ],
     ),
     (
+        "profile skills name a source and a directory under /workspace",
+        "kind: AgentProfile\nmetadata: {name: claude}\nspec:\n  home: /root/.claude\n  install: {check: claude --version}\n  skills:\n    - {path: /srv/skills/pdf, target: .claude/skills/}\n    - {path: /srv/other/pdf, target: /workspace/.claude/skills}\n    - {target: .claude/skills}\n    - {path: /srv/x, repo: {url: 'file:///srv/x'}, target: .claude/skills}\n    - {path: srv/y, target: /etc/skills}\n    - {repo: {url: 'ftp://h/r.git', branch: 'a..b'}, target: /workspace}\n    - {path: /srv/z}\n  runner: {command: [claude]}\n",
+        &[
+            "spec.skills[1]: places its files at /workspace/.claude/skills/pdf, as spec.skills[0] does",
+            "spec.skills[2]: give a path or a repo",
+            "spec.skills[3]: give either path or repo, not both",
+            "spec.skills[4].path: \"srv/y\" must be an absolute path",
+            "spec.skills[4].target: \"/etc/skills\" must lie under /workspace",
+            "spec.skills[5].repo.branch: \"a..b\" is not a valid git branch name",
+            "spec.skills[5].repo.url: \"ftp://h/r.git\": scheme \"ftp\" is not allowed (use one of: https, http, ssh, git, file)",
+            "spec.skills[5].target: \"/workspace\" must name a directory under /workspace",
+            "spec.skills[6].target: required",
+        ],
+    ),
+    (
         "profile home under workspace",
         "kind: AgentProfile\nmetadata: {name: x}\nspec: {home: /workspace/.x, install: {check: x}, runner: {command: [x]}}\n",
         &["spec.home: \"/workspace/.x\" must not lie under /workspace"],
@@ -386,6 +401,20 @@ spec:
         Kind::AgentProfile,
     ),
     (
+        "a profile with skills",
+        "kind: AgentProfile
+metadata: {name: claude}
+spec:
+  home: /root/.claude
+  install: {check: \"claude --version\"}
+  skills:
+    - {path: /srv/berth-skills/pdf, target: .claude/skills}
+    - {repo: {url: \"file:///srv/berth-skills/review.git\", branch: main}, target: .claude/skills}
+  runner: {command: [claude]}
+",
+        Kind::AgentProfile,
+    ),
+    (
         "a git source with defaults",
         "kind: GitSource\nmetadata: {name: fleet}\nspec: {url: 'file:///srv/fleet.git', ref: main}\n",
         Kind::GitSource,
@@ -481,4 +510,39 @@ fn seed_targets_resolve_under_workspace() {
             Some("/workspace/c".to_string())
         ]
     );
+}
+
+#[test]
+fn a_skill_is_named_after_its_directory_or_repository() {
+    use berth_api::{AgentSkill, Repo};
+    let path = |p: &str| AgentSkill {
+        path: Some(p.into()),
+        repo: None,
+        target: ".claude/skills/".into(),
+    };
+    let repo = |url: &str| AgentSkill {
+        path: None,
+        repo: Some(Repo {
+            url: url.into(),
+            branch: None,
+        }),
+        target: "/workspace/.agents/skills".into(),
+    };
+    let cases = [
+        (path("/srv/skills/pdf"), Some("/workspace/.claude/skills/pdf")),
+        (path("/srv/skills/pdf/"), Some("/workspace/.claude/skills/pdf")),
+        (
+            repo("https://git.example/team/review.git"),
+            Some("/workspace/.agents/skills/review"),
+        ),
+        (
+            repo("file:///srv/skills/lint/"),
+            Some("/workspace/.agents/skills/lint"),
+        ),
+        (repo("ssh://git@host:tools.git"), Some("/workspace/.agents/skills/tools")),
+        (repo("file:///srv/.git"), None),
+    ];
+    for (skill, want) in cases {
+        assert_eq!(skill.placed_at().as_deref(), want, "{skill:?}");
+    }
 }

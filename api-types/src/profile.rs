@@ -313,7 +313,10 @@ fn validate_skills(skills: &[AgentSkill], errs: &mut ValidationErrors) {
                 {
                     errs.push(field("repo.url"), e);
                 } else if skill.name().is_none() {
-                    errs.push(field("repo.url"), format!("{:?} names no repository", repo.url));
+                    errs.push(
+                        field("repo.url"),
+                        format!("{:?} names no repository", repo.url),
+                    );
                 }
                 if let Some(branch) = &repo.branch
                     && let Err(e) = validate_ref_name(branch)

@@ -1,4 +1,5 @@
-//! `allowedFileRoots`: the host paths a non-admin's `file://` repository may make berth read.
+//! `allowedFileRoots`: the host paths a non-admin's `file://` repository may make berth read,
+//! and the only ones an AgentProfile's skills come from.
 //!
 //! A check on the URL's text is not enough: git reads wherever the repository points it. A
 //! symbolic link under a root, a `.git` file saying `gitdir: /elsewhere`, a worktree's
@@ -58,16 +59,45 @@ impl FileRoots {
                 .any(|root| root.is_absolute() && path.starts_with(root))
     }
 
+    /// Resolves the directory at `path` (links followed) and checks that it lies under a root.
+    /// What is in it is held to the roots again as it is read ([`FileRoots::holds`]).
+    pub fn confine_dir(&self, path: &Path) -> Result<PathBuf, ConfineError> {
+        let real = std::fs::canonicalize(path)
+            .map_err(|e| ConfineError::Unresolved(format!("{}: {e}", path.display())))?;
+        if !real.is_dir() {
+            return Err(ConfineError::Unresolved(format!(
+                "{} is not a directory",
+                path.display()
+            )));
+        }
+        if !self.holds(&real) {
+            return Err(ConfineError::Outside(format!(
+                "{} leads to {}, which is not under allowedFileRoots",
+                path.display(),
+                real.display()
+            )));
+        }
+        Ok(real)
+    }
+
+    /// Whether `real`, a path already resolved, lies under a root's real path.
+    pub fn holds(&self, real: &Path) -> bool {
+        self.real_roots().iter().any(|root| real.starts_with(root))
+    }
+
+    fn real_roots(&self) -> Vec<PathBuf> {
+        self.roots
+            .iter()
+            .filter(|root| root.is_absolute())
+            .filter_map(|root| std::fs::canonicalize(root).ok())
+            .collect()
+    }
+
     /// Resolves the repository at `path` and checks that git reads nothing outside the roots.
     /// The error says which place escapes and how, for a condition or a 403.
     pub fn confine(&self, path: &Path) -> Result<HostRepository, ConfineError> {
         let repository = resolve(path).map_err(ConfineError::Unresolved)?;
-        let roots: Vec<PathBuf> = self
-            .roots
-            .iter()
-            .filter(|root| root.is_absolute())
-            .filter_map(|root| std::fs::canonicalize(root).ok())
-            .collect();
+        let roots = self.real_roots();
         for read in &repository.reads {
             if !roots.iter().any(|root| read.starts_with(root)) {
                 return Err(ConfineError::Outside(format!(
@@ -396,6 +426,28 @@ mod tests {
         std::os::unix::fs::symlink(&pack, &linked).unwrap();
         let err = host.roots().confine(&repo).unwrap_err().to_string();
         assert!(err.contains("not under allowedFileRoots"), "{err}");
+    }
+
+    #[test]
+    fn a_directory_is_confined_where_its_links_lead() {
+        let host = Host::new();
+        let skill = host.allowed().join("skills/pdf");
+        std::fs::create_dir_all(&skill).unwrap();
+        assert_eq!(
+            host.roots().confine_dir(&skill).unwrap(),
+            std::fs::canonicalize(&skill).unwrap()
+        );
+        let link = host.allowed().join("skills/escape");
+        std::os::unix::fs::symlink(host.outside(), &link).unwrap();
+        let err = host.roots().confine_dir(&link).unwrap_err();
+        assert!(matches!(err, ConfineError::Outside(_)), "{err}");
+        let missing = host.roots().confine_dir(&host.allowed().join("gone"));
+        assert!(matches!(missing, Err(ConfineError::Unresolved(_))));
+        assert!(
+            !host
+                .roots()
+                .holds(&std::fs::canonicalize(host.outside()).unwrap())
+        );
     }
 
     #[test]

@@ -529,8 +529,14 @@ fn a_skill_is_named_after_its_directory_or_repository() {
         target: "/workspace/.agents/skills".into(),
     };
     let cases = [
-        (path("/srv/skills/pdf"), Some("/workspace/.claude/skills/pdf")),
-        (path("/srv/skills/pdf/"), Some("/workspace/.claude/skills/pdf")),
+        (
+            path("/srv/skills/pdf"),
+            Some("/workspace/.claude/skills/pdf"),
+        ),
+        (
+            path("/srv/skills/pdf/"),
+            Some("/workspace/.claude/skills/pdf"),
+        ),
         (
             repo("https://git.example/team/review.git"),
             Some("/workspace/.agents/skills/review"),
@@ -539,7 +545,10 @@ fn a_skill_is_named_after_its_directory_or_repository() {
             repo("file:///srv/skills/lint/"),
             Some("/workspace/.agents/skills/lint"),
         ),
-        (repo("ssh://git@host:tools.git"), Some("/workspace/.agents/skills/tools")),
+        (
+            repo("ssh://git@host:tools.git"),
+            Some("/workspace/.agents/skills/tools"),
+        ),
         (repo("file:///srv/.git"), None),
     ];
     for (skill, want) in cases {

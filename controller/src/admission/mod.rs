@@ -15,6 +15,7 @@
 //!   only an admin (or an admin's GitSource) changes them;
 //! - a user who is not an admin keeps the resource limits it was given and names `file://`
 //!   repositories under `allowedFileRoots` only;
+//! - an AgentProfile's skills come from under `allowedFileRoots` only, whoever writes it;
 //! - a GitSource's applyset (`gitsource-*`) is its controller's alone.
 //!
 //! Who may touch which object (membership, admin-only kinds) is access's (`api::access`).
@@ -362,6 +363,9 @@ impl Admission {
         {
             self.check_applyset(who, set)?;
         }
+        if desired.kind == Kind::AgentProfile {
+            self.check_skill_sources(desired, current)?;
+        }
         if desired.kind != Kind::Project {
             return Ok(());
         }
@@ -496,6 +500,62 @@ impl Admission {
                     format!("spec.forwards[{i}].to"),
                     message,
                 )]));
+            }
+        }
+        Ok(())
+    }
+
+    /// An AgentProfile's skills are copied into every workspace that lists the profile, for
+    /// its members to read: whoever writes the profile, a skill's host directory or `file://`
+    /// repository lies under `allowedFileRoots`. A source the stored profile names already is
+    /// not judged again (the roots may have changed since); one that does not exist yet is
+    /// judged when it is placed.
+    fn check_skill_sources(
+        &self,
+        desired: &Desired,
+        current: Option<&StoredObject>,
+    ) -> Result<(), Refusal> {
+        let skills = desired.spec.get("skills").and_then(Value::as_array);
+        let had = current
+            .and_then(|c| c.spec.get("skills"))
+            .unwrap_or_default();
+        let had = had.as_array().map(Vec::as_slice).unwrap_or_default();
+        let roots = FileRoots::new(self.file_roots.clone());
+        for (i, skill) in skills.into_iter().flatten().enumerate() {
+            let (field, path) = match (skill.get("path"), skill.pointer("/repo/url")) {
+                (Some(Value::String(path)), _) => (format!("spec.skills[{i}].path"), path.as_str()),
+                (_, Some(Value::String(url))) => match berth_api::file_url_path(url) {
+                    Some(path) => (format!("spec.skills[{i}].repo.url"), path),
+                    None => continue,
+                },
+                _ => continue,
+            };
+            let source = |s: &Value| {
+                s.get("path")
+                    .or_else(|| s.pointer("/repo/url"))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            if had.iter().any(|h| source(h) == source(skill)) {
+                continue;
+            }
+            let invalid = |message: String| Refusal::Invalid(vec![Cause::new(&field, message)]);
+            let host = Path::new(path);
+            if !roots.names(host) {
+                return Err(invalid(format!(
+                    "{path:?} is not under allowedFileRoots: skills are copied into the workspaces of \
+                     every project that lists the profile, so they come only from there"
+                )));
+            }
+            let judged = if field.ends_with(".path") {
+                roots.confine_dir(host).map(|_| ())
+            } else {
+                roots.confine(host).map(|_| ())
+            };
+            if let Err(ConfineError::Outside(why)) = judged {
+                return Err(invalid(format!(
+                    "{path:?} leads outside allowedFileRoots ({why})"
+                )));
             }
         }
         Ok(())
@@ -1269,6 +1329,15 @@ mod tests {
                 [HIDDEN, OK, OK, OK, OK],
             ),
             (
+                "a skill outside allowedFileRoots",
+                json!({"apiVersion": "berth.dev/v1alpha1", "kind": "AgentProfile",
+                    "metadata": {"name": "a"},
+                    "spec": {"home": "/root/.a", "install": {"check": "true"},
+                             "skills": [{"path": "/etc", "target": ".a/skills"}],
+                             "runner": {"command": ["a"]}}}),
+                [FORBIDDEN, INVALID, INVALID, INVALID, INVALID],
+            ),
+            (
                 "an admin-only kind",
                 json!({"apiVersion": "berth.dev/v1alpha1", "kind": "AgentProfile",
                     "metadata": {"name": "a"},
@@ -1302,5 +1371,56 @@ mod tests {
             }
         }
         assert!(failures.is_empty(), "{failures:#?}");
+    }
+
+    #[test]
+    fn a_skill_source_is_held_to_allowed_file_roots_wherever_it_leads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("berth.db")).unwrap();
+        let roots = dir.path().join("skills");
+        std::fs::create_dir_all(roots.join("pdf")).unwrap();
+        std::os::unix::fs::symlink("/etc", roots.join("etc")).unwrap();
+        let admission = Admission::new(Defaults::default()).with_file_roots(vec![roots.clone()]);
+        let profile = |skill: Value| {
+            json!({"apiVersion": "berth.dev/v1alpha1", "kind": "AgentProfile",
+                "metadata": {"name": "a"},
+                "spec": {"home": "/root/.a", "install": {"check": "true"},
+                         "skills": [skill], "runner": {"command": ["a"]}}})
+        };
+        let under = |name: &str| roots.join(name).display().to_string();
+        let admin = Admitter::Admin { name: "ada" };
+        // (skill, the refused field and words of its message, or None when admitted)
+        let cases = [
+            (json!({"path": under("pdf"), "target": ".a/skills"}), None),
+            // Not there yet: judged when it is placed.
+            (json!({"path": under("later"), "target": ".a/skills"}), None),
+            (
+                json!({"path": under("etc"), "target": ".a/skills"}),
+                Some(("spec.skills[0].path", "leads outside allowedFileRoots")),
+            ),
+            (
+                json!({"path": "/srv/elsewhere", "target": ".a/skills"}),
+                Some(("spec.skills[0].path", "is not under allowedFileRoots")),
+            ),
+            (
+                json!({"repo": {"url": "file:///srv/elsewhere.git"}, "target": ".a/skills"}),
+                Some(("spec.skills[0].repo.url", "is not under allowedFileRoots")),
+            ),
+            (
+                json!({"repo": {"url": "https://git.example/skills.git"}, "target": ".a/skills"}),
+                None,
+            ),
+        ];
+        for (skill, want) in cases {
+            let got = admission.admit(admin, &profile(skill.clone()), &store);
+            match (got, want) {
+                (Ok(_), None) => {}
+                (Err(Refusal::Invalid(causes)), Some((field, words))) => {
+                    assert_eq!(causes[0].field, field, "{skill}");
+                    assert!(causes[0].message.contains(words), "{skill}: {causes:?}");
+                }
+                (got, want) => panic!("{skill}: {:?}, want {want:?}", got.err()),
+            }
+        }
     }
 }

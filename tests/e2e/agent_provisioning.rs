@@ -625,12 +625,14 @@ async fn seeds_are_written_once_with_modes_append_env_block_and_recorded_hashes(
         ..ProjectSpec::default()
     };
     let values = secrets(&[("API_TOKEN", "s3cret value")]);
+    let no_skills = agent::SkillSet::default();
 
     let first = agent::seed(
         ws.rt(),
         &ws.name,
         &spec,
         &profiles,
+        &no_skills,
         &values,
         &WrittenFiles::default(),
     )
@@ -667,9 +669,17 @@ async fn seeds_are_written_once_with_modes_append_env_block_and_recorded_hashes(
     assert_eq!(ws.ok("git -C /workspace status --porcelain").await, "");
 
     // Again with the same spec: nothing is written, the record is the same.
-    let second = agent::seed(ws.rt(), &ws.name, &spec, &profiles, &values, &first.written)
-        .await
-        .unwrap();
+    let second = agent::seed(
+        ws.rt(),
+        &ws.name,
+        &spec,
+        &profiles,
+        &no_skills,
+        &values,
+        &first.written,
+    )
+    .await
+    .unwrap();
     assert!(second.changed.is_empty(), "{:?}", second.changed);
     assert_eq!(second.written, first.written);
     assert_eq!(
@@ -686,6 +696,7 @@ async fn seeds_are_written_once_with_modes_append_env_block_and_recorded_hashes(
         &ws.name,
         &spec,
         &profiles,
+        &no_skills,
         &secrets(&[]),
         &second.written,
     )
@@ -758,9 +769,17 @@ async fn seeds_are_written_once_with_modes_append_env_block_and_recorded_hashes(
         mode: None,
         merge: None,
     });
-    let err = agent::seed(ws.rt(), &ws.name, &spec, &profiles, &values, &third.written)
-        .await
-        .unwrap_err();
+    let err = agent::seed(
+        ws.rt(),
+        &ws.name,
+        &spec,
+        &profiles,
+        &no_skills,
+        &values,
+        &third.written,
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.reason(), "SeedFailed", "{err}");
     assert_eq!(ws.sh("test -e /etc/berth-was-here").await.0, 1);
 }

@@ -281,10 +281,10 @@ async fn bundle_host_repository(
 }
 
 /// A private host directory removed when dropped (also when the bundle fails half-way).
-struct ScratchDir(std::path::PathBuf);
+pub(super) struct ScratchDir(pub(super) std::path::PathBuf);
 
 impl ScratchDir {
-    fn create() -> std::io::Result<ScratchDir> {
+    pub(super) fn create() -> std::io::Result<ScratchDir> {
         let path =
             std::env::temp_dir().join(format!("berth-bundle-{:016x}", rand::random::<u64>()));
         std::fs::DirBuilder::new().mode(0o700).create(&path)?;

@@ -26,6 +26,7 @@ mod exec;
 pub mod forwards;
 mod runner;
 mod seed;
+mod skills;
 mod status;
 
 use crate::runtime::RuntimeError;
@@ -47,6 +48,7 @@ pub use runner::{
 pub use seed::{
     ENV_BLOCK_BEGIN, ENV_BLOCK_END, SeedReport, WrittenFiles, env_file_with_block, seed, sync_env,
 };
+pub use skills::{MAX_SKILL_BYTES, MAX_SKILL_FILES, SkillFile, SkillSet, read_skills};
 pub use status::{AgentReport, parse_agent_status, read_agent_status, sanitize_untrusted};
 
 /// Where berth's support files live in every container.
@@ -99,6 +101,14 @@ pub enum AgentError {
     #[error("seed {path}: {message}")]
     SeedFailed { path: String, message: String },
 
+    /// A profile's skill could not be read on the host.
+    #[error("skill {skill} of agent profile {profile}: {message}")]
+    SkillFailed {
+        profile: String,
+        skill: String,
+        message: String,
+    },
+
     #[error("runner: {message}")]
     RunnerFailed { message: String },
 
@@ -114,7 +124,7 @@ pub enum AgentError {
 
 impl AgentError {
     /// The condition reason: `InstallFailed`, `CredentialMissing`, `InvalidProfile`,
-    /// `CheckoutFailed`, `SeedFailed` or `RunnerFailed`.
+    /// `CheckoutFailed`, `SeedFailed`, `SkillFailed` or `RunnerFailed`.
     pub fn reason(&self) -> &'static str {
         match self {
             AgentError::InstallFailed { .. } => "InstallFailed",
@@ -122,6 +132,7 @@ impl AgentError {
             AgentError::InvalidProfile { .. } => "InvalidProfile",
             AgentError::CheckoutFailed { .. } => "CheckoutFailed",
             AgentError::SeedFailed { .. } => "SeedFailed",
+            AgentError::SkillFailed { .. } => "SkillFailed",
             AgentError::RunnerFailed { .. } => "RunnerFailed",
             AgentError::Runtime { reason, .. } => reason,
         }

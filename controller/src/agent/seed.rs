@@ -1,10 +1,14 @@
-//! Seeded: the instructions files of every profile, the managed `/workspace/.env` and the
-//! project's seed files, written after the checkout.
+//! Seeded: the instructions files and skills of every profile, the managed `/workspace/.env`
+//! and the project's seed files, written after the checkout.
 //!
 //! Seeds are written once: a file is (re)written only when it is missing or still holds exactly
 //! what berth wrote there before (`previous`), so a person's edits are never overwritten and a
 //! re-run with the same content changes nothing. `.env` is the exception, being merged: berth
 //! owns only the block between its marker lines, and lines outside it are kept.
+//!
+//! A skill's files are seeds like any other, placed at `<target>/<name>/`. A file berth placed
+//! under a skill target that no skill holds any more is removed while it is still as berth
+//! wrote it, so a target converges on the skills of the profiles the project lists.
 //!
 //! The result records the SHA-256 of every file berth wrote, so the reaper can tell berth's files
 //! from the user's unsaved work; in a git workspace those paths are also listed in
@@ -13,11 +17,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use berth_api::{FileMode, MergeMode, ProjectSpec};
+use berth_api::files::is_within;
+use berth_api::{FileMode, MergeMode, ProjectSpec, workspace_dir_path};
 use serde::{Deserialize, Serialize};
 
 use super::exec::{exit_failure, run_script, sha256_hex, write_file};
-use super::{AgentError, NamedProfile, Result};
+use super::{AgentError, NamedProfile, Result, SkillSet};
 use crate::runtime::Runtime;
 
 const REASON: &str = "SeedFailed";
@@ -60,6 +65,8 @@ pub struct SeedReport {
     pub written: WrittenFiles,
     /// Paths (re)written by this call.
     pub changed: Vec<String>,
+    /// Skill files removed by this call: no skill holds them any more.
+    pub removed: Vec<String>,
     /// Files left alone because someone else's content is there, for warning events.
     pub warnings: Vec<String>,
 }
@@ -68,7 +75,7 @@ pub struct SeedReport {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct DesiredFile {
     path: String,
-    content: String,
+    content: Vec<u8>,
     mode: u32,
     /// What asked for it (`instructions of profile claude`, `spec.seedFiles[1]`), for the
     /// warning when the file is kept as someone else wrote it.
@@ -86,17 +93,22 @@ enum Found {
     Escapes,
 }
 
-/// Converges the seeded files. `previous` is the record the last seed returned (empty the first
-/// time).
+/// Converges the seeded files. `skills` are the profiles' skills as [`super::read_skills`]
+/// read them; `previous` is the record the last seed returned (empty the first time).
 pub async fn seed(
     rt: &dyn Runtime,
     instance: &str,
     spec: &ProjectSpec,
     profiles: &[NamedProfile<'_>],
+    skills: &SkillSet,
     secrets: &BTreeMap<String, String>,
     previous: &WrittenFiles,
 ) -> Result<SeedReport> {
-    let desired = desired_files(spec, profiles)?;
+    let mut report = SeedReport {
+        warnings: skills.warnings.clone(),
+        ..SeedReport::default()
+    };
+    let desired = desired_files(spec, profiles, skills, &mut report.warnings)?;
     let env = env_entries(&spec.env, secrets);
 
     let mut paths: Vec<&str> = desired.iter().map(|d| d.path.as_str()).collect();
@@ -119,12 +131,11 @@ pub async fn seed(
     }
     };
 
-    let mut report = SeedReport::default();
     // Files berth keeps as it found them with no record of its own: out of the exclude list,
     // so git shows them as what they are, a person's or the repository's.
     let mut released: Vec<&str> = Vec::new();
     for file in &desired {
-        let hash = sha256_hex(file.content.as_bytes());
+        let hash = sha256_hex(&file.content);
         let write = match found_at(&file.path) {
             what @ (Found::NotRegular | Found::Escapes) => return Err(refuse(&file.path, &what)),
             Found::Missing => true,
@@ -142,15 +153,7 @@ pub async fn seed(
             }
         };
         if write {
-            write_file(
-                rt,
-                instance,
-                REASON,
-                &file.path,
-                file.content.as_bytes(),
-                file.mode,
-            )
-            .await?;
+            write_file(rt, instance, REASON, &file.path, &file.content, file.mode).await?;
             report.changed.push(file.path.clone());
         }
         report.written.record(&file.path, &hash);
@@ -169,11 +172,36 @@ pub async fn seed(
         report.written.record(ENV_FILE, &hash);
     }
 
+    // A file berth placed under a skill target that no skill holds any more goes, while it is
+    // as berth wrote it.
+    let targets = skill_targets(profiles);
+    for (path, hash) in &previous.files {
+        let stale = !report.written.files.contains_key(path)
+            && targets.iter().any(|t| is_within(path, t) && path != t)
+            && found_at(path) == Found::File(hash.clone());
+        if stale {
+            rt.file_delete(instance, path)
+                .await
+                .map_err(|source| AgentError::Runtime {
+                    reason: REASON,
+                    what: format!("delete {path} in {instance}"),
+                    source,
+                })?;
+            report.removed.push(path.clone());
+        }
+    }
+    if !report.removed.is_empty() {
+        prune_directories(rt, instance, &report.removed, &targets).await?;
+    }
+    let removed: Vec<&str> = report.removed.iter().map(String::as_str).collect();
+    released.extend(removed);
+
     // Files berth wrote for an earlier spec keep their record while they are there: as berth
     // wrote them they are berth's, changed they are a person's work.
     for (path, hash) in &previous.files {
         if !report.written.files.contains_key(path)
             && path != ENV_FILE
+            && !report.removed.contains(path)
             && matches!(found_at(path), Found::File(_))
         {
             report.written.record(path, hash);
@@ -279,8 +307,15 @@ async fn converge_env(
     Ok((hash, changed))
 }
 
-/// The instructions of every profile, then the seed files on top, in the spec's order.
-fn desired_files(spec: &ProjectSpec, profiles: &[NamedProfile<'_>]) -> Result<Vec<DesiredFile>> {
+/// The instructions of every profile, their skills, then the seed files on top, in the spec's
+/// order. A skill file at a path another profile's skill placed with other content is left
+/// out, with a warning.
+fn desired_files(
+    spec: &ProjectSpec,
+    profiles: &[NamedProfile<'_>],
+    skills: &SkillSet,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<DesiredFile>> {
     let mut files: Vec<DesiredFile> = Vec::new();
     for (name, profile) in profiles {
         let Some(instructions) = &profile.instructions else {
@@ -296,18 +331,38 @@ fn desired_files(spec: &ProjectSpec, profiles: &[NamedProfile<'_>]) -> Result<Ve
         let source = format!("the instructions of profile {name}");
         match files.iter_mut().find(|f| f.path == path) {
             // Profiles sharing a target (AGENTS.md for every Codex-based agent) share the file.
-            Some(existing) if existing.content.contains(&instructions.content) => {
+            Some(existing) if contains(&existing.content, instructions.content.as_bytes()) => {
                 existing.sources.push(source);
             }
             Some(existing) => {
-                append(&mut existing.content, &instructions.content);
+                append(&mut existing.content, instructions.content.as_bytes());
                 existing.sources.push(source);
             }
             None => files.push(DesiredFile {
                 path,
-                content: instructions.content.clone(),
+                content: instructions.content.clone().into_bytes(),
                 mode: 0o644,
                 sources: vec![source],
+            }),
+        }
+    }
+    for skill in &skills.files {
+        match files.iter_mut().find(|f| f.path == skill.path) {
+            // Profiles sharing a target and a skill (two Codex-based agents) share its files.
+            Some(existing) if existing.content == skill.content => {
+                existing.sources.push(skill.source.clone());
+            }
+            Some(existing) => warnings.push(format!(
+                "{} is not placed from {}: {} placed other content there",
+                skill.path,
+                skill.source,
+                existing.sources.join(", ")
+            )),
+            None => files.push(DesiredFile {
+                path: skill.path.clone(),
+                content: skill.content.clone(),
+                mode: skill.mode,
+                sources: vec![skill.source.clone()],
             }),
         }
     }
@@ -325,8 +380,8 @@ fn desired_files(spec: &ProjectSpec, profiles: &[NamedProfile<'_>]) -> Result<Ve
         match files.iter_mut().find(|f| f.path == path) {
             Some(existing) => {
                 match merge {
-                    MergeMode::Append => append(&mut existing.content, &seed.content),
-                    MergeMode::Replace => existing.content = seed.content.clone(),
+                    MergeMode::Append => append(&mut existing.content, seed.content.as_bytes()),
+                    MergeMode::Replace => existing.content = seed.content.clone().into_bytes(),
                 }
                 if let Some(mode) = mode {
                     existing.mode = mode;
@@ -335,7 +390,7 @@ fn desired_files(spec: &ProjectSpec, profiles: &[NamedProfile<'_>]) -> Result<Ve
             }
             None => files.push(DesiredFile {
                 path,
-                content: seed.content.clone(),
+                content: seed.content.clone().into_bytes(),
                 mode: mode.unwrap_or(0o644),
                 sources: vec![source],
             }),
@@ -346,7 +401,7 @@ fn desired_files(spec: &ProjectSpec, profiles: &[NamedProfile<'_>]) -> Result<Ve
         files.retain(|f| f.path != path);
         files.push(DesiredFile {
             path: path.to_string(),
-            content,
+            content: content.into_bytes(),
             mode,
             sources: vec!["spec.capabilities".to_string()],
         });
@@ -372,11 +427,61 @@ fn kept_warning(file: &DesiredFile) -> String {
     warning
 }
 
-fn append(content: &mut String, more: &str) {
-    if !content.is_empty() && !content.ends_with('\n') {
-        content.push('\n');
+fn append(content: &mut Vec<u8>, more: &[u8]) {
+    if !content.is_empty() && !content.ends_with(b"\n") {
+        content.push(b'\n');
     }
-    content.push_str(more);
+    content.extend_from_slice(more);
+}
+
+fn contains(content: &[u8], part: &[u8]) -> bool {
+    part.is_empty() || content.windows(part.len()).any(|w| w == part)
+}
+
+/// The skill targets of every profile, absolute.
+fn skill_targets(profiles: &[NamedProfile<'_>]) -> Vec<String> {
+    let mut targets: Vec<String> = profiles
+        .iter()
+        .flat_map(|(_, p)| &p.skills)
+        .filter_map(|s| workspace_dir_path(&s.target).ok())
+        .collect();
+    targets.sort();
+    targets.dedup();
+    targets
+}
+
+/// One round trip: the directories `removed` files leave empty, up to (not including) their
+/// skill target, removed.
+async fn prune_directories(
+    rt: &dyn Runtime,
+    instance: &str,
+    removed: &[String],
+    targets: &[String],
+) -> Result<()> {
+    const SCRIPT: &str = r#"
+while [ "$#" -gt 1 ]; do
+    top=$1 d=$(dirname "$2")
+    shift 2
+    while [ "$d" != "$top" ] && [ "${d#"$top"/}" != "$d" ] && rmdir "$d" 2>/dev/null; do
+        d=$(dirname "$d")
+    done
+done
+"#;
+    let mut args: Vec<&str> = Vec::new();
+    for path in removed {
+        if let Some(top) = targets.iter().find(|t| is_within(path, t)) {
+            args.push(top);
+            args.push(path);
+        }
+    }
+    let out = run_script(rt, instance, REASON, SCRIPT, &args, SEED_TIMEOUT).await?;
+    if !out.success() {
+        return Err(AgentError::SeedFailed {
+            path: "/workspace".to_string(),
+            message: exit_failure("removing emptied skill directories", &out),
+        });
+    }
+    Ok(())
 }
 
 /// The project's environment and its secrets; a secret wins over a plain value of the same key.
@@ -731,7 +836,8 @@ mod tests {
             ..ProjectSpec::default()
         };
         let profiles = [("claude", &claude), ("codex", &codex), ("kimi", &codex)];
-        let files = desired_files(&spec, &profiles).unwrap();
+        let mut warnings = Vec::new();
+        let files = desired_files(&spec, &profiles, &SkillSet::default(), &mut warnings).unwrap();
         let want = vec![
             DesiredFile {
                 path: "/workspace/CLAUDE.md".into(),
@@ -773,6 +879,86 @@ mod tests {
         }
         assert!(warning.contains("merge: append adds only to"), "{warning}");
         assert!(!kept_warning(&files[2]).contains("merge: append"));
+    }
+
+    #[test]
+    fn skills_are_shared_between_profiles_and_seeds_go_on_top() {
+        let skill = |path: &str, content: &str, source: &str| super::super::SkillFile {
+            path: path.into(),
+            content: content.into(),
+            mode: 0o755,
+            source: source.into(),
+        };
+        let skills = SkillSet {
+            files: vec![
+                skill(
+                    "/workspace/.agents/skills/a/SKILL.md",
+                    "a\n",
+                    "skill a of profile codex",
+                ),
+                skill(
+                    "/workspace/.agents/skills/a/SKILL.md",
+                    "a\n",
+                    "skill a of profile kimi",
+                ),
+                skill(
+                    "/workspace/.agents/skills/b/SKILL.md",
+                    "b\n",
+                    "skill b of profile codex",
+                ),
+                skill(
+                    "/workspace/.agents/skills/b/SKILL.md",
+                    "B\n",
+                    "skill b of profile kimi",
+                ),
+            ],
+            warnings: vec!["left out".into()],
+        };
+        let spec = ProjectSpec {
+            seed_files: vec![SeedFile {
+                path: ".agents/skills/a/SKILL.md".into(),
+                content: "project a\n".into(),
+                mode: None,
+                merge: Some(MergeMode::Append),
+            }],
+            ..ProjectSpec::default()
+        };
+        let mut warnings = Vec::new();
+        let files = desired_files(&spec, &[], &skills, &mut warnings).unwrap();
+        let got: Vec<(&str, &[u8], u32, usize)> = files
+            .iter()
+            .map(|f| {
+                (
+                    f.path.as_str(),
+                    f.content.as_slice(),
+                    f.mode,
+                    f.sources.len(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "/workspace/.agents/skills/a/SKILL.md",
+                    &b"a\nproject a\n"[..],
+                    0o755,
+                    3
+                ),
+                (
+                    "/workspace/.agents/skills/b/SKILL.md",
+                    &b"b\n"[..],
+                    0o755,
+                    1
+                ),
+            ]
+        );
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("skill b of profile kimi")
+                && warnings[0].contains("skill b of profile codex placed other content"),
+            "{warnings:?}"
+        );
     }
 
     #[test]

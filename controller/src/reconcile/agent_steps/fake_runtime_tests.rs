@@ -275,6 +275,20 @@ async fn a_changed_profile_is_provisioned_again() {
     );
     assert_eq!(run(&setup, Step::Bootstrapped).await, StepOutcome::Done);
     assert_eq!(outdated(), None);
+    // Skills are part of the profile: changing them provisions and seeds again.
+    shell(
+        json!({"instructions": {"target": "/workspace/AGENTS.md", "content": "new"},
+        "skills": [{"path": "/srv/skills/pdf", "target": ".claude/skills"}]}),
+    );
+    assert_eq!(
+        outdated(),
+        Some((
+            Step::Reachable,
+            "provisioning again: AgentProfile shell changed".to_string()
+        ))
+    );
+    assert_eq!(run(&setup, Step::Bootstrapped).await, StepOutcome::Done);
+    assert_eq!(outdated(), None);
 
     // A profile the project names besides its agent counts too, added and dropped.
     apply_profile(&setup.store, "extra", "true");
@@ -462,5 +476,159 @@ async fn a_failing_best_effort_profile_is_reported_and_blocks_nothing() {
     assert_eq!(
         reason(&run(&setup, Step::Bootstrapped).await),
         "InstallFailed"
+    );
+}
+
+/// Answers the Seeded probe from the fake's files, as the script reads the container.
+fn probe_from_files(fake: &Arc<FakeRuntime>) {
+    let files = Arc::downgrade(fake);
+    fake.on_exec(move |name, request| {
+        let script = request.command.get(2)?;
+        if !script.contains("git yes") {
+            return None;
+        }
+        let fake = files.upgrade()?;
+        let mut out = String::from("git no\n");
+        for path in request.command.iter().skip(4) {
+            match fake.file(name, path) {
+                Some(content) => out.push_str(&format!("{} {path}\n", agent::sha256_hex(&content))),
+                None => out.push_str(&format!("- {path}\n")),
+            }
+        }
+        Some(Ok(crate::runtime::ExecOutput {
+            exit_code: 0,
+            stdout: out.into_bytes(),
+            stderr: Vec::new(),
+        }))
+    });
+}
+
+#[tokio::test]
+async fn skills_are_placed_recorded_refreshed_and_a_persons_change_is_kept() {
+    let host = tempfile::tempdir().unwrap();
+    let roots = host.path().join("skills");
+    let pdf = roots.join("pdf");
+    std::fs::create_dir_all(pdf.join("ref")).unwrap();
+    std::fs::write(pdf.join("SKILL.md"), "# PDF v1\n").unwrap();
+    std::fs::write(pdf.join("ref/forms.md"), "forms\n").unwrap();
+    let settings = AgentSettings {
+        file_roots: FileRoots::new(vec![roots.clone()]),
+        ..AgentSettings::default()
+    };
+    let setup = setup_with(json!({"agent": "shell", "brief": "first"}), settings);
+    let skill = json!([{"path": pdf.display().to_string(), "target": ".claude/skills"}]);
+    setup
+        .store
+        .apply(
+            Desired::of(
+                Kind::AgentProfile,
+                "shell",
+                json!({"home": "/root/.shell", "install": {"check": "true"},
+                    "skills": skill, "runner": {"command": ["true"]}}),
+            ),
+            Commit::Persist,
+        )
+        .unwrap();
+    container(&setup, crate::runtime::InstanceStatus::Running);
+    probe_from_files(&setup.fake);
+    let at = |rel: &str| format!("/workspace/.claude/skills/pdf/{rel}");
+    let in_container = |rel: &str| {
+        setup
+            .fake
+            .file("p", &at(rel))
+            .map(|c| String::from_utf8(c).unwrap())
+    };
+    let seeded = || decode_status(&setup.store.get(Kind::Project, "p").unwrap()).seeded_files;
+
+    assert_eq!(run(&setup, Step::Seeded).await, StepOutcome::Done);
+    assert_eq!(in_container("SKILL.md").as_deref(), Some("# PDF v1\n"));
+    assert_eq!(in_container("ref/forms.md").as_deref(), Some("forms\n"));
+    let first = seeded();
+    assert_eq!(
+        first.get(&at("SKILL.md")).map(String::as_str),
+        Some(agent::sha256_hex(b"# PDF v1\n").as_str())
+    );
+    assert!(first.contains_key(&at("ref/forms.md")));
+
+    // A new brief sends the project back so that Seeded places the skills again.
+    let object = setup.store.get(Kind::Project, "p").unwrap();
+    let first_brief = brief_id(object.uid(), "first");
+    write_status(
+        &setup,
+        json!({"step": "Briefed", "briefId": first_brief, "seededFiles": first,
+            "provisionedProfiles": setup.steps.profile_revisions(&ProjectSpec {
+                agent: Some("shell".into()), ..ProjectSpec::default() })}),
+    );
+    setup
+        .store
+        .apply(
+            Desired::project("p", json!({"agent": "shell", "brief": "second"})),
+            Commit::Persist,
+        )
+        .unwrap();
+    let object = setup.store.get(Kind::Project, "p").unwrap();
+    let spec: ProjectSpec = object.spec.decode().unwrap();
+    let context = StepContext {
+        name: "p",
+        uid: object.uid(),
+        spec: &spec,
+    };
+    let (back, _) = setup.steps.outdated(&context, Step::Briefed).unwrap();
+    assert_eq!(back, Step::CheckedOut, "Seeded runs before the new brief");
+
+    // Meanwhile a person edited a skill file, and the source changed: the person's file
+    // stays, a file the source dropped goes, a new one comes.
+    use crate::runtime::Runtime;
+    setup
+        .fake
+        .file_write(
+            "p",
+            &crate::runtime::FileWrite {
+                path: at("SKILL.md"),
+                content: b"# PDF, my notes\n".to_vec(),
+                uid: 0,
+                gid: 0,
+                mode: 0o644,
+            },
+        )
+        .await
+        .unwrap();
+    std::fs::write(pdf.join("SKILL.md"), "# PDF v2\n").unwrap();
+    std::fs::remove_file(pdf.join("ref/forms.md")).unwrap();
+    std::fs::write(pdf.join("tables.md"), "tables\n").unwrap();
+    assert_eq!(run(&setup, Step::Seeded).await, StepOutcome::Done);
+    assert_eq!(
+        in_container("SKILL.md").as_deref(),
+        Some("# PDF, my notes\n")
+    );
+    assert_eq!(in_container("ref/forms.md"), None);
+    assert_eq!(in_container("tables.md").as_deref(), Some("tables\n"));
+    let second = seeded();
+    // The edited file keeps berth's record, so it counts as the person's work.
+    assert_eq!(second.get(&at("SKILL.md")), first.get(&at("SKILL.md")));
+    assert!(!second.contains_key(&at("ref/forms.md")));
+    assert!(second.contains_key(&at("tables.md")));
+    let events = setup.store.events_for(Kind::Project, "p").unwrap();
+    let said = |reason: &str, words: &str| {
+        events
+            .iter()
+            .any(|e| e.reason == reason && e.message.contains(words))
+    };
+    assert!(said("SeedSkipped", &at("SKILL.md")), "{events:?}");
+    assert!(said("SkillRemoved", &at("ref/forms.md")), "{events:?}");
+
+    // A source that cannot be read fails the step, naming the skill.
+    std::fs::remove_dir_all(&pdf).unwrap();
+    let outcome = run(&setup, Step::Seeded).await;
+    let StepOutcome::Waiting {
+        reason, message, ..
+    } = outcome
+    else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(reason, "SkillFailed");
+    assert!(
+        message.starts_with("skill pdf of agent profile shell:"),
+        "{message}"
     );
 }

@@ -158,6 +158,12 @@ impl AgentSteps {
             .collect()
     }
 
+    /// Whether a profile the spec names has skills to place.
+    fn has_skills(&self, spec: &ProjectSpec) -> bool {
+        self.profiles(spec)
+            .is_ok_and(|profiles| profiles.iter().any(|(_, p)| !p.skills.is_empty()))
+    }
+
     /// Writes the agent steps' fields of the project's status through `change`, by the store's
     /// one status writer (the controller's own record and the other writers' fields stay).
     fn record(
@@ -454,11 +460,17 @@ impl AgentSteps {
         let previous = WrittenFiles {
             files: status.seeded_files.clone(),
         };
+        // Read from their sources each time: a skill changed on its host is placed anew.
+        let skills = match agent::read_skills(&named, &self.settings.file_roots).await {
+            Ok(skills) => skills,
+            Err(e) => return failed(e),
+        };
         let report = match agent::seed(
             &*self.runtime,
             project.name,
             project.spec,
             &named,
+            &skills,
             &values,
             &previous,
         )
@@ -477,6 +489,17 @@ impl AgentSteps {
                     EventType::Normal,
                     "SeedWritten",
                     &format!("wrote {}", report.changed.join(", ")),
+                );
+            }
+            if !report.removed.is_empty() {
+                self.event(
+                    project.name,
+                    EventType::Normal,
+                    "SkillRemoved",
+                    &format!(
+                        "removed {}: no skill holds them any more",
+                        report.removed.join(", ")
+                    ),
                 );
             }
             self.record(project.name, |s| {
@@ -676,7 +699,9 @@ impl LaterSteps for AgentSteps {
     /// (instructions, the runner's brief); the checkout and the running runner are kept.
     ///
     /// A brief other than the one handed over makes RunnerStarted and Briefed due again: the
-    /// agent gets the new one, and until it acknowledges it the project is not Briefed.
+    /// agent gets the new one, and until it acknowledges it the project is not Briefed. Where a
+    /// profile has skills, Seeded runs first, so the new brief meets them as their sources are
+    /// now.
     fn outdated(&self, project: &StepContext<'_>, done: Step) -> Option<(Step, String)> {
         if done < Step::Bootstrapped || !asked_for(project.spec, Step::Bootstrapped) {
             return None;
@@ -703,8 +728,14 @@ impl LaterSteps for AgentSteps {
                 ),
                 None => "spec.brief changed".to_string(),
             };
+            // Skills are placed again before a new brief: back to before Seeded.
+            let back = if self.has_skills(project.spec) {
+                Step::CheckedOut
+            } else {
+                Step::Seeded
+            };
             (
-                Step::Seeded,
+                back,
                 format!("{why}: brief {} replaces brief {handed}", current.id),
             )
         })

@@ -669,6 +669,7 @@ async fn project_page(
         internal::call(state, caller, Method::GET, &runtime_path, None),
         internal::call(state, caller, Method::GET, &log_path, None),
     );
+    let profiles = profiles_of(state, caller, &project).await;
     let now = Utc::now();
     let csrf = esc(visitor.csrf());
     let action = |what: &str| format!("/ui/projects/{}/{what}", seg(name));
@@ -744,6 +745,7 @@ async fn project_page(
             )
         }
     ));
+    main.push_str(&pages::skills(&project, &profiles));
     main.push_str(&format!(
         "<section aria-labelledby=\"h-runtime\"><h2 id=\"h-runtime\">Runtime</h2>{}</section>",
         if runtime.ok() {
@@ -761,6 +763,31 @@ async fn project_page(
         code,
         html::page(project.title(), visitor.header().as_ref(), &main),
     ))
+}
+
+/// Every AgentProfile the project lists, as the API answers the caller (or why not).
+async fn profiles_of(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    project: &Project,
+) -> Vec<(String, Result<Value, String>)> {
+    let spec: berth_api::ProjectSpec = project
+        .raw
+        .get("spec")
+        .and_then(|s| serde_json::from_value(s.clone()).ok())
+        .unwrap_or_default();
+    let mut profiles = Vec::new();
+    for name in spec.profiles() {
+        let path = format!("{API_PREFIX}/agentprofiles/{}", seg(&name));
+        let answer = internal::call(state, caller, Method::GET, &path, None).await;
+        let read = if answer.ok() {
+            Ok(answer.body)
+        } else {
+            Err(answer.message())
+        };
+        profiles.push((name, read));
+    }
+    profiles
 }
 
 /// `POST /ui/projects/NAME/{answer,start,stop,restart,delete}`: the same API calls the CLI

@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 
 use berth_api::{
-    AgentState, ConditionStatus, ObjectMeta, ProjectStatus, ProtectionReason, ReapAction,
-    condition_types, find_condition,
+    AgentProfileSpec, AgentState, ConditionStatus, ObjectMeta, ProjectStatus, ProtectionReason,
+    ReapAction, condition_types, find_condition,
 };
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::Value;
@@ -656,6 +656,61 @@ fn schedules_section(project: &Project, now: DateTime<Utc>) -> String {
     html
 }
 
+/// The project's skills: for each profile it lists, the skills the profile places, where they
+/// come from, where they go and how many files berth placed there (`status.seededFiles`).
+/// `profiles` are the API's answers for each profile, or why one could not be read.
+pub fn skills(project: &Project, profiles: &[(String, Result<Value, String>)]) -> String {
+    let mut rows = String::new();
+    let mut unread = String::new();
+    for (name, answer) in profiles {
+        let spec = match answer {
+            Ok(profile) => profile
+                .get("spec")
+                .and_then(|s| serde_json::from_value::<AgentProfileSpec>(s.clone()).ok())
+                .unwrap_or_default(),
+            Err(why) => {
+                let _ = write!(
+                    unread,
+                    "<p class=\"sub\">Profile {}: {}</p>",
+                    esc(name),
+                    esc(why)
+                );
+                continue;
+            }
+        };
+        for skill in &spec.skills {
+            let at = skill.placed_at().unwrap_or_default();
+            let inside = format!("{at}/");
+            let files = project
+                .status
+                .seeded_files
+                .keys()
+                .filter(|p| p.starts_with(&inside))
+                .count();
+            let _ = write!(
+                rows,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{files}</td></tr>",
+                esc(name),
+                esc(skill.name().unwrap_or_default()),
+                esc(&skill.source()),
+                esc(&at),
+            );
+        }
+    }
+    let body = if rows.is_empty() {
+        "<p class=\"sub\">None of the project's agent profiles places skills.</p>".to_string()
+    } else {
+        format!(
+            "<table><thead><tr><th scope=\"col\">Profile</th><th scope=\"col\">Skill</th>\
+             <th scope=\"col\">From</th><th scope=\"col\">Placed at</th><th scope=\"col\">Files placed</th>\
+             </tr></thead><tbody>{rows}</tbody></table>"
+        )
+    };
+    format!(
+        "<section aria-labelledby=\"h-skills\"><h2 id=\"h-skills\">Skills</h2>{body}{unread}</section>"
+    )
+}
+
 /// The live runtime figures, as the API's `runtime` route answered them (or why not).
 pub fn runtime_figures(answer: Result<&Value, &str>) -> String {
     match answer {
@@ -718,6 +773,43 @@ mod tests {
         assert!(html.contains("Check &lt;the&gt; build"), "{html}");
         project.raw["spec"] = json!({});
         assert_eq!(schedules_section(&project, now()), "");
+    }
+
+    #[test]
+    fn skills_show_each_profiles_skills_with_their_files_placed() {
+        let project = project(json!({"seededFiles": {
+            "/workspace/.claude/skills/pdf/SKILL.md": "a",
+            "/workspace/.claude/skills/pdf/x.sh": "b",
+            "/workspace/.claude/skills/pdfx/SKILL.md": "c",
+        }}));
+        let claude = json!({"spec": {"home": "/root/.claude", "install": {"check": "true"},
+            "runner": {"command": ["claude"]},
+            "skills": [{"path": "/srv/skills/pdf", "target": ".claude/skills"},
+                       {"repo": {"url": "https://u:t@git.example/<review>.git", "branch": "main"},
+                        "target": ".claude/skills"}]}});
+        let html = skills(
+            &project,
+            &[
+                ("claude".into(), Ok(claude)),
+                (
+                    "gone".into(),
+                    Err("agent profile \"gone\" not found".into()),
+                ),
+            ],
+        );
+        assert!(html.contains("<td>claude</td><td>pdf</td><td>/srv/skills/pdf</td><td><code>/workspace/.claude/skills/pdf</code></td><td>2</td>"), "{html}");
+        // Escaped, and without the URL's credentials.
+        assert!(
+            html.contains("https://***@git.example/&lt;review&gt;.git (main)"),
+            "{html}"
+        );
+        assert!(!html.contains("u:t@"), "{html}");
+        assert!(
+            html.contains("Profile gone: agent profile &quot;gone&quot; not found"),
+            "{html}"
+        );
+        let none = skills(&project, &[]);
+        assert!(none.contains("None of the project's agent profiles places skills."));
     }
 
     #[test]

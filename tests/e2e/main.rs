@@ -16,6 +16,7 @@ mod access_reach;
 mod access_tls;
 mod agent_manifests;
 mod agent_provisioning;
+mod agent_skills;
 mod agents_real;
 mod api_daemon;
 mod api_resources;

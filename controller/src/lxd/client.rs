@@ -20,6 +20,7 @@ use crate::runtime::{
 use super::endpoint::{Endpoint, LxdConfig};
 use super::exec_capture::Capture;
 use super::file_watch::FileWatch;
+use super::nic_restart::NicRestart;
 use super::transport::{Call, Keep, Reply, Transport, decode, parse_envelope};
 use super::wire::{
     InstanceJson, MemberJson, OperationJson, ResourcesJson, ServerJson, StateJson, VolumeJson,
@@ -624,6 +625,27 @@ impl Runtime for LxdClient {
                 last_conflict.unwrap_or_default()
             ),
         })
+    }
+
+    async fn restart_nics(&self, name: &str) -> Result<Vec<String>> {
+        let what = format!("restart the network interfaces of {name}");
+        let current: InstanceJson = self
+            .transport
+            .call(Method::GET, &instance_path(name), what.clone())
+            .get_opt()
+            .await?
+            .ok_or_else(|| RuntimeError::NotFound {
+                what: what.clone(),
+                message: String::new(),
+            })?;
+        let plan = NicRestart::of(&current);
+        if plan.interfaces.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.update_instance(name, &|edit| plan.nudge(edit)).await?;
+        self.update_instance(name, &|edit| plan.restore(edit))
+            .await?;
+        Ok(plan.interfaces)
     }
 
     async fn exec(&self, name: &str, request: &ExecRequest) -> Result<ExecOutput> {

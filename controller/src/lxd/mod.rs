@@ -11,6 +11,7 @@ mod events;
 mod exec_capture;
 mod exec_ws;
 mod file_watch;
+mod nic_restart;
 mod tls;
 mod transport;
 mod websocket;

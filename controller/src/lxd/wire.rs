@@ -90,6 +90,9 @@ pub(crate) struct InstanceJson {
     pub config: BTreeMap<String, String>,
     #[serde(default, deserialize_with = "null_as_default")]
     pub devices: BTreeMap<String, Device>,
+    /// Its own devices and those its profiles give it, as LXD applies them.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub expanded_devices: BTreeMap<String, Device>,
     #[serde(default)]
     pub created_at: Option<DateTime<Utc>>,
     #[serde(default)]

@@ -96,6 +96,13 @@ pub trait Runtime: Send + Sync {
     /// (retrying on a concurrent change). Needed to remove devices, which a merge cannot do.
     async fn update_instance(&self, name: &str, edit: InstanceEditFn<'_>) -> Result<()>;
 
+    /// Restarts every network interface (`nic` device) of the instance, its own and those its
+    /// profiles give it, with the configuration it has: the host side is made again and what
+    /// the device configures inside (its name, MAC address, MTU, and the addresses of the NIC
+    /// types whose addresses LXD sets) is applied again, the MAC address kept. Answers the
+    /// interfaces' names inside the instance, empty when it has none.
+    async fn restart_nics(&self, name: &str) -> Result<Vec<String>>;
+
     /// Runs a command to completion (stdin at end of file) and returns its exit code and
     /// output. Past `timeout` it returns [`RuntimeError::Timeout`]; the process may still be
     /// running inside (LXD cannot cancel an exec), so run long commands in their own process

@@ -900,6 +900,23 @@ impl Runtime for FakeRuntime {
         Self::reply("update_instance", lose, result)
     }
 
+    /// The fake has no profiles: an instance's NICs are its own `nic` devices.
+    async fn restart_nics(&self, name: &str) -> Result<Vec<String>> {
+        let lose = self.enter("restart_nics", name).await?;
+        let result = self.in_instance(name, |i| {
+            Ok(i.instance
+                .devices
+                .iter()
+                .filter(|(_, d)| d.get("type").is_some_and(|t| t == "nic"))
+                .map(|(device, d)| d.get("name").cloned().unwrap_or_else(|| device.clone()))
+                .collect())
+        });
+        if result.is_ok() {
+            self.lifecycle("instance-updated", name);
+        }
+        Self::reply("restart_nics", lose, result)
+    }
+
     async fn exec_interactive(
         &self,
         name: &str,

@@ -24,6 +24,7 @@ fn inspection(cpu_ms: u64, newest: i64, agent: Option<(AgentState, i64)>) -> Ins
         ports: Vec::new(),
         cpu: Duration::from_millis(cpu_ms),
         newest_mtime: Some(t(newest)),
+        ipv4: None,
     }
 }
 

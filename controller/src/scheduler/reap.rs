@@ -111,6 +111,7 @@ mod tests {
             ports: Vec::new(),
             cpu: Duration::ZERO,
             newest_mtime: None,
+            ipv4: None,
         }
     }
 

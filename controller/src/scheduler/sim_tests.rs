@@ -50,6 +50,7 @@ impl World {
             ),
             ports: Vec::new(),
             newest_mtime: self.edited_at,
+            ipv4: None,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Scripted workspace inspections: the report the inspection script would print for a
 //! described workspace, answered by a `FakeRuntime` in place of running the script.
 
+use std::collections::BTreeMap;
+
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use chrono::{DateTime, Utc};
@@ -18,6 +20,9 @@ pub struct FakeWorkspace {
     pub ports: Vec<u16>,
     /// The newest file modification time under /workspace, if any.
     pub newest_mtime: Option<DateTime<Utc>>,
+    /// IPv4 addresses with prefix by interface (loopback is always added); `None` reports
+    /// that the container cannot tell.
+    pub ipv4: Option<BTreeMap<String, Vec<String>>>,
 }
 
 impl FakeWorkspace {
@@ -83,9 +88,24 @@ pub fn inspection_report(workspace: &FakeWorkspace) -> String {
             b64(&format!("/tmp/wt-{i}"))
         ));
     }
+    let ipv4 = workspace
+        .ipv4
+        .as_ref()
+        .map_or("-".to_string(), |interfaces| {
+            let mut lines = String::from("1: lo    inet 127.0.0.1/8 scope host lo\n");
+            for (i, (interface, addresses)) in interfaces.iter().enumerate() {
+                for address in addresses {
+                    lines.push_str(&format!(
+                        "{}: {interface}    inet {address} scope global {interface}\n",
+                        i + 2
+                    ));
+                }
+            }
+            b64(&lines)
+        });
     format!(
         "{}\nagent {}\nenv_mine 0\ngit repo\n{}\n\
-         tcp {}\ntcp6 \ncpu_ticks 0\nclk_tck 100\nnewest_mtime {newest}\nend\n",
+         tcp {}\ntcp6 \ncpu_ticks 0\nclk_tck 100\nnewest_mtime {newest}\nipv4 {ipv4}\nend\n",
         HEADER,
         workspace.agent_json.as_deref().map_or("-".to_string(), b64),
         repos.join("\n"),

@@ -1,5 +1,6 @@
 //! One exec round trip that tells what a running workspace holds: the agent's status file, the
-//! git state of /workspace, listening ports, CPU time used and the newest file change.
+//! git state of /workspace, listening ports, CPU time used, the newest file change and the
+//! container's IPv4 addresses.
 //!
 //! The script prints one `key value` line per fact, untrusted text base64-encoded so that no file
 //! name or agent message can forge a line, and ends with `end`. Anything short of a complete,
@@ -25,7 +26,7 @@ pub const AGENT_STATUS_FILE: &str = "/run/berth/agent.json";
 pub const WORKSPACE: &str = "/workspace";
 
 /// The first line of a report; a new format gets a new version.
-pub const HEADER: &str = "berth-inspect 2";
+pub const HEADER: &str = "berth-inspect 3";
 
 /// The inspection, run by `sh -c` (its environment is described at its top).
 ///
@@ -141,6 +142,9 @@ pub struct Inspection {
     pub cpu: Duration,
     /// The newest modification time under /workspace, `.git` excluded.
     pub newest_mtime: Option<DateTime<Utc>>,
+    /// IPv4 addresses with their prefix length by interface, loopback included; `None` when
+    /// the container has no `ip` to tell.
+    pub ipv4: Option<BTreeMap<String, Vec<String>>>,
 }
 
 /// Runs the inspection in instance `name`, judging what it finds by `expected`.
@@ -354,6 +358,11 @@ pub fn parse_report(text: &str, known: &KnownFiles) -> Result<Inspection, Inspec
         secs => Some(parse_epoch(secs).ok_or_else(|| parse_err("newest_mtime is not a time"))?),
     };
 
+    let ipv4 = match field("ipv4")? {
+        "-" => None,
+        encoded => Some(ipv4_addresses(&decode_text(encoded, "ipv4")?)),
+    };
+
     Ok(Inspection {
         agent,
         agent_unreadable,
@@ -362,7 +371,48 @@ pub fn parse_report(text: &str, known: &KnownFiles) -> Result<Inspection, Inspec
         ports: ports.into_iter().collect(),
         cpu,
         newest_mtime,
+        ipv4,
     })
+}
+
+/// The most interfaces, and addresses on one, an inspection reports: the text is the
+/// container's, so nothing it prints is held without a bound.
+const MAX_INTERFACES: usize = 64;
+const MAX_ADDRESSES: usize = 64;
+
+/// `ip -o -f inet addr show` (iproute2 and busybox print the same columns: index, interface,
+/// `inet`, address/prefix) as addresses by interface. A line that is not a well-formed IPv4
+/// address of a plausible interface name is left out.
+pub fn ipv4_addresses(text: &str) -> BTreeMap<String, Vec<String>> {
+    let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace().skip(1);
+        let (Some(interface), Some("inet"), Some(address)) =
+            (words.next(), words.next(), words.next())
+        else {
+            continue;
+        };
+        let interface = interface.split('@').next().unwrap_or(interface);
+        let plausible_name = !interface.is_empty()
+            && interface.len() <= 15
+            && interface.chars().all(|c| c.is_ascii_graphic() && c != '/');
+        let Some((ip, prefix)) = address.split_once('/') else {
+            continue;
+        };
+        let well_formed =
+            ip.parse::<std::net::Ipv4Addr>().is_ok() && prefix.parse::<u8>().is_ok_and(|p| p <= 32);
+        if !plausible_name || !well_formed {
+            continue;
+        }
+        if found.len() >= MAX_INTERFACES && !found.contains_key(interface) {
+            continue;
+        }
+        let addresses = found.entry(interface.to_string()).or_default();
+        if addresses.len() < MAX_ADDRESSES && !addresses.iter().any(|a| a == address) {
+            addresses.push(address.to_string());
+        }
+    }
+    found
 }
 
 /// The managed environment file, relative to /workspace.

@@ -13,7 +13,7 @@ enc() { v=$(b64 < "$1") || return 1; printf '%s' "${v:--}"; }
 g() { git -c 'safe.directory=*' -c core.quotePath=false --no-optional-locks "$@"; }
 t=$(mktemp -d) || fail mktemp
 trap 'rm -rf "$t"' EXIT
-echo "berth-inspect 2"
+echo "berth-inspect 3"
 if [ -f /run/berth/agent.json ]; then
   printf 'agent %s\n' "$(b64 < /run/berth/agent.json)"
 else
@@ -204,6 +204,12 @@ else
 fi
 printf 'tcp %s\n' "$(b64 < /proc/net/tcp)"
 printf 'tcp6 %s\n' "$(cat /proc/net/tcp6 2>/dev/null | b64)"
+# IPv4 addresses by interface, for the scheduler's network check; `-` when `ip` cannot tell.
+if v4=$(ip -o -f inet addr show 2>/dev/null); then
+  printf 'ipv4 %s\n' "$(printf '%s\n' "$v4" | b64)"
+else
+  echo "ipv4 -"
+fi
 ticks=$(cat /proc/[0-9]*/stat 2>/dev/null | awk -v me="$$" '
   { line = $0; sub(/^.*\) /, "", line); split(line, f, " ");
     parent[$1] = f[2]; used[$1] = f[12] + f[13] + f[14] + f[15] }

@@ -22,6 +22,14 @@ const TCP6: &str = "  sl  local_address                         remote_address  
    3: 0000000000000000FFFF00000100007F:2329 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2237 1 0000000000000000 100 0 0 10 0
 ";
 
+/// `ip -o -f inet addr show` as iproute2 prints it (busybox prints the same without the
+/// lifetimes): loopback, two addresses on one interface, one on another.
+const IPV4: &str = "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever
+2: eth0    inet 10.1.2.3/24 brd 10.1.2.255 scope global eth0\\       valid_lft forever preferred_lft forever
+2: eth0    inet 10.1.2.4/24 scope global secondary eth0\\       valid_lft forever preferred_lft forever
+7: eth1    inet 127.77.0.2/32 scope host eth1
+";
+
 /// One `repo` line of a report.
 #[derive(Clone)]
 struct Repo {
@@ -138,6 +146,7 @@ impl Report {
         out.push(format!("cpu_ticks {}", self.cpu_ticks));
         out.push("clk_tck 100".into());
         out.push(format!("newest_mtime {}", self.newest));
+        out.push(format!("ipv4 {}", b64(IPV4.as_bytes())));
         if self.end {
             out.push("end".into());
         }
@@ -191,6 +200,55 @@ fn clean_repository() {
         got.newest_mtime,
         Some(Utc.timestamp_opt(1_767_225_600, 500_000_000).unwrap())
     );
+}
+
+#[test]
+fn ipv4_addresses_are_read_by_interface() {
+    let got = parse_report(&Report::default().render(), &known()).unwrap();
+    let want = BTreeMap::from([
+        (
+            "eth0".to_string(),
+            vec!["10.1.2.3/24".to_string(), "10.1.2.4/24".to_string()],
+        ),
+        ("eth1".to_string(), vec!["127.77.0.2/32".to_string()]),
+        ("lo".to_string(), vec!["127.0.0.1/8".to_string()]),
+    ]);
+    assert_eq!(got.ipv4, Some(want));
+
+    let without_ip = Report::default()
+        .render()
+        .replace(&format!("ipv4 {}", b64(IPV4.as_bytes())), "ipv4 -");
+    let got = parse_report(&without_ip, &known()).unwrap();
+    assert_eq!(got.ipv4, None, "no `ip` in the container: could not tell");
+}
+
+#[test]
+fn ipv4_lines_that_are_not_addresses_are_left_out() {
+    let cases = [
+        ("2: eth0    inet6 fe80::1/64 scope link", None),
+        ("2: eth0    inet 10.1.2.300/24 scope global eth0", None),
+        ("2: eth0    inet 10.1.2.3/33 scope global eth0", None),
+        ("2: eth0    inet 10.1.2.3 scope global eth0", None),
+        ("2: a-name-far-too-long-for-linux    inet 10.1.2.3/24", None),
+        ("garbage", None),
+        ("", None),
+        (
+            "3: eth0@if9    inet 10.1.2.3/24",
+            Some(("eth0", "10.1.2.3/24")),
+        ),
+    ];
+    for (line, want) in cases {
+        let got = ipv4_addresses(line);
+        let want: BTreeMap<String, Vec<String>> = want
+            .into_iter()
+            .map(|(i, a)| (i.to_string(), vec![a.to_string()]))
+            .collect();
+        assert_eq!(got, want, "{line:?}");
+    }
+    let many: String = (0..200)
+        .map(|i| format!("{i}: if{i}    inet 10.0.{}.{}/32\n", i / 250, i % 250))
+        .collect();
+    assert_eq!(ipv4_addresses(&many).len(), MAX_INTERFACES, "bounded");
 }
 
 #[test]
@@ -468,6 +526,10 @@ fn incomplete_or_malformed_reports_fail() {
             base.lines().take(4).collect::<Vec<_>>().join("\n"),
         ),
         ("missing env_mine", base.replace("env_mine 0\n", "")),
+        (
+            "missing ipv4",
+            base.replace(&format!("ipv4 {}\n", b64(IPV4.as_bytes())), ""),
+        ),
         (
             "missing the workspace's repository",
             Report {

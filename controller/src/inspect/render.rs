@@ -79,8 +79,15 @@ pub fn runtime_section(figures: &Value) -> Option<String> {
                 .as_str()
                 .filter(|m| !m.is_empty())
                 .unwrap_or("none");
+            let addresses: String = n["addresses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(|a| format!(" {a}"))
+                .collect();
             format!(
-                "{name} (mac {mac}, mtu {}) {} in / {} out",
+                "{name}{addresses} (mac {mac}, mtu {}) {} in / {} out",
                 n["mtu"],
                 bytes(&n["bytesReceived"]),
                 bytes(&n["bytesSent"])
@@ -183,7 +190,9 @@ mod tests {
             "cpu": {"usageSeconds": 1.5},
             "memory": {"usageBytes": 10485760, "peakBytes": 20971520, "swapBytes": 0},
             "disk": {"root": 2048},
-            "network": {"lo": {"mac": "", "mtu": 65536, "bytesReceived": 100, "bytesSent": 100}},
+            "network": {"lo": {"mac": "", "mtu": 65536, "bytesReceived": 100, "bytesSent": 100},
+                        "eth0": {"addresses": ["10.0.0.5", "fe80::1"], "mac": "00:16:3e:00:00:01",
+                                 "mtu": 1450, "bytesReceived": 2048, "bytesSent": 0}},
             "os": {"distribution": "Debian GNU/Linux 12 (bookworm)", "kernel": "6.1.0", "cpuCount": 2,
                    "uptimeSeconds": 3725.0, "hostname": "payments"},
             "agents": [{"profile": "shell", "installed": true, "version": "GNU bash 5.2",
@@ -197,7 +206,8 @@ mod tests {
             "CPU Time:         1.50s",
             "Memory:           10.0 MiB (peak 20.0 MiB, swap 0 B)",
             "root 2.0 KiB",
-            "lo (mac none, mtu 65536) 100 B in / 100 B out",
+            "eth0 10.0.0.5 fe80::1 (mac 00:16:3e:00:00:01, mtu 1450) 2.0 KiB in / 0 B out, \
+             lo (mac none, mtu 65536) 100 B in / 100 B out",
             "Debian GNU/Linux 12 (bookworm), kernel 6.1.0, 2 CPUs, up 1h2m, hostname payments",
             "shell: GNU bash 5.2, /workspace/AGENTS.md present",
         ] {

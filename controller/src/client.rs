@@ -583,6 +583,16 @@ impl Client {
         self.call(Method::POST, &path, &[], None).await
     }
 
+    /// Re-applies the network configuration of a project's container and restarts its
+    /// networking; answers every NIC as LXD reports it afterwards.
+    pub async fn repair_network(&self, name: &str) -> Result<Value, ClientError> {
+        let path = format!(
+            "{}/repairnetwork",
+            Self::object_path(Resource::Project, Some(name))
+        );
+        self.call(Method::POST, &path, &[], None).await
+    }
+
     /// Asks for a project's container to be replaced now whatever it holds outside /workspace
     /// (the old one still goes to the trash); answers the project.
     pub async fn request_forced_replace(&self, name: &str) -> Result<Value, ClientError> {

@@ -13,8 +13,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("admission", &["agent", "file_roots", "runtime", "store"]),
     ("agent", &["file_roots", "runtime"]),
     ("api", &[
-        "admission", "agent", "auth", "clock", "config", "inspect", "layout", "metrics", "preview",
-        "reconcile", "runtime", "scheduler", "secrets", "store", "tools", "trash", "workspace",
+        "admission", "agent", "auth", "clock", "config", "inspect", "layout", "metrics", "network",
+        "preview", "reconcile", "runtime", "scheduler", "secrets", "store", "tools", "trash",
+        "workspace",
     ]),
     ("auth", &["store"]),
     ("cli", &[
@@ -38,6 +39,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("manifests", &[]),
     ("mcp", &["client", "tools"]),
     ("metrics", &["lxd"]),
+    ("network", &["runtime"]),
     ("preview", &["runtime"]),
     ("reconcile", &[
         "agent", "clock", "config", "dispose", "file_roots", "layout", "metrics", "runtime",

@@ -19,6 +19,7 @@ pub mod lxd;
 pub mod manifests;
 pub mod mcp;
 pub mod metrics;
+pub mod network;
 pub mod preview;
 pub mod reconcile;
 pub mod runtime;

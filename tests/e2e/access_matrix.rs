@@ -479,6 +479,13 @@ fn rows() -> Vec<Row> {
             [404, 503, 503],
         ),
         row(
+            "repair the network",
+            "POST",
+            "/P/projects/alpha/repairnetwork",
+            "",
+            [404, 503, 503],
+        ),
+        row(
             "runner log",
             "GET",
             "/P/projects/alpha/logs",

@@ -110,6 +110,7 @@ pub const ROUTES: &[Route] = &[
     upgrade("~/projects/{project}/exec", Member),
     route("POST", "~/projects/{project}/exec", Member),
     route("POST", "~/projects/{project}/answer", Member),
+    route("POST", "~/projects/{project}/repairnetwork", Member),
     route("GET", "~/projects/{project}/logs", Member),
     route("GET", "~/projects/{project}/logs/{offset}", Member),
     route("POST", "~/projects/{project}/previewtickets", Member),

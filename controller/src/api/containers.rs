@@ -18,8 +18,9 @@ use crate::inspect::InspectError;
 use crate::inspect::exec::{ExecCall, InvalidCall};
 use crate::inspect::figures::AgentProbe;
 use crate::inspect::reach::Unreached;
+use crate::network::RepairError;
 use crate::runtime::{ExecRequest, Runtime, RuntimeError};
-use crate::store::StoredObject;
+use crate::store::{EventType, StoredObject};
 
 /// The most an answer may hold.
 const ANSWER_LIMIT: usize = 64 * 1024;
@@ -32,6 +33,36 @@ pub(super) async fn runtime_figures(state: &ApiState, caller: &Caller, name: &st
     let agents = agent_probes(state, &project);
     let figures = state.inspector.figures(&project, &agents).await?;
     Ok(serialized(StatusCode::OK, &figures))
+}
+
+/// `POST .../projects/NAME/repairnetwork`: re-applies the network configuration of a member's
+/// project's container and restarts its networking inside (see [`crate::network`]); answers
+/// every NIC as LXD reports it afterwards, and records a `NetworkRepaired` event.
+pub(super) async fn repair_network(state: &ApiState, caller: &Caller, name: &str) -> Outcome {
+    let project = access::member_project(state, caller, name)?;
+    let (runtime, _) = state.inspector.reach(&project).await?;
+    tracing::info!(project = name, caller = %caller.identity, "repairing the network");
+    let repair = match crate::network::repair(runtime.as_ref(), name).await {
+        Ok(repair) => repair,
+        Err(e @ (RepairError::NoInterface | RepairError::NotRunning)) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "Conflict",
+                format!("{name}: {e}"),
+            ));
+        }
+        Err(RepairError::Runtime(e)) => return Err(runtime_error(name, &e)),
+    };
+    let message = format!(
+        "the network was re-applied at the request of {}: {}",
+        caller.identity,
+        repair.summary()
+    );
+    state
+        .store
+        .publish_event(&project, EventType::Normal, "NetworkRepaired", &message)
+        .await;
+    Ok(serialized(StatusCode::OK, &repair))
 }
 
 /// `POST .../projects/NAME/exec`: runs a member's command in the project's container.

@@ -245,6 +245,10 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             only(&method, &path, Method::GET)?;
             preview::port_forward(state, caller, name, &query, req).await
         }
+        ["projects", name, "repairnetwork"] => {
+            only(&method, &path, Method::POST)?;
+            containers::repair_network(state, caller, name).await
+        }
         ["projects", name, "look"] => {
             only(&method, &path, Method::POST)?;
             request_look(state, caller, name).await

@@ -36,6 +36,7 @@ mod reap;
 mod reconcile;
 mod rename;
 mod render;
+mod repair_network;
 mod restore;
 mod secret;
 mod serve;
@@ -139,6 +140,8 @@ enum Command {
     Restore(restore::RestoreArgs),
     /// Force a project's held checkout (`--force`), its workspace copied to the trash first.
     Checkout(checkout::CheckoutArgs),
+    /// Re-apply the network configuration of a project's container and restart its networking.
+    RepairNetwork(repair_network::RepairNetworkArgs),
     /// Print the client and server versions.
     Version(version::VersionArgs),
     /// Set, list or delete a project's secrets.
@@ -312,6 +315,7 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Trash(args) => trash::run(context, args).await,
             Command::Restore(args) => restore::run(context, args).await,
             Command::Checkout(args) => checkout::run(context, args).await,
+            Command::RepairNetwork(args) => repair_network::run(context, args).await,
             Command::Version(args) => version::run(context, args).await,
             Command::Secret(args) => secret::run(context, args).await,
             Command::Gitsource(args) => gitsource::run(context, args).await,

@@ -71,9 +71,9 @@ pub use profile::{
 pub use project::{
     AGENT_API_PORT, ActivitySource, ActivityStatus, AgentState, AgentStatus, Capability,
     ContainerStatus, DEFAULTED_FIELDS, Defaults, DeletionHold, Forward, IdleAction,
-    MIN_MEMORY_BYTES, MIN_PROCESSES, Phase, PortStatus, PowerState, Project, ProjectSpec,
-    ProjectStatus, ProtectionReason, ReapAction, ReapPolicy, ReapStatus, Repo, ResolvedReapPolicy,
-    Resources, SeedFile, Step, UnsavedWork,
+    MIN_MEMORY_BYTES, MIN_PROCESSES, NetworkStatus, Phase, PortStatus, PowerState, Project,
+    ProjectSpec, ProjectStatus, ProtectionReason, ReapAction, ReapPolicy, ReapStatus, Repo,
+    ResolvedReapPolicy, Resources, SeedFile, Step, UnsavedWork,
 };
 pub use quantity::{CpuQuantity, Quantity};
 pub use schedule::{Schedule, ScheduleSpec, ScheduleStatus, ScheduledBrief};

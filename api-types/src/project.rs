@@ -479,6 +479,9 @@ pub struct ProjectStatus {
     pub agent: Option<AgentStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activity: Option<ActivityStatus>,
+    /// The container's IPv4 addresses as the scheduler last saw them, and its repair of a lost one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsaved_work: Option<UnsavedWork>,
     /// While a deletion is held: when the workspace was last looked at, when it is looked at
@@ -697,6 +700,20 @@ impl AgentState {
             _ => AgentState::Unknown,
         }
     }
+}
+
+/// The network of a project's container as the scheduler's inspections see it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkStatus {
+    /// IPv4 addresses with their prefix length (`10.0.0.5/24`) per interface, loopback left
+    /// out, as last seen while there were any: what a lost address is told by.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ipv4: BTreeMap<String, Vec<String>>,
+    /// When every address was found gone and the automatic repair could not bring one back:
+    /// nothing is repaired again until an address returns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair_failed_at: Option<DateTime<Utc>>,
 }
 
 /// When the project was last seen in use, and by which signal.

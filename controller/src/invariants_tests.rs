@@ -48,8 +48,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("runtime", &[]),
     ("runtime_handle", &["lxd", "runtime"]),
     ("scheduler", &[
-        "agent", "clock", "config", "layout", "metrics", "preview", "reconcile", "runtime",
-        "store", "trash", "workspace",
+        "agent", "clock", "config", "layout", "metrics", "network", "preview", "reconcile",
+        "runtime", "store", "trash", "workspace",
     ]),
     ("secrets", &["store"]),
     ("store", &[]),

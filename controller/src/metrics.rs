@@ -100,7 +100,14 @@ const PHASES: [&str; 7] = [
 const REAP_ACTIONS: [&str; 2] = ["stop", "delete"];
 const REAP_REFUSALS: [&str; 3] = ["AgentBlocked", "UnsavedWork", "InspectionFailed"];
 /// The scheduler's passes, in the order it runs them.
-pub const PASSES: [&str; 5] = ["resync", "schedules", "activity", "reap", "housekeeping"];
+pub const PASSES: [&str; 6] = [
+    "resync",
+    "schedules",
+    "activity",
+    "network",
+    "reap",
+    "housekeeping",
+];
 
 /// Buckets from 1 ms to about 2 min: LXD calls and steps span that range.
 fn seconds_histogram() -> Histogram {

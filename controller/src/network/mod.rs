@@ -1,5 +1,5 @@
 //! A project's network: the repair that re-applies its container's network configuration
-//! ([`repair`]).
+//! ([`repair`]) and the scheduler's check of its IPv4 addresses ([`check`]).
 //!
 //! A project has a network when its container has a NIC: LXD gives it one from the profiles
 //! of the LXD project berth uses (its `default` profile, since berth names none). The repair
@@ -7,6 +7,8 @@
 //! addresses LXD itself sets, for the `routed` and `ipvlan` types, applied again), then brings
 //! each interface up inside and runs the image's own networking for it (`restart.sh`), and
 //! reads the outcome back from LXD's state of the instance.
+
+pub mod check;
 
 use std::net::Ipv4Addr;
 use std::time::Duration;

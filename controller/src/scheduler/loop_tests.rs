@@ -177,7 +177,13 @@ async fn shutdown_lets_the_running_pass_finish() {
         .collect();
     assert_eq!(
         order,
-        vec![Pass::Resync, Pass::Schedules, Pass::Activity, Pass::Reap]
+        vec![
+            Pass::Resync,
+            Pass::Schedules,
+            Pass::Activity,
+            Pass::Network,
+            Pass::Reap
+        ]
     );
 }
 

@@ -1,7 +1,7 @@
-//! The scheduler: one loop of passes (resync, schedules, activity, reap, housekeeping) and the decisions
-//! they make. Reaping is the only path in berth that can lose work irreversibly, so the decision
-//! ([`policy`]) is pure and exhaustively tested, and it only ever sees facts gathered by one
-//! inspection ([`inspect`]) that refuses to guess.
+//! The scheduler: one loop of passes (resync, schedules, activity, network, reap, housekeeping)
+//! and the decisions they make. Reaping is the only path in berth that can lose work
+//! irreversibly, so the decision ([`policy`]) is pure and exhaustively tested, and it only ever
+//! sees facts gathered by one inspection ([`inspect`]) that refuses to guess.
 //!
 //! The loop knows nothing of the store or the queue: the daemon implements [`Passes`] to wire each
 //! pass to them and to the metrics.
@@ -38,6 +38,8 @@ pub enum Pass {
     Schedules,
     /// Inspect running projects: agent status, git state, ports, CPU, file changes.
     Activity,
+    /// Record what the inspections saw of each container's IPv4 addresses, and repair a lost one.
+    Network,
     /// Decide and carry out idle stops and deletions, on what the activity pass recorded.
     Reap,
     /// Report containers labelled by berth whose object is gone.
@@ -46,10 +48,11 @@ pub enum Pass {
 
 impl Pass {
     /// Activity runs before reaping because reaping decides on what it records.
-    pub const ALL: [Pass; 5] = [
+    pub const ALL: [Pass; 6] = [
         Pass::Resync,
         Pass::Schedules,
         Pass::Activity,
+        Pass::Network,
         Pass::Reap,
         Pass::Housekeeping,
     ];
@@ -60,6 +63,7 @@ impl Pass {
             Pass::Resync => "resync",
             Pass::Schedules => "schedules",
             Pass::Activity => "activity",
+            Pass::Network => "network",
             Pass::Reap => "reap",
             Pass::Housekeeping => "housekeeping",
         }

@@ -42,6 +42,8 @@ use crate::store::{
 use crate::workspace::inspect::{InspectError, Inspection};
 use crate::workspace::protection::{self, reasons_text};
 
+#[path = "pass_network.rs"]
+mod pass_network;
 #[path = "pass_schedules.rs"]
 mod pass_schedules;
 
@@ -869,6 +871,7 @@ impl Passes for DaemonPasses {
             Pass::Resync => self.resync().await,
             Pass::Schedules => self.schedules().await,
             Pass::Activity => self.activity().await,
+            Pass::Network => self.network().await,
             Pass::Reap => self.reap().await,
             Pass::Housekeeping => self.housekeeping().await,
         }
@@ -1101,3 +1104,7 @@ mod tests;
 #[cfg(test)]
 #[path = "sim_tests.rs"]
 mod sim;
+
+#[cfg(test)]
+#[path = "pass_network_tests.rs"]
+mod network_tests;

@@ -88,6 +88,8 @@ pub const PROJECT_FIELDS: &[Field] = &[
     field("reap", &[Scheduler, Reconciler]),
     field("deletionHold", &[Reconciler]),
     field("activity", &[Scheduler]),
+    // The addresses the activity pass saw, and the network check's failed repair.
+    field("network", &[Scheduler]),
     field("ports", &[Scheduler]),
     field("title", &[Scheduler, AgentSteps]),
     field("agent", &[Scheduler, AgentSteps]),

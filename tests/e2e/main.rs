@@ -36,6 +36,7 @@ mod lxd_recovery;
 mod lxd_runtime;
 mod mcp_bridge;
 mod monitoring_rules;
+mod network_repair;
 mod ops_exec_limits;
 mod ops_exec_tty;
 mod ops_logs;

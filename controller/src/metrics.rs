@@ -124,6 +124,8 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     pub scheduler_overruns: Counter,
     pub containers_vanished: Counter,
+    /// Creates LXD refused with the fleet's default limits, made again without them.
+    pub fleet_defaults_refused: Counter,
     pub orphan_containers: Gauge,
     /// Volumes in the trash, and the bytes they use (0 for those the pool cannot size).
     pub trash_volumes: Gauge,
@@ -182,6 +184,7 @@ impl Metrics {
             reconcile_duration: seconds_histogram(),
             scheduler_overruns: Counter::default(),
             containers_vanished: Counter::default(),
+            fleet_defaults_refused: Counter::default(),
             orphan_containers: Gauge::default(),
             trash_volumes: Gauge::default(),
             trash_bytes: Gauge::default(),
@@ -238,6 +241,11 @@ impl Metrics {
             "containers_vanished",
             "Times many containers vanished at once and berth recreated none of them",
             m.containers_vanished.clone(),
+        );
+        registry.register(
+            "fleet_defaults_refused",
+            "Containers LXD would not create with the fleet's default limits, created without them",
+            m.fleet_defaults_refused.clone(),
         );
         registry.register(
             "orphan_containers",
@@ -739,6 +747,7 @@ mod tests {
         "berth_reconcile_duration_seconds",
         "berth_scheduler_overruns_total",
         "berth_containers_vanished_total",
+        "berth_fleet_defaults_refused_total",
         "berth_orphan_containers",
         "berth_trash_volumes",
         "berth_trash_bytes",

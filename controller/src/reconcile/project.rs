@@ -623,6 +623,7 @@ impl Project<'_> {
                         "the fleet default limits were not applied ({e}); creating without them"
                     );
                     tracing::warn!("{message}");
+                    self.ctx.metrics.fleet_defaults_refused.inc();
                     self.warn("FleetDefaultsNotApplied", &message).await;
                 }
                 Err(RuntimeError::Rejected { message, .. }) => {

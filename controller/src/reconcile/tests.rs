@@ -16,7 +16,7 @@ use super::{
 use crate::layout::{CONTROLLER_LABEL, DurableLayout, FINALIZER, UID_LABEL};
 use crate::metrics::Metrics;
 use crate::runtime::{Instance, InstanceStatus, Runtime, RuntimeError};
-use crate::store::{Desired, Store};
+use crate::store::{Desired, EventType, Store};
 use crate::testing::eventually;
 use crate::testing::fake_runtime::{FakeRuntime, Fault};
 use crate::testing::inspection::{FakeWorkspace, script_inspection};
@@ -298,6 +298,64 @@ async fn the_create_request_carries_label_limits_and_mounts() {
     assert_eq!(instance.devices["workspace"]["path"], "/workspace");
     // Config, limits and devices went in with the create: no patch afterwards.
     assert_eq!(h.fake.count("patch_instance"), 0);
+}
+
+/// A limit that came from the fleet's defaults is best effort: a create LXD refuses with it is
+/// made again without the fleet's limits, said in a Warning event and counted; a project's own
+/// limit LXD refuses fails the create instead.
+#[tokio::test]
+async fn a_fleet_default_lxd_refuses_is_left_out_said_and_counted() {
+    let h = Harness::new();
+    h.fake
+        .refuse_config("limits.memory", Some("Failed to set memory limit"));
+    h.apply(
+        "p",
+        json!({"image": "berth-tiny", "resources": {"memory": "1GiB"}}),
+    );
+    h.converge("p").await;
+    h.assert_ready("p");
+    let instance = h.fake.instance("p").unwrap();
+    assert!(
+        !instance.config.contains_key("limits.memory"),
+        "{:?}",
+        instance.config
+    );
+    assert!(
+        h.ctx
+            .metrics
+            .encode()
+            .contains("berth_fleet_defaults_refused_total 1")
+    );
+    let events = h.store.events_for(Kind::Project, "p").unwrap();
+    let warned = events
+        .iter()
+        .find(|e| e.reason == "FleetDefaultsNotApplied")
+        .expect("a FleetDefaultsNotApplied event");
+    assert_eq!(warned.type_, EventType::Warning);
+    assert!(
+        warned.message.contains("Failed to set memory limit"),
+        "{}",
+        warned.message
+    );
+
+    // The project's own limit: the create fails, nothing is counted.
+    let own = BTreeMap::from([(
+        berth_api::annotations::OVERRIDES.to_string(),
+        "resources.memory".to_string(),
+    )]);
+    h.apply_with(
+        "q",
+        json!({"image": "berth-tiny", "resources": {"memory": "1GiB"}}),
+        own,
+    );
+    let _ = project::reconcile(&h.ctx, "q").await;
+    assert!(h.fake.instance("q").is_none());
+    assert!(
+        h.ctx
+            .metrics
+            .encode()
+            .contains("berth_fleet_defaults_refused_total 1")
+    );
 }
 
 /// Every call of a convergence fails once, or has its reply lost once; the project still

@@ -96,6 +96,8 @@ struct State {
     /// Instances (existing or not yet) whose start fails inside LXD's operation with this
     /// message (`forkstart` refusing a limit, a missing device).
     start_failures: BTreeMap<String, String>,
+    /// Config keys a create is refused for (LXD's 400), with the message.
+    refused_config: BTreeMap<String, String>,
     /// The most recent calls (`CALLS_KEPT`), as `method subject` or `method`.
     calls: VecDeque<String>,
     /// Every call counted by method, however many there were.
@@ -193,6 +195,7 @@ impl FakeRuntime {
                 operations: BTreeMap::new(),
                 next_pid: 1000,
                 start_failures: BTreeMap::new(),
+                refused_config: BTreeMap::new(),
                 calls: VecDeque::new(),
                 counts: BTreeMap::new(),
             }),
@@ -286,6 +289,16 @@ impl FakeRuntime {
         match message {
             Some(message) => state.start_failures.insert(name.into(), message.into()),
             None => state.start_failures.remove(name),
+        };
+    }
+
+    /// Refuses every create whose config sets `key`, as LXD refuses a value it cannot apply
+    /// (`None` accepts it again).
+    pub fn refuse_config(&self, key: &str, message: Option<&str>) {
+        let mut state = lock(&self.state);
+        match message {
+            Some(message) => state.refused_config.insert(key.into(), message.into()),
+            None => state.refused_config.remove(key),
         };
     }
 
@@ -651,6 +664,13 @@ impl Runtime for FakeRuntime {
                 what,
                 format!("Invalid instance name {:?}", request.name),
             ));
+        }
+        if let Some(message) = request
+            .config
+            .keys()
+            .find_map(|key| state.refused_config.get(key))
+        {
+            return Err(rejected(what, message.clone()));
         }
         let Some(fingerprint) = resolve(&state.images, &request.image) else {
             let operation = self.operation(&mut state, Err("Image not found".into()));

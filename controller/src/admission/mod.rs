@@ -72,6 +72,17 @@ impl Admitter<'_> {
     }
 }
 
+/// A manifest's decode and validation errors, each naming its field.
+fn invalid(errors: berth_api::ValidationErrors) -> Refusal {
+    Refusal::Invalid(
+        errors
+            .causes
+            .into_iter()
+            .map(|c| Cause::new(c.field, c.message))
+            .collect(),
+    )
+}
+
 /// A project's agent writes its own project's `spec.schedules`, and nothing else of it or of
 /// any other object.
 fn only_schedules(
@@ -423,15 +434,7 @@ impl Admission {
             "metadata": {"name": current.name()},
             "spec": spec,
         });
-        berth_api::decode_manifest(manifest).map_err(|errors| {
-            Refusal::Invalid(
-                errors
-                    .causes
-                    .into_iter()
-                    .map(|c| Cause::new(c.field, c.message))
-                    .collect(),
-            )
-        })?;
+        berth_api::decode_manifest(manifest).map_err(invalid)?;
         let desired = Desired {
             kind: Kind::Project,
             name: current.name().to_string(),
@@ -609,15 +612,7 @@ impl Admission {
             .get("finalizers")
             .and_then(|f| serde_json::from_value::<Vec<String>>(f.clone()).ok());
 
-        let mut object = berth_api::decode_manifest(manifest.clone()).map_err(|errors| {
-            Refusal::Invalid(
-                errors
-                    .causes
-                    .into_iter()
-                    .map(|c| Cause::new(c.field, c.message))
-                    .collect(),
-            )
-        })?;
+        let mut object = berth_api::decode_manifest(manifest.clone()).map_err(invalid)?;
         let given =
             matches!(object, Object::Project(_)).then(|| given_fields(&object.spec_value()));
         if let Object::Project(project) = &mut object {

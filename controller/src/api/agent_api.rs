@@ -18,7 +18,8 @@ use super::error::ApiError;
 use super::routes::{blocking, json_response};
 use super::server::{Slots, serve_http1};
 use super::{ApiState, Body, body};
-use crate::agent::capability::{TOKEN_KEY, same_token, token_project};
+use crate::agent::capability::{TOKEN_KEY, token_project};
+use crate::auth::same_secret;
 use crate::store::{Commit, EventType, StoredObject};
 
 /// A schedule is a few lines of text.
@@ -106,7 +107,7 @@ fn project_of_token(
         .get(project.uid(), TOKEN_KEY)
         .map_err(|e| ApiError::internal(e.to_string()))?;
     match own {
-        Some(own) if same_token(&own, token) => Ok(project),
+        Some(own) if same_secret(&own, token) => Ok(project),
         _ => Err(nobody()),
     }
 }

@@ -34,6 +34,16 @@ pub fn authenticate(store: &Store, token: &str) -> Result<Option<User>, StoreErr
     store.user_by_token_hash(&token_hash(token))
 }
 
+/// Compares two secrets (tokens, CSRF values) in time that does not depend on where they
+/// differ.
+pub fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
 /// `Authorization: Bearer TOKEN` → `TOKEN`.
 pub fn bearer(header: Option<&str>) -> Option<&str> {
     let value = header?.trim();

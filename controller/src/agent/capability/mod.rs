@@ -56,15 +56,6 @@ pub fn token_project(token: &str) -> Option<&str> {
     (!name.is_empty() && secret.len() == 64).then_some(name)
 }
 
-/// Compares two tokens in time that does not depend on where they differ.
-pub fn same_token(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |diff, (x, y)| diff | (x ^ y))
-            == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,8 +65,6 @@ mod tests {
         let token = new_token("payments-api");
         assert_eq!(token_project(&token), Some("payments-api"));
         assert_ne!(token, new_token("payments-api"));
-        assert!(same_token(&token, &token.clone()));
-        assert!(!same_token(&token, &new_token("payments-api")));
         for bad in ["", "berthp.", "berthp.x.short", "berth_abc", "berthp..0123"] {
             assert_eq!(token_project(bad), None, "{bad}");
         }

@@ -304,9 +304,42 @@ impl Berth {
         }
     }
 
+    /// The uid a project of this test had when it was tracked (it may be gone since).
+    pub fn tracked_uid(&self, name: &str) -> Option<String> {
+        self.projects
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, uid)| uid.clone())
+    }
+
+    /// Polls until the project is gone, failing with what it still shows after `within`.
+    pub fn wait_gone(&self, name: &str, what: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        while let Some(project) = self.get_project(name) {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: {what}: still there: {}\n{}",
+                project["status"],
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Polls the project until `check` holds for it, failing with its last status.
     pub fn wait_for(&self, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + READY_DEADLINE;
+        self.wait_for_within(name, what, READY_DEADLINE, check)
+    }
+
+    /// [`Berth::wait_for`] with a deadline of the caller's.
+    pub fn wait_for_within(
+        &self,
+        name: &str,
+        what: &str,
+        within: Duration,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + within;
         let mut last = Value::Null;
         while Instant::now() < deadline {
             if let Some(project) = self.get_project(name) {
@@ -318,7 +351,7 @@ impl Berth {
             std::thread::sleep(Duration::from_millis(100));
         }
         panic!(
-            "{name}: not {what} within {READY_DEADLINE:?}; last: {}\n{}",
+            "{name}: not {what} within {within:?}; last: {}\n{}",
             serde_json::to_string_pretty(&last["status"]).unwrap_or_default(),
             self.log_text()
         );

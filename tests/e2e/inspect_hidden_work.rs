@@ -12,11 +12,10 @@
 //! filesystem: `InspectionFailed`, never clean.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
+use std::time::Duration;
 
-use crate::harness::{PROJECTS, READY_DEADLINE, instance_uid, lxc, try_volumes_of};
-use crate::support::daemon::{Client, Daemon};
+use crate::harness::{Berth, READY_DEADLINE};
 use crate::support::git;
 use crate::support::said;
 use serde_json::{Value, json};
@@ -38,40 +37,19 @@ fn unique_name() -> String {
 /// A daemon whose scheduler runs often, and the one project of the test: deleted with
 /// `--force` (then checked with lxc) when the test ends, whatever happened.
 struct Fixture {
-    daemon: Daemon,
+    berth: Berth,
     name: String,
-    uid: String,
+    _config: tempfile::NamedTempFile,
 }
 
 impl Fixture {
-    fn client(&self) -> Client {
-        self.daemon.client()
-    }
-
     fn get(&self) -> Option<Value> {
-        let reply = self.client().get(&format!("{PROJECTS}/{}", self.name));
-        (reply.status == 200).then(|| reply.json())
+        self.berth.get_project(&self.name)
     }
 
     fn wait_for(&self, what: &str, deadline: Duration, check: impl Fn(&Value) -> bool) -> Value {
-        let until = Instant::now() + deadline;
-        loop {
-            if let Some(project) = self.get()
-                && check(&project)
-            {
-                return project;
-            }
-            assert!(
-                Instant::now() < until,
-                "{}: {what} not reached; status {}\n{}",
-                self.name,
-                self.get()
-                    .map(|p| p["status"].to_string())
-                    .unwrap_or_default(),
-                self.daemon.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        self.berth
+            .wait_for_within(&self.name, what, deadline, check)
     }
 
     /// Waits until an inspection made after now found the workspace protected by `reason`
@@ -103,35 +81,7 @@ impl Fixture {
     }
 
     fn cli(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_berth"))
-            .arg("--server")
-            .arg(&self.daemon.socket)
-            .args(args)
-            .env_remove("BERTH_TOKEN")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run berth")
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = self.client().try_request(
-            "DELETE",
-            &format!("{PROJECTS}/{}?force=true", self.name),
-            None,
-            &[],
-        );
-        let until = Instant::now() + Duration::from_secs(120);
-        while Instant::now() < until && self.get().is_some() {
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        if instance_uid(&self.name).as_deref() == Some(self.uid.as_str()) {
-            let _ = lxc(&["delete", "--force", &self.name]);
-        }
-        for volume in try_volumes_of(&self.uid).unwrap_or_default() {
-            let _ = lxc(&["storage", "volume", "delete", "default", &volume]);
-        }
+        self.berth.cli(args)
     }
 }
 
@@ -173,37 +123,30 @@ fn bare_remote(dir: &Path) -> std::path::PathBuf {
 
 #[test]
 fn work_git_hides_protects_the_workspace() {
-    let daemon = Daemon::start_running_with_config(
+    let config = tempfile::NamedTempFile::new().expect("a config file");
+    std::fs::write(
+        config.path(),
         "scheduler: {interval: 2s, workers: 4, recheckInterval: 4s}\n",
-    );
-    let profile = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&daemon.socket)
-        .args(["apply", "-f", SHELL_PROFILE])
-        .env_remove("BERTH_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run berth");
-    assert!(profile.status.success(), "{}", said(&profile));
+    )
+    .expect("berth.yaml");
+    let mut berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
+    berth.cli_ok(&["apply", "-f", SHELL_PROFILE]);
     let remote_dir = tempfile::tempdir().expect("temp dir");
     let remote = bare_remote(remote_dir.path());
 
     let name = unique_name();
     // Idling is an hour away: protectedBy shows what protects it all the same.
-    let reply = daemon.client().post_json(
-        PROJECTS,
-        &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
-                "metadata": {"name": name},
-                "spec": {"image": "berth-base", "agent": "shell", "env": {"FOO": "bar"},
-                         "repo": {"url": format!("file://{}", remote.display()), "branch": "main"},
-                         "reap": {"idleAfter": "1h", "idleAction": "Stop"}}}),
+    berth.create_project(
+        &name,
+        json!({"image": "berth-base", "agent": "shell", "env": {"FOO": "bar"},
+               "repo": {"url": format!("file://{}", remote.display()), "branch": "main"},
+               "reap": {"idleAfter": "1h", "idleAction": "Stop"}}),
     );
-    assert!([200, 201].contains(&reply.status), "{}", reply.text());
-    let uid = reply.json()["metadata"]["uid"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let f = Fixture { daemon, name, uid };
+    let f = Fixture {
+        berth,
+        name,
+        _config: config,
+    };
 
     // Admission gave it the fleet's protectIgnored.
     let project = f.get().expect("created");
@@ -308,6 +251,6 @@ fn work_git_hides_protects_the_workspace() {
     f.wait_for("InspectionFailed", NOTICE_DEADLINE, |p| {
         protected_by(p) == ["InspectionFailed"]
     });
-    let log = f.daemon.log_text();
+    let log = f.berth.log_text();
     assert!(log.contains("workspace-not-mounted"), "{log}");
 }

@@ -14,11 +14,11 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::harness::Berth;
 use crate::harness::{
-    PROJECTS, READY_DEADLINE, instance_count, instance_state, live_volumes_of, lxc, try_volumes_of,
-    volumes_of,
+    PROJECTS, READY_DEADLINE, instance_count, instance_state, live_volumes_of, volumes_of,
 };
-use crate::support::daemon::{Client, Daemon};
+use crate::support::daemon::Client;
 use crate::support::git;
 use serde_json::{Value, json};
 
@@ -39,66 +39,47 @@ fn unique_name() -> String {
 /// A daemon whose controller and scheduler run often, and the projects it made: deleted with
 /// `--force` (then checked with lxc) when the test ends, whatever happened.
 struct Reaper {
-    daemon: Daemon,
-    projects: Vec<(String, String)>,
+    berth: Berth,
+    _config: tempfile::NamedTempFile,
 }
 
 impl Reaper {
     fn start(scheduler: &str) -> Reaper {
+        let config = tempfile::NamedTempFile::new().expect("a config file");
+        std::fs::write(config.path(), format!("scheduler: {scheduler}\n")).expect("berth.yaml");
+        let path = config.path().to_str().expect("a utf-8 temp path");
         Reaper {
-            daemon: Daemon::start_running_with_config(&format!("scheduler: {scheduler}\n")),
-            projects: Vec::new(),
+            berth: Berth::start_with(&[], &["--config", path]),
+            _config: config,
         }
     }
 
     fn client(&self) -> Client {
-        self.daemon.client()
+        self.berth.client()
     }
 
     fn create(&mut self, name: &str, spec: Value) {
-        let reply = self.client().post_json(
-            PROJECTS,
-            &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
-                    "metadata": {"name": name}, "spec": spec}),
-        );
-        assert!(
-            [200, 201].contains(&reply.status),
-            "create {name}: {}",
-            reply.text()
-        );
-        self.adopt(name);
+        self.berth.create_project(name, spec);
     }
 
     /// Records a project made some other way (an apply) for the cleanup.
     fn adopt(&mut self, name: &str) {
-        let uid = self.get(name).expect("project exists")["metadata"]["uid"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        self.projects.push((name.to_string(), uid));
+        let project = self.get(name).expect("project exists");
+        self.berth.track(&project);
     }
 
     fn uid(&self, name: &str) -> String {
-        self.projects
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, uid)| uid.clone())
+        self.berth
+            .tracked_uid(name)
             .expect("a project of this test")
     }
 
     fn get(&self, name: &str) -> Option<Value> {
-        let reply = self.client().get(&format!("{PROJECTS}/{name}"));
-        (reply.status == 200).then(|| reply.json())
+        self.berth.get_project(name)
     }
 
     fn merge_patch(&self, name: &str, patch: Value) {
-        let reply = self.client().request(
-            "PATCH",
-            &format!("{PROJECTS}/{name}"),
-            Some("application/merge-patch+json"),
-            patch.to_string().as_bytes(),
-        );
-        assert_eq!(reply.status, 200, "patch {name}: {}", reply.text());
+        self.berth.patch_project(name, patch);
     }
 
     fn wait_for(
@@ -108,36 +89,11 @@ impl Reaper {
         deadline: Duration,
         check: impl Fn(&Value) -> bool,
     ) -> Value {
-        let until = Instant::now() + deadline;
-        loop {
-            if let Some(project) = self.get(name)
-                && check(&project)
-            {
-                return project;
-            }
-            assert!(
-                Instant::now() < until,
-                "{name}: {what} not reached; status {}\n{}",
-                self.get(name)
-                    .map(|p| p["status"].to_string())
-                    .unwrap_or_default(),
-                self.daemon.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        self.berth.wait_for_within(name, what, deadline, check)
     }
 
     fn wait_gone(&self, name: &str, what: &str) {
-        let until = Instant::now() + NOTICE_DEADLINE;
-        while let Some(project) = self.get(name) {
-            assert!(
-                Instant::now() < until,
-                "{name}: {what}: still there: {}\n{}",
-                project["status"],
-                self.daemon.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        self.berth.wait_gone(name, what, NOTICE_DEADLINE);
     }
 
     /// Waits until the container answers with its workspace mounted.
@@ -163,28 +119,12 @@ impl Reaper {
     }
 
     fn cli(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_berth"))
-            .arg("--server")
-            .arg(&self.daemon.socket)
-            .args(args)
-            .env_remove("BERTH_TOKEN")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run berth")
+        self.berth.cli(args)
     }
 
     /// The value of one sample on /metrics, e.g. `berth_reap_refusals_total{reason="X"}`.
     fn metric(&self, sample: &str) -> f64 {
-        let text = self.client().get("/metrics").text();
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix(sample)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or_else(|| panic!("no {sample} on /metrics:\n{text}"))
+        self.berth.metric(sample)
     }
 
     fn refusals(&self, reason: &str) -> f64 {
@@ -197,27 +137,16 @@ impl Reaper {
 
     /// Waits until `n` more reap passes have run.
     fn wait_passes(&self, n: u32) {
-        let target = self.reap_passes() + f64::from(n);
-        let until = Instant::now() + NOTICE_DEADLINE;
-        while self.reap_passes() < target {
-            assert!(Instant::now() < until, "the scheduler stalled");
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        self.berth.wait_passes("reap", n);
     }
 
     /// The reasons of the project's events.
     fn event_reasons(&self, name: &str) -> Vec<String> {
-        self.client()
-            .get(&format!("{PROJECTS}/{name}/events"))
-            .json()["items"]
-            .as_array()
-            .map(|items| {
-                items
-                    .iter()
-                    .filter_map(|e| e["reason"].as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.berth
+            .events(name)
+            .iter()
+            .filter_map(|e| e["reason"].as_str().map(str::to_string))
+            .collect()
     }
 
     /// Checks every place a protection shows: status, the condition, an event, `get -o wide`
@@ -257,31 +186,6 @@ impl Reaper {
         }
         let line = line_of(&plan, name);
         assert!(line.contains(reason) && line.contains(action), "{line}");
-    }
-}
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        for (name, _) in &self.projects {
-            let _ = self.client().try_request(
-                "DELETE",
-                &format!("{PROJECTS}/{name}?force=true"),
-                None,
-                &[],
-            );
-        }
-        let until = Instant::now() + Duration::from_secs(120);
-        while Instant::now() < until && self.projects.iter().any(|(n, _)| self.get(n).is_some()) {
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        for (name, uid) in &self.projects {
-            if crate::harness::instance_uid(name).as_deref() == Some(uid.as_str()) {
-                let _ = lxc(&["delete", "--force", name]);
-            }
-            for volume in try_volumes_of(uid).unwrap_or_default() {
-                let _ = lxc(&["storage", "volume", "delete", "default", &volume]);
-            }
-        }
     }
 }
 
@@ -474,7 +378,7 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
 
     // The clean one whose idle action is Delete is deleted, container and volumes with it.
     reaper.wait_gone(&doomed, "not reaped");
-    let log = reaper.daemon.log_text();
+    let log = reaper.berth.log_text();
     assert!(
         log.lines()
             .any(|l| l.contains("reaped") && l.contains(&doomed) && l.contains("delete")),
@@ -742,7 +646,7 @@ fn stopped_work_due_for_delete_and_pruned_work_are_kept() {
     assert!(
         starts <= allowed && (starts as f64) < passes / 2.0,
         "{starts} more starts in {passes} passes over {elapsed:?}\n{}",
-        reaper.daemon.log_text()
+        reaper.berth.log_text()
     );
     let project = reaper.get(&stopped).expect("kept");
     assert!(project["metadata"]["deletionTimestamp"].is_null());

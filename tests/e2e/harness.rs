@@ -199,6 +199,27 @@ impl Berth {
             .expect("run berth")
     }
 
+    /// [`Berth::cli`] with `stdin` as the command's input.
+    pub fn cli_input(&self, args: &[&str], stdin: &[u8]) -> std::process::Output {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("--server")
+            .arg(&self.socket)
+            .args(args)
+            .env_remove("BERTH_TOKEN")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run berth");
+        let mut input = child.stdin.take().expect("stdin");
+        // A command that exits before reading all of it is no error here.
+        let _ = input.write_all(stdin);
+        drop(input);
+        child.wait_with_output().expect("berth output")
+    }
+
     /// [`Berth::cli`] that must succeed; its stdout.
     pub fn cli_ok(&self, args: &[&str]) -> String {
         let out = self.cli(args);

@@ -106,23 +106,7 @@ fn delete_secret(berth: &Berth, project: &str, key: &str) {
 
 /// Runs the `berth` CLI against the test's daemon, with `stdin` as its input.
 fn berth_cli(berth: &Berth, args: &[&str], stdin: &str) -> std::process::Output {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run berth");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().expect("berth output")
+    berth.cli_input(args, stdin.as_bytes())
 }
 
 /// The condition of `type_` as (status, reason, message).

@@ -10,13 +10,11 @@
 //! - commits pushed only to a remote that is a path inside the container, since wiped, are
 //!   unpushed work.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use crate::harness::{PROJECTS, READY_DEADLINE, instance_uid, lxc, ready_reason, try_volumes_of};
-use crate::support::daemon::{Client, Daemon};
+use crate::harness::{Berth, READY_DEADLINE, lxc, ready_reason, try_volumes_of};
 use crate::support::git;
 use crate::support::said;
 use serde_json::{Value, json};
@@ -46,11 +44,11 @@ fn sha256(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// A daemon with the settings and the projects a test created, deleted with
-/// `--force` (then checked with lxc, trash copies included) when the test ends.
+/// A daemon with these settings and the projects a test created, deleted with `--force`
+/// (then checked with lxc, trash copies included) when the test ends.
 struct Fixture {
-    daemon: Daemon,
-    projects: Vec<(String, String)>,
+    berth: Berth,
+    _config: tempfile::NamedTempFile,
     _repo: tempfile::TempDir,
     /// A host repository with one commit holding README.md and main.py.
     repo: PathBuf,
@@ -58,49 +56,30 @@ struct Fixture {
 
 impl Fixture {
     fn start() -> Fixture {
-        let daemon = Daemon::start_running_with_config(CONFIG);
+        let config = tempfile::NamedTempFile::new().expect("a config file");
+        std::fs::write(config.path(), CONFIG).expect("berth.yaml");
+        let berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
         let dir = tempfile::tempdir().expect("temp dir");
         let repo = dir.path().join("upstream");
         upstream_repo(&repo);
         Fixture {
-            daemon,
-            projects: Vec::new(),
+            berth,
+            _config: config,
             _repo: dir,
             repo,
         }
     }
 
-    fn client(&self) -> Client {
-        self.daemon.client()
-    }
-
     fn create(&mut self, name: &str, spec: Value) {
-        let reply = self.client().post_json(
-            PROJECTS,
-            &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
-                    "metadata": {"name": name}, "spec": spec}),
-        );
-        assert_eq!(reply.status, 201, "create {name}: {}", reply.text());
-        let uid = reply.json()["metadata"]["uid"]
-            .as_str()
-            .expect("a uid")
-            .to_string();
-        self.projects.push((name.to_string(), uid));
+        self.berth.create_project(name, spec);
     }
 
     fn patch(&self, name: &str, patch: Value) {
-        let reply = self.client().request(
-            "PATCH",
-            &format!("{PROJECTS}/{name}"),
-            Some("application/merge-patch+json"),
-            patch.to_string().as_bytes(),
-        );
-        assert_eq!(reply.status, 200, "patch {name}: {}", reply.text());
+        self.berth.patch_project(name, patch);
     }
 
     fn get(&self, name: &str) -> Option<Value> {
-        let reply = self.client().get(&format!("{PROJECTS}/{name}"));
-        (reply.status == 200).then(|| reply.json())
+        self.berth.get_project(name)
     }
 
     fn wait_for(
@@ -110,23 +89,7 @@ impl Fixture {
         deadline: Duration,
         check: impl Fn(&Value) -> bool,
     ) -> Value {
-        let until = Instant::now() + deadline;
-        loop {
-            if let Some(project) = self.get(name)
-                && check(&project)
-            {
-                return project;
-            }
-            assert!(
-                Instant::now() < until,
-                "{name}: {what} not reached; status {}\n{}",
-                self.get(name)
-                    .map(|p| p["status"].to_string())
-                    .unwrap_or_default(),
-                self.daemon.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        self.berth.wait_for_within(name, what, deadline, check)
     }
 
     fn wait_ready(&self, name: &str) -> Value {
@@ -134,43 +97,7 @@ impl Fixture {
     }
 
     fn cli(&self, args: &[&str], stdin: &[u8]) -> Output {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
-            .arg("--server")
-            .arg(&self.daemon.socket)
-            .args(args)
-            .env_remove("BERTH_TOKEN")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run berth");
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        child.wait_with_output().expect("berth output")
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        for (name, _) in &self.projects {
-            let _ = self.client().try_request(
-                "DELETE",
-                &format!("{PROJECTS}/{name}?force=true&purge=true"),
-                None,
-                &[],
-            );
-        }
-        let until = Instant::now() + Duration::from_secs(120);
-        while Instant::now() < until && self.projects.iter().any(|(n, _)| self.get(n).is_some()) {
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        for (name, uid) in &self.projects {
-            if instance_uid(name).as_deref() == Some(uid.as_str()) {
-                let _ = lxc(&["delete", "--force", name]);
-            }
-            for volume in try_volumes_of(uid).unwrap_or_default() {
-                let _ = lxc(&["storage", "volume", "delete", "default", &volume]);
-            }
-        }
+        self.berth.cli_input(args, stdin)
     }
 }
 
@@ -328,7 +255,7 @@ fn a_checkout_never_writes_over_a_persons_files() {
         String::from_utf8(file_bytes(&name, "/workspace/README.md")).unwrap(),
         "upstream readme\n"
     );
-    let uid = &f.projects[0].1;
+    let uid = &f.berth.tracked_uid(&name).expect("a project of this test");
     let copies: Vec<String> = try_volumes_of(uid)
         .unwrap()
         .into_iter()

@@ -9,14 +9,15 @@
 //! The work is made after the last look any scheduler pass could take (the scheduler's interval
 //! is an hour), so no recorded `status.unsavedWork` can answer for the deletion's own look.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
+use crate::harness::Berth;
 use crate::harness::{
     PROJECTS, READY_DEADLINE, exec, instance_count, instance_state, live_volumes_of, lxc,
-    try_volumes_of, volumes_of,
+    volumes_of,
 };
-use crate::support::daemon::{Client, Daemon, spawn_serve_args, wait_with_deadline};
+use crate::support::daemon::{Client, spawn_serve_args, wait_with_deadline};
 use crate::support::said;
 use serde_json::{Value, json};
 
@@ -35,8 +36,8 @@ fn unique_name() -> String {
 /// A running daemon and the projects it made: deleted with `--force` (then checked with lxc)
 /// when the test ends, whatever happened.
 struct Deleter {
-    daemon: Daemon,
-    projects: Vec<(String, String)>,
+    berth: Berth,
+    _config: tempfile::NamedTempFile,
     /// Instances the test made itself, deleted at the end.
     own_instances: Vec<String>,
 }
@@ -47,35 +48,27 @@ impl Deleter {
     }
 
     fn start_with(config: &str) -> Deleter {
+        let file = tempfile::NamedTempFile::new().expect("a config file");
+        std::fs::write(file.path(), config).expect("berth.yaml");
+        let berth = Berth::start_with(&[], &["--config", file.path().to_str().unwrap()]);
         Deleter {
-            daemon: Daemon::start_running_with_config(config),
-            projects: Vec::new(),
+            berth,
+            _config: file,
             own_instances: Vec::new(),
         }
     }
 
     fn client(&self) -> Client {
-        self.daemon.client()
+        self.berth.client()
     }
 
     /// Creates a project that no reaper touches during the test, and waits until it is Ready.
     fn create_ready(&mut self, name: &str, image: &str) -> String {
-        let reply = self.client().post_json(
-            PROJECTS,
-            &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
-                    "metadata": {"name": name},
-                    "spec": {"image": image, "reap": {"idleAfter": "24h", "maxAge": "never"}}}),
+        let created = self.berth.create_project(
+            name,
+            json!({"image": image, "reap": {"idleAfter": "24h", "maxAge": "never"}}),
         );
-        assert!(
-            [200, 201].contains(&reply.status),
-            "create {name}: {}",
-            reply.text()
-        );
-        let uid = self.get(name).expect("created")["metadata"]["uid"]
-            .as_str()
-            .expect("uid")
-            .to_string();
-        self.projects.push((name.to_string(), uid.clone()));
+        let uid = crate::harness::uid_of(&created);
         self.wait_for(name, "Ready", READY_DEADLINE, |p| {
             condition(p, "Ready")["status"] == "True"
         });
@@ -88,8 +81,7 @@ impl Deleter {
     }
 
     fn get(&self, name: &str) -> Option<Value> {
-        let reply = self.client().get(&format!("{PROJECTS}/{name}"));
-        (reply.status == 200).then(|| reply.json())
+        self.berth.get_project(name)
     }
 
     fn wait_for(
@@ -99,47 +91,15 @@ impl Deleter {
         deadline: Duration,
         check: impl Fn(&Value) -> bool,
     ) -> Value {
-        let until = Instant::now() + deadline;
-        loop {
-            if let Some(project) = self.get(name)
-                && check(&project)
-            {
-                return project;
-            }
-            assert!(
-                Instant::now() < until,
-                "{name}: {what} not reached; status {}\n{}",
-                self.get(name)
-                    .map(|p| p["status"].to_string())
-                    .unwrap_or_default(),
-                self.daemon.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        self.berth.wait_for_within(name, what, deadline, check)
     }
 
     fn wait_gone(&self, name: &str, what: &str) {
-        let until = Instant::now() + HOLD_DEADLINE;
-        while let Some(project) = self.get(name) {
-            assert!(
-                Instant::now() < until,
-                "{name}: {what}: still there: {}\n{}",
-                project["status"],
-                self.daemon.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        self.berth.wait_gone(name, what, HOLD_DEADLINE);
     }
 
     fn cli(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_berth"))
-            .arg("--server")
-            .arg(&self.daemon.socket)
-            .args(args)
-            .env_remove("BERTH_TOKEN")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run berth")
+        self.berth.cli(args)
     }
 
     /// The project, once its deletion is held by `reason`.
@@ -156,7 +116,7 @@ impl Deleter {
                 Instant::now() < until,
                 "{name}: no held deletion; status {}\n{}",
                 project["status"],
-                self.daemon.log_text()
+                self.berth.log_text()
             );
             std::thread::sleep(Duration::from_millis(250));
         };
@@ -180,36 +140,13 @@ impl Drop for Deleter {
         for name in &self.own_instances {
             let _ = lxc(&["delete", "--force", name]);
         }
-        for (name, _) in &self.projects {
-            let _ = self.client().try_request(
-                "DELETE",
-                &format!("{PROJECTS}/{name}?force=true"),
-                None,
-                &[],
-            );
-        }
-        let until = Instant::now() + Duration::from_secs(120);
-        while Instant::now() < until && self.projects.iter().any(|(n, _)| self.get(n).is_some()) {
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        for (name, uid) in &self.projects {
-            if crate::harness::instance_uid(name).as_deref() == Some(uid.as_str()) {
-                let _ = lxc(&["delete", "--force", name]);
-            }
-            if inspect_labelled(&inspection_instance(uid), uid) {
-                let _ = lxc(&["delete", "--force", &inspection_instance(uid)]);
-            }
-            // A container a replacement put in the trash.
-            let trashed = format!("berth-trash-{uid}-ct-");
-            for instance in lxc(&["list", "--format", "csv", "-c", "n"])
-                .unwrap_or_default()
-                .lines()
-                .filter(|n| n.starts_with(&trashed))
+        // The inspection instances of a held deletion go with their look; one a failed test
+        // left is berth's own, labelled with its project's uid.
+        for name in self.berth.tracked_names() {
+            if let Some(uid) = self.berth.tracked_uid(&name)
+                && inspect_labelled(&inspection_instance(&uid), &uid)
             {
-                let _ = lxc(&["delete", "--force", instance]);
-            }
-            for volume in try_volumes_of(uid).unwrap_or_default() {
-                let _ = lxc(&["storage", "volume", "delete", "default", &volume]);
+                let _ = lxc(&["delete", "--force", &inspection_instance(&uid)]);
             }
         }
     }
@@ -303,14 +240,14 @@ fn a_deleted_container_has_its_volume_inspected() {
     // Not a git repository: a file berth did not write is unsaved work.
     workspace(&name, "echo draft > notes.txt");
 
-    berth.daemon.terminate();
+    berth.berth.terminate();
     lxc(&["delete", "--force", &name]).expect("delete the container behind berth's back");
     // The deletion is recorded by a paused daemon on the same store, so the controller never
     // sees the container missing before it sees the deletion.
     let mut paused = spawn_serve_args(
-        &berth.daemon.data_dir,
-        &berth.daemon.socket,
-        &berth.daemon.log,
+        &berth.berth.data_dir,
+        &berth.berth.socket,
+        &berth.berth.log,
         &["--paused"],
     );
     let until = Instant::now() + Duration::from_secs(30);
@@ -330,7 +267,7 @@ fn a_deleted_container_has_its_volume_inspected() {
     )
     .expect("stop the paused daemon");
     wait_with_deadline(&mut paused, Duration::from_secs(30)).expect("the paused daemon exits");
-    berth.daemon.restart();
+    berth.berth.restart(None);
 
     let held = berth.wait_held(&name, "UnsavedWork");
     assert_eq!(
@@ -352,7 +289,7 @@ fn a_deleted_container_has_its_volume_inspected() {
     }
     assert!(
         berth
-            .daemon
+            .berth
             .log_text()
             .contains("no container of this project: inspecting its workspace volume"),
         "the volume was inspected from an inspection instance"

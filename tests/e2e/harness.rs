@@ -153,6 +153,17 @@ impl Berth {
         status
     }
 
+    /// SIGTERM, and waits for the daemon to shut down as an operator's stop does.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let child = self.child.as_mut().expect("daemon running");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("signal berth serve");
+        self.wait_exit(Duration::from_secs(60))
+    }
+
     /// SIGKILL: no shutdown, no flushing, like a crash.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -323,6 +334,11 @@ impl Berth {
             404 => None,
             other => panic!("get {name}: {other} {}", reply.text()),
         }
+    }
+
+    /// The names of the projects this test tracks.
+    pub fn tracked_names(&self) -> Vec<String> {
+        self.projects.iter().map(|(n, _)| n.clone()).collect()
     }
 
     /// The uid a project of this test had when it was tracked (it may be gone since).

@@ -180,6 +180,9 @@ pub enum ClientError {
     ApplyTooLarge { bytes: usize, limit: usize },
     #[error("cannot build the HTTP client: {0}")]
     Build(#[source] reqwest::Error),
+    /// The certificates to trust could not be used.
+    #[error("--certificate-authority: {0}")]
+    Trust(String),
     #[error("--certificate-authority {}: {source}", path.display())]
     CertificateAuthority {
         path: PathBuf,
@@ -236,6 +239,41 @@ pub struct ApplyOutcome {
     pub object: Value,
 }
 
+/// The one TLS trust policy of a client of `--server https://...`: the certificates of the
+/// `--certificate-authority` PEM bundle alone when given, the system's roots otherwise; TLS 1.2
+/// or later, like the listener. The API client and `exec -it`'s websocket both use it.
+pub fn tls_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, ClientError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_pem {
+        Some(pem) => {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| ClientError::Trust(e.to_string()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| ClientError::Trust(e.to_string()))?;
+            }
+            if roots.is_empty() {
+                return Err(ClientError::Trust("holds no PEM certificate".to_string()));
+            }
+        }
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                // A system certificate rustls cannot use is skipped, as browsers do.
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ClientError::Trust(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
 /// A connection to one berth server.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -260,10 +298,8 @@ impl Client {
         let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .user_agent(concat!("berth/", env!("CARGO_PKG_VERSION")));
-        if let Some(pem) = ca_pem {
-            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(ClientError::Build)?;
-            builder = builder.tls_certs_only(certs);
-        }
+        // The API and `exec -it`'s websocket trust the same certificates.
+        builder = builder.tls_backend_preconfigured(tls_config(ca_pem)?);
         if let Server::Unix(path) = &server {
             crate::config::check_socket_dir(path).map_err(|reason| ClientError::UnsafeSocket {
                 path: path.clone(),

@@ -314,40 +314,17 @@ pub(super) async fn connect(
     }
 }
 
-/// TLS for an https server, trusting the `--certificate-authority` PEM file when given (as the
-/// API client does), the system's roots otherwise. TLS 1.2 or later, like the listener.
+/// TLS for an https server, by the API client's one trust policy ([`crate::client::tls_config`]).
 fn tls_connector(
     certificate_authority: Option<&std::path::Path>,
 ) -> anyhow::Result<tokio_rustls::TlsConnector> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-
-    let mut roots = rustls::RootCertStore::empty();
-    match certificate_authority {
-        Some(path) => {
-            for cert in CertificateDer::pem_file_iter(path)
-                .with_context(|| format!("--certificate-authority {}", path.display()))?
-            {
-                let cert =
-                    cert.with_context(|| format!("--certificate-authority {}", path.display()))?;
-                roots
-                    .add(cert)
-                    .with_context(|| format!("--certificate-authority {}", path.display()))?;
-            }
-        }
-        None => {
-            for cert in rustls_native_certs::load_native_certs().certs {
-                // A system certificate rustls cannot use is skipped, as browsers do.
-                let _ = roots.add(cert);
-            }
-        }
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("TLS")?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let pem = certificate_authority
+        .map(|path| {
+            std::fs::read(path)
+                .with_context(|| format!("--certificate-authority {}", path.display()))
+        })
+        .transpose()?;
+    let config = crate::client::tls_config(pem.as_deref())?;
     Ok(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
         config,
     )))

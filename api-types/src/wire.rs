@@ -29,6 +29,45 @@ pub struct ObjectList<T = Object> {
     pub items: Vec<T>,
 }
 
+/// The answer of the apply endpoint: `{apiVersion, kind: ApplyResult, items: [...]}`, one item
+/// per object written (in the order sent) and one per object pruned. The server writes its
+/// stored objects into it; the client reads them as JSON values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    rename_all = "camelCase",
+    bound(deserialize = "T: Deserialize<'de> + Default")
+)]
+pub struct ApplyResult<T = serde_json::Value> {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default = "Vec::new")]
+    pub items: Vec<ApplyItem<T>>,
+}
+
+impl<T> ApplyResult<T> {
+    pub const KIND: &'static str = "ApplyResult";
+
+    pub fn new(items: Vec<ApplyItem<T>>) -> Self {
+        ApplyResult {
+            api_version: crate::API_VERSION.to_string(),
+            kind: Self::KIND.to_string(),
+            items,
+        }
+    }
+}
+
+/// What the apply did with one object: `created`, `configured`, `unchanged` or `pruned`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApplyItem<T = serde_json::Value> {
+    pub kind: String,
+    pub name: String,
+    pub action: String,
+    #[serde(default)]
+    pub object: T,
+}
+
 /// Metadata of a list: the store's resourceVersion when it was read, for watching from there.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

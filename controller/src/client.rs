@@ -11,7 +11,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use reqwest::{Method, StatusCode};
-use serde::Deserialize;
 use serde_json::Value;
 use url::Url;
 
@@ -229,15 +228,8 @@ pub struct ApplyOptions {
     pub applyset: Option<(String, bool)>,
 }
 
-/// One entry of an `ApplyResult`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct ApplyOutcome {
-    pub kind: String,
-    pub name: String,
-    pub action: String,
-    #[serde(default)]
-    pub object: Value,
-}
+/// One entry of an `ApplyResult`, its object as JSON.
+pub type ApplyOutcome = berth_api::wire::ApplyItem<Value>;
 
 /// The one TLS trust policy of a client of `--server https://...`: the certificates of the
 /// `--certificate-authority` PEM bundle alone when given, the system's roots otherwise; TLS 1.2
@@ -673,15 +665,13 @@ impl Client {
                 Some(("application/json", body)),
             )
             .await?;
-        let items = answer
-            .get("items")
-            .cloned()
-            .unwrap_or(Value::Array(Vec::new()));
-        serde_json::from_value(items).map_err(|source| ClientError::Decode {
-            method: Method::POST,
-            path,
-            source,
-        })
+        serde_json::from_value::<berth_api::wire::ApplyResult>(answer)
+            .map(|result| result.items)
+            .map_err(|source| ClientError::Decode {
+                method: Method::POST,
+                path,
+                source,
+            })
     }
 
     /// Events for one object, or for every object when `object` is `None`.

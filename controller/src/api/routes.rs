@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use berth_api::Kind;
-use berth_api::wire::{API_PREFIX, ListMeta, ObjectList};
+use berth_api::wire::{API_PREFIX, ApplyItem, ApplyResult, ListMeta, ObjectList};
 
 use super::access::{self, Redaction, Visibility};
 use super::admission::{self, Admitted, Refusal};
@@ -1193,23 +1193,23 @@ async fn apply_list(
             written => break written?,
         }
     };
-    let applied = outcome.applied.iter().map(|(object, action)| ApplyItem {
-        kind: object.kind,
-        name: object.name(),
-        action: action.as_str(),
-        object: object.as_ref(),
-    });
-    let pruned = outcome.pruned.iter().map(|deletion| ApplyItem {
-        kind: deletion.object().kind,
-        name: deletion.object().name(),
-        action: "pruned",
-        object: deletion.object().as_ref(),
-    });
-    let body = ApplyResult {
-        api_version: berth_api::API_VERSION,
-        kind: "ApplyResult",
-        items: applied.chain(pruned).collect(),
-    };
+    fn item<'o>(object: &'o StoredObject, action: &str) -> ApplyItem<&'o StoredObject> {
+        ApplyItem {
+            kind: object.kind.to_string(),
+            name: object.name().to_string(),
+            action: action.to_string(),
+            object,
+        }
+    }
+    let applied = outcome
+        .applied
+        .iter()
+        .map(|(object, action)| item(object, action.as_str()));
+    let pruned = outcome
+        .pruned
+        .iter()
+        .map(|deletion| item(deletion.object(), "pruned"));
+    let body: ApplyResult<&StoredObject> = ApplyResult::new(applied.chain(pruned).collect());
     Ok(warned(serialized(StatusCode::OK, &body), &warnings))
 }
 
@@ -1250,22 +1250,6 @@ fn check_object_size(index: usize, item: &Value) -> Result<(), ApiError> {
         ),
     )
     .with_object(kind, name))
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ApplyResult<'a> {
-    api_version: &'static str,
-    kind: &'static str,
-    items: Vec<ApplyItem<'a>>,
-}
-
-#[derive(Serialize)]
-struct ApplyItem<'a> {
-    kind: Kind,
-    name: &'a str,
-    action: &'static str,
-    object: &'a StoredObject,
 }
 
 /// Events as a list; for a reader who is not an admin, with the projects it may not get

@@ -1,5 +1,6 @@
 //! Shapes of the HTTP API that are not objects: lists, errors and watch events.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{FieldError, ValidationErrors};
@@ -66,6 +67,40 @@ pub struct ApplyItem<T = serde_json::Value> {
     pub action: String,
     #[serde(default)]
     pub object: T,
+}
+
+/// One entry as the API answers it (`TrashList.items`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrashItem {
+    pub uid: String,
+    pub name: String,
+    /// `project` (a deleted project's volumes), `container` (a replaced or deleted project's
+    /// container) or `files` (a copy of a workspace taken before a forced checkout).
+    #[serde(default)]
+    pub kind: String,
+    /// The store id of the controller whose trash holds it.
+    #[serde(default)]
+    pub controller: String,
+    pub deleted_at: Option<DateTime<Utc>>,
+    /// When the trash received the entry; it expires a retention later.
+    pub trashed_at: Option<DateTime<Utc>>,
+    pub deleted_by: String,
+    pub reason: String,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub bytes: u64,
+}
+
+/// `GET /apis/berth.dev/v1alpha1/trash`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrashList {
+    pub api_version: String,
+    pub kind: String,
+    pub items: Vec<TrashItem>,
+    /// Why the purge is paused, while it is (the wall clock disagrees with the time elapsed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purge_paused: Option<String>,
 }
 
 /// Metadata of a list: the store's resourceVersion when it was read, for watching from there.

@@ -1,4 +1,5 @@
-//! Shapes of the HTTP API that are not objects: lists, errors and watch events.
+//! Shapes of the HTTP API that are not objects: lists, the apply result, the trash list, the
+//! reaper's plan, errors and watch events.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -6,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{FieldError, ValidationErrors};
 use crate::meta::API_VERSION;
 use crate::object::{Kind, Object};
+use crate::project::{ProtectionReason, ReapAction};
 
 /// The version of the workspace tools protocol (`.../tools/...` requests and answers).
 pub const TOOLS_PROTOCOL_VERSION: &str = "berth.dev/tools/v1";
@@ -101,6 +103,23 @@ pub struct TrashList {
     /// Why the purge is paused, while it is (the wall clock disagrees with the time elapsed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purge_paused: Option<String>,
+}
+
+/// One row of the reaper's plan (`GET /apis/berth.dev/v1alpha1/reap`, `berth reap --dry-run`):
+/// what it would do to a project next, as recorded by the last reap pass.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanEntry {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_action: Option<ReapAction>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_action_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protected_by: Vec<ProtectionReason>,
+    /// Why, in words.
+    #[serde(default)]
+    pub reason: String,
 }
 
 /// Metadata of a list: the store's resourceVersion when it was read, for watching from there.

@@ -1021,22 +1021,7 @@ impl Facts {
     }
 }
 
-/// One row of the reaper's plan (`GET /apis/berth.dev/v1alpha1/reap`, `berth reap --dry-run`):
-/// what it would do to a project next, as recorded by the last reap pass.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PlanEntry {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_action: Option<ReapAction>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_action_at: Option<DateTime<Utc>>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub protected_by: Vec<ProtectionReason>,
-    /// Why, in words.
-    #[serde(default)]
-    pub reason: String,
-}
+pub use berth_api::wire::PlanEntry;
 
 /// The plan for `projects`, in name order. Nothing is inspected or changed: it reads what the
 /// last passes recorded.

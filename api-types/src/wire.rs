@@ -1,5 +1,7 @@
 //! Shapes of the HTTP API that are not objects: lists, the apply result, the trash list, the
-//! reaper's plan, errors and watch events.
+//! reaper's plan, `berth exec`'s call and answer, errors and watch events.
+
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -120,6 +122,33 @@ pub struct PlanEntry {
     /// Why, in words.
     #[serde(default)]
     pub reason: String,
+}
+
+/// The body of `POST .../projects/NAME/exec`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecCall {
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub environment: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+}
+
+/// The answer: the command ran (whatever its exit code), or printed past the server's output limit and
+/// was stopped there (`outputCutAt`; the exit code is then the stopped command's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecResult {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    /// Present when the output passed this many bytes: the command was stopped and the output
+    /// is what came before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_cut_at: Option<u64>,
 }
 
 /// Metadata of a list: the store's resourceVersion when it was read, for watching from there.

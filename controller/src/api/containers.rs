@@ -129,14 +129,13 @@ pub(super) fn exec_request(
         .secrets
         .values(project.uid())
         .map_err(|e| ApiError::internal(format!("reading the secrets of {name}: {e}")))?;
-    call.to_request(&project_env, secrets)
-        .map_err(|e: InvalidCall| {
-            ApiError::invalid(
-                Some("Exec"),
-                Some(name),
-                vec![Cause::new(e.field, e.message.clone())],
-            )
-        })
+    crate::inspect::exec::to_request(call, &project_env, secrets).map_err(|e: InvalidCall| {
+        ApiError::invalid(
+            Some("Exec"),
+            Some(name),
+            vec![Cause::new(e.field, e.message.clone())],
+        )
+    })
 }
 
 /// The profiles the project uses: its agent first, then the others; missing ones are skipped.

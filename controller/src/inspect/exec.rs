@@ -4,8 +4,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::runtime::{ExecOutput, ExecRequest};
 
 /// Where commands run unless the request says otherwise.
@@ -17,32 +15,7 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// stopped (its next write fails) and the answer carries what came before, saying it was cut.
 pub const OUTPUT_LIMIT: usize = 8 << 20;
 
-/// The body of `POST .../projects/NAME/exec`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ExecCall {
-    pub command: Vec<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub environment: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_seconds: Option<u64>,
-}
-
-/// The answer: the command ran (whatever its exit code), or printed past [`OUTPUT_LIMIT`] and
-/// was stopped there (`outputCutAt`; the exit code is then the stopped command's).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecResult {
-    pub exit_code: i32,
-    pub stdout: String,
-    pub stderr: String,
-    /// Present when the output passed this many bytes: the command was stopped and the output
-    /// is what came before.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_cut_at: Option<u64>,
-}
+pub use berth_api::wire::{ExecCall, ExecResult};
 
 impl From<ExecOutput> for ExecResult {
     fn from(output: ExecOutput) -> Self {
@@ -55,15 +28,13 @@ impl From<ExecOutput> for ExecResult {
     }
 }
 
-impl ExecResult {
-    /// The answer for a command stopped at the output cap: what it printed up to there.
-    pub fn cut(output: &ExecOutput, limit: u64) -> ExecResult {
-        ExecResult {
-            exit_code: output.exit_code,
-            stdout: output.stdout_str(),
-            stderr: output.stderr_str(),
-            output_cut_at: Some(limit),
-        }
+/// The answer for a command stopped at the output cap: what it printed up to there.
+pub fn cut(output: &ExecOutput, limit: u64) -> ExecResult {
+    ExecResult {
+        exit_code: output.exit_code,
+        stdout: output.stdout_str(),
+        stderr: output.stderr_str(),
+        output_cut_at: Some(limit),
     }
 }
 
@@ -82,50 +53,48 @@ fn invalid(field: &'static str, message: impl Into<String>) -> InvalidCall {
     }
 }
 
-impl ExecCall {
-    /// The runtime request: the project's `spec.env`, then its secrets, then the call's own
-    /// environment (each later one wins), in /workspace unless told otherwise.
-    pub fn to_request(
-        &self,
-        project_env: &BTreeMap<String, String>,
-        secrets: BTreeMap<String, String>,
-    ) -> Result<ExecRequest, InvalidCall> {
-        if self.command.is_empty() || self.command[0].is_empty() {
-            return Err(invalid("command", "must name a program to run"));
-        }
-        for key in self.environment.keys() {
-            if !is_env_name(key) {
-                return Err(invalid(
-                    "environment",
-                    format!("{key:?} is not an environment variable name"),
-                ));
-            }
-        }
-        let cwd = self.cwd.clone().unwrap_or_else(|| DEFAULT_CWD.to_string());
-        if !cwd.starts_with('/') {
-            return Err(invalid("cwd", format!("{cwd:?} is not an absolute path")));
-        }
-        let timeout = match self.timeout_seconds {
-            None => DEFAULT_TIMEOUT,
-            Some(0) => return Err(invalid("timeoutSeconds", "must be at least 1")),
-            Some(secs) if Duration::from_secs(secs) > MAX_TIMEOUT => {
-                return Err(invalid(
-                    "timeoutSeconds",
-                    format!("{secs} is over the limit of {}", MAX_TIMEOUT.as_secs()),
-                ));
-            }
-            Some(secs) => Duration::from_secs(secs),
-        };
-        let mut request = ExecRequest::new(self.command.clone(), timeout);
-        request.max_output = OUTPUT_LIMIT;
-        request.cwd = Some(cwd);
-        request.env = project_env.clone();
-        request.env.extend(secrets);
-        request
-            .env
-            .extend(self.environment.iter().map(|(k, v)| (k.clone(), v.clone())));
-        Ok(request)
+/// The runtime request: the project's `spec.env`, then its secrets, then the call's own
+/// environment (each later one wins), in /workspace unless told otherwise.
+pub fn to_request(
+    call: &ExecCall,
+    project_env: &BTreeMap<String, String>,
+    secrets: BTreeMap<String, String>,
+) -> Result<ExecRequest, InvalidCall> {
+    if call.command.is_empty() || call.command[0].is_empty() {
+        return Err(invalid("command", "must name a program to run"));
     }
+    for key in call.environment.keys() {
+        if !is_env_name(key) {
+            return Err(invalid(
+                "environment",
+                format!("{key:?} is not an environment variable name"),
+            ));
+        }
+    }
+    let cwd = call.cwd.clone().unwrap_or_else(|| DEFAULT_CWD.to_string());
+    if !cwd.starts_with('/') {
+        return Err(invalid("cwd", format!("{cwd:?} is not an absolute path")));
+    }
+    let timeout = match call.timeout_seconds {
+        None => DEFAULT_TIMEOUT,
+        Some(0) => return Err(invalid("timeoutSeconds", "must be at least 1")),
+        Some(secs) if Duration::from_secs(secs) > MAX_TIMEOUT => {
+            return Err(invalid(
+                "timeoutSeconds",
+                format!("{secs} is over the limit of {}", MAX_TIMEOUT.as_secs()),
+            ));
+        }
+        Some(secs) => Duration::from_secs(secs),
+    };
+    let mut request = ExecRequest::new(call.command.clone(), timeout);
+    request.max_output = OUTPUT_LIMIT;
+    request.cwd = Some(cwd);
+    request.env = project_env.clone();
+    request.env.extend(secrets);
+    request
+        .env
+        .extend(call.environment.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Ok(request)
 }
 
 fn is_env_name(key: &str) -> bool {
@@ -155,7 +124,7 @@ mod tests {
         c.environment.insert("A".into(), "call".into());
         let project = BTreeMap::from([("A".into(), "project".into()), ("B".into(), "p".into())]);
         let secrets = BTreeMap::from([("B".into(), "secret".into()), ("C".into(), "s".into())]);
-        let request = c.to_request(&project, secrets).unwrap();
+        let request = to_request(&c, &project, secrets).unwrap();
         assert_eq!(request.env["A"], "call");
         assert_eq!(request.env["B"], "secret");
         assert_eq!(request.env["C"], "s");
@@ -175,13 +144,11 @@ mod tests {
             whole,
             serde_json::json!({"exitCode": 0, "stdout": "out", "stderr": "err"})
         );
-        let cut = serde_json::to_value(ExecResult::cut(&output, 8)).unwrap();
+        let cut = serde_json::to_value(cut(&output, 8)).unwrap();
         assert_eq!(cut["outputCutAt"], 8);
         assert_eq!(cut["exitCode"], 0);
         assert_eq!(cut["stdout"], "out");
-        let request = call(&["yes"])
-            .to_request(&BTreeMap::new(), BTreeMap::new())
-            .unwrap();
+        let request = to_request(&call(&["yes"]), &BTreeMap::new(), BTreeMap::new()).unwrap();
         assert_eq!(request.max_output, OUTPUT_LIMIT);
     }
 
@@ -212,9 +179,7 @@ mod tests {
             ),
         ];
         for (bad, field) in table {
-            let err = bad
-                .to_request(&BTreeMap::new(), BTreeMap::new())
-                .unwrap_err();
+            let err = to_request(&bad, &BTreeMap::new(), BTreeMap::new()).unwrap_err();
             assert_eq!(err.field, field, "{bad:?}");
         }
     }

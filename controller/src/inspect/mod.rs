@@ -128,7 +128,7 @@ impl Inspector {
                 limit,
                 partial: Some(partial),
                 ..
-            }) => Ok(ExecResult::cut(&partial, limit)),
+            }) => Ok(exec::cut(&partial, limit)),
             Err(e) => Err(InspectError::runtime(project.name(), e)),
         }
     }

@@ -11,6 +11,13 @@ use crate::meta::API_VERSION;
 use crate::object::{Kind, Object};
 use crate::project::{ProtectionReason, ReapAction};
 
+/// The largest body of one object the API reads: create, replace, patch, status.
+pub const OBJECT_LIMIT: usize = 3 << 20;
+/// The largest `List` the apply endpoint reads; a client refuses to send a larger one.
+pub const APPLY_LIMIT: usize = 32 << 20;
+/// The most items one `List` sent to the apply endpoint may hold.
+pub const APPLY_ITEMS: usize = 10_000;
+
 /// The version of the workspace tools protocol (`.../tools/...` requests and answers).
 pub const TOOLS_PROTOCOL_VERSION: &str = "berth.dev/tools/v1";
 

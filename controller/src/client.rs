@@ -650,10 +650,10 @@ impl Client {
         let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
         let body = to_json(&list);
         drop(list);
-        if body.len() > crate::api::APPLY_LIMIT {
+        if body.len() > berth_api::wire::APPLY_LIMIT {
             return Err(ClientError::ApplyTooLarge {
                 bytes: body.len(),
-                limit: crate::api::APPLY_LIMIT,
+                limit: berth_api::wire::APPLY_LIMIT,
             });
         }
         let path = format!("{API_PREFIX}/apply");

@@ -22,7 +22,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "api", "client", "config", "daemon", "gitops", "inspect", "manifests", "mcp", "preview",
         "scheduler", "trash", "workspace",
     ]),
-    ("client", &["api", "config"]),
+    ("client", &["config"]),
     ("clock", &[]),
     ("config", &["trash"]),
     ("daemon", &[

@@ -10,13 +10,7 @@ use std::cell::Cell;
 
 use super::error::ApiError;
 
-/// One object: create, replace, patch, status.
-pub const OBJECT_LIMIT: usize = 3 << 20;
-/// A `List` for the apply endpoint.
-pub const APPLY_LIMIT: usize = 32 << 20;
-
-/// The most items one `List` sent to the apply endpoint may hold.
-pub const APPLY_ITEMS: usize = 10_000;
+pub use berth_api::wire::{APPLY_ITEMS, APPLY_LIMIT, OBJECT_LIMIT};
 /// The most memory, as estimated while decoding, that one request body may decode to. Text of
 /// a few bytes (`{"a":1}`) decodes to hundreds, so the decoded size is bounded as it is built,
 /// not inferred from the length of the text.

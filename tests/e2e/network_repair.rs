@@ -10,30 +10,17 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::harness::{Berth, READY_DEADLINE};
-use crate::support::lxd::lxc_in;
+use crate::support::lxd::{TestProject, lxc_in};
 
-/// An LXD project of the test's own: images shared with the default project, profiles its
-/// own (`default`: a root disk and a p2p NIC), volumes its own. Dropped after the daemon.
+/// An LXD project of the test's own (`support::lxd::TestProject`) whose `default` profile has
+/// a root disk and a p2p NIC. Dropped after the daemon.
 struct NetworkedLxdProject {
-    name: String,
+    project: TestProject,
 }
 
 impl NetworkedLxdProject {
     fn create() -> NetworkedLxdProject {
-        let name = format!("berth-net-{:08x}", rand::random::<u32>());
-        lxc(&[
-            "project",
-            "create",
-            &name,
-            "-c",
-            "features.images=false",
-            "-c",
-            "features.profiles=true",
-            "-c",
-            "features.storage.volumes=true",
-        ])
-        .expect("create an LXD project");
-        let project = NetworkedLxdProject { name };
+        let project = TestProject::create("berth-net", true);
         let device = |args: &[&str]| {
             let mut all = vec!["profile", "device", "add", "default"];
             all.extend_from_slice(args);
@@ -42,24 +29,17 @@ impl NetworkedLxdProject {
         };
         device(&["root", "disk", "path=/", "pool=default"]);
         device(&["eth0", "nic", "nictype=p2p", "name=eth0"]);
-        project
-    }
-
-    fn listed(&self, path: &str) -> Vec<String> {
-        let listed = lxc(&["query", &format!("/1.0/{path}?project={}", self.name)])
-            .unwrap_or_else(|_| "[]".to_string());
-        let urls: Vec<String> = serde_json::from_str(&listed).unwrap_or_default();
-        urls.iter()
-            .filter_map(|url| url.split('?').next()?.rsplit('/').next())
-            .map(str::to_string)
-            .collect()
+        NetworkedLxdProject { project }
     }
 
     /// The container's eth0 as LXD's instance state reports it.
     fn eth0(&self, instance: &str) -> Value {
         let state = lxc(&[
             "query",
-            &format!("/1.0/instances/{instance}/state?project={}", self.name),
+            &format!(
+                "/1.0/instances/{instance}/state?project={}",
+                self.project.name
+            ),
         ])
         .expect("read the instance's state");
         let state: Value = serde_json::from_str(&state).expect("state JSON");
@@ -74,29 +54,6 @@ impl NetworkedLxdProject {
             .filter(|a| a["family"] == "inet")
             .filter_map(|a| a["address"].as_str().map(str::to_string))
             .collect()
-    }
-}
-
-impl Drop for NetworkedLxdProject {
-    fn drop(&mut self) {
-        let project = self.name.as_str();
-        for instance in self.listed("instances") {
-            let _ = lxc(&["delete", "--force", &instance, "--project", project]);
-        }
-        for volume in self.listed("storage-pools/default/volumes/custom") {
-            let _ = lxc(&[
-                "storage",
-                "volume",
-                "delete",
-                "default",
-                &volume,
-                "--project",
-                project,
-            ]);
-        }
-        if let Err(err) = lxc(&["project", "delete", project]) {
-            eprintln!("cannot delete LXD project {project}: {err}");
-        }
     }
 }
 
@@ -125,7 +82,7 @@ fn a_lost_address_is_repaired_once_by_the_scheduler_and_on_request() {
         config.path(),
         format!(
             "lxd: {{project: {}}}\nscheduler: {{interval: 1s}}\ntrash: {{retention: 0s}}\n",
-            lxd.name
+            lxd.project.name
         ),
     )
     .unwrap();

@@ -21,6 +21,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support::daemon::{Daemon, wait_with_deadline};
+use crate::support::lxd::TestProject;
 
 const BERTH: &str = env!("CARGO_BIN_EXE_berth");
 const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
@@ -96,81 +97,6 @@ fn runnable_blocks(readme: &str) -> (Vec<Vec<Line>>, usize) {
     (blocks, skipped)
 }
 
-/// A test-unique LXD project sharing the default project's images and profiles, deleted with
-/// every instance and volume in it when dropped (after the daemon, which is declared later).
-struct LxdProject {
-    name: String,
-}
-
-impl LxdProject {
-    fn create() -> LxdProject {
-        let name = format!("berth-readme-{:08x}", rand::random::<u32>());
-        lxc(&[
-            "project",
-            "create",
-            &name,
-            "-c",
-            "features.images=false",
-            "-c",
-            "features.profiles=false",
-            "-c",
-            "features.storage.volumes=true",
-        ])
-        .expect("create an LXD project for the walkthrough");
-        LxdProject { name }
-    }
-
-    /// Names of what `/1.0/PATH?project=` lists.
-    fn list(&self, path: &str) -> Vec<String> {
-        let listed = lxc(&["query", &format!("/1.0/{path}?project={}", self.name)])
-            .unwrap_or_else(|_| "[]".to_string());
-        let urls: Vec<String> = serde_json::from_str(&listed).unwrap_or_default();
-        urls.iter()
-            .filter_map(|url| url.split('?').next()?.rsplit('/').next())
-            .map(str::to_string)
-            .collect()
-    }
-}
-
-impl Drop for LxdProject {
-    fn drop(&mut self) {
-        let project = self.name.as_str();
-        for instance in self.list("instances") {
-            let _ = lxc(&["delete", "--force", &instance, "--project", project]);
-        }
-        for volume in self.list("storage-pools/default/volumes/custom") {
-            let _ = lxc(&[
-                "storage",
-                "volume",
-                "delete",
-                "default",
-                &volume,
-                "--project",
-                project,
-            ]);
-        }
-        if let Err(err) = lxc(&["project", "delete", project]) {
-            eprintln!("cannot delete LXD project {project}: {err}");
-        }
-    }
-}
-
-fn lxc(args: &[&str]) -> Result<String, String> {
-    let output = Command::new("lxc")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|err| format!("lxc: {err}"))?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(format!(
-            "lxc {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
-}
-
 /// What a line printed and how it ended.
 struct Ran {
     success: bool,
@@ -231,7 +157,7 @@ fn every_readme_block_runs_as_written() {
         blocks.len()
     );
 
-    let lxd_project = LxdProject::create();
+    let lxd_project = TestProject::create("berth-readme", false);
     let daemon =
         Daemon::start_running_with_config(&format!("lxd:\n  project: {}\n", lxd_project.name));
     let dir = scratch();

@@ -5,7 +5,6 @@
 //! the trash nor in LXD; the trash and purging are admin rights.
 
 use std::path::Path;
-use std::process::Command;
 
 use crate::harness::{Berth, PROJECTS, exec, lxc, uid_of, unique_name, volumes_of};
 use crate::support::daemon::{Daemon, TcpClient};
@@ -34,18 +33,7 @@ fn git_repo(dir: &Path) -> String {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
     let git = |args: &[&str]| {
-        let out = Command::new("git")
-            .args([
-                "-c",
-                "user.name=berth test",
-                "-c",
-                "user.email=t@berth.invalid",
-            ])
-            .args(args)
-            .current_dir(&repo)
-            .output()
-            .expect("git");
-        assert!(out.status.success(), "git {args:?}: {out:?}");
+        crate::support::git(&repo, args);
     };
     git(&["init", "-q", "-b", "main"]);
     git(&["add", "-A"]);

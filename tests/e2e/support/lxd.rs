@@ -359,3 +359,77 @@ pub fn delete_trash_of(controllers: &[String]) {
         }
     }
 }
+
+/// A test-unique LXD project sharing the default project's images, with volumes of its own and,
+/// when asked, profiles of its own. Dropped (after a daemon declared later) with every instance
+/// and volume in it.
+pub struct TestProject {
+    pub name: String,
+}
+
+impl TestProject {
+    /// `prefix-<random>`; `own_profiles` gives it a `default` profile of its own, empty.
+    pub fn create(prefix: &str, own_profiles: bool) -> TestProject {
+        let name = format!("{prefix}-{:08x}", rand::random::<u32>());
+        let profiles = format!("features.profiles={own_profiles}");
+        lxc_in(
+            None,
+            &[
+                "project",
+                "create",
+                &name,
+                "-c",
+                "features.images=false",
+                "-c",
+                &profiles,
+                "-c",
+                "features.storage.volumes=true",
+            ],
+        )
+        .expect("create an LXD project");
+        TestProject { name }
+    }
+
+    /// Names of what `/1.0/PATH?project=` lists.
+    pub fn list(&self, path: &str) -> Vec<String> {
+        let listed = lxc_in(
+            None,
+            &["query", &format!("/1.0/{path}?project={}", self.name)],
+        )
+        .unwrap_or_else(|_| "[]".to_string());
+        let urls: Vec<String> = serde_json::from_str(&listed).unwrap_or_default();
+        urls.iter()
+            .filter_map(|url| url.split('?').next()?.rsplit('/').next())
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for TestProject {
+    fn drop(&mut self) {
+        let project = self.name.as_str();
+        for instance in self.list("instances") {
+            let _ = lxc_in(
+                None,
+                &["delete", "--force", &instance, "--project", project],
+            );
+        }
+        for volume in self.list("storage-pools/default/volumes/custom") {
+            let _ = lxc_in(
+                None,
+                &[
+                    "storage",
+                    "volume",
+                    "delete",
+                    "default",
+                    &volume,
+                    "--project",
+                    project,
+                ],
+            );
+        }
+        if let Err(err) = lxc_in(None, &["project", "delete", project]) {
+            eprintln!("cannot delete LXD project {project}: {err}");
+        }
+    }
+}

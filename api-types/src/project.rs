@@ -522,9 +522,10 @@ pub struct ProjectStatus {
 }
 
 impl ProjectStatus {
-    /// The next run of any of the project's schedules.
-    pub fn next_scheduled_run(&self) -> Option<DateTime<Utc>> {
-        self.schedules.iter().filter_map(|s| s.next_run).min()
+    /// What the scheduler recorded of `spec.schedules[n]` (whose cron is `cron`): written in
+    /// spec order by its last round, so an entry edited since has none until the next.
+    pub fn recorded_schedule(&self, n: usize, cron: &str) -> Option<&ScheduleStatus> {
+        self.schedules.get(n).filter(|r| r.cron == cron)
     }
 }
 

@@ -49,6 +49,18 @@ impl Clocked {
         std::fs::write(self.shift.path(), seconds.to_string()).unwrap();
     }
 
+    /// Waits until the project is Ready, its agent finished `spec.brief` and its first schedule
+    /// is planned: that brief's id and the schedule's next run.
+    fn briefed_and_planned(&self, name: &str) -> (String, DateTime<Utc>) {
+        self.berth.wait_ready(name);
+        let first = self.wait_brief_done(name, None);
+        let brief = first["status"]["briefId"].as_str().unwrap().to_string();
+        let planned = self.berth.wait_for(name, "planned", |p| {
+            p["status"]["schedules"][0]["nextRun"].is_string()
+        });
+        (brief, time(&planned["status"]["schedules"][0]["nextRun"]))
+    }
+
     /// Waits until the agent finished the brief status names as current, other than `not`.
     fn wait_brief_done(&self, name: &str, not: Option<&str>) -> Value {
         self.berth.wait_for(name, "done with a new brief", |p| {
@@ -98,13 +110,7 @@ fn a_due_schedule_hands_its_brief_over_once_however_many_times_were_missed() {
             "reap": {"idleAfter": "100d", "maxAge": "never"},
         }),
     );
-    clocked.berth.wait_ready(&name);
-    let first = clocked.wait_brief_done(&name, None);
-    let first_brief = first["status"]["briefId"].as_str().unwrap().to_string();
-    let planned = clocked.berth.wait_for(&name, "planned", |p| {
-        p["status"]["schedules"][0]["nextRun"].is_string()
-    });
-    let due = time(&planned["status"]["schedules"][0]["nextRun"]);
+    let (first_brief, due) = clocked.briefed_and_planned(&name);
     assert!(due > Utc::now(), "{due}");
     let wide = clocked
         .berth
@@ -182,13 +188,7 @@ fn a_schedule_wakes_an_idled_project_for_its_brief() {
             "reap": {"idleAfter": "5s", "idleAction": "Stop", "maxAge": "never"},
         }),
     );
-    clocked.berth.wait_ready(&name);
-    let first = clocked.wait_brief_done(&name, None);
-    let first_brief = first["status"]["briefId"].as_str().unwrap().to_string();
-    let planned = clocked.berth.wait_for(&name, "planned", |p| {
-        p["status"]["schedules"][0]["nextRun"].is_string()
-    });
-    let due = time(&planned["status"]["schedules"][0]["nextRun"]);
+    let (first_brief, due) = clocked.briefed_and_planned(&name);
     // Midnight in Paris is 23:00 or 22:00 UTC.
     assert!(
         matches!(due.format("%H:%M").to_string().as_str(), "23:00" | "22:00"),

@@ -121,7 +121,7 @@ fn listed(project: &StoredObject) -> Value {
         .iter()
         .enumerate()
         .map(|(n, s)| {
-            let recorded = status.schedules.get(n).filter(|r| r.cron == s.cron);
+            let recorded = status.recorded_schedule(n, &s.cron);
             json!({
                 "cron": s.cron,
                 "timezone": if s.timezone.is_empty() { "UTC" } else { s.timezone.as_str() },

@@ -634,8 +634,7 @@ fn schedules_section(project: &Project, now: DateTime<Utc>) -> String {
     );
     for (n, spec) in specs.iter().enumerate() {
         let cron = spec["cron"].as_str().unwrap_or_default();
-        // In spec order once the scheduler planned the spec as it is.
-        let recorded = project.status.schedules.get(n).filter(|r| r.cron == cron);
+        let recorded = project.status.recorded_schedule(n, cron);
         let at = |t: Option<DateTime<Utc>>, suffix: &str| {
             t.map(|t| time(now, t, suffix)).unwrap_or_default()
         };

@@ -231,8 +231,10 @@ fn skills_are_placed_refreshed_for_a_new_brief_and_not_unsaved_work() {
         "{protected}"
     );
     in_container(&name, &format!("echo 'my note' >>{claude}/SKILL.md"));
+    // The inspection records the work; the reap pass after it records the protection.
     let project = berth.wait_for(&name, "the changed skill file seen as work", |p| {
         p["status"]["unsavedWork"]["modifiedSeeds"] == 1
+            && p["status"]["reap"]["protectedBy"] == serde_json::json!(["UnsavedWork"])
     });
     assert_eq!(
         project["status"]["unsavedWork"]["files"],

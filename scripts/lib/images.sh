@@ -68,7 +68,7 @@ properties:
   berth.revision: "$BERTH_IMAGE_REVISION"
 EOF
     if [[ $name == berth-agents ]]; then
-        echo "  berth.pins: \"$BERTH_AGENTS_NPM_PINS\"" >>"$dir/meta/metadata.yaml"
+        echo "  berth.pins: \"$BERTH_AGENTS_PINS\"" >>"$dir/meta/metadata.yaml"
     fi
     tar -C "$dir/meta" --numeric-owner -czf "$dir/metadata.tar.gz" metadata.yaml
 }
@@ -155,6 +155,21 @@ cp -a '$usr_local'/. \"\$1/usr/local/\""
 # Antigravity is on no npm registry and keeps its own install command.
 BERTH_AGENTS_NPM_PINS=${BERTH_AGENTS_NPM_PINS:-@anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0}
 
+# What else berth-agents carries from the npm registry, pinned the same way: Node.js (the
+# official build, which the registry carries as node-linux-<cpu>), npm, code-server (the IDE
+# `berth ide` starts) and the Playwright MCP server (the browser capability).
+BERTH_AGENTS_NODE=${BERTH_AGENTS_NODE:-22.23.5}
+BERTH_AGENTS_NPM=${BERTH_AGENTS_NPM:-10.9.9}
+BERTH_AGENTS_CODE_SERVER=${BERTH_AGENTS_CODE_SERVER:-4.105.1}
+BERTH_AGENTS_PLAYWRIGHT_MCP=${BERTH_AGENTS_PLAYWRIGHT_MCP:-0.0.86}
+# Every pin, as the image's berth.pins property records them.
+BERTH_AGENTS_PINS="$BERTH_AGENTS_NPM_PINS node@$BERTH_AGENTS_NODE npm@$BERTH_AGENTS_NPM code-server@$BERTH_AGENTS_CODE_SERVER @playwright/mcp@$BERTH_AGENTS_PLAYWRIGHT_MCP"
+
+# Debian packages berth-agents adds to berth-base's: the tools agents expect, Chromium for the
+# browser capability (with a font, so pages render text), and ripgrep, which code-server's search
+# runs.
+BERTH_AGENTS_PACKAGES=${BERTH_AGENTS_PACKAGES:-openssh-client,jq,curl,build-essential,python3,python3-venv,python3-pip,gh,chromium,fonts-liberation,ripgrep}
+
 # The pins recorded on the image ALIAS points to; empty when it has none.
 image_recorded_pins() {
     # LXD quotes the value with single quotes when it starts with '@', with double ones or none
@@ -171,30 +186,105 @@ npm_cpu() {
     esac
 }
 
-# berth-agents: berth-base's packages plus Node, and the pinned agent CLIs installed here on
-# the host from the npm registry into the image's /usr/local (containers have no network, so
-# nothing is installed in them). Writes DIR/rootfs.tar.gz.
+# berth-agents: berth-base's packages plus BERTH_AGENTS_PACKAGES, and Node.js, npm, the pinned
+# agent CLIs, code-server and the Playwright MCP server installed here on the host from the npm
+# registry into the image's /usr/local (containers have no network, so nothing is installed in
+# them). Writes DIR/rootfs.tar.gz.
 build_agents_rootfs() {
     local dir=$1 cpu prefix
     have npm || die "berth-agents: npm is needed on the host to fetch the agent CLIs (apt-get install npm)"
     cpu=$(npm_cpu)
     prefix=$dir/usr-local
-    mkdir -p "$prefix"
+    mkdir -p "$prefix/bin"
+    install_node "$dir" "$cpu" "$prefix"
     # The CLIs' own install scripts are not run: Claude Code's only copies its native binary
     # out of the platform package, which is linked below instead; Codex has none.
     # shellcheck disable=SC2086 # the pins are words
-    if ! npm install --global --prefix "$prefix" --ignore-scripts --no-fund --no-audit \
-        --no-update-notifier --os=linux --cpu="$cpu" $BERTH_AGENTS_NPM_PINS >"$dir/npm.log" 2>&1; then
-        tail -n 20 "$dir/npm.log" >&2
-        die "berth-agents: npm install of $BERTH_AGENTS_NPM_PINS failed"
-    fi
+    npm_into "$prefix" "$dir/npm.log" --ignore-scripts --os=linux --cpu="$cpu" \
+        "npm@$BERTH_AGENTS_NPM" $BERTH_AGENTS_NPM_PINS "@playwright/mcp@$BERTH_AGENTS_PLAYWRIGHT_MCP"
     local claude_bin=lib/node_modules/@anthropic-ai/claude-code/node_modules/@anthropic-ai/claude-code-linux-$cpu/claude
     [[ -x $prefix/$claude_bin ]] || die "berth-agents: the Claude Code native binary is not at $claude_bin"
     ln -sfn "../$claude_bin" "$prefix/bin/claude"
     [[ -e $prefix/bin/codex ]] || die "berth-agents: npm installed no codex command"
-    build_base_rootfs "$dir" nodejs "$prefix"
+    [[ -e $prefix/bin/playwright-mcp ]] || die "berth-agents: npm installed no playwright-mcp command"
+    install_code_server "$dir" "$prefix"
+    build_base_rootfs "$dir" "$BERTH_AGENTS_PACKAGES" "$prefix"
     rm -rf "$prefix"
-    write_image_metadata berth-agents "$dir" "berth agents (berth-base + Node, $BERTH_AGENTS_NPM_PINS)" debian "$BERTH_BASE_SUITE"
+    write_image_metadata berth-agents "$dir" "berth agents (berth-base + tools, Node $BERTH_AGENTS_NODE, $BERTH_AGENTS_NPM_PINS, code-server $BERTH_AGENTS_CODE_SERVER)" debian "$BERTH_BASE_SUITE"
+}
+
+# npm install --global into PREFIX, its output in LOG and its tail on failure.
+npm_into() {
+    local prefix=$1 log=$2
+    shift 2
+    if ! npm install --global --prefix "$prefix" --no-fund --no-audit --no-update-notifier "$@" >"$log" 2>&1; then
+        tail -n 20 "$log" >&2
+        die "berth-agents: npm install of $* failed (log above)"
+    fi
+}
+
+# Node.js BERTH_AGENTS_NODE, the official build the npm registry carries, into PREFIX (bin/node
+# and the headers native modules build against). Also unpacked into DIR/node, where the
+# code-server build below runs it.
+install_node() {
+    local dir=$1 cpu=$2 prefix=$3 package
+    package=node-linux-$cpu
+    mkdir -p "$dir/node"
+    if ! npm install --prefix "$dir/node" --no-fund --no-audit --no-update-notifier --no-save \
+        "$package@$BERTH_AGENTS_NODE" >"$dir/node.log" 2>&1; then
+        tail -n 20 "$dir/node.log" >&2
+        die "berth-agents: npm install of $package@$BERTH_AGENTS_NODE failed"
+    fi
+    NODE_HOME=$dir/node/node_modules/$package
+    [[ -x $NODE_HOME/bin/node ]] || die "berth-agents: $package carries no bin/node"
+    cp "$NODE_HOME/bin/node" "$prefix/bin/node"
+    cp -a "$NODE_HOME/include" "$prefix/"
+}
+
+# code-server BERTH_AGENTS_CODE_SERVER into PREFIX, built here against NODE_HOME's Node.js.
+# Its own install script would fetch a file watcher from GitHub and ripgrep from GitHub's
+# releases, which this machine cannot reach: the watcher comes from the npm registry instead
+# (the same project's release), ripgrep is Debian's, and the native modules are compiled here.
+install_code_server() {
+    local dir=$1 prefix=$2 vscode tool
+    local -x PATH="$NODE_HOME/bin:$PATH" npm_config_nodedir=$NODE_HOME
+    for tool in g++ make python3; do
+        have "$tool" || die "berth-agents: $tool is needed on the host to build code-server's native modules (apt-get install build-essential python3)"
+    done
+    npm_into "$prefix" "$dir/code-server.log" --ignore-scripts "code-server@$BERTH_AGENTS_CODE_SERVER"
+    vscode=$prefix/lib/node_modules/code-server/lib/vscode
+    python3 - "$vscode" <<'PY' || die "berth-agents: could not point code-server's file watcher at the npm registry"
+import json, sys
+root = sys.argv[1]
+with open(f"{root}/package.json") as f:
+    package = json.load(f)
+package["dependencies"]["@parcel/watcher"] = "2.5.1"
+with open(f"{root}/package.json", "w") as f:
+    json.dump(package, f, indent=2)
+with open(f"{root}/npm-shrinkwrap.json") as f:
+    shrinkwrap = json.load(f)
+shrinkwrap["packages"][""]["dependencies"]["@parcel/watcher"] = "2.5.1"
+shrinkwrap["packages"].pop("node_modules/@parcel/watcher", None)
+with open(f"{root}/npm-shrinkwrap.json", "w") as f:
+    json.dump(shrinkwrap, f, indent=2)
+PY
+    (
+        cd "$vscode" &&
+            npm install --omit=dev --ignore-scripts --no-fund --no-audit &&
+            npm rebuild node-pty @vscode/spdlog native-watchdog @vscode/deviceid &&
+            (cd extensions && npm install --omit=dev --no-fund --no-audit) &&
+            (cd .. && npm_config_build_from_source=true npm rebuild argon2)
+    ) >"$dir/code-server-build.log" 2>&1 || {
+        tail -n 20 "$dir/code-server-build.log" >&2
+        die "berth-agents: building code-server's modules failed (log above)"
+    }
+    # What code-server's install script links, and Debian's ripgrep where its own would be.
+    ln -sfn node_modules "$vscode/node_modules.asar"
+    ln -sfn code-linux.sh "$vscode/bin/remote-cli/code-server"
+    ln -sfn browser-linux.sh "$vscode/bin/helpers/browser.sh"
+    mkdir -p "$vscode/node_modules/@vscode/ripgrep/bin"
+    ln -sfn /usr/bin/rg "$vscode/node_modules/@vscode/ripgrep/bin/rg"
+    [[ -e $prefix/bin/code-server ]] || die "berth-agents: npm installed no code-server command"
 }
 
 # Fingerprint of the image that ALIAS points to, or nothing.

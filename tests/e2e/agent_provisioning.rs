@@ -1104,6 +1104,34 @@ async fn berth_agents_has_the_shipped_clis_without_network() {
         why.contains("network access to storage.googleapis.com"),
         "{why}"
     );
+
+    // Every tool README's image table promises answers, in a container with no NIC.
+    let links = crate::harness::exec(&ws.name, "ls /sys/class/net").unwrap();
+    assert_eq!(links.split_whitespace().collect::<Vec<_>>(), ["lo"]);
+    for (tool, says) in [
+        ("git --version", "git version"),
+        ("ssh -V", "OpenSSH"),
+        ("jq --version", "jq-"),
+        ("curl --version", "curl "),
+        ("gcc --version", "gcc"),
+        ("make --version", "GNU Make"),
+        ("python3 --version", "Python 3."),
+        ("python3 -m venv --help", "usage: venv"),
+        ("pip3 --version", "pip "),
+        ("gh --version", "gh version"),
+        ("node --version", "v22."),
+        ("npm --version", "10."),
+        ("claude --version", "2.1.332"),
+        ("codex --version", "0.171.0"),
+        ("code-server --version", "4.105.1"),
+        ("playwright-mcp --version", "0.0.86"),
+        ("chromium --version", "Chromium"),
+        ("rg --version", "ripgrep"),
+    ] {
+        let said = crate::harness::exec(&ws.name, &format!("{tool} 2>&1"))
+            .unwrap_or_else(|e| panic!("{tool}: {e}"));
+        assert!(said.contains(says), "{tool} said: {said}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

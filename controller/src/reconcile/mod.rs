@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use agent_steps::{AgentSettings, AgentSteps};
 pub use queue::{Action, Backoff, KeyLock, WorkQueue};
+pub use snapshot::Strays;
 pub use startup::{connect_runtime, pool_enforces_sizes, settings_from_config};
 pub use steps::{LaterSteps, NoLaterSteps, StepError, StepOutcome};
 
@@ -204,8 +205,9 @@ pub struct ControllerHandle {
 }
 
 /// A resync of the whole fleet, as the controller does it: what [`ControllerHandle::resync`]
-/// hands the scheduler.
-pub type Resync = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+/// hands the scheduler. It answers what its list showed of stray containers, for housekeeping.
+pub type Resync =
+    Arc<dyn Fn() -> futures::future::BoxFuture<'static, Option<Arc<Strays>>> + Send + Sync>;
 
 impl ControllerHandle {
     /// The controller's resync pass (one list of the fleet, then every project requested), for

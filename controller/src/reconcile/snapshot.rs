@@ -13,9 +13,13 @@
 //! Entries wait as compact JSON rather than as decoded instances: a pass over a large fleet
 //! holds every container's config and devices until each reconcile takes its own, and decoded
 //! maps cost several times their text.
+//!
+//! The list also answers housekeeping's question ([`Strays`]): which containers carry a project
+//! uid the store did not know when it was made. Housekeeping takes that from the last list
+//! rather than listing the fleet again: one list per interval, whoever needs it.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -44,6 +48,34 @@ struct Inner {
     following_since: Option<Instant>,
     /// When the stream last broke: a list started before it may have missed what came after.
     lost_at: Option<Instant>,
+    /// What the last list showed of containers whose project the store did not know.
+    strays: Option<Arc<Strays>>,
+}
+
+/// The containers one list showed carrying berth's project uid label for a uid that no project
+/// in the store had, read both before and after the list (a project created or deleted
+/// meanwhile has its uid in one of the reads). Usually none: the list's other containers are
+/// not kept.
+#[derive(Debug)]
+pub struct Strays {
+    pub instances: Vec<Instance>,
+    /// When the list call started.
+    pub listed_at: Instant,
+}
+
+impl Strays {
+    /// The labelled containers of `listed` whose uid is not among `known`.
+    pub fn of(listed: &[Instance], known: &BTreeSet<String>, listed_at: Instant) -> Strays {
+        let instances = listed
+            .iter()
+            .filter(|instance| uid_label(&instance.config).is_some_and(|uid| !known.contains(uid)))
+            .cloned()
+            .collect();
+        Strays {
+            instances,
+            listed_at,
+        }
+    }
 }
 
 impl Inner {
@@ -152,6 +184,24 @@ impl Snapshot {
         self.listing.lock().await
     }
 
+    /// Keeps what the list started at `strays.listed_at` showed of stray containers, unless a
+    /// later list's are kept already.
+    pub fn keep_strays(&self, strays: Strays) {
+        let mut inner = self.lock();
+        if inner
+            .strays
+            .as_ref()
+            .is_none_or(|kept| kept.listed_at <= strays.listed_at)
+        {
+            inner.strays = Some(Arc::new(strays));
+        }
+    }
+
+    /// The strays of the last list that succeeded; `None` before the first.
+    pub fn strays(&self) -> Option<Arc<Strays>> {
+        self.lock().strays.clone()
+    }
+
     /// How long ago the list in this snapshot was started; `None` before the first.
     pub fn age(&self) -> Option<Duration> {
         self.lock().taken_at.map(|at| at.elapsed())
@@ -213,6 +263,30 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+
+    #[test]
+    fn strays_are_the_labelled_containers_of_unknown_uids_and_the_latest_list_wins() {
+        const UID: &str = crate::layout::UID_LABEL;
+        let listed = [
+            Instance::labelled("known", &[(UID, "u1")]),
+            Instance::labelled("stray", &[(UID, "u2")]),
+            Instance::labelled("someone-elses", &[]),
+        ];
+        let known = BTreeSet::from(["u1".to_string()]);
+        let earlier = Instant::now();
+        let later = earlier + Duration::from_secs(1);
+        let snapshot = Snapshot::default();
+        assert!(snapshot.strays().is_none());
+        snapshot.keep_strays(Strays::of(&listed, &known, later));
+        let names = |s: &Snapshot| -> Vec<String> {
+            let strays = s.strays().unwrap();
+            strays.instances.iter().map(|i| i.name.clone()).collect()
+        };
+        assert_eq!(names(&snapshot), ["stray"]);
+        // A list that started earlier but finished later does not replace it.
+        snapshot.keep_strays(Strays::of(&listed[..1], &known, earlier));
+        assert_eq!(names(&snapshot), ["stray"]);
+    }
 
     /// A container of berth's, as the list shows it.
     fn instance(name: &str) -> Instance {

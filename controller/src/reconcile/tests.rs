@@ -864,6 +864,32 @@ async fn a_resync_pass_reads_the_fleet_in_one_list_call() {
 }
 
 #[tokio::test]
+async fn the_resync_answers_housekeeping_the_strays_its_list_showed() {
+    let h = Harness::new();
+    h.ctx.snapshot.following_events();
+    ready_with_pids(&h, &["p"]).await;
+    h.fake.insert_instance(Instance::labelled(
+        "left-behind",
+        &[(UID_LABEL, "uid-gone")],
+    ));
+    let strays = super::triggers::resync_unless_fresh(&h.ctx)
+        .await
+        .expect("a list was made");
+    let names: Vec<&str> = strays.instances.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["left-behind"],
+        "the project's own container is known"
+    );
+
+    // Fresh: the next asks nothing of LXD and answers the same list's.
+    let lists = h.fake.count("list_instances");
+    let again = super::triggers::resync_unless_fresh(&h.ctx).await.unwrap();
+    assert_eq!(h.fake.count("list_instances"), lists);
+    assert!(Arc::ptr_eq(&strays, &again));
+}
+
+#[tokio::test]
 async fn a_project_applied_after_a_list_is_created_without_reading_its_name_first() {
     let h = Harness::new();
     let mut stranger = Instance::running("q", BTreeMap::new());

@@ -1,6 +1,7 @@
 //! What makes a project's reconcile run: a change to its spec or metadata in the store, an LXD
 //! event about its container, and a periodic resync of every project.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
+use super::snapshot::Strays;
 use crate::runtime::EventKind;
 
 /// Requests every project: after missed changes, a reconnect, or on the resync timer.
@@ -160,13 +162,18 @@ pub async fn resync(ctx: Arc<Context>, cancel: CancellationToken) {
 /// watch does when it connects): one list per interval is the work, whoever starts it. Passes
 /// started together (the timer's and the scheduler's) list once: the later waits for the
 /// earlier's list and then finds it fresh.
-pub async fn resync_unless_fresh(ctx: &Context) {
+///
+/// Answers the strays of the list it made or found fresh, for housekeeping; `None` when no
+/// list has succeeded yet.
+pub async fn resync_unless_fresh(ctx: &Context) -> Option<Arc<Strays>> {
     let interval = ctx.settings.resync_interval;
     let _listing = ctx.snapshot.listing().await;
-    if ctx.snapshot.age().is_some_and(|age| age < interval / 2) {
-        return;
+    if ctx.snapshot.age().is_none_or(|age| age >= interval / 2) {
+        resync_pass(ctx).await;
     }
-    resync_pass(ctx).await;
+    ctx.snapshot
+        .strays()
+        .filter(|strays| strays.listed_at.elapsed() < interval)
 }
 
 /// One resync pass: one list call for the whole fleet, then every project requested; the
@@ -179,10 +186,14 @@ pub async fn resync_pass(ctx: &Context) {
     // for it, which costs more than the whole rest of a pass. A reconcile reads the state of a
     // container it sees started since it last looked (`reconcile::project`).
     // Every instance, berth's or not: the snapshot answers for names the list lacks.
+    let mut known: BTreeSet<String> = project_uids(&ctx.store);
     match ctx.runtime.list_instances(None, false).await {
         Ok(listed) => {
             ctx.fleet.seed(&listed, listed_at).await;
             let projects = ctx.store.list(Kind::Project);
+            known.extend(projects.iter().map(|p| p.uid().to_string()));
+            ctx.snapshot
+                .keep_strays(Strays::of(&listed, &known, listed_at));
             ctx.snapshot
                 .replace(projects.iter().map(|p| p.name()), listed, listed_at);
         }
@@ -191,6 +202,14 @@ pub async fn resync_pass(ctx: &Context) {
     request_all(ctx);
     ctx.metrics
         .observe_pass("resync", started.elapsed().as_secs_f64());
+}
+
+fn project_uids(store: &crate::store::Store) -> BTreeSet<String> {
+    store
+        .list(Kind::Project)
+        .iter()
+        .map(|p| p.uid().to_string())
+        .collect()
 }
 
 /// How soon `berth_projects{phase}` follows a project's change of phase, at most.

@@ -103,6 +103,8 @@ pub struct DaemonPasses {
     settling: Mutex<BTreeSet<String>>,
     /// The controller's resync, run by the resync pass.
     controller_resync: Option<crate::reconcile::Resync>,
+    /// What the resync pass's list showed of stray containers: housekeeping's list.
+    strays: Mutex<Option<Arc<crate::reconcile::Strays>>>,
     /// When the settle period was set: the daemon's start.
     started: DateTime<Utc>,
 }
@@ -143,6 +145,7 @@ impl DaemonPasses {
             settle: chrono::Duration::zero(),
             settling: Mutex::new(BTreeSet::new()),
             controller_resync: None,
+            strays: Mutex::new(None),
             started: Utc::now(),
         }
     }
@@ -227,7 +230,9 @@ impl DaemonPasses {
     /// it was given ([`Self::with_resync`]), else by requesting each.
     async fn resync(&self) {
         if let Some(resync) = &self.controller_resync {
-            return resync().await;
+            let strays = resync().await;
+            *self.strays.lock().unwrap_or_else(|e| e.into_inner()) = strays;
+            return;
         }
         for object in self.projects() {
             self.queue.request_now(object.name());
@@ -765,18 +770,12 @@ impl DaemonPasses {
     async fn housekeeping(&self) {
         self.purge_trash().await;
         self.prune_events().await;
-        // Projects read on both sides of the list: one created or deleted meanwhile has its
-        // uid in one of them, so its container is not taken for an orphan.
-        let mut uids = self.uids();
-        let instances = match self.runtime.list_instances(Some(LABEL_PREFIX), false).await {
-            Ok(instances) => instances,
-            Err(e) => {
-                tracing::warn!(error = %e, "housekeeping could not list the containers");
-                return;
-            }
+        let Some(strays) = self.strays().await else {
+            return;
         };
-        uids.extend(self.uids());
-        let orphans = housekeeping::orphans(&instances, &uids, self.store.controller_id());
+        // A stray's project may have come back since the list (a restore).
+        let orphans =
+            housekeeping::orphans(&strays.instances, &self.uids(), self.store.controller_id());
         self.metrics
             .orphan_containers
             .set(i64::try_from(orphans.len()).unwrap_or(i64::MAX));
@@ -804,6 +803,31 @@ impl DaemonPasses {
                 "orphaned container: labelled by berth, its project is gone; left in place"
             );
             self.orphan_event(&orphan).await;
+        }
+    }
+
+    /// The containers labelled for projects the store did not know: from this round's resync
+    /// when it listed the fleet (or found a fresh list), else from a list of housekeeping's own.
+    async fn strays(&self) -> Option<Arc<crate::reconcile::Strays>> {
+        let listed = self.strays.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if listed.is_some() {
+            return listed;
+        }
+        // Projects read on both sides of the list: one created or deleted meanwhile has its
+        // uid in one of them, so its container is not taken for an orphan.
+        let mut uids = self.uids();
+        let listed_at = tokio::time::Instant::now();
+        match self.runtime.list_instances(Some(LABEL_PREFIX), false).await {
+            Ok(instances) => {
+                uids.extend(self.uids());
+                Some(Arc::new(crate::reconcile::Strays::of(
+                    &instances, &uids, listed_at,
+                )))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "housekeeping could not list the containers");
+                None
+            }
         }
     }
 

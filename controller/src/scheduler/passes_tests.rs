@@ -1084,13 +1084,58 @@ async fn the_resync_pass_runs_the_controllers_resync_when_given_it() {
     let s = Setup {
         passes: s.passes.with_resync(Arc::new(move || {
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Box::pin(async {})
+            Box::pin(async { None })
         })),
         ..s
     };
     s.passes.run(Pass::Resync).await;
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert_eq!(s.passes.queue.depth(), 0, "nothing requested besides it");
+}
+
+#[tokio::test(start_paused = true)]
+async fn housekeeping_takes_the_resyncs_list_and_lists_only_without_one() {
+    let s = setup();
+    s.project("kept", json!({"idleAfter": "1h"}), true);
+    let kept = s
+        .store
+        .get(Kind::Project, "kept")
+        .unwrap()
+        .uid()
+        .to_string();
+    let listed = vec![
+        labelled("leftover", Some("uid-gone")),
+        labelled("came-back", Some(kept.as_str())),
+    ];
+    let s = Setup {
+        passes: s.passes.with_resync(Arc::new(move || {
+            // As the controller's list saw them: "came-back" was restored since.
+            let strays = crate::reconcile::Strays::of(
+                &listed,
+                &Default::default(),
+                tokio::time::Instant::now(),
+            );
+            Box::pin(async move { Some(Arc::new(strays)) })
+        })),
+        ..s
+    };
+    s.passes.run(Pass::Resync).await;
+    s.passes.run(Pass::Housekeeping).await;
+    assert_eq!(s.fake.count("list_instances"), 0, "listed again");
+    assert_eq!(s.metric("berth_orphan_containers"), 1.0);
+    let reported: Vec<String> = s
+        .store
+        .recent_events(100)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.reason == "OrphanedContainer")
+        .map(|e| e.involved_object.name)
+        .collect();
+    assert_eq!(reported, ["leftover"]);
+
+    // A round whose resync did not run (or whose list failed) lists for itself.
+    s.passes.run(Pass::Housekeeping).await;
+    assert_eq!(s.fake.count("list_instances"), 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -158,6 +158,53 @@ pub struct ExecResult {
     pub output_cut_at: Option<u64>,
 }
 
+/// `berth exec -i/-t`'s websocket, client to daemon: a text message controlling the session
+/// (binary messages are stdin). `{"resize":{"width":W,"height":H}}` or `{"eof":true}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecControl {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize: Option<ExecTerminalSize>,
+    /// Stdin ended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub eof: bool,
+}
+
+/// A terminal's size in characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecTerminalSize {
+    pub width: u16,
+    pub height: u16,
+}
+
+/// `berth exec -i/-t`'s websocket, daemon to client: the last text message before the close,
+/// `{"exitCode":N}` or `{"error":"..."}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecEnd {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ExecEnd {
+    pub fn exited(code: i32) -> ExecEnd {
+        ExecEnd {
+            exit_code: Some(code),
+            error: None,
+        }
+    }
+
+    pub fn failed(error: impl Into<String>) -> ExecEnd {
+        ExecEnd {
+            exit_code: None,
+            error: Some(error.into()),
+        }
+    }
+}
+
 /// Metadata of a list: the store's resourceVersion when it was read, for watching from there.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

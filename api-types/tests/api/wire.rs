@@ -110,3 +110,36 @@ fn kinds_serialize_as_their_names() {
         Kind::GitSource
     );
 }
+
+#[test]
+fn an_exec_session_speaks_its_documented_messages() {
+    use berth_api::wire::{ExecControl, ExecEnd, ExecTerminalSize};
+    assert_eq!(
+        serde_json::to_value(ExecEnd::exited(3)).unwrap(),
+        json!({"exitCode": 3})
+    );
+    assert_eq!(
+        serde_json::to_value(ExecEnd::failed("gone")).unwrap(),
+        json!({"error": "gone"})
+    );
+    let eof = ExecControl {
+        eof: true,
+        resize: None,
+    };
+    assert_eq!(serde_json::to_value(eof).unwrap(), json!({"eof": true}));
+    let resize = ExecControl {
+        resize: Some(ExecTerminalSize {
+            width: 80,
+            height: 24,
+        }),
+        eof: false,
+    };
+    assert_eq!(
+        serde_json::to_value(resize).unwrap(),
+        json!({"resize": {"width": 80, "height": 24}})
+    );
+    let read: ExecControl =
+        serde_json::from_value(json!({"resize": {"width": 1, "height": 2}})).unwrap();
+    assert_eq!(read.resize.map(|s| (s.width, s.height)), Some((1, 2)));
+    assert!(serde_json::from_value::<ExecControl>(json!({"kill": true})).is_err());
+}

@@ -21,8 +21,6 @@ use hyper::body::Incoming;
 use hyper::header::{CONNECTION, HeaderValue, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, UPGRADE};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use serde::Deserialize;
-use serde_json::json;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::Role;
@@ -31,25 +29,10 @@ use super::error::ApiError;
 use super::{ApiState, Body, Caller, access};
 use crate::inspect::exec::ExecCall;
 use crate::runtime::{ExecInput, InteractiveExec, TerminalSize};
+use berth_api::wire::{ExecControl, ExecEnd};
 
 /// How long starting the command (and connecting LXD's websockets) may take.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A control message from the client.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Control {
-    #[serde(default)]
-    resize: Option<Size>,
-    #[serde(default)]
-    eof: bool,
-}
-
-#[derive(Debug, Deserialize)]
-struct Size {
-    width: u16,
-    height: u16,
-}
 
 /// What the query asks to run.
 struct Attach {
@@ -209,8 +192,8 @@ async fn relay<S>(
         while let Some(Ok(message)) = stream.next().await {
             let forwarded = match message {
                 Message::Binary(bytes) => input.send(ExecInput::Data(bytes.to_vec())).await,
-                Message::Text(text) => match serde_json::from_str::<Control>(text.as_str()) {
-                    Ok(Control {
+                Message::Text(text) => match serde_json::from_str::<ExecControl>(text.as_str()) {
+                    Ok(ExecControl {
                         resize: Some(size), ..
                     }) => {
                         input
@@ -220,7 +203,7 @@ async fn relay<S>(
                             }))
                             .await
                     }
-                    Ok(Control { eof: true, .. }) => input.send(ExecInput::Eof).await,
+                    Ok(ExecControl { eof: true, .. }) => input.send(ExecInput::Eof).await,
                     Ok(_) => Ok(()),
                     Err(e) => {
                         tracing::debug!(error = %e, "ignoring an unknown exec control message");
@@ -255,8 +238,8 @@ async fn relay<S>(
     };
     let Some(connected) = connected else {
         drop((input, output, exit));
-        let revoked = json!({"error": "access to this project was revoked"});
-        let _ = sink.send(Message::text(revoked.to_string())).await;
+        let revoked = ExecEnd::failed("access to this project was revoked");
+        let _ = sink.send(end_message(&revoked)).await;
         let _ = sink.close().await;
         return;
     };
@@ -264,12 +247,16 @@ async fn relay<S>(
         return;
     }
     let last = match exit.await {
-        Ok(Ok(code)) => json!({"exitCode": code}),
-        Ok(Err(e)) => json!({"error": e.to_string()}),
-        Err(_) => json!({"error": "the exec session ended without an exit code"}),
+        Ok(Ok(code)) => ExecEnd::exited(code),
+        Ok(Err(e)) => ExecEnd::failed(e.to_string()),
+        Err(_) => ExecEnd::failed("the exec session ended without an exit code"),
     };
-    let _ = sink.send(Message::text(last.to_string())).await;
+    let _ = sink.send(end_message(&last)).await;
     let _ = sink.close().await;
+}
+
+fn end_message(end: &ExecEnd) -> Message {
+    Message::text(serde_json::to_string(end).unwrap_or_default())
 }
 
 #[cfg(test)]

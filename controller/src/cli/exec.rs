@@ -20,6 +20,7 @@ use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest};
 use super::Context;
 use crate::client::{API_PREFIX, ClientError, Server, encode_segment};
 use crate::inspect::exec::{ExecCall, ExecResult};
+use berth_api::wire::{ExecControl, ExecEnd, ExecTerminalSize};
 
 /// The API client gives up on a request after 120 s; a command must end before that.
 const MAX_TIMEOUT_SECS: u64 = 110;
@@ -198,7 +199,7 @@ async fn interactive(context: &Context, args: &ExecArgs) -> anyhow::Result<ExitC
                         }
                     }
                     Message::Text(text) => {
-                        let end: SessionEnd = serde_json::from_str(text.as_str())
+                        let end: ExecEnd = serde_json::from_str(text.as_str())
                             .context("exec: reading the server's final message")?;
                         if let Some(error) = end.error {
                             bail!("exec: {error}");
@@ -219,26 +220,22 @@ async fn interactive(context: &Context, args: &ExecArgs) -> anyhow::Result<ExitC
                     Some(bytes) => Message::binary(bytes),
                     None => {
                         input_open = false;
-                        Message::text(serde_json::json!({"eof": true}).to_string())
+                        Message::text(control(ExecControl { eof: true, resize: None }))
                     }
                 };
                 sink.send(message).await.context("exec: writing to the server")?;
             }
             Some(()) = async { match resizes.as_mut() { Some(signal) => signal.recv().await, None => std::future::pending().await } } => {
                 let (width, height) = local_terminal_size();
-                let resize = serde_json::json!({"resize": {"width": width, "height": height}});
-                sink.send(Message::text(resize.to_string())).await.context("exec: writing to the server")?;
+                let resize = ExecControl { resize: Some(ExecTerminalSize { width, height }), eof: false };
+                sink.send(Message::text(control(resize))).await.context("exec: writing to the server")?;
             }
         }
     }
 }
 
-/// The last message of a session.
-#[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SessionEnd {
-    exit_code: Option<i32>,
-    error: Option<String>,
+fn control(control: ExecControl) -> String {
+    serde_json::to_string(&control).unwrap_or_default()
 }
 
 pub(super) trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}

@@ -158,6 +158,38 @@ pub struct ExecResult {
     pub output_cut_at: Option<u64>,
 }
 
+/// The body of a workspace tool call, `POST .../projects/NAME/tools/TOOL`: what `berth mcp`
+/// (or an agent running elsewhere) sends and the API reads. Absent and `null` fields alike take
+/// their defaults; any other field is refused.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolCallBody {
+    /// The caller's id of this execution: a retry with the same id is answered, not run again.
+    pub execution_id: String,
+    /// `/workspace` (the default) or a directory inside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_path: Option<String>,
+    /// The tool's arguments, as its schema names them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Map<String, serde_json::Value>>,
+    /// How long the call may run, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// The caller's shell, which Bash's answer names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<ToolShell>,
+}
+
+/// The shell a tool caller runs, `{name, version}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolShell {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+}
+
 /// `berth exec -i/-t`'s websocket, client to daemon: a text message controlling the session
 /// (binary messages are stdin). `{"resize":{"width":W,"height":H}}` or `{"eof":true}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -28,6 +28,7 @@ use serde_json::{Map, Value, json};
 
 use crate::client::{API_PREFIX, Client, ClientError, Resource as Kind, encode_segment};
 use crate::tools::Tool;
+use berth_api::wire::ToolCallBody;
 pub use outcome::{Failure, OUTCOME_UNKNOWN, success_text};
 
 /// A call's HTTP deadline: the longest tool timeout the API takes, and time for its answer.
@@ -172,13 +173,17 @@ impl Bridge {
                 .await;
             return error(&Failure::cancelled(tool, &execution_id, &note, false));
         }
-        let mut body = json!({"executionId": execution_id, "arguments": arguments});
-        // Bash's own `timeout` may be longer than the API's default for a call.
-        if let Some(ms) = arguments.get("timeout").and_then(Value::as_u64)
-            && tool == Tool::Bash
-        {
-            body["timeoutMs"] = json!(ms.clamp(1, crate::tools::MAX_TIMEOUT.as_millis() as u64));
-        }
+        let body = ToolCallBody {
+            execution_id: execution_id.clone(),
+            arguments: Some(arguments.clone()),
+            // Bash's own `timeout` may be longer than the API's default for a call.
+            timeout_ms: arguments
+                .get("timeout")
+                .and_then(Value::as_u64)
+                .filter(|_| tool == Tool::Bash)
+                .map(|ms| ms.clamp(1, crate::tools::MAX_TIMEOUT.as_millis() as u64)),
+            ..ToolCallBody::default()
+        };
         let path = format!(
             "{API_PREFIX}/projects/{}/tools/{}",
             encode_segment(&project),

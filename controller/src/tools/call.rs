@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use berth_api::wire::ToolCallBody;
+
 use super::error::ToolError;
 
 pub const WORKSPACE: &str = "/workspace";
@@ -141,66 +143,37 @@ impl ToolCall {
     pub fn parse(tool: Tool, body: &[u8]) -> Result<ToolCall, ToolError> {
         let value: Value = serde_json::from_slice(body)
             .map_err(|err| ToolError::bad_request(format!("the body is not JSON: {err}")))?;
-        let Value::Object(body) = value else {
+        if !value.is_object() {
             return Err(ToolError::bad_request("the body must be a JSON object"));
-        };
-        for key in body.keys() {
-            if ![
-                "executionId",
-                "workspacePath",
-                "arguments",
-                "timeoutMs",
-                "shell",
-            ]
-            .contains(&key.as_str())
-            {
-                return Err(unsupported(format!("unknown field {key:?} in the request")));
-            }
         }
-        let execution_id = match body.get("executionId") {
-            Some(Value::String(id)) => execution_id(id)?,
-            _ => return Err(ToolError::bad_request("executionId: required, a string")),
+        let body: ToolCallBody = serde_path_to_error::deserialize(value).map_err(|err| {
+            let message = format!("{}: {}", err.path(), err.inner());
+            if err.inner().to_string().starts_with("unknown field") {
+                unsupported(message)
+            } else {
+                ToolError::bad_request(message)
+            }
+        })?;
+        let execution_id = execution_id(&body.execution_id)?;
+        let workspace = match &body.workspace_path {
+            None => WORKSPACE.to_string(),
+            Some(path) => workspace_path(path)?,
         };
-        let workspace = match body.get("workspacePath") {
-            None | Some(Value::Null) => WORKSPACE.to_string(),
-            Some(Value::String(path)) => workspace_path(path)?,
-            Some(_) => return Err(ToolError::bad_request("workspacePath: must be a string")),
-        };
-        let arguments = match body.get("arguments") {
-            Some(Value::Object(args)) => args.clone(),
-            None | Some(Value::Null) => Map::new(),
-            Some(_) => return Err(ToolError::bad_request("arguments: must be an object")),
-        };
+        let arguments = body.arguments.unwrap_or_default();
         check_arguments(tool, &arguments)?;
-        let mut timeout = match body.get("timeoutMs") {
-            None | Some(Value::Null) => DEFAULT_TIMEOUT,
-            Some(v) => millis("timeoutMs", v)?,
+        let mut timeout = match body.timeout_ms {
+            None => DEFAULT_TIMEOUT,
+            Some(ms) => millis("timeoutMs", &Value::from(ms))?,
         };
         if tool == Tool::Bash
             && let Some(v) = arguments.get("timeout")
         {
             timeout = timeout.min(millis("arguments.timeout", v)?);
         }
-        let shell = match body.get("shell") {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(shell)) => {
-                let field = |key: &str| match shell.get(key) {
-                    Some(Value::String(s)) => Ok(s.clone()),
-                    None | Some(Value::Null) => Ok(String::new()),
-                    Some(_) => Err(ToolError::bad_request(format!(
-                        "shell.{key}: must be a string"
-                    ))),
-                };
-                if let Some(key) = shell.keys().find(|k| *k != "name" && *k != "version") {
-                    return Err(unsupported(format!("unknown field shell.{key}")));
-                }
-                Some(Shell {
-                    name: field("name")?,
-                    version: field("version")?,
-                })
-            }
-            Some(_) => return Err(ToolError::bad_request("shell: must be {name, version}")),
-        };
+        let shell = body.shell.map(|shell| Shell {
+            name: shell.name.unwrap_or_default(),
+            version: shell.version.unwrap_or_default(),
+        });
         Ok(ToolCall {
             tool,
             execution_id,

@@ -7,9 +7,11 @@ use crate::store::Commit;
 use crate::store::Desired;
 use crate::testing::fake_runtime::FakeRuntime;
 use crate::testing::inspection::{FakeWorkspace, is_inspection, script_inspection};
+use berth_api::ProtectionReason;
 use berth_api::UnsavedWork;
 use serde_json::Value;
 use serde_json::json;
+use tokio::time::Instant;
 
 /// The passes over a fake runtime and a real store, reading a clock that moves with tokio's
 /// (paused) time, so hours pass in moments.

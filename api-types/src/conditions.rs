@@ -24,11 +24,14 @@ pub mod condition_types {
     pub const RESIZE_PENDING: &str = "ResizePending";
     /// A changed size is recorded but the storage pool does not enforce sizes (LXD's `dir`).
     pub const RESIZE_UNSUPPORTED: &str = "ResizeUnsupported";
+    /// A capability of `spec.capabilities` could not be published (the image lacks what it
+    /// needs); the project goes on without it. `False` once every capability is published.
+    pub const CAPABILITY_FAILED: &str = "CapabilityFailed";
     /// GitSource: a sync is in progress.
     pub const RECONCILING: &str = "Reconciling";
 
     /// Every Project condition type, in the order `describe` shows them.
-    pub const PROJECT: [&str; 12] = [
+    pub const PROJECT: [&str; 13] = [
         READY,
         MOUNTS_READY,
         RESOURCES_APPLIED,
@@ -41,6 +44,7 @@ pub mod condition_types {
         CHECKOUT_BLOCKED,
         RESIZE_PENDING,
         RESIZE_UNSUPPORTED,
+        CAPABILITY_FAILED,
     ];
 }
 
@@ -81,6 +85,10 @@ pub mod reasons {
     pub const RESIZE_REFUSED: &str = "ResizeRefused";
     pub const APPLIED: &str = "Applied";
     pub const NEW_IMAGE_AVAILABLE: &str = "NewImageAvailable";
+    /// `CapabilityFailed=True`: the image lacks what a capability needs.
+    pub const CAPABILITY_UNAVAILABLE: &str = "CapabilityUnavailable";
+    /// `CapabilityFailed=False`: every capability of the spec is in the workspace.
+    pub const PUBLISHED: &str = "Published";
     /// GitSource sync outcomes.
     pub const SUCCEEDED: &str = "Succeeded";
     pub const PROGRESSING: &str = "Progressing";

@@ -11,7 +11,7 @@ use crate::gitsource::validate_git_url;
 use crate::meta::Condition;
 use crate::naming::validate_env_key;
 use crate::object::kind_object;
-use crate::project::{Repo, validate_ref_name};
+use crate::project::{Capability, Repo, validate_ref_name};
 
 kind_object! {
     /// One agent CLI (claude, codex, the offline `shell` agent, ...).
@@ -44,6 +44,10 @@ pub struct AgentProfileSpec {
     /// Skill directories copied into every workspace that lists the profile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skills: Vec<AgentSkill>,
+    /// Capabilities every workspace that lists the profile gets, as if its project asked for
+    /// them in `spec.capabilities` (`browser` only: `schedules` is a project's own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<Capability>,
     #[serde(default)]
     #[schemars(extend("x-berth-required" = true))]
     pub runner: AgentRunner,
@@ -277,6 +281,14 @@ pub(crate) fn validate_profile(p: &AgentProfile, errs: &mut ValidationErrors) {
         }
     }
     validate_skills(&s.skills, errs);
+    for (i, capability) in s.capabilities.iter().enumerate() {
+        if *capability == Capability::Schedules {
+            errs.push(
+                format!("spec.capabilities[{i}]"),
+                "schedules is a project's own: set it in the Project's spec.capabilities",
+            );
+        }
+    }
     if s.runner.command.is_empty() {
         errs.push("spec.runner.command", "required");
     } else if s.runner.command[0].trim().is_empty() {

@@ -134,7 +134,12 @@ pub enum Capability {
     /// under `/workspace/.berth/`, reaching berth at `127.0.0.1:`[`AGENT_API_PORT`] inside
     /// the container with a token good for this project's schedules alone.
     Schedules,
+    /// A headless browser for the agent, best effort: the Playwright MCP server (with the
+    /// image's Chromium) published to the agent's CLI, and a skill and a screenshot script under
+    /// `/workspace/.berth/`. An image without them sets `CapabilityFailed`; the project goes on.
+    Browser,
 }
+
 
 /// The port inside a container where berth's agent API answers (a `schedules` capability).
 pub const AGENT_API_PORT: u16 = 7391;
@@ -1008,6 +1013,12 @@ pub(crate) fn validate_project(p: &Project, errs: &mut ValidationErrors) {
                 ),
             );
         }
+    }
+    if s.capabilities.contains(&Capability::Browser) && s.profiles().is_empty() {
+        errs.push(
+            "spec.capabilities",
+            "browser is published to the project's agent: set spec.agent",
+        );
     }
     if !s.schedules.is_empty() && s.agent.is_none() {
         errs.push(

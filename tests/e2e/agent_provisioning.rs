@@ -245,7 +245,7 @@ fn installable_profile() -> AgentProfileSpec {
             command: vec!["fake-cli".into()],
             protocol: Default::default(),
         },
-        skills: Vec::new(),
+        ..AgentProfileSpec::default()
     }
 }
 

@@ -296,6 +296,18 @@ const BAD: &[(&str, &str, &[&str])] = &[
             "spec.seedFiles[0].path: \"/root/x\" must lie under /workspace",
         ],
     ),
+    (
+        "a browser with no agent to publish it to",
+        "kind: Project\nmetadata: {name: p}\nspec: {capabilities: [browser]}\n",
+        &["spec.capabilities: browser is published to the project's agent: set spec.agent"],
+    ),
+    (
+        "schedules as a profile's default",
+        "kind: AgentProfile\nmetadata: {name: a}\nspec:\n  home: /root/.a\n  install: {check: 'true'}\n  runner: {command: [a]}\n  capabilities: [browser, schedules]\n",
+        &[
+            "spec.capabilities[1]: schedules is a project's own: set it in the Project's spec.capabilities",
+        ],
+    ),
 ];
 
 #[test]

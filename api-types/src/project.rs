@@ -140,7 +140,6 @@ pub enum Capability {
     Browser,
 }
 
-
 /// The port inside a container where berth's agent API answers (a `schedules` capability).
 pub const AGENT_API_PORT: u16 = 7391;
 

@@ -631,10 +631,13 @@ async fn seeds_are_written_once_with_modes_append_env_block_and_recorded_hashes(
         ws.rt(),
         &ws.name,
         &spec,
-        &profiles,
-        &no_skills,
-        &values,
-        &WrittenFiles::default(),
+        agent::SeedInputs {
+            profiles: &profiles,
+            skills: &no_skills,
+            capabilities: &Default::default(),
+            secrets: &values,
+            previous: &WrittenFiles::default(),
+        },
     )
     .await
     .unwrap();
@@ -673,10 +676,13 @@ async fn seeds_are_written_once_with_modes_append_env_block_and_recorded_hashes(
         ws.rt(),
         &ws.name,
         &spec,
-        &profiles,
-        &no_skills,
-        &values,
-        &first.written,
+        agent::SeedInputs {
+            profiles: &profiles,
+            skills: &no_skills,
+            capabilities: &Default::default(),
+            secrets: &values,
+            previous: &first.written,
+        },
     )
     .await
     .unwrap();
@@ -695,10 +701,13 @@ async fn seeds_are_written_once_with_modes_append_env_block_and_recorded_hashes(
         ws.rt(),
         &ws.name,
         &spec,
-        &profiles,
-        &no_skills,
-        &secrets(&[]),
-        &second.written,
+        agent::SeedInputs {
+            profiles: &profiles,
+            skills: &no_skills,
+            capabilities: &Default::default(),
+            secrets: &secrets(&[]),
+            previous: &second.written,
+        },
     )
     .await
     .unwrap();
@@ -773,10 +782,13 @@ async fn seeds_are_written_once_with_modes_append_env_block_and_recorded_hashes(
         ws.rt(),
         &ws.name,
         &spec,
-        &profiles,
-        &no_skills,
-        &values,
-        &third.written,
+        agent::SeedInputs {
+            profiles: &profiles,
+            skills: &no_skills,
+            capabilities: &Default::default(),
+            secrets: &values,
+            previous: &third.written,
+        },
     )
     .await
     .unwrap_err();

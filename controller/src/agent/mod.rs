@@ -46,7 +46,8 @@ pub use runner::{
     runner_log_from, start_runner,
 };
 pub use seed::{
-    ENV_BLOCK_BEGIN, ENV_BLOCK_END, SeedReport, WrittenFiles, env_file_with_block, seed, sync_env,
+    ENV_BLOCK_BEGIN, ENV_BLOCK_END, SeedInputs, SeedReport, WrittenFiles, env_file_with_block,
+    seed, sync_env,
 };
 pub use skills::{MAX_SKILL_BYTES, MAX_SKILL_FILES, SkillFile, SkillSet, read_skills};
 pub use status::{AgentReport, parse_agent_status, read_agent_status, sanitize_untrusted};

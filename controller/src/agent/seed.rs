@@ -21,6 +21,7 @@ use berth_api::files::is_within;
 use berth_api::{FileMode, MergeMode, ProjectSpec, workspace_dir_path};
 use serde::{Deserialize, Serialize};
 
+use super::capability::Found as CapabilitiesFound;
 use super::exec::{exit_failure, run_script, sha256_hex, write_file};
 use super::{AgentError, NamedProfile, Result, SkillSet};
 use crate::runtime::Runtime;
@@ -93,22 +94,39 @@ enum Found {
     Escapes,
 }
 
-/// Converges the seeded files. `skills` are the profiles' skills as [`super::read_skills`]
-/// read them; `previous` is the record the last seed returned (empty the first time).
+/// What one seed converges the workspace to, besides the spec.
+pub struct SeedInputs<'a> {
+    /// Every profile the project lists.
+    pub profiles: &'a [NamedProfile<'a>],
+    /// The profiles' skills as [`super::read_skills`] read them.
+    pub skills: &'a SkillSet,
+    /// What the container offers the capabilities ([`super::capability::look`]).
+    pub capabilities: &'a CapabilitiesFound,
+    /// The project's secrets, for `.env`.
+    pub secrets: &'a BTreeMap<String, String>,
+    /// The record the last seed returned (empty the first time).
+    pub previous: &'a WrittenFiles,
+}
+
+/// Converges the seeded files.
 pub async fn seed(
     rt: &dyn Runtime,
     instance: &str,
     spec: &ProjectSpec,
-    profiles: &[NamedProfile<'_>],
-    skills: &SkillSet,
-    secrets: &BTreeMap<String, String>,
-    previous: &WrittenFiles,
+    inputs: SeedInputs<'_>,
 ) -> Result<SeedReport> {
+    let SeedInputs {
+        profiles,
+        skills,
+        capabilities,
+        secrets,
+        previous,
+    } = inputs;
     let mut report = SeedReport {
         warnings: skills.warnings.clone(),
         ..SeedReport::default()
     };
-    let desired = desired_files(spec, profiles, skills, &mut report.warnings)?;
+    let desired = desired_files(spec, profiles, skills, capabilities, &mut report.warnings)?;
     let env = env_entries(&spec.env, secrets);
 
     let mut paths: Vec<&str> = desired.iter().map(|d| d.path.as_str()).collect();
@@ -314,6 +332,7 @@ fn desired_files(
     spec: &ProjectSpec,
     profiles: &[NamedProfile<'_>],
     skills: &SkillSet,
+    capabilities: &CapabilitiesFound,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<DesiredFile>> {
     let mut files: Vec<DesiredFile> = Vec::new();
@@ -397,7 +416,7 @@ fn desired_files(
         }
     }
     // What the capabilities add is berth's own: a seed file of the same path gives way.
-    for (path, content, mode) in super::capability::files(spec) {
+    for (path, content, mode) in super::capability::files(spec, capabilities) {
         files.retain(|f| f.path != path);
         files.push(DesiredFile {
             path: path.to_string(),
@@ -837,7 +856,14 @@ mod tests {
         };
         let profiles = [("claude", &claude), ("codex", &codex), ("kimi", &codex)];
         let mut warnings = Vec::new();
-        let files = desired_files(&spec, &profiles, &SkillSet::default(), &mut warnings).unwrap();
+        let files = desired_files(
+            &spec,
+            &profiles,
+            &SkillSet::default(),
+            &CapabilitiesFound::default(),
+            &mut warnings,
+        )
+        .unwrap();
         let want = vec![
             DesiredFile {
                 path: "/workspace/CLAUDE.md".into(),
@@ -924,7 +950,14 @@ mod tests {
             ..ProjectSpec::default()
         };
         let mut warnings = Vec::new();
-        let files = desired_files(&spec, &[], &skills, &mut warnings).unwrap();
+        let files = desired_files(
+            &spec,
+            &[],
+            &skills,
+            &CapabilitiesFound::default(),
+            &mut warnings,
+        )
+        .unwrap();
         let got: Vec<(&str, &[u8], u32, usize)> = files
             .iter()
             .map(|f| {

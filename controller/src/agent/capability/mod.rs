@@ -4,8 +4,20 @@
 //! runs it) and its skill under `/workspace/.berth/`, and a project token
 //! (`BERTH_PROJECT_TOKEN`, a project secret, so it reaches `/workspace/.env` and outlives the
 //! container) that the agent API takes for this project's schedules and nothing else.
+//!
+//! `browser` ([`browser`]): what the image offers is looked at first ([`look`]); the Playwright
+//! MCP server's configuration, the MCP servers file the agent adapter hands to the CLI, a skill
+//! and a screenshot script are written only when the image has them all, and a capability the
+//! image cannot carry is a [`Found::failures`] line, never a failed step.
+
+pub mod browser;
 
 use berth_api::{AGENT_API_PORT, Capability, ProjectSpec};
+
+use super::{NamedProfile, Result};
+use crate::runtime::Runtime;
+
+pub use browser::{BROWSER_CONFIG, BROWSER_SCREENSHOT, BROWSER_SKILL, MCP_SERVERS};
 
 /// Where `berth-schedule` is written.
 pub const SCHEDULE_CLI: &str = "/workspace/.berth/bin/berth-schedule";
@@ -17,21 +29,60 @@ pub const TOKEN_KEY: &str = "BERTH_PROJECT_TOKEN";
 pub const TOKEN_PREFIX: &str = "berthp.";
 
 const SCHEDULE_CLI_TEXT: &str = include_str!("berth-schedule.sh");
-const SCHEDULE_SKILL_TEXT: &str = include_str!("SKILL.md");
+const SCHEDULE_SKILL_TEXT: &str = include_str!("schedules-SKILL.md");
 
-/// The files a spec's capabilities put in the workspace: (path, content, mode).
-pub fn files(spec: &ProjectSpec) -> Vec<(&'static str, String, u32)> {
-    if !spec.capabilities.contains(&Capability::Schedules) {
-        return Vec::new();
+/// What the container offers the capabilities that need something of its image.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Found {
+    /// The browser's Chromium, when the spec asks for a browser and the image has one with
+    /// the Playwright MCP server and Node.
+    pub chromium: Option<String>,
+    /// One line per capability the image cannot carry, naming what it lacks.
+    pub failures: Vec<String>,
+}
+
+/// Whether the project gets a browser: its spec asks for one, or a profile it lists does.
+pub fn wants_browser(spec: &ProjectSpec, profiles: &[NamedProfile<'_>]) -> bool {
+    spec.capabilities.contains(&Capability::Browser)
+        || profiles
+            .iter()
+            .any(|(_, p)| p.capabilities.contains(&Capability::Browser))
+}
+
+/// Looks in the container for what the project's capabilities need (one exec, and none when
+/// no capability needs anything of the image).
+pub async fn look(
+    rt: &dyn Runtime,
+    instance: &str,
+    spec: &ProjectSpec,
+    profiles: &[NamedProfile<'_>],
+) -> Result<Found> {
+    let mut found = Found::default();
+    if wants_browser(spec, profiles) {
+        match browser::look(rt, instance).await? {
+            Ok(chromium) => found.chromium = Some(chromium),
+            Err(failure) => found.failures.push(failure),
+        }
     }
-    vec![
-        (
+    Ok(found)
+}
+
+/// The files a spec's capabilities put in the workspace, given what [`look`] found (the
+/// browser's when it found a Chromium): (path, content, mode).
+pub fn files(spec: &ProjectSpec, found: &Found) -> Vec<(&'static str, String, u32)> {
+    let mut files = Vec::new();
+    if spec.capabilities.contains(&Capability::Schedules) {
+        files.push((
             SCHEDULE_CLI,
             SCHEDULE_CLI_TEXT.replace("@PORT@", &AGENT_API_PORT.to_string()),
             0o755,
-        ),
-        (SCHEDULE_SKILL, SCHEDULE_SKILL_TEXT.to_string(), 0o644),
-    ]
+        ));
+        files.push((SCHEDULE_SKILL, SCHEDULE_SKILL_TEXT.to_string(), 0o644));
+    }
+    if let Some(chromium) = &found.chromium {
+        files.extend(browser::files(chromium));
+    }
+    files
 }
 
 /// Whether the spec asks for a project token.
@@ -73,9 +124,9 @@ mod tests {
     #[test]
     fn the_schedules_capability_writes_its_cli_and_skill() {
         let mut spec = ProjectSpec::default();
-        assert!(files(&spec).is_empty());
+        assert!(files(&spec, &Found::default()).is_empty());
         spec.capabilities = vec![Capability::Schedules];
-        let files = files(&spec);
+        let files = files(&spec, &Found::default());
         assert_eq!(files.len(), 2);
         assert!(files[0].1.contains(&format!("port={AGENT_API_PORT}\n")));
         assert!(!files[0].1.contains("@PORT@"));

@@ -465,17 +465,22 @@ impl AgentSteps {
             Ok(skills) => skills,
             Err(e) => return failed(e),
         };
-        let report = match agent::seed(
-            &*self.runtime,
-            project.name,
-            project.spec,
-            &named,
-            &skills,
-            &values,
-            &previous,
-        )
-        .await
-        {
+        let capabilities =
+            match agent::capability::look(&*self.runtime, project.name, project.spec, &named).await
+            {
+                Ok(found) => found,
+                Err(e) => return failed(e),
+            };
+        let browser = agent::capability::wants_browser(project.spec, &named);
+        self.record_capabilities(project, browser, &capabilities)?;
+        let inputs = agent::SeedInputs {
+            profiles: &named,
+            skills: &skills,
+            capabilities: &capabilities,
+            secrets: &values,
+            previous: &previous,
+        };
+        let report = match agent::seed(&*self.runtime, project.name, project.spec, inputs).await {
             Ok(report) => report,
             Err(e) => return failed(e),
         };
@@ -634,6 +639,45 @@ impl AgentSteps {
             message: format!("waiting for the agent to acknowledge brief {current}"),
             retry_after: BRIEF_POLL,
         })
+    }
+
+    /// `CapabilityFailed`: `True` with a line per capability the image cannot carry (and a
+    /// Warning when that changes), `False` once every capability is published. A project
+    /// that asks for none (`asked`) gets no condition, and one that had it sees it `False`.
+    fn record_capabilities(
+        &self,
+        project: &StepContext<'_>,
+        asked: bool,
+        found: &agent::capability::Found,
+    ) -> Result<(), StepError> {
+        use berth_api::reasons::{CAPABILITY_UNAVAILABLE, PUBLISHED};
+        let type_ = condition_types::CAPABILITY_FAILED;
+        let current = condition_of(&self.status(project.name), type_).cloned();
+        if found.failures.is_empty() {
+            if !asked && current.is_none() {
+                return Ok(());
+            }
+            return self.record_condition(
+                project.name,
+                type_,
+                ConditionStatus::False,
+                PUBLISHED,
+                "",
+            );
+        }
+        let message = found.failures.join("; ");
+        let unchanged =
+            current.is_some_and(|c| c.status == ConditionStatus::True && c.message == message);
+        if !unchanged {
+            self.event(project.name, EventType::Warning, type_, &message);
+        }
+        self.record_condition(
+            project.name,
+            type_,
+            ConditionStatus::True,
+            CAPABILITY_UNAVAILABLE,
+            &message,
+        )
     }
 
     /// A project whose capabilities need a project token gets one, once: a project secret, so

@@ -13,6 +13,10 @@
 // requests through the `permission` tool served here) or codex-app-server (Codex's app server,
 // JSON-RPC over stdio, approvals arriving as requests).
 //
+// The MCP servers a project's capabilities publish (/workspace/.berth/mcp.json, e.g. the
+// browser) are handed to the CLI with its tools allowed (Claude Code) or as configuration
+// overrides (Codex).
+//
 // A person answers through berth (`berth answer NAME allow|deny|TEXT`), which writes
 // /run/berth/answer. The adapter is one file with no dependencies, so any image with Node runs
 // it (berth-agents); berth pushes it at Bootstrapped.
@@ -35,6 +39,8 @@ const STATUS_FILE = process.env.BERTH_STATUS_FILE || path.join(RUN_DIR, 'agent.j
 const ANSWER_FILE = process.env.BERTH_ANSWER_FILE || path.join(RUN_DIR, 'answer');
 const BRIEF_FILE = process.env.BERTH_BRIEF_FILE || path.join(RUN_DIR, 'brief.md');
 const BRIEF_ID = process.env.BERTH_BRIEF_ID || '';
+// The MCP servers berth's capabilities publish (written by berth at Seeded).
+const MCP_SERVERS_FILE = '/workspace/.berth/mcp.json';
 // A question waiting for a person: written by whoever asks (the MCP permission server, or the
 // codex approval handler), removed once answered.
 const PENDING_FILE = path.join(RUN_DIR, 'pending.json');
@@ -254,13 +260,39 @@ function askClaudeTitle(command, args, brief, status) {
   });
 }
 
+// The MCP servers berth's capabilities publish to the CLI (`spec.capabilities: [browser]`),
+// Claude Code's `mcpServers` format; none when the file is absent or unreadable.
+function publishedServers() {
+  const text = readOr(MCP_SERVERS_FILE, '');
+  if (!text) return {};
+  try {
+    const servers = JSON.parse(text).mcpServers || {};
+    const out = {};
+    for (const [name, server] of Object.entries(servers)) {
+      if (name === 'berth' || !/^[A-Za-z0-9_-]+$/.test(name)) continue;
+      if (!server || typeof server.command !== 'string') continue;
+      out[name] = {
+        type: 'stdio',
+        command: server.command,
+        args: Array.isArray(server.args) ? server.args.map(String) : [],
+      };
+    }
+    return out;
+  } catch (e) {
+    log(`${MCP_SERVERS_FILE} is not valid JSON; no published MCP server (${e.message})`);
+    return {};
+  }
+}
+
 function runClaude(command, args) {
   const status = new Status();
   status.watchPending();
   const brief = readOr(BRIEF_FILE, '');
   const resume = process.env.BERTH_RESUME_SESSION || '';
+  const published = publishedServers();
   const mcpConfig = {
     mcpServers: {
+      ...published,
       berth: {
         type: 'stdio',
         command: process.execPath,
@@ -280,6 +312,12 @@ function runClaude(command, args) {
     '--permission-prompt-tool',
     'mcp__berth__permission',
   ];
+  // A capability the project asked for is the agent's to use: its tools need no permission.
+  const allowed = Object.keys(published).map((name) => `mcp__${name}`);
+  if (allowed.length) {
+    cliArgs.push('--allowedTools', allowed.join(','));
+    log(`published MCP servers: ${Object.keys(published).join(', ')}`);
+  }
   if (resume) cliArgs.push('--resume', resume);
   log(`starting ${command}${resume ? ` (resuming session ${resume})` : ''}`);
   const child = spawnCli(command, cliArgs);
@@ -410,7 +448,15 @@ function runCodex(command, args) {
   const brief = readOr(BRIEF_FILE, '');
   const resume = process.env.BERTH_RESUME_SESSION || '';
   log(`starting ${command} app-server${resume ? ` (resuming thread ${resume})` : ''}`);
-  const child = spawnCli(command, [...args, 'app-server']);
+  // The published MCP servers as configuration overrides (TOML values: a JSON string or array
+  // of strings is one).
+  const overrides = [];
+  for (const [name, server] of Object.entries(publishedServers())) {
+    overrides.push('-c', `mcp_servers.${name}.command=${JSON.stringify(server.command)}`);
+    overrides.push('-c', `mcp_servers.${name}.args=${JSON.stringify(server.args)}`);
+    log(`published MCP server: ${name}`);
+  }
+  const child = spawnCli(command, [...args, 'app-server', ...overrides]);
   let nextId = 1;
   const waiting = new Map();
   const send = (message) => child.stdin.write(JSON.stringify(message) + '\n');

@@ -14,6 +14,7 @@ mod access_limits;
 mod access_matrix;
 mod access_reach;
 mod access_tls;
+mod agent_browser;
 mod agent_manifests;
 mod agent_provisioning;
 mod agent_skills;

@@ -26,6 +26,8 @@ advances only as the agent sends back its tool results. A request that offers no
 agent's side query, e.g. a title) gets a short text answer, and a GET of any other path an
 empty model list. Every POST is appended to LOG as one JSON line: {"path", "tools": [names],
 "body"}.
+With --gate FILE as well, a reply to a request offering tools waits until FILE exists (up to
+ten minutes), so a test can get the container ready before the agent's first step.
 
 Otherwise the reply is chosen from the request, so the fixture holds no conversation state and any
 number of side requests are harmless:
@@ -41,10 +43,12 @@ import argparse
 import base64
 import hashlib
 import json
+import os
 import shlex
 import socket
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
@@ -145,6 +149,10 @@ def choose_scripted(body):
     """choose() for --script: the script's next step."""
     if not body.get("tools"):
         return [("text", "berth fixture")]
+    if ARGS.gate:
+        deadline = time.monotonic() + 600
+        while not os.path.exists(ARGS.gate) and time.monotonic() < deadline:
+            time.sleep(0.2)
     steps = SCRIPT["steps"]
     index = script_steps_done(body.get("messages") or [])
     step = steps[index] if index < len(steps) else {"text": "Nothing left to do."}
@@ -446,6 +454,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--script", help="a step script to play instead of the brief's replies")
     p.add_argument("--log", help="with --script: where every request is appended")
+    p.add_argument("--gate", help="with --script: replies offering tools wait for this file")
     p.add_argument("--title")
     p.add_argument("--brief-mark", help="a string only the brief contains")
     p.add_argument("--file")

@@ -1,7 +1,7 @@
 //! The scripted local model (`model_fixture.py`) as a child process: fake Anthropic Messages
 //! and OpenAI Responses on one loopback port and a refusing, counting HTTPS_PROXY on another.
 //! It answers a brief ([`ModelFixture::start`]) or plays a step script
-//! ([`ModelFixture::play`]). Killed when dropped.
+//! ([`ModelFixture::play`], [`ModelFixture::play_gated`]). Killed when dropped.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -52,18 +52,30 @@ impl ModelFixture {
     /// Plays `steps` (`{"steps": [{"tool": NAME, "input": {..}} | {"text": ".."}, ..]}`) to
     /// an agent running its own loop; its script and request log are kept in `dir`.
     pub fn play(dir: &Path, steps: &Value) -> ModelFixture {
+        Self::play_script(dir, steps, None)
+    }
+
+    /// [`ModelFixture::play`], whose replies to requests offering tools wait until `gate`
+    /// exists (the test creates it once the container is ready for the agent's first step).
+    pub fn play_gated(dir: &Path, steps: &Value, gate: &Path) -> ModelFixture {
+        Self::play_script(dir, steps, Some(gate))
+    }
+
+    fn play_script(dir: &Path, steps: &Value, gate: Option<&Path>) -> ModelFixture {
         let script = dir.join("script.json");
         std::fs::write(&script, steps.to_string()).unwrap();
         let log = dir.join("requests.jsonl");
-        Self::spawn(
-            &[
-                "--script",
-                script.to_str().unwrap(),
-                "--log",
-                log.to_str().unwrap(),
-            ],
-            Some(log.clone()),
-        )
+        let mut args = vec![
+            "--script".to_string(),
+            script.to_str().unwrap().to_string(),
+            "--log".to_string(),
+            log.to_str().unwrap().to_string(),
+        ];
+        if let Some(gate) = gate {
+            args.extend(["--gate".to_string(), gate.to_str().unwrap().to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Self::spawn(&args, Some(log))
     }
 
     fn spawn(args: &[&str], log: Option<PathBuf>) -> ModelFixture {

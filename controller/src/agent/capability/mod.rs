@@ -122,6 +122,31 @@ mod tests {
     }
 
     #[test]
+    fn a_browser_is_asked_by_the_spec_or_by_a_listed_profile() {
+        let mut spec = ProjectSpec::default();
+        let plain = berth_api::AgentProfileSpec::default();
+        let browsing = berth_api::AgentProfileSpec {
+            capabilities: vec![Capability::Browser],
+            ..Default::default()
+        };
+        assert!(!wants_browser(&spec, &[("a", &plain)]));
+        assert!(wants_browser(&spec, &[("a", &plain), ("b", &browsing)]));
+        spec.capabilities = vec![Capability::Browser];
+        assert!(wants_browser(&spec, &[("a", &plain)]));
+        // Only what the look found is written: nothing of the browser without a Chromium.
+        assert!(files(&spec, &Found::default()).is_empty());
+        let found = Found {
+            chromium: Some("/usr/lib/chromium/chromium".into()),
+            failures: Vec::new(),
+        };
+        assert!(
+            files(&spec, &found)
+                .iter()
+                .any(|(p, _, _)| *p == MCP_SERVERS)
+        );
+    }
+
+    #[test]
     fn the_schedules_capability_writes_its_cli_and_skill() {
         let mut spec = ProjectSpec::default();
         assert!(files(&spec, &Found::default()).is_empty());

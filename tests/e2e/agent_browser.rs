@@ -6,7 +6,8 @@
 //! published to it and takes a screenshot, which lands in /workspace; nothing leaves the
 //! container on the way (the refusing proxy counts no connection). An image without the
 //! browser sets `CapabilityFailed` naming what it lacks, and the project still starts and its
-//! agent still works its brief. A fork bomb in a project limited to 200 processes leaves the
+//! agent still works its brief; a browser dropped from the spec leaves the workspace when
+//! Seeded runs again. A fork bomb in a project limited to 200 processes leaves the
 //! daemon's API and another project's exec answering, and its project stops.
 
 use std::path::PathBuf;
@@ -261,6 +262,49 @@ fn an_image_without_a_browser_says_so_and_the_project_goes_on() {
              grep -c 'Look at the landing page' /run/berth/shell.log"
         ),
         "2\n1\n"
+    );
+    berth.delete_project(&name);
+}
+
+#[test]
+fn a_dropped_browser_leaves_the_workspace_when_seeded_again() {
+    let mut berth = Berth::start_with(&[], &[]);
+    let name = unique_name();
+    apply_shipped_profile(&berth, "shell");
+    berth.create_project(
+        &name,
+        json!({"image": "berth-agents", "agent": "shell", "capabilities": ["browser"],
+               "brief": "Look at the landing page\n"}),
+    );
+    let ready = berth.wait_for(&name, "Ready and Briefed", |p| {
+        ready_reason(p).is_some_and(|(s, _)| s == "True") && p["status"]["step"] == "Briefed"
+    });
+    assert_eq!(condition(&ready, "CapabilityFailed")["status"], "False");
+    let published = "test -e /workspace/.berth/mcp.json && echo published || echo gone";
+    assert_eq!(sh(&berth, &name, published), "published\n");
+
+    // The capability dropped, and the profile changed so that Seeded runs again.
+    let reply = berth.patch_project(&name, json!({"spec": {"capabilities": null}}));
+    assert!(reply.status < 300, "{}", reply.text());
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/agents/shell.yaml");
+    let changed = std::fs::read_to_string(path)
+        .unwrap()
+        .replace("Commit your work;", "Commit your work often;");
+    let out = berth.cli_input(&["apply", "-f", "-"], changed.as_bytes());
+    assert!(out.status.success(), "{out:?}");
+    crate::support::eventually(
+        Duration::from_secs(120),
+        "the browser's files removed",
+        || berth.log_text(),
+        || (sh(&berth, &name, published) == "gone\n").then_some(()),
+    );
+    let removed = berth.events_of(&name, "SkillRemoved");
+    assert!(
+        removed.iter().any(|e| e["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("/workspace/.berth/mcp.json")),
+        "{removed:?}"
     );
     berth.delete_project(&name);
 }

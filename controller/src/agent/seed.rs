@@ -7,7 +7,8 @@
 //! owns only the block between its marker lines, and lines outside it are kept.
 //!
 //! A skill's files are seeds like any other, placed at `<target>/<name>/`. A file berth placed
-//! under a skill target that no skill holds any more is removed while it is still as berth
+//! under a skill target that no skill holds any more (or for a capability the project no longer
+//! has) is removed while it is still as berth
 //! wrote it, so a target converges on the skills of the profiles the project lists.
 //!
 //! The result records the SHA-256 of every file berth wrote, so the reaper can tell berth's files
@@ -66,7 +67,8 @@ pub struct SeedReport {
     pub written: WrittenFiles,
     /// Paths (re)written by this call.
     pub changed: Vec<String>,
-    /// Skill files removed by this call: no skill holds them any more.
+    /// Skill and capability files removed by this call: no skill or capability holds them any
+    /// more.
     pub removed: Vec<String>,
     /// Files left alone because someone else's content is there, for warning events.
     pub warnings: Vec<String>,
@@ -190,12 +192,14 @@ pub async fn seed(
         report.written.record(ENV_FILE, &hash);
     }
 
-    // A file berth placed under a skill target that no skill holds any more goes, while it is
-    // as berth wrote it.
+    // A file berth placed under a skill target that no skill holds any more, or for a
+    // capability the project no longer has, goes while it is as berth wrote it (a browser
+    // configuration left behind would still be handed to the agent).
     let targets = skill_targets(profiles);
     for (path, hash) in &previous.files {
         let stale = !report.written.files.contains_key(path)
-            && targets.iter().any(|t| is_within(path, t) && path != t)
+            && (targets.iter().any(|t| is_within(path, t) && path != t)
+                || super::capability::is_capability_file(path))
             && found_at(path) == Found::File(hash.clone());
         if stale {
             rt.file_delete(instance, path)
@@ -209,7 +213,9 @@ pub async fn seed(
         }
     }
     if !report.removed.is_empty() {
-        prune_directories(rt, instance, &report.removed, &targets).await?;
+        let mut tops = targets.clone();
+        tops.push(super::capability::DIR.to_string());
+        prune_directories(rt, instance, &report.removed, &tops).await?;
     }
     let removed: Vec<&str> = report.removed.iter().map(String::as_str).collect();
     released.extend(removed);

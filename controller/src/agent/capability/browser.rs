@@ -32,6 +32,13 @@ pub const BROWSER_OUTPUT: &str = "/workspace/.berth/browser/output";
 pub const BROWSER_SKILL: &str = "/workspace/.berth/skills/browser/SKILL.md";
 /// The screenshot script.
 pub const BROWSER_SCREENSHOT: &str = "/workspace/.berth/bin/berth-screenshot";
+/// Every file the browser writes.
+pub const PATHS: [&str; 4] = [
+    BROWSER_CONFIG,
+    MCP_SERVERS,
+    BROWSER_SKILL,
+    BROWSER_SCREENSHOT,
+];
 /// The MCP server's name: its tools are `mcp__browser__browser_navigate`, ...
 pub const SERVER_NAME: &str = "browser";
 /// The command of the MCP server, looked up on the container's PATH.

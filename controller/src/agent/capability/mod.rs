@@ -28,6 +28,14 @@ pub const TOKEN_KEY: &str = "BERTH_PROJECT_TOKEN";
 /// Every project token starts with this, and then the project's name and a `.`.
 pub const TOKEN_PREFIX: &str = "berthp.";
 
+/// The directory every capability's files lie under.
+pub const DIR: &str = "/workspace/.berth";
+
+/// Whether berth writes `path` for some capability (so, recorded and no longer wanted, it goes).
+pub fn is_capability_file(path: &str) -> bool {
+    [SCHEDULE_CLI, SCHEDULE_SKILL].contains(&path) || browser::PATHS.contains(&path)
+}
+
 const SCHEDULE_CLI_TEXT: &str = include_str!("berth-schedule.sh");
 const SCHEDULE_SKILL_TEXT: &str = include_str!("schedules-SKILL.md");
 
@@ -139,11 +147,15 @@ mod tests {
             chromium: Some("/usr/lib/chromium/chromium".into()),
             failures: Vec::new(),
         };
-        assert!(
-            files(&spec, &found)
-                .iter()
-                .any(|(p, _, _)| *p == MCP_SERVERS)
-        );
+        let written = files(&spec, &found);
+        assert!(written.iter().any(|(p, _, _)| *p == MCP_SERVERS));
+        // Every file a capability writes is one berth removes once it is not wanted.
+        spec.capabilities.push(Capability::Schedules);
+        for (path, _, _) in files(&spec, &found) {
+            assert!(is_capability_file(path), "{path}");
+            assert!(path.starts_with(&format!("{DIR}/")), "{path}");
+        }
+        assert!(!is_capability_file("/workspace/.berth/notes.md"));
     }
 
     #[test]

@@ -502,7 +502,7 @@ impl AgentSteps {
                     EventType::Normal,
                     "SkillRemoved",
                     &format!(
-                        "removed {}: no skill holds them any more",
+                        "removed {}: no skill or capability holds them any more",
                         report.removed.join(", ")
                     ),
                 );

@@ -292,19 +292,20 @@ fn a_dropped_browser_leaves_the_workspace_when_seeded_again() {
         .replace("Commit your work;", "Commit your work often;");
     let out = berth.cli_input(&["apply", "-f", "-"], changed.as_bytes());
     assert!(out.status.success(), "{out:?}");
+    // Gone, and said so (the event follows the removal).
     crate::support::eventually(
         Duration::from_secs(120),
-        "the browser's files removed",
-        || berth.log_text(),
-        || (sh(&berth, &name, published) == "gone\n").then_some(()),
-    );
-    let removed = berth.events_of(&name, "SkillRemoved");
-    assert!(
-        removed.iter().any(|e| e["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("/workspace/.berth/mcp.json")),
-        "{removed:?}"
+        "the browser's files removed, in a SkillRemoved event",
+        || format!("{:?}", berth.events_of(&name, "SkillRemoved")),
+        || {
+            let said = berth.events_of(&name, "SkillRemoved").iter().any(|e| {
+                e["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("/workspace/.berth/mcp.json")
+            });
+            (said && sh(&berth, &name, published) == "gone\n").then_some(())
+        },
     );
     berth.delete_project(&name);
 }

@@ -10,6 +10,8 @@ struct Recorder {
     log: Mutex<Vec<(Pass, Instant, Instant)>>,
     finished: Mutex<Vec<(Pass, Duration)>>,
     overruns: Mutex<Vec<Duration>>,
+    /// Per round, how long its passes say they waited for a saturated reconciler.
+    waits: Mutex<Vec<Duration>>,
     running: AtomicUsize,
     max_running: AtomicUsize,
     /// Per pass, the rounds (0-based) in which it panics.
@@ -61,6 +63,15 @@ impl Passes for Recorder {
 
     fn overrun(&self, took: Duration) {
         self.overruns.lock().unwrap().push(took);
+    }
+
+    fn take_waited(&self) -> Duration {
+        let mut waits = self.waits.lock().unwrap();
+        if waits.is_empty() {
+            Duration::ZERO
+        } else {
+            waits.remove(0)
+        }
     }
 }
 
@@ -160,6 +171,25 @@ async fn a_round_that_outruns_the_interval_is_counted_and_not_piled_up() {
     // rounds are run to catch up: the third comes one interval after the second.
     assert_eq!(round_starts, [0, 71, 101].map(Duration::from_secs).to_vec());
     assert_eq!(recorder.max_running.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_long_only_for_giving_way_to_the_reconciler_is_no_overrun() {
+    let recorder = Arc::new(Recorder::default());
+    // Two long rounds: the first waited 60 of its 71 s for a saturated reconciler, the second
+    // only 10 of its 71 s.
+    *recorder.durations.lock().unwrap() = vec![
+        plan(&[(Pass::Activity, 70), (Pass::Reap, 1)]),
+        plan(&[(Pass::Activity, 70), (Pass::Reap, 1)]),
+        plan(&[(Pass::Activity, 1)]),
+    ];
+    *recorder.waits.lock().unwrap() = vec![Duration::from_secs(60), Duration::from_secs(10)];
+    run_for(recorder.clone(), Duration::from_secs(150)).await;
+    assert_eq!(
+        recorder.overruns.lock().unwrap().clone(),
+        vec![Duration::from_secs(71)],
+        "only the round that fell behind on its own"
+    );
 }
 
 #[tokio::test(start_paused = true)]

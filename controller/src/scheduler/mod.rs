@@ -84,6 +84,13 @@ pub trait Passes: Send + Sync {
     /// the next round starts at once instead of piling up.
     fn overrun(&self, _took: Duration) {}
 
+    /// How long the passes waited, by design, for a saturated reconciler since this was last
+    /// asked (once per round). That wait is the passes giving way, not falling behind: it does
+    /// not count toward an overrun.
+    fn take_waited(&self) -> Duration {
+        Duration::ZERO
+    }
+
     /// A pass panicked with `message` (for `scheduler_panics_total{pass}`); the loop goes on
     /// with the next pass.
     fn pass_panicked(&self, _pass: Pass, _message: &str) {}
@@ -167,7 +174,8 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Runs rounds of passes every `interval` until `shutdown` is cancelled. A round that outruns
-/// the interval is counted and the next starts when it ends; shutdown lets the running pass
+/// the interval is counted (unless waiting for a saturated reconciler made it long) and the
+/// next starts when it ends; shutdown lets the running pass
 /// finish (a reap half done is worse than a late exit) and then returns. A pass that panics is
 /// counted, logged and recorded in `health`, and the loop goes on: one bad object must not
 /// stop the scheduler for the whole fleet.
@@ -198,9 +206,13 @@ pub async fn run(
         }
         let took = started.elapsed();
         if took > interval {
-            passes.overrun(took);
+            // Still the next round starts at once: the interval has gone by either way.
+            if took.saturating_sub(passes.take_waited()) > interval {
+                passes.overrun(took);
+            }
             continue;
         }
+        passes.take_waited();
         tokio::select! {
             _ = tokio::time::sleep_until(started + interval) => {}
             _ = shutdown.cancelled() => return,

@@ -113,7 +113,7 @@ impl DaemonPasses {
         &self,
         name: &str,
     ) -> Option<(String, Result<Inspection, String>)> {
-        let _slot = self.queue.lock(name).await;
+        let _slot = self.slot(name).await;
         let object = self.store.get(Kind::Project, name)?;
         if object.is_deleting() || running(&object) || paused(&object) {
             return None;

@@ -55,7 +55,7 @@ impl DaemonPasses {
             .collect::<Vec<_>>()
             .join(", ");
         let outcome = {
-            let _slot = self.queue.lock(name).await;
+            let _slot = self.slot(name).await;
             let current = self.store.get(berth_api::Kind::Project, name);
             if !current.is_some_and(|c| c.uid() == object.uid() && running(&c) && !c.is_deleting())
             {

@@ -166,7 +166,7 @@ impl DaemonPasses {
     /// re-check holds the project, what it found is recorded like any pass's findings, so the
     /// next pass decides on it instead of finding the project due again.
     pub(super) async fn act(&self, name: &str, action: ReapAction) {
-        let _slot = self.queue.lock(name).await;
+        let _slot = self.slot(name).await;
         let Some(object) = self.store.get(Kind::Project, name) else {
             return;
         };

@@ -103,6 +103,8 @@ pub struct DaemonPasses {
     settling: Mutex<BTreeSet<String>>,
     /// The controller's resync, run by the resync pass.
     controller_resync: Option<crate::reconcile::Resync>,
+    /// How long the passes waited for a saturated reconciler this round ([`Passes::take_waited`]).
+    waited: Mutex<Duration>,
     /// What the resync pass's list showed of stray containers: housekeeping's list.
     strays: Mutex<Option<Arc<crate::reconcile::Strays>>>,
     /// When the settle period was set: the daemon's start.
@@ -145,6 +147,7 @@ impl DaemonPasses {
             settle: chrono::Duration::zero(),
             settling: Mutex::new(BTreeSet::new()),
             controller_resync: None,
+            waited: Mutex::new(Duration::ZERO),
             strays: Mutex::new(None),
             started: Utc::now(),
         }
@@ -221,9 +224,27 @@ impl DaemonPasses {
         }) else {
             return;
         };
+        let started = tokio::time::Instant::now();
         while self.queue.saturated() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(SATURATION_POLL).await;
         }
+        self.add_waited(started.elapsed());
+    }
+
+    /// The project's slot in the work queue; the wait counts as giving way to the reconciler
+    /// when it was saturated.
+    async fn slot(&self, name: &str) -> crate::reconcile::KeyLock {
+        let saturated = self.queue.saturated();
+        let started = tokio::time::Instant::now();
+        let slot = self.queue.lock(name).await;
+        if saturated {
+            self.add_waited(started.elapsed());
+        }
+        slot
+    }
+
+    fn add_waited(&self, waited: Duration) {
+        *self.waited.lock().unwrap_or_else(|e| e.into_inner()) += waited;
     }
 
     /// Asks the reconciler to re-check every project: through the controller's own resync when
@@ -286,6 +307,10 @@ impl Passes for DaemonPasses {
         self.metrics.observe_pass(pass.label(), took.as_secs_f64());
         self.metrics
             .pass_finished_at(pass.label(), self.now().timestamp());
+    }
+
+    fn take_waited(&self) -> Duration {
+        std::mem::take(&mut *self.waited.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn overrun(&self, took: Duration) {

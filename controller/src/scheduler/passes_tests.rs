@@ -1066,6 +1066,10 @@ async fn inspections_wait_a_few_settle_periods_at_most_for_a_saturated_reconcile
     s.passes.queue.forget("applied");
     round.await;
     assert!(inspections_of(&s.fake, "p") > 0);
+    // The round's wait is told to the loop, which does not count it toward an overrun.
+    let waited = s.passes.take_waited();
+    assert!(waited >= settle * 2, "{waited:?}");
+    assert_eq!(s.passes.take_waited(), Duration::ZERO, "told once");
 
     // Saturated for good: inspected after four settle periods all the same.
     s.passes.queue.request_now("stuck");

@@ -114,6 +114,26 @@ pub struct TrashList {
     pub purge_paused: Option<String>,
 }
 
+/// One image's warm pool (`PoolList.items`): members booted and ready to claim, how many the
+/// configuration wants, and how many projects claimed one since the daemon started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolEntry {
+    pub image: String,
+    pub ready: u64,
+    pub wanted: u64,
+    pub claims: u64,
+}
+
+/// `GET /apis/berth.dev/v1alpha1/pool`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolList {
+    pub api_version: String,
+    pub kind: String,
+    pub items: Vec<PoolEntry>,
+}
+
 /// One row of the reaper's plan (`GET /apis/berth.dev/v1alpha1/reap`, `berth reap --dry-run`):
 /// what it would do to a project next, as recorded by the last reap pass.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

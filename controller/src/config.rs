@@ -49,6 +49,8 @@ pub struct Config {
     pub events: EventsConfig,
     /// Serve the API and the store, but let the controller act on nothing.
     pub paused: bool,
+    /// Containers of `defaults.image` kept ready for new projects to claim.
+    pub pool: PoolConfig,
 }
 
 impl Default for Config {
@@ -66,6 +68,7 @@ impl Default for Config {
             trash: TrashConfig::default(),
             events: EventsConfig::default(),
             paused: false,
+            pool: PoolConfig::default(),
         }
     }
 }
@@ -211,6 +214,17 @@ impl Default for EventsConfig {
         }
     }
 }
+
+/// The warm pool: `size` containers of `defaults.image`, booted once and stopped, holding no
+/// project's data, which a new project claims instead of creating its own.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct PoolConfig {
+    pub size: u32,
+}
+
+/// The largest `pool.size`: every member is a container on the host, whatever claims it.
+pub const MAX_POOL_SIZE: u32 = 64;
 
 /// How long a gone object's events stay unless `events.retention` says otherwise.
 pub const EVENT_RETENTION: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -397,6 +411,12 @@ impl Config {
         match self.events.retention.parse::<berth_api::BerthDuration>() {
             Ok(d) => d.check_cap().map_err(|e| invalid("events.retention", &e))?,
             Err(e) => return Err(invalid("events.retention", &e.to_string())),
+        }
+        if self.pool.size > MAX_POOL_SIZE {
+            return Err(invalid(
+                "pool.size",
+                &format!("{} is more than {MAX_POOL_SIZE}", self.pool.size),
+            ));
         }
         Ok(())
     }
@@ -602,6 +622,22 @@ secrets: {mirrorToLxd: false}
             config.defaults.reap.idle_after,
             Config::default().defaults.reap.idle_after
         );
+    }
+
+    #[test]
+    fn the_warm_pool_is_off_by_default_and_bounded() {
+        assert_eq!(Config::default().pool.size, 0);
+        let config = Config::parse("pool: {size: 3}\n").unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.pool.size, 3);
+        let err = Config::parse("pool: {size: 65}\n")
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pool.size"), "{err}");
+        let err = Config::parse("pool: {sise: 2}\n").unwrap_err().to_string();
+        assert!(err.contains("sise"), "{err}");
     }
 
     #[test]

@@ -256,8 +256,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         )
         .with_metrics(Arc::clone(&metrics)),
     );
+    // Built here, not in the controller: the API shows it also while the controller is
+    // paused or not yet connected.
+    let warm_pool = Arc::new(crate::reconcile::pool::WarmPool::new(
+        &config.defaults.image,
+        config.pool.size as usize,
+    ));
     let controller = start_controller(
         &config,
+        &warm_pool,
         &store,
         &secrets,
         &metrics,
@@ -293,6 +300,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     })
     .with_inspector(Arc::clone(&inspector))
     .with_trash(trash)
+    .with_pool(warm_pool)
     .with_previews(previews)
     .with_readiness_check(
         "controller",
@@ -379,6 +387,7 @@ struct ControllerReadiness {
 #[allow(clippy::too_many_arguments)] // the daemon's shared parts, each handed on once
 fn start_controller(
     config: &Config,
+    warm_pool: &Arc<crate::reconcile::pool::WarmPool>,
     store: &Arc<Store>,
     secrets: &Arc<Secrets>,
     metrics: &Arc<crate::metrics::Metrics>,
@@ -407,7 +416,10 @@ fn start_controller(
     );
     let metrics = Arc::clone(metrics);
     let settings = match crate::reconcile::settings_from_config(config) {
-        Ok(settings) => settings,
+        Ok(settings) => crate::reconcile::ControllerSettings {
+            pool: Arc::clone(warm_pool),
+            ..settings
+        },
         Err(e) => {
             tracing::error!(error = %e, "the controller cannot start");
             return Some(gitops);

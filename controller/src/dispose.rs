@@ -12,6 +12,9 @@
 //!   (a tool a person installed, files under /root that are no repository) is kept for the
 //!   retention. It is deleted only when the deletion was purged or the trash is disabled.
 //!
+//! - A warm pool member the pool no longer wants ([`pool_member`]) is deleted outright: it
+//!   never held a project's data.
+//!
 //! Besides this module, only the trash's purge of expired items and the inspection instance's
 //! cleanup delete instances or volumes (a unit test reads the source tree to keep it so).
 //!
@@ -22,7 +25,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::layout::{UID_LABEL, uid_label};
+use crate::layout::{POOL_LABEL, UID_LABEL, uid_label};
 use crate::runtime::{Device, Runtime, RuntimeError, StopOptions, Volume};
 use crate::store::StoredObject;
 use crate::trash::{self, TrashSettings};
@@ -101,6 +104,38 @@ pub async fn deleted_container(
     };
     container_into_trash(runtime, &replaced).await?;
     Ok(())
+}
+
+/// Deletes the warm pool member `name` of the controller `controller`, read again first: only
+/// while it still carries that controller's pool label and no project's uid label (a claim
+/// sets the one and clears the other in one update), so nothing that could hold a project's
+/// data is deleted here. Answers whether it deleted it (or found it gone).
+pub async fn pool_member(
+    runtime: &dyn Runtime,
+    controller: &str,
+    name: &str,
+    timeout: Duration,
+) -> Result<bool, RuntimeError> {
+    let Some(member) = runtime.get_instance_record(name).await? else {
+        return Ok(true);
+    };
+    let unclaimed = member.config.get(POOL_LABEL).map(String::as_str) == Some(controller)
+        && uid_label(&member.config).is_none();
+    if !unclaimed {
+        return Ok(false);
+    }
+    runtime
+        .stop_instance(
+            name,
+            StopOptions {
+                clean_timeout: Duration::ZERO,
+                force_after: true,
+            },
+        )
+        .await?;
+    runtime.delete_instance(name, timeout).await?;
+    tracing::info!(member = name, "warm pool member deleted");
+    Ok(true)
 }
 
 /// Whether the deletion of `object` skips the trash (`DELETE ...?purge=true`, admins).

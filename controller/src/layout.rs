@@ -12,6 +12,12 @@ use crate::runtime::Device;
 pub const UID_LABEL: &str = "user.berth.uid";
 /// The config key naming the controller (its store's id) that created a container or volume.
 pub const CONTROLLER_LABEL: &str = "user.berth.controller";
+/// On a warm pool member: the id of the controller whose pool it is. A claim clears it in the
+/// same update that sets the project's labels and attaches its volumes, so a container
+/// carrying it has never held a project's data.
+pub const POOL_LABEL: &str = "user.berth.pool";
+/// On a warm pool member: `true` once it booted, answered and was stopped again.
+pub const POOL_READY_LABEL: &str = "user.berth.pool.ready";
 /// The prefix of every label berth sets; listing by it finds berth's instances in one call.
 pub const LABEL_PREFIX: &str = "user.berth.";
 /// On a home volume made for a profile added to an existing container: `pending` until what

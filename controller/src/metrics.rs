@@ -63,6 +63,11 @@ pub struct ReasonLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ImageLabels {
+    pub image: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PassLabels {
     pub pass: &'static str,
 }
@@ -161,6 +166,13 @@ pub struct Metrics {
     pub deletion_held_since: HeldSince,
     /// Projects whose status says a step ran past its deadline.
     pub projects_step_timeout: Gauge,
+    /// Warm pool members ready to be claimed, by image.
+    pub pool_ready: Family<ImageLabels, Gauge>,
+    /// New projects that took a warm pool member, by image.
+    pub pool_claims: Family<ImageLabels, Counter>,
+    /// New projects of the pool's image created the plain way, by why (`empty`: no member
+    /// was ready; `lost`: the member claimed went away before it was renamed).
+    pub pool_fallbacks: Family<ReasonLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -210,6 +222,9 @@ impl Metrics {
             deletions_held: Gauge::default(),
             deletion_held_since: HeldSince::default(),
             projects_step_timeout: Gauge::default(),
+            pool_ready: Family::default(),
+            pool_claims: Family::default(),
+            pool_fallbacks: Family::default(),
         };
 
         // `process_*` carry no prefix; everything else is `berth_*`.
@@ -246,6 +261,21 @@ impl Metrics {
             "fleet_defaults_refused",
             "Containers LXD would not create with the fleet's default limits, created without them",
             m.fleet_defaults_refused.clone(),
+        );
+        registry.register(
+            "pool_ready",
+            "Warm pool members ready to be claimed by a new project, by image",
+            m.pool_ready.clone(),
+        );
+        registry.register(
+            "pool_claims",
+            "New projects that took a warm pool member instead of creating a container",
+            m.pool_claims.clone(),
+        );
+        registry.register(
+            "pool_fallbacks",
+            "New projects of the warm pool's image created without a pool member, by reason",
+            m.pool_fallbacks.clone(),
         );
         registry.register(
             "orphan_containers",
@@ -771,6 +801,9 @@ mod tests {
         "berth_deletions_held",
         "berth_deletion_held_oldest_seconds",
         "berth_projects_step_timeout",
+        "berth_pool_ready",
+        "berth_pool_claims_total",
+        "berth_pool_fallbacks_total",
         "process_resident_memory_bytes",
         "process_cpu_seconds_total",
         "process_open_fds",
@@ -784,6 +817,17 @@ mod tests {
         // Families whose label values are open show up once something was observed.
         metrics.observe_step("Created", 0.5);
         metrics.observe_lxd_request("GET", 200, 0.01);
+        let image = ImageLabels {
+            image: "berth-base".into(),
+        };
+        metrics.pool_ready.get_or_create(&image).set(1);
+        metrics.pool_claims.get_or_create(&image).inc();
+        metrics
+            .pool_fallbacks
+            .get_or_create(&ReasonLabels {
+                reason: "empty".into(),
+            })
+            .inc();
         let text = metrics.encode();
         for name in EXPOSED {
             assert!(

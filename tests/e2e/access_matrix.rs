@@ -370,6 +370,7 @@ fn rows() -> Vec<Row> {
             "",
             [200, 200, 200],
         ),
+        row("the warm pool", "GET", "/P/pool", "", [200, 200, 200]),
         row(
             "mint a console sign-in token",
             "POST",

@@ -73,6 +73,7 @@ pub const ROUTES: &[Route] = &[
     route("GET", "~/events", Authenticated),
     route("POST", "~/uitokens", Admin),
     route("GET", "~/reap", Authenticated),
+    route("GET", "~/pool", Authenticated),
     route("GET", "~/trash", Admin),
     route("POST", "~/trash/purge", Admin),
     route("POST", "~/trash/{uid}/restore", Admin),

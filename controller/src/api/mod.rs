@@ -105,6 +105,8 @@ pub struct ApiState {
     pub previews: Option<Arc<crate::preview::Previews>>,
     /// The web console's sessions and sign-in tokens.
     pub console: ui::Console,
+    /// The controller's warm pool, which `GET .../pool` shows.
+    pub pool: Arc<crate::reconcile::pool::WarmPool>,
 }
 
 impl ApiState {
@@ -134,7 +136,14 @@ impl ApiState {
             trash: None,
             previews: None,
             console: ui::Console::default(),
+            pool: Arc::default(),
         }
+    }
+
+    /// Shows `pool` at `GET .../pool`.
+    pub fn with_pool(mut self, pool: Arc<crate::reconcile::pool::WarmPool>) -> Self {
+        self.pool = pool;
+        self
     }
 
     /// Marks the console's cookies `Secure` on the TCP listener, which speaks HTTPS.

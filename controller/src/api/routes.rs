@@ -181,6 +181,10 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             only(&method, &path, Method::GET)?;
             reap_plan(state, caller)
         }
+        ["pool"] => {
+            only(&method, &path, Method::GET)?;
+            Ok(serialized(StatusCode::OK, &warm_pool(state)))
+        }
         ["trash"] => {
             only(&method, &path, Method::GET)?;
             trash::list(state, caller, query.flag("all")?).await
@@ -317,6 +321,16 @@ fn reap_plan(state: &ApiState, caller: &Caller) -> Outcome {
             .map(|o| o.as_ref()),
     );
     Ok(serialized(StatusCode::OK, &json!({"items": plan})))
+}
+
+/// `GET .../pool`: the warm pool, a count of containers holding no project's data, the same
+/// for every caller.
+fn warm_pool(state: &ApiState) -> berth_api::wire::PoolList {
+    berth_api::wire::PoolList {
+        api_version: berth_api::API_VERSION.to_string(),
+        kind: "PoolList".to_string(),
+        items: vec![state.pool.entry()],
+    }
 }
 
 /// `.../PLURAL[/NAME[/status|/events]]`: the objects of one kind.

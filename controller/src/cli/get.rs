@@ -16,7 +16,8 @@ use crate::client::Resource;
 
 #[derive(Debug, Args)]
 pub struct GetArgs {
-    /// project(s), agentprofile(s) or gitsource(s) (or proj, ap, gs); or KIND/NAME.
+    /// project(s), agentprofile(s) or gitsource(s) (or proj, ap, gs); or KIND/NAME; or pool
+    /// (the warm pool of containers new projects claim).
     #[arg(value_name = "KIND|KIND/NAME", value_parser = kind_word)]
     kind: String,
     /// One or more objects (NAME, or KIND/NAME after one); all of them when omitted.
@@ -61,8 +62,14 @@ pub fn parse_resource(word: &str) -> Result<Resource, String> {
     })
 }
 
-/// `KIND` or `KIND/NAME` of a kind berth knows, checked as the command line is read.
+/// What `berth get` takes for the warm pool, which is no kind of object.
+const POOL: &str = "pool";
+
+/// `KIND` or `KIND/NAME` of a kind berth knows (or `pool`), checked as the command line is read.
 pub fn kind_word(word: &str) -> Result<String, String> {
+    if word == POOL {
+        return Ok(word.to_string());
+    }
     let kind = word.split_once('/').map_or(word, |(kind, _)| kind);
     parse_resource(kind).map(|_| word.to_string())
 }
@@ -116,6 +123,9 @@ pub fn parse_objects(words: &[String]) -> Result<Vec<(Resource, String)>, String
 }
 
 pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
+    if args.kind == POOL {
+        return pool(context, &args).await;
+    }
     let client = context.client()?;
     // Like kubectl: with several names, those found are printed and each missing one gets an
     // error line of its own.
@@ -264,6 +274,40 @@ async fn watch(
         out.write_all(text.as_bytes()).and_then(|()| out.flush())?;
     }
     Ok(())
+}
+
+/// `berth get pool`: the warm pool as a table (IMAGE, READY, WANTED, CLAIMS), or the server's
+/// `PoolList` as YAML or JSON.
+async fn pool(context: &Context, args: &GetArgs) -> anyhow::Result<ExitCode> {
+    if !args.names.is_empty() || args.selector.is_some() || args.watch {
+        anyhow::bail!("get pool takes no names, --selector or --watch");
+    }
+    let client = context.client()?;
+    let path = format!("{}/pool", berth_api::wire::API_PREFIX);
+    let list = client.get_json(&path, &[]).await?;
+    match &args.output {
+        Some(GetOutput::Format(OutputFormat::Yaml)) => print!("{}", render::to_yaml(&list)),
+        Some(GetOutput::Format(OutputFormat::Json)) => print!("{}", render::to_json(&list)),
+        None | Some(GetOutput::Format(OutputFormat::Wide)) => {
+            let pool: berth_api::wire::PoolList = serde_json::from_value(list)?;
+            print!("{}", pool_table(&pool.items));
+        }
+        Some(_) => anyhow::bail!("-o: get pool prints a table, yaml or json"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn pool_table(items: &[berth_api::wire::PoolEntry]) -> String {
+    let mut table = Table::new(["image", "ready", "wanted", "claims"]);
+    for item in items {
+        table.row(vec![
+            item.image.clone(),
+            item.ready.to_string(),
+            item.wanted.to_string(),
+            item.claims.to_string(),
+        ]);
+    }
+    table.render()
 }
 
 #[cfg(test)]

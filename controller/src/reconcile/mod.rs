@@ -17,6 +17,7 @@ pub mod finalizer;
 pub mod fleet;
 pub mod own_changes;
 pub mod placement;
+pub mod pool;
 pub mod project;
 pub mod queue;
 pub mod replace;
@@ -96,6 +97,9 @@ pub struct ControllerSettings {
     /// berth's agent socket, which a project with the `schedules` capability reaches from
     /// inside its container; `None` when the daemon serves none.
     pub agent_api_socket: Option<std::path::PathBuf>,
+    /// The warm pool new projects of `default_image` claim from (`pool.size`, default none);
+    /// shared with the API, which shows it.
+    pub pool: Arc<pool::WarmPool>,
 }
 
 impl Default for ControllerSettings {
@@ -112,6 +116,7 @@ impl Default for ControllerSettings {
             trash: crate::trash::TrashSettings::default(),
             default_image: "berth-base".to_string(),
             agent_api_socket: None,
+            pool: Arc::default(),
         }
     }
 }
@@ -286,6 +291,7 @@ pub fn spawn_controller(
         context.clone(),
         cancel.clone(),
     )));
+    tasks.push(tokio::spawn(pool::refill(context.clone(), cancel.clone())));
 
     ControllerHandle {
         queue,

@@ -17,6 +17,8 @@ const WINDOW: Duration = Duration::from_secs(60);
 /// LXD's lifecycle actions for the changes a reconcile makes and then reads back itself.
 pub const CREATED: &str = "instance-created";
 pub const STARTED: &str = "instance-started";
+pub const RENAMED: &str = "instance-renamed";
+pub const UPDATED: &str = "instance-updated";
 
 #[derive(Debug, Default)]
 pub struct OwnChanges {

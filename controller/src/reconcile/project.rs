@@ -432,6 +432,9 @@ impl Project<'_> {
             }
         };
 
+        if draft.record.pool_member.is_some() {
+            return self.finish_claim(draft, instance).await;
+        }
         if let Some(found) = &instance
             && uid_label(&found.config) != Some(self.uid())
         {
@@ -608,6 +611,15 @@ impl Project<'_> {
         for mount in &self.layout.mounts {
             self.create_volume(mount, member.as_deref(), None).await?;
         }
+        if member.is_none()
+            && let Some(taken) = self.take_from_pool(&draft, &image)
+        {
+            draft.record.pool_member = Some(taken.clone());
+            let recorded = self.commit(&mut draft).await;
+            self.ctx.settings.pool.release(&taken);
+            recorded?;
+            return self.finish_claim(draft, None).await;
+        }
 
         let mut with_fleet = true;
         let created = loop {
@@ -712,6 +724,130 @@ impl Project<'_> {
             own.withdraw(self.name(), action);
         }
         result
+    }
+
+    /// A warm pool member for this new project, when it can use one: of the pool's image
+    /// (the same alias, resolved to the same fingerprint), to run at once, on a single LXD
+    /// server (a cluster places each project on a member first). Anything else, or an empty
+    /// pool, creates its container the plain way.
+    fn take_from_pool(&self, draft: &Draft, image: &ImageSource) -> Option<String> {
+        let pool = &self.ctx.settings.pool;
+        if pool.wanted() == 0 || self.spec.image != pool.image() || !self.starts_at_once(draft) {
+            return None;
+        }
+        let ImageSource::Fingerprint(fingerprint) = image else {
+            return None;
+        };
+        let taken = pool.take(fingerprint, &self.ctx.metrics);
+        if taken.is_none() {
+            let empty = crate::metrics::ReasonLabels {
+                reason: "empty".into(),
+            };
+            self.ctx.metrics.pool_fallbacks.get_or_create(&empty).inc();
+        }
+        taken
+    }
+
+    /// Step Created by a claim of the warm pool member recorded in `draft`: renamed to the
+    /// project's name, then its labels, limits and devices set and the pool's label cleared in
+    /// one update, then started. `found` is the instance under the project's name. Each part
+    /// is judged by what LXD shows, so a controller killed anywhere resumes here: a member not
+    /// renamed yet is renamed, one renamed but not updated is updated, and a member gone
+    /// before its rename leaves the claim for the plain create.
+    async fn finish_claim(
+        &self,
+        mut draft: Draft,
+        found: Option<Instance>,
+    ) -> Result<Action, ReconcileError> {
+        let runtime = &*self.ctx.runtime;
+        let controller = self.ctx.store.controller_id();
+        let member = draft.record.pool_member.clone().unwrap_or_default();
+        let instance = match found {
+            Some(instance) => instance,
+            None => match runtime.get_instance_record(&member).await? {
+                Some(unclaimed) if super::pool::is_member(&unclaimed, controller) => {
+                    let rename = runtime.rename_instance(
+                        &member,
+                        self.name(),
+                        self.ctx.settings.timeouts.start,
+                    );
+                    self.own_change(own_changes::RENAMED, rename).await?;
+                    fault::after_call("rename_pool_member");
+                    Instance {
+                        name: self.name().to_string(),
+                        ..unclaimed
+                    }
+                }
+                // Renamed since the read that found no container of the project's name (a
+                // list from before the rename): read again.
+                _ if let Some(renamed) = runtime.get_instance_record(self.name()).await? => renamed,
+                _ => {
+                    tracing::info!(member, "the claimed pool member is gone; creating instead");
+                    let lost = crate::metrics::ReasonLabels {
+                        reason: "lost".into(),
+                    };
+                    self.ctx.metrics.pool_fallbacks.get_or_create(&lost).inc();
+                    draft.record.pool_member = None;
+                    self.commit(&mut draft).await?;
+                    return Ok(Action::Requeue(Duration::ZERO));
+                }
+            },
+        };
+        if uid_label(&instance.config) != Some(self.uid()) {
+            if !super::pool::is_member(&instance, controller) {
+                return self.name_conflict(draft).await;
+            }
+            self.give_member(&mut draft, &instance).await?;
+        }
+        if instance.status == InstanceStatus::Stopped && self.starts_at_once(&draft) {
+            self.start().await?;
+        }
+        draft.record.pool_member = None;
+        self.ctx.settings.pool.claimed(&self.ctx.metrics);
+        match runtime.get_instance_record(self.name()).await? {
+            Some(instance) => self.record_created(draft, &instance).await,
+            None => Err(ReconcileError::Failed(
+                "the claimed pool member vanished after its rename".into(),
+            )),
+        }
+    }
+
+    /// Gives the renamed member what a create request would have carried (labels, limits,
+    /// volumes, forwards), clearing the pool's labels in the same update. LXD refusing the
+    /// fleet's default limits is handled as on a create.
+    async fn give_member(
+        &self,
+        draft: &mut Draft,
+        member: &Instance,
+    ) -> Result<(), ReconcileError> {
+        let image = ImageSource::Fingerprint(member.base_image().unwrap_or_default().to_string());
+        let mut with_fleet = true;
+        loop {
+            let request = self.create_request(image.clone(), with_fleet, None);
+            let mut patch = InstancePatch {
+                config: request.config,
+                devices: request.devices,
+            };
+            patch.config.extend(super::pool::claim_clears());
+            let update = self.ctx.runtime.patch_instance(self.name(), &patch);
+            match self.own_change(own_changes::UPDATED, update).await {
+                Ok(()) => return Ok(()),
+                Err(e @ RuntimeError::Rejected { .. }) if with_fleet && self.has_fleet_limits() => {
+                    with_fleet = false;
+                    let message = format!(
+                        "the fleet default limits were not applied ({e}); claiming without them"
+                    );
+                    tracing::warn!("{message}");
+                    self.ctx.metrics.fleet_defaults_refused.inc();
+                    self.warn("FleetDefaultsNotApplied", &message).await;
+                }
+                Err(RuntimeError::Rejected { message, .. }) => {
+                    let failed = self.creation_failed(draft.clone(), &message).await;
+                    return failed.map(|_| ());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// Starts the container (step Started), as berth's own change.

@@ -39,6 +39,10 @@ pub struct ControllerRecord {
     /// When the current step began, for step deadlines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_started_at: Option<DateTime<Utc>>,
+    /// The warm pool member this project is claiming (its pool name), recorded before it is
+    /// renamed and cleared once the claimed container is recorded as Created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_member: Option<String>,
 }
 
 impl ControllerRecord {

@@ -1,0 +1,405 @@
+//! The warm pool: containers of the default image made ahead of time, booted once (so the
+//! image is known to boot and LXD's first-start remap of the root filesystem is done) and
+//! stopped again, holding no project's data. A new project of that image claims one instead of
+//! creating its own: the member is renamed to the project's name, given the project's labels,
+//! limits and volumes in one update, and started (`project::Project::finish_claim`).
+//!
+//! Members are stopped because LXD renames only a stopped instance, and a project's container
+//! is named after the project: a claim of a running member would have to stop it first, which
+//! costs more than the boot it saves (measured in README's "Warm pool").
+//!
+//! A member is named `berth-pool-<controller>-<n>` and labelled [`POOL_LABEL`] with the
+//! controller's id, so two daemons on one LXD never claim or delete each other's. The refill
+//! ([`refill`]) is one task making one member at a time; it deletes members the pool no longer
+//! wants (a lower `pool.size`, another image) through [`crate::dispose::pool_member`].
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use berth_api::Kind;
+use berth_api::wire::PoolEntry;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::Context;
+use super::status::ControllerRecord;
+use crate::dispose;
+use crate::layout::{POOL_LABEL, POOL_READY_LABEL, uid_label};
+use crate::metrics::{ImageLabels, Metrics};
+use crate::runtime::{
+    CreateInstance, Created, ExecRequest, ImageSource, Instance, InstancePatch, InstanceStatus,
+    OperationStatus, RuntimeError, StopOptions,
+};
+use crate::store::Store;
+
+/// How often a booting member is probed.
+const BOOT_POLL: Duration = Duration::from_millis(250);
+/// The first wait after a failed refill pass; it doubles up to [`FAILED_MAX`].
+const FAILED_FIRST: Duration = Duration::from_secs(5);
+const FAILED_MAX: Duration = Duration::from_secs(300);
+
+/// The warm pool of one controller: what it wants, the members the last pass found ready, and
+/// the members a claim has taken but not yet recorded in its project.
+#[derive(Debug, Default)]
+pub struct WarmPool {
+    /// The image alias members are made of (`defaults.image`).
+    image: String,
+    wanted: usize,
+    state: Mutex<Members>,
+    claims: AtomicU64,
+    /// Wakes the refill after a claim.
+    wake: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Members {
+    /// Ready members by name, with the fingerprint of their image.
+    ready: BTreeMap<String, String>,
+    /// Taken by a claim whose project has not recorded it yet.
+    taken: BTreeSet<String>,
+}
+
+impl WarmPool {
+    /// A pool of `wanted` members of `image`; `wanted` 0 keeps none (and deletes what a
+    /// larger pool left).
+    pub fn new(image: &str, wanted: usize) -> WarmPool {
+        WarmPool {
+            image: image.to_string(),
+            wanted,
+            ..WarmPool::default()
+        }
+    }
+
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
+    pub fn wanted(&self) -> usize {
+        self.wanted
+    }
+
+    /// What `berth get pool` shows.
+    pub fn entry(&self) -> PoolEntry {
+        PoolEntry {
+            image: self.image.clone(),
+            ready: self.lock().ready.len() as u64,
+            wanted: self.wanted as u64,
+            claims: self.claims.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Takes a ready member of the image `fingerprint`, if there is one. It stays taken (no
+    /// refill pass deletes it) until [`Self::release`], which the claim calls once its
+    /// project recorded the member.
+    pub fn take(&self, fingerprint: &str, metrics: &Metrics) -> Option<String> {
+        let mut members = self.lock();
+        let name = members
+            .ready
+            .iter()
+            .find(|(_, f)| f.as_str() == fingerprint)
+            .map(|(name, _)| name.clone())?;
+        members.ready.remove(&name);
+        members.taken.insert(name.clone());
+        self.gauge(metrics, members.ready.len());
+        Some(name)
+    }
+
+    /// The claim of `name` is recorded in its project (or did not happen).
+    pub fn release(&self, name: &str) {
+        self.lock().taken.remove(name);
+    }
+
+    /// A project finished claiming a member: counted, and the refill makes another.
+    pub fn claimed(&self, metrics: &Metrics) {
+        self.claims.fetch_add(1, Ordering::Relaxed);
+        metrics.pool_claims.get_or_create(&self.labels()).inc();
+        self.wake.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Members> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn labels(&self) -> ImageLabels {
+        ImageLabels {
+            image: self.image.clone(),
+        }
+    }
+
+    fn gauge(&self, metrics: &Metrics, ready: usize) {
+        metrics
+            .pool_ready
+            .get_or_create(&self.labels())
+            .set(i64::try_from(ready).unwrap_or(i64::MAX));
+    }
+
+    /// Takes `name` out of the ready members so no claim takes it; false when a claim has it.
+    fn retire(&self, name: &str) -> bool {
+        let mut members = self.lock();
+        if members.taken.contains(name) {
+            return false;
+        }
+        members.ready.remove(name);
+        true
+    }
+}
+
+/// What every member name of the controller `controller` starts with.
+pub fn member_prefix(controller: &str) -> String {
+    let short: String = controller
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect();
+    format!("berth-pool-{}-", short.to_ascii_lowercase())
+}
+
+/// Whether `instance` is an unclaimed member of the controller `controller`'s pool.
+pub fn is_member(instance: &Instance, controller: &str) -> bool {
+    instance.config.get(POOL_LABEL).map(String::as_str) == Some(controller)
+        && uid_label(&instance.config).is_none()
+}
+
+/// The labels a claim clears, in the same update that sets the project's.
+pub fn claim_clears() -> [(String, String); 2] {
+    [
+        (POOL_LABEL.to_string(), String::new()),
+        (POOL_READY_LABEL.to_string(), String::new()),
+    ]
+}
+
+/// Keeps the pool at its size until `cancel`: a pass, then the next at once while it made a
+/// member, else after a claim or a resync interval; a failing pass waits longer each time.
+/// The controller runs it only while the daemon is not paused.
+pub async fn refill(ctx: std::sync::Arc<Context>, cancel: CancellationToken) {
+    let pool = &ctx.settings.pool;
+    let mut failed = FAILED_FIRST;
+    loop {
+        let outcome = tokio::select! {
+            _ = cancel.cancelled() => return,
+            outcome = pass(&ctx) => outcome,
+        };
+        let wait = match outcome {
+            Ok(Pass::Made) => {
+                failed = FAILED_FIRST;
+                continue;
+            }
+            Ok(Pass::Settled) => {
+                failed = FAILED_FIRST;
+                ctx.settings.resync_interval
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?failed, "the warm pool's refill failed");
+                let wait = failed;
+                failed = (failed * 2).min(FAILED_MAX);
+                wait
+            }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = pool.wake.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// What one refill pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// Made a member: the pass runs again at once.
+    Made,
+    /// The pool is as wanted (or no member can be made of a missing image).
+    Settled,
+}
+
+/// One refill pass: reads the members from LXD; deletes those left half made by a daemon
+/// stopped mid-way, those of an image the alias no longer names, those past the size, and
+/// those a deleted project had taken mid-claim; then makes one member when the pool is short.
+pub async fn pass(ctx: &Context) -> Result<Pass, RuntimeError> {
+    let pool = &ctx.settings.pool;
+    let runtime = &*ctx.runtime;
+    let controller = ctx.store.controller_id().to_string();
+    let prefix = member_prefix(&controller);
+    let fingerprint = match pool.wanted {
+        0 => None,
+        _ => {
+            runtime
+                .resolve_image(&ImageSource::Alias(pool.image.clone()))
+                .await?
+        }
+    };
+    let listed = runtime.list_instances(Some(POOL_LABEL), false).await?;
+    // Read after the list (taken first): a claim records its member before it releases it, so
+    // a member taken before the list is in one of the two.
+    let taken = pool.lock().taken.clone();
+    let claiming = claiming(&ctx.store);
+    let number = |name: &str| {
+        name.strip_prefix(&prefix)
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    // A new member's name is none a claim in progress still refers to.
+    let highest = listed
+        .iter()
+        .map(|i| i.name.as_str())
+        .chain(taken.iter().map(String::as_str))
+        .chain(claiming.iter().map(String::as_str))
+        .filter_map(number)
+        .max()
+        .unwrap_or(0);
+    let mut ready = BTreeMap::new();
+    let mut doomed = Vec::new();
+    for member in listed.iter().filter(|i| is_member(i, &controller)) {
+        let name = member.name.as_str();
+        if taken.contains(name) || claiming.contains(name) {
+            continue;
+        }
+        if number(name).is_none() {
+            // Renamed by a claim whose project is gone: it was never given the project's data.
+            if ctx.store.get(Kind::Project, name).is_none() {
+                doomed.push(name.to_string());
+            }
+            continue;
+        }
+        let booted = member
+            .config
+            .get(POOL_READY_LABEL)
+            .is_some_and(|v| v == "true")
+            && member.status == InstanceStatus::Stopped;
+        match (booted, member.base_image(), fingerprint.as_deref()) {
+            (true, Some(image), Some(wanted)) if image == wanted => {
+                ready.insert(name.to_string(), image.to_string());
+            }
+            _ => doomed.push(name.to_string()),
+        }
+    }
+    while ready.len() > pool.wanted {
+        let (surplus, _) = ready.pop_last().expect("more than wanted");
+        doomed.push(surplus);
+    }
+    {
+        let mut members = pool.lock();
+        members.ready = ready;
+        pool.gauge(&ctx.metrics, members.ready.len());
+    }
+    for name in doomed {
+        if !pool.retire(&name) {
+            continue;
+        }
+        dispose::pool_member(runtime, &controller, &name, ctx.settings.timeouts.delete).await?;
+    }
+    let short = pool.lock().ready.len() < pool.wanted;
+    match fingerprint {
+        Some(fingerprint) if short => {
+            let name = format!("{prefix}{}", highest + 1);
+            make(ctx, &controller, &name, &fingerprint).await?;
+            let mut members = pool.lock();
+            members.ready.insert(name, fingerprint);
+            pool.gauge(&ctx.metrics, members.ready.len());
+            Ok(Pass::Made)
+        }
+        None if pool.wanted > 0 => {
+            tracing::warn!(
+                image = pool.image.as_str(),
+                "the warm pool's image is not in LXD; no member is made"
+            );
+            Ok(Pass::Settled)
+        }
+        _ => Ok(Pass::Settled),
+    }
+}
+
+/// The names of members that projects recorded as claimed, and of those projects (a member
+/// renamed but not yet given the project's labels carries the project's name).
+fn claiming(store: &Store) -> HashSet<String> {
+    let mut names = HashSet::new();
+    for project in store.list(Kind::Project) {
+        let record: ControllerRecord = project
+            .status
+            .value()
+            .get("controller")
+            .and_then(|r| serde_json::from_value(r.clone()).ok())
+            .unwrap_or_default();
+        if let Some(member) = record.pool_member {
+            names.insert(member);
+            names.insert(project.name().to_string());
+        }
+    }
+    names
+}
+
+/// Makes the member `name`: created with the pool's label alone (no device, volume, secret or
+/// limit of any project), started, probed until a command answers, stopped, and marked ready.
+/// A daemon stopped mid-way leaves it unmarked, and the next pass deletes it.
+async fn make(
+    ctx: &Context,
+    controller: &str,
+    name: &str,
+    fingerprint: &str,
+) -> Result<(), RuntimeError> {
+    let runtime = &*ctx.runtime;
+    let timeouts = &ctx.settings.timeouts;
+    let request = CreateInstance {
+        name: name.to_string(),
+        image: ImageSource::Fingerprint(fingerprint.to_string()),
+        config: BTreeMap::from([(POOL_LABEL.to_string(), controller.to_string())]),
+        devices: BTreeMap::new(),
+        profiles: Vec::new(),
+        target: None,
+        known_absent: false,
+    };
+    match runtime.create_instance(&request).await? {
+        Created::Submitted { operation } => {
+            let done = runtime.wait_operation(&operation, timeouts.create).await?;
+            if done.status != OperationStatus::Success {
+                return Err(RuntimeError::Timeout {
+                    what: format!("create pool member {name}"),
+                    after: timeouts.create,
+                });
+            }
+        }
+        Created::Exists(existing) if is_member(&existing, controller) => {}
+        Created::Exists(_) => {
+            return Err(RuntimeError::Conflict {
+                what: format!("create pool member {name}"),
+                message: "an instance of that name exists and is not this pool's".into(),
+            });
+        }
+    }
+    runtime.start_instance(name, timeouts.start).await?;
+    let probe = ExecRequest::new(["true"], timeouts.exec).discarding_output();
+    let booting = tokio::time::Instant::now();
+    loop {
+        match runtime.exec(name, &probe).await {
+            Ok(out) if out.success() => break,
+            Ok(_) => {}
+            Err(e) if e.is_transient() || matches!(e, RuntimeError::Rejected { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        if booting.elapsed() > timeouts.boot {
+            return Err(RuntimeError::Timeout {
+                what: format!("boot pool member {name}"),
+                after: timeouts.boot,
+            });
+        }
+        tokio::time::sleep(BOOT_POLL).await;
+    }
+    // Nothing in it is anyone's: no clean shutdown to wait for.
+    let stop = StopOptions {
+        clean_timeout: Duration::ZERO,
+        force_after: true,
+    };
+    runtime.stop_instance(name, stop).await?;
+    let mut ready = InstancePatch::default();
+    ready
+        .config
+        .insert(POOL_READY_LABEL.to_string(), "true".to_string());
+    runtime.patch_instance(name, &ready).await?;
+    tracing::info!(member = name, "warm pool member ready");
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "pool_tests.rs"]
+mod tests;

@@ -59,4 +59,5 @@ mod secrets_at_rest;
 mod tools_workspace;
 mod trash_clock_store;
 mod trash_restore;
+mod warm_pool;
 mod workspace_bytes;

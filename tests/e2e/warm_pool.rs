@@ -200,3 +200,67 @@ fn a_new_project_claims_a_ready_member_and_the_pool_refills() {
         "kept"
     );
 }
+
+/// A daemon killed right after it renamed a member to the project's name, before it gave it the
+/// project's labels and volumes, finishes that claim when it starts again: one container, the
+/// project's, and no member taken for an orphan or claimed twice.
+#[test]
+fn a_daemon_killed_mid_claim_finishes_the_same_claim() {
+    let config = tempfile::NamedTempFile::new().expect("config file");
+    std::fs::write(
+        config.path(),
+        "pool: {size: 1}\ndefaults: {image: berth-tiny}\nscheduler: {interval: 2s}\n",
+    )
+    .expect("write config");
+    let mut members = Members::default();
+    let mut berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
+    berth.wait_connected();
+    members.controller = controller_id(&berth);
+    let before = wait_ready_members(&berth, &members, 1);
+
+    berth.terminate();
+    berth.restart(Some("after-call:rename_pool_member"));
+    let name = unique_name();
+    berth.create_project(&name, json!({"image": "berth-tiny"}));
+    let status = berth.wait_exit(Duration::from_secs(120));
+    assert_eq!(
+        status.code(),
+        Some(crate::harness::FAULT_EXIT_CODE),
+        "{}",
+        berth.log_text()
+    );
+    // Killed between the rename and the update: the project's name, the pool's label.
+    assert!(
+        lxc(&["info", &before[0]]).is_err(),
+        "the member was renamed"
+    );
+    assert_eq!(instance_uid(&name), None);
+    assert_eq!(
+        lxc(&["config", "get", &name, "user.berth.pool"])
+            .unwrap()
+            .trim(),
+        members.controller
+    );
+
+    berth.restart(None);
+    let project = berth.wait_ready(&name);
+    let uid = uid_of(&project);
+    assert_eq!(instance_uid(&name).as_deref(), Some(uid.as_str()));
+    exec(&name, "grep -q ' /workspace ' /proc/mounts").expect("/workspace is mounted");
+    // The refill made a new member under another name and left the claimed one alone.
+    let after = wait_ready_members(&berth, &members, 1);
+    assert!(
+        !after.contains(&name) && !after.contains(&before[0]),
+        "{after:?}"
+    );
+    let labelled = lxc(&[
+        "list",
+        &format!("user.berth.uid={uid}"),
+        "--format",
+        "csv",
+        "-c",
+        "n",
+    ])
+    .unwrap();
+    assert_eq!(labelled.trim(), name, "one container is the project's");
+}

@@ -262,6 +262,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         &config.defaults.image,
         config.pool.size as usize,
     ));
+    warm_pool.expose(&metrics);
     let controller = start_controller(
         &config,
         &warm_pool,

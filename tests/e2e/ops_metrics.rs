@@ -29,6 +29,8 @@ const CONTRACT: &[&str] = &[
     "berth_deletions_held",
     "berth_deletion_held_oldest_seconds",
     "berth_projects_step_timeout",
+    "berth_pool_ready",
+    "berth_pool_claims_total",
     "process_resident_memory_bytes",
     "process_cpu_seconds_total",
     "process_open_fds",

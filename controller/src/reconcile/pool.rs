@@ -90,6 +90,12 @@ impl WarmPool {
         }
     }
 
+    /// Exposes the pool's metrics from the first scrape: none ready, none claimed yet.
+    pub fn expose(&self, metrics: &Metrics) {
+        self.gauge(metrics, self.lock().ready.len());
+        metrics.pool_claims.get_or_create(&self.labels()).inc_by(0);
+    }
+
     /// Takes a ready member of the image `fingerprint`, if there is one. It stays taken (no
     /// refill pass deletes it) until [`Self::release`], which the claim calls once its
     /// project recorded the member.

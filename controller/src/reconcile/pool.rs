@@ -262,10 +262,9 @@ pub async fn pass(ctx: &Context) -> Result<Pass, RuntimeError> {
             continue;
         }
         if number(name).is_none() {
-            // Renamed by a claim whose project is gone: it was never given the project's data.
-            if ctx.store.get(Kind::Project, name).is_none() {
-                doomed.push(name.to_string());
-            }
+            // Renamed by a claim no project records any more (its project was deleted mid-claim):
+            // it was never given a project's data.
+            doomed.push(name.to_string());
             continue;
         }
         let booted = member

@@ -348,3 +348,38 @@ async fn a_smaller_pool_deletes_only_its_own_surplus() {
     assert!(h.fake.instance("berth-pool-other-1").is_some());
     assert_eq!(h.ctx.settings.pool.entry().ready, 0);
 }
+
+/// A project deleted between the rename and the update leaves a container of its name that
+/// still carries the pool's label and nothing of the project's: the finalizer leaves it alone
+/// (it lacks the project's uid label), and the refill deletes it once no project records it.
+#[tokio::test]
+async fn a_member_left_by_a_project_deleted_mid_claim_is_deleted() {
+    let h = Harness::new(1);
+    h.fill().await;
+    h.apply("p", json!({"image": "berth-base"}));
+    h.fake.fault_method(
+        "patch_instance",
+        Fault::Fail(RuntimeError::Transport {
+            what: "injected".into(),
+            message: "the daemon was killed".into(),
+        }),
+    );
+    assert!(project::reconcile(&h.ctx, "p").await.is_err());
+    assert!(h.fake.instance("p").is_some());
+    let forced = std::collections::BTreeMap::from([(
+        berth_api::annotations::FORCE_DELETE.to_string(),
+        "true".to_string(),
+    )]);
+    h.store
+        .delete(Kind::Project, "p", None, forced, Commit::Persist)
+        .unwrap();
+    h.converge("p").await;
+    assert!(h.store.get(Kind::Project, "p").is_none());
+    assert!(
+        h.fake.instance("p").is_some(),
+        "the finalizer left it alone"
+    );
+    h.fill().await;
+    assert!(h.fake.instance("p").is_none(), "the refill deleted it");
+    assert_eq!(h.members().len(), 1);
+}

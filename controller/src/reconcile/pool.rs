@@ -178,7 +178,8 @@ pub fn claim_clears() -> [(String, String); 2] {
 
 /// Keeps the pool at its size until `cancel`: a pass, then the next at once while it made a
 /// member, else after a claim or a resync interval; a failing pass waits longer each time.
-/// The controller runs it only while the daemon is not paused.
+/// Without a pool it ends after the first pass that deleted every member. The controller runs
+/// it only while the daemon is not paused.
 pub async fn refill(ctx: std::sync::Arc<Context>, cancel: CancellationToken) {
     let pool = &ctx.settings.pool;
     let mut failed = FAILED_FIRST;
@@ -192,6 +193,8 @@ pub async fn refill(ctx: std::sync::Arc<Context>, cancel: CancellationToken) {
                 failed = FAILED_FIRST;
                 continue;
             }
+            // No pool: what an earlier, larger one left is gone, and nothing is made again.
+            Ok(Pass::Settled) if pool.wanted == 0 => return,
             Ok(Pass::Settled) => {
                 failed = FAILED_FIRST;
                 ctx.settings.resync_interval

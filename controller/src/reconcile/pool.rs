@@ -288,6 +288,8 @@ pub async fn pass(ctx: &Context) -> Result<Pass, RuntimeError> {
     }
     {
         let mut members = pool.lock();
+        // A claim may have taken one since the list.
+        ready.retain(|name, _| !members.taken.contains(name));
         members.ready = ready;
         pool.gauge(&ctx.metrics, members.ready.len());
     }

@@ -220,6 +220,9 @@ fn a_daemon_killed_mid_claim_finishes_the_same_claim() {
 
     berth.terminate();
     berth.restart(Some("after-call:rename_pool_member"));
+    // A daemon offers its members once its first refill pass has listed them; a create
+    // before that takes the plain path.
+    assert_eq!(wait_ready_members(&berth, &members, 1), before);
     let name = unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
     let status = berth.wait_exit(Duration::from_secs(120));

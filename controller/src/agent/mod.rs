@@ -15,6 +15,8 @@
 //!   environment directly;
 //! - `/run/berth/` (tmpfs): `brief.md`, `brief.id`, `runner.pid`, `agent.json`, `answer`,
 //!   `pending.json` (the adapter's question waiting for a person);
+//! - `/run/berth/ide.pid`, `/var/log/berth/ide.log` and `/workspace/.berth/ide/`: the IDE
+//!   (code-server, started on demand by [`ide::ensure`]);
 //! - `/var/log/berth/runner.log`: the runner's output, capped at [`RUNNER_LOG_CAP`] bytes
 //!   (one older generation is kept as `runner.log.1`).
 
@@ -24,6 +26,7 @@ pub mod capability;
 mod checkout;
 mod exec;
 pub mod forwards;
+pub mod ide;
 mod runner;
 mod seed;
 mod skills;

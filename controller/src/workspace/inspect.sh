@@ -6,6 +6,10 @@
 # that count as work, one a line), BERTH_ENV_BEGIN and BERTH_ENV_END (the marker lines of
 # berth's block in .env), BERTH_ORIGIN (the project's repository URL, empty without one).
 set -u
+# The IDE's state (code-server's settings, extensions and storage, `agent::ide::STATE_DIR`) is
+# berth's, not a person's work, and code-server writes it while it runs: it is neither unsaved
+# work nor activity, and holds no repository of the project's.
+ide=./.berth/ide
 fail() { echo "error $1"; exit 3; }
 b64() { base64 | tr -d '\n'; }
 # A file base64-encoded, `-` when empty, so that every field of a line is present.
@@ -163,7 +167,8 @@ repo() {
     set -- $BERTH_PROTECT
     unset IFS
     set +f
-    g ls-files -z --others --ignored --exclude-standard -- "$@" > "$t/ignored" || exit 3
+    g ls-files -z --others --ignored --exclude-standard -- "$@" ':(exclude,top).berth/ide' \
+      > "$t/ignored" || exit 3
   fi
   printf 'repo %s %s %s %s %s %s %s\n' "$kind" "$(printf '%s' "$dir" | b64)" \
     "$(enc "$t/status")" "$stashes" "$(enc "$t/unpushed")" "$(enc "$t/flagged")" \
@@ -174,7 +179,8 @@ if [ -e .git ]; then
   echo "git repo"
   ( repo main . ) || fail git
   # Submodules (checked out or absorbed) and repositories cloned inside the workspace.
-  find . -path ./.git -prune -o -name .git -prune -print > "$t/nested" || fail find-repos
+  find . -path ./.git -prune -o -path "$ide" -prune -o -name .git -prune -print > "$t/nested" ||
+    fail find-repos
   while IFS= read -r found; do
     [ "$found" = ./.git ] && continue
     ( repo nested "${found%/.git}" ) || fail git-nested
@@ -189,7 +195,7 @@ if [ -e .git ]; then
   done < "$t/worktrees"
 else
   echo "git none"
-  find . -type f -exec sha256sum {} + > "$t/sums" || fail hash
+  find . -path "$ide" -prune -o -type f -exec sha256sum {} + > "$t/sums" || fail hash
   # By path (from the 67th column of `sha256sum` lines): files berth wrote are judged by their
   # hash above. awk, not `grep -Fxv -f`: busybox grep matches every line against an empty
   # pattern file, which would call a workspace of unsaved files clean.
@@ -227,7 +233,8 @@ ticks=$(cat /proc/[0-9]*/stat 2>/dev/null | awk -v me="$$" '
 echo "cpu_ticks $ticks"
 echo "clk_tck $(getconf CLK_TCK 2>/dev/null || echo 100)"
 # GNU find prints times itself; busybox find has no -printf, and stat does it there.
-newest=$( { find . -path ./.git -prune -o -printf '%T@\n' 2>/dev/null ||
-  find . -path ./.git -prune -o -exec stat -c %Y {} + 2>/dev/null; } | sort -rn | head -n 1)
+newest=$( { find . -path ./.git -prune -o -path "$ide" -prune -o -printf '%T@\n' 2>/dev/null ||
+  find . -path ./.git -prune -o -path "$ide" -prune -o -exec stat -c %Y {} + 2>/dev/null; } |
+  sort -rn | head -n 1)
 echo "newest_mtime ${newest:--}"
 echo "end"

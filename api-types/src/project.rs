@@ -751,6 +751,9 @@ pub enum ActivitySource {
     Tool,
     /// A request through the preview listener or `berth port-forward`.
     Preview,
+    /// The IDE: `berth ide`, or a request to the IDE host (an open editor counts while its
+    /// connection lasts).
+    Ide,
 }
 
 impl ActivitySource {
@@ -762,6 +765,7 @@ impl ActivitySource {
             ActivitySource::Exec => "exec",
             ActivitySource::Tool => "tool",
             ActivitySource::Preview => "preview",
+            ActivitySource::Ide => "ide",
         }
     }
 }

@@ -37,6 +37,8 @@ pub struct Touches {
     pub tool: Option<DateTime<Utc>>,
     /// The last request through the preview listener or `berth port-forward`.
     pub preview: Option<DateTime<Utc>>,
+    /// The last use of the IDE (`berth ide`, a request to the IDE host).
+    pub ide: Option<DateTime<Utc>>,
 }
 
 /// Everything one activity update looks at.
@@ -74,6 +76,7 @@ pub fn update_activity(inputs: &ActivityInputs<'_>) -> ActivityStatus {
     candidates.extend(inputs.touches.exec.map(|t| (t, ActivitySource::Exec)));
     candidates.extend(inputs.touches.tool.map(|t| (t, ActivitySource::Tool)));
     candidates.extend(inputs.touches.preview.map(|t| (t, ActivitySource::Preview)));
+    candidates.extend(inputs.touches.ide.map(|t| (t, ActivitySource::Ide)));
 
     // A container clock ahead of the host must not push activity into the future.
     let newest = candidates

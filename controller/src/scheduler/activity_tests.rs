@@ -94,6 +94,7 @@ fn each_signal_is_named() {
                 exec: Some(t(30)),
                 tool: Some(t(20)),
                 preview: Some(t(25)),
+                ide: Some(t(28)),
             },
             (t(30), ActivitySource::Exec),
         ),
@@ -104,6 +105,7 @@ fn each_signal_is_named() {
                 exec: None,
                 tool: Some(t(55)),
                 preview: None,
+                ide: None,
             },
             (t(55), ActivitySource::Tool),
         ),
@@ -114,8 +116,20 @@ fn each_signal_is_named() {
                 exec: Some(t(50)),
                 tool: None,
                 preview: Some(t(57)),
+                ide: None,
             },
             (t(57), ActivitySource::Preview),
+        ),
+        (
+            "ide",
+            inspection(5_000, 40, None),
+            Touches {
+                exec: None,
+                tool: Some(t(45)),
+                preview: Some(t(50)),
+                ide: Some(t(58)),
+            },
+            (t(58), ActivitySource::Ide),
         ),
     ];
     for (name, current, touches, (at, source)) in cases {
@@ -216,6 +230,7 @@ fn a_failed_inspection_keeps_what_was_known() {
             exec: Some(t(45)),
             tool: None,
             preview: None,
+            ide: None,
         },
     );
     assert_eq!(got.last_active_at, Some(t(45)));

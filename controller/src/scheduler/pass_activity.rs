@@ -162,27 +162,26 @@ impl DaemonPasses {
         }
     }
 
-    /// Exec, tool calls and previews made through berth, the latest of each. An interactive
-    /// exec or a relayed preview connection still open is activity now, whenever it started.
+    /// Exec, tool calls, previews and the IDE used through berth, the latest of each. An
+    /// interactive exec or a relayed preview or IDE connection still open is activity now,
+    /// whenever it started.
     pub(super) fn touches(&self, uid: &str) -> Touches {
         let last = self.activity_log.last(uid);
         let at = |source: &str| last.filter(|(_, s)| *s == source).map(|(at, _)| at);
-        let exec = if self.activity_log.is_open(uid, "exec") {
-            Some(self.now())
-        } else {
-            at("exec")
+        let open_or_last = |source: &'static str| {
+            if self.activity_log.is_open(uid, source) {
+                Some(self.now())
+            } else {
+                at(source)
+            }
         };
         let tool_logged = at("tool");
         let tool_stored = self.store.last_tool_call(uid).ok().flatten();
-        let preview = if self.activity_log.is_open(uid, "preview") {
-            Some(self.now())
-        } else {
-            at("preview")
-        };
         Touches {
-            exec,
+            exec: open_or_last("exec"),
             tool: tool_logged.max(tool_stored),
-            preview,
+            preview: open_or_last("preview"),
+            ide: open_or_last("ide"),
         }
     }
 

@@ -621,6 +621,15 @@ impl Client {
         self.call(Method::POST, &path, &[], None).await
     }
 
+    /// Starts the IDE in a project if it is not running; answers its URL with a one-time
+    /// ticket, and whether it was started now. The server may first wake an idled project
+    /// (up to 2 min) and then wait for code-server (up to 90 s).
+    pub async fn open_ide(&self, name: &str) -> Result<Value, ClientError> {
+        let path = format!("{}/ide", Self::object_path(Resource::Project, Some(name)));
+        self.call_within(Method::POST, &path, &[], None, Duration::from_secs(300))
+            .await
+    }
+
     /// Asks for a project's container to be replaced now whatever it holds outside /workspace
     /// (the old one still goes to the trash); answers the project.
     pub async fn request_forced_replace(&self, name: &str) -> Result<Value, ClientError> {

@@ -116,6 +116,7 @@ pub const ROUTES: &[Route] = &[
     route("GET", "~/projects/{project}/logs/{offset}", Member),
     route("POST", "~/projects/{project}/previewtickets", Member),
     upgrade("~/projects/{project}/portforward", Member),
+    route("POST", "~/projects/{project}/ide", Member),
     route("POST", "~/projects/{project}/look", Member),
     route("POST", "~/projects/{project}/forcecheckout", Member),
     route("POST", "~/projects/{project}/forcereplace", Member),

@@ -8,6 +8,7 @@ pub mod authority;
 mod body;
 mod containers;
 pub mod error;
+mod ide;
 mod members;
 mod merge_patch;
 mod preview;

@@ -1,10 +1,12 @@
 //! The preview listener (`listen.preview`) and the API routes beside it.
 //!
-//! A request for `<name>--<port>.<previewDomain>` reaches that port in the project's container
-//! when it comes from a member: `Authorization: Bearer <token>` (the API's tokens, checked as
+//! A request for `<name>--<port>.<previewDomain>` reaches that port in the project's container,
+//! and one for `<name>--ide.<previewDomain>` the project's IDE (code-server on
+//! [`crate::agent::ide::PORT`], which `berth ide` starts), when it comes from a member: `Authorization: Bearer <token>` (the API's tokens, checked as
 //! the API checks them), or the cookie a one-time ticket set for that host. Everyone else gets
 //! the same 404, whatever was missing. A member's request wakes an idled project as `berth
-//! start` does, counts as activity, and is relayed as it is: bodies stream, and an upgraded
+//! start` does, counts as activity (source `preview`, or `ide` on the IDE host), and is relayed
+//! as it is: bodies stream, and an upgraded
 //! connection (websockets) is relayed byte for byte once the container agreed to it. berth's
 //! own credentials (the bearer token, the preview cookie) never reach the container.
 //!
@@ -36,9 +38,9 @@ use super::routes::{Outcome, Query, serialized};
 use super::server::{HANDSHAKE_DEADLINE, Probation, Slots, Unproven, serve_http1};
 use super::{ApiState, Body, Caller, Transport, access, authority};
 use crate::inspect::reach::Unreached;
-use crate::preview::Previews;
 use crate::preview::tickets::{Grant, SESSION_TTL, TICKET_TTL};
 use crate::preview::upstream::UpstreamError;
+use crate::preview::{Previews, Target};
 use crate::store::StoredObject;
 
 /// The cookie a ticket sets on its preview host.
@@ -185,7 +187,7 @@ async fn handle(
         .map(str::to_string)
         .or_else(|| req.uri().authority().map(|a| a.to_string()))
         .unwrap_or_default();
-    let Some((name, port, host)) = previews.site.parse_host(&host) else {
+    let Some((name, target, host)) = previews.site.parse_host(&host) else {
         return refused(Refusal::NotFound);
     };
     let Some(project) = state.store.get(berth_api::Kind::Project, &name) else {
@@ -202,11 +204,15 @@ async fn handle(
         return refused(Refusal::NotFound);
     }
     probation.prove();
-    let upstream = match open_port(state, previews, &project, port).await {
+    let (port, source) = match target {
+        Target::Port(port) => (port, Source::Preview),
+        Target::Ide => (crate::agent::ide::PORT, Source::Ide),
+    };
+    let upstream = match open_port(state, previews, &project, port, source).await {
         Ok(upstream) => upstream,
         Err(refusal) => return refused(refusal),
     };
-    tracing::debug!(project = %name, port, caller = %caller.identity, "preview");
+    tracing::debug!(project = %name, port, caller = %caller.identity, source = source.as_str(), "preview");
     forward(
         state,
         &project,
@@ -215,8 +221,38 @@ async fn handle(
         &host,
         peer,
         previews.site.tls,
+        source,
     )
     .await
+}
+
+/// What a relayed request counts as, and what a member reads when nothing answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// A port of the container (also `berth port-forward`).
+    Preview,
+    /// The IDE host.
+    Ide,
+}
+
+impl Source {
+    fn as_str(self) -> &'static str {
+        match self {
+            Source::Preview => "preview",
+            Source::Ide => "ide",
+        }
+    }
+
+    /// The answer when nothing took the request: for a port, the one 404 everyone reads; for
+    /// the IDE (only members get this far), how to start it.
+    fn nothing_there(self, project: &str) -> Refusal {
+        match self {
+            Source::Preview => Refusal::NotFound,
+            Source::Ide => Refusal::Unavailable(format!(
+                "the IDE of project {project} is not running: open it with `berth ide {project}` or the console's Open IDE"
+            )),
+        }
+    }
 }
 
 /// The caller of a request with a valid bearer token or a live session cookie for `host`, each
@@ -361,6 +397,7 @@ async fn open_port(
     previews: &Previews,
     project: &StoredObject,
     port: u16,
+    source: Source,
 ) -> Result<UnixStream, Refusal> {
     let deadline = tokio::time::Instant::now() + WAKE_DEADLINE;
     let cancel = state.shutdown.child_token();
@@ -369,9 +406,12 @@ async fn open_port(
         project,
         deadline,
         &cancel,
-        "preview",
+        source.as_str(),
         crate::tools::wake::Waker {
-            by: "a preview request",
+            by: match source {
+                Source::Preview => "a preview request",
+                Source::Ide => "an IDE request",
+            },
             retry: "send it again",
         },
     )
@@ -382,7 +422,10 @@ async fn open_port(
             project.name()
         )));
     }
-    state.inspector.activity.record(project.uid(), "preview");
+    state
+        .inspector
+        .activity
+        .record(project.uid(), source.as_str());
     let (runtime, instance) = match state.inspector.reach(project).await {
         Ok(reached) => reached,
         // Not the project's own container: it is as if there were none.
@@ -397,7 +440,7 @@ async fn open_port(
         .await
     {
         Ok(stream) => Ok(stream),
-        Err(UpstreamError::Socket { .. }) => Err(Refusal::NotFound),
+        Err(UpstreamError::Socket { .. }) => Err(source.nothing_there(project.name())),
         Err(e) => Err(Refusal::Unavailable(format!(
             "project {}: {e}",
             project.name()
@@ -415,11 +458,12 @@ async fn forward(
     host: &str,
     peer: std::net::SocketAddr,
     tls: bool,
+    source: Source,
 ) -> Response<PreviewBody> {
     let (mut sender, conn) =
         match hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await {
             Ok(handshake) => handshake,
-            Err(_) => return refused(Refusal::NotFound),
+            Err(_) => return refused(source.nothing_there(project.name())),
         };
     tokio::spawn(async move {
         let _ = conn.with_upgrades().await;
@@ -444,11 +488,14 @@ async fn forward(
     let mut response = match sender.send_request(req).await {
         Ok(response) => response,
         // Nothing listens on the port (the proxy closed at once), or it broke off.
-        Err(_) => return refused(Refusal::NotFound),
+        Err(_) => return refused(source.nothing_there(project.name())),
     };
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
         let upstream = hyper::upgrade::on(&mut response);
-        let session = state.inspector.activity.open(project.uid(), "preview");
+        let session = state
+            .inspector
+            .activity
+            .open(project.uid(), source.as_str());
         tokio::spawn(async move {
             let _session = session;
             if let (Ok(down), Ok(up)) = tokio::join!(downstream, upstream) {
@@ -478,9 +525,27 @@ pub(super) async fn issue_ticket(
         .and_then(|p| u16::try_from(p).ok())
         .filter(|p| *p > 0)
         .ok_or_else(|| ApiError::bad_request("port: a port number from 1 to 65535 is required"))?;
-    let previews = state
+    let previews = served(state)?;
+    let issued = ticket(previews, caller, &project, Target::Port(port))?;
+    Ok(serialized(
+        StatusCode::CREATED,
+        &json!({
+            "apiVersion": berth_api::API_VERSION,
+            "kind": "PreviewTicket",
+            "project": name,
+            "port": port,
+            "ticket": issued.ticket,
+            "url": issued.url,
+            "expiresAt": issued.expires_at,
+        }),
+    ))
+}
+
+/// The previews when the listener serves them; a ticket is worth nothing otherwise.
+pub(super) fn served(state: &ApiState) -> Result<&Previews, ApiError> {
+    state
         .previews
-        .as_ref()
+        .as_deref()
         .filter(|p| p.listening)
         .ok_or_else(|| {
             ApiError::new(
@@ -488,15 +553,31 @@ pub(super) async fn issue_ticket(
                 "ServiceUnavailable",
                 "previews are not served (listen.preview is empty)",
             )
-        })?;
-    let host = previews.site.host(name, port);
+        })
+}
+
+/// A one-time ticket, the URL that carries it, and when it expires (RFC 3339).
+pub(super) struct Issued {
+    pub ticket: String,
+    pub url: String,
+    pub expires_at: String,
+}
+
+/// A one-time ticket for `caller` on the host of `target` in `project`.
+pub(super) fn ticket(
+    previews: &Previews,
+    caller: &Caller,
+    project: &StoredObject,
+    target: Target,
+) -> Result<Issued, ApiError> {
+    let name = project.name();
     let ticket = previews
         .tickets
         .issue(Grant {
             identity: caller.identity.clone(),
             admin: caller.admin,
             project_uid: project.uid().to_string(),
-            host,
+            host: previews.site.target_host(name, target),
         })
         .map_err(|full| {
             ApiError::new(
@@ -505,21 +586,17 @@ pub(super) async fn issue_ticket(
                 full.to_string(),
             )
         })?;
-    let url = format!("{}/?{TICKET_PARAM}={ticket}", previews.site.url(name, port));
+    let url = format!(
+        "{}/?{TICKET_PARAM}={ticket}",
+        previews.site.target_url(name, target)
+    );
     let expires = chrono::Utc::now()
         + chrono::Duration::from_std(TICKET_TTL).unwrap_or(chrono::Duration::zero());
-    Ok(serialized(
-        StatusCode::CREATED,
-        &json!({
-            "apiVersion": berth_api::API_VERSION,
-            "kind": "PreviewTicket",
-            "project": name,
-            "port": port,
-            "ticket": ticket,
-            "url": url,
-            "expiresAt": expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        }),
-    ))
+    Ok(Issued {
+        ticket,
+        url,
+        expires_at: expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    })
 }
 
 /// `GET .../projects/NAME/portforward?port=N` with a websocket upgrade: one connection to the
@@ -549,19 +626,18 @@ pub(super) async fn port_forward(
             "this server forwards no ports",
         )
     })?;
-    let upstream =
-        open_port(state, previews, &project, port)
-            .await
-            .map_err(|refusal| match refusal {
-                Refusal::NotFound => ApiError::new(
-                    StatusCode::BAD_GATEWAY,
-                    "Unreachable",
-                    format!("nothing in project {name} could be reached on port {port}"),
-                ),
-                Refusal::Unavailable(why) => {
-                    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Unreachable", why)
-                }
-            })?;
+    let upstream = open_port(state, previews, &project, port, Source::Preview)
+        .await
+        .map_err(|refusal| match refusal {
+            Refusal::NotFound => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "Unreachable",
+                format!("nothing in project {name} could be reached on port {port}"),
+            ),
+            Refusal::Unavailable(why) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Unreachable", why)
+            }
+        })?;
     tracing::info!(project = name, port, caller = %caller.identity, "port-forward");
     let session = state.inspector.activity.open(project.uid(), "preview");
     tokio::spawn(async move {

@@ -22,8 +22,8 @@ use super::merge_patch;
 use super::selector::LabelSelector;
 use super::watch;
 use super::{
-    ApiState, Body, Caller, Transport, attach, authority, containers, members, preview, probes,
-    secrets, tools, trash, ui, users,
+    ApiState, Body, Caller, Transport, attach, authority, containers, ide, members, preview,
+    probes, secrets, tools, trash, ui, users,
 };
 use crate::store::{
     Action, AppliedSet, Commit, Deletion, Expected, FieldManager, StatusWrite, StoredObject,
@@ -244,6 +244,10 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
         ["projects", name, "previewtickets"] => {
             only(&method, &path, Method::POST)?;
             preview::issue_ticket(state, caller, name, req).await
+        }
+        ["projects", name, "ide"] => {
+            only(&method, &path, Method::POST)?;
+            ide::open(state, caller, name).await
         }
         ["projects", name, "portforward"] => {
             only(&method, &path, Method::GET)?;

@@ -23,6 +23,7 @@ mod events;
 mod exec;
 mod get;
 mod gitsource;
+mod ide;
 mod jsonpath;
 mod logs;
 mod manifest;
@@ -132,6 +133,8 @@ enum Command {
     Ports(ports::PortsArgs),
     /// Forward a local port to a port inside a project's container (members only).
     PortForward(port_forward::PortForwardArgs),
+    /// Start the IDE (code-server) in a project if it is not running and print its URL.
+    Ide(ide::IdeArgs),
     /// Show what the reaper will do next to each project (`--dry-run`).
     Reap(reap::ReapArgs),
     /// List what deletions put in the trash (`trash list`).
@@ -311,6 +314,7 @@ fn run_client_command(context: &Context, command: Command) -> anyhow::Result<Exi
             Command::Start(args) => power::start(context, args).await,
             Command::Ports(args) => ports::run(context, args).await,
             Command::PortForward(args) => port_forward::run(context, args).await,
+            Command::Ide(args) => ide::run(context, args).await,
             Command::Reap(args) => reap::run(context, args).await,
             Command::Trash(args) => trash::run(context, args).await,
             Command::Restore(args) => restore::run(context, args).await,

@@ -1,4 +1,5 @@
-//! Preview URLs: `<name>--<port>.<previewDomain>` names a port inside a project's container.
+//! Preview URLs: `<name>--<port>.<previewDomain>` names a port inside a project's container,
+//! and `<name>--ide.<previewDomain>` the project's IDE (code-server, `agent::ide`).
 //! [`PreviewSite`] makes and reads those names (and the URLs `status.ports` shows),
 //! [`tickets`] holds the one-time tickets and the sessions they open, and [`upstream`] reaches
 //! the port through LXD. The listener itself, with its access check, is `api::preview`; the
@@ -7,6 +8,18 @@
 pub mod relay;
 pub mod tickets;
 pub mod upstream;
+
+/// What a preview host leads to inside the project's container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// `<name>--<port>`: that port.
+    Port(u16),
+    /// `<name>--ide`: the IDE.
+    Ide,
+}
+
+/// The label after `--` that names the IDE.
+const IDE_LABEL: &str = "ide";
 
 /// What the preview listener and the API's port-forward share.
 #[derive(Debug)]
@@ -42,18 +55,31 @@ impl PreviewSite {
 
     /// The host of a project's port, `<name>--<port>.<previewDomain>`.
     pub fn host(&self, project: &str, port: u16) -> String {
-        format!("{project}--{port}.{}", self.domain)
+        self.target_host(project, Target::Port(port))
+    }
+
+    /// The host of a project's port or IDE (`<name>--ide.<previewDomain>`).
+    pub fn target_host(&self, project: &str, target: Target) -> String {
+        match target {
+            Target::Port(port) => format!("{project}--{port}.{}", self.domain),
+            Target::Ide => format!("{project}--{IDE_LABEL}.{}", self.domain),
+        }
     }
 
     /// The URL of a project's port: the scheme, the host, and the listener's port when it is
     /// not the scheme's default.
     pub fn url(&self, project: &str, port: u16) -> String {
+        self.target_url(project, Target::Port(port))
+    }
+
+    /// The URL of a project's port or IDE.
+    pub fn target_url(&self, project: &str, target: Target) -> String {
         let (scheme, default) = if self.tls {
             ("https", 443)
         } else {
             ("http", 80)
         };
-        let host = self.host(project, port);
+        let host = self.target_host(project, target);
         match self.port {
             Some(listener) if listener != default => format!("{scheme}://{host}:{listener}"),
             _ => format!("{scheme}://{host}"),
@@ -67,9 +93,9 @@ impl PreviewSite {
         any.replacen("*--1.", "*.", 1)
     }
 
-    /// The project and port a `Host` header names, and the host without its port; `None` for
-    /// any other host.
-    pub fn parse_host(&self, header: &str) -> Option<(String, u16, String)> {
+    /// The project and port (or IDE) a `Host` header names, and the host without its port;
+    /// `None` for any other host.
+    pub fn parse_host(&self, header: &str) -> Option<(String, Target, String)> {
         let header = header.trim().to_ascii_lowercase();
         // `name--8000.localhost:7481`: the listener's port is not part of the preview host.
         let host = match header.rsplit_once(':') {
@@ -78,12 +104,20 @@ impl PreviewSite {
         };
         let host = host.trim_end_matches('.');
         let label = host.strip_suffix(&self.domain)?.strip_suffix('.')?;
-        let (project, port) = label.rsplit_once("--")?;
-        let port: u16 = port.parse().ok().filter(|p| *p > 0)?;
-        if project.is_empty() || port.to_string().len() != label.len() - project.len() - 2 {
+        let (project, after) = label.rsplit_once("--")?;
+        if project.is_empty() {
             return None;
         }
-        Some((project.to_string(), port, host.to_string()))
+        let target = if after == IDE_LABEL {
+            Target::Ide
+        } else {
+            let port: u16 = after.parse().ok().filter(|p| *p > 0)?;
+            if port.to_string() != after {
+                return None;
+            }
+            Target::Port(port)
+        };
+        Some((project.to_string(), target, host.to_string()))
     }
 }
 
@@ -97,6 +131,19 @@ mod tests {
         assert_eq!(site.csp_source(), "http://*.localhost:7481");
         let site = PreviewSite::new("Dev.Example.", true, Some(443));
         assert_eq!(site.csp_source(), "https://*.dev.example");
+    }
+
+    #[test]
+    fn the_ide_host_is_the_one_its_url_names_and_its_parse_reads() {
+        let site = PreviewSite::new("localhost", false, Some(7481));
+        assert_eq!(site.target_host("web", Target::Ide), "web--ide.localhost");
+        assert_eq!(
+            site.target_url("web", Target::Ide),
+            "http://web--ide.localhost:7481"
+        );
+        let (project, target, host) = site.parse_host("web--ide.localhost:7481").unwrap();
+        assert_eq!((project.as_str(), target), ("web", Target::Ide));
+        assert_eq!(host, site.target_host("web", Target::Ide));
     }
 
     #[test]
@@ -115,12 +162,31 @@ mod tests {
     }
 
     #[test]
-    fn a_host_names_a_project_and_a_port_under_the_domain() {
+    fn a_host_names_a_project_and_a_port_or_its_ide_under_the_domain() {
         let site = PreviewSite::new("dev.example", false, Some(7481));
-        let table: [(&str, Option<(&str, u16)>); 11] = [
-            ("web--8000.dev.example", Some(("web", 8000))),
-            ("WEB--8000.Dev.Example:7481", Some(("web", 8000))),
-            ("my--app--3000.dev.example.", Some(("my--app", 3000))),
+        let table: &[(&str, Option<(&str, Target)>)] = &[
+            ("web--8000.dev.example", Some(("web", Target::Port(8000)))),
+            (
+                "WEB--8000.Dev.Example:7481",
+                Some(("web", Target::Port(8000))),
+            ),
+            (
+                "my--app--3000.dev.example.",
+                Some(("my--app", Target::Port(3000))),
+            ),
+            ("web--ide.dev.example", Some(("web", Target::Ide))),
+            ("Web--IDE.dev.example:7481", Some(("web", Target::Ide))),
+            ("ide--8000.dev.example", Some(("ide", Target::Port(8000)))),
+            ("my--ide--ide.dev.example", Some(("my--ide", Target::Ide))),
+            (
+                "web--ide--8000.dev.example",
+                Some(("web--ide", Target::Port(8000))),
+            ),
+            ("--ide.dev.example", None),
+            ("web--ides.dev.example", None),
+            ("web--id.dev.example", None),
+            ("web-ide.dev.example", None),
+            ("web--ide.other.example", None),
             ("web--8000.other.example", None),
             ("web--8000.xdev.example", None),
             ("web-8000.dev.example", None),
@@ -133,14 +199,18 @@ mod tests {
         for (header, want) in table {
             let got = site.parse_host(header);
             assert_eq!(
-                got.as_ref().map(|(p, n, _)| (p.as_str(), *n)),
-                want,
+                got.as_ref().map(|(p, t, _)| (p.as_str(), *t)),
+                *want,
                 "{header}"
             );
         }
         assert_eq!(
             site.parse_host("web--8000.dev.example:7481").unwrap().2,
             "web--8000.dev.example"
+        );
+        assert_eq!(
+            site.parse_host("web--ide.dev.example:7481").unwrap().2,
+            "web--ide.dev.example"
         );
     }
 }

@@ -358,6 +358,7 @@ async fn route(
         (["projects", name, "preview", port], &Method::POST) => {
             preview(state, &visitor, name, port, req).await
         }
+        (["projects", name, "ide"], &Method::POST) => ide(state, &visitor, name, req).await,
         (["projects", name, action], &Method::POST) => {
             act(state, &visitor, name, action, req).await
         }
@@ -716,6 +717,11 @@ async fn project_page(
             action(what)
         ));
     }
+    main.push_str(&format!(
+        "<form method=\"post\" action=\"{}\" class=\"inline\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+         <button type=\"submit\" title=\"Start code-server in the container if it is not running, and open it\">Open IDE</button></form>",
+        action("ide")
+    ));
     main.push_str("</div>");
     if caller.admin {
         main.push_str(&format!(
@@ -877,6 +883,30 @@ async fn preview(
     match answer.body["url"].as_str() {
         Some(url) if answer.ok() => Ok(redirect(url)),
         _ => Err(failed(&answer)),
+    }
+}
+
+/// `POST /ui/projects/NAME/ide` (a form, with the session's CSRF token): the IDE started
+/// through the API if it is not running, and the browser sent to the IDE host with the
+/// one-time ticket the API answered; a failure is the project page again, saying why.
+async fn ide(
+    state: &Arc<ApiState>,
+    visitor: &Visitor,
+    name: &str,
+    req: Request<Incoming>,
+) -> Outcome {
+    checked_form(visitor, req).await?;
+    let answer = internal::call(
+        state,
+        &visitor.caller,
+        Method::POST,
+        &projects_path(name, "/ide"),
+        None,
+    )
+    .await;
+    match answer.body["url"].as_str() {
+        Some(url) if answer.ok() => Ok(redirect(url)),
+        _ => project_page(state, visitor, name, None, Some(&failed(&answer))).await,
     }
 }
 

@@ -180,14 +180,14 @@ async fn handle(
     peer: std::net::SocketAddr,
     probation: &Probation,
 ) -> Response<PreviewBody> {
-    let host = req
+    let requested = req
         .headers()
         .get(HOST)
         .and_then(|h| h.to_str().ok())
         .map(str::to_string)
         .or_else(|| req.uri().authority().map(|a| a.to_string()))
         .unwrap_or_default();
-    let Some((name, target, host)) = previews.site.parse_host(&host) else {
+    let Some((name, target, host)) = previews.site.parse_host(&requested) else {
         return refused(Refusal::NotFound);
     };
     let Some(project) = state.store.get(berth_api::Kind::Project, &name) else {
@@ -218,9 +218,11 @@ async fn handle(
         &project,
         upstream,
         req,
-        &host,
-        peer,
-        previews.site.tls,
+        Forwarded {
+            host: &requested,
+            peer,
+            tls: previews.site.tls,
+        },
         source,
     )
     .await
@@ -448,6 +450,17 @@ async fn open_port(
     }
 }
 
+/// What the container hears of the client, as `X-Forwarded-*` headers.
+struct Forwarded<'a> {
+    /// The `Host` the client sent, the listener's port included: an application that compares
+    /// it with the browser's `Origin` (code-server refuses a websocket whose origin names
+    /// another host) finds the two agree.
+    host: &'a str,
+    peer: std::net::SocketAddr,
+    /// The listener speaks HTTPS.
+    tls: bool,
+}
+
 /// Sends the request on to the container's port and its answer back; an upgrade the
 /// container agrees to becomes a byte relay between the two connections.
 async fn forward(
@@ -455,9 +468,7 @@ async fn forward(
     project: &StoredObject,
     upstream: UnixStream,
     mut req: Request<Incoming>,
-    host: &str,
-    peer: std::net::SocketAddr,
-    tls: bool,
+    client: Forwarded<'_>,
     source: Source,
 ) -> Response<PreviewBody> {
     let (mut sender, conn) =
@@ -471,12 +482,12 @@ async fn forward(
     let downstream = hyper::upgrade::on(&mut req);
     let headers = req.headers_mut();
     for (name, value) in [
-        ("x-forwarded-host", host.to_string()),
+        ("x-forwarded-host", client.host.to_string()),
         (
             "x-forwarded-proto",
-            if tls { "https" } else { "http" }.to_string(),
+            if client.tls { "https" } else { "http" }.to_string(),
         ),
-        ("x-forwarded-for", peer.ip().to_string()),
+        ("x-forwarded-for", client.peer.ip().to_string()),
     ] {
         if let Ok(value) = HeaderValue::from_str(&value) {
             headers.insert(name, value);

@@ -515,6 +515,13 @@ fn rows() -> Vec<Row> {
             [404, 400, 400],
         ),
         row(
+            "open the IDE",
+            "POST",
+            "/P/projects/alpha/ide",
+            "",
+            [404, 503, 503],
+        ),
+        row(
             "look again",
             "POST",
             "/P/projects/alpha/look",

@@ -30,6 +30,7 @@ mod deletion_held;
 mod gitops_credentials;
 mod gitops_sync;
 mod helm_chart;
+mod ide;
 mod input_limits;
 mod inspect_hidden_work;
 mod lxd_cluster;

@@ -1,0 +1,384 @@
+//! The IDE against a real daemon on real LXD (image berth-agents, which carries code-server):
+//! `berth ide` starts code-server on demand and prints the IDE host's URL with a one-time
+//! ticket, and a second call starts nothing; Playwright (`tests/e2e/ide_browser.py`, Debian's
+//! Chromium) opens that URL through the real preview listener, waits for the workbench,
+//! creates a file in the editor and writes a user setting; the file is read back with `berth
+//! exec`; an open IDE is the project's activity (source `ide`); the IDE's own state is neither
+//! unsaved work nor in the way of a recreate, after which the setting is still there and the
+//! IDE starts again only when asked; a non-member reads the same 404 as for any preview. On
+//! an image without code-server, `berth ide` says so in one line and writes nothing.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::{Berth, PROJECTS, exec, lxc, unique_name};
+use serde_json::{Value, json};
+
+/// A berth-agents container's first boot and the workbench's first load on a busy machine.
+const DEADLINE: Duration = Duration::from_secs(300);
+const FILE: &str = "/workspace/ide-made.txt";
+const TEXT: &str = "written in the IDE through berth";
+const SETTINGS: &str = r#"{"editor.fontSize": 15}"#;
+const SETTINGS_FILE: &str = "/workspace/.berth/ide/data/User/settings.json";
+const NOT_FOUND: &str = "404 page not found\n";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// An HTTP/1.1 answer's status and body.
+#[derive(Debug, PartialEq, Eq)]
+struct Answer {
+    status: u16,
+    body: String,
+}
+
+/// `GET path` on the preview listener with `Host: host` and extra header lines.
+fn get(addr: &str, host: &str, path: &str, headers: &[String]) -> Answer {
+    let mut stream = TcpStream::connect(addr).expect("connect to the preview listener");
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for header in headers {
+        request.push_str(header);
+        request.push_str("\r\n");
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Answer {
+        status,
+        body: body.to_string(),
+    }
+}
+
+fn bearer(token: &str) -> String {
+    format!("Authorization: Bearer {token}")
+}
+
+fn add_user(berth: &Berth, name: &str) -> String {
+    let reply = berth.client().post_json(
+        "/apis/berth.dev/v1alpha1/users",
+        &json!({"name": name, "admin": false}),
+    );
+    assert_eq!(reply.status, 201, "adding user {name}: {}", reply.text());
+    reply.json()["token"].as_str().unwrap().to_string()
+}
+
+fn add_member(berth: &Berth, project: &str, user: &str) {
+    let reply = berth.client().request(
+        "PUT",
+        &format!("{PROJECTS}/{project}/members/{user}"),
+        None,
+        b"",
+    );
+    assert!(reply.status < 300, "add {user}: {}", reply.text());
+}
+
+/// A daemon with a fast scheduler and a TCP listener for the users' CLI.
+fn daemon() -> (Berth, tempfile::TempDir) {
+    let config = tempfile::tempdir().expect("config dir");
+    let file = config.path().join("berth.yaml");
+    std::fs::write(
+        &file,
+        "scheduler: {interval: 1s, workers: 4}\nlisten: {http: \"127.0.0.1:0\"}\n",
+    )
+    .unwrap();
+    let berth = Berth::start_with(&[], &["--config", &file.to_string_lossy()]);
+    (berth, config)
+}
+
+/// `berth ide NAME` as a user over TCP: its stdout and stderr, and whether it succeeded.
+fn ide_as(berth: &Berth, token: &str, name: &str) -> (bool, String, String) {
+    let tcp = crate::support::daemon::logged_addr(&berth.log_text(), "serving the API over TCP");
+    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["--server", &format!("http://{tcp}"), "ide", name])
+        .env("BERTH_TOKEN", token)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run berth ide");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The pid `berth ide` reported on stderr (`... (pid N); ...`).
+fn reported_pid(stderr: &str) -> u64 {
+    stderr
+        .split("(pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {stderr:?}"))
+}
+
+/// Waits for another container than `old` running under the name, and the project Ready.
+fn wait_replaced(berth: &Berth, name: &str, old: &str) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let uuid = lxc(&["config", "get", name, "volatile.uuid"]).ok();
+        if uuid.is_some_and(|u| u != old)
+            && crate::harness::instance_state(name).as_deref() == Some("RUNNING")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} was not replaced\n{}",
+            berth.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    berth.wait_ready(name);
+}
+
+fn ide_started_events(berth: &Berth, name: &str) -> usize {
+    berth.events_of(name, "IdeStarted").len()
+}
+
+#[test]
+fn the_ide_opens_in_chromium_saves_into_the_workspace_and_keeps_its_settings() {
+    let python = root().join("target/test-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/setup-test-deps (it installs Playwright)",
+        python.display()
+    );
+    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("Debian's chromium: run scripts/setup-test-deps");
+    let artifacts = root().join("target/ide-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+
+    let (mut berth, _config) = daemon();
+    let addr = berth.preview_addr();
+    let port = addr.rsplit_once(':').unwrap().1.to_string();
+    let name = unique_name();
+    berth.create_project(&name, json!({"image": "berth-agents"}));
+    let alice = add_user(&berth, &format!("alice-{name}"));
+    let bob = add_user(&berth, &format!("bob-{name}"));
+    add_member(&berth, &name, &format!("alice-{name}"));
+    berth.wait_ready(&name);
+    assert!(
+        exec(&name, "test ! -e /run/berth/ide.pid").is_ok(),
+        "code-server must not start at boot"
+    );
+
+    // The first call starts code-server and prints the IDE host's URL with a ticket.
+    let first = berth.cli(&["ide", &name]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&first.stdout).into_owned(),
+        String::from_utf8_lossy(&first.stderr).into_owned(),
+    );
+    assert!(first.status.success(), "berth ide: {stdout}{stderr}");
+    let prefix = format!("http://{name}--ide.localhost:{port}/?berth-ticket=");
+    assert!(stdout.trim().starts_with(&prefix), "{stdout:?}");
+    assert_eq!(stdout.lines().count(), 1, "{stdout:?}");
+    assert!(stderr.contains("code-server started"), "{stderr:?}");
+    let pid = reported_pid(&stderr);
+    assert_eq!(
+        exec(&name, "cat /run/berth/ide.pid").unwrap().trim(),
+        pid.to_string()
+    );
+
+    // A member's second call finds it running and starts nothing.
+    let (ok, url, said) = ide_as(&berth, &alice, &name);
+    assert!(ok, "alice's berth ide: {url}{said}");
+    assert!(said.contains("already running"), "{said:?}");
+    assert_eq!(reported_pid(&said), pid);
+    assert!(url.trim().starts_with(&prefix), "{url:?}");
+    assert_eq!(ide_started_events(&berth, &name), 1);
+
+    // Members reach code-server on the IDE host; anyone else reads the one 404.
+    let host = format!("{name}--ide.localhost:{port}");
+    let health = get(&addr, &host, "/healthz", &[bearer(&alice)]);
+    assert_eq!(health.status, 200, "{health:?}\n{}", berth.log_text());
+    let unknown = get(
+        &addr,
+        &format!("nope-{name}--ide.localhost"),
+        "/healthz",
+        &[bearer(&alice)],
+    );
+    assert_eq!(
+        (unknown.status, unknown.body.as_str()),
+        (404, NOT_FOUND),
+        "{unknown:?}"
+    );
+    for (who, headers) in [
+        ("no credentials", vec![]),
+        ("a non-member", vec![bearer(&bob)]),
+        (
+            "another host's cookie",
+            vec!["Cookie: berth-preview=forged".to_string()],
+        ),
+    ] {
+        let answer = get(&addr, &host, "/healthz", &headers);
+        assert_eq!(answer, unknown, "{who}");
+    }
+    let (ok, _, said) = ide_as(&berth, &bob, &name);
+    assert!(!ok && said.contains("not found"), "bob's berth ide: {said}");
+
+    // The browser: the workbench, a file saved from the editor, a user setting.
+    let release = berth.dir.path().join("release-browser");
+    let config = json!({
+        "url": url.trim(),
+        "chromium": chromium,
+        "artifacts": artifacts,
+        "text": TEXT,
+        "path": FILE,
+        "settings": SETTINGS,
+        "release": release,
+        "console": format!("http://{}", crate::support::daemon::logged_addr(&berth.log_text(), "serving the API over TCP")),
+        "token": alice,
+        "project": name,
+    });
+    let mut driver = Command::new("timeout")
+        .args(["-k", "10", "900"])
+        .arg(&python)
+        .arg(root().join("tests/e2e/ide_browser.py"))
+        .arg(config.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the Playwright driver");
+    let mut said = String::new();
+    let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap_or_default();
+        said.push_str(&line);
+        said.push('\n');
+        if line == "step: settings saved" {
+            break;
+        }
+    }
+    let open = said.contains("step: settings saved");
+
+    // While the IDE is open, it is the project's activity.
+    let activity = open.then(|| {
+        berth.wait_for(&name, "activity from the open IDE", |p| {
+            p["status"]["activity"]["source"] == "ide"
+        })
+    });
+    let described = open.then(|| berth.cli_ok(&["describe", "project", &name]));
+    std::fs::write(&release, b"").unwrap();
+    for line in lines {
+        said.push_str(&line.unwrap_or_default());
+        said.push('\n');
+    }
+    let mut errors = String::new();
+    driver
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut errors)
+        .unwrap();
+    let status = driver.wait().unwrap();
+    assert!(
+        status.success() && said.contains("all steps passed"),
+        "the browser driver failed ({status}):\n{said}{errors}\n--- daemon log ---\n{}",
+        berth.log_text()
+    );
+    assert!(activity.is_some());
+    let described = described.unwrap();
+    assert!(
+        described
+            .lines()
+            .any(|l| l.contains("Last Activity") && l.contains("(ide)")),
+        "{described}"
+    );
+
+    // What the editor saved is in /workspace, read back through berth.
+    let read = berth.cli_ok(&["exec", &name, "--", "cat", FILE]);
+    assert_eq!(read.trim_end(), TEXT);
+    assert_eq!(
+        exec(&name, &format!("cat {SETTINGS_FILE}")).unwrap(),
+        SETTINGS
+    );
+
+    // The saved file is unsaved work; the IDE's own state is not.
+    let project = berth.wait_for(&name, "the saved file seen as unsaved work", |p| {
+        p["status"]["unsavedWork"]["files"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == "ide-made.txt"))
+    });
+    assert_eq!(
+        project["status"]["unsavedWork"]["files"],
+        json!(["ide-made.txt"]),
+        "{}",
+        project["status"]["unsavedWork"]
+    );
+    assert_eq!(project["status"]["unsavedWork"]["untracked"], 1);
+
+    // A replaced container keeps the IDE's settings; the IDE starts again only when asked.
+    let old = lxc(&["config", "get", &name, "volatile.uuid"]).unwrap();
+    berth.cli_ok(&["restart", &name, "--recreate"]);
+    wait_replaced(&berth, &name, &old);
+    assert_eq!(
+        exec(&name, &format!("cat {SETTINGS_FILE}")).unwrap(),
+        SETTINGS
+    );
+    assert!(
+        exec(&name, "test ! -e /run/berth/ide.pid").is_ok(),
+        "code-server must not start with the new container"
+    );
+    let again: Value =
+        serde_json::from_str(&berth.cli_ok(&["ide", &name, "-o", "json"])).expect("json");
+    assert_eq!(again["started"], true, "{again}");
+    assert_eq!(ide_started_events(&berth, &name), 2);
+    let health = get(&addr, &host, "/healthz", &[bearer(&alice)]);
+    assert_eq!(health.status, 200, "{health:?}");
+    berth.delete_project(&name);
+}
+
+#[test]
+fn an_image_without_code_server_is_refused_in_one_line_and_keeps_nothing() {
+    let (mut berth, _config) = daemon();
+    let addr = berth.preview_addr();
+    let name = unique_name();
+    berth.create_project(&name, json!({"image": "berth-tiny"}));
+    let alice = add_user(&berth, &format!("alice-{name}"));
+    let bob = add_user(&berth, &format!("bob-{name}"));
+    add_member(&berth, &name, &format!("alice-{name}"));
+    berth.wait_ready(&name);
+
+    let (ok, stdout, stderr) = ide_as(&berth, &alice, &name);
+    assert!(!ok, "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "{stdout:?}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr:?}");
+    assert!(
+        stderr.contains("no code-server") && stderr.contains("berth-agents"),
+        "{stderr:?}"
+    );
+    assert!(
+        exec(&name, "test ! -e /workspace/.berth").is_ok(),
+        "nothing is written into the workspace"
+    );
+    assert_eq!(ide_started_events(&berth, &name), 0);
+
+    // A member reaching the IDE host hears how to start it; anyone else the one 404.
+    let host = format!("{name}--ide.localhost");
+    let member = get(&addr, &host, "/", &[bearer(&alice)]);
+    assert_eq!(member.status, 503, "{member:?}");
+    assert!(
+        member.body.contains(&format!("berth ide {name}")),
+        "{member:?}"
+    );
+    let outsider = get(&addr, &host, "/", &[bearer(&bob)]);
+    assert_eq!((outsider.status, outsider.body.as_str()), (404, NOT_FOUND));
+    berth.delete_project(&name);
+}

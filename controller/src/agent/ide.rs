@@ -23,7 +23,7 @@ pub const PORT: u16 = 13337;
 pub const STATE_DIR: &str = "/workspace/.berth/ide";
 /// The `.git/info/exclude` pattern that keeps [`STATE_DIR`] out of git.
 pub const EXCLUDE_PATTERN: &str = "/.berth/ide/";
-/// The code-server image berth expects (berth-agents carries it).
+/// Where berth expects code-server in the image (berth-agents carries it there).
 pub const BINARY: &str = "/usr/local/bin/code-server";
 pub const PID_FILE: &str = "/run/berth/ide.pid";
 /// code-server's output, one run's worth (each start begins it afresh).

@@ -2,13 +2,13 @@
 //!
 //! A request for `<name>--<port>.<previewDomain>` reaches that port in the project's container,
 //! and one for `<name>--ide.<previewDomain>` the project's IDE (code-server on
-//! [`crate::agent::ide::PORT`], which `berth ide` starts), when it comes from a member: `Authorization: Bearer <token>` (the API's tokens, checked as
-//! the API checks them), or the cookie a one-time ticket set for that host. Everyone else gets
-//! the same 404, whatever was missing. A member's request wakes an idled project as `berth
-//! start` does, counts as activity (source `preview`, or `ide` on the IDE host), and is relayed
-//! as it is: bodies stream, and an upgraded
-//! connection (websockets) is relayed byte for byte once the container agreed to it. berth's
-//! own credentials (the bearer token, the preview cookie) never reach the container.
+//! [`crate::agent::ide::PORT`], which `berth ide` starts), when it comes from a member:
+//! `Authorization: Bearer <token>` (the API's tokens, checked as the API checks them), or the
+//! cookie a one-time ticket set for that host. Everyone else gets the same 404, whatever was
+//! missing. A member's request wakes an idled project as `berth start` does, counts as activity
+//! (source `preview`, or `ide` on the IDE host), and is relayed as it is: bodies stream, and an
+//! upgraded connection (websockets) is relayed byte for byte once the container agreed to it.
+//! berth's own credentials (the bearer token, the preview cookie) never reach the container.
 //!
 //! Also here: `POST .../projects/NAME/previewtickets` (a member's ticket for one port) and
 //! `GET .../projects/NAME/portforward?port=N` (`berth port-forward`: one connection over a

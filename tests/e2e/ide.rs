@@ -1,12 +1,14 @@
 //! The IDE against a real daemon on real LXD (image berth-agents, which carries code-server):
 //! `berth ide` starts code-server on demand and prints the IDE host's URL with a one-time
 //! ticket, and a second call starts nothing; Playwright (`tests/e2e/ide_browser.py`, Debian's
-//! Chromium) opens that URL through the real preview listener, waits for the workbench,
-//! creates a file in the editor and writes a user setting; the file is read back with `berth
-//! exec`; an open IDE is the project's activity (source `ide`); the IDE's own state is neither
-//! unsaved work nor in the way of a recreate, after which the setting is still there and the
-//! IDE starts again only when asked; a non-member reads the same 404 as for any preview. On
-//! an image without code-server, `berth ide` says so in one line and writes nothing.
+//! Chromium) opens that URL through the real preview listener, waits for the workbench and
+//! creates a file in the editor, read back with `berth exec`, then opens the IDE again from
+//! the console's Open IDE; an open IDE is the project's activity (source `ide`); the IDE's own
+//! state is neither unsaved work nor in the way of a recreate, after which the state code-server
+//! wrote is still there and the IDE starts again only when asked; a project left alone idles,
+//! code-server stopping with its container, and `berth ide` wakes it and starts code-server
+//! again; a non-member reads the same 404 as for any preview. On an image without
+//! code-server, `berth ide` says so in one line and writes nothing.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -21,8 +23,8 @@ use serde_json::{Value, json};
 const DEADLINE: Duration = Duration::from_secs(300);
 const FILE: &str = "/workspace/ide-made.txt";
 const TEXT: &str = "written in the IDE through berth";
-const SETTINGS: &str = r#"{"editor.fontSize": 15}"#;
-const SETTINGS_FILE: &str = "/workspace/.berth/ide/data/User/settings.json";
+/// What code-server writes into its state at its first start (its machine id).
+const STATE_FILE: &str = "/workspace/.berth/ide/data/machineid";
 const NOT_FOUND: &str = "404 page not found\n";
 
 fn root() -> PathBuf {
@@ -150,7 +152,7 @@ fn ide_started_events(berth: &Berth, name: &str) -> usize {
 }
 
 #[test]
-fn the_ide_opens_in_chromium_saves_into_the_workspace_and_keeps_its_settings() {
+fn the_ide_opens_in_chromium_saves_into_the_workspace_and_keeps_its_state() {
     let python = root().join("target/test-venv/bin/python");
     assert!(
         python.exists(),
@@ -240,7 +242,6 @@ fn the_ide_opens_in_chromium_saves_into_the_workspace_and_keeps_its_settings() {
         "artifacts": artifacts,
         "text": TEXT,
         "path": FILE,
-        "settings": SETTINGS,
         "release": release,
         "console": format!("http://{}", crate::support::daemon::logged_addr(&berth.log_text(), "serving the API over TCP")),
         "token": alice,
@@ -262,11 +263,11 @@ fn the_ide_opens_in_chromium_saves_into_the_workspace_and_keeps_its_settings() {
         let line = line.unwrap_or_default();
         said.push_str(&line);
         said.push('\n');
-        if line == "step: settings saved" {
+        if line == "step: saved" {
             break;
         }
     }
-    let open = said.contains("step: settings saved");
+    let open = said.contains("step: saved");
 
     // While the IDE is open, it is the project's activity.
     let activity = open.then(|| {
@@ -305,10 +306,9 @@ fn the_ide_opens_in_chromium_saves_into_the_workspace_and_keeps_its_settings() {
     // What the editor saved is in /workspace, read back through berth.
     let read = berth.cli_ok(&["exec", &name, "--", "cat", FILE]);
     assert_eq!(read.trim_end(), TEXT);
-    assert_eq!(
-        exec(&name, &format!("cat {SETTINGS_FILE}")).unwrap(),
-        SETTINGS
-    );
+    // code-server keeps its state in the workspace volume.
+    let written = exec(&name, &format!("cat {STATE_FILE}"))
+        .unwrap_or_else(|e| panic!("code-server wrote no {STATE_FILE}: {e}"));
 
     // The saved file is unsaved work; the IDE's own state is not.
     let project = berth.wait_for(&name, "the saved file seen as unsaved work", |p| {
@@ -324,14 +324,11 @@ fn the_ide_opens_in_chromium_saves_into_the_workspace_and_keeps_its_settings() {
     );
     assert_eq!(project["status"]["unsavedWork"]["untracked"], 1);
 
-    // A replaced container keeps the IDE's settings; the IDE starts again only when asked.
+    // A replaced container keeps the IDE's state; the IDE starts again only when asked.
     let old = lxc(&["config", "get", &name, "volatile.uuid"]).unwrap();
     berth.cli_ok(&["restart", &name, "--recreate"]);
     wait_replaced(&berth, &name, &old);
-    assert_eq!(
-        exec(&name, &format!("cat {SETTINGS_FILE}")).unwrap(),
-        SETTINGS
-    );
+    assert_eq!(exec(&name, &format!("cat {STATE_FILE}")).unwrap(), written);
     assert!(
         exec(&name, "test ! -e /run/berth/ide.pid").is_ok(),
         "code-server must not start with the new container"
@@ -342,6 +339,32 @@ fn the_ide_opens_in_chromium_saves_into_the_workspace_and_keeps_its_settings() {
     assert_eq!(ide_started_events(&berth, &name), 2);
     let health = get(&addr, &host, "/healthz", &[bearer(&alice)]);
     assert_eq!(health.status, 200, "{health:?}");
+
+    // Left alone, the project idles and code-server stops with its container (the saved file
+    // removed first: it is unsaved work, which keeps the reaper away; the IDE's state is not);
+    // `berth ide` wakes the project and starts code-server again.
+    berth.cli_ok(&["exec", &name, "--", "rm", FILE]);
+    let reply = berth.patch_project(
+        &name,
+        json!({"spec": {"reap": {"idleAfter": "5s", "idleAction": "Stop"}}}),
+    );
+    assert!(reply.status < 300, "{}", reply.text());
+    berth.wait_for(&name, "idled and stopped", |p| {
+        p["status"]["reap"]["idledAt"].is_string()
+            && crate::harness::instance_state(&name).as_deref() == Some("STOPPED")
+    });
+    let woken: Value =
+        serde_json::from_str(&berth.cli_ok(&["ide", &name, "-o", "json"])).expect("json");
+    assert_eq!(woken["started"], true, "{woken}");
+    assert_eq!(ide_started_events(&berth, &name), 3);
+    assert!(
+        berth
+            .events_of(&name, "WakeRequested")
+            .iter()
+            .any(|e| e["message"] == "berth ide woke the idled project"),
+        "{:?}",
+        berth.events(&name)
+    );
     berth.delete_project(&name);
 }
 

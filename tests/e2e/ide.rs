@@ -24,7 +24,7 @@ const DEADLINE: Duration = Duration::from_secs(300);
 const FILE: &str = "/workspace/ide-made.txt";
 const TEXT: &str = "written in the IDE through berth";
 /// What code-server writes into its state at its first start (its machine id).
-const STATE_FILE: &str = "/workspace/.berth/ide/data/machineid";
+const STATE_FILE: &str = "/workspace/.berth/ide/data/User/machineid";
 const NOT_FOUND: &str = "404 page not found\n";
 
 fn root() -> PathBuf {

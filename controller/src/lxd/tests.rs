@@ -32,6 +32,10 @@ const EMPTY_SYNC: &str = r#"{"type":"sync","status":"Success","status_code":200,
 
 type Reply = (u16, Vec<(&'static str, &'static str)>, &'static str);
 
+/// A reply code that makes the stub close the connection without answering, as LXD does when
+/// it is overloaded.
+const DROP: u16 = 0;
+
 /// Scripted replies per `METHOD path`; the last reply of a route repeats.
 #[derive(Default)]
 struct Recorded {
@@ -99,11 +103,14 @@ async fn stub(recorded: Arc<Recorded>) -> (LxdClient, tempfile::TempDir) {
                         ));
                         let (code, headers, body) =
                             recorded.answer(req.method().as_str(), uri.path());
+                        if code == DROP {
+                            return Err("the connection is dropped unanswered");
+                        }
                         let mut response = hyper::Response::builder().status(code);
                         for (k, v) in headers {
                             response = response.header(k, v);
                         }
-                        Ok::<_, std::convert::Infallible>(
+                        Ok::<_, &'static str>(
                             response
                                 .body(Full::new(Bytes::from_static(body.as_bytes())))
                                 .unwrap(),
@@ -467,4 +474,35 @@ fn a_volume_listing_url_names_its_volume_and_member() {
         volume_of_url("/1.0/storage-pools/default/volumes/custom/a%20b?project=p&target=m2"),
         Some(("a b".into(), Some("m2".into())))
     );
+}
+
+#[tokio::test]
+async fn a_read_the_server_dropped_unanswered_is_sent_again_once_and_a_write_is_not() {
+    let recorded = Arc::new(Recorded::default());
+    recorded.route(
+        "GET /1.0/instances/web",
+        vec![status(DROP, ""), ok(INSTANCE)],
+    );
+    recorded.route("PUT /1.0/instances/web/state", vec![status(DROP, "")]);
+    let (client, _dir) = stub(recorded.clone()).await;
+    let instance = client.get_instance_record("web").await.unwrap();
+    assert_eq!(instance.unwrap().name, "web");
+    let reads = |seen: &[String]| {
+        seen.iter()
+            .filter(|s| s.starts_with("GET /1.0/instances/web?"))
+            .count()
+    };
+    assert_eq!(reads(&recorded.seen()), 2);
+
+    let start = client.start_instance("web", Duration::from_secs(5)).await;
+    assert!(
+        matches!(start, Err(RuntimeError::Transport { .. })),
+        "{start:?}"
+    );
+    let writes = recorded
+        .seen()
+        .iter()
+        .filter(|s| s.starts_with("PUT /1.0/instances/web/state"))
+        .count();
+    assert_eq!(writes, 1, "a write is never sent twice");
 }

@@ -241,9 +241,21 @@ impl Call<'_> {
                 .body(b),
             None => request,
         };
+        // LXD under load may close a connection before it answers: a read is safe to send
+        // again, once.
+        let again = (self.method == reqwest::Method::GET)
+            .then(|| request.try_clone())
+            .flatten();
         let started = Instant::now();
         let exchange = async {
-            let response = request.send().await?;
+            let response = match request.send().await {
+                Ok(response) => response,
+                Err(e) if e.is_request() && !e.is_timeout() && again.is_some() => {
+                    tracing::debug!(path = %self.path, error = %error_chain(&e), "LXD closed the connection unanswered; sending the read again");
+                    again.expect("checked above").send().await?
+                }
+                Err(e) => return Err(e),
+            };
             let status = response.status().as_u16();
             let headers = response.headers().clone();
             let (body, cut) = read_body(response, self.keep).await?;

@@ -23,25 +23,6 @@ const INDEX: &str = "hello from inside the container\n";
 /// A key any websocket handshake may use (RFC 6455's example).
 const WS_KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
 
-fn add_user(berth: &Berth, name: &str) -> String {
-    let reply = berth.client().post_json(
-        "/apis/berth.dev/v1alpha1/users",
-        &json!({"name": name, "admin": false}),
-    );
-    assert_eq!(reply.status, 201, "adding user {name}: {}", reply.text());
-    reply.json()["token"].as_str().unwrap().to_string()
-}
-
-fn add_member(berth: &Berth, project: &str, user: &str) {
-    let reply = berth.client().request(
-        "PUT",
-        &format!("{PROJECTS}/{project}/members/{user}"),
-        None,
-        b"",
-    );
-    assert!(reply.status < 300, "add {user}: {}", reply.text());
-}
-
 /// The API's TCP address, as the daemon logged it.
 fn tcp_addr(berth: &Berth) -> String {
     let log = berth.log_text();
@@ -243,8 +224,8 @@ fn console_upgrades_need_the_consoles_own_origin_and_csrf_token() {
     let name = crate::harness::unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
     let user = format!("alice-{name}");
-    let alice = add_user(&berth, &user);
-    add_member(&berth, &name, &user);
+    let alice = berth.add_user(&user);
+    berth.add_member(&name, &user);
     berth.wait_ready(&name);
     start_in(
         &name,
@@ -396,8 +377,8 @@ fn the_preview_listener_relays_none_of_berths_credentials() {
     let name = crate::harness::unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
     let user = format!("alice-{name}");
-    let alice = add_user(&berth, &user);
-    add_member(&berth, &name, &user);
+    let alice = berth.add_user(&user);
+    berth.add_member(&name, &user);
     berth.wait_ready(&name);
     crate::harness::exec(&name, RECORDER).expect("start the recorder");
     let host = format!("{name}--8003.localhost");

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -304,6 +306,27 @@ impl Berth {
         created
     }
 
+    /// Adds a user who is no admin; answers the user's token.
+    pub fn add_user(&self, name: &str) -> String {
+        let reply = self.client().post_json(
+            "/apis/berth.dev/v1alpha1/users",
+            &json!({"name": name, "admin": false}),
+        );
+        assert_eq!(reply.status, 201, "adding user {name}: {}", reply.text());
+        reply.json()["token"].as_str().unwrap().to_string()
+    }
+
+    /// Makes `user` a member of `project`.
+    pub fn add_member(&self, project: &str, user: &str) {
+        let reply = self.client().request(
+            "PUT",
+            &format!("{PROJECTS}/{project}/members/{user}"),
+            None,
+            b"",
+        );
+        assert!(reply.status < 300, "add {user}: {}", reply.text());
+    }
+
     /// Remembers a project something else created (a GitSource, a CLI apply) for cleanup.
     pub fn track(&mut self, project: &Value) {
         let name = project["metadata"]["name"]
@@ -538,6 +561,65 @@ pub fn lxc_when_idle(args: &[&str]) -> Result<String, String> {
             other => return other,
         }
     }
+}
+
+/// Generous: a request through LXD's proxy answers in milliseconds, but the machine is shared.
+const HTTP_DEADLINE: Duration = Duration::from_secs(120);
+
+/// An HTTP/1.1 answer from the preview listener, read to its end.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub head: String,
+    pub body: String,
+}
+
+impl Answer {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|line| {
+            let (k, v) = line.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+    }
+}
+
+pub fn connect(addr: &str) -> TcpStream {
+    let stream = TcpStream::connect(addr).expect("connect to the preview listener");
+    stream.set_read_timeout(Some(HTTP_DEADLINE)).unwrap();
+    stream
+}
+
+/// `GET path` on the preview listener with `Host: host` and extra header lines, `Connection: close`.
+pub fn get(addr: &str, host: &str, path: &str, headers: &[String]) -> Answer {
+    let mut stream = connect(addr);
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for header in headers {
+        request.push_str(header);
+        request.push_str("\r\n");
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Answer {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    }
+}
+
+/// The header line of a bearer token, for raw HTTP requests.
+pub fn bearer(token: &str) -> String {
+    format!("Authorization: Bearer {token}")
 }
 
 /// Runs a shell command in the container.

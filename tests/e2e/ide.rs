@@ -10,13 +10,12 @@
 //! again; a non-member reads the same 404 as for any preview. On an image without
 //! code-server, `berth ide` says so in one line and writes nothing.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Berth, PROJECTS, exec, lxc, unique_name};
+use crate::harness::{Berth, bearer, exec, get, lxc, unique_name};
 use serde_json::{Value, json};
 
 /// A berth-agents container's first boot and the workbench's first load on a busy machine.
@@ -29,62 +28,6 @@ const NOT_FOUND: &str = "404 page not found\n";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// An HTTP/1.1 answer's status and body.
-#[derive(Debug, PartialEq, Eq)]
-struct Answer {
-    status: u16,
-    body: String,
-}
-
-/// `GET path` on the preview listener with `Host: host` and extra header lines.
-fn get(addr: &str, host: &str, path: &str, headers: &[String]) -> Answer {
-    let mut stream = TcpStream::connect(addr).expect("connect to the preview listener");
-    stream.set_read_timeout(Some(DEADLINE)).unwrap();
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    for header in headers {
-        request.push_str(header);
-        request.push_str("\r\n");
-    }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Answer {
-        status,
-        body: body.to_string(),
-    }
-}
-
-fn bearer(token: &str) -> String {
-    format!("Authorization: Bearer {token}")
-}
-
-fn add_user(berth: &Berth, name: &str) -> String {
-    let reply = berth.client().post_json(
-        "/apis/berth.dev/v1alpha1/users",
-        &json!({"name": name, "admin": false}),
-    );
-    assert_eq!(reply.status, 201, "adding user {name}: {}", reply.text());
-    reply.json()["token"].as_str().unwrap().to_string()
-}
-
-fn add_member(berth: &Berth, project: &str, user: &str) {
-    let reply = berth.client().request(
-        "PUT",
-        &format!("{PROJECTS}/{project}/members/{user}"),
-        None,
-        b"",
-    );
-    assert!(reply.status < 300, "add {user}: {}", reply.text());
 }
 
 /// A daemon with a fast scheduler and a TCP listener for the users' CLI.
@@ -171,9 +114,9 @@ fn the_ide_opens_in_chromium_saves_into_the_workspace_and_keeps_its_state() {
     let port = addr.rsplit_once(':').unwrap().1.to_string();
     let name = unique_name();
     berth.create_project(&name, json!({"image": "berth-agents"}));
-    let alice = add_user(&berth, &format!("alice-{name}"));
-    let bob = add_user(&berth, &format!("bob-{name}"));
-    add_member(&berth, &name, &format!("alice-{name}"));
+    let alice = berth.add_user(&format!("alice-{name}"));
+    let bob = berth.add_user(&format!("bob-{name}"));
+    berth.add_member(&name, &format!("alice-{name}"));
     berth.wait_ready(&name);
     assert!(
         exec(&name, "test ! -e /run/berth/ide.pid").is_ok(),
@@ -229,7 +172,11 @@ fn the_ide_opens_in_chromium_saves_into_the_workspace_and_keeps_its_state() {
         ),
     ] {
         let answer = get(&addr, &host, "/healthz", &headers);
-        assert_eq!(answer, unknown, "{who}");
+        assert_eq!(
+            (answer.status, answer.body),
+            (unknown.status, unknown.body.clone()),
+            "{who}"
+        );
     }
     let (ok, _, said) = ide_as(&berth, &bob, &name);
     assert!(!ok && said.contains("not found"), "bob's berth ide: {said}");
@@ -374,9 +321,9 @@ fn an_image_without_code_server_is_refused_in_one_line_and_keeps_nothing() {
     let addr = berth.preview_addr();
     let name = unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
-    let alice = add_user(&berth, &format!("alice-{name}"));
-    let bob = add_user(&berth, &format!("bob-{name}"));
-    add_member(&berth, &name, &format!("alice-{name}"));
+    let alice = berth.add_user(&format!("alice-{name}"));
+    let bob = berth.add_user(&format!("bob-{name}"));
+    berth.add_member(&name, &format!("alice-{name}"));
     berth.wait_ready(&name);
 
     let (ok, stdout, stderr) = ide_as(&berth, &alice, &name);

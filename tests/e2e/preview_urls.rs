@@ -10,87 +10,13 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Berth, PROJECTS};
+use crate::harness::{Berth, PROJECTS, bearer, connect, get};
 use crate::support::daemon::TcpClient;
 use serde_json::{Value, json};
 
 /// Generous: a request through LXD's proxy answers in milliseconds, but the machine is shared.
 const DEADLINE: Duration = Duration::from_secs(120);
 const INDEX: &str = "hello from inside the container\n";
-
-/// An HTTP/1.1 answer, read to its end.
-#[derive(Debug, PartialEq, Eq)]
-struct Answer {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<String> {
-        self.head.lines().find_map(|line| {
-            let (k, v) = line.split_once(':')?;
-            k.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| v.trim().to_string())
-        })
-    }
-}
-
-fn connect(addr: &str) -> TcpStream {
-    let stream = TcpStream::connect(addr).expect("connect to the preview listener");
-    stream.set_read_timeout(Some(DEADLINE)).unwrap();
-    stream
-}
-
-/// `GET path` with `Host: host` and extra header lines, `Connection: close`.
-fn get(addr: &str, host: &str, path: &str, headers: &[String]) -> Answer {
-    let mut stream = connect(addr);
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    for header in headers {
-        request.push_str(header);
-        request.push_str("\r\n");
-    }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Answer {
-        status,
-        head: head.to_string(),
-        body: body.to_string(),
-    }
-}
-
-fn bearer(token: &str) -> String {
-    format!("Authorization: Bearer {token}")
-}
-
-fn add_user(berth: &Berth, name: &str) -> String {
-    let reply = berth.client().post_json(
-        "/apis/berth.dev/v1alpha1/users",
-        &json!({"name": name, "admin": false}),
-    );
-    assert_eq!(reply.status, 201, "adding user {name}: {}", reply.text());
-    reply.json()["token"].as_str().unwrap().to_string()
-}
-
-fn add_member(berth: &Berth, project: &str, user: &str) {
-    let reply = berth.client().request(
-        "PUT",
-        &format!("{PROJECTS}/{project}/members/{user}"),
-        None,
-        b"",
-    );
-    assert!(reply.status < 300, "add {user}: {}", reply.text());
-}
 
 /// Busybox servers inside the container: `httpd` on 8000, an upgrade that echoes on 8001, and
 /// a response that sends its second half only once `/tmp/go` exists on 8002.
@@ -142,9 +68,9 @@ fn members_reach_a_containers_servers_through_the_preview_listener() {
     let port = addr.rsplit_once(':').unwrap().1.to_string();
     let name = crate::harness::unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
-    let alice = add_user(&berth, &format!("alice-{name}"));
-    let bob = add_user(&berth, &format!("bob-{name}"));
-    add_member(&berth, &name, &format!("alice-{name}"));
+    let alice = berth.add_user(&format!("alice-{name}"));
+    let bob = berth.add_user(&format!("bob-{name}"));
+    berth.add_member(&name, &format!("alice-{name}"));
     berth.wait_ready(&name);
     start_servers(&name);
     let host = format!("{name}--8000.localhost:{port}");
@@ -377,8 +303,8 @@ fn a_preview_request_wakes_an_idled_project_and_counts_as_activity() {
         &name,
         json!({"image": "berth-tiny", "reap": {"idleAfter": "4s", "idleAction": "Stop"}}),
     );
-    let alice = add_user(&berth, &format!("alice-{name}"));
-    add_member(&berth, &name, &format!("alice-{name}"));
+    let alice = berth.add_user(&format!("alice-{name}"));
+    berth.add_member(&name, &format!("alice-{name}"));
     berth.wait_for(&name, "idled and stopped", |p| {
         idled(p).is_some() && crate::harness::instance_state(&name).as_deref() == Some("STOPPED")
     });
@@ -476,10 +402,10 @@ fn idle_connections_and_another_members_tickets_never_keep_a_member_out() {
     let name = crate::harness::unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
     let (alice, mallory) = (format!("alice-{name}"), format!("mallory-{name}"));
-    let alice_api = TcpClient::new(&api, Some(&add_user(&berth, &alice)), None);
-    let mallory_api = TcpClient::new(&api, Some(&add_user(&berth, &mallory)), None);
-    add_member(&berth, &name, &alice);
-    add_member(&berth, &name, &mallory);
+    let alice_api = TcpClient::new(&api, Some(&berth.add_user(&alice)), None);
+    let mallory_api = TcpClient::new(&api, Some(&berth.add_user(&mallory)), None);
+    berth.add_member(&name, &alice);
+    berth.add_member(&name, &mallory);
     berth.wait_ready(&name);
     start_servers(&name);
     let host = format!("{name}--8000.localhost");

@@ -355,13 +355,11 @@ fn a_fork_bomb_under_its_process_limit_leaves_the_daemon_and_others_responsive()
     assert_eq!(limit(&other), "300");
     assert_eq!(limit(&bomb), "200");
 
-    // The bomb, started as a member would start it; the exec stays open while it runs (a
-    // finished exec takes what it started with it). Each call leaves a sleeper behind, so the
-    // bomb holds its limit instead of dying out once forks start failing (a bare `b | b &`
-    // population can collapse between two looks on a busy machine).
-    let mut running = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
+    // The bomb, started straight through LXD so that nothing of berth stands between it and
+    // the container; the exec stays open while it runs (a finished exec takes what it started
+    // with it). Each call leaves a sleeper behind, so the bomb holds its limit instead of dying
+    // out once forks start failing.
+    let mut running = Command::new("lxc")
         .args(["exec", &bomb, "--"])
         .args(["sh", "-c", "b() { sleep 600 & b | b & }; b; exec sleep 600"])
         .stdin(Stdio::null())

@@ -192,6 +192,32 @@ pub struct Context {
     pub placement: placement::Placer,
 }
 
+impl Context {
+    /// A controller's context over these parts, with nothing listed, placed or held yet.
+    pub fn new(
+        store: Arc<Store>,
+        runtime: Arc<dyn Runtime>,
+        metrics: Arc<Metrics>,
+        settings: ControllerSettings,
+        later_steps: Arc<dyn LaterSteps>,
+        queue: WorkQueue,
+    ) -> Context {
+        Context {
+            store,
+            runtime,
+            metrics,
+            settings,
+            later_steps,
+            fleet: fleet::FleetGuard::default(),
+            snapshot: snapshot::Snapshot::default(),
+            own_changes: Default::default(),
+            queue,
+            held: Default::default(),
+            placement: Default::default(),
+        }
+    }
+}
+
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
@@ -245,19 +271,14 @@ pub fn spawn_controller(
     cancel: CancellationToken,
 ) -> ControllerHandle {
     let queue = WorkQueue::new(settings.workers, settings.backoff, metrics.clone());
-    let context = Arc::new(Context {
+    let context = Arc::new(Context::new(
         store,
         runtime,
         metrics,
         settings,
         later_steps,
-        fleet: fleet::FleetGuard::default(),
-        snapshot: snapshot::Snapshot::default(),
-        own_changes: Default::default(),
-        queue: queue.clone(),
-        held: Default::default(),
-        placement: Default::default(),
-    });
+        queue.clone(),
+    ));
 
     let mut tasks = Vec::new();
     let ctx = context.clone();

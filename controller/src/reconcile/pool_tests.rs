@@ -9,10 +9,8 @@ use serde_json::{Value, json};
 use super::{Pass, WarmPool, member_prefix, pass};
 use crate::layout::{CONTROLLER_LABEL, POOL_LABEL, POOL_READY_LABEL, UID_LABEL};
 use crate::metrics::{ImageLabels, Metrics, ReasonLabels};
-use crate::reconcile::{
-    Action, Context, ControllerSettings, NoLaterSteps, WorkQueue, fleet::FleetGuard, project,
-};
-use crate::runtime::{Instance, InstanceStatus, Runtime, RuntimeError};
+use crate::reconcile::{Action, Context, ControllerSettings, NoLaterSteps, WorkQueue, project};
+use crate::runtime::{Instance, InstanceStatus, RuntimeError};
 use crate::store::{Commit, Desired, Store};
 use crate::testing::fake_runtime::{FakeRuntime, Fault};
 
@@ -49,19 +47,15 @@ impl Harness {
             pool: Arc::new(WarmPool::new("berth-base", size)),
             ..ControllerSettings::default()
         };
-        let ctx = Context {
-            store: store.clone(),
-            runtime: fake.clone() as Arc<dyn Runtime>,
-            metrics: metrics.clone(),
-            queue: WorkQueue::new(1, settings.backoff, metrics),
-            held: Default::default(),
-            placement: Default::default(),
+        let queue = WorkQueue::new(1, settings.backoff, metrics.clone());
+        let ctx = Context::new(
+            store.clone(),
+            fake.clone(),
+            metrics,
             settings,
-            later_steps: Arc::new(NoLaterSteps),
-            fleet: FleetGuard::default(),
-            snapshot: Default::default(),
-            own_changes: Default::default(),
-        };
+            Arc::new(NoLaterSteps),
+            queue,
+        );
         Harness {
             _dir: dir,
             store,

@@ -9,10 +9,7 @@ use std::time::Duration;
 use berth_api::{Kind, Phase, ProjectStatus, Step};
 use serde_json::{Value, json};
 
-use super::{
-    Action, Context, ControllerSettings, NoLaterSteps, Timeouts, WorkQueue, fleet::FleetGuard,
-    project,
-};
+use super::{Action, Context, ControllerSettings, NoLaterSteps, Timeouts, WorkQueue, project};
 use crate::layout::{CONTROLLER_LABEL, DurableLayout, FINALIZER, UID_LABEL};
 use crate::metrics::Metrics;
 use crate::runtime::{Instance, InstanceStatus, Runtime, RuntimeError};
@@ -44,19 +41,15 @@ impl Harness {
             },
             ..ControllerSettings::default()
         };
-        let ctx = Context {
-            store: store.clone(),
-            runtime: fake.clone() as Arc<dyn Runtime>,
-            metrics: metrics.clone(),
-            queue: WorkQueue::new(1, settings.backoff, metrics),
-            held: Default::default(),
-            placement: Default::default(),
+        let queue = WorkQueue::new(1, settings.backoff, metrics.clone());
+        let ctx = Context::new(
+            store.clone(),
+            fake.clone(),
+            metrics,
             settings,
-            later_steps: Arc::new(NoLaterSteps),
-            fleet: FleetGuard::default(),
-            snapshot: Default::default(),
-            own_changes: Default::default(),
-        };
+            Arc::new(NoLaterSteps),
+            queue,
+        );
         Harness {
             _dir: dir,
             store,

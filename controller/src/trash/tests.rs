@@ -48,19 +48,15 @@ fn setup_on(fake: Arc<FakeRuntime>, retention: Duration) -> Setup {
     };
     let trash =
         Trash::new(store.clone(), POOL, settings.trash.clone()).with_metrics(metrics.clone());
-    let ctx = Context {
-        store: store.clone(),
-        runtime: fake.clone() as Arc<dyn Runtime>,
-        metrics: metrics.clone(),
-        queue: WorkQueue::new(1, settings.backoff, metrics.clone()),
+    let queue = WorkQueue::new(1, settings.backoff, metrics.clone());
+    let ctx = Context::new(
+        store.clone(),
+        fake.clone(),
+        metrics.clone(),
         settings,
-        later_steps: Arc::new(NoLaterSteps),
-        fleet: Default::default(),
-        snapshot: Default::default(),
-        own_changes: Default::default(),
-        held: Default::default(),
-        placement: Default::default(),
-    };
+        Arc::new(NoLaterSteps),
+        queue,
+    );
     Setup {
         admission: crate::admission::Admission::new(berth_api::Defaults::default()),
         _dir: dir,

@@ -34,19 +34,15 @@ pub(super) fn setup() -> Setup {
     let store = Arc::new(Store::open(&dir.path().join("berth.db")).unwrap());
     let fake = Arc::new(FakeRuntime::new());
     let metrics = Arc::new(Metrics::new());
-    let ctx = Context {
+    let queue = WorkQueue::new(1, Backoff::default(), metrics.clone());
+    let ctx = Context::new(
         store,
-        runtime: fake.clone(),
-        metrics: metrics.clone(),
-        settings: ControllerSettings::default(),
-        later_steps: Arc::new(NoLaterSteps),
-        fleet: Default::default(),
-        snapshot: Default::default(),
-        own_changes: Default::default(),
-        queue: WorkQueue::new(1, Backoff::default(), metrics),
-        held: Default::default(),
-        placement: Default::default(),
-    };
+        fake.clone(),
+        metrics,
+        ControllerSettings::default(),
+        Arc::new(NoLaterSteps),
+        queue,
+    );
     let volumes: Arc<Mutex<HashMap<String, FakeWorkspace>>> = Arc::default();
     let weak = Arc::downgrade(&fake);
     let held = volumes.clone();

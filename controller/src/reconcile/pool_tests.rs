@@ -64,6 +64,21 @@ impl Harness {
         }
     }
 
+    /// Fills the pool and starts a claim for a new project `name` that stops after the
+    /// rename: the update fails as a killed daemon's would.
+    async fn claim_killed_after_rename(&self, name: &str) {
+        self.fill().await;
+        self.apply(name, json!({"image": "berth-base"}));
+        self.fake.fault_method(
+            "patch_instance",
+            Fault::Fail(RuntimeError::Transport {
+                what: "injected".into(),
+                message: "the daemon was killed".into(),
+            }),
+        );
+        assert!(project::reconcile(&self.ctx, name).await.is_err());
+    }
+
     /// Refill passes until the pool is as wanted.
     async fn fill(&self) {
         for _ in 0..MAX_ROUNDS {
@@ -243,16 +258,7 @@ async fn what_the_pool_cannot_serve_is_created_as_before() {
 #[tokio::test]
 async fn a_claim_interrupted_between_rename_and_update_resumes() {
     let h = Harness::new(1);
-    h.fill().await;
-    h.apply("p", json!({"image": "berth-base"}));
-    h.fake.fault_method(
-        "patch_instance",
-        Fault::Fail(RuntimeError::Transport {
-            what: "injected".into(),
-            message: "the daemon was killed".into(),
-        }),
-    );
-    assert!(project::reconcile(&h.ctx, "p").await.is_err());
+    h.claim_killed_after_rename("p").await;
     let renamed = h.fake.instance("p").expect("renamed before the kill");
     assert_eq!(renamed.config.get(UID_LABEL), None);
     assert!(h.members().is_empty());
@@ -349,16 +355,7 @@ async fn a_smaller_pool_deletes_only_its_own_surplus() {
 #[tokio::test]
 async fn a_member_left_by_a_project_deleted_mid_claim_is_deleted() {
     let h = Harness::new(1);
-    h.fill().await;
-    h.apply("p", json!({"image": "berth-base"}));
-    h.fake.fault_method(
-        "patch_instance",
-        Fault::Fail(RuntimeError::Transport {
-            what: "injected".into(),
-            message: "the daemon was killed".into(),
-        }),
-    );
-    assert!(project::reconcile(&h.ctx, "p").await.is_err());
+    h.claim_killed_after_rename("p").await;
     assert!(h.fake.instance("p").is_some());
     let forced = std::collections::BTreeMap::from([(
         berth_api::annotations::FORCE_DELETE.to_string(),

@@ -24,18 +24,17 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
+use super::project::BOOT_POLL;
 use super::status::ControllerRecord;
 use crate::dispose;
 use crate::layout::{POOL_LABEL, POOL_READY_LABEL, uid_label};
 use crate::metrics::{ImageLabels, Metrics};
 use crate::runtime::{
-    CreateInstance, Created, ExecRequest, ImageSource, Instance, InstancePatch, InstanceStatus,
-    OperationStatus, RuntimeError, StopOptions,
+    CreateInstance, Created, ImageSource, Instance, InstancePatch, InstanceStatus, OperationStatus,
+    RuntimeError, StopOptions,
 };
 use crate::store::Store;
 
-/// How often a booting member is probed.
-const BOOT_POLL: Duration = Duration::from_millis(250);
 /// The first wait after a failed refill pass; it doubles up to [`FAILED_MAX`].
 const FAILED_FIRST: Duration = Duration::from_secs(5);
 const FAILED_MAX: Duration = Duration::from_secs(300);
@@ -321,17 +320,15 @@ pub async fn pass(ctx: &Context) -> Result<Pass, RuntimeError> {
 }
 
 /// The names of members that projects recorded as claimed, and of those projects (a member
-/// renamed but not yet given the project's labels carries the project's name).
+/// renamed but not yet given the project's labels carries the project's name). Only a status
+/// whose text names a pool member is decoded: a pass reads every project.
 fn claiming(store: &Store) -> HashSet<String> {
     let mut names = HashSet::new();
     for project in store.list(Kind::Project) {
-        let record: ControllerRecord = project
-            .status
-            .value()
-            .get("controller")
-            .and_then(|r| serde_json::from_value(r.clone()).ok())
-            .unwrap_or_default();
-        if let Some(member) = record.pool_member {
+        if !project.status.as_str().contains("\"poolMember\"") {
+            continue;
+        }
+        if let Some(member) = ControllerRecord::of(&project).pool_member {
             names.insert(member);
             names.insert(project.name().to_string());
         }
@@ -378,15 +375,8 @@ async fn make(
         }
     }
     runtime.start_instance(name, timeouts.start).await?;
-    let probe = ExecRequest::new(["true"], timeouts.exec).discarding_output();
     let booting = tokio::time::Instant::now();
-    loop {
-        match runtime.exec(name, &probe).await {
-            Ok(out) if out.success() => break,
-            Ok(_) => {}
-            Err(e) if e.is_transient() || matches!(e, RuntimeError::Rejected { .. }) => {}
-            Err(e) => return Err(e),
-        }
+    while !super::project::answers(runtime, name, timeouts.exec).await? {
         if booting.elapsed() > timeouts.boot {
             return Err(RuntimeError::Timeout {
                 what: format!("boot pool member {name}"),

@@ -49,7 +49,7 @@ fi"#;
 /// volumes, instead of moving it away from them.
 const EVACUATE_KEY: &str = "cluster.evacuate";
 /// Polling interval while a container boots.
-const BOOT_POLL: Duration = Duration::from_millis(250);
+pub(super) const BOOT_POLL: Duration = Duration::from_millis(250);
 /// The most steps one reconcile takes in a row. A step that finished asks for the next at
 /// once; taking it in the same reconcile saves the queue's round trip and a second read of
 /// what the step just saw, and the bound keeps one project from holding a worker for long.
@@ -621,28 +621,16 @@ impl Project<'_> {
             return self.finish_claim(draft, None).await;
         }
 
-        let mut with_fleet = true;
-        let created = loop {
+        let create = |with_fleet| {
             let request = self.create_request(image.clone(), with_fleet, member.clone());
-            match self
-                .own_change(own_changes::CREATED, runtime.create_instance(&request))
-                .await
-            {
-                Ok(created) => break created,
-                Err(e @ RuntimeError::Rejected { .. }) if with_fleet && self.has_fleet_limits() => {
-                    with_fleet = false;
-                    let message = format!(
-                        "the fleet default limits were not applied ({e}); creating without them"
-                    );
-                    tracing::warn!("{message}");
-                    self.ctx.metrics.fleet_defaults_refused.inc();
-                    self.warn("FleetDefaultsNotApplied", &message).await;
-                }
-                Err(RuntimeError::Rejected { message, .. }) => {
-                    return self.creation_failed(draft, &message).await;
-                }
-                Err(e) => return Err(e.into()),
+            async move {
+                self.own_change(own_changes::CREATED, runtime.create_instance(&request))
+                    .await
             }
+        };
+        let created = match self.fleet_limits_best_effort("creating", create).await? {
+            Ok(created) => created,
+            Err(refused) => return self.creation_failed(draft, &refused).await,
         };
         let operation = match created {
             Created::Exists(existing) => {
@@ -797,7 +785,9 @@ impl Project<'_> {
             if !super::pool::is_member(&instance, controller) {
                 return self.name_conflict(draft).await;
             }
-            self.give_member(&mut draft, &instance).await?;
+            if let Err(refused) = self.give_member(&instance).await? {
+                return self.creation_failed(draft, &refused).await;
+            }
         }
         if instance.status == InstanceStatus::Stopped && self.starts_at_once(&draft) {
             self.start().await?;
@@ -814,37 +804,50 @@ impl Project<'_> {
 
     /// Gives the renamed member what a create request would have carried (labels, limits,
     /// volumes, forwards), clearing the pool's labels in the same update. LXD refusing the
-    /// fleet's default limits is handled as on a create.
-    async fn give_member(
-        &self,
-        draft: &mut Draft,
-        member: &Instance,
-    ) -> Result<(), ReconcileError> {
+    /// fleet's default limits is handled as on a create; `Err` is LXD refusing the project's.
+    async fn give_member(&self, member: &Instance) -> Result<Result<(), String>, ReconcileError> {
         let image = ImageSource::Fingerprint(member.base_image().unwrap_or_default().to_string());
-        let mut with_fleet = true;
-        loop {
+        let give = |with_fleet| {
             let request = self.create_request(image.clone(), with_fleet, None);
             let mut patch = InstancePatch {
                 config: request.config,
                 devices: request.devices,
             };
             patch.config.extend(super::pool::claim_clears());
-            let update = self.ctx.runtime.patch_instance(self.name(), &patch);
-            match self.own_change(own_changes::UPDATED, update).await {
-                Ok(()) => return Ok(()),
+            async move {
+                let update = self.ctx.runtime.patch_instance(self.name(), &patch);
+                self.own_change(own_changes::UPDATED, update).await
+            }
+        };
+        self.fleet_limits_best_effort("claiming", give).await
+    }
+
+    /// Runs `call` with the fleet's default limits and, when LXD refuses the container with
+    /// them, once more without (a `FleetDefaultsNotApplied` Warning and the metric: the
+    /// fleet's defaults are best effort). `Err` carries LXD's words when it refused what the
+    /// project itself asks for.
+    async fn fleet_limits_best_effort<T, Fut>(
+        &self,
+        doing: &str,
+        mut call: impl FnMut(bool) -> Fut,
+    ) -> Result<Result<T, String>, ReconcileError>
+    where
+        Fut: Future<Output = Result<T, RuntimeError>>,
+    {
+        let mut with_fleet = true;
+        loop {
+            match call(with_fleet).await {
+                Ok(done) => return Ok(Ok(done)),
                 Err(e @ RuntimeError::Rejected { .. }) if with_fleet && self.has_fleet_limits() => {
                     with_fleet = false;
                     let message = format!(
-                        "the fleet default limits were not applied ({e}); claiming without them"
+                        "the fleet default limits were not applied ({e}); {doing} without them"
                     );
                     tracing::warn!("{message}");
                     self.ctx.metrics.fleet_defaults_refused.inc();
                     self.warn("FleetDefaultsNotApplied", &message).await;
                 }
-                Err(RuntimeError::Rejected { message, .. }) => {
-                    let failed = self.creation_failed(draft.clone(), &message).await;
-                    return failed.map(|_| ());
-                }
+                Err(RuntimeError::Rejected { message, .. }) => return Ok(Err(message)),
                 Err(e) => return Err(e.into()),
             }
         }
@@ -1661,13 +1664,7 @@ impl Project<'_> {
     /// and shows the console's last lines.
     async fn reach(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
         let settings = &self.ctx.settings;
-        let probe = ExecRequest::new(["true"], settings.timeouts.exec).discarding_output();
-        let answered = match self.ctx.runtime.exec(self.name(), &probe).await {
-            Ok(out) => out.success(),
-            Err(e) if e.is_transient() || matches!(e, RuntimeError::Rejected { .. }) => false,
-            Err(e) => return Err(e.into()),
-        };
-        if answered {
+        if answers(&*self.ctx.runtime, self.name(), settings.timeouts.exec).await? {
             let target = draft.record.resume.take().unwrap_or(Step::Reachable);
             draft.set_step(target.max(Step::Reachable));
             draft.set_not_ready(Phase::Provisioning, draft.step().as_str(), "");
@@ -2016,6 +2013,21 @@ enum Placed {
     On(Option<String>),
     /// No member can take it now: end the reconcile with this action.
     Wait(Action),
+}
+
+/// Whether a command runs in the container `name` yet: `true` once it booted. A container
+/// still starting (LXD refusing the exec, or a transient error) is not an error.
+pub(super) async fn answers(
+    runtime: &dyn crate::runtime::Runtime,
+    name: &str,
+    timeout: Duration,
+) -> Result<bool, RuntimeError> {
+    let probe = ExecRequest::new(["true"], timeout).discarding_output();
+    match runtime.exec(name, &probe).await {
+        Ok(out) => Ok(out.success()),
+        Err(e) if e.is_transient() || matches!(e, RuntimeError::Rejected { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// A cluster member's name from an instance's or volume's `location` ("none" or empty on a

@@ -46,6 +46,16 @@ pub struct ControllerRecord {
 }
 
 impl ControllerRecord {
+    /// The record in a project's stored status; an unreadable one starts afresh (the
+    /// controller owns it).
+    pub fn of(object: &StoredObject) -> ControllerRecord {
+        object
+            .status
+            .get("controller")
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default()
+    }
+
     fn is_empty(&self) -> bool {
         *self == ControllerRecord::default()
     }
@@ -73,14 +83,9 @@ impl Draft {
     /// Decodes the stored status; an unreadable one starts afresh (the controller owns it).
     pub fn from_object(object: &StoredObject) -> Draft {
         let status: ProjectStatus = object.status.decode().unwrap_or_default();
-        let record: ControllerRecord = object
-            .status
-            .get("controller")
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
-            .unwrap_or_default();
         Draft {
             status,
-            record,
+            record: ControllerRecord::of(object),
             generation: object.generation(),
             now: crate::clock::now(),
         }

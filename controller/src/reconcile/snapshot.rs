@@ -18,7 +18,7 @@
 //! uid the store did not know when it was made. Housekeeping takes that from the last list
 //! rather than listing the fleet again: one list per interval, whoever needs it.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -64,11 +64,11 @@ pub struct Strays {
 }
 
 impl Strays {
-    /// The labelled containers of `listed` whose uid is not among `known`.
-    pub fn of(listed: &[Instance], known: &BTreeSet<String>, listed_at: Instant) -> Strays {
+    /// The labelled containers of `listed` whose uid is not `known`.
+    pub fn of(listed: &[Instance], known: impl Fn(&str) -> bool, listed_at: Instant) -> Strays {
         let instances = listed
             .iter()
-            .filter(|instance| uid_label(&instance.config).is_some_and(|uid| !known.contains(uid)))
+            .filter(|instance| uid_label(&instance.config).is_some_and(|uid| !known(uid)))
             .cloned()
             .collect();
         Strays {
@@ -272,19 +272,19 @@ mod tests {
             Instance::labelled("stray", &[(UID, "u2")]),
             Instance::labelled("someone-elses", &[]),
         ];
-        let known = BTreeSet::from(["u1".to_string()]);
+        let known = std::collections::BTreeSet::from(["u1".to_string()]);
         let earlier = Instant::now();
         let later = earlier + Duration::from_secs(1);
         let snapshot = Snapshot::default();
         assert!(snapshot.strays().is_none());
-        snapshot.keep_strays(Strays::of(&listed, &known, later));
+        snapshot.keep_strays(Strays::of(&listed, |uid| known.contains(uid), later));
         let names = |s: &Snapshot| -> Vec<String> {
             let strays = s.strays().unwrap();
             strays.instances.iter().map(|i| i.name.clone()).collect()
         };
         assert_eq!(names(&snapshot), ["stray"]);
         // A list that started earlier but finished later does not replace it.
-        snapshot.keep_strays(Strays::of(&listed[..1], &known, earlier));
+        snapshot.keep_strays(Strays::of(&listed[..1], |uid| known.contains(uid), earlier));
         assert_eq!(names(&snapshot), ["stray"]);
     }
 

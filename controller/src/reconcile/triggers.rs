@@ -1,7 +1,7 @@
 //! What makes a project's reconcile run: a change to its spec or metadata in the store, an LXD
 //! event about its container, and a periodic resync of every project.
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -186,14 +186,16 @@ pub async fn resync_pass(ctx: &Context) {
     // for it, which costs more than the whole rest of a pass. A reconcile reads the state of a
     // container it sees started since it last looked (`reconcile::project`).
     // Every instance, berth's or not: the snapshot answers for names the list lacks.
-    let mut known: BTreeSet<String> = project_uids(&ctx.store);
+    // Projects read on both sides of the list: one created or deleted meanwhile has its uid in
+    // one of them, so its container is no stray.
+    let before = ctx.store.list(Kind::Project);
     match ctx.runtime.list_instances(None, false).await {
         Ok(listed) => {
             ctx.fleet.seed(&listed, listed_at).await;
             let projects = ctx.store.list(Kind::Project);
-            known.extend(projects.iter().map(|p| p.uid().to_string()));
+            let known: HashSet<&str> = before.iter().chain(&projects).map(|p| p.uid()).collect();
             ctx.snapshot
-                .keep_strays(Strays::of(&listed, &known, listed_at));
+                .keep_strays(Strays::of(&listed, |uid| known.contains(uid), listed_at));
             ctx.snapshot
                 .replace(projects.iter().map(|p| p.name()), listed, listed_at);
         }
@@ -202,14 +204,6 @@ pub async fn resync_pass(ctx: &Context) {
     request_all(ctx);
     ctx.metrics
         .observe_pass("resync", started.elapsed().as_secs_f64());
-}
-
-fn project_uids(store: &crate::store::Store) -> BTreeSet<String> {
-    store
-        .list(Kind::Project)
-        .iter()
-        .map(|p| p.uid().to_string())
-        .collect()
 }
 
 /// How soon `berth_projects{phase}` follows a project's change of phase, at most.

@@ -108,7 +108,9 @@ impl DaemonPasses {
             Ok(instances) => {
                 uids.extend(self.uids());
                 Some(Arc::new(crate::reconcile::Strays::of(
-                    &instances, &uids, listed_at,
+                    &instances,
+                    |uid| uids.contains(uid),
+                    listed_at,
                 )))
             }
             Err(e) => {

@@ -1116,11 +1116,8 @@ async fn housekeeping_takes_the_resyncs_list_and_lists_only_without_one() {
     let s = Setup {
         passes: s.passes.with_resync(Arc::new(move || {
             // As the controller's list saw them: "came-back" was restored since.
-            let strays = crate::reconcile::Strays::of(
-                &listed,
-                &Default::default(),
-                tokio::time::Instant::now(),
-            );
+            let strays =
+                crate::reconcile::Strays::of(&listed, |_| false, tokio::time::Instant::now());
             Box::pin(async move { Some(Arc::new(strays)) })
         })),
         ..s

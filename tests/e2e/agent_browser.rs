@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Berth, PROJECTS, lxc, ready_reason, unique_name};
+use crate::harness::{Berth, lxc, ready_reason, unique_name};
 use crate::support::model_fixture::ModelFixture;
 use serde_json::{Value, json};
 
@@ -25,22 +25,6 @@ const PROXY_PORT: u16 = 18443;
 const PAGE_PORT: u16 = 8000;
 /// How long anything that should answer at once may take while a fork bomb runs.
 const RESPONSIVE: Duration = Duration::from_secs(30);
-
-fn apply_shipped_profile(berth: &Berth, name: &str) {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../manifests/agents/{name}.yaml"));
-    berth.cli_ok(&["apply", "-f", path.to_str().unwrap()]);
-}
-
-fn set_secret(berth: &Berth, project: &str, key: &str, value: &str) {
-    let reply = berth.client().request(
-        "PUT",
-        &format!("{PROJECTS}/{project}/secrets/{key}"),
-        Some("application/octet-stream"),
-        value.as_bytes(),
-    );
-    assert_eq!(reply.status, 200, "set secret {key}: {}", reply.text());
-}
 
 fn condition(project: &Value, type_: &str) -> Value {
     project["status"]["conditions"]
@@ -65,7 +49,7 @@ fn claude_code_takes_a_screenshot_of_a_page_served_in_its_container() {
     let name = unique_name();
     let tag = name[name.len() - 8..].to_string();
     let shot = format!("shot-{tag}.png");
-    apply_shipped_profile(&berth, "claude");
+    berth.apply_shipped_profile("claude");
 
     // The model's side: open the page, screenshot it into /workspace, report.
     let dir = tempfile::tempdir().unwrap();
@@ -104,7 +88,7 @@ fn claude_code_takes_a_screenshot_of_a_page_served_in_its_container() {
             },
         }),
     );
-    set_secret(&berth, &name, "ANTHROPIC_API_KEY", "sk-fixture");
+    berth.set_secret(&name, "ANTHROPIC_API_KEY", "sk-fixture");
 
     // The page is served inside the container once it is seeded; the model's first step waits
     // for it.
@@ -233,7 +217,7 @@ fn claude_code_takes_a_screenshot_of_a_page_served_in_its_container() {
 fn an_image_without_a_browser_says_so_and_the_project_goes_on() {
     let mut berth = Berth::start_with(&[], &[]);
     let name = unique_name();
-    apply_shipped_profile(&berth, "shell");
+    berth.apply_shipped_profile("shell");
     berth.create_project(
         &name,
         json!({"image": "berth-base", "agent": "shell", "capabilities": ["browser"],
@@ -270,7 +254,7 @@ fn an_image_without_a_browser_says_so_and_the_project_goes_on() {
 fn a_dropped_browser_leaves_the_workspace_when_seeded_again() {
     let mut berth = Berth::start_with(&[], &[]);
     let name = unique_name();
-    apply_shipped_profile(&berth, "shell");
+    berth.apply_shipped_profile("shell");
     berth.create_project(
         &name,
         json!({"image": "berth-agents", "agent": "shell", "capabilities": ["browser"],

@@ -30,23 +30,6 @@ const MODEL_PORT: u16 = 18080;
 const PROXY_PORT: u16 = 18443;
 const BASH: &str = "git init -q scratch";
 
-fn apply_shipped_profile(berth: &Berth, name: &str) {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../manifests/agents/{name}.yaml"));
-    let out = berth.cli(&["apply", "-f", path.to_str().unwrap()]);
-    assert!(out.status.success(), "apply {name}: {out:?}");
-}
-
-fn set_secret(berth: &Berth, project: &str, key: &str, value: &str) {
-    let reply = berth.client().request(
-        "PUT",
-        &format!("{PROJECTS}/{project}/secrets/{key}"),
-        Some("application/octet-stream"),
-        value.as_bytes(),
-    );
-    assert_eq!(reply.status, 200, "set secret {key}: {}", reply.text());
-}
-
 fn wait_fixture(fixture: &ModelFixture, what: &str, check: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + DEADLINE;
     loop {
@@ -349,7 +332,7 @@ fn agent_project(cli: Cli, extra: Value) -> Setup {
     let model = format!("http://127.0.0.1:{MODEL_PORT}");
     let (agent, secret) = match cli {
         Cli::Claude => {
-            apply_shipped_profile(&berth, "claude");
+            berth.apply_shipped_profile("claude");
             ("claude", "ANTHROPIC_API_KEY")
         }
         Cli::Codex => {
@@ -396,7 +379,7 @@ fn agent_project(cli: Cli, extra: Value) -> Setup {
         spec[key] = value;
     }
     berth.create_project(&name, spec);
-    set_secret(&berth, &name, secret, "sk-fixture");
+    berth.set_secret(&name, secret, "sk-fixture");
     Setup {
         berth,
         fixture,

@@ -306,6 +306,45 @@ impl Berth {
         created
     }
 
+    /// Applies the shipped AgentProfile `manifests/agents/NAME.yaml` with `berth apply`.
+    pub fn apply_shipped_profile(&self, name: &str) {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../manifests/agents/{name}.yaml"));
+        let out = self.cli(&["apply", "-f", path.to_str().unwrap()]);
+        assert!(out.status.success(), "apply {name}: {out:?}");
+    }
+
+    /// Sets the project's secret `key`.
+    pub fn set_secret(&self, project: &str, key: &str, value: &str) {
+        let reply = self.client().request(
+            "PUT",
+            &format!("{PROJECTS}/{project}/secrets/{key}"),
+            Some("application/octet-stream"),
+            value.as_bytes(),
+        );
+        assert_eq!(reply.status, 200, "set secret {key}: {}", reply.text());
+    }
+
+    /// Waits for a container other than `old` (its `volatile.uuid`) running under the name,
+    /// and the project Ready.
+    pub fn wait_replaced(&self, name: &str, old: &str) -> Value {
+        let deadline = Instant::now() + READY_DEADLINE;
+        loop {
+            let uuid = lxc(&["config", "get", name, "volatile.uuid"]).ok();
+            if uuid.is_some_and(|u| u != old) && instance_state(name).as_deref() == Some("RUNNING")
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} was not replaced\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        self.wait_ready(name)
+    }
+
     /// Adds a user who is no admin; answers the user's token.
     pub fn add_user(&self, name: &str) -> String {
         let reply = self.client().post_json(

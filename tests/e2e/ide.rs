@@ -13,13 +13,10 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use crate::harness::{Berth, bearer, exec, get, lxc, unique_name};
 use serde_json::{Value, json};
 
-/// A berth-agents container's first boot and the workbench's first load on a busy machine.
-const DEADLINE: Duration = Duration::from_secs(300);
 const FILE: &str = "/workspace/ide-made.txt";
 const TEXT: &str = "written in the IDE through berth";
 /// What code-server writes into its state at its first start (its machine id).
@@ -68,26 +65,6 @@ fn reported_pid(stderr: &str) -> u64 {
         .and_then(|rest| rest.split(')').next())
         .and_then(|pid| pid.parse().ok())
         .unwrap_or_else(|| panic!("no pid in {stderr:?}"))
-}
-
-/// Waits for another container than `old` running under the name, and the project Ready.
-fn wait_replaced(berth: &Berth, name: &str, old: &str) {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let uuid = lxc(&["config", "get", name, "volatile.uuid"]).ok();
-        if uuid.is_some_and(|u| u != old)
-            && crate::harness::instance_state(name).as_deref() == Some("RUNNING")
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} was not replaced\n{}",
-            berth.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    berth.wait_ready(name);
 }
 
 fn ide_started_events(berth: &Berth, name: &str) -> usize {
@@ -274,7 +251,7 @@ fn the_ide_opens_in_chromium_saves_into_the_workspace_and_keeps_its_state() {
     // A replaced container keeps the IDE's state; the IDE starts again only when asked.
     let old = lxc(&["config", "get", &name, "volatile.uuid"]).unwrap();
     berth.cli_ok(&["restart", &name, "--recreate"]);
-    wait_replaced(&berth, &name, &old);
+    berth.wait_replaced(&name, &old);
     assert_eq!(exec(&name, &format!("cat {STATE_FILE}")).unwrap(), written);
     assert!(
         exec(&name, "test ! -e /run/berth/ide.pid").is_ok(),

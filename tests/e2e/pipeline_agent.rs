@@ -83,16 +83,6 @@ fn git_repo_with(dir: &Path, files: &[(&str, &str)]) -> String {
     format!("file://{}", repo.display())
 }
 
-fn set_secret(berth: &Berth, project: &str, key: &str, value: &str) {
-    let reply = berth.client().request(
-        "PUT",
-        &format!("{PROJECTS}/{project}/secrets/{key}"),
-        Some("application/octet-stream"),
-        value.as_bytes(),
-    );
-    assert_eq!(reply.status, 200, "set secret {key}: {}", reply.text());
-}
-
 fn delete_secret(berth: &Berth, project: &str, key: &str) {
     let reply = berth
         .client()
@@ -228,7 +218,7 @@ fn pipeline_reaches_briefed_through_crashes_between_steps() {
     berth.wait_for(&name, "waiting for its profile", |p| {
         ready_reason(p).is_some_and(|(s, r)| s == "False" && r == "ProfileNotFound")
     });
-    set_secret(&berth, &name, "PIPELINE_TOKEN", CANARY_1);
+    berth.set_secret(&name, "PIPELINE_TOKEN", CANARY_1);
     apply_profile(&berth, &profile);
 
     // Crash right after each later step is committed, then go on without a fault.
@@ -311,7 +301,7 @@ fn pipeline_reaches_briefed_through_crashes_between_steps() {
         "the secret in .env",
         "grep -q '^PIPELINE_TOKEN=.*canary-one-5e1f' /workspace/.env && grep -q '^GREETING=.*hello' /workspace/.env",
     );
-    set_secret(&berth, &name, "PIPELINE_TOKEN", CANARY_2);
+    berth.set_secret(&name, "PIPELINE_TOKEN", CANARY_2);
     wait_in_container(
         &name,
         "the new value in .env",
@@ -506,7 +496,7 @@ fn pipeline_secrets_reach_a_project_without_agent() {
     let project = berth.wait_ready(&name);
     assert_eq!(project["status"]["step"], "Reachable");
 
-    set_secret(&berth, &name, "PLAIN_TOKEN", "plain-value");
+    berth.set_secret(&name, "PLAIN_TOKEN", "plain-value");
     wait_in_container(
         &name,
         "the secret in .env",

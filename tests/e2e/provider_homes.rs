@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::harness::{Berth, exec, lxc, unique_name};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// The shipped profiles and their homes, as `manifests/agents/` has them.
 const HOMES: [(&str, &str); 6] = [
@@ -26,26 +26,6 @@ fn contents(name: &str) -> String {
     }
     script.push_str("cat /root/.claude/.claude.json; grep -c '^API_KEY=' /workspace/.env");
     exec(name, &script).unwrap_or_else(|e| panic!("read the homes of {name}: {e}"))
-}
-
-/// Waits for a container other than `old` running under the name, and the project Ready.
-fn wait_replaced(berth: &Berth, name: &str, old: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let uuid = lxc(&["config", "get", name, "volatile.uuid"]).ok();
-        if uuid.is_some_and(|u| u != old)
-            && crate::harness::instance_state(name).as_deref() == Some("RUNNING")
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} was not replaced\n{}",
-            berth.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    berth.wait_ready(name)
 }
 
 #[test]
@@ -85,13 +65,13 @@ fn provider_homes_and_secrets_survive_a_recreate_and_an_image_change() {
 
     let old = lxc(&["config", "get", &name, "volatile.uuid"]).unwrap();
     berth.cli_ok(&["restart", &name, "--recreate"]);
-    wait_replaced(&berth, &name, &old);
+    berth.wait_replaced(&name, &old);
     assert_eq!(contents(&name), before, "after restart --recreate");
 
     let old = lxc(&["config", "get", &name, "volatile.uuid"]).unwrap();
     let reply = berth.patch_project(&name, json!({"spec": {"image": "berth-base"}}));
     assert!(reply.status < 300, "{}", reply.text());
-    wait_replaced(&berth, &name, &old);
+    berth.wait_replaced(&name, &old);
     assert_eq!(contents(&name), before, "after an image change");
     assert_eq!(
         exec(&name, "cat /etc/os-release | grep -c '^ID=debian'")

@@ -14,7 +14,6 @@ const FILL_DEADLINE: Duration = Duration::from_secs(180);
 
 /// Deletes whatever pool members the test's daemon left (a failed test must not leave
 /// containers behind). Declared before the daemon, so it runs after the daemon is killed.
-#[derive(Default)]
 struct Members {
     controller: String,
 }
@@ -85,18 +84,28 @@ fn wait_ready_members(berth: &Berth, members: &Members, ready: u64) -> Vec<Strin
     }
 }
 
-#[test]
-fn a_new_project_claims_a_ready_member_and_the_pool_refills() {
+/// A daemon with a pool of `size` berth-tiny members, connected to LXD; its config file lives
+/// as long as the daemon may restart.
+fn start_with_pool(size: usize) -> (Berth, Members, tempfile::NamedTempFile) {
     let config = tempfile::NamedTempFile::new().expect("config file");
     std::fs::write(
         config.path(),
-        "pool: {size: 2}\ndefaults: {image: berth-tiny}\nscheduler: {interval: 2s}\n",
+        format!(
+            "pool: {{size: {size}}}\ndefaults: {{image: berth-tiny}}\nscheduler: {{interval: 2s}}\n"
+        ),
     )
     .expect("write config");
-    let mut members = Members::default();
-    let mut berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
+    let berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
     berth.wait_connected();
-    members.controller = controller_id(&berth);
+    let members = Members {
+        controller: controller_id(&berth),
+    };
+    (berth, members, config)
+}
+
+#[test]
+fn a_new_project_claims_a_ready_member_and_the_pool_refills() {
+    let (mut berth, members, config) = start_with_pool(2);
 
     let before = wait_ready_members(&berth, &members, 2);
     for name in &before {
@@ -206,16 +215,7 @@ fn a_new_project_claims_a_ready_member_and_the_pool_refills() {
 /// project's, and no member taken for an orphan or claimed twice.
 #[test]
 fn a_daemon_killed_mid_claim_finishes_the_same_claim() {
-    let config = tempfile::NamedTempFile::new().expect("config file");
-    std::fs::write(
-        config.path(),
-        "pool: {size: 1}\ndefaults: {image: berth-tiny}\nscheduler: {interval: 2s}\n",
-    )
-    .expect("write config");
-    let mut members = Members::default();
-    let mut berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
-    berth.wait_connected();
-    members.controller = controller_id(&berth);
+    let (mut berth, members, _config) = start_with_pool(1);
     let before = wait_ready_members(&berth, &members, 1);
 
     berth.terminate();

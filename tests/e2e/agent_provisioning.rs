@@ -1169,6 +1169,15 @@ async fn the_runner_log_is_capped_by_rotation() {
     agent::bootstrap(ws.rt(), &ws.name, &[("chatty", &chatty)], &BTreeMap::new())
         .await
         .unwrap();
+    // A reader must never find the log missing: a watcher looks for it as fast as a shell can
+    // from the first line until the runner's status is written.
+    ws.ok(
+        "setsid sh -c 'until [ -e /var/log/berth/runner.log ]; do :; done; \
+         until [ -e /run/berth/runner.rc ]; do \
+             [ -e /var/log/berth/runner.log ] || echo gone >>/tmp/log-gone; \
+         done; touch /tmp/watched' </dev/null >/dev/null 2>&1 &",
+    )
+    .await;
     // A small cap for the test; the default is 1 MiB.
     let env = secrets(&[("BERTH_RUNNER_LOG_CAP", "8000")]);
     agent::start_runner(
@@ -1202,4 +1211,13 @@ async fn the_runner_log_is_capped_by_rotation() {
     assert!(sizes.iter().all(|s| *s <= 8000 + 100 * 40), "{sizes:?}");
     let log = agent::runner_log(ws.rt(), &ws.name, 1 << 20).await.unwrap();
     assert!(log.contains("line 1999 of a chatty agent"), "{log}");
+    eventually(Duration::from_secs(60), "the watcher to finish", || async {
+        ws.ok("[ -e /tmp/watched ] && echo yes || true")
+            .await
+            .trim()
+            == "yes"
+    })
+    .await;
+    let gone = ws.ok("cat /tmp/log-gone 2>/dev/null | wc -l").await;
+    assert_eq!(gone.trim(), "0", "the log was missing during a rotation");
 }

@@ -13,10 +13,14 @@ rcfile=${BERTH_RUN_DIR:-/run/berth}/runner.rc
 
 mkdir -p "$(dirname "$log")"
 
+# The log is never missing, even for a moment, so a reader never fails between a rotation and
+# the next line: the old generation is linked as .1 and a new empty file renamed over the log.
 rotate_if_big() {
     size=$(wc -c <"$log" 2>/dev/null || echo 0)
     if [ "$size" -gt "$cap" ]; then
-        mv -f "$log" "$log.1"
+        : >"$log.new"
+        ln -f "$log" "$log.1"
+        mv -f "$log.new" "$log"
     fi
 }
 

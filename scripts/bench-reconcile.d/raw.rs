@@ -1,13 +1,23 @@
-//! The raw-LXD baseline of `scripts/bench-reconcile`: the minimal REST calls that give N
-//! projects what berth gives each on the way to Ready (create the workspace volume, create the
-//! container with the volume device, limits and labels, start it, run one exec), made from this
-//! one process straight over LXD's unix socket with the HTTP client berth itself uses, at
-//! berth's concurrency. No process start per call: this is the physical limit berth is judged
-//! against. Prints the seconds the whole batch took; the caller removes what it created.
+//! The raw-LXD baselines of `scripts/bench-reconcile`, made from this one process straight over
+//! LXD's unix socket with the HTTP client berth itself uses, at berth's concurrency. No process
+//! start per call: this is the physical limit berth is judged against. Prints the seconds the
+//! whole batch took; the caller removes what it created.
 //!
-//!   bench-raw-lxd SOCKET POOL CONFIG_JSON PREFIX COUNT CONCURRENCY
+//! - `create`: the minimal REST calls that give N projects what berth gives each on the way to
+//!   Ready (create the workspace volume, create the container with the volume device, limits and
+//!   labels, start it, run one exec).
+//! - `delete`: what berth's deletion of each of them does to LXD, with nothing to keep it: stop
+//!   the container (cleanly, as berth does, forced after 10 s), move it into the trash (its
+//!   volume's disk detached and labels added in one update, then a rename) and move its volume
+//!   into the trash (labels, then a rename). `delete-looking` adds what berth's deletion looks
+//!   with before: one exec in the running container, and after the stop a boot, one exec and a
+//!   stop again, so nothing written during the stop goes unseen.
 //!
-//! CONFIG_JSON is the container's `config` object (limits and labels) copied from berth's.
+//!   bench-raw-lxd create SOCKET POOL CONFIG_JSON PREFIX COUNT CONCURRENCY
+//!   bench-raw-lxd delete|delete-looking SOCKET POOL PREFIX COUNT CONCURRENCY
+//!
+//! CONFIG_JSON is the container's `config` object (limits and labels) copied from berth's. The
+//! containers `delete` takes are the ones `create` made with the same PREFIX and COUNT.
 
 use std::time::{Duration, Instant};
 
@@ -17,13 +27,32 @@ use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(150);
 
+/// How long a container gets to stop cleanly, as berth's deletion gives it.
+const CLEAN_STOP_SECS: u64 = 10;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [socket, pool, config, prefix, count, concurrency] = args.as_slice() else {
-        bail!("usage: bench-raw-lxd SOCKET POOL CONFIG_JSON PREFIX COUNT CONCURRENCY");
+    let usage = "usage: bench-raw-lxd create SOCKET POOL CONFIG_JSON PREFIX COUNT CONCURRENCY\n\
+                 \x20      bench-raw-lxd delete|delete-looking SOCKET POOL PREFIX COUNT CONCURRENCY";
+    let (mode, rest) = match args.split_first() {
+        Some((mode, rest)) if mode == "create" => match rest {
+            [socket, pool, config, rest @ ..] => {
+                let config: Value = serde_json::from_str(config).context("CONFIG_JSON")?;
+                (Mode::Create(config), [socket, pool].into_iter().chain(rest).collect())
+            }
+            _ => bail!("{usage}"),
+        },
+        Some((mode, rest)) if mode == "delete" => (Mode::Delete { looking: false }, rest.iter().collect()),
+        Some((mode, rest)) if mode == "delete-looking" => {
+            (Mode::Delete { looking: true }, rest.iter().collect())
+        }
+        _ => bail!("{usage}"),
     };
-    let config: Value = serde_json::from_str(config).context("CONFIG_JSON")?;
+    let rest: Vec<&String> = rest;
+    let [socket, pool, prefix, count, concurrency] = rest.as_slice() else {
+        bail!("{usage}");
+    };
     let count: usize = count.parse().context("COUNT")?;
     let concurrency: usize = concurrency.parse().context("CONCURRENCY")?;
     // As berth's LXD transport builds it: LXD 5.0 wedges on idle pooled unix connections.
@@ -37,7 +66,12 @@ async fn main() -> anyhow::Result<()> {
     let names: Vec<String> = (1..=count).map(|i| format!("{prefix}{i:03}")).collect();
     let started = Instant::now();
     let results: Vec<anyhow::Result<()>> = futures::stream::iter(&names)
-        .map(|name| lxd.project(pool, &config, name))
+        .map(|name| async {
+            match &mode {
+                Mode::Create(config) => lxd.project(pool, config, name).await,
+                Mode::Delete { looking } => lxd.delete(pool, name, *looking).await,
+            }
+        })
         .buffer_unordered(concurrency.max(1))
         .collect()
         .await;
@@ -47,6 +81,11 @@ async fn main() -> anyhow::Result<()> {
     }
     println!("{:.3}", took.as_secs_f64());
     Ok(())
+}
+
+enum Mode {
+    Create(Value),
+    Delete { looking: bool },
 }
 
 struct Lxd {
@@ -109,6 +148,145 @@ impl Lxd {
         self.wait(&exec)
             .await
             .with_context(|| format!("{name}: exec"))
+    }
+
+    /// One project's deletion: the container and its volume into the trash (renamed with a
+    /// `-trash` suffix, so the caller's cleanup by prefix still finds them).
+    async fn delete(&self, pool: &str, name: &str, looking: bool) -> anyhow::Result<()> {
+        let volume = format!("{name}-workspace");
+        if looking {
+            self.exec(name).await?;
+        }
+        self.stop(name).await?;
+        if looking {
+            self.async_call(
+                reqwest::Method::PUT,
+                &format!("/1.0/instances/{name}/state"),
+                json!({"action": "start", "timeout": 60}),
+            )
+            .await
+            .with_context(|| format!("{name}: start to look"))?;
+            self.exec(name).await?;
+            self.stop(name).await?;
+        }
+        let mut instance = self
+            .get(&format!("/1.0/instances/{name}"))
+            .await
+            .with_context(|| format!("{name}: read"))?;
+        let mut edit = json!({});
+        for key in ["architecture", "config", "devices", "ephemeral", "profiles", "stateful",
+                    "description"] {
+            edit[key] = instance[key].take();
+        }
+        if let Some(devices) = edit["devices"].as_object_mut() {
+            devices.remove("workspace");
+        }
+        edit["config"]["user.berth.trash.reason"] = json!("deleted");
+        self.async_call(
+            reqwest::Method::PUT,
+            &format!("/1.0/instances/{name}"),
+            edit,
+        )
+        .await
+        .with_context(|| format!("{name}: label and detach"))?;
+        // LXD 5.0 under load now and then fails a rename right after a stop ("file exists" on
+        // the instance's log directory); berth's reconcile tries again, and so does this.
+        let mut attempt = 1;
+        loop {
+            let renamed = self
+                .async_call(
+                    reqwest::Method::POST,
+                    &format!("/1.0/instances/{name}"),
+                    json!({"name": format!("{name}-trash")}),
+                )
+                .await;
+            match renamed {
+                Ok(()) => break,
+                Err(_) if attempt < 5 => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e.context(format!("{name}: rename into the trash"))),
+            }
+        }
+        let path = format!("/1.0/storage-pools/{pool}/volumes/custom/{volume}");
+        self.call(
+            reqwest::Method::PATCH,
+            &path,
+            json!({"config": {"user.berth.trash.reason": "deleted"}}),
+        )
+        .await
+        .with_context(|| format!("{volume}: label"))?;
+        let renamed = self
+            .call(
+                reqwest::Method::POST,
+                &path,
+                json!({"name": format!("{volume}-trash")}),
+            )
+            .await
+            .with_context(|| format!("{volume}: rename into the trash"))?;
+        // LXD 5.0 renames a custom volume synchronously; a later one may answer with an
+        // operation.
+        if renamed["type"] == "async" {
+            self.wait(&renamed).await?;
+        }
+        Ok(())
+    }
+
+    /// A clean stop, forced when it does not end in time (as berth stops).
+    async fn stop(&self, name: &str) -> anyhow::Result<()> {
+        let path = format!("/1.0/instances/{name}/state");
+        let clean = self
+            .async_call(
+                reqwest::Method::PUT,
+                &path,
+                json!({"action": "stop", "timeout": CLEAN_STOP_SECS, "force": false}),
+            )
+            .await;
+        if clean.is_err() {
+            self.async_call(
+                reqwest::Method::PUT,
+                &path,
+                json!({"action": "stop", "force": true}),
+            )
+            .await
+            .with_context(|| format!("{name}: force stop"))?;
+        }
+        Ok(())
+    }
+
+    /// One exec of `true`, waited for.
+    async fn exec(&self, name: &str) -> anyhow::Result<()> {
+        self.async_call(
+            reqwest::Method::POST,
+            &format!("/1.0/instances/{name}/exec"),
+            json!({"command": ["true"], "environment": {}, "record-output": false,
+                   "wait-for-websocket": false, "interactive": false}),
+        )
+        .await
+        .with_context(|| format!("{name}: exec"))
+    }
+
+    /// A request LXD answers with an operation, and the wait for it.
+    async fn async_call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> anyhow::Result<()> {
+        let reply = self.call(method, path, body).await?;
+        self.wait(&reply).await
+    }
+
+    /// A GET's metadata.
+    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        let reply = self.http.get(format!("http://lxd{path}")).send().await?;
+        let status = reply.status();
+        let mut envelope: Value = reply.json().await?;
+        if !status.is_success() || envelope["type"] == "error" {
+            bail!("LXD answered {status}: {}", envelope["error"]);
+        }
+        Ok(envelope["metadata"].take())
     }
 
     /// One request; its envelope when LXD accepted it.

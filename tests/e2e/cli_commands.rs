@@ -913,10 +913,11 @@ fn the_client_reaches_a_tcp_listener_and_watches_changes() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        use berth::client::{Client, Resource, Server};
+        use berth::client::{Client, Server};
+        use berth_api::Kind;
         use berth_api::WatchEventType;
         let client = Client::new(Server::Unix(daemon.socket()), None).expect("client");
-        let mut watch = client.watch(Resource::Project).await.expect("watch");
+        let mut watch = client.watch(Kind::Project).await.expect("watch");
         let first = next_event(&mut watch).await;
         assert_eq!(
             (first.type_, first.object["metadata"]["name"].as_str()),
@@ -924,14 +925,14 @@ fn the_client_reaches_a_tcp_listener_and_watches_changes() {
         );
         let patch = json!({"metadata": {"labels": {"seen": "yes"}}});
         client
-            .merge_patch(Resource::Project, "over-tcp", &patch)
+            .merge_patch(Kind::Project, "over-tcp", &patch)
             .await
             .expect("patch");
         let second = next_event(&mut watch).await;
         assert_eq!(second.type_, WatchEventType::Modified);
         assert_eq!(second.object["metadata"]["labels"]["seen"], "yes");
         client
-            .delete(Resource::Project, "over-tcp", false)
+            .delete(Kind::Project, "over-tcp", false)
             .await
             .expect("delete");
         let third = next_event(&mut watch).await;

@@ -653,6 +653,66 @@ fn get_tables_align_and_name_output_is_kind_slash_name() {
     );
 }
 
+/// Every spelling of a kind the command line takes (singular, plural, short name, any case)
+/// names the same objects, alone and in `KIND/NAME`; any other word is refused with one line
+/// naming it and the valid kinds.
+#[test]
+fn every_spelling_of_a_kind_names_the_same_objects() {
+    let daemon = Daemon::start();
+    let file = daemon.file("p.yaml", &project("spelled", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+
+    for word in ["project", "projects", "proj", "Project", "PROJECTS", "Proj"] {
+        let all = daemon.berth(&["get", word, "-o", "name"]).ok();
+        assert_eq!(all.stdout, "project/spelled\n", "get {word}");
+        let one = format!("{word}/spelled");
+        let named = daemon.berth(&["get", &one, "-o", "name"]).ok();
+        assert_eq!(named.stdout, "project/spelled\n", "get {one}");
+        let described = daemon.berth(&["describe", word, "spelled"]).ok();
+        assert!(
+            described.stdout.contains("Kind:               Project\n"),
+            "describe {word}: {described:?}"
+        );
+    }
+    for word in [
+        "agentprofile",
+        "agentprofiles",
+        "ap",
+        "AgentProfile",
+        "gitsource",
+        "gitsources",
+        "gs",
+        "GitSource",
+    ] {
+        let none = daemon.berth(&["get", word]).ok();
+        assert_eq!(
+            (none.stdout.as_str(), none.stderr.as_str()),
+            ("", "No resources found.\n"),
+            "get {word}"
+        );
+    }
+
+    for word in ["widgets", "pods", "projs", "po"] {
+        let expected =
+            format!("unknown kind {word:?} (expected project, agentprofile or gitsource)");
+        let refused = daemon.berth(&["delete", word, "spelled"]).fails(1);
+        assert_eq!(
+            refused.stderr,
+            format!("error: {expected}\n"),
+            "delete {word}"
+        );
+        let refused = daemon.berth(&["get", word]);
+        assert_ne!(refused.code, 0, "get {word}: {refused:?}");
+        let first = refused.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("error: ") && first.ends_with(&expected),
+            "get {word}: {refused:?}"
+        );
+    }
+    let kept = daemon.berth(&["get", "projects", "-o", "name"]).ok();
+    assert_eq!(kept.stdout, "project/spelled\n");
+}
+
 fn column_starts(header: &str) -> Vec<usize> {
     let bytes = header.as_bytes();
     (0..bytes.len())

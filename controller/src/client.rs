@@ -9,6 +9,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use berth_api::Kind;
+use berth_api::wire::{ApplyItem, ApplyResult};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use reqwest::{Method, StatusCode};
@@ -157,9 +158,6 @@ pub struct ApplyOptions {
     /// `(applyset, prune)`: records the inventory and, with prune, deletes what left the set.
     pub applyset: Option<(String, bool)>,
 }
-
-/// One entry of an `ApplyResult`, its object as JSON.
-pub type ApplyOutcome = berth_api::wire::ApplyItem<Value>;
 
 /// The one TLS trust policy of a client of `--server https://...`: the certificates of the
 /// `--certificate-authority` PEM bundle alone when given, the system's roots otherwise; TLS 1.2
@@ -567,7 +565,7 @@ impl Client {
         &self,
         items: Vec<Value>,
         options: &ApplyOptions,
-    ) -> Result<Vec<ApplyOutcome>, ClientError> {
+    ) -> Result<Vec<ApplyItem>, ClientError> {
         let mut query: Vec<(&str, &str)> = Vec::new();
         if options.dry_run {
             query.push(("dryRun", "All"));
@@ -596,7 +594,7 @@ impl Client {
                 Some(("application/json", body)),
             )
             .await?;
-        serde_json::from_value::<berth_api::wire::ApplyResult>(answer)
+        serde_json::from_value::<ApplyResult>(answer)
             .map(|result| result.items)
             .map_err(|source| ClientError::Decode {
                 method: Method::POST,

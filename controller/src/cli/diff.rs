@@ -5,13 +5,14 @@ use std::collections::HashMap;
 use std::process::ExitCode;
 
 use berth_api::Kind;
+use berth_api::wire::ApplyItem;
 use clap::Args;
 use serde_json::{Map, Value, json};
 
 use super::colour;
 use super::render::{name_of, to_yaml};
 use super::{Context, manifest, report, textdiff};
-use crate::client::{ApplyOptions, ApplyOutcome, Client, ClientError};
+use crate::client::{ApplyOptions, Client, ClientError};
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
@@ -92,7 +93,7 @@ struct LiveObjects {
 }
 
 impl LiveObjects {
-    async fn read(client: &Client, outcomes: &[ApplyOutcome]) -> Result<LiveObjects, ClientError> {
+    async fn read(client: &Client, outcomes: &[ApplyItem]) -> Result<LiveObjects, ClientError> {
         let mut counts: HashMap<Kind, usize> = HashMap::new();
         for outcome in outcomes {
             if let Ok(resource) = outcome.kind.parse::<Kind>() {

@@ -6,10 +6,11 @@ use std::io::Read;
 use std::path::Path;
 
 use berth_api::Kind;
+use berth_api::wire::ApplyItem;
 use serde_json::Value;
 
 use super::Context;
-use crate::client::{ApplyOptions, ApplyOutcome, Client, ClientError};
+use crate::client::{ApplyOptions, Client, ClientError};
 use crate::manifests::{self as reader, Links, ReadError, Walk};
 
 pub use crate::manifests::Source;
@@ -65,7 +66,7 @@ impl Files {
         &self,
         context: &Context,
         options: &ApplyOptions,
-    ) -> anyhow::Result<(Client, Vec<ApplyOutcome>)> {
+    ) -> anyhow::Result<(Client, Vec<ApplyItem>)> {
         let manifests = load(&self.files, self.recursive)?;
         let client = context.client()?;
         let items = manifests.iter().map(|m| m.object.clone()).collect();

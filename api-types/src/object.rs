@@ -92,6 +92,7 @@ impl Kind {
     /// Every kind, in the order they are listed to users (help, errors naming the valid kinds).
     pub const LISTED: [Kind; 3] = [Kind::Project, Kind::AgentProfile, Kind::GitSource];
 
+    /// Every name of this kind, from the one table of them.
     pub fn names(self) -> &'static KindNames {
         match self {
             Kind::Project => &KindNames {
@@ -142,7 +143,8 @@ impl Kind {
         self.names().list_kind
     }
 
-    /// Reads a kind as users type it: singular or plural, any case.
+    /// Reads a kind as a manifest or request body may spell it: singular or plural, any case.
+    /// Short names are the command line's alone (`Kind::from_cli`).
     pub fn parse(s: &str) -> Option<Kind> {
         let lower = s.trim().to_ascii_lowercase();
         Kind::ALL

@@ -63,7 +63,9 @@ pub use gitsource::{
 };
 pub use meta::{API_VERSION, Condition, ConditionStatus, ObjectMeta, TEARDOWN_FINALIZER};
 pub use naming::{derive_name, display_name_key, slugify, validate_env_key, validate_name};
-pub use object::{Kind, Object, UnknownKind, decode_manifest, decode_stored};
+pub use object::{
+    Kind, KindNames, Object, UnknownCliKind, UnknownKind, decode_manifest, decode_stored,
+};
 pub use profile::{
     AgentInstall, AgentInstructions, AgentProfile, AgentProfileSpec, AgentProfileStatus,
     AgentRunner, AgentSkill, CredentialRef, MAX_SKILLS, RunnerProtocol, RuntimeAsset,

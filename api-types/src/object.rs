@@ -68,46 +68,123 @@ pub enum Kind {
     GitSource,
 }
 
+/// A kind's names: what `kubectl api-resources` would list (NAME, SHORTNAMES, KIND) and every
+/// spelling a user may type for it on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KindNames {
+    /// `kind` in manifests and stored rows: `Project`.
+    pub kind: &'static str,
+    /// The lower-case singular of `project/NAME` references: `project`.
+    pub singular: &'static str,
+    /// The resource name in API paths: `projects`.
+    pub plural: &'static str,
+    /// The short name kubectl users type: `proj`.
+    pub short: &'static str,
+    /// The `kind` of a list of these: `ProjectList`.
+    pub list_kind: &'static str,
+}
+
 impl Kind {
     /// Every kind, in the order objects of a batch are applied (profiles before the projects
     /// that name them is friendlier, though projects tolerate a missing profile).
     pub const ALL: [Kind; 3] = [Kind::AgentProfile, Kind::Project, Kind::GitSource];
 
-    pub fn as_str(&self) -> &'static str {
+    /// Every kind, in the order they are listed to users (help, errors naming the valid kinds).
+    pub const LISTED: [Kind; 3] = [Kind::Project, Kind::AgentProfile, Kind::GitSource];
+
+    /// Every name of this kind, from the one table of them.
+    pub fn names(self) -> &'static KindNames {
         match self {
-            Kind::Project => "Project",
-            Kind::AgentProfile => "AgentProfile",
-            Kind::GitSource => "GitSource",
+            Kind::Project => &KindNames {
+                kind: "Project",
+                singular: "project",
+                plural: "projects",
+                short: "proj",
+                list_kind: "ProjectList",
+            },
+            Kind::AgentProfile => &KindNames {
+                kind: "AgentProfile",
+                singular: "agentprofile",
+                plural: "agentprofiles",
+                short: "ap",
+                list_kind: "AgentProfileList",
+            },
+            Kind::GitSource => &KindNames {
+                kind: "GitSource",
+                singular: "gitsource",
+                plural: "gitsources",
+                short: "gs",
+                list_kind: "GitSourceList",
+            },
         }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        self.names().kind
+    }
+
+    /// The lower-case singular of `project/NAME` references.
+    pub fn singular(&self) -> &'static str {
+        self.names().singular
     }
 
     /// The resource name in API paths.
     pub fn plural(&self) -> &'static str {
-        match self {
-            Kind::Project => "projects",
-            Kind::AgentProfile => "agentprofiles",
-            Kind::GitSource => "gitsources",
-        }
+        self.names().plural
+    }
+
+    /// The short name kubectl users type (`proj`, `ap`, `gs`).
+    pub fn short(&self) -> &'static str {
+        self.names().short
     }
 
     /// The `kind` of a list of these.
     pub fn list_kind(&self) -> &'static str {
-        match self {
-            Kind::Project => "ProjectList",
-            Kind::AgentProfile => "AgentProfileList",
-            Kind::GitSource => "GitSourceList",
-        }
+        self.names().list_kind
     }
 
-    /// Reads a kind as users type it: singular or plural, any case.
+    /// Reads a kind as a manifest or request body may spell it: singular or plural, any case.
+    /// Short names are the command line's alone (`Kind::from_cli`).
     pub fn parse(s: &str) -> Option<Kind> {
         let lower = s.trim().to_ascii_lowercase();
-        Kind::ALL.into_iter().find(|k| {
-            let singular = k.as_str().to_ascii_lowercase();
-            lower == singular || lower == k.plural()
-        })
+        Kind::ALL
+            .into_iter()
+            .find(|k| lower == k.singular() || lower == k.plural())
+    }
+
+    /// Reads a kind as the command line takes it: singular, plural or short name, any case
+    /// (`project`, `Projects`, `proj`).
+    pub fn from_cli(word: &str) -> Result<Kind, UnknownCliKind> {
+        let lower = word.to_ascii_lowercase();
+        Kind::ALL
+            .into_iter()
+            .find(|k| lower == k.singular() || lower == k.plural() || lower == k.short())
+            .ok_or_else(|| UnknownCliKind(word.to_string()))
+    }
+
+    /// The kind served under `/apis/berth.dev/v1alpha1/<plural>`: the plural exactly as the
+    /// server spells it, never a short name.
+    pub fn from_plural(segment: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.plural() == segment)
     }
 }
+
+/// A word the command line does not read as a kind; says what was given and the valid kinds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownCliKind(pub String);
+
+impl std::fmt::Display for UnknownCliKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [first, second, third] = Kind::LISTED.map(|k| k.singular());
+        write!(
+            f,
+            "unknown kind {:?} (expected {first}, {second} or {third})",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownCliKind {}
 
 /// A kind's exact name, as `kind` is written in manifests and stored (`"Project"`).
 impl std::str::FromStr for Kind {

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
 
+use berth_api::Kind;
+use berth_api::wire::{ApplyItem, ApplyResult};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use reqwest::{Method, StatusCode};
@@ -19,77 +21,6 @@ pub use berth_api::API_PREFIX;
 /// How long one ordinary request may take; watches have no overall limit.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The kinds of object the API serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Resource {
-    Project,
-    AgentProfile,
-    GitSource,
-}
-
-impl Resource {
-    pub const ALL: [Resource; 3] = [
-        Resource::Project,
-        Resource::AgentProfile,
-        Resource::GitSource,
-    ];
-
-    /// The `kind` field of a manifest.
-    pub fn kind(self) -> &'static str {
-        match self {
-            Resource::Project => "Project",
-            Resource::AgentProfile => "AgentProfile",
-            Resource::GitSource => "GitSource",
-        }
-    }
-
-    /// The lower-case singular used in `project/NAME` references.
-    pub fn singular(self) -> &'static str {
-        match self {
-            Resource::Project => "project",
-            Resource::AgentProfile => "agentprofile",
-            Resource::GitSource => "gitsource",
-        }
-    }
-
-    /// The collection segment of the URL.
-    pub fn plural(self) -> &'static str {
-        match self {
-            Resource::Project => "projects",
-            Resource::AgentProfile => "agentprofiles",
-            Resource::GitSource => "gitsources",
-        }
-    }
-
-    /// The short name kubectl users type (`proj`, `ap`, `gs`).
-    pub fn short(self) -> &'static str {
-        match self {
-            Resource::Project => "proj",
-            Resource::AgentProfile => "ap",
-            Resource::GitSource => "gs",
-        }
-    }
-
-    /// Accepts what a user types on the command line: `project`, `projects`, `Project`, `proj`.
-    pub fn from_cli(word: &str) -> Option<Resource> {
-        let lower = word.to_ascii_lowercase();
-        Resource::ALL
-            .into_iter()
-            .find(|r| lower == r.singular() || lower == r.plural() || lower == r.short())
-    }
-
-    /// Accepts the `kind` field of a manifest, exactly as the API spells it.
-    pub fn from_kind(kind: &str) -> Option<Resource> {
-        Resource::ALL.into_iter().find(|r| r.kind() == kind)
-    }
-}
-
-impl fmt::Display for Resource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.singular())
-    }
-}
 
 /// Where the daemon listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,9 +159,6 @@ pub struct ApplyOptions {
     pub applyset: Option<(String, bool)>,
 }
 
-/// One entry of an `ApplyResult`, its object as JSON.
-pub type ApplyOutcome = berth_api::wire::ApplyItem<Value>;
-
 /// The one TLS trust policy of a client of `--server https://...`: the certificates of the
 /// `--certificate-authority` PEM bundle alone when given, the system's roots otherwise; TLS 1.2
 /// or later, like the listener. The API client and `exec -it`'s websocket both use it.
@@ -354,7 +282,7 @@ impl Client {
     }
 
     /// `/apis/berth.dev/v1alpha1/projects[/NAME]`.
-    pub fn object_path(resource: Resource, name: Option<&str>) -> String {
+    pub fn object_path(resource: Kind, name: Option<&str>) -> String {
         match name {
             Some(name) => format!(
                 "{API_PREFIX}/{}/{}",
@@ -442,7 +370,7 @@ impl Client {
     async fn object_call(
         &self,
         method: Method,
-        resource: Resource,
+        resource: Kind,
         name: Option<&str>,
         query: &[(&str, &str)],
         body: Option<(&'static str, Vec<u8>)>,
@@ -455,7 +383,7 @@ impl Client {
     async fn object_write(
         &self,
         method: Method,
-        resource: Resource,
+        resource: Kind,
         name: Option<&str>,
         content_type: &'static str,
         body: &Value,
@@ -512,17 +440,13 @@ impl Client {
         })
     }
 
-    pub async fn get(&self, resource: Resource, name: &str) -> Result<Value, ClientError> {
+    pub async fn get(&self, resource: Kind, name: &str) -> Result<Value, ClientError> {
         self.object_call(Method::GET, resource, Some(name), &[], None)
             .await
     }
 
     /// `None` when the object does not exist.
-    pub async fn get_opt(
-        &self,
-        resource: Resource,
-        name: &str,
-    ) -> Result<Option<Value>, ClientError> {
+    pub async fn get_opt(&self, resource: Kind, name: &str) -> Result<Option<Value>, ClientError> {
         match self.get(resource, name).await {
             Ok(object) => Ok(Some(object)),
             Err(err) if err.is_not_found() => Ok(None),
@@ -531,17 +455,13 @@ impl Client {
     }
 
     /// The `…List` object, optionally narrowed by a label selector.
-    pub async fn list(
-        &self,
-        resource: Resource,
-        selector: Option<&str>,
-    ) -> Result<Value, ClientError> {
+    pub async fn list(&self, resource: Kind, selector: Option<&str>) -> Result<Value, ClientError> {
         let query: Vec<(&str, &str)> = selector.map(|s| ("labelSelector", s)).into_iter().collect();
         self.object_call(Method::GET, resource, None, &query, None)
             .await
     }
 
-    pub async fn create(&self, resource: Resource, object: &Value) -> Result<Value, ClientError> {
+    pub async fn create(&self, resource: Kind, object: &Value) -> Result<Value, ClientError> {
         self.object_write(Method::POST, resource, None, "application/json", object)
             .await
     }
@@ -549,7 +469,7 @@ impl Client {
     /// A JSON merge patch (RFC 7386) of one object.
     pub async fn merge_patch(
         &self,
-        resource: Resource,
+        resource: Kind,
         name: &str,
         patch: &Value,
     ) -> Result<Value, ClientError> {
@@ -565,7 +485,7 @@ impl Client {
 
     pub async fn delete(
         &self,
-        resource: Resource,
+        resource: Kind,
         name: &str,
         force: bool,
     ) -> Result<Value, ClientError> {
@@ -575,7 +495,7 @@ impl Client {
     /// A deletion that may also skip the trash (`purge`, which the server takes only forced).
     pub async fn delete_with(
         &self,
-        resource: Resource,
+        resource: Kind,
         name: &str,
         force: bool,
         purge: bool,
@@ -597,7 +517,7 @@ impl Client {
     /// Asks for a fresh look at the workspace of a project being deleted (a held deletion is
     /// looked at again now); answers the project, or 409 when it is not being deleted.
     pub async fn request_look(&self, name: &str) -> Result<Value, ClientError> {
-        let path = format!("{}/look", Self::object_path(Resource::Project, Some(name)));
+        let path = format!("{}/look", Self::object_path(Kind::Project, Some(name)));
         self.call(Method::POST, &path, &[], None).await
     }
 
@@ -606,7 +526,7 @@ impl Client {
     pub async fn request_forced_checkout(&self, name: &str) -> Result<Value, ClientError> {
         let path = format!(
             "{}/forcecheckout",
-            Self::object_path(Resource::Project, Some(name))
+            Self::object_path(Kind::Project, Some(name))
         );
         self.call(Method::POST, &path, &[], None).await
     }
@@ -616,7 +536,7 @@ impl Client {
     pub async fn repair_network(&self, name: &str) -> Result<Value, ClientError> {
         let path = format!(
             "{}/repairnetwork",
-            Self::object_path(Resource::Project, Some(name))
+            Self::object_path(Kind::Project, Some(name))
         );
         self.call(Method::POST, &path, &[], None).await
     }
@@ -625,7 +545,7 @@ impl Client {
     /// ticket, and whether it was started now. The server may first wake an idled project
     /// (up to 2 min) and then wait for code-server (up to 90 s).
     pub async fn open_ide(&self, name: &str) -> Result<Value, ClientError> {
-        let path = format!("{}/ide", Self::object_path(Resource::Project, Some(name)));
+        let path = format!("{}/ide", Self::object_path(Kind::Project, Some(name)));
         self.call_within(Method::POST, &path, &[], None, Duration::from_secs(300))
             .await
     }
@@ -635,7 +555,7 @@ impl Client {
     pub async fn request_forced_replace(&self, name: &str) -> Result<Value, ClientError> {
         let path = format!(
             "{}/forcereplace",
-            Self::object_path(Resource::Project, Some(name))
+            Self::object_path(Kind::Project, Some(name))
         );
         self.call(Method::POST, &path, &[], None).await
     }
@@ -645,7 +565,7 @@ impl Client {
         &self,
         items: Vec<Value>,
         options: &ApplyOptions,
-    ) -> Result<Vec<ApplyOutcome>, ClientError> {
+    ) -> Result<Vec<ApplyItem>, ClientError> {
         let mut query: Vec<(&str, &str)> = Vec::new();
         if options.dry_run {
             query.push(("dryRun", "All"));
@@ -674,7 +594,7 @@ impl Client {
                 Some(("application/json", body)),
             )
             .await?;
-        serde_json::from_value::<berth_api::wire::ApplyResult>(answer)
+        serde_json::from_value::<ApplyResult>(answer)
             .map(|result| result.items)
             .map_err(|source| ClientError::Decode {
                 method: Method::POST,
@@ -684,7 +604,7 @@ impl Client {
     }
 
     /// Events for one object, or for every object when `object` is `None`.
-    pub async fn events(&self, object: Option<(Resource, &str)>) -> Result<Value, ClientError> {
+    pub async fn events(&self, object: Option<(Kind, &str)>) -> Result<Value, ClientError> {
         let path = match object {
             Some((resource, name)) => format!("{}/events", Self::object_path(resource, Some(name))),
             None => format!("{API_PREFIX}/events"),
@@ -698,14 +618,14 @@ impl Client {
 
     /// Streams changes to one collection as newline-delimited JSON events: an `ADDED` for each
     /// existing object first, then every change.
-    pub async fn watch(&self, resource: Resource) -> Result<WatchStream, ClientError> {
+    pub async fn watch(&self, resource: Kind) -> Result<WatchStream, ClientError> {
         self.watch_path(Self::object_path(resource, None)).await
     }
 
     /// Like [`Client::watch`], for one object.
     pub async fn watch_object(
         &self,
-        resource: Resource,
+        resource: Kind,
         name: &str,
     ) -> Result<WatchStream, ClientError> {
         self.watch_path(Self::object_path(resource, Some(name)))
@@ -908,19 +828,9 @@ mod tests {
     }
 
     #[test]
-    fn kinds_from_the_command_line() {
-        let cases = [
-            ("project", Some(Resource::Project)),
-            ("Projects", Some(Resource::Project)),
-            ("agentprofile", Some(Resource::AgentProfile)),
-            ("gitsources", Some(Resource::GitSource)),
-            ("pods", None),
-        ];
-        for (word, expected) in cases {
-            assert_eq!(Resource::from_cli(word), expected, "{word}");
-        }
+    fn object_paths_encode_names() {
         assert_eq!(
-            Client::object_path(Resource::Project, Some("a b/c")),
+            Client::object_path(Kind::Project, Some("a b/c")),
             "/apis/berth.dev/v1alpha1/projects/a%20b%2Fc"
         );
     }
@@ -1023,7 +933,7 @@ mod tests {
         let (url, server) = answer_once(response);
         let client = Client::new(Server::parse(&url).unwrap(), Some("s3cret".to_string())).unwrap();
         let list = client
-            .list(Resource::Project, Some("team=a,tier!=dev"))
+            .list(Kind::Project, Some("team=a,tier!=dev"))
             .await
             .unwrap();
         assert_eq!(list["kind"], "ProjectList");

@@ -653,6 +653,66 @@ fn get_tables_align_and_name_output_is_kind_slash_name() {
     );
 }
 
+/// Every spelling of a kind the command line takes (singular, plural, short name, any case)
+/// names the same objects, alone and in `KIND/NAME`; any other word is refused with one line
+/// naming it and the valid kinds.
+#[test]
+fn every_spelling_of_a_kind_names_the_same_objects() {
+    let daemon = Daemon::start();
+    let file = daemon.file("p.yaml", &project("spelled", ""));
+    daemon.berth(&["apply", "-f", &file]).ok();
+
+    for word in ["project", "projects", "proj", "Project", "PROJECTS", "Proj"] {
+        let all = daemon.berth(&["get", word, "-o", "name"]).ok();
+        assert_eq!(all.stdout, "project/spelled\n", "get {word}");
+        let one = format!("{word}/spelled");
+        let named = daemon.berth(&["get", &one, "-o", "name"]).ok();
+        assert_eq!(named.stdout, "project/spelled\n", "get {one}");
+        let described = daemon.berth(&["describe", word, "spelled"]).ok();
+        assert!(
+            described.stdout.contains("Kind:               Project\n"),
+            "describe {word}: {described:?}"
+        );
+    }
+    for word in [
+        "agentprofile",
+        "agentprofiles",
+        "ap",
+        "AgentProfile",
+        "gitsource",
+        "gitsources",
+        "gs",
+        "GitSource",
+    ] {
+        let none = daemon.berth(&["get", word]).ok();
+        assert_eq!(
+            (none.stdout.as_str(), none.stderr.as_str()),
+            ("", "No resources found.\n"),
+            "get {word}"
+        );
+    }
+
+    for word in ["widgets", "pods", "projs", "po"] {
+        let expected =
+            format!("unknown kind {word:?} (expected project, agentprofile or gitsource)");
+        let refused = daemon.berth(&["delete", word, "spelled"]).fails(1);
+        assert_eq!(
+            refused.stderr,
+            format!("error: {expected}\n"),
+            "delete {word}"
+        );
+        let refused = daemon.berth(&["get", word]);
+        assert_ne!(refused.code, 0, "get {word}: {refused:?}");
+        let first = refused.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("error: ") && first.ends_with(&expected),
+            "get {word}: {refused:?}"
+        );
+    }
+    let kept = daemon.berth(&["get", "projects", "-o", "name"]).ok();
+    assert_eq!(kept.stdout, "project/spelled\n");
+}
+
 fn column_starts(header: &str) -> Vec<usize> {
     let bytes = header.as_bytes();
     (0..bytes.len())
@@ -913,10 +973,11 @@ fn the_client_reaches_a_tcp_listener_and_watches_changes() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        use berth::client::{Client, Resource, Server};
+        use berth::client::{Client, Server};
+        use berth_api::Kind;
         use berth_api::WatchEventType;
         let client = Client::new(Server::Unix(daemon.socket()), None).expect("client");
-        let mut watch = client.watch(Resource::Project).await.expect("watch");
+        let mut watch = client.watch(Kind::Project).await.expect("watch");
         let first = next_event(&mut watch).await;
         assert_eq!(
             (first.type_, first.object["metadata"]["name"].as_str()),
@@ -924,14 +985,14 @@ fn the_client_reaches_a_tcp_listener_and_watches_changes() {
         );
         let patch = json!({"metadata": {"labels": {"seen": "yes"}}});
         client
-            .merge_patch(Resource::Project, "over-tcp", &patch)
+            .merge_patch(Kind::Project, "over-tcp", &patch)
             .await
             .expect("patch");
         let second = next_event(&mut watch).await;
         assert_eq!(second.type_, WatchEventType::Modified);
         assert_eq!(second.object["metadata"]["labels"]["seen"], "yes");
         client
-            .delete(Resource::Project, "over-tcp", false)
+            .delete(Kind::Project, "over-tcp", false)
             .await
             .expect("delete");
         let third = next_event(&mut watch).await;

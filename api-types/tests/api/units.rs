@@ -272,6 +272,72 @@ fn kinds_parse_like_kubectl() {
 }
 
 #[test]
+fn kinds_from_the_command_line() {
+    let table: &[(&str, Option<Kind>)] = &[
+        ("project", Some(Kind::Project)),
+        ("projects", Some(Kind::Project)),
+        ("Project", Some(Kind::Project)),
+        ("Projects", Some(Kind::Project)),
+        ("proj", Some(Kind::Project)),
+        ("PROJ", Some(Kind::Project)),
+        ("agentprofile", Some(Kind::AgentProfile)),
+        ("agentprofiles", Some(Kind::AgentProfile)),
+        ("AgentProfile", Some(Kind::AgentProfile)),
+        ("ap", Some(Kind::AgentProfile)),
+        ("gitsource", Some(Kind::GitSource)),
+        ("gitsources", Some(Kind::GitSource)),
+        ("GitSource", Some(Kind::GitSource)),
+        ("gs", Some(Kind::GitSource)),
+        ("pods", None),
+        ("projs", None),
+        (" project", None),
+        ("", None),
+    ];
+    for (word, want) in table {
+        assert_eq!(Kind::from_cli(word).ok(), *want, "{word:?}");
+    }
+    assert_eq!(
+        Kind::from_cli("widgets").unwrap_err().to_string(),
+        "unknown kind \"widgets\" (expected project, agentprofile or gitsource)"
+    );
+}
+
+#[test]
+fn kinds_have_the_names_api_resources_lists() {
+    // NAME, SHORTNAMES, KIND, as `kubectl api-resources` prints them, and the singular.
+    let table = [
+        (Kind::Project, "projects", "proj", "Project", "project"),
+        (
+            Kind::AgentProfile,
+            "agentprofiles",
+            "ap",
+            "AgentProfile",
+            "agentprofile",
+        ),
+        (
+            Kind::GitSource,
+            "gitsources",
+            "gs",
+            "GitSource",
+            "gitsource",
+        ),
+    ];
+    assert_eq!(Kind::LISTED, table.map(|row| row.0));
+    for (kind, plural, short, name, singular) in table {
+        assert_eq!(
+            (kind.plural(), kind.short(), kind.as_str(), kind.singular()),
+            (plural, short, name, singular)
+        );
+        assert_eq!(Kind::from_plural(plural), Some(kind));
+        assert_eq!(name.parse::<Kind>(), Ok(kind));
+    }
+    // An API path names a kind by its plural exactly: no other spelling routes.
+    for segment in ["proj", "project", "Projects", "gs", "ap"] {
+        assert_eq!(Kind::from_plural(segment), None, "{segment}");
+    }
+}
+
+#[test]
 fn steps_are_ordered_like_the_pipeline() {
     let mut step = Step::Requested;
     let mut seen = vec![step];

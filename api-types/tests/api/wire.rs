@@ -143,3 +143,150 @@ fn an_exec_session_speaks_its_documented_messages() {
     assert_eq!(read.resize.map(|s| (s.width, s.height)), Some((1, 2)));
     assert!(serde_json::from_value::<ExecControl>(json!({"kill": true})).is_err());
 }
+
+/// Reads `json` as a `T` and writes it back: the typed value is `want`, and writing it gives
+/// the same JSON the server writes and the client reads today.
+fn round_trips<T>(json: serde_json::Value, want: T)
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    let read: T = serde_json::from_value(json.clone()).unwrap();
+    assert_eq!(read, want);
+    assert_eq!(serde_json::to_value(&read).unwrap(), json);
+}
+
+#[test]
+fn wire_shapes_keep_their_json() {
+    use berth_api::wire::{
+        ApplyItem, ApplyResult, ExecCall, ExecResult, PlanEntry, TrashItem, TrashList,
+    };
+    use berth_api::{ProtectionReason, ReapAction};
+
+    let at = |text: &str| text.parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+
+    round_trips(
+        json!({"apiVersion": "berth.dev/v1alpha1", "kind": "ApplyResult", "items": [
+            {"kind": "Project", "name": "a", "action": "created", "object": {"kind": "Project"}},
+            {"kind": "GitSource", "name": "b", "action": "pruned", "object": null},
+        ]}),
+        ApplyResult::new(vec![
+            ApplyItem {
+                kind: "Project".into(),
+                name: "a".into(),
+                action: "created".into(),
+                object: json!({"kind": "Project"}),
+            },
+            ApplyItem {
+                kind: "GitSource".into(),
+                name: "b".into(),
+                action: "pruned".into(),
+                object: serde_json::Value::Null,
+            },
+        ]),
+    );
+
+    let item = TrashItem {
+        uid: "3f2a9c".into(),
+        name: "payments-api".into(),
+        kind: "project".into(),
+        controller: "c-1".into(),
+        deleted_at: Some(at("2026-01-02T03:04:05Z")),
+        trashed_at: Some(at("2026-01-02T03:04:06Z")),
+        deleted_by: "unix:alice".into(),
+        reason: "deleted".into(),
+        expires_at: None,
+        bytes: 3 << 20,
+    };
+    round_trips(
+        json!({"apiVersion": "berth.dev/v1alpha1", "kind": "TrashList", "items": [{
+            "uid": "3f2a9c", "name": "payments-api", "kind": "project", "controller": "c-1",
+            "deletedAt": "2026-01-02T03:04:05Z", "trashedAt": "2026-01-02T03:04:06Z",
+            "deletedBy": "unix:alice", "reason": "deleted", "expiresAt": null,
+            "bytes": 3145728,
+        }], "purgePaused": "the clock went back"}),
+        TrashList {
+            api_version: "berth.dev/v1alpha1".into(),
+            kind: "TrashList".into(),
+            items: vec![item],
+            purge_paused: Some("the clock went back".into()),
+        },
+    );
+
+    round_trips(
+        json!({"name": "idle", "nextAction": "Delete", "nextActionAt": "2026-01-03T00:00:00Z",
+               "protectedBy": ["UnsavedWork", "AgentBlocked"], "reason": "idle for 2h"}),
+        PlanEntry {
+            name: "idle".into(),
+            next_action: Some(ReapAction::Delete),
+            next_action_at: Some(at("2026-01-03T00:00:00Z")),
+            protected_by: vec![
+                ProtectionReason::UnsavedWork,
+                ProtectionReason::AgentBlocked,
+            ],
+            reason: "idle for 2h".into(),
+        },
+    );
+    round_trips(
+        json!({"name": "kept", "reason": ""}),
+        PlanEntry {
+            name: "kept".into(),
+            next_action: None,
+            next_action_at: None,
+            protected_by: Vec::new(),
+            reason: String::new(),
+        },
+    );
+
+    round_trips(
+        json!({"command": ["git", "status"], "environment": {"LANG": "C"},
+               "cwd": "/workspace/app", "timeoutSeconds": 30}),
+        ExecCall {
+            command: vec!["git".into(), "status".into()],
+            environment: [("LANG".to_string(), "C".to_string())].into(),
+            cwd: Some("/workspace/app".into()),
+            timeout_seconds: Some(30),
+        },
+    );
+    round_trips(
+        json!({"command": ["true"]}),
+        ExecCall {
+            command: vec!["true".into()],
+            environment: Default::default(),
+            cwd: None,
+            timeout_seconds: None,
+        },
+    );
+    assert!(
+        serde_json::from_value::<ExecCall>(json!({"command": ["true"], "user": "root"})).is_err(),
+        "an exec call refuses fields it does not know"
+    );
+
+    round_trips(
+        json!({"exitCode": 1, "stdout": "out", "stderr": "err"}),
+        ExecResult {
+            exit_code: 1,
+            stdout: "out".into(),
+            stderr: "err".into(),
+            output_cut_at: None,
+        },
+    );
+    round_trips(
+        json!({"exitCode": 137, "stdout": "", "stderr": "", "outputCutAt": 1048576}),
+        ExecResult {
+            exit_code: 137,
+            stdout: String::new(),
+            stderr: String::new(),
+            output_cut_at: Some(1 << 20),
+        },
+    );
+}
+
+/// The README documents these bounds (3 MiB an object, 32 MiB and 10,000 items an apply).
+#[test]
+fn request_limits_are_the_documented_sizes() {
+    use berth_api::wire::{APPLY_ITEMS, APPLY_LIMIT, OBJECT_LIMIT};
+    assert_eq!(
+        (OBJECT_LIMIT, APPLY_LIMIT, APPLY_ITEMS),
+        (3 << 20, 32 << 20, 10_000)
+    );
+}

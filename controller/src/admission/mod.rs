@@ -157,11 +157,6 @@ fn gib(bytes: u64) -> String {
     format!("{tenths}GiB")
 }
 
-/// The kind served under `/apis/berth.dev/v1alpha1/<plural>`.
-pub fn kind_by_plural(plural: &str) -> Option<Kind> {
-    Kind::ALL.into_iter().find(|k| k.plural() == plural)
-}
-
 /// What admission makes of one manifest.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Admitted {

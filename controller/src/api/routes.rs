@@ -274,7 +274,7 @@ async fn route(state: &Arc<ApiState>, caller: &Caller, req: Request<Incoming>) -
             members::route(state, caller, &method, name, Some(user)).await
         }
         [plural, tail @ ..] => {
-            let kind = admission::kind_by_plural(plural).ok_or_else(|| {
+            let kind = Kind::from_plural(plural).ok_or_else(|| {
                 ApiError::not_found(format!("the server has no resource {plural:?}"))
             })?;
             resource(state, caller, kind, tail, req, &query).await

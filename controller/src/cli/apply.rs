@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use berth_api::Kind;
 use clap::Args;
 use tokio::time::Instant;
 
@@ -10,7 +11,7 @@ use super::manifest;
 use super::progress::{self, Goal, WaitError};
 use super::render::value_at;
 use super::{Context, duration};
-use crate::client::{ApplyOptions, Client, ClientError, Resource};
+use crate::client::{ApplyOptions, Client, ClientError};
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
@@ -45,7 +46,7 @@ pub async fn run(context: &Context, args: ApplyArgs) -> anyhow::Result<ExitCode>
     let mut targets = Vec::new();
     let mut held_by_finalizers = Vec::new();
     for outcome in &outcomes {
-        let resource = Resource::from_kind(&outcome.kind);
+        let resource = outcome.kind.parse::<Kind>().ok();
         let label =
             resource.map_or_else(|| outcome.kind.to_lowercase(), |r| r.singular().to_string());
         let pruned = outcome.action == "pruned";
@@ -79,7 +80,12 @@ pub async fn run(context: &Context, args: ApplyArgs) -> anyhow::Result<ExitCode>
         let left = deadline.saturating_duration_since(Instant::now());
         let reached = progress::wait_for(&client, &targets, Goal::Ready, left, true).await?;
         for target in &targets {
-            println!("{}/{} {}", target.0, target.1, reached.word(target));
+            println!(
+                "{}/{} {}",
+                target.0.singular(),
+                target.1,
+                reached.word(target)
+            );
         }
     }
     if held > 0 {
@@ -95,10 +101,11 @@ pub async fn run(context: &Context, args: ApplyArgs) -> anyhow::Result<ExitCode>
 /// Deleting until what holds it is resolved, and the apply exits 1, as `berth delete` does).
 async fn prune_outcome(
     client: &Client,
-    (resource, name): &(Resource, String),
+    (resource, name): &(Kind, String),
     timeout: Duration,
 ) -> Result<(String, bool), ClientError> {
     let target = [(*resource, name.clone())];
+    let resource = resource.singular();
     match progress::wait_for(client, &target, Goal::Deleted, timeout, false).await {
         Ok(_) => Ok((format!("{resource}/{name} pruned"), false)),
         Err(WaitError::Failed { message, .. }) => {

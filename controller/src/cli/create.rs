@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
+use berth_api::Kind;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
 use super::progress::{self, Goal};
 use super::render::name_of;
 use super::{Context, render};
-use crate::client::Resource;
 
 #[derive(Debug, Args)]
 pub struct CreateArgs {
@@ -129,7 +129,7 @@ async fn create_project(context: &Context, args: CreateProjectArgs) -> anyhow::R
         "metadata": metadata,
         "spec": spec,
     });
-    let created = client.create(Resource::Project, &object).await?;
+    let created = client.create(Kind::Project, &object).await?;
     let name = name_of(&created).to_string();
     match args.output {
         Some(render::OutputFormat::Yaml) => print!("{}", render::to_yaml(&created)),
@@ -138,7 +138,7 @@ async fn create_project(context: &Context, args: CreateProjectArgs) -> anyhow::R
         _ => println!("project/{name} created"),
     }
     if args.wait {
-        let target = [(Resource::Project, name.clone())];
+        let target = [(Kind::Project, name.clone())];
         let print = args.output.is_none();
         let reached =
             progress::wait_for(&client, &target, Goal::Ready, args.timeout, print).await?;

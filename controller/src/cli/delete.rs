@@ -5,13 +5,13 @@
 
 use std::process::ExitCode;
 
+use berth_api::Kind;
 use clap::{ArgAction, Args};
 use serde_json::Value;
 
-use super::get::{parse_objects, parse_resource};
+use super::get::{parse_kind, parse_objects};
 use super::progress::{self, Goal};
 use super::{Context, duration, manifest};
-use crate::client::Resource;
 
 #[derive(Debug, Args)]
 pub struct DeleteArgs {
@@ -57,7 +57,7 @@ pub struct DeleteArgs {
 
 pub async fn run(context: &Context, args: DeleteArgs) -> anyhow::Result<ExitCode> {
     let client = context.client()?;
-    let named: Vec<(Resource, String)> = if !args.files.is_empty() {
+    let named: Vec<(Kind, String)> = if !args.files.is_empty() {
         manifest::load(&args.files, args.recursive)?
             .into_iter()
             .map(|m| (m.resource, m.name))
@@ -68,9 +68,9 @@ pub async fn run(context: &Context, args: DeleteArgs) -> anyhow::Result<ExitCode
                 "delete --selector: give only the KIND, e.g. delete project -l {selector}"
             );
         };
-        let kind = parse_resource(kind).map_err(anyhow::Error::msg)?;
+        let kind = parse_kind(kind).map_err(anyhow::Error::msg)?;
         let list = client.list(kind, Some(selector)).await?;
-        let names: Vec<(Resource, String)> = list
+        let names: Vec<(Kind, String)> = list
             .get("items")
             .and_then(Value::as_array)
             .into_iter()
@@ -104,7 +104,7 @@ pub async fn run(context: &Context, args: DeleteArgs) -> anyhow::Result<ExitCode
         {
             Ok(_) => {
                 if !args.wait {
-                    println!("{resource}/{name} deletion requested");
+                    println!("{}/{name} deletion requested", resource.singular());
                 }
                 targets.push((resource, name));
             }
@@ -120,7 +120,7 @@ pub async fn run(context: &Context, args: DeleteArgs) -> anyhow::Result<ExitCode
     if args.wait && !targets.is_empty() {
         progress::wait_for(&client, &targets, Goal::Deleted, args.timeout, false).await?;
         for (resource, name) in &targets {
-            println!("{resource}/{name} deleted");
+            println!("{}/{name} deleted", resource.singular());
         }
     }
     Ok(if missing > 0 {

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
+use berth_api::Kind;
 use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::{Map, Value};
@@ -13,7 +14,6 @@ use super::events::event_rows;
 use super::get::kind_and_names;
 use super::render::{age_at, str_at, to_yaml, value_at};
 use super::table::Table;
-use crate::client::Resource;
 
 /// How many events `describe` shows, newest last.
 const RECENT_EVENTS: usize = 15;
@@ -43,11 +43,11 @@ pub async fn run(context: &Context, args: DescribeArgs) -> anyhow::Result<ExitCo
         Err(err) => Err(err.to_string()),
     };
     print!("{}", describe(kind, &object, events, Utc::now()));
-    if kind == Resource::Project {
+    if kind == Kind::Project {
         // Live figures only when the container runs; any failure just leaves the section out.
         let path = format!(
             "{}/runtime",
-            crate::client::Client::object_path(Resource::Project, Some(name))
+            crate::client::Client::object_path(Kind::Project, Some(name))
         );
         if let Ok(figures) = client.request_json(reqwest::Method::GET, &path, None).await
             && let Some(section) = crate::inspect::render::runtime_section(&figures)
@@ -72,7 +72,7 @@ const STATUS_SECTIONS: [&str; 9] = [
 ];
 
 pub fn describe(
-    resource: Resource,
+    resource: Kind,
     object: &Value,
     events: Result<Vec<Value>, String>,
     now: DateTime<Utc>,
@@ -82,8 +82,8 @@ pub fn describe(
         let _ = writeln!(out, "{:<20}{value}", format!("{label}:"));
     };
     field(&mut out, "Name", str_at(object, "metadata.name"));
-    field(&mut out, "Kind", resource.kind());
-    if resource == Resource::Project {
+    field(&mut out, "Kind", resource.as_str());
+    if resource == Kind::Project {
         field(&mut out, "Display Name", str_at(object, "spec.displayName"));
     }
     field(
@@ -439,7 +439,7 @@ mod tests {
             "uncommitted": 0, "untracked": 1, "stashes": 0, "unpushed": 2, "ignored": 1,
             "files": ["notes.txt", "data/app.db", "refs/heads/wip"]
         });
-        let text = describe(Resource::Project, &object, Ok(events), now);
+        let text = describe(Kind::Project, &object, Ok(events), now);
         let expected = "\
 Name:               payments-api
 Kind:               Project

@@ -4,13 +4,15 @@
 use std::collections::HashMap;
 use std::process::ExitCode;
 
+use berth_api::Kind;
+use berth_api::wire::ApplyItem;
 use clap::Args;
 use serde_json::{Map, Value, json};
 
 use super::colour;
 use super::render::{name_of, to_yaml};
 use super::{Context, manifest, report, textdiff};
-use crate::client::{ApplyOptions, ApplyOutcome, Client, ClientError, Resource};
+use crate::client::{ApplyOptions, Client, ClientError};
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
@@ -47,7 +49,7 @@ async fn differences(context: &Context, args: &DiffArgs) -> anyhow::Result<bool>
     let live_objects = LiveObjects::read(&client, &outcomes).await?;
     let mut differs = false;
     for outcome in outcomes {
-        let Some(resource) = Resource::from_kind(&outcome.kind) else {
+        let Ok(resource) = outcome.kind.parse::<Kind>() else {
             continue;
         };
         let live = live_objects.get(&client, resource, &outcome.name).await?;
@@ -61,7 +63,7 @@ async fn differences(context: &Context, args: &DiffArgs) -> anyhow::Result<bool>
         } else {
             to_yaml(&comparable(&outcome.object))
         };
-        let reference = format!("{resource}/{}", outcome.name);
+        let reference = format!("{}/{}", resource.singular(), outcome.name);
         let diff = textdiff::unified(
             &format!("live/{reference}"),
             &format!("merged/{reference}"),
@@ -87,14 +89,14 @@ const LIST_THRESHOLD: usize = 20;
 /// The live objects a diff compares against: listed once per kind for a large batch, read one
 /// by one for a small one.
 struct LiveObjects {
-    listed: HashMap<Resource, HashMap<String, Value>>,
+    listed: HashMap<Kind, HashMap<String, Value>>,
 }
 
 impl LiveObjects {
-    async fn read(client: &Client, outcomes: &[ApplyOutcome]) -> Result<LiveObjects, ClientError> {
-        let mut counts: HashMap<Resource, usize> = HashMap::new();
+    async fn read(client: &Client, outcomes: &[ApplyItem]) -> Result<LiveObjects, ClientError> {
+        let mut counts: HashMap<Kind, usize> = HashMap::new();
         for outcome in outcomes {
-            if let Some(resource) = Resource::from_kind(&outcome.kind) {
+            if let Ok(resource) = outcome.kind.parse::<Kind>() {
                 *counts.entry(resource).or_default() += 1;
             }
         }
@@ -119,7 +121,7 @@ impl LiveObjects {
     async fn get(
         &self,
         client: &Client,
-        resource: Resource,
+        resource: Kind,
         name: &str,
     ) -> Result<Option<Value>, ClientError> {
         match self.listed.get(&resource) {

@@ -5,6 +5,7 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use berth_api::Kind;
 use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::Value;
@@ -15,7 +16,6 @@ use super::duration::human_age;
 use super::get::parse_objects;
 use super::render::{self, OutputFormat, str_at, time_at};
 use super::table::Table;
-use crate::client::Resource;
 
 /// How often `events -w` asks for new events.
 const WATCH_POLL: Duration = Duration::from_secs(2);
@@ -34,10 +34,10 @@ pub struct EventsArgs {
 }
 
 /// The object `events` is about: none, `NAME` (a project), `KIND NAME` or `KIND/NAME`.
-fn object_of(words: &[String]) -> Result<Option<(Resource, String)>, String> {
+fn object_of(words: &[String]) -> Result<Option<(Kind, String)>, String> {
     match words {
         [] => Ok(None),
-        [one] if !one.contains('/') => Ok(Some((Resource::Project, one.clone()))),
+        [one] if !one.contains('/') => Ok(Some((Kind::Project, one.clone()))),
         _ => {
             let objects = parse_objects(words)?;
             match objects.as_slice() {
@@ -80,10 +80,10 @@ pub fn event_rows(events: &[Value], now: DateTime<Utc>) -> Vec<EventRow> {
             };
             let kind = str_at(event, "involvedObject.kind");
             let name = str_at(event, "involvedObject.name");
-            let object = match Resource::from_kind(kind) {
-                Some(resource) => format!("{resource}/{name}"),
-                None if kind.is_empty() => name.to_string(),
-                None => format!("{}/{name}", kind.to_lowercase()),
+            let object = match kind.parse::<Kind>() {
+                Ok(kind) => format!("{}/{name}", kind.singular()),
+                Err(_) if kind.is_empty() => name.to_string(),
+                Err(_) => format!("{}/{name}", kind.to_lowercase()),
             };
             EventRow {
                 last_seen,
@@ -189,14 +189,14 @@ mod tests {
     fn events_are_about_a_project_by_default_or_a_named_object() {
         let words =
             |text: &str| -> Vec<String> { text.split_whitespace().map(String::from).collect() };
-        let project = |name: &str| Some((Resource::Project, name.to_string()));
+        let project = |name: &str| Some((Kind::Project, name.to_string()));
         assert_eq!(object_of(&[]).unwrap(), None);
         assert_eq!(object_of(&words("web")).unwrap(), project("web"));
         assert_eq!(object_of(&words("proj web")).unwrap(), project("web"));
         assert_eq!(object_of(&words("project/web")).unwrap(), project("web"));
         assert_eq!(
             object_of(&words("gs/fleet")).unwrap(),
-            Some((Resource::GitSource, "fleet".to_string()))
+            Some((Kind::GitSource, "fleet".to_string()))
         );
         assert!(object_of(&words("project/a project/b")).is_err());
         assert!(object_of(&words("pod web")).is_err());

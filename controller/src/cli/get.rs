@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
 
+use berth_api::Kind;
 use clap::Args;
 use serde_json::Value;
 
@@ -12,7 +13,6 @@ use super::jsonpath::Template;
 use super::render::{self, Columns, OutputFormat, name_of};
 use super::table::Table;
 use crate::api::selector::LabelSelector;
-use crate::client::Resource;
 
 #[derive(Debug, Args)]
 pub struct GetArgs {
@@ -56,10 +56,8 @@ fn parse_output(word: &str) -> Result<GetOutput, String> {
 }
 
 /// Accepts `project`, `projects`, `Project`, `proj`, and the same for every kind.
-pub fn parse_resource(word: &str) -> Result<Resource, String> {
-    Resource::from_cli(word).ok_or_else(|| {
-        format!("unknown kind {word:?} (expected project, agentprofile or gitsource)")
-    })
+pub fn parse_kind(word: &str) -> Result<Kind, String> {
+    Kind::from_cli(word).map_err(|err| err.to_string())
 }
 
 /// What `berth get` takes for the warm pool, which is no kind of object.
@@ -71,13 +69,13 @@ pub fn kind_word(word: &str) -> Result<String, String> {
         return Ok(word.to_string());
     }
     let kind = word.split_once('/').map_or(word, |(kind, _)| kind);
-    parse_resource(kind).map(|_| word.to_string())
+    parse_kind(kind).map(|_| word.to_string())
 }
 
 /// `KIND [NAME...]` or `KIND/NAME...` of one kind: the kind, and the names (none for all).
-pub fn kind_and_names(first: &str, rest: &[String]) -> Result<(Resource, Vec<String>), String> {
+pub fn kind_and_names(first: &str, rest: &[String]) -> Result<(Kind, Vec<String>), String> {
     if !first.contains('/') && rest.is_empty() {
-        return Ok((parse_resource(first)?, Vec::new()));
+        return Ok((parse_kind(first)?, Vec::new()));
     }
     let words: Vec<String> = std::iter::once(first.to_string())
         .chain(rest.iter().cloned())
@@ -92,12 +90,12 @@ pub fn kind_and_names(first: &str, rest: &[String]) -> Result<(Resource, Vec<Str
 
 /// The objects a command names, as kubectl takes them: `KIND NAME...` or `KIND/NAME...` (what
 /// `-o name` prints), never a mix.
-pub fn parse_objects(words: &[String]) -> Result<Vec<(Resource, String)>, String> {
+pub fn parse_objects(words: &[String]) -> Result<Vec<(Kind, String)>, String> {
     let Some(first) = words.first() else {
         return Ok(Vec::new());
     };
     if !first.contains('/') {
-        let kind = parse_resource(first)?;
+        let kind = parse_kind(first)?;
         return words[1..]
             .iter()
             .map(|name| match name.contains('/') {
@@ -117,7 +115,7 @@ pub fn parse_objects(words: &[String]) -> Result<Vec<(Resource, String)>, String
             if name.is_empty() || name.contains('/') {
                 return Err(format!("{word:?}: expected KIND/NAME"));
             }
-            Ok((parse_resource(kind)?, name.to_string()))
+            Ok((parse_kind(kind)?, name.to_string()))
         })
         .collect()
 }
@@ -169,7 +167,7 @@ pub async fn run(context: &Context, args: GetArgs) -> anyhow::Result<ExitCode> {
         Some(GetOutput::JsonPath(template)) => print!("{}", template.render(&list)),
         Some(GetOutput::Format(OutputFormat::Name)) => {
             for object in &objects {
-                println!("{}/{}", kind, name_of(object));
+                println!("{}/{}", kind.singular(), name_of(object));
             }
         }
         None | Some(GetOutput::Format(OutputFormat::Wide)) => {
@@ -210,7 +208,7 @@ fn resource_version(object: &Value) -> String {
 /// interrupted or the server ends the watch.
 async fn watch(
     context: &Context,
-    kind: Resource,
+    kind: Kind,
     names: &[String],
     args: &GetArgs,
     columns: Columns,
@@ -253,7 +251,7 @@ async fn watch(
             }
             Some(GetOutput::Format(OutputFormat::Json)) => render::to_json(object),
             Some(GetOutput::JsonPath(template)) => template.render(object),
-            Some(GetOutput::Format(OutputFormat::Name)) => format!("{kind}/{name}\n"),
+            Some(GetOutput::Format(OutputFormat::Name)) => format!("{}/{name}\n", kind.singular()),
             None | Some(GetOutput::Format(OutputFormat::Wide)) => {
                 let row = coloured(render::table(
                     kind,
@@ -320,7 +318,7 @@ mod tests {
 
     #[test]
     fn objects_are_named_as_kubectl_names_them() {
-        let p = |name: &str| (Resource::Project, name.to_string());
+        let p = |name: &str| (Kind::Project, name.to_string());
         assert_eq!(
             parse_objects(&words("project a b")).unwrap(),
             [p("a"), p("b")]
@@ -332,8 +330,8 @@ mod tests {
         assert_eq!(
             parse_objects(&words("gs/x ap/y")).unwrap(),
             [
-                (Resource::GitSource, "x".to_string()),
-                (Resource::AgentProfile, "y".to_string())
+                (Kind::GitSource, "x".to_string()),
+                (Kind::AgentProfile, "y".to_string())
             ]
         );
         for bad in ["project a/b", "project/a b", "pod/a", "project/"] {
@@ -341,11 +339,11 @@ mod tests {
         }
         assert_eq!(
             kind_and_names("project/a", &words("project/b")).unwrap(),
-            (Resource::Project, words("a b"))
+            (Kind::Project, words("a b"))
         );
         assert_eq!(
             kind_and_names("proj", &[]).unwrap(),
-            (Resource::Project, Vec::new())
+            (Kind::Project, Vec::new())
         );
         assert!(kind_and_names("project/a", &words("gs/b")).is_err());
     }

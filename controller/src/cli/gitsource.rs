@@ -6,11 +6,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use berth_api::Kind;
 use clap::{Args, Subcommand};
 use reqwest::Method;
 
 use super::Context;
-use crate::client::{Client, Resource};
+use crate::client::Client;
 use crate::gitops::CREDENTIAL_KEYS;
 
 #[derive(Debug, Args)]
@@ -67,10 +68,7 @@ async fn request_sync(client: &Client, gitsource: &str) {
     let patch = serde_json::json!({"metadata": {"annotations": {
         berth_api::annotations::REQUESTED_AT: at,
     }}});
-    if let Err(err) = client
-        .merge_patch(Resource::GitSource, gitsource, &patch)
-        .await
-    {
+    if let Err(err) = client.merge_patch(Kind::GitSource, gitsource, &patch).await {
         eprintln!("warning: gitsource/{gitsource} will use it from its next poll: {err}");
     }
 }

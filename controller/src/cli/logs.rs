@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use berth_api::Step;
+use berth_api::{Kind, Step};
 use clap::Args;
 
 use super::Context;
-use crate::client::{API_PREFIX, Resource, encode_segment};
+use crate::client::{API_PREFIX, encode_segment};
 
 /// How often `--follow` asks for more.
 const FOLLOW_POLL: Duration = Duration::from_secs(1);
@@ -59,7 +59,7 @@ pub async fn run(context: &Context, args: LogsArgs) -> anyhow::Result<ExitCode> 
             Some("Exited") if text.is_empty() => return Ok(ExitCode::SUCCESS),
             Some("Exited") => continue,
             Some("NotStarted") => {
-                let project = client.get(Resource::Project, &args.project).await?;
+                let project = client.get(Kind::Project, &args.project).await?;
                 let step = project["status"]["step"].as_str().and_then(Step::parse);
                 // Past its start in this boot, no runner is coming (its brief is done).
                 if step.is_some_and(|s| s >= Step::RunnerStarted) {

@@ -5,10 +5,12 @@
 use std::io::Read;
 use std::path::Path;
 
+use berth_api::Kind;
+use berth_api::wire::ApplyItem;
 use serde_json::Value;
 
 use super::Context;
-use crate::client::{ApplyOptions, ApplyOutcome, Client, ClientError, Resource};
+use crate::client::{ApplyOptions, Client, ClientError};
 use crate::manifests::{self as reader, Links, ReadError, Walk};
 
 pub use crate::manifests::Source;
@@ -17,7 +19,7 @@ pub use crate::manifests::Source;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
     pub source: Source,
-    pub resource: Resource,
+    pub resource: Kind,
     pub name: String,
     pub object: Value,
 }
@@ -25,7 +27,7 @@ pub struct Manifest {
 impl Manifest {
     /// `project/payments-api`.
     pub fn reference(&self) -> String {
-        format!("{}/{}", self.resource, self.name)
+        format!("{}/{}", self.resource.singular(), self.name)
     }
 }
 
@@ -64,7 +66,7 @@ impl Files {
         &self,
         context: &Context,
         options: &ApplyOptions,
-    ) -> anyhow::Result<(Client, Vec<ApplyOutcome>)> {
+    ) -> anyhow::Result<(Client, Vec<ApplyItem>)> {
         let manifests = load(&self.files, self.recursive)?;
         let client = context.client()?;
         let items = manifests.iter().map(|m| m.object.clone()).collect();
@@ -131,8 +133,8 @@ pub fn parse_documents(file: &str, text: &str) -> Result<Vec<Manifest>, Manifest
 }
 
 fn known(manifest: reader::Manifest) -> Result<Manifest, ManifestError> {
-    let Some(resource) = Resource::from_kind(&manifest.kind) else {
-        let known: Vec<&str> = Resource::ALL.iter().map(|r| r.kind()).collect();
+    let Ok(resource) = manifest.kind.parse::<Kind>() else {
+        let known: Vec<&str> = Kind::LISTED.iter().map(|k| k.as_str()).collect();
         return Err(ManifestError::Invalid {
             message: format!(
                 "kind: unknown kind {:?} (expected one of {})",

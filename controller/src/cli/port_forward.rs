@@ -8,11 +8,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
+use berth_api::Kind;
 use clap::Args;
 
 use super::Context;
 use super::exec::connect;
-use crate::client::{API_PREFIX, Resource, encode_segment};
+use crate::client::{API_PREFIX, encode_segment};
 
 #[derive(Debug, Args)]
 pub struct PortForwardArgs {
@@ -49,7 +50,7 @@ pub async fn run(context: &Context, args: PortForwardArgs) -> anyhow::Result<Exi
     let (local, remote) = parse_ports(&args.ports)?;
     let client = context.client()?;
     // A project the caller cannot see fails here, before anything listens.
-    client.get(Resource::Project, &args.name).await?;
+    client.get(Kind::Project, &args.name).await?;
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(args.address, local))
         .await
         .with_context(|| format!("listening on {}", SocketAddr::new(args.address, local)))?;

@@ -4,14 +4,13 @@
 
 use std::process::ExitCode;
 
-use berth_api::PortStatus;
+use berth_api::{Kind, PortStatus};
 use clap::Args;
 use serde_json::Value;
 
 use super::Context;
 use super::render::{self, OutputFormat};
 use super::table::Table;
-use crate::client::Resource;
 
 #[derive(Debug, Args)]
 pub struct PortsArgs {
@@ -24,7 +23,7 @@ pub struct PortsArgs {
 
 pub async fn run(context: &Context, args: PortsArgs) -> anyhow::Result<ExitCode> {
     let client = context.client()?;
-    let project = client.get(Resource::Project, &args.name).await?;
+    let project = client.get(Kind::Project, &args.name).await?;
     let ports = ports_of(&project)?;
     match args.output {
         Some(OutputFormat::Yaml) => print!("{}", render::to_yaml(&serde_json::to_value(&ports)?)),

@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 
+use berth_api::Kind;
 use chrono::{SecondsFormat, Utc};
 use clap::Args;
 use serde_json::Value;
@@ -11,8 +12,6 @@ use super::Context;
 use super::duration;
 use super::progress::{self, Goal};
 use super::render;
-
-use crate::client::Resource;
 
 #[derive(Debug, Args)]
 pub struct RestartArgs {
@@ -90,7 +89,7 @@ async fn patch_and_report(
     let client = context.client()?;
     match request {
         Request::Patch(patch) => {
-            client.merge_patch(Resource::Project, name, &patch).await?;
+            client.merge_patch(Kind::Project, name, &patch).await?;
         }
         Request::ForcedReplace => {
             client.request_forced_replace(name).await?;
@@ -100,7 +99,7 @@ async fn patch_and_report(
     if let Some((flags, outcome)) = wait
         && flags.wait
     {
-        let target = [(Resource::Project, name.to_string())];
+        let target = [(Kind::Project, name.to_string())];
         progress::wait_for(&client, &target, outcome.goal, flags.timeout, true).await?;
         println!("project/{name} {}", outcome.done);
     }
@@ -122,7 +121,7 @@ pub async fn restart(context: &Context, args: RestartArgs) -> anyhow::Result<Exi
     };
     let wait = match args.wait {
         true => {
-            let project = context.client()?.get(Resource::Project, &args.name).await?;
+            let project = context.client()?.get(Kind::Project, &args.name).await?;
             let before = render::value_at(&project, path)
                 .cloned()
                 .unwrap_or_default();
@@ -152,7 +151,7 @@ pub async fn restart(context: &Context, args: RestartArgs) -> anyhow::Result<Exi
 
 pub async fn stop(context: &Context, args: StopArgs) -> anyhow::Result<ExitCode> {
     // Asked to stop and stopped already: say so, as kubectl says "unchanged".
-    let project = context.client()?.get(Resource::Project, &args.name).await?;
+    let project = context.client()?.get(Kind::Project, &args.name).await?;
     if already_stopped(&project) {
         println!("project/{} already stopped", args.name);
         return Ok(ExitCode::SUCCESS);

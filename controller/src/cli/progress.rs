@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use berth_api::{WatchEventType, annotations};
+use berth_api::{Kind, WatchEventType, annotations};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde_json::Value;
@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::duration;
 use super::render::{condition, reason_and_message, str_at, time_at, value_at};
-use crate::client::{Client, ClientError, Resource, WatchStream};
+use crate::client::{Client, ClientError, WatchStream};
 
 /// What the wait is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +76,7 @@ pub enum WaitError {
 }
 
 /// Judges one observation of an object (`None`: it does not exist).
-pub fn evaluate(resource: Resource, goal: &Goal, object: Option<&Value>) -> Verdict {
+pub fn evaluate(resource: Kind, goal: &Goal, object: Option<&Value>) -> Verdict {
     let Some(object) = object else {
         return match goal {
             Goal::Deleted => Verdict::Met,
@@ -104,7 +104,7 @@ pub fn evaluate(resource: Resource, goal: &Goal, object: Option<&Value>) -> Verd
         }
         Goal::Ready | Goal::Running | Goal::Stopped => {
             // Only projects and git sources have a controller that reports readiness.
-            if resource == Resource::AgentProfile {
+            if resource == Kind::AgentProfile {
                 return Verdict::Met;
             }
             let ready_condition = condition(object, "Ready");
@@ -217,7 +217,7 @@ pub fn summary(object: &Value) -> String {
     line
 }
 
-type Key = (Resource, String);
+type Key = (Kind, String);
 
 struct Tracker {
     goal: Goal,
@@ -251,7 +251,7 @@ impl Tracker {
             }
             Verdict::Pending => Ok(false),
             Verdict::Failed(message) => Err(WaitError::Failed {
-                reference: format!("{}/{}", key.0, key.1),
+                reference: format!("{}/{}", key.0.singular(), key.1),
                 message,
             }),
         }
@@ -260,7 +260,7 @@ impl Tracker {
     /// Reads every awaited object: one GET each for a few, one list per kind for many.
     async fn poll_all(&mut self, client: &Client) -> Result<(), WaitError> {
         let keys: Vec<Key> = self.pending.keys().cloned().collect();
-        let mut kinds: Vec<Resource> = keys.iter().map(|k| k.0).collect();
+        let mut kinds: Vec<Kind> = keys.iter().map(|k| k.0).collect();
         kinds.sort();
         kinds.dedup();
         for resource in kinds {
@@ -304,7 +304,7 @@ const WATCH_RESYNC: Duration = Duration::from_secs(5);
 /// moment (a daemon restart) does not end the wait: it polls until the server answers again.
 pub async fn wait_for(
     client: &Client,
-    targets: &[(Resource, String)],
+    targets: &[(Kind, String)],
     goal: Goal,
     timeout: Duration,
     print_progress: bool,
@@ -335,7 +335,7 @@ pub struct Reached {
 
 impl Reached {
     /// The word for where `target` ended: `stopped` for a Stopped project, `ready` otherwise.
-    pub fn word(&self, target: &(Resource, String)) -> &'static str {
+    pub fn word(&self, target: &(Kind, String)) -> &'static str {
         if self.stopped.contains(target) {
             "stopped"
         } else {
@@ -386,7 +386,7 @@ async fn follow(
                     next_poll = Instant::now();
                 }
                 Some(Ok(event)) => {
-                    let Some(resource) = event.object.get("kind").and_then(Value::as_str).and_then(Resource::from_kind) else {
+                    let Some(resource) = event.object.get("kind").and_then(Value::as_str).and_then(|kind| kind.parse::<Kind>().ok()) else {
                         continue;
                     };
                     let key = (resource, str_at(&event.object, "metadata.name").to_string());
@@ -419,7 +419,7 @@ async fn open_watches(client: &Client, keys: &[Key]) -> Option<WatchStream> {
     if let [(resource, name)] = keys {
         return client.watch_object(*resource, name).await.ok();
     }
-    let mut kinds: Vec<Resource> = keys.iter().map(|k| k.0).collect();
+    let mut kinds: Vec<Kind> = keys.iter().map(|k| k.0).collect();
     kinds.sort();
     kinds.dedup();
     let mut streams = Vec::new();
@@ -450,9 +450,13 @@ fn timeout_error(
         .iter()
         .map(|((resource, name), last)| {
             if last.is_empty() {
-                format!("{resource}/{name} {}", goal.describe())
+                format!("{}/{name} {}", resource.singular(), goal.describe())
             } else {
-                format!("{resource}/{name} {} (now: {last})", goal.describe())
+                format!(
+                    "{}/{name} {} (now: {last})",
+                    resource.singular(),
+                    goal.describe()
+                )
             }
         })
         .collect();
@@ -549,14 +553,14 @@ mod tests {
         ];
         for (goal, object, expected) in cases {
             assert_eq!(
-                evaluate(Resource::Project, &goal, object.as_ref()),
+                evaluate(Kind::Project, &goal, object.as_ref()),
                 expected,
                 "goal {goal:?} object {object:?}"
             );
         }
         assert_eq!(
             evaluate(
-                Resource::AgentProfile,
+                Kind::AgentProfile,
                 &Goal::Ready,
                 Some(&json!({"metadata": {"generation": 1}}))
             ),

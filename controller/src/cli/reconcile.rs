@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use berth_api::Kind;
 use clap::{Args, Subcommand};
 use futures::StreamExt as _;
 use serde_json::{Value, json};
@@ -14,7 +15,6 @@ use serde_json::{Value, json};
 use super::Context;
 use super::duration;
 use super::render::{condition, reason_and_message, str_at};
-use crate::client::Resource;
 
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
@@ -42,7 +42,7 @@ pub async fn run(context: &Context, args: ReconcileArgs) -> anyhow::Result<ExitC
     let ReconcileKind::Gitsource(args) = args.kind;
     let client = context.client()?;
     let name = &args.name;
-    let source = client.get(Resource::GitSource, name).await?;
+    let source = client.get(Kind::GitSource, name).await?;
     if source.pointer("/spec/suspend") == Some(&Value::Bool(true)) {
         anyhow::bail!("gitsource/{name} is suspended (spec.suspend is true): resume it first");
     }
@@ -50,14 +50,12 @@ pub async fn run(context: &Context, args: ReconcileArgs) -> anyhow::Result<ExitC
     let patch = json!({"metadata": {"annotations": {
         berth_api::annotations::REQUESTED_AT: at,
     }}});
-    client
-        .merge_patch(Resource::GitSource, name, &patch)
-        .await?;
+    client.merge_patch(Kind::GitSource, name, &patch).await?;
     println!("gitsource/{name} sync requested");
 
     let answered = |object: &Value| str_at(object, "status.lastHandledReconcileAt") == at;
     let wait = async {
-        let mut changes = client.watch_object(Resource::GitSource, name).await?;
+        let mut changes = client.watch_object(Kind::GitSource, name).await?;
         while let Some(change) = changes.next().await {
             let change = change?;
             if change.type_ == berth_api::WatchEventType::Deleted {

@@ -4,11 +4,11 @@
 
 use std::process::ExitCode;
 
+use berth_api::Kind;
 use clap::Args;
 use serde_json::json;
 
 use super::Context;
-use crate::client::Resource;
 
 #[derive(Debug, Args)]
 pub struct RenameArgs {
@@ -28,7 +28,7 @@ pub async fn run(context: &Context, args: RenameArgs) -> anyhow::Result<ExitCode
     let client = context.client()?;
     let patch = json!({ "spec": { "displayName": display_name } });
     client
-        .merge_patch(Resource::Project, &args.project, &patch)
+        .merge_patch(Kind::Project, &args.project, &patch)
         .await?;
     println!("project/{} renamed to {display_name:?}", args.project);
     Ok(ExitCode::SUCCESS)

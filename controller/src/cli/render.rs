@@ -1,11 +1,11 @@
 //! Reading fields out of objects and printing them: `-o` formats, table columns, ages.
 
+use berth_api::Kind;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::duration::human_age;
 use super::table::Table;
-use crate::client::Resource;
 
 /// `-o` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -118,16 +118,16 @@ impl Columns {
 }
 
 /// The table `get` prints for a kind.
-pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateTime<Utc>) -> Table {
+pub fn table(resource: Kind, objects: &[Value], columns: Columns, now: DateTime<Utc>) -> Table {
     let wide = columns.wide;
     let mut headers: Vec<&str> = match resource {
-        Resource::Project => vec!["name", "display name", "phase", "step", "age", "message"],
-        Resource::AgentProfile => vec!["name", "home", "version", "age"],
-        Resource::GitSource => vec!["name", "url", "ref", "ready", "revision", "age", "message"],
+        Kind::Project => vec!["name", "display name", "phase", "step", "age", "message"],
+        Kind::AgentProfile => vec!["name", "home", "version", "age"],
+        Kind::GitSource => vec!["name", "url", "ref", "ready", "revision", "age", "message"],
     };
     if wide {
         headers.extend(match resource {
-            Resource::Project => &[
+            Kind::Project => &[
                 "image",
                 "agent",
                 "title",
@@ -136,15 +136,15 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
                 "next run",
                 "member",
             ][..],
-            Resource::AgentProfile => &["runner"][..],
-            Resource::GitSource => &["path", "interval", "suspend"][..],
+            Kind::AgentProfile => &["runner"][..],
+            Kind::GitSource => &["path", "interval", "suspend"][..],
         });
     }
     let mut table = Table::new(headers);
     for object in objects {
         let age = age_at(object, "metadata.creationTimestamp", now);
         let mut row: Vec<String> = match resource {
-            Resource::Project => vec![
+            Kind::Project => vec![
                 name_of(object).to_string(),
                 str_at(object, "spec.displayName").to_string(),
                 or_default(str_at(object, "status.phase"), "Pending"),
@@ -152,13 +152,13 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
                 age,
                 held_message(object),
             ],
-            Resource::AgentProfile => vec![
+            Kind::AgentProfile => vec![
                 name_of(object).to_string(),
                 str_at(object, "spec.home").to_string(),
                 str_at(object, "spec.install.version").to_string(),
                 age,
             ],
-            Resource::GitSource => vec![
+            Kind::GitSource => vec![
                 name_of(object).to_string(),
                 str_at(object, "spec.url").to_string(),
                 scalar(value_at(object, "spec.ref").unwrap_or(&Value::Null)),
@@ -172,7 +172,7 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
         };
         if wide {
             match resource {
-                Resource::Project => row.extend([
+                Kind::Project => row.extend([
                     str_at(object, "spec.image").to_string(),
                     agent_cell(object),
                     str_at(object, "status.title").to_string(),
@@ -182,10 +182,10 @@ pub fn table(resource: Resource, objects: &[Value], columns: Columns, now: DateT
                     // The cluster member, last: empty on a single LXD server.
                     str_at(object, "status.location").to_string(),
                 ]),
-                Resource::AgentProfile => {
+                Kind::AgentProfile => {
                     row.push(joined_with(object, "spec.runner.command", None, " "))
                 }
-                Resource::GitSource => row.extend([
+                Kind::GitSource => row.extend([
                     str_at(object, "spec.path").to_string(),
                     scalar(value_at(object, "spec.interval").unwrap_or(&Value::Null)),
                     scalar(value_at(object, "spec.suspend").unwrap_or(&Value::Null)),
@@ -330,7 +330,7 @@ mod tests {
             json!({"metadata": {"name": "new", "creationTimestamp": "2026-01-01T11:59:30Z"},
                    "spec": {"displayName": "new"}}),
         ];
-        let plain = table(Resource::Project, &objects, Columns::PLAIN, now()).render();
+        let plain = table(Kind::Project, &objects, Columns::PLAIN, now()).render();
         assert_eq!(
             plain,
             "\
@@ -339,7 +339,7 @@ payments-api   Payments API   Ready     Briefed   5m
 new            new            Pending             30s
 "
         );
-        let wide = table(Resource::Project, &objects, Columns::WIDE, now()).render();
+        let wide = table(Kind::Project, &objects, Columns::WIDE, now()).render();
         let first = wide.lines().nth(1).unwrap();
         assert!(
             first.ends_with(
@@ -359,14 +359,14 @@ new            new            Pending             30s
             "spec": {"home": "/root/.shell", "install": {"version": "1.0"},
                      "runner": {"command": ["run", "a,b", "{briefFile}"]}}});
         assert_eq!(
-            table(Resource::AgentProfile, &[profile], Columns::WIDE, now()).render(),
+            table(Kind::AgentProfile, &[profile], Columns::WIDE, now()).render(),
             "NAME    HOME           VERSION   AGE   RUNNER\nshell   /root/.shell   1.0       60m   run a,b {briefFile}\n"
         );
         let source = json!({"metadata": {"name": "fleet", "labels": {"team": "infra"}},
             "spec": {"url": "file:///srv/fleet.git", "ref": "main"},
             "status": {"lastAppliedRevision": "abc123", "conditions": [{"type": "Ready", "status": "True"}]}});
         assert_eq!(
-            table(Resource::GitSource, &[source], Columns::PLAIN, now()).render(),
+            table(Kind::GitSource, &[source], Columns::PLAIN, now()).render(),
             "NAME    URL                     REF    READY   REVISION   AGE         MESSAGE\nfleet   file:///srv/fleet.git   main   True    abc123     <unknown>\n"
         );
         let failing = json!({"metadata": {"name": "fleet"},
@@ -378,7 +378,7 @@ new            new            Pending             30s
             wide: false,
             labels: true,
         };
-        let lines = table(Resource::GitSource, &[failing], labelled, now()).render();
+        let lines = table(Kind::GitSource, &[failing], labelled, now()).render();
         let row = lines.lines().nth(1).unwrap();
         assert!(row.contains(" 0123456789ab "), "{row}");
         assert!(

@@ -3,11 +3,11 @@
 
 use std::process::ExitCode;
 
+use berth_api::Kind;
 use clap::Args;
 
 use super::progress::{self, Goal};
 use super::{Context, duration};
-use crate::client::Resource;
 
 #[derive(Debug, Args)]
 pub struct WaitArgs {
@@ -82,7 +82,7 @@ fn parse_jsonpath_goal(text: &str) -> Result<Goal, String> {
 }
 
 /// `project/NAME` or `project NAME`.
-pub fn parse_object(words: &[String]) -> Result<(Resource, String), String> {
+pub fn parse_object(words: &[String]) -> Result<(Kind, String), String> {
     let (kind, name) = match words {
         [single] => single
             .split_once('/')
@@ -90,9 +90,7 @@ pub fn parse_object(words: &[String]) -> Result<(Resource, String), String> {
         [kind, name] => (kind.as_str(), name.as_str()),
         _ => return Err("expected KIND/NAME".to_string()),
     };
-    let resource = Resource::from_cli(kind).ok_or_else(|| {
-        format!("unknown kind {kind:?} (expected project, agentprofile or gitsource)")
-    })?;
+    let resource = Kind::from_cli(kind).map_err(|err| err.to_string())?;
     if name.is_empty() {
         return Err("expected KIND/NAME with a name".to_string());
     }
@@ -106,7 +104,7 @@ pub async fn run(context: &Context, args: WaitArgs) -> anyhow::Result<ExitCode> 
         // Waiting on an object that does not exist would only ever time out.
         client.get(resource, &name).await?;
     }
-    if args.for_ == Goal::Deleted && resource == Resource::Project {
+    if args.for_ == Goal::Deleted && resource == Kind::Project {
         // A held deletion is looked at again now, so the wait reads a fresh answer; a project
         // not being deleted (409) or gone (404) needs no look.
         match client.request_look(&name).await {
@@ -118,8 +116,8 @@ pub async fn run(context: &Context, args: WaitArgs) -> anyhow::Result<ExitCode> 
     let target = [(resource, name.clone())];
     progress::wait_for(&client, &target, args.for_.clone(), args.timeout, true).await?;
     match args.for_ {
-        Goal::Deleted => println!("{resource}/{name} deleted"),
-        _ => println!("{resource}/{name} condition met"),
+        Goal::Deleted => println!("{}/{name} deleted", resource.singular()),
+        _ => println!("{}/{name} condition met", resource.singular()),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -171,11 +169,11 @@ mod tests {
         let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
             parse_object(&words(&["project/a"])),
-            Ok((Resource::Project, "a".to_string()))
+            Ok((Kind::Project, "a".to_string()))
         );
         assert_eq!(
             parse_object(&words(&["gitsources", "b"])),
-            Ok((Resource::GitSource, "b".to_string()))
+            Ok((Kind::GitSource, "b".to_string()))
         );
         assert!(parse_object(&words(&["a"])).is_err());
         assert!(parse_object(&words(&["widget/a"])).is_err());

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use berth_api::Kind;
 use reqwest::Method;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -26,7 +27,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt as _};
 use serde_json::{Map, Value, json};
 
-use crate::client::{API_PREFIX, Client, ClientError, Resource as Kind, encode_segment};
+use crate::client::{API_PREFIX, Client, ClientError, encode_segment};
 use crate::tools::Tool;
 use berth_api::wire::ToolCallBody;
 pub use outcome::{Failure, OUTCOME_UNKNOWN, success_text};

@@ -10,15 +10,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_api::{
-    ConditionStatus, ContainerStatus, Kind, Phase, PowerState, ProjectSpec, ProjectStatus,
-    Resources, Step, annotations, condition_types, reasons,
+    ConditionStatus, ContainerStatus, Kind, Phase, PowerState, ProjectSpec, Resources, Step,
+    annotations, condition_types, reasons,
 };
 use tracing::Instrument;
 
+use super::commit::{commit, store_call};
 use super::envelope::{Envelope, Limit, Origin};
 use super::fleet::Verdict;
 use super::placement;
-use super::status::{Draft, Idling, PendingOperation, idling, transitions};
+use super::status::{Draft, Idling, PendingOperation, idling};
 use super::steps::{StepContext, StepOutcome, next_required, resume_after_boot};
 use super::{Action, Context, ReconcileError, fault, finalizer, own_changes, replace};
 use crate::dispose;
@@ -27,7 +28,7 @@ use crate::runtime::{
     CreateInstance, CreateVolume, Created, ExecRequest, ImageSource, Instance, InstancePatch,
     InstanceStatus, OperationStatus, RuntimeError, StopOptions,
 };
-use crate::store::{FieldManager, StatusWrite, Store, StoredObject};
+use crate::store::{Store, StoredObject};
 
 /// How long a project with a name conflict, a missing image or a held recreation waits before
 /// it is looked at again (a change to it requests it sooner).
@@ -106,88 +107,6 @@ async fn record_step_failure(ctx: &Context, name: &str, error: &ReconcileError) 
         )
     })
     .await;
-}
-
-/// Runs a store call on the blocking pool: store writes commit to SQLite synchronously.
-pub(crate) async fn store_call<T: Send + 'static>(
-    ctx: &Context,
-    f: impl FnOnce(&Store) -> T + Send + 'static,
-) -> T {
-    ctx.store.call(f).await
-}
-
-/// Writes the draft's status when it differs from the stored one, then records an event per
-/// transition and, for a new step, its duration. A step's fault point fires here, right after
-/// the step is committed.
-pub(crate) async fn commit(
-    ctx: &Context,
-    object: &Arc<StoredObject>,
-    draft: &mut Draft,
-) -> Result<Arc<StoredObject>, ReconcileError> {
-    let value = draft.to_value();
-    if object.status == value {
-        return Ok(object.clone());
-    }
-    let before: ProjectStatus = object.status.decode().unwrap_or_default();
-    // The first step is timed from the project's creation: that is when it was asked for.
-    let before_step_started = Draft::from_object(object)
-        .record
-        .step_started_at
-        .or_else(|| {
-            before
-                .step
-                .is_none()
-                .then_some(object.metadata.creation_timestamp)
-                .flatten()
-        });
-    let name = object.name().to_string();
-    let base = object.clone();
-    let updated = store_call(ctx, move |store| {
-        store
-            .write_status(
-                StatusWrite::new(Kind::Project, &name, FieldManager::Reconciler),
-                |latest| lay_changes(&base, &value, latest),
-            )?
-            .require(Kind::Project, &name)
-    })
-    .await?;
-    let events = transitions(&before, &draft.status);
-    if !events.is_empty() {
-        let target = updated.clone();
-        store_call(ctx, move |store| {
-            for (type_, reason, message) in events {
-                store.record_or_warn(&target, type_, &reason, &message);
-            }
-        })
-        .await;
-    }
-    if before.step != draft.status.step
-        && let Some(step) = draft.status.step
-    {
-        if let Some(since) = before_step_started {
-            let took = (draft.now() - since).to_std().unwrap_or_default();
-            ctx.metrics.observe_step(step.as_str(), took.as_secs_f64());
-        }
-        tracing::info!(step = step.as_str(), "step committed");
-        fault::after_step(step);
-    }
-    draft.rebase(&updated);
-    Ok(updated)
-}
-
-/// The status this reconcile wants, `ours` (derived from `base`), as a change of the status
-/// stored now: when someone else wrote it since `base` was read (the scheduler's activity, an
-/// agent step's record), only the fields this reconcile changed are laid onto theirs.
-fn lay_changes(
-    base: &StoredObject,
-    ours: &serde_json::Value,
-    latest: &StoredObject,
-) -> serde_json::Value {
-    if latest.resource_version() == base.resource_version() {
-        ours.clone()
-    } else {
-        super::status::merge_changes(&base.status.value(), ours, &latest.status.value())
-    }
 }
 
 /// What one step of a reconcile hands the next step of the same reconcile.

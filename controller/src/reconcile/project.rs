@@ -5,6 +5,8 @@
 //! so a controller killed at any point resumes from the database. Every LXD call is idempotent
 //! or guarded by what the store recorded before it was made.
 
+mod image;
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -847,54 +849,6 @@ impl Project<'_> {
         )))
     }
 
-    /// The image to create from: the alias (or fingerprint) in the spec, else the fingerprint
-    /// recorded for the previous container, so a deleted alias does not strand a project.
-    async fn resolve_image(&self, draft: &Draft) -> Result<Option<ImageSource>, ReconcileError> {
-        let runtime = &*self.ctx.runtime;
-        let wanted = &self.spec.image;
-        if let Some(fingerprint) = self.resolve_alias(wanted).await? {
-            return Ok(Some(ImageSource::Fingerprint(fingerprint)));
-        }
-        if let Some(fingerprint) = runtime
-            .resolve_image(&ImageSource::Fingerprint(wanted.clone()))
-            .await?
-        {
-            return Ok(Some(ImageSource::Fingerprint(fingerprint)));
-        }
-        if let Some(recorded) = draft.record.fingerprint.clone()
-            && let Some(fingerprint) = runtime
-                .resolve_image(&ImageSource::Fingerprint(recorded))
-                .await?
-        {
-            return Ok(Some(ImageSource::Fingerprint(fingerprint)));
-        }
-        Ok(None)
-    }
-
-    /// The fingerprint `alias` names now, resolved at most once per reconcile, and while LXD's
-    /// events are followed at most once per resync pass (an image event makes it ask again).
-    async fn resolve_alias(&self, alias: &str) -> Result<Option<String>, RuntimeError> {
-        if let Some(known) = self.carried.image(alias) {
-            return Ok(known);
-        }
-        let snapshot = &self.ctx.snapshot;
-        let fingerprint = match snapshot.image(alias) {
-            Some(known) => known,
-            None => {
-                let asked_at = tokio::time::Instant::now();
-                let fingerprint = self
-                    .ctx
-                    .runtime
-                    .resolve_image(&ImageSource::Alias(alias.to_string()))
-                    .await?;
-                snapshot.remember_image(alias, fingerprint.clone(), asked_at);
-                fingerprint
-            }
-        };
-        self.carried.remember_image(alias, fingerprint.clone());
-        Ok(fingerprint)
-    }
-
     fn has_fleet_limits(&self) -> bool {
         let fleet = |l: Option<Limit>| l.is_some_and(|l| l.origin == Origin::FleetDefault);
         fleet(self.envelope.cpu_millis)
@@ -1657,38 +1611,6 @@ impl Project<'_> {
         }
     }
 
-    /// `ImageOutdated`: the alias now names another image than the container was created from.
-    /// The alias is resolved once per resync pass for every project that uses it (see
-    /// [`Self::resolve_alias`]).
-    async fn check_image(
-        &self,
-        draft: &mut Draft,
-        instance: &Instance,
-    ) -> Result<(), ReconcileError> {
-        let Some(base) = instance.base_image() else {
-            return Ok(());
-        };
-        match self.resolve_alias(&self.spec.image).await? {
-            Some(fingerprint) if fingerprint != base => draft.set_condition(
-                condition_types::IMAGE_OUTDATED,
-                ConditionStatus::True,
-                reasons::NEW_IMAGE_AVAILABLE,
-                &format!(
-                    "image {:?} now points to {}; berth restart --recreate replaces the container (volumes stay)",
-                    self.spec.image,
-                    short(&fingerprint)
-                ),
-            ),
-            _ => draft.set_condition(
-                condition_types::IMAGE_OUTDATED,
-                ConditionStatus::False,
-                "Current",
-                "",
-            ),
-        }
-        Ok(())
-    }
-
     /// Applies project limits that differ from the container's; removes limits nobody asks
     /// for any more. Fleet defaults are applied at creation only (best effort).
     async fn converge_limits(&self, draft: &mut Draft, instance: &Instance) -> Concern {
@@ -1966,10 +1888,6 @@ fn recorded_location(project: &StoredObject) -> Option<String> {
         container.as_ref().and_then(|l| l.as_str()),
     )
     .map(str::to_string)
-}
-
-fn short(fingerprint: &str) -> &str {
-    &fingerprint[..fingerprint.len().min(12)]
 }
 
 /// Whether `instance` runs but was listed without its state, so without its pid.

@@ -7,6 +7,7 @@
 
 mod claim;
 mod cluster;
+mod converge;
 mod image;
 mod limits;
 mod mounts;
@@ -16,24 +17,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_api::{
-    ConditionStatus, ContainerStatus, Kind, Phase, PowerState, ProjectSpec, Step, annotations,
-    condition_types, reasons,
+    ConditionStatus, Kind, Phase, PowerState, ProjectSpec, Step, annotations, condition_types,
+    reasons,
 };
 use tracing::Instrument;
 
-use self::cluster::{EVACUATE_KEY, Placed, member_name};
+use self::cluster::{EVACUATE_KEY, Placed};
+use self::converge::{container_status, pid_unknown};
 use self::limits::envelope_of;
 use super::commit::{commit, store_call};
 use super::envelope::{Envelope, Origin};
 use super::fleet::Verdict;
 use super::status::{Draft, Idling, PendingOperation, idling};
-use super::steps::{StepContext, StepOutcome, next_required, resume_after_boot};
-use super::{Action, Context, ReconcileError, fault, finalizer, own_changes, replace};
-use crate::dispose;
+use super::steps::{StepContext, StepOutcome, next_required};
+use super::{Action, Context, ReconcileError, fault, finalizer, own_changes};
 use crate::layout::{DurableLayout, FINALIZER, uid_label};
 use crate::runtime::{
-    CreateInstance, Created, ExecRequest, ImageSource, Instance, InstancePatch, InstanceStatus,
-    OperationStatus, RuntimeError, StopOptions,
+    CreateInstance, Created, ExecRequest, ImageSource, Instance, OperationStatus, RuntimeError,
 };
 use crate::store::{Store, StoredObject};
 
@@ -793,194 +793,6 @@ impl Project<'_> {
         self.advance(draft).await
     }
 
-    /// Records what LXD reports of the container; returns what was recorded before.
-    fn observe(&self, draft: &mut Draft, instance: &Instance) -> Option<ContainerStatus> {
-        let previous = draft.status.container.take();
-        let mut observed = container_status(instance);
-        if pid_unlisted(instance) && same_boot(previous.as_ref(), instance) {
-            observed.pid = previous.as_ref().and_then(|c| c.pid);
-        }
-        draft.status.container = Some(observed);
-        if draft.status.location.is_none() {
-            // Placed before placement was recorded: where its container is, its volumes are.
-            draft.status.location = member_name(&instance.location);
-        }
-        if draft.record.image.is_none() {
-            draft.record.image = Some(self.spec.image.clone());
-        }
-        if let Some(fingerprint) = instance.base_image() {
-            draft.record.fingerprint = Some(fingerprint.to_string());
-        }
-        previous
-    }
-
-    /// Replaces the container (volumes stay) on request or for a new image.
-    async fn replace_when_asked(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let runtime = &*self.ctx.runtime;
-        let settings = &self.ctx.settings;
-        let recreate = self.recreate_requested(draft);
-        let new_image = draft.record.image.as_deref() != Some(self.spec.image.as_str());
-        if !(recreate || new_image) {
-            return Ok(Next::Continue);
-        }
-        let why = if recreate {
-            "a recreate was requested"
-        } else {
-            "spec.image changed"
-        };
-        // Work outside /workspace holds a replacement nobody forced: it would leave with the
-        // container (which goes to the trash, not away).
-        // A container already labelled for the trash was let go by an earlier look (a crash
-        // came between): its volumes are detached, so it is not looked at again.
-        let begun = instance.config.contains_key(crate::trash::TRASH_UID);
-        if begun || replace::forced(self.object) {
-            replace::release(
-                draft,
-                "Forced",
-                "replaced with --force: the old container is in the trash",
-            );
-        } else if let Some(wait) = replace::hold(self.ctx, self.object, draft, why).await? {
-            self.commit(draft).await?;
-            return Ok(Next::Return(Action::Requeue(wait)));
-        }
-        let reason = if recreate { "recreate" } else { "image" };
-        let trashed = dispose::container_into_trash(
-            runtime,
-            &dispose::Replaced {
-                object: self.object,
-                name: self.name(),
-                why: reason,
-                now: draft.now(),
-                clean_stop: settings.timeouts.clean_stop,
-                timeout: settings.timeouts.delete,
-            },
-        )
-        .await?;
-        self.warn_normal(
-            "ContainerTrashed",
-            &format!(
-                "the replaced container ({why}) is in the trash as {trashed}: `berth trash list`, `berth trash cp`"
-            ),
-        )
-        .await;
-        draft.record.recreate_requested_at =
-            self.annotation(annotations::RECREATE_REQUESTED_AT).cloned();
-        draft.record.image = None;
-        if new_image {
-            // The old image is not a fallback for a new one.
-            draft.record.fingerprint = None;
-        }
-        draft.status.container = None;
-        draft.set_step(Step::Requested);
-        draft.set_not_ready(
-            Phase::Provisioning,
-            Step::Requested.as_str(),
-            &format!("replacing the container ({why}); the volumes stay, the old container is in the trash"),
-        );
-        self.commit_and_go_on(draft).await
-    }
-
-    /// A restart request: host-driven (clean stop, then kill), so a wedged container restarts.
-    async fn restart_when_asked(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let Some(restart) = self.restart_asked(draft).cloned() else {
-            return Ok(Next::Continue);
-        };
-        draft.record.restarted_at = Some(restart);
-        if instance.status != InstanceStatus::Stopped {
-            self.stop_cleanly().await?;
-            self.warn_normal("Restarted", "stopped for a requested restart")
-                .await;
-        }
-        self.commit_and_go_on(draft).await
-    }
-
-    /// Keeps a project stopped while its spec says so or the reaper idled it.
-    async fn keep_stopped(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let idled = self.idled(draft).await;
-        if self.spec.state == PowerState::Running && !idled {
-            return Ok(Next::Continue);
-        }
-        if instance.status != InstanceStatus::Stopped {
-            self.stop_cleanly().await?;
-        }
-        let message = if idled {
-            "idled: stays stopped until woken"
-        } else {
-            "spec.state is Stopped"
-        };
-        draft.set_not_ready(Phase::Stopped, reasons::STOPPED, message);
-        self.commit(draft).await?;
-        Ok(Next::Return(Action::Done))
-    }
-
-    /// Brings a container that should run to Running: starts a stopped one, reports a frozen
-    /// one, force-stops one LXD lost track of, waits out a transition.
-    async fn run(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let runtime = &*self.ctx.runtime;
-        match &instance.status {
-            InstanceStatus::Running => Ok(Next::Continue),
-            InstanceStatus::Stopped => {
-                self.start().await?;
-                self.booted(draft);
-                draft.set_not_ready(Phase::Provisioning, Step::Started.as_str(), "");
-                self.commit_and_go_on(draft).await
-            }
-            InstanceStatus::Frozen => {
-                draft.set_not_ready(
-                    Phase::Error,
-                    "Frozen",
-                    "the container is frozen; unfreeze it (lxc start) or restart it",
-                );
-                self.commit(draft).await?;
-                Ok(Next::Return(Action::Requeue(WAIT_FOR_PERSON)))
-            }
-            InstanceStatus::Error => {
-                // LXD lost track of the container (a start that failed half-way): a forced stop
-                // brings it back to Stopped, and the next reconcile starts it.
-                self.warn(
-                    "ContainerError",
-                    "LXD reports the container in state Error; stopping it by force to start again",
-                )
-                .await;
-                runtime
-                    .stop_instance(
-                        self.name(),
-                        StopOptions {
-                            clean_timeout: Duration::ZERO,
-                            force_after: true,
-                        },
-                    )
-                    .await?;
-                Ok(Next::Return(Action::Requeue(Duration::ZERO)))
-            }
-            InstanceStatus::Other(transient) => {
-                tracing::debug!(state = transient.as_str(), "waiting for a transition");
-                Ok(Next::Return(Action::Requeue(Duration::from_secs(1))))
-            }
-        }
-    }
-
-    /// Running: a new pid means it booted again behind berth's back; where either pid is
-    /// unknown (a container read without its state since its start), a moved last-used time.
-    fn notice_reboot(
-        &self,
-        draft: &mut Draft,
-        instance: &Instance,
-        previous: Option<&ContainerStatus>,
-    ) {
-        let Some(previous) = previous else {
-            return;
-        };
-        let pid = instance.state.as_ref().map(|s| s.pid).filter(|p| *p > 0);
-        let rebooted = match (previous.pid, pid) {
-            (Some(before), Some(now)) => before != now,
-            _ => previous.last_used_at.is_some() && previous.last_used_at != instance.last_used_at,
-        };
-        if draft.step() > Step::Started && rebooted {
-            self.booted(draft);
-        }
-    }
-
     /// The running container's next step.
     async fn advance(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
         match draft.step() {
@@ -1000,44 +812,6 @@ impl Project<'_> {
     async fn commit_and_go_on(&self, draft: &mut Draft) -> Concern {
         self.commit(draft).await?;
         Ok(Next::Return(Action::Requeue(Duration::ZERO)))
-    }
-
-    /// Stops the container: cleanly first, killed past the clean-stop deadline.
-    async fn stop_cleanly(&self) -> Result<(), ReconcileError> {
-        self.ctx
-            .runtime
-            .stop_instance(
-                self.name(),
-                StopOptions::clean_then_force(self.ctx.settings.timeouts.clean_stop),
-            )
-            .await?;
-        Ok(())
-    }
-
-    /// Whether the reaper idled the project and nothing woke it since. `berth start` (the
-    /// `berth.dev/wokenAt` annotation, later than the idling) or a new generation wakes it.
-    async fn idled(&self, draft: &mut Draft) -> bool {
-        let new_generation = draft.status.observed_generation < self.object.generation();
-        let why = match idling(&draft.status, &self.object.metadata.annotations) {
-            Idling::Awake => return false,
-            Idling::Idled if !new_generation => return true,
-            Idling::Woken => "berth start",
-            Idling::Idled => "a new spec",
-        };
-        if let Some(reap) = draft.status.reap.as_mut() {
-            reap.idled_at = None;
-        }
-        self.warn_normal("Woken", &format!("woken by {why}")).await;
-        false
-    }
-
-    /// The container booted: the next step is Reachable, then where it was.
-    fn booted(&self, draft: &mut Draft) {
-        let step = draft.step();
-        if step > Step::Started {
-            draft.record.resume = Some(resume_after_boot(step));
-        }
-        draft.set_step(Step::Started);
     }
 
     /// Step Reachable: an exec round trip answers. Past the boot deadline the condition says so
@@ -1118,44 +892,6 @@ impl Project<'_> {
         }
     }
 
-    /// berth's agent socket, when the project asks for the agent API (`schedules`).
-    fn agent_api(&self) -> Option<&std::path::Path> {
-        self.spec
-            .capabilities
-            .contains(&berth_api::Capability::Schedules)
-            .then_some(self.ctx.settings.agent_api_socket.as_deref())
-            .flatten()
-    }
-
-    /// Host forwards (`spec.forwards`) and the agent API's device added, changed or removed
-    /// on the container.
-    async fn converge_forwards(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let drift =
-            crate::agent::forwards::drift(&self.spec.forwards, self.agent_api(), &instance.devices);
-        if drift.is_empty() {
-            return Ok(Next::Continue);
-        }
-        let runtime = &*self.ctx.runtime;
-        if !drift.upsert.is_empty() {
-            let patch = InstancePatch {
-                config: BTreeMap::new(),
-                devices: drift.upsert.clone(),
-            };
-            runtime.patch_instance(self.name(), &patch).await?;
-        }
-        if !drift.remove.is_empty() {
-            let remove = drift.remove.clone();
-            runtime
-                .update_instance(self.name(), &move |edit| {
-                    for name in &remove {
-                        edit.devices.remove(name);
-                    }
-                })
-                .await?;
-        }
-        self.commit_and_go_on(draft).await
-    }
-
     async fn warn_normal(&self, reason: &str, message: &str) {
         self.ctx
             .store
@@ -1181,40 +917,6 @@ pub(super) async fn answers(
         Ok(out) => Ok(out.success()),
         Err(e) if e.is_transient() || matches!(e, RuntimeError::Rejected { .. }) => Ok(false),
         Err(e) => Err(e),
-    }
-}
-
-/// Whether `instance` runs but was listed without its state, so without its pid.
-fn pid_unlisted(instance: &Instance) -> bool {
-    instance.state.is_none() && instance.is_running()
-}
-
-/// Whether `instance` runs, listed without its state, and `recorded` does not hold the pid of
-/// this boot.
-fn pid_unknown(recorded: Option<&ContainerStatus>, instance: &Instance) -> bool {
-    pid_unlisted(instance)
-        && !(same_boot(recorded, instance) && recorded.is_some_and(|c| c.pid.is_some()))
-}
-
-/// Whether `instance` is in the boot `recorded` observed: LXD moves an instance's last-used
-/// time on every start, a reboot's too. Its pid is then the recorded one.
-fn same_boot(recorded: Option<&ContainerStatus>, instance: &Instance) -> bool {
-    recorded.is_some_and(|c| c.last_used_at == instance.last_used_at)
-}
-
-/// The container identity `status.container` shows.
-fn container_status(instance: &Instance) -> ContainerStatus {
-    ContainerStatus {
-        name: instance.name.clone(),
-        location: member_name(&instance.location),
-        image_fingerprint: instance.base_image().map(str::to_string),
-        pid: instance
-            .state
-            .as_ref()
-            .map(|s| s.pid)
-            .filter(|p| *p > 0 && instance.is_running()),
-        created_at: instance.created_at,
-        last_used_at: instance.last_used_at,
     }
 }
 

@@ -4,7 +4,23 @@
 //! Level-triggered: nothing here remembers anything between runs except what the store holds,
 //! so a controller killed at any point resumes from the database. Every LXD call is idempotent
 //! or guarded by what the store recorded before it was made.
-
+//!
+//! The reconcile, top-down ([`reconcile`], then one step at a time):
+//! - the object itself: paused, an unreadable spec, being deleted (the `finalizer`), the
+//!   finalizer added, its AgentProfiles there, its envelope (`limits.rs`);
+//! - the container as this step finds it, and an operation submitted before judged
+//!   (`Project::converge`);
+//! - no container: `create.rs` (a vanished one judged before it is recreated; step Created on
+//!   the member `cluster.rs` places it on, from the image `image.rs` resolves, with the volumes
+//!   of `mounts.rs`, from the warm pool in `claim.rs` or by a create request);
+//! - the container there, one concern after another (`Project::converge_present`): its member
+//!   (`cluster.rs`), a replacement (`converge.rs`), the image (`image.rs`), mounts
+//!   (`mounts.rs`), limits and sizes (`limits.rs`), forwards (`converge.rs`), evacuation
+//!   (`cluster.rs`), restart, kept stopped, running, a reboot noticed (`converge.rs`);
+//! - then the step (`Project::advance`): Started, Reachable's exec probe, and the later steps
+//!   through [`super::LaterSteps`].
+//!
+//! Every step commits through `super::commit` before the next begins.
 mod claim;
 mod cluster;
 mod converge;
@@ -61,74 +77,6 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Result<Action, ReconcileErr
     .await
 }
 
-/// Puts a failed step's cause where a person looks: the Ready condition (reason
-/// `StepFailed`, the step and the cause in its message, until a later step replaces it) and a
-/// Warning event, which a repeat of the same message counts instead of adding. Secret values
-/// and URL credentials are redacted first. A project being deleted reports through its
-/// finalizer instead.
-async fn record_step_failure(ctx: &Context, name: &str, error: &ReconcileError) {
-    let Some(object) = ctx.store.get(Kind::Project, name) else {
-        return;
-    };
-    if object.is_deleting() {
-        return;
-    }
-    let mut draft = Draft::from_object(&object);
-    let step = match error {
-        ReconcileError::StepCall { step, .. } => *step,
-        _ => draft.step().next().unwrap_or(draft.step()),
-    };
-    let cause = ctx.later_steps.redact(object.uid(), &error.to_string());
-    let message = format!("step {} failed: {cause}", step.as_str());
-    let phase = draft.status.phase;
-    draft.set_not_ready(phase, reasons::STEP_FAILED, &message);
-    if let Err(e) = commit(ctx, &object, &mut draft).await {
-        tracing::warn!(error = %e, "could not record the failed step in status");
-    }
-    store_call(ctx, move |store| {
-        store.record_or_warn(
-            &object,
-            crate::store::EventType::Warning,
-            reasons::STEP_FAILED,
-            &message,
-        )
-    })
-    .await;
-}
-
-/// What one step of a reconcile hands the next step of the same reconcile.
-#[derive(Default)]
-struct Carried {
-    /// The container as a step just read it (nothing acted on it since): the next step starts
-    /// from it instead of reading it again.
-    instance: std::sync::Mutex<Option<Instance>>,
-    /// Image aliases resolved in this reconcile, alias → fingerprint.
-    images: std::sync::Mutex<BTreeMap<String, Option<String>>>,
-}
-
-impl Carried {
-    fn take_instance(&self) -> Option<Instance> {
-        self.instance
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-    }
-
-    fn keep_instance(&self, instance: &Instance) {
-        *self.instance.lock().unwrap_or_else(|e| e.into_inner()) = Some(instance.clone());
-    }
-
-    fn image(&self, alias: &str) -> Option<Option<String>> {
-        let images = self.images.lock().unwrap_or_else(|e| e.into_inner());
-        images.get(alias).cloned()
-    }
-
-    fn remember_image(&self, alias: &str, fingerprint: Option<String>) {
-        let mut images = self.images.lock().unwrap_or_else(|e| e.into_inner());
-        images.insert(alias.to_string(), fingerprint);
-    }
-}
-
 /// Takes step after step while each asks for the next at once, up to [`STEPS_PER_RECONCILE`].
 /// Every step still commits what it did before the next begins, so a controller killed between
 /// two steps resumes from the store as before.
@@ -145,6 +93,8 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
     }
 }
 
+/// One step: the object's own state first (paused, an unreadable spec, being deleted, the
+/// finalizer, its AgentProfiles), then its container through `Project::converge`.
 async fn reconcile_step(
     ctx: &Context,
     name: &str,
@@ -248,17 +198,6 @@ async fn reconcile_step(
 }
 
 /// One project as this reconcile sees it.
-/// What one concern of a reconcile decided.
-enum Next {
-    /// Nothing (more) to do here: on to the next concern.
-    Continue,
-    /// Committed what it did: the reconcile ends with this action.
-    Return(Action),
-}
-
-/// What one concern of a reconcile answers.
-type Concern = Result<Next, ReconcileError>;
-
 struct Project<'a> {
     ctx: &'a Context,
     object: &'a Arc<StoredObject>,
@@ -270,38 +209,21 @@ struct Project<'a> {
     carried: &'a Carried,
 }
 
+/// What one concern of a reconcile decided.
+enum Next {
+    /// Nothing (more) to do here: on to the next concern.
+    Continue,
+    /// Committed what it did: the reconcile ends with this action.
+    Return(Action),
+}
+
+/// What one concern of a reconcile answers.
+type Concern = Result<Next, ReconcileError>;
+
 impl Project<'_> {
-    fn name(&self) -> &str {
-        self.object.name()
-    }
-
-    fn uid(&self) -> &str {
-        self.object.uid()
-    }
-
-    fn annotation(&self, key: &str) -> Option<&String> {
-        self.object.metadata.annotations.get(key)
-    }
-
-    /// Commits against the latest stored version, so each commit of one reconcile compares with
-    /// (and reports transitions from) what the previous one wrote.
-    async fn commit(&self, draft: &mut Draft) -> Result<Arc<StoredObject>, ReconcileError> {
-        let latest = self
-            .latest
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let updated = commit(self.ctx, &latest, draft).await?;
-        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = updated.clone();
-        Ok(updated)
-    }
-
-    /// Whether a `berth restart --recreate` is waiting to be acted on.
-    fn recreate_requested(&self, draft: &Draft) -> bool {
-        self.annotation(annotations::RECREATE_REQUESTED_AT)
-            .is_some_and(|v| Some(v) != draft.record.recreate_requested_at.as_ref())
-    }
-
+    /// The container as this step finds it (carried from the step before, listed by the last
+    /// resync, else read), an operation a step submitted earlier judged first; then the path
+    /// of a project without its container or the concerns of one with it.
     async fn converge(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
         let runtime = &*self.ctx.runtime;
         let looked_at = tokio::time::Instant::now();
@@ -400,66 +322,6 @@ impl Project<'_> {
         }
     }
 
-    async fn name_conflict(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
-        draft.set_not_ready(
-            Phase::Error,
-            reasons::NAME_CONFLICT,
-            &format!(
-                "an LXD instance named {:?} exists without this project's {} label; berth leaves it alone",
-                self.name(),
-                crate::layout::UID_LABEL
-            ),
-        );
-        self.commit(&mut draft).await?;
-        Ok(Action::Requeue(WAIT_FOR_PERSON))
-    }
-
-    /// Runs `call`, a change LXD announces as `action`, as berth's own: the event requests no
-    /// second reconcile, since this one reads what the call did itself.
-    async fn own_change<T>(
-        &self,
-        action: &'static str,
-        call: impl Future<Output = Result<T, RuntimeError>>,
-    ) -> Result<T, RuntimeError> {
-        let own = &self.ctx.own_changes;
-        own.expect(self.name(), action);
-        let result = call.await;
-        if result.is_err() {
-            own.withdraw(self.name(), action);
-        }
-        result
-    }
-
-    /// Starts the container (step Started), as berth's own change.
-    async fn start(&self) -> Result<(), ReconcileError> {
-        let timeout = self.ctx.settings.timeouts.start;
-        let start = self.ctx.runtime.start_instance(self.name(), timeout);
-        self.own_change(own_changes::STARTED, start)
-            .await
-            .map_err(|source| ReconcileError::StepCall {
-                step: Step::Started,
-                source,
-            })
-    }
-
-    /// A restart asked for (`berth.dev/restartedAt`) and not yet acted on.
-    fn restart_asked(&self, draft: &Draft) -> Option<&String> {
-        self.annotation(annotations::RESTARTED_AT)
-            .filter(|asked| Some(*asked) != draft.record.restarted_at.as_ref())
-    }
-
-    async fn warn(&self, reason: &str, message: &str) {
-        self.ctx
-            .store
-            .publish_event(
-                self.object,
-                crate::store::EventType::Warning,
-                reason,
-                message,
-            )
-            .await;
-    }
-
     /// The container exists and is this project's: converge it, one concern after another;
     /// the first that has something to do commits it and ends the reconcile.
     async fn converge_present(
@@ -523,12 +385,6 @@ impl Project<'_> {
             Step::Started => self.reach(draft).await,
             done => self.later_steps(draft, done).await,
         }
-    }
-
-    /// Commits what a concern did and asks for the next reconcile at once.
-    async fn commit_and_go_on(&self, draft: &mut Draft) -> Concern {
-        self.commit(draft).await?;
-        Ok(Next::Return(Action::Requeue(Duration::ZERO)))
     }
 
     /// Step Reachable: an exec round trip answers. Past the boot deadline the condition says so
@@ -609,6 +465,105 @@ impl Project<'_> {
         }
     }
 
+    // What every step and concern uses.
+
+    fn name(&self) -> &str {
+        self.object.name()
+    }
+
+    fn uid(&self) -> &str {
+        self.object.uid()
+    }
+
+    fn annotation(&self, key: &str) -> Option<&String> {
+        self.object.metadata.annotations.get(key)
+    }
+
+    /// Whether a `berth restart --recreate` is waiting to be acted on.
+    fn recreate_requested(&self, draft: &Draft) -> bool {
+        self.annotation(annotations::RECREATE_REQUESTED_AT)
+            .is_some_and(|v| Some(v) != draft.record.recreate_requested_at.as_ref())
+    }
+
+    /// A restart asked for (`berth.dev/restartedAt`) and not yet acted on.
+    fn restart_asked(&self, draft: &Draft) -> Option<&String> {
+        self.annotation(annotations::RESTARTED_AT)
+            .filter(|asked| Some(*asked) != draft.record.restarted_at.as_ref())
+    }
+
+    /// Commits against the latest stored version, so each commit of one reconcile compares with
+    /// (and reports transitions from) what the previous one wrote.
+    async fn commit(&self, draft: &mut Draft) -> Result<Arc<StoredObject>, ReconcileError> {
+        let latest = self
+            .latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let updated = commit(self.ctx, &latest, draft).await?;
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = updated.clone();
+        Ok(updated)
+    }
+
+    /// Commits what a concern did and asks for the next reconcile at once.
+    async fn commit_and_go_on(&self, draft: &mut Draft) -> Concern {
+        self.commit(draft).await?;
+        Ok(Next::Return(Action::Requeue(Duration::ZERO)))
+    }
+
+    /// Runs `call`, a change LXD announces as `action`, as berth's own: the event requests no
+    /// second reconcile, since this one reads what the call did itself.
+    async fn own_change<T>(
+        &self,
+        action: &'static str,
+        call: impl Future<Output = Result<T, RuntimeError>>,
+    ) -> Result<T, RuntimeError> {
+        let own = &self.ctx.own_changes;
+        own.expect(self.name(), action);
+        let result = call.await;
+        if result.is_err() {
+            own.withdraw(self.name(), action);
+        }
+        result
+    }
+
+    /// Starts the container (step Started), as berth's own change.
+    async fn start(&self) -> Result<(), ReconcileError> {
+        let timeout = self.ctx.settings.timeouts.start;
+        let start = self.ctx.runtime.start_instance(self.name(), timeout);
+        self.own_change(own_changes::STARTED, start)
+            .await
+            .map_err(|source| ReconcileError::StepCall {
+                step: Step::Started,
+                source,
+            })
+    }
+
+    async fn name_conflict(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
+        draft.set_not_ready(
+            Phase::Error,
+            reasons::NAME_CONFLICT,
+            &format!(
+                "an LXD instance named {:?} exists without this project's {} label; berth leaves it alone",
+                self.name(),
+                crate::layout::UID_LABEL
+            ),
+        );
+        self.commit(&mut draft).await?;
+        Ok(Action::Requeue(WAIT_FOR_PERSON))
+    }
+
+    async fn warn(&self, reason: &str, message: &str) {
+        self.ctx
+            .store
+            .publish_event(
+                self.object,
+                crate::store::EventType::Warning,
+                reason,
+                message,
+            )
+            .await;
+    }
+
     async fn warn_normal(&self, reason: &str, message: &str) {
         self.ctx
             .store
@@ -619,6 +574,74 @@ impl Project<'_> {
                 message,
             )
             .await;
+    }
+}
+
+/// Puts a failed step's cause where a person looks: the Ready condition (reason
+/// `StepFailed`, the step and the cause in its message, until a later step replaces it) and a
+/// Warning event, which a repeat of the same message counts instead of adding. Secret values
+/// and URL credentials are redacted first. A project being deleted reports through its
+/// finalizer instead.
+async fn record_step_failure(ctx: &Context, name: &str, error: &ReconcileError) {
+    let Some(object) = ctx.store.get(Kind::Project, name) else {
+        return;
+    };
+    if object.is_deleting() {
+        return;
+    }
+    let mut draft = Draft::from_object(&object);
+    let step = match error {
+        ReconcileError::StepCall { step, .. } => *step,
+        _ => draft.step().next().unwrap_or(draft.step()),
+    };
+    let cause = ctx.later_steps.redact(object.uid(), &error.to_string());
+    let message = format!("step {} failed: {cause}", step.as_str());
+    let phase = draft.status.phase;
+    draft.set_not_ready(phase, reasons::STEP_FAILED, &message);
+    if let Err(e) = commit(ctx, &object, &mut draft).await {
+        tracing::warn!(error = %e, "could not record the failed step in status");
+    }
+    store_call(ctx, move |store| {
+        store.record_or_warn(
+            &object,
+            crate::store::EventType::Warning,
+            reasons::STEP_FAILED,
+            &message,
+        )
+    })
+    .await;
+}
+
+/// What one step of a reconcile hands the next step of the same reconcile.
+#[derive(Default)]
+struct Carried {
+    /// The container as a step just read it (nothing acted on it since): the next step starts
+    /// from it instead of reading it again.
+    instance: std::sync::Mutex<Option<Instance>>,
+    /// Image aliases resolved in this reconcile, alias → fingerprint.
+    images: std::sync::Mutex<BTreeMap<String, Option<String>>>,
+}
+
+impl Carried {
+    fn take_instance(&self) -> Option<Instance> {
+        self.instance
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    fn keep_instance(&self, instance: &Instance) {
+        *self.instance.lock().unwrap_or_else(|e| e.into_inner()) = Some(instance.clone());
+    }
+
+    fn image(&self, alias: &str) -> Option<Option<String>> {
+        let images = self.images.lock().unwrap_or_else(|e| e.into_inner());
+        images.get(alias).cloned()
+    }
+
+    fn remember_image(&self, alias: &str, fingerprint: Option<String>) {
+        let mut images = self.images.lock().unwrap_or_else(|e| e.into_inner());
+        images.insert(alias.to_string(), fingerprint);
     }
 }
 

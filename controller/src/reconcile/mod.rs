@@ -10,6 +10,7 @@
 //! before the next step starts; a container without the project's uid label is never touched.
 
 pub mod agent_steps;
+mod commit;
 pub mod envelope;
 pub mod error_policy;
 pub mod fault;

@@ -2,7 +2,7 @@
 //! image is known to boot and LXD's first-start remap of the root filesystem is done) and
 //! stopped again, holding no project's data. A new project of that image claims one instead of
 //! creating its own: the member is renamed to the project's name, given the project's labels,
-//! limits and volumes in one update, and started (`project::Project::finish_claim`).
+//! limits and volumes in one update, and started (`project/claim.rs`).
 //!
 //! Members are stopped because LXD renames only a stopped instance, and a project's container
 //! is named after the project: a claim of a running member would have to stop it first, which

@@ -4,50 +4,54 @@
 //! Level-triggered: nothing here remembers anything between runs except what the store holds,
 //! so a controller killed at any point resumes from the database. Every LXD call is idempotent
 //! or guarded by what the store recorded before it was made.
+//!
+//! The reconcile, top-down ([`reconcile`], then one step at a time):
+//! - the object itself: paused, an unreadable spec, being deleted (the `finalizer`), the
+//!   finalizer added, its AgentProfiles there, its envelope (`limits.rs`);
+//! - the container as this step finds it, and an operation submitted before judged
+//!   (`Project::converge`);
+//! - no container: `create.rs` (a vanished one judged before it is recreated; step Created on
+//!   the member `cluster.rs` places it on, from the image `image.rs` resolves, with the volumes
+//!   of `mounts.rs`, from the warm pool in `claim.rs` or by a create request);
+//! - the container there, one concern after another (`Project::converge_present`): its member
+//!   (`cluster.rs`), a replacement (`converge.rs`), the image (`image.rs`), mounts
+//!   (`mounts.rs`), limits and sizes (`limits.rs`), forwards (`converge.rs`), evacuation
+//!   (`cluster.rs`), restart, kept stopped, running, a reboot noticed (`converge.rs`);
+//! - then the step (`Project::advance`): Started, Reachable's exec probe, and the later steps
+//!   through [`super::LaterSteps`].
+//!
+//! Every step commits through `super::commit` before the next begins.
+mod claim;
+mod cluster;
+mod converge;
+mod create;
+mod image;
+mod limits;
+mod mounts;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use berth_api::{
-    ConditionStatus, ContainerStatus, Kind, Phase, PowerState, ProjectSpec, ProjectStatus,
-    Resources, Step, annotations, condition_types, reasons,
+    ConditionStatus, Kind, Phase, ProjectSpec, Step, annotations, condition_types, reasons,
 };
 use tracing::Instrument;
 
-use super::envelope::{Envelope, Limit, Origin};
-use super::fleet::Verdict;
-use super::placement;
-use super::status::{Draft, Idling, PendingOperation, idling, transitions};
-use super::steps::{StepContext, StepOutcome, next_required, resume_after_boot};
-use super::{Action, Context, ReconcileError, fault, finalizer, own_changes, replace};
-use crate::dispose;
-use crate::layout::{CARRY_KEY, DurableLayout, FINALIZER, WORKSPACE_SIZE_KEY, uid_label};
-use crate::runtime::{
-    CreateInstance, CreateVolume, Created, ExecRequest, ImageSource, Instance, InstancePatch,
-    InstanceStatus, OperationStatus, RuntimeError, StopOptions,
-};
-use crate::store::{FieldManager, StatusWrite, Store, StoredObject};
+use self::converge::pid_unknown;
+use self::limits::envelope_of;
+use super::commit::{commit, store_call};
+use super::envelope::Envelope;
+use super::status::Draft;
+use super::steps::{StepContext, StepOutcome, next_required};
+use super::{Action, Context, ReconcileError, finalizer, own_changes};
+use crate::layout::{DurableLayout, FINALIZER, uid_label};
+use crate::runtime::{ExecRequest, Instance, OperationStatus, RuntimeError};
+use crate::store::StoredObject;
 
 /// How long a project with a name conflict, a missing image or a held recreation waits before
 /// it is looked at again (a change to it requests it sooner).
 const WAIT_FOR_PERSON: Duration = Duration::from_secs(60);
-/// How often a project waiting for its cluster member (offline, evacuated, none available)
-/// looks again; the member's return is not an event of the project's.
-const MEMBER_POLL: Duration = Duration::from_secs(10);
-/// How long copying what a container holds at a home path into its new volume may take.
-const CARRY_TIMEOUT: Duration = Duration::from_secs(600);
-/// Copies directory `$1` into `$2` (the new volume, mounted aside) with owners, modes and
-/// links, and prints how many entries it copied; nothing there is `0`.
-const CARRY_SCRIPT: &str = r#"src=$1 dst=$2
-if [ -d "$src" ] && [ -n "$(ls -A "$src")" ]; then
-  cp -a "$src"/. "$dst"/ && find "$dst" -mindepth 1 | wc -l
-else
-  echo 0
-fi"#;
-/// The LXD key that makes evacuating a cluster member stop the container where it is, by its
-/// volumes, instead of moving it away from them.
-const EVACUATE_KEY: &str = "cluster.evacuate";
 /// Polling interval while a container boots.
 pub(super) const BOOT_POLL: Duration = Duration::from_millis(250);
 /// The most steps one reconcile takes in a row. A step that finished asks for the next at
@@ -73,156 +77,6 @@ pub async fn reconcile(ctx: &Context, name: &str) -> Result<Action, ReconcileErr
     .await
 }
 
-/// Puts a failed step's cause where a person looks: the Ready condition (reason
-/// `StepFailed`, the step and the cause in its message, until a later step replaces it) and a
-/// Warning event, which a repeat of the same message counts instead of adding. Secret values
-/// and URL credentials are redacted first. A project being deleted reports through its
-/// finalizer instead.
-async fn record_step_failure(ctx: &Context, name: &str, error: &ReconcileError) {
-    let Some(object) = ctx.store.get(Kind::Project, name) else {
-        return;
-    };
-    if object.is_deleting() {
-        return;
-    }
-    let mut draft = Draft::from_object(&object);
-    let step = match error {
-        ReconcileError::StepCall { step, .. } => *step,
-        _ => draft.step().next().unwrap_or(draft.step()),
-    };
-    let cause = ctx.later_steps.redact(object.uid(), &error.to_string());
-    let message = format!("step {} failed: {cause}", step.as_str());
-    let phase = draft.status.phase;
-    draft.set_not_ready(phase, reasons::STEP_FAILED, &message);
-    if let Err(e) = commit(ctx, &object, &mut draft).await {
-        tracing::warn!(error = %e, "could not record the failed step in status");
-    }
-    store_call(ctx, move |store| {
-        store.record_or_warn(
-            &object,
-            crate::store::EventType::Warning,
-            reasons::STEP_FAILED,
-            &message,
-        )
-    })
-    .await;
-}
-
-/// Runs a store call on the blocking pool: store writes commit to SQLite synchronously.
-pub(crate) async fn store_call<T: Send + 'static>(
-    ctx: &Context,
-    f: impl FnOnce(&Store) -> T + Send + 'static,
-) -> T {
-    ctx.store.call(f).await
-}
-
-/// Writes the draft's status when it differs from the stored one, then records an event per
-/// transition and, for a new step, its duration. A step's fault point fires here, right after
-/// the step is committed.
-pub(crate) async fn commit(
-    ctx: &Context,
-    object: &Arc<StoredObject>,
-    draft: &mut Draft,
-) -> Result<Arc<StoredObject>, ReconcileError> {
-    let value = draft.to_value();
-    if object.status == value {
-        return Ok(object.clone());
-    }
-    let before: ProjectStatus = object.status.decode().unwrap_or_default();
-    // The first step is timed from the project's creation: that is when it was asked for.
-    let before_step_started = Draft::from_object(object)
-        .record
-        .step_started_at
-        .or_else(|| {
-            before
-                .step
-                .is_none()
-                .then_some(object.metadata.creation_timestamp)
-                .flatten()
-        });
-    let name = object.name().to_string();
-    let base = object.clone();
-    let updated = store_call(ctx, move |store| {
-        store
-            .write_status(
-                StatusWrite::new(Kind::Project, &name, FieldManager::Reconciler),
-                |latest| lay_changes(&base, &value, latest),
-            )?
-            .require(Kind::Project, &name)
-    })
-    .await?;
-    let events = transitions(&before, &draft.status);
-    if !events.is_empty() {
-        let target = updated.clone();
-        store_call(ctx, move |store| {
-            for (type_, reason, message) in events {
-                store.record_or_warn(&target, type_, &reason, &message);
-            }
-        })
-        .await;
-    }
-    if before.step != draft.status.step
-        && let Some(step) = draft.status.step
-    {
-        if let Some(since) = before_step_started {
-            let took = (draft.now() - since).to_std().unwrap_or_default();
-            ctx.metrics.observe_step(step.as_str(), took.as_secs_f64());
-        }
-        tracing::info!(step = step.as_str(), "step committed");
-        fault::after_step(step);
-    }
-    draft.rebase(&updated);
-    Ok(updated)
-}
-
-/// The status this reconcile wants, `ours` (derived from `base`), as a change of the status
-/// stored now: when someone else wrote it since `base` was read (the scheduler's activity, an
-/// agent step's record), only the fields this reconcile changed are laid onto theirs.
-fn lay_changes(
-    base: &StoredObject,
-    ours: &serde_json::Value,
-    latest: &StoredObject,
-) -> serde_json::Value {
-    if latest.resource_version() == base.resource_version() {
-        ours.clone()
-    } else {
-        super::status::merge_changes(&base.status.value(), ours, &latest.status.value())
-    }
-}
-
-/// What one step of a reconcile hands the next step of the same reconcile.
-#[derive(Default)]
-struct Carried {
-    /// The container as a step just read it (nothing acted on it since): the next step starts
-    /// from it instead of reading it again.
-    instance: std::sync::Mutex<Option<Instance>>,
-    /// Image aliases resolved in this reconcile, alias → fingerprint.
-    images: std::sync::Mutex<BTreeMap<String, Option<String>>>,
-}
-
-impl Carried {
-    fn take_instance(&self) -> Option<Instance> {
-        self.instance
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-    }
-
-    fn keep_instance(&self, instance: &Instance) {
-        *self.instance.lock().unwrap_or_else(|e| e.into_inner()) = Some(instance.clone());
-    }
-
-    fn image(&self, alias: &str) -> Option<Option<String>> {
-        let images = self.images.lock().unwrap_or_else(|e| e.into_inner());
-        images.get(alias).cloned()
-    }
-
-    fn remember_image(&self, alias: &str, fingerprint: Option<String>) {
-        let mut images = self.images.lock().unwrap_or_else(|e| e.into_inner());
-        images.insert(alias.to_string(), fingerprint);
-    }
-}
-
 /// Takes step after step while each asks for the next at once, up to [`STEPS_PER_RECONCILE`].
 /// Every step still commits what it did before the next begins, so a controller killed between
 /// two steps resumes from the store as before.
@@ -239,6 +93,8 @@ async fn reconcile_project(ctx: &Context, name: &str) -> Result<Action, Reconcil
     }
 }
 
+/// One step: the object's own state first (paused, an unreadable spec, being deleted, the
+/// finalizer, its AgentProfiles), then its container through `Project::converge`.
 async fn reconcile_step(
     ctx: &Context,
     name: &str,
@@ -342,17 +198,6 @@ async fn reconcile_step(
 }
 
 /// One project as this reconcile sees it.
-/// What one concern of a reconcile decided.
-enum Next {
-    /// Nothing (more) to do here: on to the next concern.
-    Continue,
-    /// Committed what it did: the reconcile ends with this action.
-    Return(Action),
-}
-
-/// What one concern of a reconcile answers.
-type Concern = Result<Next, ReconcileError>;
-
 struct Project<'a> {
     ctx: &'a Context,
     object: &'a Arc<StoredObject>,
@@ -364,38 +209,21 @@ struct Project<'a> {
     carried: &'a Carried,
 }
 
+/// What one concern of a reconcile decided.
+enum Next {
+    /// Nothing (more) to do here: on to the next concern.
+    Continue,
+    /// Committed what it did: the reconcile ends with this action.
+    Return(Action),
+}
+
+/// What one concern of a reconcile answers.
+type Concern = Result<Next, ReconcileError>;
+
 impl Project<'_> {
-    fn name(&self) -> &str {
-        self.object.name()
-    }
-
-    fn uid(&self) -> &str {
-        self.object.uid()
-    }
-
-    fn annotation(&self, key: &str) -> Option<&String> {
-        self.object.metadata.annotations.get(key)
-    }
-
-    /// Commits against the latest stored version, so each commit of one reconcile compares with
-    /// (and reports transitions from) what the previous one wrote.
-    async fn commit(&self, draft: &mut Draft) -> Result<Arc<StoredObject>, ReconcileError> {
-        let latest = self
-            .latest
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let updated = commit(self.ctx, &latest, draft).await?;
-        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = updated.clone();
-        Ok(updated)
-    }
-
-    /// Whether a `berth restart --recreate` is waiting to be acted on.
-    fn recreate_requested(&self, draft: &Draft) -> bool {
-        self.annotation(annotations::RECREATE_REQUESTED_AT)
-            .is_some_and(|v| Some(v) != draft.record.recreate_requested_at.as_ref())
-    }
-
+    /// The container as this step finds it (carried from the step before, listed by the last
+    /// resync, else read), an operation a step submitted earlier judged first; then the path
+    /// of a project without its container or the concerns of one with it.
     async fn converge(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
         let runtime = &*self.ctx.runtime;
         let looked_at = tokio::time::Instant::now();
@@ -494,640 +322,6 @@ impl Project<'_> {
         }
     }
 
-    async fn name_conflict(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
-        draft.set_not_ready(
-            Phase::Error,
-            reasons::NAME_CONFLICT,
-            &format!(
-                "an LXD instance named {:?} exists without this project's {} label; berth leaves it alone",
-                self.name(),
-                crate::layout::UID_LABEL
-            ),
-        );
-        self.commit(&mut draft).await?;
-        Ok(Action::Requeue(WAIT_FOR_PERSON))
-    }
-
-    /// No container: create one, or, when one existed, judge whether it is safe to recreate.
-    /// `looked_at`: when the read that found no container began.
-    async fn converge_absent(
-        &self,
-        mut draft: Draft,
-        looked_at: tokio::time::Instant,
-    ) -> Result<Action, ReconcileError> {
-        // A list lacks the containers of an offline member: they are not missing.
-        if let Next::Return(action) = self.wait_for_recorded_member(&mut draft).await? {
-            return Ok(action);
-        }
-        let recreate_requested = self.recreate_requested(&draft);
-        if draft.step() >= Step::Created {
-            if !recreate_requested {
-                let expected = expected_containers(&self.ctx.store);
-                let (verdict, report) = self
-                    .ctx
-                    .fleet
-                    .judge(&*self.ctx.runtime, self.uid(), looked_at, &expected)
-                    .await?;
-                match verdict {
-                    Verdict::Present => return Ok(Action::Requeue(Duration::ZERO)),
-                    Verdict::Hold { vanished, expected } => {
-                        if let Some(count) = report {
-                            self.ctx.metrics.containers_vanished.inc();
-                            let message = format!(
-                                "{count} of {expected} berth containers vanished at once; berth recreates none of them until a person acts (berth restart --recreate NAME)"
-                            );
-                            tracing::error!("{message}");
-                            self.ctx
-                                .store
-                                .publish_event(
-                                    self.object,
-                                    crate::store::EventType::Warning,
-                                    "ContainersVanished",
-                                    &message,
-                                )
-                                .await;
-                        }
-                        draft.set_not_ready(
-                            Phase::Missing,
-                            reasons::MISSING,
-                            &format!(
-                                "the container vanished together with {} others; held for a person: berth restart --recreate {}",
-                                vanished.saturating_sub(1),
-                                self.name()
-                            ),
-                        );
-                        self.commit(&mut draft).await?;
-                        return Ok(Action::Requeue(self.ctx.settings.resync_interval));
-                    }
-                    Verdict::Recreate => {}
-                }
-            }
-            draft.record.recreate_requested_at =
-                self.annotation(annotations::RECREATE_REQUESTED_AT).cloned();
-            draft.record.image = None;
-            draft.status.container = None;
-            draft.set_step(Step::Requested);
-            draft.set_not_ready(
-                Phase::Missing,
-                reasons::MISSING,
-                "the container is gone; recreating it with the same volumes",
-            );
-            self.commit(&mut draft).await?;
-            return Ok(Action::Requeue(Duration::ZERO));
-        }
-        if recreate_requested {
-            draft.record.recreate_requested_at =
-                self.annotation(annotations::RECREATE_REQUESTED_AT).cloned();
-        }
-        self.create(draft).await
-    }
-
-    /// Step Created: the durable volumes, then the container with its config, limits, devices
-    /// and label in the create request. The operation id is recorded before waiting on it.
-    /// The read that led here found no container of the name (this reconcile's own, or a
-    /// resync's list that any event about the name since would have voided), so the create
-    /// does not look again: one made in between fails the operation and is judged by the next
-    /// read.
-    async fn create(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
-        let runtime = &*self.ctx.runtime;
-        let settings = &self.ctx.settings;
-        let Some(image) = self.resolve_image(&draft).await? else {
-            draft.set_not_ready(
-                Phase::Error,
-                reasons::IMAGE_NOT_FOUND,
-                &format!("image {:?} not found in LXD", self.spec.image),
-            );
-            self.commit(&mut draft).await?;
-            return Ok(Action::Requeue(WAIT_FOR_PERSON));
-        };
-        let member = match self.place(&mut draft).await? {
-            Placed::On(member) => member,
-            Placed::Wait(action) => return Ok(action),
-        };
-        if draft.status.phase != Phase::Missing {
-            draft.set_not_ready(Phase::Provisioning, Step::Requested.as_str(), "");
-        }
-
-        for mount in &self.layout.mounts {
-            self.create_volume(mount, member.as_deref(), None).await?;
-        }
-        if member.is_none()
-            && let Some(taken) = self.take_from_pool(&draft, &image)
-        {
-            draft.record.pool_member = Some(taken.clone());
-            let recorded = self.commit(&mut draft).await;
-            self.ctx.settings.pool.release(&taken);
-            recorded?;
-            return self.finish_claim(draft, None).await;
-        }
-
-        let create = |with_fleet| {
-            let request = self.create_request(image.clone(), with_fleet, member.clone());
-            async move {
-                self.own_change(own_changes::CREATED, runtime.create_instance(&request))
-                    .await
-            }
-        };
-        let created = match self.fleet_limits_best_effort("creating", create).await? {
-            Ok(created) => created,
-            Err(refused) => return self.creation_failed(draft, &refused).await,
-        };
-        let operation = match created {
-            Created::Exists(existing) => {
-                // Created before a crash that came before recording it.
-                let own = &self.ctx.own_changes;
-                own.withdraw(self.name(), own_changes::CREATED);
-                if uid_label(&existing.config) != Some(self.uid()) {
-                    return self.name_conflict(draft).await;
-                }
-                return self.record_created(draft, &existing).await;
-            }
-            Created::Submitted { operation } => operation,
-        };
-        fault::after_call("create_instance");
-        draft.record.operation = Some(PendingOperation {
-            id: operation.clone(),
-            step: Step::Created,
-            submitted_at: draft.now(),
-        });
-        self.commit(&mut draft).await?;
-
-        match runtime
-            .wait_operation(&operation, settings.timeouts.create)
-            .await
-        {
-            Ok(done) if done.status == OperationStatus::Success => {}
-            // Still running, or judged by state: the next reconcile waits on the recorded id.
-            Ok(_) | Err(RuntimeError::OperationVanished { .. }) => {
-                return Ok(Action::Requeue(Duration::ZERO));
-            }
-            // Made by someone else (or by berth before a crash) since the read: the next
-            // step reads it and judges whose it is.
-            Err(e) if e.is_already_exists() => {
-                self.ctx
-                    .own_changes
-                    .withdraw(self.name(), own_changes::CREATED);
-                draft.record.operation = None;
-                self.commit(&mut draft).await?;
-                return Ok(Action::Requeue(Duration::ZERO));
-            }
-            Err(RuntimeError::OperationFailed { message, .. }) => {
-                draft.record.operation = None;
-                return self.creation_failed(draft, &message).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-        draft.record.operation = None;
-        if self.starts_at_once(&draft) {
-            // Nothing in a container just created from the spec can differ from it yet, so the
-            // checks a present container goes through before its start have nothing to do: start
-            // it now, and one read afterwards serves the Created and the Started records.
-            self.start().await?;
-        }
-        // Read without its state: the steps ahead need none of it, and a read with it costs LXD
-        // the most of anything on the way to Ready. The pid follows with the next read that
-        // does not come from this reconcile (see `pid_unknown`).
-        match runtime.get_instance_record(self.name()).await? {
-            Some(instance) => self.record_created(draft, &instance).await,
-            None => {
-                self.commit(&mut draft).await?;
-                Err(ReconcileError::Failed(
-                    "the create operation succeeded but the container is not there".into(),
-                ))
-            }
-        }
-    }
-
-    /// Runs `call`, a change LXD announces as `action`, as berth's own: the event requests no
-    /// second reconcile, since this one reads what the call did itself.
-    async fn own_change<T>(
-        &self,
-        action: &'static str,
-        call: impl Future<Output = Result<T, RuntimeError>>,
-    ) -> Result<T, RuntimeError> {
-        let own = &self.ctx.own_changes;
-        own.expect(self.name(), action);
-        let result = call.await;
-        if result.is_err() {
-            own.withdraw(self.name(), action);
-        }
-        result
-    }
-
-    /// A warm pool member for this new project, when it can use one: of the pool's image
-    /// (the same alias, resolved to the same fingerprint), to run at once, on a single LXD
-    /// server (a cluster places each project on a member first). Anything else, or an empty
-    /// pool, creates its container the plain way.
-    fn take_from_pool(&self, draft: &Draft, image: &ImageSource) -> Option<String> {
-        let pool = &self.ctx.settings.pool;
-        if pool.wanted() == 0 || self.spec.image != pool.image() || !self.starts_at_once(draft) {
-            return None;
-        }
-        let ImageSource::Fingerprint(fingerprint) = image else {
-            return None;
-        };
-        let taken = pool.take(fingerprint, &self.ctx.metrics);
-        if taken.is_none() {
-            let empty = crate::metrics::ReasonLabels {
-                reason: "empty".into(),
-            };
-            self.ctx.metrics.pool_fallbacks.get_or_create(&empty).inc();
-        }
-        taken
-    }
-
-    /// Step Created by a claim of the warm pool member recorded in `draft`: renamed to the
-    /// project's name, then its labels, limits and devices set and the pool's label cleared in
-    /// one update, then started. `found` is the instance under the project's name. Each part
-    /// is judged by what LXD shows, so a controller killed anywhere resumes here: a member not
-    /// renamed yet is renamed, one renamed but not updated is updated, and a member gone
-    /// before its rename leaves the claim for the plain create.
-    async fn finish_claim(
-        &self,
-        mut draft: Draft,
-        found: Option<Instance>,
-    ) -> Result<Action, ReconcileError> {
-        let runtime = &*self.ctx.runtime;
-        let controller = self.ctx.store.controller_id();
-        let member = draft.record.pool_member.clone().unwrap_or_default();
-        let instance = match found {
-            Some(instance) => instance,
-            None => match runtime.get_instance_record(&member).await? {
-                Some(unclaimed) if super::pool::is_member(&unclaimed, controller) => {
-                    let rename = runtime.rename_instance(
-                        &member,
-                        self.name(),
-                        self.ctx.settings.timeouts.start,
-                    );
-                    self.own_change(own_changes::RENAMED, rename).await?;
-                    fault::after_call("rename_pool_member");
-                    Instance {
-                        name: self.name().to_string(),
-                        ..unclaimed
-                    }
-                }
-                // Renamed since the read that found no container of the project's name (a
-                // list from before the rename): read again.
-                _ if let Some(renamed) = runtime.get_instance_record(self.name()).await? => renamed,
-                _ => {
-                    tracing::info!(member, "the claimed pool member is gone; creating instead");
-                    let lost = crate::metrics::ReasonLabels {
-                        reason: "lost".into(),
-                    };
-                    self.ctx.metrics.pool_fallbacks.get_or_create(&lost).inc();
-                    draft.record.pool_member = None;
-                    self.commit(&mut draft).await?;
-                    return Ok(Action::Requeue(Duration::ZERO));
-                }
-            },
-        };
-        if uid_label(&instance.config) != Some(self.uid()) {
-            if !super::pool::is_member(&instance, controller) {
-                return self.name_conflict(draft).await;
-            }
-            if let Err(refused) = self.give_member(&instance).await? {
-                return self.creation_failed(draft, &refused).await;
-            }
-        }
-        if instance.status == InstanceStatus::Stopped && self.starts_at_once(&draft) {
-            self.start().await?;
-        }
-        draft.record.pool_member = None;
-        self.ctx.settings.pool.claimed(&self.ctx.metrics);
-        match runtime.get_instance_record(self.name()).await? {
-            Some(instance) => self.record_created(draft, &instance).await,
-            None => Err(ReconcileError::Failed(
-                "the claimed pool member vanished after its rename".into(),
-            )),
-        }
-    }
-
-    /// Gives the renamed member what a create request would have carried (labels, limits,
-    /// volumes, forwards), clearing the pool's labels in the same update. LXD refusing the
-    /// fleet's default limits is handled as on a create; `Err` is LXD refusing the project's.
-    async fn give_member(&self, member: &Instance) -> Result<Result<(), String>, ReconcileError> {
-        let image = ImageSource::Fingerprint(member.base_image().unwrap_or_default().to_string());
-        let give = |with_fleet| {
-            let request = self.create_request(image.clone(), with_fleet, None);
-            let mut patch = InstancePatch {
-                config: request.config,
-                devices: request.devices,
-            };
-            patch.config.extend(super::pool::claim_clears());
-            async move {
-                let update = self.ctx.runtime.patch_instance(self.name(), &patch);
-                self.own_change(own_changes::UPDATED, update).await
-            }
-        };
-        self.fleet_limits_best_effort("claiming", give).await
-    }
-
-    /// Runs `call` with the fleet's default limits and, when LXD refuses the container with
-    /// them, once more without (a `FleetDefaultsNotApplied` Warning and the metric: the
-    /// fleet's defaults are best effort). `Err` carries LXD's words when it refused what the
-    /// project itself asks for.
-    async fn fleet_limits_best_effort<T, Fut>(
-        &self,
-        doing: &str,
-        mut call: impl FnMut(bool) -> Fut,
-    ) -> Result<Result<T, String>, ReconcileError>
-    where
-        Fut: Future<Output = Result<T, RuntimeError>>,
-    {
-        let mut with_fleet = true;
-        loop {
-            match call(with_fleet).await {
-                Ok(done) => return Ok(Ok(done)),
-                Err(e @ RuntimeError::Rejected { .. }) if with_fleet && self.has_fleet_limits() => {
-                    with_fleet = false;
-                    let message = format!(
-                        "the fleet default limits were not applied ({e}); {doing} without them"
-                    );
-                    tracing::warn!("{message}");
-                    self.ctx.metrics.fleet_defaults_refused.inc();
-                    self.warn("FleetDefaultsNotApplied", &message).await;
-                }
-                Err(RuntimeError::Rejected { message, .. }) => return Ok(Err(message)),
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
-    /// Starts the container (step Started), as berth's own change.
-    async fn start(&self) -> Result<(), ReconcileError> {
-        let timeout = self.ctx.settings.timeouts.start;
-        let start = self.ctx.runtime.start_instance(self.name(), timeout);
-        self.own_change(own_changes::STARTED, start)
-            .await
-            .map_err(|source| ReconcileError::StepCall {
-                step: Step::Started,
-                source,
-            })
-    }
-
-    /// A restart asked for (`berth.dev/restartedAt`) and not yet acted on.
-    fn restart_asked(&self, draft: &Draft) -> Option<&String> {
-        self.annotation(annotations::RESTARTED_AT)
-            .filter(|asked| Some(*asked) != draft.record.restarted_at.as_ref())
-    }
-
-    /// Whether a container just created is to run at once: neither the spec, an idled project
-    /// nor a restart not yet recorded keeps it stopped (those take the way through
-    /// [`Self::converge_present`]).
-    fn starts_at_once(&self, draft: &Draft) -> bool {
-        self.spec.state == PowerState::Running
-            && idling(&draft.status, &self.object.metadata.annotations) == Idling::Awake
-            && self.restart_asked(draft).is_none()
-    }
-
-    async fn record_created(
-        &self,
-        mut draft: Draft,
-        instance: &Instance,
-    ) -> Result<Action, ReconcileError> {
-        draft.record.operation = None;
-        draft.record.image = Some(self.spec.image.clone());
-        draft.record.fingerprint = instance.base_image().map(str::to_string);
-        draft.status.container = Some(container_status(instance));
-        self.set_resources_applied(&mut draft).await;
-        draft.set_condition(
-            condition_types::MOUNTS_READY,
-            ConditionStatus::True,
-            "Attached",
-            "",
-        );
-        draft.set_step(Step::Created);
-        draft.set_not_ready(Phase::Provisioning, Step::Created.as_str(), "");
-        self.commit(&mut draft).await?;
-        // Nothing acted on the container since it was read: the next step starts from it.
-        self.carried.keep_instance(instance);
-        Ok(Action::Requeue(Duration::ZERO))
-    }
-
-    async fn creation_failed(
-        &self,
-        mut draft: Draft,
-        message: &str,
-    ) -> Result<Action, ReconcileError> {
-        if self.has_project_limits() {
-            draft.set_condition(
-                condition_types::RESOURCES_APPLIED,
-                ConditionStatus::False,
-                reasons::RESOURCES_REJECTED,
-                message,
-            );
-        }
-        draft.set_not_ready(
-            Phase::Error,
-            reasons::PROVISIONING_FAILED,
-            &format!("creating the container failed: {message}"),
-        );
-        self.commit(&mut draft).await?;
-        Err(ReconcileError::Recorded(format!(
-            "creating the container failed: {message}"
-        )))
-    }
-
-    /// The image to create from: the alias (or fingerprint) in the spec, else the fingerprint
-    /// recorded for the previous container, so a deleted alias does not strand a project.
-    async fn resolve_image(&self, draft: &Draft) -> Result<Option<ImageSource>, ReconcileError> {
-        let runtime = &*self.ctx.runtime;
-        let wanted = &self.spec.image;
-        if let Some(fingerprint) = self.resolve_alias(wanted).await? {
-            return Ok(Some(ImageSource::Fingerprint(fingerprint)));
-        }
-        if let Some(fingerprint) = runtime
-            .resolve_image(&ImageSource::Fingerprint(wanted.clone()))
-            .await?
-        {
-            return Ok(Some(ImageSource::Fingerprint(fingerprint)));
-        }
-        if let Some(recorded) = draft.record.fingerprint.clone()
-            && let Some(fingerprint) = runtime
-                .resolve_image(&ImageSource::Fingerprint(recorded))
-                .await?
-        {
-            return Ok(Some(ImageSource::Fingerprint(fingerprint)));
-        }
-        Ok(None)
-    }
-
-    /// The fingerprint `alias` names now, resolved at most once per reconcile, and while LXD's
-    /// events are followed at most once per resync pass (an image event makes it ask again).
-    async fn resolve_alias(&self, alias: &str) -> Result<Option<String>, RuntimeError> {
-        if let Some(known) = self.carried.image(alias) {
-            return Ok(known);
-        }
-        let snapshot = &self.ctx.snapshot;
-        let fingerprint = match snapshot.image(alias) {
-            Some(known) => known,
-            None => {
-                let asked_at = tokio::time::Instant::now();
-                let fingerprint = self
-                    .ctx
-                    .runtime
-                    .resolve_image(&ImageSource::Alias(alias.to_string()))
-                    .await?;
-                snapshot.remember_image(alias, fingerprint.clone(), asked_at);
-                fingerprint
-            }
-        };
-        self.carried.remember_image(alias, fingerprint.clone());
-        Ok(fingerprint)
-    }
-
-    fn has_fleet_limits(&self) -> bool {
-        let fleet = |l: Option<Limit>| l.is_some_and(|l| l.origin == Origin::FleetDefault);
-        fleet(self.envelope.cpu_millis)
-            || fleet(self.envelope.memory_bytes)
-            || fleet(self.envelope.disk_bytes)
-            || fleet(self.envelope.processes)
-    }
-
-    fn has_project_limits(&self) -> bool {
-        let project = |l: Option<Limit>| l.is_some_and(|l| l.origin == Origin::Project);
-        project(self.envelope.cpu_millis)
-            || project(self.envelope.memory_bytes)
-            || project(self.envelope.disk_bytes)
-            || project(self.envelope.workspace_bytes)
-            || project(self.envelope.processes)
-    }
-
-    /// The member to create the volumes and the container on: the one recorded in
-    /// `status.location`; else, on a cluster, the one the project's workspace volume already
-    /// lives on (a project from before placement was recorded), else the least loaded eligible
-    /// member. A new decision is recorded before anything is created there, so a crash in
-    /// between cannot place the project twice. `None` on a single LXD server.
-    async fn place(&self, draft: &mut Draft) -> Result<Placed, ReconcileError> {
-        if let Some(member) = draft.status.location.clone() {
-            return Ok(Placed::On(Some(member)));
-        }
-        let runtime = &*self.ctx.runtime;
-        let settings = &self.ctx.settings;
-        let server = runtime.server_info().await?;
-        if !server.clustered {
-            return Ok(Placed::On(None));
-        }
-        let store = &self.ctx.store;
-        let mut load = self
-            .ctx
-            .placement
-            .load(|| {
-                let placed: Vec<Option<String>> = store
-                    .list(Kind::Project)
-                    .iter()
-                    .map(|p| recorded_location(p))
-                    .collect();
-                placement::load_by_member(placed.iter().map(Option::as_deref))
-            })
-            .await;
-        let workspace = crate::layout::DurableLayout::workspace_volume(self.uid());
-        let existing = runtime
-            .get_volume(&settings.storage_pool, &workspace, None)
-            .await?
-            .filter(|v| uid_label(&v.config) == Some(self.uid()))
-            .and_then(|v| member_name(&v.location));
-        let member = match existing {
-            Some(member) => member,
-            None => match placement::choose_member(
-                settings.target.as_deref(),
-                &server.members,
-                load.get(),
-            ) {
-                Ok(member) => member,
-                Err(why) => {
-                    drop(load);
-                    draft.set_not_ready(
-                        Phase::Pending,
-                        reasons::NO_MEMBER_AVAILABLE,
-                        &why.to_string(),
-                    );
-                    self.commit(draft).await?;
-                    return Ok(Placed::Wait(Action::Requeue(MEMBER_POLL)));
-                }
-            },
-        };
-        load.placed(&member);
-        tracing::info!(member = member.as_str(), "placed on a cluster member");
-        draft.status.location = Some(member.clone());
-        self.commit(draft).await?;
-        Ok(Placed::On(Some(member)))
-    }
-
-    fn create_request(
-        &self,
-        image: ImageSource,
-        with_fleet: bool,
-        member: Option<String>,
-    ) -> CreateInstance {
-        let settings = &self.ctx.settings;
-        let include = |origin: Origin| with_fleet || origin == Origin::Project;
-        let mut config = self.layout.labels();
-        config.extend(self.envelope.config(include));
-        if member.is_some() {
-            config.insert(EVACUATE_KEY.to_string(), "stop".to_string());
-        }
-        let mut devices = self.layout.devices(&settings.storage_pool);
-        if let Some(root) = self.envelope.root_device(&settings.storage_pool, include) {
-            devices.insert("root".to_string(), root);
-        }
-        devices.extend(crate::agent::forwards::devices(
-            &self.spec.forwards,
-            self.agent_api(),
-        ));
-        CreateInstance {
-            name: self.name().to_string(),
-            image,
-            config,
-            devices,
-            profiles: Vec::new(),
-            target: member,
-            known_absent: true,
-        }
-    }
-
-    async fn warn(&self, reason: &str, message: &str) {
-        self.ctx
-            .store
-            .publish_event(
-                self.object,
-                crate::store::EventType::Warning,
-                reason,
-                message,
-            )
-            .await;
-    }
-
-    /// `ResourcesApplied`: sizes the pool cannot enforce are reported, not failed.
-    async fn set_resources_applied(&self, draft: &mut Draft) {
-        let settings = &self.ctx.settings;
-        if self.envelope.has_sizes() && !settings.pool_enforces_quotas {
-            let message = format!(
-                "storage pool {:?} does not enforce sizes; disk and workspaceSize are not limits here",
-                settings.storage_pool
-            );
-            let already = draft
-                .condition(condition_types::RESOURCES_APPLIED)
-                .is_some_and(|c| c.reason == reasons::QUOTA_NOT_ENFORCED);
-            if !already {
-                self.warn(reasons::QUOTA_NOT_ENFORCED, &message).await;
-            }
-            draft.set_condition(
-                condition_types::RESOURCES_APPLIED,
-                ConditionStatus::True,
-                reasons::QUOTA_NOT_ENFORCED,
-                &message,
-            );
-        } else {
-            draft.set_condition(
-                condition_types::RESOURCES_APPLIED,
-                ConditionStatus::True,
-                reasons::APPLIED,
-                "",
-            );
-        }
-    }
-
     /// The container exists and is this project's: converge it, one concern after another;
     /// the first that has something to do commits it and ends the reconcile.
     async fn converge_present(
@@ -1178,321 +372,6 @@ impl Project<'_> {
         self.advance(draft).await
     }
 
-    /// A container on a cluster member that is offline or evacuated is neither touched nor
-    /// recreated elsewhere: its volumes live on that member. A running one is on a member that
-    /// answers.
-    async fn wait_for_member(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        if instance.status == InstanceStatus::Running {
-            return Ok(Next::Continue);
-        }
-        match member_name(&instance.location) {
-            Some(member) => self.wait_for_member_named(draft, &member).await,
-            None => Ok(Next::Continue),
-        }
-    }
-
-    /// [`Self::wait_for_member`] for a container that could not be read or listed: judged by
-    /// the member the project is placed on.
-    async fn wait_for_recorded_member(&self, draft: &mut Draft) -> Concern {
-        let status = &draft.status;
-        let container = status
-            .container
-            .as_ref()
-            .and_then(|c| c.location.as_deref());
-        let recorded = placement::placed_member(status.location.as_deref(), container);
-        match recorded.map(str::to_string) {
-            Some(member) => self.wait_for_member_named(draft, &member).await,
-            None => Ok(Next::Continue),
-        }
-    }
-
-    /// Waits while `member` is evacuated (phase Stopped, reason `MemberEvacuated`) or otherwise
-    /// not online (reason `MemberOffline`), looking again every [`MEMBER_POLL`].
-    async fn wait_for_member_named(&self, draft: &mut Draft, member: &str) -> Concern {
-        let server = self.ctx.runtime.server_info().await?;
-        let Some(found) = server
-            .members
-            .iter()
-            .find(|m| m.name == member)
-            .filter(|m| server.clustered && !m.is_online())
-        else {
-            return Ok(Next::Continue);
-        };
-        if found.is_evacuated() {
-            draft.set_not_ready(
-                Phase::Stopped,
-                reasons::MEMBER_EVACUATED,
-                &format!(
-                    "cluster member {member:?} holding the project is evacuated; its container stays stopped there, by its volumes, until the member is restored"
-                ),
-            );
-        } else {
-            draft.set_not_ready(
-                Phase::Error,
-                reasons::MEMBER_OFFLINE,
-                &format!(
-                    "cluster member {member:?} holding the project is {}; berth waits for it",
-                    found.status
-                ),
-            );
-        }
-        self.commit(draft).await?;
-        Ok(Next::Return(Action::Requeue(MEMBER_POLL)))
-    }
-
-    /// Records what LXD reports of the container; returns what was recorded before.
-    fn observe(&self, draft: &mut Draft, instance: &Instance) -> Option<ContainerStatus> {
-        let previous = draft.status.container.take();
-        let mut observed = container_status(instance);
-        if pid_unlisted(instance) && same_boot(previous.as_ref(), instance) {
-            observed.pid = previous.as_ref().and_then(|c| c.pid);
-        }
-        draft.status.container = Some(observed);
-        if draft.status.location.is_none() {
-            // Placed before placement was recorded: where its container is, its volumes are.
-            draft.status.location = member_name(&instance.location);
-        }
-        if draft.record.image.is_none() {
-            draft.record.image = Some(self.spec.image.clone());
-        }
-        if let Some(fingerprint) = instance.base_image() {
-            draft.record.fingerprint = Some(fingerprint.to_string());
-        }
-        previous
-    }
-
-    /// Replaces the container (volumes stay) on request or for a new image.
-    async fn replace_when_asked(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let runtime = &*self.ctx.runtime;
-        let settings = &self.ctx.settings;
-        let recreate = self.recreate_requested(draft);
-        let new_image = draft.record.image.as_deref() != Some(self.spec.image.as_str());
-        if !(recreate || new_image) {
-            return Ok(Next::Continue);
-        }
-        let why = if recreate {
-            "a recreate was requested"
-        } else {
-            "spec.image changed"
-        };
-        // Work outside /workspace holds a replacement nobody forced: it would leave with the
-        // container (which goes to the trash, not away).
-        // A container already labelled for the trash was let go by an earlier look (a crash
-        // came between): its volumes are detached, so it is not looked at again.
-        let begun = instance.config.contains_key(crate::trash::TRASH_UID);
-        if begun || replace::forced(self.object) {
-            replace::release(
-                draft,
-                "Forced",
-                "replaced with --force: the old container is in the trash",
-            );
-        } else if let Some(wait) = replace::hold(self.ctx, self.object, draft, why).await? {
-            self.commit(draft).await?;
-            return Ok(Next::Return(Action::Requeue(wait)));
-        }
-        let reason = if recreate { "recreate" } else { "image" };
-        let trashed = dispose::container_into_trash(
-            runtime,
-            &dispose::Replaced {
-                object: self.object,
-                name: self.name(),
-                why: reason,
-                now: draft.now(),
-                clean_stop: settings.timeouts.clean_stop,
-                timeout: settings.timeouts.delete,
-            },
-        )
-        .await?;
-        self.warn_normal(
-            "ContainerTrashed",
-            &format!(
-                "the replaced container ({why}) is in the trash as {trashed}: `berth trash list`, `berth trash cp`"
-            ),
-        )
-        .await;
-        draft.record.recreate_requested_at =
-            self.annotation(annotations::RECREATE_REQUESTED_AT).cloned();
-        draft.record.image = None;
-        if new_image {
-            // The old image is not a fallback for a new one.
-            draft.record.fingerprint = None;
-        }
-        draft.status.container = None;
-        draft.set_step(Step::Requested);
-        draft.set_not_ready(
-            Phase::Provisioning,
-            Step::Requested.as_str(),
-            &format!("replacing the container ({why}); the volumes stay, the old container is in the trash"),
-        );
-        self.commit_and_go_on(draft).await
-    }
-
-    /// Mounts: re-attaches what is missing (a device removed by hand, a new profile home).
-    async fn reattach_mounts(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let runtime = &*self.ctx.runtime;
-        let settings = &self.ctx.settings;
-        let missing: Vec<_> = self
-            .layout
-            .missing_from(&settings.storage_pool, &instance.devices)
-            .into_iter()
-            .cloned()
-            .collect();
-        draft.set_condition(
-            condition_types::MOUNTS_READY,
-            ConditionStatus::True,
-            "Attached",
-            "",
-        );
-        if missing.is_empty() {
-            return Ok(Next::Continue);
-        }
-        let mut patch = InstancePatch::default();
-        let member = member_name(&instance.location);
-        let mut waiting = Vec::new();
-        for mount in &missing {
-            if self.carry_pending(mount, member.as_deref()).await? {
-                // What the container holds at the path goes into the volume before the
-                // volume hides it; that needs the container running.
-                if instance.status != InstanceStatus::Running {
-                    waiting.push(mount.path.as_str());
-                    continue;
-                }
-                self.carry_into(mount, member.as_deref()).await?;
-            }
-            patch.devices.insert(
-                mount.device.clone(),
-                crate::layout::disk_device(&settings.storage_pool, &mount.volume, &mount.path),
-            );
-        }
-        if !waiting.is_empty() {
-            draft.set_condition(
-                condition_types::MOUNTS_READY,
-                ConditionStatus::False,
-                "WaitingToCarry",
-                &format!(
-                    "{} will be copied into its new volume once the container runs",
-                    waiting.join(", ")
-                ),
-            );
-        }
-        if patch.devices.is_empty() {
-            return Ok(Next::Continue);
-        }
-        runtime.patch_instance(self.name(), &patch).await?;
-        let paths: Vec<&str> = missing.iter().map(|m| m.path.as_str()).collect();
-        self.warn(
-            "MountsReattached",
-            &format!("re-attached {}", paths.join(", ")),
-        )
-        .await;
-        // Bootstrap runs again when the mount topology changed.
-        if draft.step() > Step::Reachable {
-            draft.set_step(Step::Reachable);
-        }
-        self.commit_and_go_on(draft).await
-    }
-
-    /// A restart request: host-driven (clean stop, then kill), so a wedged container restarts.
-    async fn restart_when_asked(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let Some(restart) = self.restart_asked(draft).cloned() else {
-            return Ok(Next::Continue);
-        };
-        draft.record.restarted_at = Some(restart);
-        if instance.status != InstanceStatus::Stopped {
-            self.stop_cleanly().await?;
-            self.warn_normal("Restarted", "stopped for a requested restart")
-                .await;
-        }
-        self.commit_and_go_on(draft).await
-    }
-
-    /// Keeps a project stopped while its spec says so or the reaper idled it.
-    async fn keep_stopped(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let idled = self.idled(draft).await;
-        if self.spec.state == PowerState::Running && !idled {
-            return Ok(Next::Continue);
-        }
-        if instance.status != InstanceStatus::Stopped {
-            self.stop_cleanly().await?;
-        }
-        let message = if idled {
-            "idled: stays stopped until woken"
-        } else {
-            "spec.state is Stopped"
-        };
-        draft.set_not_ready(Phase::Stopped, reasons::STOPPED, message);
-        self.commit(draft).await?;
-        Ok(Next::Return(Action::Done))
-    }
-
-    /// Brings a container that should run to Running: starts a stopped one, reports a frozen
-    /// one, force-stops one LXD lost track of, waits out a transition.
-    async fn run(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let runtime = &*self.ctx.runtime;
-        match &instance.status {
-            InstanceStatus::Running => Ok(Next::Continue),
-            InstanceStatus::Stopped => {
-                self.start().await?;
-                self.booted(draft);
-                draft.set_not_ready(Phase::Provisioning, Step::Started.as_str(), "");
-                self.commit_and_go_on(draft).await
-            }
-            InstanceStatus::Frozen => {
-                draft.set_not_ready(
-                    Phase::Error,
-                    "Frozen",
-                    "the container is frozen; unfreeze it (lxc start) or restart it",
-                );
-                self.commit(draft).await?;
-                Ok(Next::Return(Action::Requeue(WAIT_FOR_PERSON)))
-            }
-            InstanceStatus::Error => {
-                // LXD lost track of the container (a start that failed half-way): a forced stop
-                // brings it back to Stopped, and the next reconcile starts it.
-                self.warn(
-                    "ContainerError",
-                    "LXD reports the container in state Error; stopping it by force to start again",
-                )
-                .await;
-                runtime
-                    .stop_instance(
-                        self.name(),
-                        StopOptions {
-                            clean_timeout: Duration::ZERO,
-                            force_after: true,
-                        },
-                    )
-                    .await?;
-                Ok(Next::Return(Action::Requeue(Duration::ZERO)))
-            }
-            InstanceStatus::Other(transient) => {
-                tracing::debug!(state = transient.as_str(), "waiting for a transition");
-                Ok(Next::Return(Action::Requeue(Duration::from_secs(1))))
-            }
-        }
-    }
-
-    /// Running: a new pid means it booted again behind berth's back; where either pid is
-    /// unknown (a container read without its state since its start), a moved last-used time.
-    fn notice_reboot(
-        &self,
-        draft: &mut Draft,
-        instance: &Instance,
-        previous: Option<&ContainerStatus>,
-    ) {
-        let Some(previous) = previous else {
-            return;
-        };
-        let pid = instance.state.as_ref().map(|s| s.pid).filter(|p| *p > 0);
-        let rebooted = match (previous.pid, pid) {
-            (Some(before), Some(now)) => before != now,
-            _ => previous.last_used_at.is_some() && previous.last_used_at != instance.last_used_at,
-        };
-        if draft.step() > Step::Started && rebooted {
-            self.booted(draft);
-        }
-    }
-
     /// The running container's next step.
     async fn advance(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
         match draft.step() {
@@ -1506,158 +385,6 @@ impl Project<'_> {
             Step::Started => self.reach(draft).await,
             done => self.later_steps(draft, done).await,
         }
-    }
-
-    /// Whether `mount`'s volume waits for what the container holds at its path: a home volume
-    /// made here, for a profile added to a container that already exists, is created so (the
-    /// workspace, or a volume that exists, is attached as it is).
-    async fn carry_pending(
-        &self,
-        mount: &crate::layout::Mount,
-        member: Option<&str>,
-    ) -> Result<bool, RuntimeError> {
-        let runtime = &*self.ctx.runtime;
-        let pool = &self.ctx.settings.storage_pool;
-        if let Some(volume) = runtime.get_volume(pool, &mount.volume, member).await? {
-            return Ok(volume.config.get(CARRY_KEY).is_some_and(|v| v == "pending"));
-        }
-        let home = mount.device != "workspace";
-        let carry = home.then(|| (CARRY_KEY.to_string(), "pending".to_string()));
-        self.create_volume(mount, member, carry).await?;
-        Ok(home)
-    }
-
-    /// Copies what the running container holds at `mount`'s path into its new volume, mounted
-    /// aside for the copy, so attaching the volume there hides nothing (a provider's logins
-    /// and sessions from before its profile was added). Done again from the start when
-    /// interrupted; the volume says it is done once the copy is.
-    async fn carry_into(
-        &self,
-        mount: &crate::layout::Mount,
-        member: Option<&str>,
-    ) -> Result<(), ReconcileError> {
-        let runtime = &*self.ctx.runtime;
-        let pool = &self.ctx.settings.storage_pool;
-        let device = format!("carry-{}", mount.device);
-        let aside = format!("/run/berth-carry/{}", mount.device);
-        let attach = InstancePatch {
-            config: BTreeMap::new(),
-            devices: BTreeMap::from([(
-                device.clone(),
-                crate::layout::disk_device(pool, &mount.volume, &aside),
-            )]),
-        };
-        runtime.patch_instance(self.name(), &attach).await?;
-        let copy = ExecRequest::new(
-            [
-                "sh",
-                "-c",
-                CARRY_SCRIPT,
-                "sh",
-                mount.path.as_str(),
-                aside.as_str(),
-            ],
-            CARRY_TIMEOUT,
-        );
-        let output = runtime.exec(self.name(), &copy).await?;
-        if !output.success() {
-            return Err(ReconcileError::Failed(format!(
-                "copying {} into its new volume {} failed (exit {}): {}",
-                mount.path,
-                mount.volume,
-                output.exit_code,
-                output.stderr_str().trim()
-            )));
-        }
-        runtime
-            .update_instance(self.name(), &move |edit| {
-                edit.devices.remove(&device);
-            })
-            .await?;
-        let done = BTreeMap::from([(CARRY_KEY.to_string(), String::new())]);
-        runtime
-            .patch_volume(pool, &mount.volume, &done, member)
-            .await?;
-        let copied: u64 = output.stdout_str().trim().parse().unwrap_or(0);
-        if copied > 0 {
-            self.warn_normal(
-                "HomeCarried",
-                &format!(
-                    "copied {} ({copied} entries) into its new volume {} before mounting it there",
-                    mount.path, mount.volume
-                ),
-            )
-            .await;
-        }
-        Ok(())
-    }
-
-    /// Creates the volume of `mount` on `member` with the project's labels and `extra` (an
-    /// existing one is left as it is).
-    async fn create_volume(
-        &self,
-        mount: &crate::layout::Mount,
-        member: Option<&str>,
-        extra: Option<(String, String)>,
-    ) -> Result<(), RuntimeError> {
-        let settings = &self.ctx.settings;
-        let mut config = self.layout.labels();
-        config.extend(extra);
-        self.ctx
-            .runtime
-            .create_volume(&CreateVolume {
-                pool: settings.storage_pool.clone(),
-                name: mount.volume.clone(),
-                size: mount.size_bytes.map(|b| b.to_string()),
-                config,
-                target: member.map(str::to_string),
-            })
-            .await?;
-        Ok(())
-    }
-
-    /// Commits what a concern did and asks for the next reconcile at once.
-    async fn commit_and_go_on(&self, draft: &mut Draft) -> Concern {
-        self.commit(draft).await?;
-        Ok(Next::Return(Action::Requeue(Duration::ZERO)))
-    }
-
-    /// Stops the container: cleanly first, killed past the clean-stop deadline.
-    async fn stop_cleanly(&self) -> Result<(), ReconcileError> {
-        self.ctx
-            .runtime
-            .stop_instance(
-                self.name(),
-                StopOptions::clean_then_force(self.ctx.settings.timeouts.clean_stop),
-            )
-            .await?;
-        Ok(())
-    }
-
-    /// Whether the reaper idled the project and nothing woke it since. `berth start` (the
-    /// `berth.dev/wokenAt` annotation, later than the idling) or a new generation wakes it.
-    async fn idled(&self, draft: &mut Draft) -> bool {
-        let new_generation = draft.status.observed_generation < self.object.generation();
-        let why = match idling(&draft.status, &self.object.metadata.annotations) {
-            Idling::Awake => return false,
-            Idling::Idled if !new_generation => return true,
-            Idling::Woken => "berth start",
-            Idling::Idled => "a new spec",
-        };
-        if let Some(reap) = draft.status.reap.as_mut() {
-            reap.idled_at = None;
-        }
-        self.warn_normal("Woken", &format!("woken by {why}")).await;
-        false
-    }
-
-    /// The container booted: the next step is Reachable, then where it was.
-    fn booted(&self, draft: &mut Draft) {
-        let step = draft.step();
-        if step > Step::Started {
-            draft.record.resume = Some(resume_after_boot(step));
-        }
-        draft.set_step(Step::Started);
     }
 
     /// Step Reachable: an exec round trip answers. Past the boot deadline the condition says so
@@ -1738,260 +465,103 @@ impl Project<'_> {
         }
     }
 
-    /// `ImageOutdated`: the alias now names another image than the container was created from.
-    /// The alias is resolved once per resync pass for every project that uses it (see
-    /// [`Self::resolve_alias`]).
-    async fn check_image(
+    // What every step and concern uses.
+
+    fn name(&self) -> &str {
+        self.object.name()
+    }
+
+    fn uid(&self) -> &str {
+        self.object.uid()
+    }
+
+    fn annotation(&self, key: &str) -> Option<&String> {
+        self.object.metadata.annotations.get(key)
+    }
+
+    /// Whether a `berth restart --recreate` is waiting to be acted on.
+    fn recreate_requested(&self, draft: &Draft) -> bool {
+        self.annotation(annotations::RECREATE_REQUESTED_AT)
+            .is_some_and(|v| Some(v) != draft.record.recreate_requested_at.as_ref())
+    }
+
+    /// A restart asked for (`berth.dev/restartedAt`) and not yet acted on.
+    fn restart_asked(&self, draft: &Draft) -> Option<&String> {
+        self.annotation(annotations::RESTARTED_AT)
+            .filter(|asked| Some(*asked) != draft.record.restarted_at.as_ref())
+    }
+
+    /// Commits against the latest stored version, so each commit of one reconcile compares with
+    /// (and reports transitions from) what the previous one wrote.
+    async fn commit(&self, draft: &mut Draft) -> Result<Arc<StoredObject>, ReconcileError> {
+        let latest = self
+            .latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let updated = commit(self.ctx, &latest, draft).await?;
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = updated.clone();
+        Ok(updated)
+    }
+
+    /// Commits what a concern did and asks for the next reconcile at once.
+    async fn commit_and_go_on(&self, draft: &mut Draft) -> Concern {
+        self.commit(draft).await?;
+        Ok(Next::Return(Action::Requeue(Duration::ZERO)))
+    }
+
+    /// Runs `call`, a change LXD announces as `action`, as berth's own: the event requests no
+    /// second reconcile, since this one reads what the call did itself.
+    async fn own_change<T>(
         &self,
-        draft: &mut Draft,
-        instance: &Instance,
-    ) -> Result<(), ReconcileError> {
-        let Some(base) = instance.base_image() else {
-            return Ok(());
-        };
-        match self.resolve_alias(&self.spec.image).await? {
-            Some(fingerprint) if fingerprint != base => draft.set_condition(
-                condition_types::IMAGE_OUTDATED,
-                ConditionStatus::True,
-                reasons::NEW_IMAGE_AVAILABLE,
-                &format!(
-                    "image {:?} now points to {}; berth restart --recreate replaces the container (volumes stay)",
-                    self.spec.image,
-                    short(&fingerprint)
-                ),
-            ),
-            _ => draft.set_condition(
-                condition_types::IMAGE_OUTDATED,
-                ConditionStatus::False,
-                "Current",
-                "",
-            ),
+        action: &'static str,
+        call: impl Future<Output = Result<T, RuntimeError>>,
+    ) -> Result<T, RuntimeError> {
+        let own = &self.ctx.own_changes;
+        own.expect(self.name(), action);
+        let result = call.await;
+        if result.is_err() {
+            own.withdraw(self.name(), action);
         }
-        Ok(())
+        result
     }
 
-    /// Applies project limits that differ from the container's; removes limits nobody asks
-    /// for any more. Fleet defaults are applied at creation only (best effort).
-    async fn converge_limits(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let wanted_any = self.envelope.config(|_| true);
-        let wanted_project = self.envelope.config(|o| o == Origin::Project);
-        let mut patch = BTreeMap::new();
-        for key in super::envelope::LIMIT_KEYS {
-            let have = instance.config.get(key).map(String::as_str).unwrap_or("");
-            match (wanted_project.get(key), wanted_any.get(key)) {
-                (Some(want), _) if want != have => {
-                    patch.insert(key.to_string(), want.clone());
-                }
-                (None, None) if !have.is_empty() => {
-                    patch.insert(key.to_string(), String::new());
-                }
-                _ => {}
-            }
-        }
-        if patch.is_empty() {
-            self.set_resources_applied(draft).await;
-            return Ok(Next::Continue);
-        }
-        let request = InstancePatch {
-            config: patch,
-            devices: BTreeMap::new(),
-        };
-        match self.ctx.runtime.patch_instance(self.name(), &request).await {
-            Ok(()) => {
-                self.set_resources_applied(draft).await;
-                self.commit_and_go_on(draft).await
-            }
-            Err(RuntimeError::Rejected { message, .. }) => {
-                draft.set_condition(
-                    condition_types::RESOURCES_APPLIED,
-                    ConditionStatus::False,
-                    reasons::RESOURCES_REJECTED,
-                    &message,
-                );
-                self.commit(draft).await?;
-                Err(ReconcileError::Spec(format!(
-                    "LXD refused the limits: {message}"
-                )))
-            }
-            Err(e) => Err(e.into()),
-        }
+    /// Starts the container (step Started), as berth's own change.
+    async fn start(&self) -> Result<(), ReconcileError> {
+        let timeout = self.ctx.settings.timeouts.start;
+        let start = self.ctx.runtime.start_instance(self.name(), timeout);
+        self.own_change(own_changes::STARTED, start)
+            .await
+            .map_err(|source| ReconcileError::StepCall {
+                step: Step::Started,
+                source,
+            })
     }
 
-    /// Sizes the project asks for (`resources.disk`, the root disk's `size`; `workspaceSize`,
-    /// the workspace volume's) applied to an existing container and volume when they changed:
-    /// live where the pool enforces sizes (`Resized`), recorded with `ResizeUnsupported` where
-    /// it does not, and `ResizePending` with LXD's words when LXD refuses (tried each pass).
-    async fn converge_sizes(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let runtime = &*self.ctx.runtime;
-        let settings = &self.ctx.settings;
-        let pool = &settings.storage_pool;
-        let own = |limit: Option<Limit>| limit.filter(|l| l.origin == Origin::Project);
-        let mut applied: Vec<&str> = Vec::new();
-        let mut refused: Vec<String> = Vec::new();
-        let mut record = BTreeMap::new();
-        if let Some(root) = own(self.envelope.disk_bytes)
-            .and_then(|_| self.envelope.root_device(pool, |o| o == Origin::Project))
-        {
-            let have = instance.devices.get("root").and_then(|d| d.get("size"));
-            if have != root.get("size") {
-                let patch = InstancePatch {
-                    config: BTreeMap::new(),
-                    devices: BTreeMap::from([("root".to_string(), root)]),
-                };
-                match runtime.patch_instance(self.name(), &patch).await {
-                    Ok(()) => applied.push("spec.resources.disk"),
-                    Err(RuntimeError::Rejected { message, .. }) => {
-                        refused.push(format!("spec.resources.disk: {message}"));
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        // The volume is asked for only when the container's record of the size differs (a
-        // changed size, a new container): a pass over an unchanged project costs LXD nothing.
-        if let Some(size) = own(self.envelope.workspace_bytes)
-            .map(|l| l.value.to_string())
-            .filter(|want| instance.config.get(WORKSPACE_SIZE_KEY) != Some(want))
-        {
-            let member = member_name(&instance.location);
-            let volume = DurableLayout::workspace_volume(self.object.uid());
-            // A volume made without a size gets one too; a missing one is the mounts' concern.
-            let have = runtime
-                .get_volume(pool, &volume, member.as_deref())
-                .await?
-                .map(|v| v.config.get("size").cloned());
-            if have
-                .as_ref()
-                .is_some_and(|have| have.as_deref() != Some(size.as_str()))
-            {
-                let config = BTreeMap::from([("size".to_string(), size.clone())]);
-                match runtime
-                    .patch_volume(pool, &volume, &config, member.as_deref())
-                    .await
-                {
-                    Ok(()) => {
-                        applied.push("spec.resources.workspaceSize");
-                        record.insert(WORKSPACE_SIZE_KEY.to_string(), size);
-                    }
-                    Err(RuntimeError::Rejected { message, .. }) => {
-                        refused.push(format!("spec.resources.workspaceSize: {message}"));
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            } else if have.is_some() {
-                record.insert(WORKSPACE_SIZE_KEY.to_string(), size);
-            }
-        }
-        if !record.is_empty() {
-            let patch = InstancePatch {
-                config: record,
-                devices: BTreeMap::new(),
-            };
-            runtime.patch_instance(self.name(), &patch).await?;
-        }
-        if !refused.is_empty() {
-            let message = refused.join("; ");
-            let already = draft
-                .condition(condition_types::RESIZE_PENDING)
-                .is_some_and(|c| c.status == ConditionStatus::True && c.message == message);
-            if !already {
-                self.warn(reasons::RESIZE_REFUSED, &message).await;
-            }
-            draft.set_condition(
-                condition_types::RESIZE_PENDING,
-                ConditionStatus::True,
-                reasons::RESIZE_REFUSED,
-                &message,
-            );
-        } else if draft
-            .condition(condition_types::RESIZE_PENDING)
-            .is_some_and(|c| c.status == ConditionStatus::True)
-        {
-            draft.set_condition(
-                condition_types::RESIZE_PENDING,
-                ConditionStatus::False,
-                reasons::APPLIED,
-                "",
-            );
-        }
-        if applied.is_empty() {
-            return Ok(Next::Continue);
-        }
-        if settings.pool_enforces_quotas {
-            self.warn_normal(
-                "Resized",
-                &format!("applied {} to the running project", applied.join(", ")),
+    async fn name_conflict(&self, mut draft: Draft) -> Result<Action, ReconcileError> {
+        draft.set_not_ready(
+            Phase::Error,
+            reasons::NAME_CONFLICT,
+            &format!(
+                "an LXD instance named {:?} exists without this project's {} label; berth leaves it alone",
+                self.name(),
+                crate::layout::UID_LABEL
+            ),
+        );
+        self.commit(&mut draft).await?;
+        Ok(Action::Requeue(WAIT_FOR_PERSON))
+    }
+
+    async fn warn(&self, reason: &str, message: &str) {
+        self.ctx
+            .store
+            .publish_event(
+                self.object,
+                crate::store::EventType::Warning,
+                reason,
+                message,
             )
             .await;
-        } else {
-            let message = format!(
-                "{}: recorded, but storage pool {pool:?} does not enforce sizes",
-                applied.join(", ")
-            );
-            self.warn(reasons::QUOTA_NOT_ENFORCED, &message).await;
-            draft.set_condition(
-                condition_types::RESIZE_UNSUPPORTED,
-                ConditionStatus::True,
-                reasons::QUOTA_NOT_ENFORCED,
-                &message,
-            );
-        }
-        self.commit_and_go_on(draft).await
-    }
-
-    /// berth's agent socket, when the project asks for the agent API (`schedules`).
-    fn agent_api(&self) -> Option<&std::path::Path> {
-        self.spec
-            .capabilities
-            .contains(&berth_api::Capability::Schedules)
-            .then_some(self.ctx.settings.agent_api_socket.as_deref())
-            .flatten()
-    }
-
-    /// Host forwards (`spec.forwards`) and the agent API's device added, changed or removed
-    /// on the container.
-    async fn converge_forwards(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        let drift =
-            crate::agent::forwards::drift(&self.spec.forwards, self.agent_api(), &instance.devices);
-        if drift.is_empty() {
-            return Ok(Next::Continue);
-        }
-        let runtime = &*self.ctx.runtime;
-        if !drift.upsert.is_empty() {
-            let patch = InstancePatch {
-                config: BTreeMap::new(),
-                devices: drift.upsert.clone(),
-            };
-            runtime.patch_instance(self.name(), &patch).await?;
-        }
-        if !drift.remove.is_empty() {
-            let remove = drift.remove.clone();
-            runtime
-                .update_instance(self.name(), &move |edit| {
-                    for name in &remove {
-                        edit.devices.remove(name);
-                    }
-                })
-                .await?;
-        }
-        self.commit_and_go_on(draft).await
-    }
-
-    /// A container on a cluster member carries `cluster.evacuate=stop`: evacuating the member
-    /// stops it there rather than moving it away from its volumes (containers created before
-    /// berth set the key get it here).
-    async fn stay_on_evacuation(&self, draft: &mut Draft, instance: &Instance) -> Concern {
-        if member_name(&instance.location).is_none()
-            || instance.config.get(EVACUATE_KEY).map(String::as_str) == Some("stop")
-        {
-            return Ok(Next::Continue);
-        }
-        let patch = InstancePatch {
-            config: [(EVACUATE_KEY.to_string(), "stop".to_string())].into(),
-            devices: BTreeMap::new(),
-        };
-        self.ctx.runtime.patch_instance(self.name(), &patch).await?;
-        self.commit_and_go_on(draft).await
     }
 
     async fn warn_normal(&self, reason: &str, message: &str) {
@@ -2007,12 +577,72 @@ impl Project<'_> {
     }
 }
 
-/// What [`Project::place`] decided.
-enum Placed {
-    /// Create on this member (`None`: a single LXD server).
-    On(Option<String>),
-    /// No member can take it now: end the reconcile with this action.
-    Wait(Action),
+/// Puts a failed step's cause where a person looks: the Ready condition (reason
+/// `StepFailed`, the step and the cause in its message, until a later step replaces it) and a
+/// Warning event, which a repeat of the same message counts instead of adding. Secret values
+/// and URL credentials are redacted first. A project being deleted reports through its
+/// finalizer instead.
+async fn record_step_failure(ctx: &Context, name: &str, error: &ReconcileError) {
+    let Some(object) = ctx.store.get(Kind::Project, name) else {
+        return;
+    };
+    if object.is_deleting() {
+        return;
+    }
+    let mut draft = Draft::from_object(&object);
+    let step = match error {
+        ReconcileError::StepCall { step, .. } => *step,
+        _ => draft.step().next().unwrap_or(draft.step()),
+    };
+    let cause = ctx.later_steps.redact(object.uid(), &error.to_string());
+    let message = format!("step {} failed: {cause}", step.as_str());
+    let phase = draft.status.phase;
+    draft.set_not_ready(phase, reasons::STEP_FAILED, &message);
+    if let Err(e) = commit(ctx, &object, &mut draft).await {
+        tracing::warn!(error = %e, "could not record the failed step in status");
+    }
+    store_call(ctx, move |store| {
+        store.record_or_warn(
+            &object,
+            crate::store::EventType::Warning,
+            reasons::STEP_FAILED,
+            &message,
+        )
+    })
+    .await;
+}
+
+/// What one step of a reconcile hands the next step of the same reconcile.
+#[derive(Default)]
+struct Carried {
+    /// The container as a step just read it (nothing acted on it since): the next step starts
+    /// from it instead of reading it again.
+    instance: std::sync::Mutex<Option<Instance>>,
+    /// Image aliases resolved in this reconcile, alias → fingerprint.
+    images: std::sync::Mutex<BTreeMap<String, Option<String>>>,
+}
+
+impl Carried {
+    fn take_instance(&self) -> Option<Instance> {
+        self.instance
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    fn keep_instance(&self, instance: &Instance) {
+        *self.instance.lock().unwrap_or_else(|e| e.into_inner()) = Some(instance.clone());
+    }
+
+    fn image(&self, alias: &str) -> Option<Option<String>> {
+        let images = self.images.lock().unwrap_or_else(|e| e.into_inner());
+        images.get(alias).cloned()
+    }
+
+    fn remember_image(&self, alias: &str, fingerprint: Option<String>) {
+        let mut images = self.images.lock().unwrap_or_else(|e| e.into_inner());
+        images.insert(alias.to_string(), fingerprint);
+    }
 }
 
 /// Whether a command runs in the container `name` yet: `true` once it booted. A container
@@ -2027,165 +657,5 @@ pub(super) async fn answers(
         Ok(out) => Ok(out.success()),
         Err(e) if e.is_transient() || matches!(e, RuntimeError::Rejected { .. }) => Ok(false),
         Err(e) => Err(e),
-    }
-}
-
-/// A cluster member's name from an instance's or volume's `location` ("none" or empty on a
-/// single server).
-fn member_name(location: &str) -> Option<String> {
-    Some(location.to_string()).filter(|l| !l.is_empty() && l != "none")
-}
-
-/// The member a stored project is placed on: `status.location`, else (placed before it was
-/// recorded) where its container was last seen.
-fn recorded_location(project: &StoredObject) -> Option<String> {
-    let status = &project.status;
-    let location = status.get_str("location");
-    let container = status.pointer("/container/location");
-    placement::placed_member(
-        location.as_deref(),
-        container.as_ref().and_then(|l| l.as_str()),
-    )
-    .map(str::to_string)
-}
-
-fn short(fingerprint: &str) -> &str {
-    &fingerprint[..fingerprint.len().min(12)]
-}
-
-/// Whether `instance` runs but was listed without its state, so without its pid.
-fn pid_unlisted(instance: &Instance) -> bool {
-    instance.state.is_none() && instance.is_running()
-}
-
-/// Whether `instance` runs, listed without its state, and `recorded` does not hold the pid of
-/// this boot.
-fn pid_unknown(recorded: Option<&ContainerStatus>, instance: &Instance) -> bool {
-    pid_unlisted(instance)
-        && !(same_boot(recorded, instance) && recorded.is_some_and(|c| c.pid.is_some()))
-}
-
-/// Whether `instance` is in the boot `recorded` observed: LXD moves an instance's last-used
-/// time on every start, a reboot's too. Its pid is then the recorded one.
-fn same_boot(recorded: Option<&ContainerStatus>, instance: &Instance) -> bool {
-    recorded.is_some_and(|c| c.last_used_at == instance.last_used_at)
-}
-
-/// The container identity `status.container` shows.
-fn container_status(instance: &Instance) -> ContainerStatus {
-    ContainerStatus {
-        name: instance.name.clone(),
-        location: member_name(&instance.location),
-        image_fingerprint: instance.base_image().map(str::to_string),
-        pid: instance
-            .state
-            .as_ref()
-            .map(|s| s.pid)
-            .filter(|p| *p > 0 && instance.is_running()),
-        created_at: instance.created_at,
-        last_used_at: instance.last_used_at,
-    }
-}
-
-/// The uids of projects whose status says their container exists: what a list must show.
-fn expected_containers(store: &Store) -> HashSet<String> {
-    store
-        .list(Kind::Project)
-        .iter()
-        .filter(|p| !p.is_deleting())
-        .filter(|p| {
-            p.status
-                .get_str("step")
-                .as_deref()
-                .and_then(Step::parse)
-                .is_some_and(|s| s >= Step::Created)
-        })
-        .map(|p| p.uid().to_string())
-        .collect()
-}
-
-/// The project's envelope, from the limits its stored spec holds. Admission fills the fields a
-/// manifest leaves out from the fleet defaults and lists the ones a manifest set itself in the
-/// `berth.dev/overrides` annotation: those are the project's own and must apply; the others
-/// came from the fleet and are best effort.
-pub fn envelope_of(spec: &Resources, overrides: Option<&str>) -> Envelope {
-    let own: HashSet<&str> = overrides
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .collect();
-    let limit = |field: &str, value: Option<u64>| {
-        value.map(|value| Limit {
-            value,
-            origin: if own.contains(field) {
-                Origin::Project
-            } else {
-                Origin::FleetDefault
-            },
-        })
-    };
-    Envelope {
-        cpu_millis: limit("resources.cpu", spec.cpu.as_ref().map(|c| c.millis())),
-        memory_bytes: limit(
-            "resources.memory",
-            spec.memory.as_ref().map(|q| q.as_bytes()),
-        ),
-        disk_bytes: limit("resources.disk", spec.disk.as_ref().map(|q| q.as_bytes())),
-        workspace_bytes: limit(
-            "resources.workspaceSize",
-            spec.workspace_size.as_ref().map(|q| q.as_bytes()),
-        ),
-        processes: limit("resources.processes", spec.processes.map(u64::from)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn envelope_tells_project_limits_from_fleet_defaults() {
-        let spec = Resources {
-            cpu: Some("2".parse().unwrap()),
-            memory: Some("1GiB".parse().unwrap()),
-            workspace_size: Some("10GiB".parse().unwrap()),
-            ..Resources::default()
-        };
-        let envelope = envelope_of(
-            &spec,
-            Some("image,resources.memory,resources.workspaceSize"),
-        );
-        assert_eq!(
-            envelope.cpu_millis,
-            Some(Limit {
-                value: 2000,
-                origin: Origin::FleetDefault
-            })
-        );
-        assert_eq!(
-            envelope.memory_bytes,
-            Some(Limit {
-                value: 1 << 30,
-                origin: Origin::Project
-            })
-        );
-        assert_eq!(envelope.disk_bytes, None);
-        assert_eq!(
-            envelope.workspace_bytes.map(|l| l.origin),
-            Some(Origin::Project)
-        );
-        // Without overrides every limit came from the fleet, whatever today's defaults are.
-        let defaulted = envelope_of(&spec, None);
-        assert_eq!(
-            defaulted.memory_bytes,
-            Some(Limit {
-                value: 1 << 30,
-                origin: Origin::FleetDefault
-            })
-        );
-        assert_eq!(
-            envelope_of(&Resources::default(), None),
-            Envelope::default()
-        );
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use berth_api::{Kind, Phase, reasons};
 
 use crate::layout::{DurableLayout, FINALIZER, uid_label};
-use crate::reconcile::project::{commit, store_call};
+use crate::reconcile::commit::{commit, store_call};
 use crate::reconcile::status::Draft;
 use crate::reconcile::{Action, Context, ReconcileError};
 use crate::store::StoredObject;

@@ -26,7 +26,8 @@ use super::{
     probes, secrets, tools, trash, ui, users,
 };
 use crate::store::{
-    Action, AppliedSet, Commit, Deletion, Expected, FieldManager, StatusWrite, StoredObject,
+    Action, AppliedSet, ApplyParams, Commit, Deletion, Expected, FieldManager, PostParams,
+    SetParams, StatusWrite, StoredObject,
 };
 
 /// How many events `GET .../events` returns without `?limit=`.
@@ -665,7 +666,7 @@ async fn write_object(
     let written = match name {
         None => {
             let creator = caller.identity.clone();
-            blocking(move || store.create_by(Some(&creator), desired, commit))
+            blocking(move || store.create(desired, PostParams::by(&creator, commit)))
                 .await?
                 .map(|created| (StatusCode::CREATED, created))
         }
@@ -746,7 +747,7 @@ async fn patch(
                 let desired = admitted.desired.clone();
                 let writer = Arc::clone(&store);
                 let written = blocking(move || {
-                    writer.apply_checked_by(Some(&creator), desired, expected, commit)
+                    writer.apply((desired, expected), ApplyParams::by(&creator, commit))
                 })
                 .await?;
                 match written {
@@ -1192,11 +1193,12 @@ async fn apply_list(
         let written = match applyset.clone() {
             Some(set) => {
                 blocking(move || {
-                    store.apply_set_checked_by(Some(&creator), &set, checked, prune, commit)
+                    let params = SetParams::from(ApplyParams::by(&creator, commit));
+                    store.apply_set(&set, checked, params.pruning(prune))
                 })
                 .await?
             }
-            None => blocking(move || store.apply_batch_checked_by(Some(&creator), checked, commit))
+            None => blocking(move || store.apply_batch(checked, ApplyParams::by(&creator, commit)))
                 .await?
                 .map(|applied| AppliedSet {
                     applied,

@@ -26,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 use crate::admission::{Admission, Admitter};
 use crate::secrets::Secrets;
 use crate::store::{
-    Action, AppliedSet, ChangeType, Desired, EventType, FieldManager, SetConflict, StatusWrite,
-    StatusWritten, Store, StoredObject,
+    Action, AppliedSet, ChangeType, Commit, Desired, EventType, FieldManager, SetConflict,
+    SetParams, StatusWrite, StatusWritten, Store, StoredObject, Takeover,
 };
 
 use git::{Checkout, Credentials};
@@ -425,7 +425,12 @@ impl GitOps {
             // no member, so only admins see them until members are added. An object another
             // applyset owns is left to it: taking it over would have its owner's next prune
             // and this set's fight over it.
-            store.apply_set_refusing_takeover(&set_name, batch, prune)
+            let params = SetParams {
+                apply: Commit::Persist.into(),
+                prune,
+                takeover: Takeover::Refuse,
+            };
+            store.apply_set(&set_name, batch, params)
         })
         .await
         .map_err(|err| Failure::apply(&revision, format!("applying: {err}")))?;

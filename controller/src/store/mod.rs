@@ -43,6 +43,137 @@ pub enum Commit {
     DryRun,
 }
 
+/// A create's parameters (kube's `PostParams`): kept or a dry run, on whose behalf, and
+/// whether it brings a project back from the trash. A bare [`Commit`] is a create on nobody's
+/// behalf.
+#[derive(Debug, Clone)]
+pub struct PostParams<'a> {
+    pub commit: Commit,
+    /// A Project this write creates has this user as its first member.
+    pub creator: Option<&'a str>,
+    /// Creates the object as the trash recorded it; fails when the name or the uid is taken.
+    pub restore: Option<Restored>,
+}
+
+/// A Project as the trash recorded it: created again under `uid` (its own, or a new one when
+/// it comes back under another name), with `status` as its first status.
+#[derive(Debug, Clone)]
+pub struct Restored {
+    pub uid: String,
+    pub status: Value,
+}
+
+impl<'a> PostParams<'a> {
+    /// A create on behalf of `creator`.
+    pub fn by(creator: &'a str, commit: Commit) -> Self {
+        PostParams {
+            creator: Some(creator),
+            ..commit.into()
+        }
+    }
+}
+
+impl From<Commit> for PostParams<'_> {
+    fn from(commit: Commit) -> Self {
+        PostParams {
+            commit,
+            creator: None,
+            restore: None,
+        }
+    }
+}
+
+/// An apply's parameters (kube's `PatchParams`): kept or a dry run, and on whose behalf. A bare
+/// [`Commit`] is an apply on nobody's behalf.
+#[derive(Debug, Clone, Copy)]
+pub struct ApplyParams<'a> {
+    pub commit: Commit,
+    /// Projects the write creates have this user as their first member, and what an applyset
+    /// prunes records them as `berth.dev/deletedBy`.
+    pub creator: Option<&'a str>,
+}
+
+impl<'a> ApplyParams<'a> {
+    /// An apply on behalf of `creator`.
+    pub fn by(creator: &'a str, commit: Commit) -> Self {
+        ApplyParams {
+            commit,
+            creator: Some(creator),
+        }
+    }
+}
+
+impl From<Commit> for ApplyParams<'_> {
+    fn from(commit: Commit) -> Self {
+        ApplyParams {
+            commit,
+            creator: None,
+        }
+    }
+}
+
+/// An applyset's parameters: the apply's, whether the set prunes, and what it does with an
+/// object another set owns. A bare [`Commit`] adopts and keeps the previous inventory.
+#[derive(Debug, Clone, Copy)]
+pub struct SetParams<'a> {
+    pub apply: ApplyParams<'a>,
+    /// Deletes what the previous inventory held and this batch does not.
+    pub prune: bool,
+    pub takeover: Takeover,
+}
+
+impl From<Commit> for SetParams<'_> {
+    fn from(commit: Commit) -> Self {
+        SetParams {
+            apply: commit.into(),
+            prune: false,
+            takeover: Takeover::Adopt,
+        }
+    }
+}
+
+impl<'a> From<ApplyParams<'a>> for SetParams<'a> {
+    fn from(apply: ApplyParams<'a>) -> Self {
+        SetParams {
+            apply,
+            prune: false,
+            takeover: Takeover::Adopt,
+        }
+    }
+}
+
+impl SetParams<'_> {
+    pub fn pruning(self, prune: bool) -> Self {
+        SetParams { prune, ..self }
+    }
+}
+
+/// One object of an apply, with what it must still be when written, if anything (the
+/// caller's access was checked against it).
+#[derive(Debug, Clone)]
+pub struct ApplyItem {
+    pub desired: Desired,
+    pub expected: Option<Expected>,
+}
+
+impl From<Desired> for ApplyItem {
+    fn from(desired: Desired) -> Self {
+        ApplyItem {
+            desired,
+            expected: None,
+        }
+    }
+}
+
+impl From<(Desired, Expected)> for ApplyItem {
+    fn from((desired, expected): (Desired, Expected)) -> Self {
+        ApplyItem {
+            desired,
+            expected: Some(expected),
+        }
+    }
+}
+
 /// Room for a burst of writes (a 10,000-object apply) before a slow subscriber lags; a lagging
 /// subscriber is told so and resyncs from a list.
 const CHANGE_FEED_CAPACITY: usize = 16_384;
@@ -370,43 +501,23 @@ impl Store {
             .and_then(|holders| holders.first().cloned())
     }
 
-    pub fn create(
+    /// Creates the object; 409 when the name is taken. See [`PostParams`] for on whose behalf
+    /// and for a project brought back from the trash.
+    pub fn create<'a>(
         &self,
         desired: Desired,
-        commit: Commit,
+        params: impl Into<PostParams<'a>>,
     ) -> Result<Arc<StoredObject>, StoreError> {
-        self.create_by(None, desired, commit)
-    }
-
-    /// [`Store::create`]; a Project it creates has `creator` as its first member.
-    pub fn create_by(
-        &self,
-        creator: Option<&str>,
-        desired: Desired,
-        commit: Commit,
-    ) -> Result<Arc<StoredObject>, StoreError> {
-        self.write_as(creator, commit, |inner, pending| {
-            let (object, _) = inner.upsert(pending, desired, Mode::Create)?;
-            inner.check_display_name(&object)?;
-            Ok(object)
-        })
-    }
-
-    /// Creates a Project again as the trash recorded it: under `uid` (its own, or a new one
-    /// when it comes back under another name), with `status` as its first status, and
-    /// `creator` as its first member. Fails when the name or the uid is taken.
-    pub fn create_restored(
-        &self,
-        creator: &str,
-        desired: Desired,
-        uid: &str,
-        status: Value,
-    ) -> Result<Arc<StoredObject>, StoreError> {
-        let mode = Mode::Restore {
-            uid: uid.to_string(),
-            status,
+        let PostParams {
+            commit,
+            creator,
+            restore,
+        } = params.into();
+        let mode = match restore {
+            Some(Restored { uid, status }) => Mode::Restore { uid, status },
+            None => Mode::Create,
         };
-        self.write_as(Some(creator), Commit::Persist, |inner, pending| {
+        self.write_as(creator, commit, |inner, pending| {
             let (object, _) = inner.upsert(pending, desired, mode)?;
             inner.check_display_name(&object)?;
             Ok(object)
@@ -428,43 +539,16 @@ impl Store {
     }
 
     /// Creates the object or replaces its user fields: what `berth apply` does for one object.
-    pub fn apply(
+    /// An item carrying an [`Expected`] is written only while the object is still as expected:
+    /// a write allowed against what the caller saw never lands on something else
+    /// (`StoreError::Moved`).
+    pub fn apply<'a>(
         &self,
-        desired: Desired,
-        commit: Commit,
+        item: impl Into<ApplyItem>,
+        params: impl Into<ApplyParams<'a>>,
     ) -> Result<(Arc<StoredObject>, Action), StoreError> {
-        self.apply_by(None, desired, commit)
-    }
-
-    /// [`Store::apply`]; a Project it creates has `creator` as its first member.
-    pub fn apply_by(
-        &self,
-        creator: Option<&str>,
-        desired: Desired,
-        commit: Commit,
-    ) -> Result<(Arc<StoredObject>, Action), StoreError> {
-        self.apply_expecting(creator, desired, None, commit)
-    }
-
-    /// [`Store::apply_by`], written only while the object is still as `expected`: a write
-    /// allowed against what the caller saw never lands on something else (`StoreError::Moved`).
-    pub fn apply_checked_by(
-        &self,
-        creator: Option<&str>,
-        desired: Desired,
-        expected: Expected,
-        commit: Commit,
-    ) -> Result<(Arc<StoredObject>, Action), StoreError> {
-        self.apply_expecting(creator, desired, Some(expected), commit)
-    }
-
-    fn apply_expecting(
-        &self,
-        creator: Option<&str>,
-        desired: Desired,
-        expected: Option<Expected>,
-        commit: Commit,
-    ) -> Result<(Arc<StoredObject>, Action), StoreError> {
+        let ApplyItem { desired, expected } = item.into();
+        let ApplyParams { commit, creator } = params.into();
         self.write_as(creator, commit, |inner, pending| {
             let written = inner.upsert(pending, desired, Mode::Apply(expected))?;
             inner.check_display_name(&written.0)?;
@@ -474,46 +558,17 @@ impl Store {
 
     /// Applies every object in one transaction: all of them are written, or none. Display names
     /// must be unique once the whole batch is written, so a batch may swap two.
-    pub fn apply_batch(
+    pub fn apply_batch<'a, I: Into<ApplyItem>>(
         &self,
-        batch: Vec<Desired>,
-        commit: Commit,
+        batch: Vec<I>,
+        params: impl Into<ApplyParams<'a>>,
     ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
-        self.apply_batch_by(None, batch, commit)
-    }
-
-    /// [`Store::apply_batch`]; Projects it creates have `creator` as their first member.
-    pub fn apply_batch_by(
-        &self,
-        creator: Option<&str>,
-        batch: Vec<Desired>,
-        commit: Commit,
-    ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
-        let batch = batch.into_iter().map(|desired| (desired, None)).collect();
-        self.apply_batch_expecting(creator, batch, commit)
-    }
-
-    /// [`Store::apply_batch_by`], each object written only while it is still as expected.
-    pub fn apply_batch_checked_by(
-        &self,
-        creator: Option<&str>,
-        batch: Vec<(Desired, Expected)>,
-        commit: Commit,
-    ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
-        let batch = batch.into_iter().map(|(d, e)| (d, Some(e))).collect();
-        self.apply_batch_expecting(creator, batch, commit)
-    }
-
-    fn apply_batch_expecting(
-        &self,
-        creator: Option<&str>,
-        batch: Vec<(Desired, Option<Expected>)>,
-        commit: Commit,
-    ) -> Result<Vec<(Arc<StoredObject>, Action)>, BatchFailure> {
+        let ApplyParams { commit, creator } = params.into();
         let mut failed_at = None;
         self.write_as(creator, commit, |inner, pending| {
             let mut results = Vec::with_capacity(batch.len());
-            for (index, (desired, expected)) in batch.into_iter().enumerate() {
+            for (index, item) in batch.into_iter().enumerate() {
+                let ApplyItem { desired, expected } = item.into();
                 failed_at = Some(index);
                 results.push(inner.upsert(pending, desired, Mode::Apply(expected))?);
             }
@@ -529,8 +584,9 @@ impl Store {
         })
     }
 
-    /// Writes status, and only status. Unchanged status writes nothing.
-    pub fn update_status(
+    /// Writes status, and only status. Unchanged status writes nothing. Only
+    /// [`Store::write_status`] calls it: status has one writer.
+    fn update_status(
         &self,
         kind: Kind,
         name: &str,
@@ -554,7 +610,8 @@ impl Store {
     /// Writes many statuses in one transaction, as a resync pass produces them. Each update
     /// stands alone: a missing object or a stale resourceVersion fails that update only, and an
     /// unchanged status writes nothing.
-    pub fn update_statuses(
+    #[cfg(test)]
+    fn update_statuses(
         &self,
         updates: Vec<StatusUpdate>,
     ) -> Result<Vec<Result<Arc<StoredObject>, StoreError>>, StoreError> {
@@ -709,68 +766,24 @@ impl Store {
     }
 
     /// Applies `batch` as applyset `set`, in one transaction: records the new inventory and, with
-    /// `prune`, deletes what the previous inventory held and the new one does not (without
-    /// `prune`, the previous inventory is kept alongside). Only objects
+    /// [`SetParams::prune`], deletes what the previous inventory held and the new one does not
+    /// (without it, the previous inventory is kept alongside). Only objects
     /// in that inventory are ever pruned, never by a selector; objects annotated
-    /// `berth.dev/prune: disabled`, or since applied by another set, are left alone.
-    pub fn apply_set(
-        &self,
-        set: &str,
-        batch: Vec<Desired>,
-        prune: bool,
-        commit: Commit,
-    ) -> Result<AppliedSet, BatchFailure> {
-        self.apply_set_by(None, set, batch, prune, commit)
-    }
-
-    /// [`Store::apply_set`]; Projects it creates have `creator` as their first member.
-    pub fn apply_set_by(
-        &self,
-        creator: Option<&str>,
-        set: &str,
-        batch: Vec<Desired>,
-        prune: bool,
-        commit: Commit,
-    ) -> Result<AppliedSet, BatchFailure> {
-        let batch = batch.into_iter().map(|desired| (desired, None)).collect();
-        self.apply_set_expecting(creator, set, batch, prune, commit, Takeover::Adopt)
-    }
-
-    /// [`Store::apply_set_by`], leaving every object another applyset owns to that set: it is
+    /// `berth.dev/prune: disabled`, or since applied by another set, are left alone. With
+    /// [`Takeover::Refuse`], every object another applyset owns is left to that set: it is
     /// neither written nor taken into this set's inventory, and is listed in
-    /// [`AppliedSet::conflicts`]. Decided in the same transaction as the writes.
-    pub fn apply_set_refusing_takeover(
+    /// [`AppliedSet::conflicts`], decided in the same transaction as the writes.
+    pub fn apply_set<'a, I: Into<ApplyItem>>(
         &self,
         set: &str,
-        batch: Vec<Desired>,
-        prune: bool,
+        batch: Vec<I>,
+        params: impl Into<SetParams<'a>>,
     ) -> Result<AppliedSet, BatchFailure> {
-        let batch = batch.into_iter().map(|desired| (desired, None)).collect();
-        self.apply_set_expecting(None, set, batch, prune, Commit::Persist, Takeover::Refuse)
-    }
-
-    /// [`Store::apply_set_by`], each object written only while it is still as expected.
-    pub fn apply_set_checked_by(
-        &self,
-        creator: Option<&str>,
-        set: &str,
-        batch: Vec<(Desired, Expected)>,
-        prune: bool,
-        commit: Commit,
-    ) -> Result<AppliedSet, BatchFailure> {
-        let batch = batch.into_iter().map(|(d, e)| (d, Some(e))).collect();
-        self.apply_set_expecting(creator, set, batch, prune, commit, Takeover::Adopt)
-    }
-
-    fn apply_set_expecting(
-        &self,
-        creator: Option<&str>,
-        set: &str,
-        batch: Vec<(Desired, Option<Expected>)>,
-        prune: bool,
-        commit: Commit,
-        takeover: Takeover,
-    ) -> Result<AppliedSet, BatchFailure> {
+        let SetParams {
+            apply: ApplyParams { commit, creator },
+            prune,
+            takeover,
+        } = params.into();
         let mut failed_at = None;
         self.write_as(creator, commit, |inner, pending| {
             let mut inventory: Vec<String> = Vec::with_capacity(batch.len());
@@ -778,7 +791,8 @@ impl Store {
             // The batch index of each applied object, for naming the item a check refuses.
             let mut applied_index = Vec::with_capacity(batch.len());
             let mut conflicts = Vec::new();
-            for (index, (desired, expected)) in batch.into_iter().enumerate() {
+            for (index, item) in batch.into_iter().enumerate() {
+                let ApplyItem { desired, expected } = item.into();
                 failed_at = Some(index);
                 if takeover == Takeover::Refuse
                     && let Some(owner) = inner
@@ -862,7 +876,9 @@ impl Store {
         })
     }
 
-    pub fn record_event(
+    /// Writes an event. Only the recorder ([`Store::record_or_warn`], [`Store::publish_event`])
+    /// calls it.
+    fn record_event(
         &self,
         object: &StoredObject,
         type_: EventType,

@@ -331,7 +331,8 @@ impl GitOps {
                         EventType::Warning,
                         reasons::APPLYSET_CONFLICT,
                         &message,
-                    );
+                    )
+                    .await;
                 }
                 if let Some(summary) = summarize(&applied) {
                     self.event(
@@ -339,7 +340,8 @@ impl GitOps {
                         EventType::Normal,
                         reasons::APPLIED,
                         &format!("revision {revision}: {summary}"),
-                    );
+                    )
+                    .await;
                 }
             }
             Err(failure) => {
@@ -360,7 +362,8 @@ impl GitOps {
                     EventType::Warning,
                     failure.reason,
                     &failure.message,
-                );
+                )
+                .await;
             }
         }
         status.last_handled_reconcile_at = requested_at(&object);
@@ -547,7 +550,7 @@ impl GitOps {
         // another object, whose status stays as it is.
         let mut replaced = false;
         let written = self.store.write_status(
-            StatusWrite::new(Kind::GitSource, object.name(), FieldManager::Server),
+            StatusWrite::new(Kind::GitSource, object.name(), FieldManager::GitOps),
             |latest| {
                 replaced = latest.uid() != object.uid();
                 if replaced {
@@ -567,8 +570,10 @@ impl GitOps {
         }
     }
 
-    fn event(&self, object: &StoredObject, type_: EventType, reason: &str, message: &str) {
-        self.store.record_or_warn(object, type_, reason, message);
+    async fn event(&self, object: &StoredObject, type_: EventType, reason: &str, message: &str) {
+        self.store
+            .publish_event(object, type_, reason, message)
+            .await;
     }
 }
 

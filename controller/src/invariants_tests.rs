@@ -287,3 +287,72 @@ fn events_are_recorded_only_through_the_recorder() {
         "events recorded around the recorder in {bypasses:?}"
     );
 }
+
+/// The store's writes of objects, their status and their events, one entry point per verb
+/// (with its parameters in a struct: `PostParams`, `ApplyParams`, `SetParams`, `StatusWrite`);
+/// the raw status and event writes stay private to the store.
+const STORE_WRITES: &[&str] = &[
+    "apply",
+    "apply_batch",
+    "apply_set",
+    "create",
+    "delete",
+    "publish_event",
+    "record_or_warn",
+    "replace",
+    "request_forced_checkout",
+    "request_forced_replace",
+    "request_look",
+    "set_finalizers",
+    "write_status",
+    "write_status_typed",
+];
+
+/// No write entry point comes back public beside the verbs: a `pub fn` of the store named like
+/// a write of an object (create, replace, apply, update, record, write, set, delete, request,
+/// publish, alone or followed by `_`) is one of [`STORE_WRITES`]. `store/access.rs` holds users,
+/// membership and secrets, not objects.
+#[test]
+fn the_store_writes_objects_only_through_its_verbs() {
+    const WRITE_VERBS: [&str; 10] = [
+        "create", "replace", "apply", "update", "record", "write", "set", "delete", "request",
+        "publish",
+    ];
+    let mut public = BTreeSet::new();
+    for (file, text) in production() {
+        if !file.starts_with("store/") || file == "store/access.rs" {
+            continue;
+        }
+        for line in text.lines() {
+            let line = line.trim_start();
+            let Some(rest) = line
+                .strip_prefix("pub fn ")
+                .or_else(|| line.strip_prefix("pub async fn "))
+            else {
+                continue;
+            };
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let write = WRITE_VERBS.iter().any(|verb| {
+                name.strip_prefix(verb)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('_'))
+            });
+            if write {
+                public.insert(name);
+            }
+        }
+    }
+    let expected: BTreeSet<String> = STORE_WRITES.iter().map(|s| s.to_string()).collect();
+    let extra: Vec<&String> = public.difference(&expected).collect();
+    let missing: Vec<&String> = expected.difference(&public).collect();
+    assert!(
+        extra.is_empty(),
+        "public store writes beside the verbs (make them private, or a parameter): {extra:?}"
+    );
+    assert!(
+        missing.is_empty(),
+        "store verbs this test no longer finds (update STORE_WRITES): {missing:?}"
+    );
+}

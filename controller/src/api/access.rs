@@ -332,7 +332,6 @@ mod tests {
                 .apply_set(
                     &berth_api::GitSource::applyset_name(name),
                     batch,
-                    false,
                     Commit::Persist,
                 )
                 .unwrap();

@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod agent_api;
+mod apply;
 mod attach;
 pub mod authority;
 mod body;
@@ -13,6 +14,8 @@ mod members;
 mod merge_patch;
 mod preview;
 mod probes;
+mod reads;
+mod responses;
 mod routes;
 mod secrets;
 pub mod selector;
@@ -22,6 +25,7 @@ mod trash;
 mod ui;
 mod users;
 mod watch;
+mod writes;
 
 use std::convert::Infallible;
 use std::path::PathBuf;

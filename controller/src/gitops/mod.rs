@@ -26,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 use crate::admission::{Admission, Admitter};
 use crate::secrets::Secrets;
 use crate::store::{
-    Action, AppliedSet, ChangeType, Desired, EventType, FieldManager, SetConflict, StatusWrite,
-    StatusWritten, Store, StoredObject,
+    Action, AppliedSet, ChangeType, Commit, Desired, EventType, FieldManager, SetConflict,
+    SetParams, StatusWrite, StatusWritten, Store, StoredObject, Takeover,
 };
 
 use git::{Checkout, Credentials};
@@ -331,7 +331,8 @@ impl GitOps {
                         EventType::Warning,
                         reasons::APPLYSET_CONFLICT,
                         &message,
-                    );
+                    )
+                    .await;
                 }
                 if let Some(summary) = summarize(&applied) {
                     self.event(
@@ -339,7 +340,8 @@ impl GitOps {
                         EventType::Normal,
                         reasons::APPLIED,
                         &format!("revision {revision}: {summary}"),
-                    );
+                    )
+                    .await;
                 }
             }
             Err(failure) => {
@@ -360,7 +362,8 @@ impl GitOps {
                     EventType::Warning,
                     failure.reason,
                     &failure.message,
-                );
+                )
+                .await;
             }
         }
         status.last_handled_reconcile_at = requested_at(&object);
@@ -425,7 +428,12 @@ impl GitOps {
             // no member, so only admins see them until members are added. An object another
             // applyset owns is left to it: taking it over would have its owner's next prune
             // and this set's fight over it.
-            store.apply_set_refusing_takeover(&set_name, batch, prune)
+            let params = SetParams {
+                apply: Commit::Persist.into(),
+                prune,
+                takeover: Takeover::Refuse,
+            };
+            store.apply_set(&set_name, batch, params)
         })
         .await
         .map_err(|err| Failure::apply(&revision, format!("applying: {err}")))?;
@@ -542,7 +550,7 @@ impl GitOps {
         // another object, whose status stays as it is.
         let mut replaced = false;
         let written = self.store.write_status(
-            StatusWrite::new(Kind::GitSource, object.name(), FieldManager::Server),
+            StatusWrite::new(Kind::GitSource, object.name(), FieldManager::GitOps),
             |latest| {
                 replaced = latest.uid() != object.uid();
                 if replaced {
@@ -562,8 +570,10 @@ impl GitOps {
         }
     }
 
-    fn event(&self, object: &StoredObject, type_: EventType, reason: &str, message: &str) {
-        self.store.record_or_warn(object, type_, reason, message);
+    async fn event(&self, object: &StoredObject, type_: EventType, reason: &str, message: &str) {
+        self.store
+            .publish_event(object, type_, reason, message)
+            .await;
     }
 }
 

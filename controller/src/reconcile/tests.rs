@@ -246,13 +246,7 @@ async fn status_another_writer_records_during_a_reconcile_survives_its_commits()
             status["activity"] = json!({"lastActiveAt": "2026-01-01T00:00:00Z", "source": "exec"});
             status["title"] = json!("Fix the flaky test");
             store
-                .update_status(
-                    Kind::Project,
-                    name,
-                    Some(object.resource_version()),
-                    status,
-                    Commit::Persist,
-                )
+                .put_status(Kind::Project, name, Some(object.resource_version()), status)
                 .unwrap();
         }
         None
@@ -1273,7 +1267,7 @@ async fn an_idled_project_stays_stopped_until_woken() {
     let idled_at = chrono::Utc::now() - chrono::Duration::seconds(60);
     status["reap"] = json!({"idledAt": idled_at});
     h.store
-        .update_status(Kind::Project, "p", None, status, Commit::Persist)
+        .put_status(Kind::Project, "p", None, status)
         .unwrap();
     h.converge("p").await;
     assert_eq!(h.status("p").phase, Phase::Stopped);
@@ -1392,7 +1386,7 @@ async fn a_container_created_for_a_project_kept_stopped_is_never_started() {
     let mut status = h.store.get(Kind::Project, "idle").unwrap().status.value();
     status["reap"] = json!({"idledAt": chrono::Utc::now() - chrono::Duration::seconds(60)});
     h.store
-        .update_status(Kind::Project, "idle", None, status, Commit::Persist)
+        .put_status(Kind::Project, "idle", None, status)
         .unwrap();
     h.converge("idle").await;
     h.fake.vanish("idle");

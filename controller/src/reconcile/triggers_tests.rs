@@ -76,23 +76,21 @@ fn held_deletions_and_steps_past_their_deadline_are_counted() {
     assert!(age > 0.0 && age < 600.0, "{age}");
 
     store
-        .update_status(
+        .put_status(
             Kind::Project,
             "step",
             None,
             json!({"phase": "Ready", "conditions": [condition("Ready", "True", "Reachable")]}),
-            Commit::Persist,
         )
         .unwrap();
     for name in ["held-a", "held-b"] {
         store
-            .update_status(
+            .put_status(
                 Kind::Project,
                 name,
                 None,
                 json!({"phase": "Deleting",
                        "conditions": [condition("DeletionBlocked", "False", "Clean")]}),
-                Commit::Persist,
             )
             .unwrap();
     }

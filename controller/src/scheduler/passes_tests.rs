@@ -96,14 +96,13 @@ impl Setup {
             json!({"name": name})
         };
         self.store
-            .update_status(
+            .put_status(
                 Kind::Project,
                 name,
                 None,
                 json!({"phase": if running { "Ready" } else { "Stopped" }, "step": "Reachable",
                        "container": container,
                        "controller": {"image": "berth-base"}}),
-                Commit::Persist,
             )
             .unwrap();
         self.fake.insert_instance(Instance {
@@ -143,7 +142,7 @@ impl Setup {
             }
         }
         self.store
-            .update_status(Kind::Project, name, None, status, Commit::Persist)
+            .put_status(Kind::Project, name, None, status)
             .unwrap();
     }
 
@@ -890,8 +889,7 @@ async fn housekeeping_prunes_the_events_of_objects_gone_past_the_retention() {
     for name in ["gone", "live"] {
         let object = s.store.get(Kind::Project, name).unwrap();
         s.store
-            .record_event(&object, EventType::Warning, "Tested", "an event")
-            .unwrap();
+            .record_or_warn(&object, EventType::Warning, "Tested", "an event");
     }
     s.store
         .delete(

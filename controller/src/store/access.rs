@@ -428,7 +428,7 @@ fn user_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<User> {
 mod tests {
     use super::super::Desired;
     use super::*;
-    use crate::store::Commit;
+    use crate::store::{ApplyParams, Commit, PostParams};
 
     fn project(name: &str, display: &str) -> Desired {
         Desired::project(name, serde_json::json!({"displayName": display}))
@@ -440,24 +440,29 @@ mod tests {
         let path = dir.path().join("berth.db");
         let store = Store::open(&path).unwrap();
         let dry = store
-            .create_by(Some("ana"), project("dry", "Dry"), Commit::DryRun)
+            .create(project("dry", "Dry"), PostParams::by("ana", Commit::DryRun))
             .unwrap();
         assert!(store.members(dry.uid()).is_empty());
         let made = store
-            .create_by(Some("ana"), project("pay", "Pay"), Commit::Persist)
+            .create(
+                project("pay", "Pay"),
+                PostParams::by("ana", Commit::Persist),
+            )
             .unwrap();
         assert_eq!(store.members(made.uid()), ["ana"]);
         // A batch that fails leaves no membership behind.
-        let failed = store.apply_batch_by(
-            Some("bob"),
+        let failed = store.apply_batch(
             vec![project("one", "One"), project("two", "Pay")],
-            Commit::Persist,
+            ApplyParams::by("bob", Commit::Persist),
         );
         assert!(failed.is_err());
         assert!(store.projects_of("bob").is_empty());
         // Applying over an existing project adds nobody.
         store
-            .apply_by(Some("bob"), project("pay", "Pay"), Commit::Persist)
+            .apply(
+                project("pay", "Pay"),
+                ApplyParams::by("bob", Commit::Persist),
+            )
             .unwrap();
         assert_eq!(store.members(made.uid()), ["ana"]);
 
@@ -490,26 +495,26 @@ mod tests {
         assert!(seen.is_none());
         // Ana creates it between Bob's check and Bob's write.
         let anas = store
-            .create_by(Some("ana"), project("pay", "Ana's"), Commit::Persist)
+            .create(
+                project("pay", "Ana's"),
+                PostParams::by("ana", Commit::Persist),
+            )
             .unwrap();
-        let moved = store.apply_checked_by(
-            Some("bob"),
-            project("pay", "Bob's"),
-            Expected::of(seen.as_deref()),
-            Commit::Persist,
+        let moved = store.apply(
+            (project("pay", "Bob's"), Expected::of(seen.as_deref())),
+            ApplyParams::by("bob", Commit::Persist),
         );
         assert!(matches!(moved, Err(StoreError::Moved { .. })), "{moved:?}");
         let now = store.get(Kind::Project, "pay").unwrap();
         assert_eq!(now.spec.get("displayName").unwrap(), "Ana's");
         assert_eq!(store.members(anas.uid()), ["ana"]);
         // The same inside a batch: all or nothing.
-        let failed = store.apply_batch_checked_by(
-            Some("bob"),
+        let failed = store.apply_batch(
             vec![
                 (project("other", "Other"), Expected::Absent),
                 (project("pay", "Bob's"), Expected::Absent),
             ],
-            Commit::Persist,
+            ApplyParams::by("bob", Commit::Persist),
         );
         assert!(matches!(
             failed,
@@ -522,24 +527,23 @@ mod tests {
         // Against the version read, it is written; against a stale one, it is not.
         let read = Expected::of(Some(&now));
         store
-            .apply_checked_by(
-                Some("ana"),
-                project("pay", "Ana's too"),
-                read,
-                Commit::Persist,
+            .apply(
+                (project("pay", "Ana's too"), read),
+                ApplyParams::by("ana", Commit::Persist),
             )
             .unwrap();
         assert!(matches!(
-            store.apply_checked_by(Some("ana"), project("pay", "stale"), read, Commit::Persist),
+            store.apply(
+                (project("pay", "stale"), read),
+                ApplyParams::by("ana", Commit::Persist)
+            ),
             Err(StoreError::Moved { .. })
         ));
         // Absent and still absent: created.
         store
-            .apply_checked_by(
-                Some("bob"),
-                project("free", "Free"),
-                Expected::Absent,
-                Commit::Persist,
+            .apply(
+                (project("free", "Free"), Expected::Absent),
+                ApplyParams::by("bob", Commit::Persist),
             )
             .unwrap();
         assert_eq!(

@@ -10,7 +10,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::StoreError;
+use super::{Store, StoreError, StoredObject};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum EventType {
@@ -199,7 +199,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
     Ok(Event {
         id: row.get(0)?,
         involved_object: EventObject {
-            kind: super::kind_column(row, 1)?,
+            kind: super::database::kind_column(row, 1)?,
             name: row.get(2)?,
             uid: row.get(3)?,
         },
@@ -245,6 +245,50 @@ pub(super) fn prune_gone(conn: &Connection, before: DateTime<Utc>) -> Result<usi
         "DELETE FROM events WHERE gone_at IS NOT NULL AND gone_at < ?1",
         [stamp(before)],
     )?)
+}
+
+impl Store {
+    /// Writes an event. Only the recorder ([`Store::record_or_warn`], [`Store::publish_event`])
+    /// calls it.
+    pub(super) fn record_event(
+        &self,
+        object: &StoredObject,
+        type_: EventType,
+        reason: &str,
+        message: &str,
+    ) -> Result<Event, StoreError> {
+        let target = EventObject {
+            kind: object.kind,
+            name: object.name().to_string(),
+            uid: object.uid().to_string(),
+        };
+        let mut inner = self.lock();
+        let gone = !inner.uids.contains_key(object.uid());
+        let now = Utc::now();
+        let result = record(&mut inner.conn, &target, type_, reason, message, now, gone);
+        inner.note_write(&result);
+        result
+    }
+
+    /// Events about `kind`/`name`, oldest first: the existing object's, or when there is none,
+    /// those of the objects of that name that went in the last `events.retention`.
+    pub fn events_for(&self, kind: Kind, name: &str) -> Result<Vec<Event>, StoreError> {
+        let inner = self.lock();
+        let uid = inner.get(kind, name).map(|o| o.uid().to_string());
+        for_object(&inner.conn, kind, name, uid.as_deref())
+    }
+
+    /// Deletes the events of objects that went before `before` (housekeeping, after
+    /// `events.retention`); answers how many.
+    pub fn prune_gone_events(&self, before: DateTime<Utc>) -> Result<usize, StoreError> {
+        let inner = self.lock();
+        prune_gone(&inner.conn, before)
+    }
+
+    /// The latest `limit` events about anything, oldest first.
+    pub fn recent_events(&self, limit: usize) -> Result<Vec<Event>, StoreError> {
+        recent(&self.lock().conn, limit)
+    }
 }
 
 #[cfg(test)]

@@ -28,6 +28,8 @@ pub enum FieldManager {
     AgentSteps,
     /// The scheduler's passes: activity, ports, findings, the reaper's record.
     Scheduler,
+    /// The GitSource controller: a GitSource's status (every field: it owns the kind's status).
+    GitOps,
     /// The status subresource of the API (an administrator's PUT) and the controllers of the
     /// other kinds: every field.
     Server,
@@ -39,6 +41,7 @@ impl FieldManager {
             FieldManager::Reconciler => "reconciler",
             FieldManager::AgentSteps => "agent-steps",
             FieldManager::Scheduler => "scheduler",
+            FieldManager::GitOps => "gitops",
             FieldManager::Server => "server",
         }
     }

@@ -716,8 +716,7 @@ fn applysets_prune_only_their_previous_inventory() {
         .apply_set(
             "s",
             vec![project("a", json!({})), project("b", json!({}))],
-            true,
-            Commit::Persist,
+            SetParams::from(Commit::Persist).pruning(true),
         )
         .unwrap();
     assert_eq!(applied.applied.len(), 2);
@@ -729,7 +728,11 @@ fn applysets_prune_only_their_previous_inventory() {
         .set_finalizers(Kind::Project, "b", None, vec!["berth.dev/workspace".into()])
         .unwrap();
     let applied = store
-        .apply_set("s", vec![project("a", json!({}))], true, Commit::Persist)
+        .apply_set(
+            "s",
+            vec![project("a", json!({}))],
+            SetParams::from(Commit::Persist).pruning(true),
+        )
         .unwrap();
     assert!(matches!(applied.pruned.as_slice(), [Deletion::Deleting(o)] if o.name() == "b"));
     assert_eq!(
@@ -758,8 +761,7 @@ fn applysets_prune_only_their_previous_inventory() {
                 project("c", json!({})),
                 project("d", json!({"displayName": "taken"})),
             ],
-            true,
-            Commit::Persist,
+            SetParams::from(Commit::Persist).pruning(true),
         )
         .unwrap_err();
     assert_eq!(failure.index, Some(1));
@@ -782,8 +784,7 @@ fn a_set_refusing_takeover_leaves_other_sets_objects_alone() {
         .apply_set(
             "cli",
             vec![in_set("cli", "shared", json!({"displayName": "CLI"}))],
-            true,
-            Commit::Persist,
+            SetParams::from(Commit::Persist).pruning(true),
         )
         .unwrap();
     store
@@ -796,7 +797,15 @@ fn a_set_refusing_takeover_leaves_other_sets_objects_alone() {
         in_set("git", "unowned", json!({})),
     ];
     let applied = store
-        .apply_set_refusing_takeover("git", batch, true)
+        .apply_set(
+            "git",
+            batch,
+            SetParams {
+                prune: true,
+                takeover: Takeover::Refuse,
+                ..SetParams::from(Commit::Persist)
+            },
+        )
         .unwrap();
     assert_eq!(
         applied.conflicts,
@@ -834,12 +843,11 @@ fn a_set_refusing_takeover_leaves_other_sets_objects_alone() {
         .apply_set(
             "git",
             vec![in_set("git", "shared", json!({}))],
-            false,
             Commit::Persist,
         )
         .unwrap();
     store
-        .apply_set("cli", vec![], false, Commit::Persist)
+        .apply_set("cli", Vec::<Desired>::new(), Commit::Persist)
         .unwrap();
     assert_eq!(store.applyset_inventory("cli"), Vec::<String>::new());
 }
@@ -966,11 +974,15 @@ fn a_deleted_project_takes_its_tool_executions_with_it() {
 fn a_restored_project_keeps_its_uid_and_first_status() {
     let (_dir, store) = open();
     let restored = store
-        .create_restored(
-            "unix:ana",
+        .create(
             project("back", json!({"displayName": "Back"})),
-            "0b6f3c1e-uid",
-            json!({"firstReachableAt": "2026-01-01T00:00:00Z"}),
+            PostParams {
+                restore: Some(Restored {
+                    uid: "0b6f3c1e-uid".to_string(),
+                    status: json!({"firstReachableAt": "2026-01-01T00:00:00Z"}),
+                }),
+                ..PostParams::by("unix:ana", Commit::Persist)
+            },
         )
         .unwrap();
     assert_eq!(restored.uid(), "0b6f3c1e-uid");
@@ -984,7 +996,16 @@ fn a_restored_project_keeps_its_uid_and_first_status() {
     // Neither the name nor the uid may be taken.
     for (name, uid) in [("back", "other-uid"), ("elsewhere", "0b6f3c1e-uid")] {
         let err = store
-            .create_restored("unix:ana", project(name, json!({})), uid, json!({}))
+            .create(
+                project(name, json!({})),
+                PostParams {
+                    restore: Some(Restored {
+                        uid: uid.to_string(),
+                        status: json!({}),
+                    }),
+                    ..PostParams::by("unix:ana", Commit::Persist)
+                },
+            )
             .unwrap_err();
         assert!(
             matches!(

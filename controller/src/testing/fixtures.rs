@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::layout::FINALIZER;
 use crate::runtime::{Instance, InstanceStatus};
-use crate::store::{Commit, Desired, Store, StoredObject};
+use crate::store::{Commit, Desired, FieldManager, StatusWrite, Store, StoreError, StoredObject};
 
 impl Desired {
     /// An object of `kind` with `spec`, and no labels, annotations or finalizers.
@@ -74,15 +74,29 @@ impl Instance {
     }
 }
 
+impl Store {
+    /// Writes `status` whole through the status path, as an administrator's status PUT does
+    /// (`expected_rv`, when given, pinned): how a test sets the scene.
+    pub fn put_status(
+        &self,
+        kind: Kind,
+        name: &str,
+        expected_rv: Option<u64>,
+        status: Value,
+    ) -> Result<Arc<StoredObject>, StoreError> {
+        let write = StatusWrite::new(kind, name, FieldManager::Server).pinned(expected_rv);
+        self.write_status(write, |_| status.clone())?
+            .require(kind, name)
+    }
+}
+
 /// A project (image `berth-base`) holding the teardown finalizer, with `status` written as the
 /// controller would have: what a deletion then holds until the finalizer lets it go.
 pub fn finalized_project(store: &Store, name: &str, status: Value) -> Arc<StoredObject> {
     let desired = Desired::project(name, json!({"image": "berth-base"}))
         .with_finalizers(Some(vec![FINALIZER.to_string()]));
     store.apply(desired, Commit::Persist).unwrap();
-    store
-        .update_status(Kind::Project, name, None, status, Commit::Persist)
-        .unwrap()
+    store.put_status(Kind::Project, name, None, status).unwrap()
 }
 
 /// Asks for the deletion of project `name` with `annotations` (`forceDelete`, ...); the project

@@ -18,7 +18,7 @@ use super::names::{self, TrashEntry};
 use super::{Trash, TrashError, cleared, target};
 use crate::admission::{Admission, Admitter};
 use crate::runtime::Runtime;
-use crate::store::{Desired, EventType, StoredObject};
+use crate::store::{Commit, Desired, EventType, PostParams, Restored, StoredObject};
 
 /// A restore request.
 #[derive(Debug, Clone)]
@@ -134,7 +134,15 @@ impl Trash {
         let store = Arc::clone(&self.store);
         let (caller, created_uid) = (request.caller.clone(), uid.clone());
         let object = crate::store::blocking(move || {
-            store.create_restored(&caller, desired, &created_uid, status)
+            let params = PostParams {
+                commit: Commit::Persist,
+                creator: Some(&caller),
+                restore: Some(Restored {
+                    uid: created_uid,
+                    status,
+                }),
+            };
+            store.create(desired, params)
         })
         .await
         .map_err(|e| TrashError::Conflict(format!("the restore did not finish: {e}")))??;

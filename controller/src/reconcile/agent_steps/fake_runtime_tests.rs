@@ -69,7 +69,7 @@ fn container(setup: &Setup, status: crate::runtime::InstanceStatus) {
 fn write_status(setup: &Setup, status: Value) {
     setup
         .store
-        .update_status(Kind::Project, "p", None, status, Commit::Persist)
+        .put_status(Kind::Project, "p", None, status)
         .unwrap();
 }
 

@@ -8,7 +8,6 @@ use super::*;
 use crate::metrics::Metrics;
 use crate::reconcile::{Action, AgentSettings, Backoff};
 use crate::runtime::{FileWrite, InstanceStatus, Runtime};
-use crate::store::Commit;
 use crate::testing::eventually;
 
 /// A briefed project `p` with its container running, followed by the watch every
@@ -27,12 +26,11 @@ fn watched(
     );
     setup
         .store
-        .update_status(
+        .put_status(
             Kind::Project,
             "p",
             None,
             json!({"phase": "Ready", "step": "Briefed", "briefId": "b-1"}),
-            Commit::Persist,
         )
         .unwrap();
     setup

@@ -1,4 +1,3 @@
-use crate::store::Commit;
 use std::collections::BTreeMap;
 
 use super::looks::{Setup, setup};
@@ -177,7 +176,7 @@ async fn releasing_a_forced_hold_keeps_the_rest_of_the_status() {
     status["controller"] = json!({"image": "berth-base"});
     s.ctx
         .store
-        .update_status(Kind::Project, "p", None, status, Commit::Persist)
+        .put_status(Kind::Project, "p", None, status)
         .unwrap();
     let released = release_forced(&s.ctx.store, "p").unwrap();
     let StatusWritten::Written(released) = released else {

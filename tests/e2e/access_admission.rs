@@ -254,7 +254,7 @@ fn gitsource_manifests_meet_allowed_forward_targets() {
          berth.dev/reconcile: paused\nspec:\n  state: Stopped\n  forwards:\n  - port: 80\n    to: 192.0.2.10:80\n"
     );
     let url = repository(dir.path(), &[("project.yaml", &manifest)]);
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let local = daemon.client();
 
     // The API refuses it.
@@ -395,7 +395,9 @@ fn a_gitsource_credential_goes_only_to_the_host_it_was_set_for() {
     let home = Recorder::start(d, "127.0.0.1");
     let elsewhere = Recorder::start(d, "127.0.0.2");
     let ca = d.join("cert.pem");
-    let daemon = Daemon::start_running_with_env(&[], &[("GIT_SSL_CAINFO", ca.to_str().unwrap())]);
+    let daemon = Daemon::running()
+        .env("GIT_SSL_CAINFO", ca.to_str().unwrap())
+        .start();
     let local = daemon.client();
     let token = format!("tok-{}", std::process::id());
     let source = |name: &str, url: &str| {
@@ -458,7 +460,7 @@ fn a_gitsource_names_to_a_member_only_the_projects_it_may_get() {
         dir.path(),
         &[("a.yaml", &paused(&shared)), ("b.yaml", &paused(&hidden))],
     );
-    let daemon = Daemon::start_running(&["--listen", "127.0.0.1:0"]);
+    let daemon = Daemon::running().args(&["--listen", "127.0.0.1:0"]).start();
     let local = daemon.client();
     let token = daemon.add_user("mia", false);
     let member = TcpClient::new(&daemon.tcp_addr(), None, None).with_token(Some(&token));

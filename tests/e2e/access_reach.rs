@@ -180,7 +180,7 @@ fn a_member_never_reaches_a_container_berth_did_not_make_for_the_project() {
         .map(|name| (name.as_str(), listing(name)))
         .collect();
 
-    let daemon = Daemon::start_running(&["--listen", "127.0.0.1:0"]);
+    let daemon = Daemon::running().args(&["--listen", "127.0.0.1:0"]).start();
     let token = daemon.add_user("mia", false);
     let server = format!("http://{}", daemon.tcp_addr());
     let user = TcpClient::new(&daemon.tcp_addr(), Some(&token), None);

@@ -93,7 +93,7 @@ impl Fleet {
         );
         Fleet {
             cluster,
-            daemon: Daemon::start_running_with_config(&config),
+            daemon: Daemon::running().config(&config).start(),
             names: Vec::new(),
             uids: BTreeMap::new(),
         }

@@ -123,9 +123,9 @@ fn the_console_in_chromium_marks_answers_and_follows_live() {
     let artifacts = root().join("target/console-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
 
-    let daemon = Daemon::start_running_with_config(
-        "scheduler: {interval: 2s, workers: 4}\nlisten: {http: \"127.0.0.1:0\"}\n",
-    );
+    let daemon = Daemon::running()
+        .config("scheduler: {interval: 2s, workers: 4}\nlisten: {http: \"127.0.0.1:0\"}\n")
+        .start();
     let mut fleet = Fleet {
         daemon,
         projects: Vec::new(),

@@ -267,7 +267,7 @@ fn a_deleted_container_has_its_volume_inspected() {
     )
     .expect("stop the paused daemon");
     wait_with_deadline(&mut paused, Duration::from_secs(30)).expect("the paused daemon exits");
-    berth.berth.restart(None);
+    berth.berth.restart();
 
     let held = berth.wait_held(&name, "UnsavedWork");
     assert_eq!(

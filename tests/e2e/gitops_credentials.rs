@@ -263,10 +263,10 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
     let wrong = format!("{password}-wrong");
     let repo = PrivateRepo::start("fleet-bot", &password);
     let ca = repo.ca();
-    let daemon = Daemon::start_running_with_env(
-        &["--listen", "127.0.0.1:0"],
-        &[("GIT_SSL_CAINFO", ca.to_str().unwrap())],
-    );
+    let daemon = Daemon::running()
+        .args(&["--listen", "127.0.0.1:0"])
+        .env("GIT_SSL_CAINFO", ca.to_str().unwrap())
+        .start();
     let client = daemon.client();
 
     // A token in the URL is refused, and the refusal does not repeat it.

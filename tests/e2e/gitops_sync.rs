@@ -186,7 +186,7 @@ fn edit_gitsource(client: &Client, name: &str, edit: impl Fn(&mut Value)) -> Val
 #[test]
 fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     let repo = Repo::new();
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let client = daemon.client();
 
     // Two objects in the repository, and a file outside `path` that must be ignored.
@@ -371,7 +371,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
 #[test]
 fn suspend_pauses_polling_and_requested_at_syncs_now() {
     let repo = Repo::new();
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let client = daemon.client();
     repo.write("alpha.yaml", &profile("alpha", ""));
     let first = repo.commit("alpha");
@@ -474,7 +474,7 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
 #[test]
 fn refs_resolve_to_branches_tags_and_commits_and_fetch_failures_are_reported() {
     let repo = Repo::new();
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let client = daemon.client();
     repo.write("a/alpha.yaml", &profile("alpha", ""));
     let tagged = repo.commit("alpha");
@@ -535,7 +535,7 @@ fn refs_resolve_to_branches_tags_and_commits_and_fetch_failures_are_reported() {
 #[test]
 fn a_restarted_daemon_resumes_from_its_checkout_and_rewrites_nothing() {
     let repo = Repo::new();
-    let mut daemon = Daemon::start_running(&[]);
+    let mut daemon = Daemon::running().start();
     repo.write("alpha.yaml", &profile("alpha", ""));
     let first = repo.commit("alpha");
     let reply = daemon.client().post_json(
@@ -582,7 +582,7 @@ fn a_restarted_daemon_resumes_from_its_checkout_and_rewrites_nothing() {
 #[test]
 fn without_prune_removed_objects_stay_and_a_missing_path_is_reported() {
     let repo = Repo::new();
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let client = daemon.client();
     repo.write("m/alpha.yaml", &profile("alpha", ""));
     repo.write("m/beta.yaml", &profile("beta", ""));
@@ -742,7 +742,7 @@ fn berth_cli(daemon: &Daemon, args: &[&str]) -> String {
 
 #[test]
 fn objects_another_applyset_owns_are_left_to_it_and_named() {
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let client = daemon.client();
 
     // `taken-by-git` belongs to GitSource `first`; `taken-by-cli` to a CLI applyset.

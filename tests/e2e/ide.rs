@@ -91,8 +91,8 @@ fn the_ide_opens_in_chromium_saves_into_the_workspace_and_keeps_its_state() {
     let port = addr.rsplit_once(':').unwrap().1.to_string();
     let name = unique_name();
     berth.create_project(&name, json!({"image": "berth-agents"}));
-    let alice = berth.add_user(&format!("alice-{name}"));
-    let bob = berth.add_user(&format!("bob-{name}"));
+    let alice = berth.add_user(&format!("alice-{name}"), false);
+    let bob = berth.add_user(&format!("bob-{name}"), false);
     berth.add_member(&name, &format!("alice-{name}"));
     berth.wait_ready(&name);
     assert!(
@@ -298,8 +298,8 @@ fn an_image_without_code_server_is_refused_in_one_line_and_keeps_nothing() {
     let addr = berth.preview_addr();
     let name = unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
-    let alice = berth.add_user(&format!("alice-{name}"));
-    let bob = berth.add_user(&format!("bob-{name}"));
+    let alice = berth.add_user(&format!("alice-{name}"), false);
+    let bob = berth.add_user(&format!("bob-{name}"), false);
     berth.add_member(&name, &format!("alice-{name}"));
     berth.wait_ready(&name);
 

@@ -136,7 +136,7 @@ fn a_gitsource_revision_with_an_alias_bomb_applies_nothing_and_names_the_file() 
         dir.path(),
         &[("deploy/a.yaml", harmless), ("deploy/bomb.yaml", &bomb)],
     );
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let client = daemon.client();
     let reply = client.post_json(
         &format!("{API}/gitsources"),
@@ -300,7 +300,7 @@ fn a_thousand_idle_sockets_neither_exhaust_the_daemon_nor_outlive_their_deadline
 /// prints an admission warning; memory under the floor LXD can start is refused naming the field.
 #[test]
 fn resources_beyond_the_host_are_warned_of_and_below_the_floor_refused() {
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let dir = tempfile::tempdir().expect("temp dir");
     let name = format!("huge-{}", std::process::id());
     let manifest = dir.path().join("project.yaml");

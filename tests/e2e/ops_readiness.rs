@@ -34,7 +34,9 @@ fn readyz_is_503_with_a_reason_while_lxd_is_unreachable() {
         format!("lxd:\n  endpoint: unix://{}\n", missing.display()),
     )
     .expect("write config");
-    let daemon = Daemon::start_running(&["--config", config.to_str().expect("utf-8 path")]);
+    let daemon = Daemon::running()
+        .args(&["--config", config.to_str().expect("utf-8 path")])
+        .start();
 
     // It stays unready: sample it for a while, as a probe would.
     let until = Instant::now() + Duration::from_secs(8);
@@ -56,7 +58,7 @@ fn readyz_is_503_with_a_reason_while_lxd_is_unreachable() {
 
 #[test]
 fn readyz_is_200_when_store_lxd_and_controller_are_up() {
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let reply = wait_readyz(&daemon, Duration::from_secs(120), |r| r.status == 200);
     assert_eq!(reply.text(), "ok\n");
 }

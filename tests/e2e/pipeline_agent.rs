@@ -235,7 +235,7 @@ fn pipeline_reaches_briefed_through_crashes_between_steps() {
             "{fault}: the daemon did not stop at its fault point:\n{}",
             berth.log_text()
         );
-        berth.restart(next);
+        berth.restart_with(next);
     }
 
     let project = berth.wait_ready(&name);

@@ -1038,7 +1038,9 @@ impl Running {
     /// A daemon whose controller runs and whose scheduler passes every second.
     fn start() -> Running {
         Running {
-            daemon: Daemon::start_running_with_config("scheduler: {interval: 1s, workers: 4}\n"),
+            daemon: Daemon::running()
+                .config("scheduler: {interval: 1s, workers: 4}\n")
+                .start(),
             projects: Vec::new(),
         }
     }

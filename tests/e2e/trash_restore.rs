@@ -521,8 +521,8 @@ fn a_restore_goes_through_admission_and_a_refused_one_moves_nothing() {
     // The operator no longer allows that target: the entry would become a project no apply
     // could create.
     std::fs::write(config.path(), "allowedForwardTargets: []\n").unwrap();
-    berth.kill9();
-    berth.restart(None);
+    berth.kill();
+    berth.restart();
     berth.wait_connected();
     let refused = berth.cli(&["restore", &name]);
     assert!(!refused.status.success(), "{}", said(&refused));

@@ -5,7 +5,7 @@
 //! The server snapshots every process's command line and environment while git talks to it,
 //! so the test sees whether the password was anywhere `ps` (or `/proc`) could show it.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -201,32 +201,11 @@ impl Drop for PrivateRepo {
     }
 }
 
-/// `berth ARGS` against the daemon's socket, with `stdin` fed to it.
+/// `berth ARGS` against the daemon's socket, with `stdin` fed to it: whether it succeeded, and
+/// its stdout and stderr together.
 fn berth(daemon: &Daemon, args: &[&str], stdin: &str) -> (bool, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&daemon.socket)
-        .args(args)
-        .env_remove("BERTH_SERVER")
-        .env_remove("BERTH_TOKEN")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn berth");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().expect("berth output");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.success(), text)
+    let run = daemon.berth_with_stdin(args, Some(stdin));
+    (run.code == 0, format!("{}{}", run.stdout, run.stderr))
 }
 
 fn ready(source: &Value) -> Option<&Value> {
@@ -236,14 +215,10 @@ fn ready(source: &Value) -> Option<&Value> {
         .find(|c| c["type"] == "Ready")
 }
 
-fn wait_for<T>(daemon: &Daemon, what: &str, check: impl FnMut() -> Option<T>) -> T {
-    daemon.eventually(DEADLINE, what, check)
-}
-
 /// Waits for the GitSource's Ready condition to be `status` with a message containing `text`.
 fn wait_ready(daemon: &Daemon, status: &str, text: &str) -> Value {
     let client = daemon.client();
-    wait_for(daemon, &format!("Ready={status} saying {text:?}"), || {
+    daemon.eventually(DEADLINE, &format!("Ready={status} saying {text:?}"), || {
         let source = client.get(&format!("{API}/gitsources/fleet")).json();
         let ready = ready(&source)?;
         (ready["status"] == status && ready["message"].as_str()?.contains(text)).then_some(source)
@@ -404,7 +379,7 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
     // The credentials go with their GitSource.
     let reply = client.delete(&format!("{API}/gitsources/fleet"));
     assert!(reply.status < 300, "{}", reply.text());
-    wait_for(&daemon, "the GitSource to go", || {
+    daemon.eventually(DEADLINE, "the GitSource to go", || {
         (client.get(&format!("{API}/gitsources/fleet")).status == 404).then_some(())
     });
     let reply = client.post_json(

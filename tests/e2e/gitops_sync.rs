@@ -8,7 +8,6 @@
 //! them while its workspace holds work.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::daemon::{Client, Daemon};
@@ -138,16 +137,11 @@ fn condition<'a>(source: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == type_)
 }
 
-/// Polls `check` until it returns `Some`, failing with `what` and the daemon log at the deadline.
-fn wait_for<T>(daemon: &Daemon, what: &str, check: impl FnMut() -> Option<T>) -> T {
-    daemon.eventually(DEADLINE, what, check)
-}
-
 /// Waits until the GitSource has applied `revision` and is Ready; returns it.
 fn wait_applied(daemon: &Daemon, name: &str, revision: &str) -> Value {
     let client = daemon.client();
-    wait_for(
-        daemon,
+    daemon.eventually(
+        DEADLINE,
         &format!("gitsource {name} to apply {revision}"),
         || {
             let source = get(&client, "gitsources", name)?;
@@ -228,7 +222,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     // Idempotency: more syncs of the same revision change no resourceVersion, not even the
     // GitSource's own.
     let before = syncs(&daemon, "fleet");
-    wait_for(&daemon, "two more syncs of the same revision", || {
+    daemon.eventually(DEADLINE, "two more syncs of the same revision", || {
         (syncs(&daemon, "fleet") >= before + 2).then_some(())
     });
     assert_eq!(rv(&must_get(&client, "agentprofiles", "alpha")), rv(&alpha));
@@ -288,7 +282,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
         &profile("beta", "  labels: {a: b}\n"),
     );
     let broken = repo.commit("typo");
-    let source = wait_for(&daemon, "Ready=False for the broken commit", || {
+    let source = daemon.eventually(DEADLINE, "Ready=False for the broken commit", || {
         let source = get(&client, "gitsources", "fleet")?;
         (source["status"]["lastAttemptedRevision"] == broken
             && condition(&source, "Ready")?["status"] == "False")
@@ -307,7 +301,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     // Broken YAML: the message names the file and the line.
     repo.write("deploy/profiles/gamma.yaml", "kind: [unclosed\n");
     let bad_yaml = repo.commit("bad yaml");
-    let source = wait_for(&daemon, "Ready=False for the bad YAML", || {
+    let source = daemon.eventually(DEADLINE, "Ready=False for the bad YAML", || {
         let source = get(&client, "gitsources", "fleet")?;
         (source["status"]["lastAttemptedRevision"] == bad_yaml).then_some(source)
     });
@@ -332,7 +326,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
         ),
     );
     let armed = repo.commit("arm a force");
-    let source = wait_for(&daemon, "Ready=False for the armed force", || {
+    let source = daemon.eventually(DEADLINE, "Ready=False for the armed force", || {
         let source = get(&client, "gitsources", "fleet")?;
         (source["status"]["lastAttemptedRevision"] == armed
             && condition(&source, "Ready")?["status"] == "False")
@@ -384,7 +378,7 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
 
     // Suspended: the controller says so, and a new commit is not applied.
     let suspended = edit_gitsource(&client, "fleet", |s| s["spec"]["suspend"] = json!(true));
-    wait_for(&daemon, "Reconciling=Suspended", || {
+    daemon.eventually(DEADLINE, "Reconciling=Suspended", || {
         let source = get(&client, "gitsources", "fleet")?;
         let reconciling = condition(&source, "Reconciling")?;
         (reconciling["reason"] == "Suspended"
@@ -433,12 +427,7 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
 
     // `berth reconcile gitsource` asks and waits for the answer, news or not.
     let reconcile = || {
-        let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-            .arg("--server")
-            .arg(&daemon.socket)
-            .args(["reconcile", "gitsource", "fleet", "--timeout=60s"])
-            .output()
-            .expect("berth reconcile");
+        let out = daemon.cli(&["reconcile", "gitsource", "fleet", "--timeout=60s"]);
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -517,7 +506,7 @@ fn refs_resolve_to_branches_tags_and_commits_and_fetch_failures_are_reported() {
             &gitsource(name, url, git_ref, ".", "1s"),
         );
         assert_eq!(reply.status, 201, "{name}: {}", reply.text());
-        let source = wait_for(&daemon, &format!("{name} to fail"), || {
+        let source = daemon.eventually(DEADLINE, &format!("{name} to fail"), || {
             let source = get(&client, "gitsources", name)?;
             (condition(&source, "Ready")?["status"] == "False").then_some(source)
         });
@@ -559,7 +548,7 @@ fn a_restarted_daemon_resumes_from_its_checkout_and_rewrites_nothing() {
     assert!(daemon.terminate().success(), "{}", daemon.log_text());
     let before = syncs(&daemon, "fleet");
     daemon.restart();
-    wait_for(&daemon, "a sync after the restart", || {
+    daemon.eventually(DEADLINE, "a sync after the restart", || {
         (syncs(&daemon, "fleet") > before).then_some(())
     });
     let client = daemon.client();
@@ -573,7 +562,7 @@ fn a_restarted_daemon_resumes_from_its_checkout_and_rewrites_nothing() {
         "{}",
         reply.text()
     );
-    wait_for(&daemon, "the checkout to be removed", || {
+    daemon.eventually(DEADLINE, "the checkout to be removed", || {
         (!daemon.data_dir.join("gitsources").join(&uid).exists()).then_some(())
     });
     assert_eq!(rv(&must_get(&client, "agentprofiles", "alpha")), rv(&alpha));
@@ -611,7 +600,7 @@ fn without_prune_removed_objects_stay_and_a_missing_path_is_reported() {
         &gitsource("nowhere", &repo.url(), "main", "no/such/dir", "1s"),
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
-    let source = wait_for(&daemon, "a missing path to be reported", || {
+    let source = daemon.eventually(DEADLINE, "a missing path to be reported", || {
         let source = get(&client, "gitsources", "nowhere")?;
         (condition(&source, "Ready")?["status"] == "False").then_some(source)
     });
@@ -722,24 +711,6 @@ fn projects_from_a_repository_come_up_change_and_a_prune_keeps_unsaved_work() {
     assert_eq!(reply.status, 200, "{}", reply.text());
 }
 
-/// Runs the real `berth` client against `daemon`; returns its stdout, failing on a non-zero exit.
-fn berth_cli(daemon: &Daemon, args: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(args)
-        .env("BERTH_SERVER", &daemon.socket)
-        .env("NO_COLOR", "1")
-        .env_remove("BERTH_TOKEN")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run berth");
-    assert!(
-        output.status.success(),
-        "berth {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 #[test]
 fn objects_another_applyset_owns_are_left_to_it_and_named() {
     let daemon = Daemon::running().start();
@@ -757,17 +728,14 @@ fn objects_another_applyset_owns_are_left_to_it_and_named() {
     wait_applied(&daemon, "first", &first_revision);
     let by_cli = daemon.dir.path().join("taken-by-cli.yaml");
     std::fs::write(&by_cli, profile("taken-by-cli", "")).unwrap();
-    berth_cli(
-        &daemon,
-        &[
-            "apply",
-            "-f",
-            by_cli.to_str().unwrap(),
-            "--prune",
-            "--applyset",
-            "cli-fleet",
-        ],
-    );
+    daemon.cli_ok(&[
+        "apply",
+        "-f",
+        by_cli.to_str().unwrap(),
+        "--prune",
+        "--applyset",
+        "cli-fleet",
+    ]);
     let git_owned = must_get(&client, "agentprofiles", "taken-by-git");
     let cli_owned = must_get(&client, "agentprofiles", "taken-by-cli");
 
@@ -784,7 +752,7 @@ fn objects_another_applyset_owns_are_left_to_it_and_named() {
         &gitsource("second", &repo.url(), "main", "m", "1s"),
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
-    let source = wait_for(&daemon, "the conflicts to be reported", || {
+    let source = daemon.eventually(DEADLINE, "the conflicts to be reported", || {
         let source = get(&client, "gitsources", "second")?;
         (source["status"]["lastAppliedRevision"] == revision
             && condition(&source, "Ready")?["reason"] == "ApplysetConflict")
@@ -832,13 +800,13 @@ fn objects_another_applyset_owns_are_left_to_it_and_named() {
             .collect::<Vec<_>>()
     };
     let before = syncs(&daemon, "second");
-    wait_for(&daemon, "two more syncs of the same revision", || {
+    daemon.eventually(DEADLINE, "two more syncs of the same revision", || {
         (syncs(&daemon, "second") >= before + 2).then_some(())
     });
     assert_eq!(warnings(), [message.to_string()]);
 
     // The CLI shows it: the table's MESSAGE column and describe's conditions and events.
-    let table = berth_cli(&daemon, &["get", "gitsources"]);
+    let table = daemon.cli_ok(&["get", "gitsources"]);
     let row = table
         .lines()
         .find(|line| line.starts_with("second "))
@@ -848,7 +816,7 @@ fn objects_another_applyset_owns_are_left_to_it_and_named() {
             && row.contains("AgentProfile/taken-by-cli (applyset cli-fleet)"),
         "{row}"
     );
-    let described = berth_cli(&daemon, &["describe", "gitsource", "second"]);
+    let described = daemon.cli_ok(&["describe", "gitsource", "second"]);
     assert!(
         described.contains("ApplysetConflict")
             && described.contains("AgentProfile/taken-by-git (applyset gitsource-first)")

@@ -77,6 +77,49 @@ impl Berth {
         }
     }
 
+    /// Creates a project from `spec` and remembers it for cleanup.
+    pub fn create_project(&mut self, name: &str, spec: Value) -> Value {
+        let body = json!({
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Project",
+            "metadata": {"name": name},
+            "spec": spec,
+        });
+        let reply = self.client().post_json(PROJECTS, &body);
+        assert_eq!(reply.status, 201, "create {name}: {}", reply.text());
+        let created = reply.json();
+        self.projects.push((name.to_string(), uid_of(&created)));
+        created
+    }
+
+    /// Remembers a project something else created (a GitSource, a CLI apply) for cleanup.
+    pub fn track(&mut self, project: &Value) {
+        let name = project["metadata"]["name"]
+            .as_str()
+            .expect("a name")
+            .to_string();
+        if !self.projects.iter().any(|(n, _)| *n == name) {
+            self.projects.push((name, uid_of(project)));
+        }
+    }
+
+    /// The names of the projects this test tracks.
+    pub fn tracked_names(&self) -> Vec<String> {
+        self.projects.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// The uid a project of this test had when it was tracked (it may be gone since).
+    pub fn tracked_uid(&self, name: &str) -> Option<String> {
+        self.projects
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, uid)| uid.clone())
+    }
+}
+
+/// What a test does with projects on any daemon, paused or running: read, patch, wait on
+/// status and events.
+impl Daemon {
     /// The project's events, oldest first.
     pub fn events(&self, name: &str) -> Vec<Value> {
         self.client()
@@ -93,21 +136,6 @@ impl Berth {
             .into_iter()
             .filter(|e| e["reason"] == reason)
             .collect()
-    }
-
-    /// Creates a project from `spec` and remembers it for cleanup.
-    pub fn create_project(&mut self, name: &str, spec: Value) -> Value {
-        let body = json!({
-            "apiVersion": "berth.dev/v1alpha1",
-            "kind": "Project",
-            "metadata": {"name": name},
-            "spec": spec,
-        });
-        let reply = self.client().post_json(PROJECTS, &body);
-        assert_eq!(reply.status, 201, "create {name}: {}", reply.text());
-        let created = reply.json();
-        self.projects.push((name.to_string(), uid_of(&created)));
-        created
     }
 
     /// Applies the shipped AgentProfile `manifests/agents/NAME.yaml` with `berth apply`.
@@ -150,17 +178,6 @@ impl Berth {
         assert!(reply.status < 300, "add {user}: {}", reply.text());
     }
 
-    /// Remembers a project something else created (a GitSource, a CLI apply) for cleanup.
-    pub fn track(&mut self, project: &Value) {
-        let name = project["metadata"]["name"]
-            .as_str()
-            .expect("a name")
-            .to_string();
-        if !self.projects.iter().any(|(n, _)| *n == name) {
-            self.projects.push((name, uid_of(project)));
-        }
-    }
-
     /// A JSON merge patch on the project (spec or metadata).
     pub fn patch_project(&self, name: &str, patch: Value) -> Reply {
         let reply = self.client().request(
@@ -182,19 +199,6 @@ impl Berth {
         }
     }
 
-    /// The names of the projects this test tracks.
-    pub fn tracked_names(&self) -> Vec<String> {
-        self.projects.iter().map(|(n, _)| n.clone()).collect()
-    }
-
-    /// The uid a project of this test had when it was tracked (it may be gone since).
-    pub fn tracked_uid(&self, name: &str) -> Option<String> {
-        self.projects
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, uid)| uid.clone())
-    }
-
     /// Polls until the project is gone, failing with what it still shows after `within`.
     pub fn wait_gone(&self, name: &str, what: &str, within: Duration) {
         self.wait_object(
@@ -210,7 +214,7 @@ impl Berth {
         self.wait_for_within(name, what, READY_DEADLINE, check)
     }
 
-    /// [`Berth::wait_for`] with a deadline of the caller's.
+    /// [`Daemon::wait_for`] with a deadline of the caller's.
     pub fn wait_for_within(
         &self,
         name: &str,

@@ -12,10 +12,10 @@
 //! filesystem: `InspectionFailed`, never clean.
 
 use std::path::Path;
-use std::process::Output;
 use std::time::Duration;
 
 use crate::harness::{Berth, READY_DEADLINE};
+use crate::support::daemon::Daemon;
 use crate::support::git;
 use crate::support::said;
 use serde_json::{Value, json};
@@ -39,7 +39,6 @@ fn unique_name() -> String {
 struct Fixture {
     berth: Berth,
     name: String,
-    _config: tempfile::NamedTempFile,
 }
 
 impl Fixture {
@@ -78,10 +77,6 @@ impl Fixture {
         );
         crate::harness::exec(&self.name, &script)
             .unwrap_or_else(|e| panic!("{}: {script}: {e}", self.name))
-    }
-
-    fn cli(&self, args: &[&str]) -> Output {
-        self.berth.cli(args)
     }
 }
 
@@ -123,13 +118,9 @@ fn bare_remote(dir: &Path) -> std::path::PathBuf {
 
 #[test]
 fn work_git_hides_protects_the_workspace() {
-    let config = tempfile::NamedTempFile::new().expect("a config file");
-    std::fs::write(
-        config.path(),
-        "scheduler: {interval: 2s, workers: 4, recheckInterval: 4s}\n",
-    )
-    .expect("berth.yaml");
-    let mut berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
+    let mut berth = Berth::launch(
+        Daemon::running().config("scheduler: {interval: 2s, workers: 4, recheckInterval: 4s}\n"),
+    );
     berth.cli_ok(&["apply", "-f", SHELL_PROFILE]);
     let remote_dir = tempfile::tempdir().expect("temp dir");
     let remote = bare_remote(remote_dir.path());
@@ -142,11 +133,7 @@ fn work_git_hides_protects_the_workspace() {
                "repo": {"url": format!("file://{}", remote.display()), "branch": "main"},
                "reap": {"idleAfter": "1h", "idleAction": "Stop"}}),
     );
-    let f = Fixture {
-        berth,
-        name,
-        _config: config,
-    };
+    let f = Fixture { berth, name };
 
     // Admission gave it the fleet's protectIgnored.
     let project = f.get().expect("created");
@@ -184,7 +171,7 @@ fn work_git_hides_protects_the_workspace() {
     f.workspace("mkdir -p data && echo rows > data/app.db && git check-ignore -q data/app.db");
     let p = f.wait_protected("an ignored data/app.db protects", "data/app.db");
     assert_eq!(p["status"]["unsavedWork"]["ignored"], 1, "{p}");
-    let describe = f.cli(&["describe", "project", &f.name]);
+    let describe = f.berth.cli(&["describe", "project", &f.name]);
     assert!(describe.status.success(), "{}", said(&describe));
     let text = said(&describe);
     let section = text

@@ -135,7 +135,13 @@ impl Daemon {
     }
 
     fn spawn(&mut self, fault: Option<&str>) {
-        let mut command = serve_command(&self.data_dir, &self.socket, &self.log, &self.args);
+        self.spawn_with(fault, &[]);
+    }
+
+    fn spawn_with(&mut self, fault: Option<&str>, extra: &[&str]) {
+        let mut args = self.args.clone();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let mut command = serve_command(&self.data_dir, &self.socket, &self.log, &args);
         command
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env_remove("BERTH_FAULT");
@@ -159,6 +165,13 @@ impl Daemon {
     pub fn restart_with(&mut self, fault: Option<&str>) {
         assert!(self.child.is_none(), "restart needs a stopped daemon");
         self.spawn(fault);
+    }
+
+    /// Starts the daemon again on the same data directory and socket with its controller
+    /// paused (`--paused`): to record what a test needs the controller not to see yet.
+    pub fn restart_paused(&mut self) {
+        assert!(self.child.is_none(), "restart needs a stopped daemon");
+        self.spawn_with(None, &["--paused"]);
     }
 
     pub fn client(&self) -> Client {

@@ -5,7 +5,7 @@
 //! and one carrying the project's uid but another controller's id (another berth on the same
 //! LXD). Real daemon, real LXD, a non-admin user over TCP.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::daemon::{Daemon, TcpClient};
@@ -114,13 +114,11 @@ fn every_route_refuses(user: &TcpClient, server: &str, token: &str, name: &str) 
     }
     // `berth exec` plain and with a websocket (-i, and -t), as a person runs it.
     for flags in [&[][..], &["-i"][..], &["-it"][..]] {
-        let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-            .args(["--server", server, "--token", token, "exec", name])
-            .args(flags)
-            .args(["--", "sh", "-c", &touch])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run berth exec");
+        let out = crate::support::cli::output(
+            crate::support::cli::client(&["--server", server, "--token", token, "exec", name])
+                .args(flags)
+                .args(["--", "sh", "-c", &touch]),
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         if out.status.success() || !stderr.contains("not this project's") {
             failures.push(format!(

@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::harness::{Berth, exec, unique_name};
@@ -300,12 +300,8 @@ fn skills_are_placed_refreshed_for_a_new_brief_and_not_unsaved_work() {
 
 /// A console page read through `berth ui`, signed in by the one-time URL it prints.
 fn console_page(berth: &Berth, path: &str) -> String {
-    let mut ui = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .arg("ui")
-        .env_remove("BERTH_TOKEN")
-        .stdout(Stdio::piped())
+    let mut ui = berth
+        .command(&["ui"])
         .stderr(Stdio::null())
         .spawn()
         .expect("berth ui");

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::daemon::Daemon;
@@ -537,12 +537,8 @@ impl Drop for Ui {
 }
 
 fn berth_ui(daemon: &Daemon) -> Ui {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&daemon.socket)
-        .arg("ui")
-        .env_remove("BERTH_TOKEN")
-        .stdout(Stdio::piped())
+    let mut child = daemon
+        .command(&["ui"])
         .stderr(Stdio::inherit())
         .spawn()
         .expect("berth ui");

@@ -201,13 +201,6 @@ impl Drop for PrivateRepo {
     }
 }
 
-/// `berth ARGS` against the daemon's socket, with `stdin` fed to it: whether it succeeded, and
-/// its stdout and stderr together.
-fn berth(daemon: &Daemon, args: &[&str], stdin: &str) -> (bool, String) {
-    let run = daemon.berth_with_stdin(args, Some(stdin));
-    (run.code == 0, format!("{}{}", run.stdout, run.stderr))
-}
-
 fn ready(source: &Value) -> Option<&Value> {
     source["status"]["conditions"]
         .as_array()?
@@ -267,27 +260,27 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
     wait_ready(&daemon, "False", "holds no password or token");
 
     // A wrong password: a clear Ready=False, the password nowhere.
-    let (ok, out) = berth(
-        &daemon,
-        &["gitsource", "secret", "set", "fleet", "username"],
-        "fleet-bot\n",
-    );
-    assert!(ok, "{out}");
-    let (ok, out) = berth(
-        &daemon,
-        &["gitsource", "secret", "set", "fleet", "password"],
-        &format!("{wrong}\n"),
-    );
-    assert!(ok, "{out}");
+    daemon
+        .berth_with_stdin(
+            &["gitsource", "secret", "set", "fleet", "username"],
+            Some("fleet-bot\n"),
+        )
+        .ok();
+    daemon
+        .berth_with_stdin(
+            &["gitsource", "secret", "set", "fleet", "password"],
+            Some(&format!("{wrong}\n")),
+        )
+        .ok();
     let failed = wait_ready(&daemon, "False", "Authentication failed");
     assert_eq!(ready(&failed).unwrap()["reason"], "FetchFailed");
 
-    let (ok, out) = berth(
-        &daemon,
-        &["gitsource", "secret", "set", "fleet", "password"],
-        &format!("{password}\n"),
-    );
-    assert!(ok, "{out}");
+    daemon
+        .berth_with_stdin(
+            &["gitsource", "secret", "set", "fleet", "password"],
+            Some(&format!("{password}\n")),
+        )
+        .ok();
     let synced = wait_ready(&daemon, "True", "applied revision");
     assert!(
         synced["status"]["lastAppliedRevision"].is_string(),
@@ -296,9 +289,12 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
     let profile = client.get(&format!("{API}/agentprofiles/private-profile"));
     assert_eq!(profile.status, 200, "{}", profile.text());
 
-    let (ok, listing) = berth(&daemon, &["gitsource", "secret", "list", "fleet"], "");
+    let listing = daemon
+        .berth(&["gitsource", "secret", "list", "fleet"])
+        .ok()
+        .stdout;
     assert!(
-        ok && listing.contains("password") && listing.contains("username"),
+        listing.contains("password") && listing.contains("username"),
         "{listing}"
     );
 
@@ -338,12 +334,11 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
     // Values are never read back, not even by an admin.
     let reply = client.get(&format!("{API}/gitsources/fleet/secrets/password"));
     assert_eq!(reply.status, 405, "{}", reply.text());
-    let (ok, out) = berth(
-        &daemon,
+    let unknown = daemon.berth_with_stdin(
         &["gitsource", "secret", "set", "fleet", "PASSWORD"],
-        "x",
+        Some("x"),
     );
-    assert!(!ok, "an unknown key was taken: {out}");
+    assert!(!unknown.success(), "an unknown key was taken: {unknown:?}");
 
     // Neither password is in anything berth shows or logs.
     let shown = [
@@ -351,7 +346,10 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
         client.get(&format!("{API}/gitsources")).text(),
         client.get(&format!("{API}/gitsources/fleet/events")).text(),
         client.get(&format!("{API}/events")).text(),
-        berth(&daemon, &["describe", "gitsource", "fleet"], "").1,
+        {
+            let run = daemon.berth(&["describe", "gitsource", "fleet"]);
+            format!("{}{}", run.stdout, run.stderr)
+        },
         daemon.log_text(),
     ];
     for text in &shown {
@@ -389,6 +387,9 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
                 "spec": {"url": repo.url(), "secretRef": "fleet", "interval": "1h"}}),
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
-    let (ok, listing) = berth(&daemon, &["gitsource", "secret", "list", "fleet"], "");
-    assert!(ok && !listing.contains("password"), "{listing}");
+    let listing = daemon
+        .berth(&["gitsource", "secret", "list", "fleet"])
+        .ok()
+        .stdout;
+    assert!(!listing.contains("password"), "{listing}");
 }

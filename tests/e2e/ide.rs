@@ -43,13 +43,10 @@ fn daemon() -> (Berth, tempfile::TempDir) {
 /// `berth ide NAME` as a user over TCP: its stdout and stderr, and whether it succeeded.
 fn ide_as(berth: &Berth, token: &str, name: &str) -> (bool, String, String) {
     let tcp = crate::support::daemon::logged_addr(&berth.log_text(), "serving the API over TCP");
-    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["--server", &format!("http://{tcp}"), "ide", name])
-        .env("BERTH_TOKEN", token)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run berth ide");
+    let out = crate::support::cli::output(
+        crate::support::cli::client(&["--server", &format!("http://{tcp}"), "ide", name])
+            .env("BERTH_TOKEN", token),
+    );
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -46,26 +46,23 @@ impl Fixture {
         self.berth.get_project(&self.name)
     }
 
-    fn wait_for(&self, what: &str, deadline: Duration, check: impl Fn(&Value) -> bool) -> Value {
-        self.berth
-            .wait_for_within(&self.name, what, deadline, check)
-    }
-
     /// Waits until an inspection made after now found the workspace protected by `reason`
     /// alone, naming `holder` among the files that hold the work.
     fn wait_protected(&self, what: &str, holder: &str) -> Value {
-        self.wait_for(what, NOTICE_DEADLINE, |p| {
-            protected_by(p) == ["UnsavedWork"] && files(p).iter().any(|f| f == holder)
-        })
+        self.berth
+            .wait_for_within(&self.name, what, NOTICE_DEADLINE, |p| {
+                protected_by(p) == ["UnsavedWork"] && files(p).iter().any(|f| f == holder)
+            })
     }
 
     /// Waits until the inspection finds the workspace clean again.
     fn wait_clean(&self, what: &str) {
-        self.wait_for(what, NOTICE_DEADLINE, |p| {
-            p["status"]["unsavedWork"].is_object()
-                && protected_by(p).is_empty()
-                && p["status"]["reap"].is_object()
-        });
+        self.berth
+            .wait_for_within(&self.name, what, NOTICE_DEADLINE, |p| {
+                p["status"]["unsavedWork"].is_object()
+                    && protected_by(p).is_empty()
+                    && p["status"]["reap"].is_object()
+            });
     }
 
     /// Runs a script in /workspace with a git identity; panics when it fails.
@@ -141,12 +138,13 @@ fn work_git_hides_protects_the_workspace() {
         project["spec"]["reap"]["protectIgnored"],
         json!([".env*", "*.db", "*.sqlite*"])
     );
-    f.wait_for("Ready", READY_DEADLINE, |p| {
-        p["status"]["conditions"].as_array().is_some_and(|c| {
-            c.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
-    });
+    f.berth
+        .wait_for_within(&f.name, "Ready", READY_DEADLINE, |p| {
+            p["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+        });
     assert!(
         f.workspace("cat .git/info/exclude").contains("AGENTS.md"),
         "berth's files are excluded from git"
@@ -235,9 +233,10 @@ fn work_git_hides_protects_the_workspace() {
     f.workspace("git -C sub reset -q --hard HEAD~1");
     crate::harness::exec(&f.name, "cd / && umount /workspace && test -d /workspace")
         .unwrap_or_else(|e| panic!("umount: {e}"));
-    f.wait_for("InspectionFailed", NOTICE_DEADLINE, |p| {
-        protected_by(p) == ["InspectionFailed"]
-    });
+    f.berth
+        .wait_for_within(&f.name, "InspectionFailed", NOTICE_DEADLINE, |p| {
+            protected_by(p) == ["InspectionFailed"]
+        });
     let log = f.berth.log_text();
     assert!(log.contains("workspace-not-mounted"), "{log}");
 }

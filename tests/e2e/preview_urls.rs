@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::harness::{Berth, PROJECTS, bearer, connect, get};
@@ -252,14 +252,8 @@ fn members_reach_a_containers_servers_through_the_preview_listener() {
     assert!(rest.contains("second\n"), "{rest}");
 
     // `berth port-forward` on a free local port carries a request.
-    let mut forward = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(["port-forward", &name, ":8000"])
-        .env_remove("BERTH_SERVER")
-        .env_remove("BERTH_TOKEN")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    let mut forward = berth
+        .command(&["port-forward", &name, ":8000"])
         .spawn()
         .expect("spawn port-forward");
     let mut out = BufReader::new(forward.stdout.take().unwrap());

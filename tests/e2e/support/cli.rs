@@ -21,6 +21,10 @@ pub struct Run {
 }
 
 impl Run {
+    pub fn success(&self) -> bool {
+        self.code == 0
+    }
+
     #[track_caller]
     pub fn ok(self) -> Run {
         assert_eq!(self.code, 0, "berth failed: {self:?}");
@@ -44,40 +48,68 @@ impl From<Output> for Run {
     }
 }
 
+/// `berth ARGS` with no `BERTH_*` variables from the environment (no server, token or CA but
+/// what the caller gives), no colour, stdout and stderr piped, stdin null; the caller may change
+/// any of it before spawning and hands the child to [`collect`] or [`finish`].
+pub fn client(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+    command
+        .args(args)
+        .env_remove("BERTH_SERVER")
+        .env_remove("BERTH_TOKEN")
+        .env_remove("BERTH_TOKEN_FILE")
+        .env_remove("BERTH_CA_CERT")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Runs `command` (a [`client`] or [`Daemon::command`], changed as the caller needs) and
+/// collects what it did.
+pub fn output(command: &mut Command) -> Output {
+    let args: Vec<String> = command
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    collect(command.spawn().expect("run berth"), &args)
+}
+
+/// Runs `command` (a [`client`] or [`Daemon::command`]) with `stdin` as its input and collects
+/// what it did.
+pub fn run_with_input(mut command: Command, args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = command.stdin(Stdio::piped()).spawn().expect("run berth");
+    let mut input = child.stdin.take().expect("stdin pipe");
+    // A command that exits before reading all of it is no error here.
+    let _ = input.write_all(stdin);
+    drop(input);
+    collect(child, args)
+}
+
+/// `berth ARGS` with `stdin` against whatever server the arguments name, read as text.
+pub fn berth(args: &[&str], stdin: &[u8]) -> Run {
+    run_with_input(client(args), args, stdin).into()
+}
+
 impl Daemon {
-    /// `berth ARGS` against this daemon's socket (`BERTH_SERVER`, so an explicit `--server`
-    /// wins), with no token and no colour, stdout and stderr piped, stdin null; the caller may
-    /// change any of it before spawning and hands the child to [`collect`] or [`finish`].
+    /// [`client`] against this daemon's socket (`BERTH_SERVER`, so an explicit `--server`
+    /// wins).
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
-        command
-            .args(args)
-            .env("BERTH_SERVER", &self.socket)
-            .env_remove("BERTH_TOKEN")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut command = client(args);
+        command.env("BERTH_SERVER", &self.socket);
         command
     }
 
     /// Runs `berth ARGS` against this daemon and returns its exit and output.
     pub fn cli(&self, args: &[&str]) -> Output {
-        collect(self.command(args).spawn().expect("run berth"), args)
+        output(&mut self.command(args))
     }
 
     /// [`Daemon::cli`] with `stdin` as the command's input.
     pub fn cli_input(&self, args: &[&str], stdin: &[u8]) -> Output {
-        let mut child = self
-            .command(args)
-            .stdin(Stdio::piped())
-            .spawn()
-            .expect("run berth");
-        let mut input = child.stdin.take().expect("stdin pipe");
-        // A command that exits before reading all of it is no error here.
-        let _ = input.write_all(stdin);
-        drop(input);
-        collect(child, args)
+        run_with_input(self.command(args), args, stdin)
     }
 
     /// [`Daemon::cli`] that must succeed; its stdout.

@@ -1,5 +1,7 @@
-//! The `berth` client run against a test's daemon: one way to build the command, one way to
-//! collect what it did (with a deadline, so a hung command fails the test instead of the run).
+//! The `berth` client as a test runs it: one way to build the command ([`client`], or
+//! [`Daemon::command`] against a test's daemon), one way to collect what it did ([`collect`],
+//! with a deadline, so a hung command fails the test instead of hanging the run), and the
+//! shorthands built on them.
 
 use std::io::{Read, Write};
 use std::process::{Child, Command, Output, Stdio};
@@ -50,7 +52,8 @@ impl From<Output> for Run {
 
 /// `berth ARGS` with no `BERTH_*` variables from the environment (no server, token or CA but
 /// what the caller gives), no colour, stdout and stderr piped, stdin null; the caller may change
-/// any of it before spawning and hands the child to [`collect`] or [`finish`].
+/// any of it before running it with [`output`] or [`run_with_input`] (or spawning it and handing
+/// the child to [`collect`] or [`finish`]).
 pub fn client(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
     command

@@ -1,5 +1,6 @@
-//! A real `berth serve` process for a test, and a small blocking HTTP/1.1 client that talks to it
-//! over its unix socket.
+//! The one launcher of a test's `berth serve` ([`Daemon`], started paused or running through
+//! [`Launch`]), and the small blocking HTTP/1.1 clients that talk to it over its unix socket
+//! and its TCP listener.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;

@@ -8,17 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::harness::project;
 use crate::support::daemon::{Daemon, TcpClient};
 use crate::support::git;
 use serde_json::{Value, json};
 
 const P: &str = "/apis/berth.dev/v1alpha1";
 const DEADLINE: Duration = Duration::from_secs(90);
-
-fn project(name: &str, spec: Value) -> Value {
-    json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
-           "metadata": {"name": name}, "spec": spec})
-}
 
 /// A paused daemon with a TCP listener, a member `mia` of project `mine`, and her client.
 fn daemon_with_member() -> (Daemon, TcpClient) {

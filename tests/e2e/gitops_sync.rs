@@ -104,17 +104,10 @@ fn gitsource(name: &str, url: &str, git_ref: &str, path: &str, interval: &str) -
     })
 }
 
-fn get(client: &Client, plural: &str, name: &str) -> Option<Value> {
-    let reply = client.get(&format!("{API}/{plural}/{name}"));
-    match reply.status {
-        200 => Some(reply.json()),
-        404 => None,
-        other => panic!("GET {plural}/{name}: {other}: {}", reply.text()),
-    }
-}
-
 fn must_get(client: &Client, plural: &str, name: &str) -> Value {
-    get(client, plural, name).unwrap_or_else(|| panic!("{plural}/{name} does not exist"))
+    client
+        .object(plural, name)
+        .unwrap_or_else(|| panic!("{plural}/{name} does not exist"))
 }
 
 fn rv(object: &Value) -> String {
@@ -144,7 +137,7 @@ fn wait_applied(daemon: &Daemon, name: &str, revision: &str) -> Value {
         DEADLINE,
         &format!("gitsource {name} to apply {revision}"),
         || {
-            let source = get(&client, "gitsources", name)?;
+            let source = client.object("gitsources", name)?;
             let ready = condition(&source, "Ready")?;
             (source["status"]["lastAppliedRevision"] == revision && ready["status"] == "True")
                 .then_some(source)
@@ -260,11 +253,11 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     let removed = repo.commit("remove alpha and pay");
     let source = wait_applied(&daemon, "fleet", &removed);
     assert!(
-        get(&client, "projects", "pay").is_none(),
+        client.object("projects", "pay").is_none(),
         "pay was not pruned"
     );
     assert!(
-        get(&client, "agentprofiles", "alpha").is_some(),
+        client.object("agentprofiles", "alpha").is_some(),
         "alpha is annotated prune: disabled and must survive"
     );
     let inventory = source["status"]["inventory"].as_array().unwrap();
@@ -283,7 +276,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     );
     let broken = repo.commit("typo");
     let source = daemon.eventually(DEADLINE, "Ready=False for the broken commit", || {
-        let source = get(&client, "gitsources", "fleet")?;
+        let source = client.object("gitsources", "fleet")?;
         (source["status"]["lastAttemptedRevision"] == broken
             && condition(&source, "Ready")?["status"] == "False")
             .then_some(source)
@@ -294,7 +287,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     assert!(message.contains("deploy/profiles/gamma.yaml"), "{message}");
     assert!(message.contains("instal"), "{message}");
     assert_eq!(source["status"]["lastAppliedRevision"], removed);
-    assert!(get(&client, "agentprofiles", "gamma").is_none());
+    assert!(client.object("agentprofiles", "gamma").is_none());
     // All or nothing: beta's label from the same commit was not applied either.
     assert_eq!(rv(&must_get(&client, "agentprofiles", "beta")), rv(&beta));
 
@@ -302,7 +295,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     repo.write("deploy/profiles/gamma.yaml", "kind: [unclosed\n");
     let bad_yaml = repo.commit("bad yaml");
     let source = daemon.eventually(DEADLINE, "Ready=False for the bad YAML", || {
-        let source = get(&client, "gitsources", "fleet")?;
+        let source = client.object("gitsources", "fleet")?;
         (source["status"]["lastAttemptedRevision"] == bad_yaml).then_some(source)
     });
     let message = condition(&source, "Ready").unwrap()["message"]
@@ -327,7 +320,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     );
     let armed = repo.commit("arm a force");
     let source = daemon.eventually(DEADLINE, "Ready=False for the armed force", || {
-        let source = get(&client, "gitsources", "fleet")?;
+        let source = client.object("gitsources", "fleet")?;
         (source["status"]["lastAttemptedRevision"] == armed
             && condition(&source, "Ready")?["status"] == "False")
             .then_some(source)
@@ -344,7 +337,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
         "{message}"
     );
     assert_eq!(source["status"]["lastAppliedRevision"], removed);
-    assert!(get(&client, "agentprofiles", "gamma").is_none());
+    assert!(client.object("agentprofiles", "gamma").is_none());
     assert_eq!(rv(&must_get(&client, "agentprofiles", "beta")), rv(&beta));
     repo.write(
         "deploy/profiles/beta.yaml",
@@ -355,7 +348,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     repo.write("deploy/profiles/gamma.yaml", &profile("gamma", ""));
     let fixed = repo.commit("fix");
     wait_applied(&daemon, "fleet", &fixed);
-    assert!(get(&client, "agentprofiles", "gamma").is_some());
+    assert!(client.object("agentprofiles", "gamma").is_some());
     assert_eq!(
         must_get(&client, "agentprofiles", "beta")["metadata"]["labels"]["a"],
         "b"
@@ -379,7 +372,7 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
     // Suspended: the controller says so, and a new commit is not applied.
     let suspended = edit_gitsource(&client, "fleet", |s| s["spec"]["suspend"] = json!(true));
     daemon.eventually(DEADLINE, "Reconciling=Suspended", || {
-        let source = get(&client, "gitsources", "fleet")?;
+        let source = client.object("gitsources", "fleet")?;
         let reconciling = condition(&source, "Reconciling")?;
         (reconciling["reason"] == "Suspended"
             && source["status"]["observedGeneration"] == suspended["metadata"]["generation"])
@@ -392,7 +385,7 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
     let window = Instant::now() + Duration::from_secs(3);
     while Instant::now() < window {
         assert!(
-            get(&client, "agentprofiles", "beta").is_none(),
+            client.object("agentprofiles", "beta").is_none(),
             "suspended but synced"
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -406,7 +399,7 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
         s["spec"]["interval"] = json!("1h");
     });
     wait_applied(&daemon, "fleet", &second);
-    assert!(get(&client, "agentprofiles", "beta").is_some());
+    assert!(client.object("agentprofiles", "beta").is_some());
 
     // Nothing would poll for an hour; requestedAt syncs now.
     repo.write("gamma.yaml", &profile("gamma", ""));
@@ -415,7 +408,7 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
         s["metadata"]["annotations"] = json!({"berth.dev/requestedAt": "2026-01-01T00:00:00Z"});
     });
     wait_applied(&daemon, "fleet", &third);
-    assert!(get(&client, "agentprofiles", "gamma").is_some());
+    assert!(client.object("agentprofiles", "gamma").is_some());
 
     // The same value again asks for nothing; a new value asks again.
     repo.write("delta.yaml", &profile("delta", ""));
@@ -445,7 +438,7 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
     let (code, stdout, stderr) = reconcile();
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(stdout.contains(&fifth), "{stdout}");
-    assert!(get(&client, "agentprofiles", "epsilon").is_some());
+    assert!(client.object("agentprofiles", "epsilon").is_some());
     // A commit that does not apply: the command fails saying why.
     repo.write(
         "epsilon.yaml",
@@ -507,7 +500,7 @@ fn refs_resolve_to_branches_tags_and_commits_and_fetch_failures_are_reported() {
         );
         assert_eq!(reply.status, 201, "{name}: {}", reply.text());
         let source = daemon.eventually(DEADLINE, &format!("{name} to fail"), || {
-            let source = get(&client, "gitsources", name)?;
+            let source = client.object("gitsources", name)?;
             (condition(&source, "Ready")?["status"] == "False").then_some(source)
         });
         let ready = condition(&source, "Ready").unwrap();
@@ -586,7 +579,7 @@ fn without_prune_removed_objects_stay_and_a_missing_path_is_reported() {
     let second = repo.commit("drop beta");
     let source = wait_applied(&daemon, "keep", &second);
     assert!(
-        get(&client, "agentprofiles", "beta").is_some(),
+        client.object("agentprofiles", "beta").is_some(),
         "pruned without prune"
     );
     // Still in the set's inventory, so turning prune on later finds it.
@@ -601,7 +594,7 @@ fn without_prune_removed_objects_stay_and_a_missing_path_is_reported() {
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
     let source = daemon.eventually(DEADLINE, "a missing path to be reported", || {
-        let source = get(&client, "gitsources", "nowhere")?;
+        let source = client.object("gitsources", "nowhere")?;
         (condition(&source, "Ready")?["status"] == "False").then_some(source)
     });
     let ready = condition(&source, "Ready").unwrap();
@@ -753,7 +746,7 @@ fn objects_another_applyset_owns_are_left_to_it_and_named() {
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
     let source = daemon.eventually(DEADLINE, "the conflicts to be reported", || {
-        let source = get(&client, "gitsources", "second")?;
+        let source = client.object("gitsources", "second")?;
         (source["status"]["lastAppliedRevision"] == revision
             && condition(&source, "Ready")?["reason"] == "ApplysetConflict")
             .then_some(source)

@@ -79,13 +79,7 @@ impl Berth {
 
     /// Creates a project from `spec` and remembers it for cleanup.
     pub fn create_project(&mut self, name: &str, spec: Value) -> Value {
-        let body = json!({
-            "apiVersion": "berth.dev/v1alpha1",
-            "kind": "Project",
-            "metadata": {"name": name},
-            "spec": spec,
-        });
-        let reply = self.client().post_json(PROJECTS, &body);
+        let reply = self.client().post_json(PROJECTS, &project(name, spec));
         assert_eq!(reply.status, 201, "create {name}: {}", reply.text());
         let created = reply.json();
         self.projects.push((name.to_string(), uid_of(&created)));
@@ -191,18 +185,14 @@ impl Daemon {
     }
 
     pub fn get_project(&self, name: &str) -> Option<Value> {
-        let reply = self.client().get(&format!("{PROJECTS}/{name}"));
-        match reply.status {
-            200 => Some(reply.json()),
-            404 => None,
-            other => panic!("get {name}: {other} {}", reply.text()),
-        }
+        self.client().object("projects", name)
     }
 
     /// Polls until the project is gone, failing with what it still shows after `within`.
     pub fn wait_gone(&self, name: &str, what: &str, within: Duration) {
         self.wait_object(
-            &format!("{PROJECTS}/{name}"),
+            "projects",
+            name,
             &format!("{name}: {what}: gone"),
             within,
             |p| p.is_none().then_some(()),
@@ -222,29 +212,28 @@ impl Daemon {
         within: Duration,
         check: impl Fn(&Value) -> bool,
     ) -> Value {
-        self.wait_object(
-            &format!("{PROJECTS}/{name}"),
-            &format!("{name}: {what}"),
-            within,
-            |p| p.filter(|p| check(p)).cloned(),
-        )
+        self.wait_object("projects", name, &format!("{name}: {what}"), within, |p| {
+            p.filter(|p| check(p)).cloned()
+        })
     }
 
     /// Polls the GitSource until `check` holds for it, failing with its last status.
     pub fn wait_for_gitsource(&self, name: &str, check: impl Fn(&Value) -> bool) -> Value {
         self.wait_object(
-            &format!("/apis/berth.dev/v1alpha1/gitsources/{name}"),
+            "gitsources",
+            name,
             &format!("gitsource {name}: as expected"),
             READY_DEADLINE,
             |s| s.filter(|s| check(s)).cloned(),
         )
     }
 
-    /// Polls the object at `path` (`None` while it is not there) until `check` answers, failing
-    /// with the object's last status and the daemon's log.
+    /// Polls the object `PLURAL/NAME` (`None` while it is not there) until `check` answers,
+    /// failing with the object's last status and the daemon's log.
     fn wait_object<T>(
         &self,
-        path: &str,
+        plural: &str,
+        name: &str,
         what: &str,
         within: Duration,
         check: impl Fn(Option<&Value>) -> Option<T>,
@@ -261,12 +250,7 @@ impl Daemon {
                 )
             },
             || {
-                let reply = self.client().get(path);
-                let object = match reply.status {
-                    200 => Some(reply.json()),
-                    404 => None,
-                    other => panic!("get {path}: {other} {}", reply.text()),
-                };
+                let object = self.client().object(plural, name);
                 let found = check(object.as_ref());
                 *last.borrow_mut() = object.unwrap_or(Value::Null);
                 found
@@ -344,6 +328,16 @@ impl Drop for Berth {
         // something else created) the daemon's own drop deletes next, by the controller ids
         // its stores had.
     }
+}
+
+/// A Project manifest named `name` with `spec`.
+pub fn project(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "Project",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
 }
 
 /// The `Ready` condition's status and reason.

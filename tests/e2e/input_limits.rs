@@ -35,15 +35,6 @@ fn peak_rss_bytes(daemon: &Daemon) -> u64 {
     kib * 1024
 }
 
-fn get(client: &Client, plural: &str, name: &str) -> Option<Value> {
-    let reply = client.get(&format!("{API}/{plural}/{name}"));
-    match reply.status {
-        200 => Some(reply.json()),
-        404 => None,
-        other => panic!("GET {plural}/{name}: {other}: {}", reply.text()),
-    }
-}
-
 fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
     object["status"]["conditions"]
         .as_array()?
@@ -89,7 +80,7 @@ fn yaml_aliases_expanding_past_the_bound_are_refused_by_the_api() {
     // Nothing near the 1.5 GB the aliases expand to was ever built.
     let peak = peak_rss_bytes(&daemon);
     assert!(peak < 256 << 20, "the daemon peaked at {} MiB", peak >> 20);
-    assert!(get(&api, "projects", "bomb").is_none());
+    assert!(api.object("projects", "bomb").is_none());
     // And it still answers.
     assert_eq!(api.get("/healthz").status, 200);
 }
@@ -145,7 +136,7 @@ fn a_gitsource_revision_with_an_alias_bomb_applies_nothing_and_names_the_file() 
     assert_eq!(reply.status, 201, "{}", reply.text());
 
     let source = daemon.eventually(DEADLINE, "Ready=False for the alias bomb", || {
-        let source = get(&client, "gitsources", "fleet")?;
+        let source = client.object("gitsources", "fleet")?;
         (source["status"]["lastAttemptedRevision"] == revision
             && condition(&source, "Ready")?["status"] == "False")
             .then_some(source)
@@ -163,7 +154,7 @@ fn a_gitsource_revision_with_an_alias_bomb_applies_nothing_and_names_the_file() 
         source["status"]["lastAppliedRevision"].is_null(),
         "{source}"
     );
-    assert!(get(&client, "projects", "harmless").is_none());
+    assert!(client.object("projects", "harmless").is_none());
     let peak = peak_rss_bytes(&daemon);
     assert!(peak < 256 << 20, "the daemon peaked at {} MiB", peak >> 20);
 }
@@ -333,7 +324,7 @@ fn resources_beyond_the_host_are_warned_of_and_below_the_floor_refused() {
         "{stderr}"
     );
     assert!(
-        get(&daemon.client(), "projects", &name).is_none(),
+        daemon.client().object("projects", &name).is_none(),
         "a dry run"
     );
 
@@ -344,5 +335,5 @@ fn resources_beyond_the_host_are_warned_of_and_below_the_floor_refused() {
         stderr.contains("spec.resources.memory") && stderr.contains("32MiB"),
         "{stderr}"
     );
-    assert!(get(&daemon.client(), "projects", &name).is_none());
+    assert!(daemon.client().object("projects", &name).is_none());
 }

@@ -457,6 +457,17 @@ impl Client {
         self.request("GET", path, None, &[])
     }
 
+    /// The object `berth.dev/v1alpha1/PLURAL/NAME`, `None` when there is none (404); any other
+    /// answer fails the test.
+    pub fn object(&self, plural: &str, name: &str) -> Option<Value> {
+        let reply = self.get(&format!("/apis/berth.dev/v1alpha1/{plural}/{name}"));
+        match reply.status {
+            200 => Some(reply.json()),
+            404 => None,
+            other => panic!("GET {plural}/{name}: {other}: {}", reply.text()),
+        }
+    }
+
     pub fn delete(&self, path: &str) -> Reply {
         self.request("DELETE", path, None, &[])
     }

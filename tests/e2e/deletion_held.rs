@@ -9,7 +9,7 @@
 //! The work is made after the last look any scheduler pass could take (the scheduler's interval
 //! is an hour), so no recorded `status.unsavedWork` can answer for the deletion's own look.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::harness::Berth;
 use crate::harness::{
@@ -84,22 +84,9 @@ impl Deleter {
 
     /// The project, once its deletion is held by `reason`.
     fn wait_held(&self, name: &str, reason: &str) -> Value {
-        let until = Instant::now() + HOLD_DEADLINE;
-        let held = loop {
-            let project = self
-                .get_project(name)
-                .unwrap_or_else(|| panic!("{name} was deleted, not held"));
-            if condition(&project, "DeletionBlocked")["status"] == "True" {
-                break project;
-            }
-            assert!(
-                Instant::now() < until,
-                "{name}: no held deletion; status {}\n{}",
-                project["status"],
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        };
+        let held = self.wait_for_within(name, "a held deletion", HOLD_DEADLINE, |p| {
+            condition(p, "DeletionBlocked")["status"] == "True"
+        });
         assert_eq!(held["status"]["phase"], "Deleting", "{}", held["status"]);
         let blocked = condition(&held, "DeletionBlocked");
         assert_eq!(blocked["reason"], reason, "{blocked}");
@@ -240,14 +227,11 @@ fn a_deleted_container_has_its_volume_inspected() {
     assert_eq!(volumes_of(&uid), vec![volume.clone()]);
     // The hold looks again now and then, each look from a fresh inspection instance: the one
     // of any look is gone once it is done.
-    let until = Instant::now() + Duration::from_secs(120);
-    while instance_count(&inspection_instance(&uid)) != 0 {
-        assert!(
-            Instant::now() < until,
-            "the inspection instance is removed after each look"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    berth.wait_until(
+        Duration::from_secs(120),
+        "the inspection instance removed after its look",
+        || instance_count(&inspection_instance(&uid)) == 0,
+    );
     assert!(
         berth
             .berth
@@ -273,16 +257,13 @@ fn a_deleted_container_has_its_volume_inspected() {
     ])
     .expect("attach the volume");
     lxc(&["start", &own]).expect("start it");
-    let until = Instant::now() + READY_DEADLINE;
-    while exec(
-        &own,
-        "rm -f /workspace/notes.txt && test ! -e /workspace/notes.txt",
-    )
-    .is_err()
-    {
-        assert!(Instant::now() < until, "could not remove the work");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    berth.wait_until(READY_DEADLINE, "the work removed", || {
+        exec(
+            &own,
+            "rm -f /workspace/notes.txt && test ! -e /workspace/notes.txt",
+        )
+        .is_ok()
+    });
     lxc(&["delete", "--force", &own]).expect("delete the instance");
 
     berth.wait_gone(

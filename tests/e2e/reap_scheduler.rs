@@ -329,11 +329,9 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
     reaper.wait_for_within(&idle, "idledAt", NOTICE_DEADLINE, |p| {
         p["status"]["reap"]["idledAt"].is_string()
     });
-    let until = Instant::now() + NOTICE_DEADLINE;
-    while instance_state(&idle).as_deref() != Some("STOPPED") {
-        assert!(Instant::now() < until, "{idle} was not stopped");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    reaper.wait_until(NOTICE_DEADLINE, &format!("{idle} stopped"), || {
+        instance_state(&idle).as_deref() == Some("STOPPED")
+    });
 
     // The clean one whose idle action is Delete is deleted, container and volumes with it.
     reaper.wait_gone(&doomed, "not reaped", NOTICE_DEADLINE);
@@ -401,15 +399,10 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
             .map(|r| reaper.refusals(r))
             .collect()
     };
-    let until = Instant::now() + NOTICE_DEADLINE;
-    let counted = loop {
+    let counted = reaper.eventually(NOTICE_DEADLINE, "the refusals counted", || {
         let counted = count();
-        if counted[0] >= 2.0 && counted[1] >= 1.0 && counted[2] >= 1.0 {
-            break counted;
-        }
-        assert!(Instant::now() < until, "refusals not counted: {counted:?}");
-        std::thread::sleep(Duration::from_millis(250));
-    };
+        (counted[0] >= 2.0 && counted[1] >= 1.0 && counted[2] >= 1.0).then_some(counted)
+    });
     reaper.wait_passes("reap", 4);
     assert_eq!(count(), counted, "refusals counted again in later passes");
 
@@ -418,18 +411,14 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
     assert!(idle_line.contains("idled at"), "{idle_line}");
 
     // The listener on 0.0.0.0:3000 has its preview URL.
-    let until = Instant::now() + NOTICE_DEADLINE;
-    loop {
+    let text = reaper.eventually(NOTICE_DEADLINE, "port 3000 listed", || {
         let ports = reaper.cli(&["ports", &dirty]);
         assert!(ports.status.success(), "{}", said(&ports));
         let text = stdout(&ports);
-        if text.contains(&format!("http://{dirty}--3000.localhost")) {
-            assert!(text.starts_with("PORT"), "{text}");
-            break;
-        }
-        assert!(Instant::now() < until, "port 3000 never listed:\n{text}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+        text.contains(&format!("http://{dirty}--3000.localhost"))
+            .then_some(text)
+    });
+    assert!(text.starts_with("PORT"), "{text}");
 
     // A plain delete of unpushed work is held; the container and volumes stay, and Ready says
     // why.
@@ -580,11 +569,9 @@ fn stopped_work_due_for_delete_and_pruned_work_are_kept() {
     });
     let stop = reaper.cli(&["stop", &stopped]);
     assert!(stop.status.success(), "{}", said(&stop));
-    let until = Instant::now() + NOTICE_DEADLINE;
-    while instance_state(&stopped).as_deref() != Some("STOPPED") {
-        assert!(Instant::now() < until, "{stopped} was not stopped");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    reaper.wait_until(NOTICE_DEADLINE, &format!("{stopped} stopped"), || {
+        instance_state(&stopped).as_deref() == Some("STOPPED")
+    });
     let booted = counter.starts();
     reaper.patch_project(
         &stopped,

@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::harness::{Berth, READY_DEADLINE, lxc, ready_reason, try_volumes_of};
 use crate::support::daemon::Daemon;
@@ -337,15 +337,10 @@ fn env_lines_outside_berths_block_stay_byte_for_byte() {
 
     let out = f.cli_input(&["secret", "set", &name, "API_TOKEN"], b"s3cret-value");
     assert!(out.status.success(), "{}", said(&out));
-    let until = Instant::now() + READY_DEADLINE;
-    let after = loop {
+    let after = f.eventually(READY_DEADLINE, "the secret in .env", || {
         let now = file_bytes(&name, "/workspace/.env");
-        if now.windows(10).any(|w| w == b"API_TOKEN=") {
-            break now;
-        }
-        assert!(Instant::now() < until, "the secret never reached .env");
-        std::thread::sleep(Duration::from_millis(250));
-    };
+        now.windows(10).any(|w| w == b"API_TOKEN=").then_some(now)
+    });
     assert_eq!(
         sha256(&after[..head.len()]),
         sha256(&head),
@@ -393,16 +388,7 @@ fn edited_seeds_stay_work_after_the_container_is_recreated() {
     );
     // The new container is there (the old one is gone into the trash first, so no answer
     // is not yet a new one), running, and the project Ready on it.
-    let until = Instant::now() + READY_DEADLINE;
-    while lxc(&["config", "get", &name, "volatile.uuid"])
-        .ok()
-        .is_none_or(|uuid| uuid == container)
-        || crate::harness::instance_state(&name).as_deref() != Some("RUNNING")
-    {
-        assert!(Instant::now() < until, "the container was not recreated");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    f.wait_ready(&name);
+    f.wait_replaced(&name, &container);
     // A fresh inspection after Seeded ran again: a new file changes what it finds.
     workspace(&name, "echo marker > marker.txt");
     let p = f.wait_for_within(&name, "the marker counted", NOTICE_DEADLINE, |p| {

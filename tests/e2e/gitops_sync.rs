@@ -672,15 +672,7 @@ fn projects_from_a_repository_come_up_change_and_a_prune_keeps_unsaved_work() {
     wait_source(&berth, &third);
 
     // The clean one is pruned, container and volumes with it.
-    let deadline = Instant::now() + crate::harness::READY_DEADLINE;
-    while berth.get_project(&drop).is_some() {
-        assert!(
-            Instant::now() < deadline,
-            "{drop} not pruned:\n{}",
-            berth.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    berth.wait_gone(&drop, "pruned", crate::harness::READY_DEADLINE);
     assert_eq!(crate::harness::instance_count(&drop), 0);
     // The one holding work is held, its container and workspace as they were.
     let held = berth.wait_for(&keep, "held by DeletionBlocked", |p| {

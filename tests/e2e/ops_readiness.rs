@@ -7,21 +7,10 @@ use crate::support::daemon::{Daemon, Reply};
 
 /// Polls `/readyz` until `done` holds for the reply, failing with the last one after `deadline`.
 fn wait_readyz(daemon: &Daemon, deadline: Duration, done: impl Fn(&Reply) -> bool) -> Reply {
-    let until = Instant::now() + deadline;
-    loop {
+    daemon.eventually(deadline, "/readyz to answer as expected", || {
         let reply = daemon.client().get("/readyz");
-        if done(&reply) {
-            return reply;
-        }
-        assert!(
-            Instant::now() < until,
-            "/readyz still answers {} {:?} after {deadline:?}:\n{}",
-            reply.status,
-            reply.text(),
-            daemon.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        done(&reply).then_some(reply)
+    })
 }
 
 #[test]

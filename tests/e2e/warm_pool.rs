@@ -192,16 +192,9 @@ fn a_new_project_claims_a_ready_member_and_the_pool_refills() {
     .expect("write config");
     berth.restart();
     berth.wait_connected();
-    let deadline = Instant::now() + FILL_DEADLINE;
-    while !members.names().is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "members left: {:?}\n{}",
-            members.names(),
-            berth.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    berth.wait_until(FILL_DEADLINE, "no pool members left", || {
+        members.names().is_empty()
+    });
     assert_eq!(pool(&berth)["wanted"], 0);
     assert_eq!(instance_uid(&name).as_deref(), Some(uid.as_str()));
     assert_eq!(

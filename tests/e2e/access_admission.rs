@@ -8,17 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::harness::project;
 use crate::support::daemon::{Daemon, TcpClient};
 use crate::support::git;
 use serde_json::{Value, json};
 
 const P: &str = "/apis/berth.dev/v1alpha1";
 const DEADLINE: Duration = Duration::from_secs(90);
-
-fn project(name: &str, spec: Value) -> Value {
-    json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
-           "metadata": {"name": name}, "spec": spec})
-}
 
 /// A paused daemon with a TCP listener, a member `mia` of project `mine`, and her client.
 fn daemon_with_member() -> (Daemon, TcpClient) {
@@ -254,7 +250,7 @@ fn gitsource_manifests_meet_allowed_forward_targets() {
          berth.dev/reconcile: paused\nspec:\n  state: Stopped\n  forwards:\n  - port: 80\n    to: 192.0.2.10:80\n"
     );
     let url = repository(dir.path(), &[("project.yaml", &manifest)]);
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let local = daemon.client();
 
     // The API refuses it.
@@ -395,7 +391,9 @@ fn a_gitsource_credential_goes_only_to_the_host_it_was_set_for() {
     let home = Recorder::start(d, "127.0.0.1");
     let elsewhere = Recorder::start(d, "127.0.0.2");
     let ca = d.join("cert.pem");
-    let daemon = Daemon::start_running_with_env(&[], &[("GIT_SSL_CAINFO", ca.to_str().unwrap())]);
+    let daemon = Daemon::running()
+        .env("GIT_SSL_CAINFO", ca.to_str().unwrap())
+        .start();
     let local = daemon.client();
     let token = format!("tok-{}", std::process::id());
     let source = |name: &str, url: &str| {
@@ -458,7 +456,7 @@ fn a_gitsource_names_to_a_member_only_the_projects_it_may_get() {
         dir.path(),
         &[("a.yaml", &paused(&shared)), ("b.yaml", &paused(&hidden))],
     );
-    let daemon = Daemon::start_running(&["--listen", "127.0.0.1:0"]);
+    let daemon = Daemon::running().args(&["--listen", "127.0.0.1:0"]).start();
     let local = daemon.client();
     let token = daemon.add_user("mia", false);
     let member = TcpClient::new(&daemon.tcp_addr(), None, None).with_token(Some(&token));

@@ -224,7 +224,7 @@ fn console_upgrades_need_the_consoles_own_origin_and_csrf_token() {
     let name = crate::harness::unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
     let user = format!("alice-{name}");
-    let alice = berth.add_user(&user);
+    let alice = berth.add_user(&user, false);
     berth.add_member(&name, &user);
     berth.wait_ready(&name);
     start_in(
@@ -377,7 +377,7 @@ fn the_preview_listener_relays_none_of_berths_credentials() {
     let name = crate::harness::unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
     let user = format!("alice-{name}");
-    let alice = berth.add_user(&user);
+    let alice = berth.add_user(&user, false);
     berth.add_member(&name, &user);
     berth.wait_ready(&name);
     crate::harness::exec(&name, RECORDER).expect("start the recorder");

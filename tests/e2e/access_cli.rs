@@ -1,44 +1,9 @@
 //! `berth user`, `berth members` and `berth secret` as a user types them, against a real daemon:
 //! the local admin on the unix socket, users with tokens over TCP.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
+use crate::support::cli::{berth, client, collect};
 use crate::support::daemon::Daemon;
 use serde_json::json;
-
-struct Run {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `berth ARGS` with `stdin` and no BERTH_* variables from the environment.
-fn berth(args: &[&str], stdin: &[u8]) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(args)
-        .env_remove("BERTH_SERVER")
-        .env_remove("BERTH_TOKEN")
-        .env_remove("BERTH_TOKEN_FILE")
-        .env_remove("BERTH_CA_CERT")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn berth");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin)
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("berth runs");
-    Run {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
 
 #[test]
 fn users_members_and_secrets_from_the_command_line() {
@@ -53,7 +18,7 @@ fn users_members_and_secrets_from_the_command_line() {
 
     // The token is alone on stdout, once.
     let added = local(&["user", "add", "cleo"], b"");
-    assert!(added.ok, "{}", added.stderr);
+    assert!(added.success(), "{}", added.stderr);
     let token = added.stdout.trim().to_string();
     assert!(
         token.starts_with("berth_") && !token.contains('\n'),
@@ -62,13 +27,17 @@ fn users_members_and_secrets_from_the_command_line() {
     assert!(added.stderr.contains("shown this once"), "{}", added.stderr);
     let listed = local(&["user", "list"], b"");
     assert!(
-        listed.ok && listed.stdout.contains("cleo"),
+        listed.success() && listed.stdout.contains("cleo"),
         "{}",
         listed.stdout
     );
     assert!(!listed.stdout.contains(&token));
     let bad = local(&["user", "add", "Not_A_Name"], b"");
-    assert!(!bad.ok && bad.stderr.contains("NAME"), "{}", bad.stderr);
+    assert!(
+        !bad.success() && bad.stderr.contains("NAME"),
+        "{}",
+        bad.stderr
+    );
 
     // The token from a file, as `ps` would otherwise show it.
     let token_dir = tempfile::tempdir().unwrap();
@@ -86,14 +55,14 @@ fn users_members_and_secrets_from_the_command_line() {
         berth(&all, stdin)
     };
     let whoami = as_cleo(&["get", "projects"], b"");
-    assert!(whoami.ok, "{}", whoami.stderr);
+    assert!(whoami.success(), "{}", whoami.stderr);
     assert!(!whoami.stderr.contains("warning"), "{}", whoami.stderr);
     // On the command line it works too, with a warning that others can read it.
     let flagged = berth(
         &["--server", &url, "--token", &token, "get", "projects"],
         b"",
     );
-    assert!(flagged.ok, "{}", flagged.stderr);
+    assert!(flagged.success(), "{}", flagged.stderr);
     assert!(
         flagged
             .stderr
@@ -102,12 +71,10 @@ fn users_members_and_secrets_from_the_command_line() {
         flagged.stderr
     );
     // BERTH_TOKEN_FILE, and a clear refusal when two tokens are given.
-    let from_env = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["--server", &url, "get", "projects"])
-        .env_remove("BERTH_TOKEN")
-        .env("BERTH_TOKEN_FILE", &token_file)
-        .output()
-        .expect("run berth");
+    let args = ["--server", &url, "get", "projects"];
+    let mut from_env = client(&args);
+    from_env.env("BERTH_TOKEN_FILE", &token_file);
+    let from_env = collect(from_env.spawn().expect("run berth"), &args);
     assert!(from_env.status.success(), "{from_env:?}");
     assert!(
         !String::from_utf8_lossy(&from_env.stderr).contains("warning"),
@@ -126,7 +93,7 @@ fn users_members_and_secrets_from_the_command_line() {
         ],
         b"",
     );
-    assert!(!both.ok);
+    assert!(!both.success());
     assert!(both.stderr.contains("use one"), "{}", both.stderr);
     let empty = token_dir.path().join("empty");
     std::fs::write(&empty, "\n").unwrap();
@@ -141,7 +108,7 @@ fn users_members_and_secrets_from_the_command_line() {
         ],
         b"",
     );
-    assert!(!empty.ok);
+    assert!(!empty.success());
     assert!(
         empty.stderr.contains("--token-file") && empty.stderr.contains("empty"),
         "{}",
@@ -156,7 +123,7 @@ fn users_members_and_secrets_from_the_command_line() {
 
     // Not a member yet: told what a name nobody holds would get.
     let refused = as_cleo(&["secret", "list", "cli-shared"], b"");
-    assert!(!refused.ok, "{}", refused.stdout);
+    assert!(!refused.success(), "{}", refused.stdout);
     assert!(
         refused
             .stderr
@@ -166,9 +133,9 @@ fn users_members_and_secrets_from_the_command_line() {
     );
 
     let add = local(&["members", "add", "cli-shared", "cleo"], b"");
-    assert!(add.ok, "{}", add.stderr);
+    assert!(add.success(), "{}", add.stderr);
     let members = as_cleo(&["members", "list", "cli-shared"], b"");
-    assert!(members.ok, "{}", members.stderr);
+    assert!(members.success(), "{}", members.stderr);
     let names: Vec<&str> = members.stdout.lines().collect();
     assert!(names.contains(&"cleo"), "{names:?}");
     let creator = names
@@ -182,7 +149,7 @@ fn users_members_and_secrets_from_the_command_line() {
         &["secret", "set", "cli-shared", "API_TOKEN"],
         b"from-stdin\n",
     );
-    assert!(set.ok, "{}", set.stderr);
+    assert!(set.success(), "{}", set.stderr);
     let file = daemon.dir.path().join("value.txt");
     std::fs::write(&file, "from-file\n").unwrap();
     let set = as_cleo(
@@ -196,7 +163,7 @@ fn users_members_and_secrets_from_the_command_line() {
         ],
         b"",
     );
-    assert!(set.ok, "{}", set.stderr);
+    assert!(set.success(), "{}", set.stderr);
     let api = daemon.client();
     let value = |key: &str| {
         api.get(&format!(
@@ -210,21 +177,21 @@ fn users_members_and_secrets_from_the_command_line() {
     assert_eq!(value("API_TOKEN"), "from-stdin");
     assert_eq!(value("FILE_VALUE"), "from-file\n");
     let list = as_cleo(&["secret", "list", "cli-shared"], b"");
-    assert!(list.ok, "{}", list.stderr);
+    assert!(list.success(), "{}", list.stderr);
     assert!(list.stdout.starts_with("KEY"), "{}", list.stdout);
     assert!(list.stdout.contains("API_TOKEN") && list.stdout.contains("FILE_VALUE"));
     assert!(!list.stdout.contains("from-"), "{}", list.stdout);
     let bad_key = as_cleo(&["secret", "set", "cli-shared", "bad-key"], b"x");
     assert!(
-        !bad_key.ok && bad_key.stderr.contains("KEY"),
+        !bad_key.success() && bad_key.stderr.contains("KEY"),
         "{}",
         bad_key.stderr
     );
     let deleted = as_cleo(&["secret", "delete", "cli-shared", "API_TOKEN"], b"");
-    assert!(deleted.ok, "{}", deleted.stderr);
+    assert!(deleted.success(), "{}", deleted.stderr);
     let again = as_cleo(&["secret", "delete", "cli-shared", "API_TOKEN"], b"");
     assert!(
-        !again.ok && again.stderr.contains("NotFound"),
+        !again.success() && again.stderr.contains("NotFound"),
         "{}",
         again.stderr
     );
@@ -232,22 +199,22 @@ fn users_members_and_secrets_from_the_command_line() {
     // Members manage members, a local user included (its name travels percent-encoded), but
     // the last one stays unless an admin removes it.
     let removed = as_cleo(&["members", "remove", "cli-shared", &creator], b"");
-    assert!(removed.ok, "{}", removed.stderr);
+    assert!(removed.success(), "{}", removed.stderr);
     let last = as_cleo(&["members", "remove", "cli-shared", "cleo"], b"");
     assert!(
-        !last.ok && last.stderr.contains("last member"),
+        !last.success() && last.stderr.contains("last member"),
         "{}",
         last.stderr
     );
     let readd = as_cleo(&["members", "add", "cli-shared", &creator], b"");
-    assert!(readd.ok, "{}", readd.stderr);
+    assert!(readd.success(), "{}", readd.stderr);
 
     // A removed user's token stops working.
     let gone = local(&["user", "remove", "cleo"], b"");
-    assert!(gone.ok, "{}", gone.stderr);
+    assert!(gone.success(), "{}", gone.stderr);
     let after = as_cleo(&["members", "list", "cli-shared"], b"");
     assert!(
-        !after.ok && after.stderr.contains("Unauthorized"),
+        !after.success() && after.stderr.contains("Unauthorized"),
         "{}",
         after.stderr
     );

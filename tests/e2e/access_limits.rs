@@ -443,9 +443,8 @@ fn an_open_exec_ends_when_its_user_leaves_the_project() {
 
     // A member's interactive `cat`, its stdin held open by this test.
     let server = format!("http://{addr}");
-    let mut exec = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["--server", &server, "--token", &token, "exec", &name, "-i"])
-        .args(["--", "cat"])
+    let mut exec = crate::support::cli::client(&["--server", &server, "--token", &token])
+        .args(["exec", &name, "-i", "--", "cat"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -508,8 +507,8 @@ fn a_running_command_stops_when_its_user_leaves_the_project() {
 
     // A member's command run to its end (no `-i`), longer than the test waits below.
     let server = format!("http://{addr}");
-    let mut exec = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["--server", &server, "--token", &token, "exec", &name])
+    let mut exec = crate::support::cli::client(&["--server", &server, "--token", &token])
+        .args(["exec", &name])
         .args(["--timeout", "100", "--", "sleep", "97"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())

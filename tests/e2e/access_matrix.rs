@@ -2,6 +2,7 @@
 //! a bad token, a user who is not a member, a member, an admin) to a real daemon on loopback,
 //! and the answer's code is checked against the row.
 
+use crate::harness::project;
 use crate::support::daemon::{Daemon, TcpClient};
 use berth::api::authority;
 use serde_json::{Value, json};
@@ -10,11 +11,6 @@ const P: &str = "/apis/berth.dev/v1alpha1";
 
 /// The callers, in the order of each row's expected codes.
 const WHO: [&str; 5] = ["none", "bad", "outsider", "member", "admin"];
-
-fn project(name: &str, spec: Value) -> Value {
-    json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
-           "metadata": {"name": name}, "spec": spec})
-}
 
 fn profile(name: &str) -> Value {
     json!({"apiVersion": "berth.dev/v1alpha1", "kind": "AgentProfile", "metadata": {"name": name},

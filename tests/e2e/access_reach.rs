@@ -5,7 +5,7 @@
 //! and one carrying the project's uid but another controller's id (another berth on the same
 //! LXD). Real daemon, real LXD, a non-admin user over TCP.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::daemon::{Daemon, TcpClient};
@@ -114,13 +114,11 @@ fn every_route_refuses(user: &TcpClient, server: &str, token: &str, name: &str) 
     }
     // `berth exec` plain and with a websocket (-i, and -t), as a person runs it.
     for flags in [&[][..], &["-i"][..], &["-it"][..]] {
-        let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-            .args(["--server", server, "--token", token, "exec", name])
-            .args(flags)
-            .args(["--", "sh", "-c", &touch])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run berth exec");
+        let out = crate::support::cli::output(
+            crate::support::cli::client(&["--server", server, "--token", token, "exec", name])
+                .args(flags)
+                .args(["--", "sh", "-c", &touch]),
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         if out.status.success() || !stderr.contains("not this project's") {
             failures.push(format!(
@@ -180,7 +178,7 @@ fn a_member_never_reaches_a_container_berth_did_not_make_for_the_project() {
         .map(|name| (name.as_str(), listing(name)))
         .collect();
 
-    let daemon = Daemon::start_running(&["--listen", "127.0.0.1:0"]);
+    let daemon = Daemon::running().args(&["--listen", "127.0.0.1:0"]).start();
     let token = daemon.add_user("mia", false);
     let server = format!("http://{}", daemon.tcp_addr());
     let user = TcpClient::new(&daemon.tcp_addr(), Some(&token), None);

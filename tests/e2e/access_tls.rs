@@ -1,6 +1,7 @@
 //! The TCP listener over HTTPS: a certificate and key from `listen.tls`, tokens still required,
 //! clients that do not trust the certificate refused.
 
+use crate::support::cli::{client, output};
 use crate::support::daemon::{Daemon, TcpClient};
 
 const P: &str = "/apis/berth.dev/v1alpha1";
@@ -40,34 +41,30 @@ fn https_serves_with_the_configured_certificate() {
                             "metadata": {"name": "over-https"}, "spec": {}}),
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["get", "projects", "-o", "name"])
-        .env("BERTH_SERVER", format!("https://{addr}"))
-        .env("BERTH_TOKEN", &token)
-        .env("BERTH_CA_CERT", &ca)
-        .output()
-        .expect("run berth");
+    let out = output(
+        client(&["get", "projects", "-o", "name"])
+            .env("BERTH_SERVER", format!("https://{addr}"))
+            .env("BERTH_TOKEN", &token)
+            .env("BERTH_CA_CERT", &ca),
+    );
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "project/over-https\n");
-    let untrusted = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["get", "projects", "--server", &format!("https://{addr}")])
-        .args(["--token", &token])
-        .env_remove("BERTH_CA_CERT")
-        .output()
-        .expect("run berth");
+    let untrusted = output(
+        client(&["get", "projects", "--server", &format!("https://{addr}")])
+            .args(["--token", &token]),
+    );
     assert!(!untrusted.status.success());
     let stderr = String::from_utf8_lossy(&untrusted.stderr);
     assert!(stderr.contains("--certificate-authority"), "{stderr}");
     // Plain HTTP to the TLS port: the command line says to use https.
-    let plain = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["get", "projects", "--server", &format!("http://{addr}")])
-        .args(["--token", &token])
-        .output()
-        .expect("run berth");
+    let plain = output(
+        client(&["get", "projects", "--server", &format!("http://{addr}")])
+            .args(["--token", &token]),
+    );
     assert!(!plain.status.success());
     let stderr = String::from_utf8_lossy(&plain.stderr);
     assert!(
@@ -78,17 +75,14 @@ fn https_serves_with_the_configured_certificate() {
     // An interactive session upgrades over TLS too: with the CA it reaches the daemon's exec
     // handler (a paused daemon has no LXD to run it through); without it, TLS refuses.
     let session = |ca: Option<&std::path::Path>| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_berth"));
+        let mut command = client(&["exec", "over-https", "-i", "--", "true"]);
         command
-            .args(["exec", "over-https", "-i", "--", "true"])
             .env("BERTH_SERVER", format!("https://{addr}"))
-            .env("BERTH_TOKEN", &token)
-            .env_remove("BERTH_CA_CERT")
-            .stdin(std::process::Stdio::null());
+            .env("BERTH_TOKEN", &token);
         if let Some(ca) = ca {
             command.env("BERTH_CA_CERT", ca);
         }
-        command.output().expect("run berth exec")
+        output(&mut command)
     };
     let out = session(Some(&ca));
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -4,7 +4,6 @@
 //! line naming the file and the field, nothing stored.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use crate::support::daemon::Daemon;
 use berth_api::{Object, decode_manifest};
@@ -100,14 +99,7 @@ fn apply_refuses_incomplete_profiles_and_seeds_outside_the_workspace() {
     for (i, (manifest, object, errors)) in cases.iter().enumerate() {
         let file = daemon.dir.path().join(format!("bad-{i}.yaml"));
         std::fs::write(&file, format!("apiVersion: berth.dev/v1alpha1\n{manifest}")).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-            .arg("--server")
-            .arg(&daemon.socket)
-            .arg("apply")
-            .arg("-f")
-            .arg(&file)
-            .output()
-            .expect("berth apply");
+        let out = daemon.cli(&["apply", "-f", file.to_str().unwrap()]);
         let said = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{object} applied: {said}");
         for error in *errors {

@@ -8,28 +8,13 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::harness::{Berth, exec, unique_name};
 use serde_json::Value;
 
 const DEADLINE: Duration = Duration::from_secs(300);
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=berth test",
-            "-c",
-            "user.email=test@berth.invalid",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-}
 
 fn write(path: &Path, content: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -146,9 +131,9 @@ fn skills_are_placed_refreshed_for_a_new_brief_and_not_unsaved_work() {
     let review = roots.join("review");
     write(&review.join("SKILL.md"), "# Review\n");
     write(&review.join("checklist.md"), "- tests\n");
-    git(&review, &["init", "-q", "-b", "main"]);
-    git(&review, &["add", "-A"]);
-    git(&review, &["commit", "-q", "-m", "one"]);
+    crate::support::git(&review, &["init", "-q", "-b", "main"]);
+    crate::support::git(&review, &["add", "-A"]);
+    crate::support::git(&review, &["commit", "-q", "-m", "one"]);
 
     let config = host.path().join("berth.yaml");
     std::fs::write(
@@ -249,7 +234,7 @@ fn skills_are_placed_refreshed_for_a_new_brief_and_not_unsaved_work() {
     write(&pdf.join("scripts/fill.sh"), "#!/bin/sh\necho v2\n");
     write(&pdf.join("forms.md"), "forms\n");
     std::fs::remove_file(review.join("checklist.md")).unwrap();
-    git(&review, &["commit", "-q", "-a", "-m", "two"]);
+    crate::support::git(&review, &["commit", "-q", "-a", "-m", "two"]);
     let applied = apply(
         &berth,
         host.path(),
@@ -315,12 +300,8 @@ fn skills_are_placed_refreshed_for_a_new_brief_and_not_unsaved_work() {
 
 /// A console page read through `berth ui`, signed in by the one-time URL it prints.
 fn console_page(berth: &Berth, path: &str) -> String {
-    let mut ui = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .arg("ui")
-        .env_remove("BERTH_TOKEN")
-        .stdout(Stdio::piped())
+    let mut ui = berth
+        .command(&["ui"])
         .stderr(Stdio::null())
         .spawn()
         .expect("berth ui");

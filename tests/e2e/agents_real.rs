@@ -262,10 +262,10 @@ fn logged_then_rebooted_once(berth: &mut Berth, name: &str, tool: &str) {
 /// would start it again as soon as it saw it stopped, racing `lxc restart`); the daemon comes
 /// back once the container booted again.
 fn crash_and_reboot(berth: &mut Berth, name: &str) {
-    berth.kill9();
+    berth.kill();
     exec(name, "touch /run/berth-before-boot").unwrap();
     lxc(&["restart", name, "--timeout", "30", "--force"]).expect("lxc restart");
-    berth.restart(None);
+    berth.restart();
     let deadline = Instant::now() + DEADLINE;
     while exec(name, "test -e /run/berth-before-boot").is_ok() {
         assert!(Instant::now() < deadline, "{name} did not boot again");

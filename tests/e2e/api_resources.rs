@@ -1,19 +1,11 @@
 //! The HTTP API of a real `berth serve --paused`, over its unix socket.
 
+use crate::harness::project;
 use crate::support::daemon::Daemon;
 use serde_json::{Value, json};
 
 const PROJECTS: &str = "/apis/berth.dev/v1alpha1/projects";
 const APPLY: &str = "/apis/berth.dev/v1alpha1/apply";
-
-fn project(name: &str, spec: Value) -> Value {
-    json!({
-        "apiVersion": "berth.dev/v1alpha1",
-        "kind": "Project",
-        "metadata": {"name": name},
-        "spec": spec,
-    })
-}
 
 fn rv(object: &Value) -> String {
     object["metadata"]["resourceVersion"]

@@ -3,173 +3,19 @@
 //! status moving through the steps), it writes status through the API exactly as the controller
 //! does, since a paused daemon's controller acts on nothing.
 
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const BERTH: &str = env!("CARGO_BIN_EXE_berth");
+use crate::support::cli::{Run, finish};
+use crate::support::daemon::Daemon;
+
 /// Generous: the machine is small and shared.
 const COMMAND_DEADLINE: Duration = Duration::from_secs(90);
-
-/// A `berth serve --paused` on its own data dir and socket, and the client commands run
-/// against it.
-struct Daemon {
-    serve: crate::support::daemon::Daemon,
-}
-
-/// What one `berth` invocation did.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    #[track_caller]
-    fn ok(self) -> Run {
-        assert_eq!(self.code, 0, "berth failed: {self:?}");
-        self
-    }
-
-    #[track_caller]
-    fn fails(self, code: i32) -> Run {
-        assert_eq!(self.code, code, "wanted exit {code}: {self:?}");
-        self
-    }
-}
-
-impl Daemon {
-    fn start() -> Daemon {
-        Daemon {
-            serve: crate::support::daemon::Daemon::start(),
-        }
-    }
-
-    fn start_with(extra: &[&str]) -> Daemon {
-        Daemon {
-            serve: crate::support::daemon::Daemon::start_with(extra),
-        }
-    }
-
-    /// Stops the daemon (SIGTERM), then starts it again on the same data dir and socket.
-    fn restart(&mut self) {
-        self.serve.terminate();
-        self.serve.restart();
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.serve.socket.clone()
-    }
-
-    fn dir(&self) -> &Path {
-        self.serve.dir.path()
-    }
-
-    /// Writes a file under the test's temp dir and returns its path.
-    fn file(&self, name: &str, content: &str) -> String {
-        let path = self.dir().join(name);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).expect("manifest dir");
-        }
-        std::fs::write(&path, content).expect("write manifest");
-        path.to_string_lossy().into_owned()
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(BERTH);
-        command
-            .args(args)
-            .env("BERTH_SERVER", self.socket())
-            .env_remove("BERTH_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        command
-    }
-
-    fn berth(&self, args: &[&str]) -> Run {
-        self.berth_with_stdin(args, None)
-    }
-
-    fn berth_with_stdin(&self, args: &[&str], stdin: Option<&str>) -> Run {
-        let mut command = self.command(args);
-        command.stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-        let mut child = command.spawn().expect("run berth");
-        if let Some(input) = stdin {
-            let mut pipe = child.stdin.take().expect("stdin pipe");
-            pipe.write_all(input.as_bytes()).expect("write stdin");
-        }
-        finish(child, args)
-    }
-
-    /// The object as the server stores it.
-    fn object(&self, kind: &str, name: &str) -> Value {
-        let run = self.berth(&["get", kind, name, "-o", "json"]).ok();
-        serde_json::from_str(&run.stdout).expect("get -o json prints JSON")
-    }
-
-    /// Writes through the API on the unix socket, as the controller does.
-    fn put(&self, path: &str, body: &Value) {
-        let path = format!("/apis/berth.dev/v1alpha1/{path}");
-        let reply = self.serve.client().put_json(&path, body);
-        assert!(
-            (200..300).contains(&reply.status),
-            "PUT {path}: {}: {}",
-            reply.status,
-            reply.text()
-        );
-    }
-
-    fn put_status(&self, name: &str, status: Value) {
-        self.put(
-            &format!("projects/{name}/status"),
-            &json!({"status": status}),
-        );
-    }
-}
-
-/// Collects a child's output, killing it if it outlives the deadline.
-fn finish(mut child: Child, args: &[&str]) -> Run {
-    // A caller that took stdout to read it as it comes gets an empty one here.
-    let stdout = child.stdout.take();
-    let mut stderr = child.stderr.take().expect("stderr pipe");
-    let out = std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(mut stdout) = stdout {
-            let _ = stdout.read_to_string(&mut text);
-        }
-        text
-    });
-    let err = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let deadline = Instant::now() + COMMAND_DEADLINE;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for berth") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("berth {args:?} did not finish within {COMMAND_DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Run {
-        code: status.code().unwrap_or(-1),
-        stdout: out.join().expect("stdout reader"),
-        stderr: err.join().expect("stderr reader"),
-    }
-}
+/// The same, for a condition the test polls.
+const CONDITION_DEADLINE: Duration = Duration::from_secs(60);
 
 fn project(name: &str, extra: &str) -> String {
     format!("apiVersion: berth.dev/v1alpha1\nkind: Project\nmetadata:\n  name: {name}\n{extra}")
@@ -457,7 +303,7 @@ fn diff_exits_0_when_same_1_when_different_2_on_error() {
         run.stdout
     );
 
-    let missing = daemon.dir().join("missing.yaml");
+    let missing = daemon.dir.path().join("missing.yaml");
     let run = daemon
         .berth(&["diff", "-f", missing.to_str().unwrap()])
         .fails(2);
@@ -515,7 +361,9 @@ fn a_held_deletion_exits_1_with_its_reason() {
         .expect("run berth delete");
     // Once the deletion is marked, the controller reports why it holds it, answering the
     // fresh look the delete asked for.
-    wait_until(|| !daemon.object("project", "held")["metadata"]["deletionTimestamp"].is_null());
+    daemon.wait_until(CONDITION_DEADLINE, "the condition", || {
+        !daemon.object("project", "held")["metadata"]["deletionTimestamp"].is_null()
+    });
     let requested =
         daemon.object("project", "held")["metadata"]["annotations"]["berth.dev/lookRequestedAt"]
             .clone();
@@ -794,16 +642,6 @@ fn wait_times_out_with_a_message_and_apply_wait_prints_each_step() {
     );
 }
 
-/// Polls a condition with a generous deadline.
-fn wait_until(mut condition: impl FnMut() -> bool) {
-    crate::support::eventually(
-        Duration::from_secs(60),
-        "the condition",
-        String::new,
-        || condition().then_some(()),
-    );
-}
-
 #[test]
 fn stop_start_and_restart_set_the_right_fields() {
     let daemon = Daemon::start();
@@ -872,7 +710,7 @@ fn version_and_completion_and_unreachable_server() {
         assert!(run.stdout.contains("berth"), "{shell}");
     }
 
-    let nowhere = daemon.dir().join("nowhere.sock");
+    let nowhere = daemon.dir.path().join("nowhere.sock");
     let run = daemon
         .berth(&["get", "projects", "--server", nowhere.to_str().unwrap()])
         .fails(1);
@@ -976,7 +814,7 @@ fn the_client_reaches_a_tcp_listener_and_watches_changes() {
         use berth::client::{Client, Server};
         use berth_api::Kind;
         use berth_api::WatchEventType;
-        let client = Client::new(Server::Unix(daemon.socket()), None).expect("client");
+        let client = Client::new(Server::Unix(daemon.socket.clone()), None).expect("client");
         let mut watch = client.watch(Kind::Project).await.expect("watch");
         let first = next_event(&mut watch).await;
         assert_eq!(
@@ -1007,7 +845,7 @@ fn directories_apply_recursively_in_name_order() {
     daemon.file("repo/a.yml", &project("ay", ""));
     daemon.file("repo/README.md", "not a manifest");
     daemon.file("repo/nested/c.yaml", &project("sea", ""));
-    let dir = daemon.dir().join("repo");
+    let dir = daemon.dir.path().join("repo");
     let dir = dir.to_str().unwrap();
 
     let flat = daemon.berth(&["apply", "-f", dir, "--dry-run"]).ok();
@@ -1084,6 +922,7 @@ fn a_wait_outlives_a_daemon_restart() {
         .expect("a progress line from berth wait");
     assert_eq!(first, "sturdy: Created");
 
+    daemon.terminate();
     daemon.restart();
     daemon.put_status(
         "sturdy",
@@ -1112,7 +951,7 @@ fn prune_deletes_only_what_left_the_applyset() {
     );
     let outside = daemon.file("outside.yaml", &project("outsider", ""));
     daemon.berth(&["apply", "-f", &outside]).ok();
-    let dir = daemon.dir().join("fleet");
+    let dir = daemon.dir.path().join("fleet");
     let dir = dir.to_str().unwrap();
     let with_set = |args: &[&str]| {
         let mut all = args.to_vec();
@@ -1131,8 +970,8 @@ fn prune_deletes_only_what_left_the_applyset() {
     );
     with_set(&["diff", "-f", dir]).fails(0);
 
-    std::fs::remove_file(daemon.dir().join("fleet/b.yaml")).unwrap();
-    std::fs::remove_file(daemon.dir().join("fleet/c.yaml")).unwrap();
+    std::fs::remove_file(daemon.dir.path().join("fleet/b.yaml")).unwrap();
+    std::fs::remove_file(daemon.dir.path().join("fleet/c.yaml")).unwrap();
     let diff = with_set(&["diff", "-f", dir]).fails(1);
     assert!(
         diff.stdout.contains("--- live/project/bravo\n"),
@@ -1189,7 +1028,9 @@ fn stop_and_start_wait_for_the_state_they_asked_for() {
             .spawn()
             .expect("run berth");
         // The patch moves the generation; the controller then reports on the new one.
-        wait_until(|| generation(&daemon) > previous);
+        daemon.wait_until(CONDITION_DEADLINE, "the condition", || {
+            generation(&daemon) > previous
+        });
         let current = generation(&daemon);
         let status = if phase == "Stopped" {
             json!({"observedGeneration": current, "phase": "Stopped", "step": "Reachable",
@@ -1319,6 +1160,7 @@ fn new_fleet_defaults_reach_new_projects_only() {
         "defaults:\n  image: other-image\n  resources: {cpu: \"4\", disk: 10GiB}\n  reap: {idleAction: Delete}\n",
     )
     .expect("write berth.yaml");
+    daemon.terminate();
     daemon.restart();
 
     for ((name, _, reapplied, action, wanted), file) in cases.iter().zip(&files) {
@@ -1545,7 +1387,7 @@ fn a_held_prune_says_so_and_why() {
     for name in ["keep", "done", "held"] {
         daemon.file(&format!("set/{name}.yaml"), &project(name, ""));
     }
-    let dir = daemon.dir().join("set");
+    let dir = daemon.dir.path().join("set");
     let dir = dir.to_str().unwrap();
     let apply = [
         "apply",
@@ -1562,7 +1404,7 @@ fn a_held_prune_says_so_and_why() {
         let mut object = daemon.object("project", name);
         object["metadata"]["finalizers"] = json!(["berth.dev/test-hold"]);
         daemon.put(&format!("projects/{name}"), &object);
-        std::fs::remove_file(daemon.dir().join(format!("set/{name}.yaml"))).unwrap();
+        std::fs::remove_file(daemon.dir.path().join(format!("set/{name}.yaml"))).unwrap();
     }
 
     let child = daemon
@@ -1572,7 +1414,9 @@ fn a_held_prune_says_so_and_why() {
         .expect("run berth apply");
     let deleting =
         |name: &str| !daemon.object("project", name)["metadata"]["deletionTimestamp"].is_null();
-    wait_until(|| deleting("done") && deleting("held"));
+    daemon.wait_until(CONDITION_DEADLINE, "the condition", || {
+        deleting("done") && deleting("held")
+    });
     // One teardown finishes; the other finds unsaved work and holds the deletion.
     let mut done = daemon.object("project", "done");
     done["metadata"]["finalizers"] = json!([]);
@@ -1670,7 +1514,7 @@ fn a_manifest_or_patch_carrying_a_force_is_refused_naming_it() {
     daemon.berth(&["get", "project", "armed"]).fails(1);
 
     // With other manifests beside it, nothing of the batch is applied.
-    let dir = daemon.dir().join("fleet");
+    let dir = daemon.dir.path().join("fleet");
     daemon.file(
         "fleet/a.yaml",
         &project("calm", "spec: {displayName: Calm}\n"),
@@ -1685,7 +1529,7 @@ fn a_manifest_or_patch_carrying_a_force_is_refused_naming_it() {
     // An existing project cannot be armed by a patch either.
     let file = daemon.file("calm.yaml", &project("calm", "spec: {displayName: Calm}\n"));
     daemon.berth(&["apply", "-f", &file]).ok();
-    let reply = daemon.serve.client().request(
+    let reply = daemon.client().request(
         "PATCH",
         "/apis/berth.dev/v1alpha1/projects/calm",
         Some("application/merge-patch+json"),
@@ -1961,8 +1805,12 @@ fn colour_only_on_a_terminal_and_never_with_no_color() {
     let on_a_terminal = |no_color: Option<&str>| -> String {
         let mut command = Command::new("script");
         command
-            .args(["-qec", &format!("{BERTH} get projects"), "/dev/null"])
-            .env("BERTH_SERVER", daemon.socket())
+            .args([
+                "-qec",
+                &format!("{} get projects", env!("CARGO_BIN_EXE_berth")),
+                "/dev/null",
+            ])
+            .env("BERTH_SERVER", daemon.socket.clone())
             .env_remove("BERTH_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -1990,7 +1838,7 @@ fn the_server_derives_a_generated_name_and_rename_changes_the_display_name() {
     let daemon = Daemon::start();
     // Over the API: metadata.generateName, as `berth create project` sends it.
     let post = |basis: &str| {
-        daemon.serve.client().post_json(
+        daemon.client().post_json(
             "/apis/berth.dev/v1alpha1/projects",
             &serde_json::json!({
                 "apiVersion": "berth.dev/v1alpha1",
@@ -2007,7 +1855,7 @@ fn the_server_derives_a_generated_name_and_rename_changes_the_display_name() {
     // The same display name is still the one project's: 409, nothing made.
     let again = post("web shop");
     assert_eq!(again.status, 409, "{}", again.text());
-    let reply = daemon.serve.client().post_json(
+    let reply = daemon.client().post_json(
         "/apis/berth.dev/v1alpha1/projects",
         &serde_json::json!({
             "apiVersion": "berth.dev/v1alpha1",
@@ -2018,7 +1866,7 @@ fn the_server_derives_a_generated_name_and_rename_changes_the_display_name() {
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
     assert_eq!(reply.json()["metadata"]["name"], "web-shop-2");
-    let both = daemon.serve.client().post_json(
+    let both = daemon.client().post_json(
         "/apis/berth.dev/v1alpha1/projects",
         &serde_json::json!({
             "metadata": {"name": "x", "generateName": "Web Shop"},

@@ -7,7 +7,6 @@
 //! database, so only the second one is ever stopped or evacuated.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use crate::support::cluster::{Cluster, ClusterHold, cluster, run_script};
@@ -30,30 +29,6 @@ fn lxc(cluster: &Cluster, args: &[&str]) -> Result<String, String> {
 fn query(cluster: &Cluster, path: &str) -> Value {
     let text = lxc(cluster, &["query", path]).unwrap_or_else(|e| panic!("lxc query {path}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("lxc query {path}: {e}: {text}"))
-}
-
-/// The berth CLI against the daemon.
-fn berth(daemon: &Daemon, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&daemon.socket)
-        .args(args)
-        .env_remove("BERTH_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run berth")
-}
-
-fn berth_ok(daemon: &Daemon, args: &[&str]) -> String {
-    let out = berth(daemon, args);
-    assert!(
-        out.status.success(),
-        "berth {args:?}: exit {:?}\n{}{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn ready(project: &Value) -> (String, String) {
@@ -93,7 +68,7 @@ impl Fleet {
         );
         Fleet {
             cluster,
-            daemon: Daemon::start_running_with_config(&config),
+            daemon: Daemon::running().config(&config).start(),
             names: Vec::new(),
             uids: BTreeMap::new(),
         }
@@ -114,41 +89,20 @@ impl Fleet {
         let file = self.daemon.dir.path().join(format!("{prefix}.yaml"));
         std::fs::write(&file, manifest).unwrap();
         self.names.extend(names);
-        berth_ok(&self.daemon, &["apply", "-f", file.to_str().unwrap()]);
+        self.daemon.cli_ok(&["apply", "-f", file.to_str().unwrap()]);
         for name in self.names.clone() {
-            let project = self.wait_for(&name, "Ready", |p| ready(p).0 == "True");
+            let project = self
+                .daemon
+                .wait_for_within(&name, "Ready", DEADLINE, |p| ready(p).0 == "True");
             let uid = project["metadata"]["uid"].as_str().unwrap().to_string();
             self.uids.insert(name, uid);
         }
     }
 
     fn get(&self, name: &str) -> Value {
-        let reply = self.daemon.client().get(&format!("{PROJECTS}/{name}"));
-        assert_eq!(reply.status, 200, "get {name}: {}", reply.text());
-        reply.json()
-    }
-
-    fn wait_for(&self, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-        let last = std::cell::RefCell::new(Value::Null);
-        crate::support::eventually(
-            DEADLINE,
-            &format!("{name} {what}"),
-            || {
-                format!(
-                    "; last status: {}\n{}",
-                    serde_json::to_string_pretty(&last.borrow()["status"]).unwrap_or_default(),
-                    self.daemon.log_text()
-                )
-            },
-            || {
-                let project = self.get(name);
-                if check(&project) {
-                    return Some(project);
-                }
-                *last.borrow_mut() = project;
-                None
-            },
-        )
+        self.daemon
+            .get_project(name)
+            .unwrap_or_else(|| panic!("{name} is gone"))
     }
 
     /// Where berth placed each project (`status.location`).
@@ -353,7 +307,7 @@ fn a_fleet_spreads_over_the_members_and_rides_out_a_member_outage() {
     let uuids = fleet.assert_one_of_everything();
 
     // The CLI shows the member: a MEMBER column in `get -o wide`, a line in `describe`.
-    let wide = berth_ok(&fleet.daemon, &["get", "projects", "-o", "wide"]);
+    let wide = fleet.daemon.cli_ok(&["get", "projects", "-o", "wide"]);
     let header = wide.lines().next().unwrap();
     let column = header.find("MEMBER").expect("a MEMBER column");
     for name in &fleet.names {
@@ -368,7 +322,7 @@ fn a_fleet_spreads_over_the_members_and_rides_out_a_member_outage() {
         );
     }
     let first = &fleet.names[0];
-    let described = berth_ok(&fleet.daemon, &["describe", "project", first]);
+    let described = fleet.daemon.cli_ok(&["describe", "project", first]);
     let member_line = described
         .lines()
         .find(|l| l.trim_start().starts_with("Member:"))
@@ -392,9 +346,11 @@ fn a_fleet_spreads_over_the_members_and_rides_out_a_member_outage() {
     let _back = MemberBack("up");
     run_script(&["kill-member", SECOND]);
     for name in &on_second {
-        fleet.wait_for(name, "MemberOffline", |p| {
-            ready(p).1 == "MemberOffline" && p["status"]["location"] == SECOND
-        });
+        fleet
+            .daemon
+            .wait_for_within(name, "MemberOffline", DEADLINE, |p| {
+                ready(p).1 == "MemberOffline" && p["status"]["location"] == SECOND
+            });
     }
     for name in &on_first {
         let project = fleet.get(name);
@@ -410,7 +366,9 @@ fn a_fleet_spreads_over_the_members_and_rides_out_a_member_outage() {
     // volumes, the work still there.
     run_script(&["up"]);
     for name in &fleet.names {
-        fleet.wait_for(name, "Ready again", |p| ready(p).0 == "True");
+        fleet
+            .daemon
+            .wait_for_within(name, "Ready again", DEADLINE, |p| ready(p).0 == "True");
     }
     assert_eq!(
         fleet.assert_one_of_everything(),
@@ -425,7 +383,11 @@ fn a_fleet_spreads_over_the_members_and_rides_out_a_member_outage() {
     fleet.daemon.terminate();
     fleet.daemon.restart();
     for name in &fleet.names {
-        fleet.wait_for(name, "Ready after a restart", |p| ready(p).0 == "True");
+        fleet
+            .daemon
+            .wait_for_within(name, "Ready after a restart", DEADLINE, |p| {
+                ready(p).0 == "True"
+            });
     }
     assert_eq!(fleet.placement(), placement);
     assert_eq!(fleet.assert_one_of_everything(), uuids);
@@ -455,9 +417,11 @@ fn an_evacuated_member_stops_its_projects_until_it_is_restored() {
     let _back = MemberBack("restore");
     lxc(cluster, &["cluster", "evacuate", SECOND, "--force"]).expect("evacuate");
     for name in &on_second {
-        fleet.wait_for(name, "Stopped by the evacuation", |p| {
-            p["status"]["phase"] == "Stopped" && ready(p).1 == "MemberEvacuated"
-        });
+        fleet
+            .daemon
+            .wait_for_within(name, "Stopped by the evacuation", DEADLINE, |p| {
+                p["status"]["phase"] == "Stopped" && ready(p).1 == "MemberEvacuated"
+            });
     }
     let during = fleet.containers();
     assert_eq!(during.len(), fleet.names.len(), "{during:?}");
@@ -473,7 +437,11 @@ fn an_evacuated_member_stops_its_projects_until_it_is_restored() {
     }
     lxc(cluster, &["cluster", "restore", SECOND, "--force"]).expect("restore");
     for name in &fleet.names {
-        fleet.wait_for(name, "Ready after the restore", |p| ready(p).0 == "True");
+        fleet
+            .daemon
+            .wait_for_within(name, "Ready after the restore", DEADLINE, |p| {
+                ready(p).0 == "True"
+            });
     }
     assert_eq!(
         fleet.assert_one_of_everything(),

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::daemon::Daemon;
@@ -183,16 +183,6 @@ fn create(daemon: &Daemon, name: &str) {
     assert_eq!(reply.status, 201, "{}", reply.text());
 }
 
-fn add_member(daemon: &Daemon, project: &str, user: &str) {
-    let reply = daemon.client().request(
-        "PUT",
-        &format!("{P}/projects/{project}/members/{user}"),
-        None,
-        b"",
-    );
-    assert!(reply.status < 300, "{}", reply.text());
-}
-
 fn tcp_daemon() -> Daemon {
     Daemon::start_with(&["--listen", "127.0.0.1:0"])
 }
@@ -268,7 +258,7 @@ fn a_non_member_sees_nothing_of_another_members_project() {
     let alice = daemon.add_user("alice", false);
     let bob = daemon.add_user("bob", false);
     create(&daemon, "alices");
-    add_member(&daemon, "alices", "alice");
+    daemon.add_member("alices", "alice");
 
     let mut a = Browser::new(&addr);
     assert_eq!(a.sign_in(&alice).status, 303);
@@ -317,9 +307,9 @@ fn a_non_member_sees_nothing_of_another_members_project() {
     assert!(reply.status < 300, "{}", reply.text());
     // alice's stream shows the change; bob's, read past the same moment, does not.
     let mut alices = sse(&addr, "/ui/events", &a.cookies);
-    alices.wait_for("moved=yes");
+    alices.read_until("moved=yes");
     stream.send_marker(&daemon);
-    let seen = stream.wait_for("marker-");
+    let seen = stream.read_until("marker-");
     assert!(!seen.contains("alices"), "{seen}");
 }
 
@@ -347,7 +337,7 @@ fn sse(addr: &str, path: &str, cookies: &BTreeMap<String, String>) -> Stream {
 
 impl Stream {
     /// Reads until `needle` shows, returning all read so far.
-    fn wait_for(&mut self, needle: &str) -> String {
+    fn read_until(&mut self, needle: &str) -> String {
         let until = Instant::now() + DEADLINE;
         while !self.seen.contains(needle) {
             assert!(Instant::now() < until, "no {needle:?} in {}", self.seen);
@@ -364,7 +354,7 @@ impl Stream {
     /// A project of bob's own whose row marks a point in bob's stream.
     fn send_marker(&self, daemon: &Daemon) {
         create(daemon, "marker-b");
-        add_member(daemon, "marker-b", "bob");
+        daemon.add_member("marker-b", "bob");
         // A membership is no change of the object: a label change shows it to the watch.
         let reply = daemon.client().request(
             "PATCH",
@@ -383,7 +373,7 @@ fn every_post_needs_the_sessions_csrf_token_and_acts_as_the_cli() {
     let alice = daemon.add_user("alice", false);
     let root = daemon.add_user("root", true);
     create(&daemon, "web");
-    add_member(&daemon, "web", "alice");
+    daemon.add_member("web", "alice");
     let mut a = Browser::new(&addr);
     assert_eq!(a.sign_in(&alice).status, 303);
     let page = a.get("/ui/projects/web");
@@ -494,7 +484,7 @@ fn bearer_tokens_work_on_the_consoles_json_calls() {
     let addr = daemon.tcp_addr();
     let alice = daemon.add_user("alice", false);
     create(&daemon, "mine");
-    add_member(&daemon, "mine", "alice");
+    daemon.add_member("mine", "alice");
     let mut browser = Browser::new(&addr);
     let bearer = format!("Bearer {alice}");
     let list = browser.send(
@@ -537,12 +527,8 @@ impl Drop for Ui {
 }
 
 fn berth_ui(daemon: &Daemon) -> Ui {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&daemon.socket)
-        .arg("ui")
-        .env_remove("BERTH_TOKEN")
-        .stdout(Stdio::piped())
+    let mut child = daemon
+        .command(&["ui"])
         .stderr(Stdio::inherit())
         .spawn()
         .expect("berth ui");

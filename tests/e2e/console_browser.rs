@@ -53,21 +53,6 @@ impl Fleet {
         self.projects.push(name.to_string());
     }
 
-    fn get(&self, name: &str) -> Value {
-        self.daemon
-            .client()
-            .get(&format!("{P}/projects/{name}"))
-            .json()
-    }
-
-    fn wait_for(&self, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-        self.daemon
-            .eventually(DEADLINE, &format!("{name}: {what}"), || {
-                let project = self.get(name);
-                check(&project).then_some(project)
-            })
-    }
-
     fn member(&self, project: &str, user: &str) {
         let reply = self.daemon.client().request(
             "PUT",
@@ -123,9 +108,9 @@ fn the_console_in_chromium_marks_answers_and_follows_live() {
     let artifacts = root().join("target/console-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
 
-    let daemon = Daemon::start_running_with_config(
-        "scheduler: {interval: 2s, workers: 4}\nlisten: {http: \"127.0.0.1:0\"}\n",
-    );
+    let daemon = Daemon::running()
+        .config("scheduler: {interval: 2s, workers: 4}\nlisten: {http: \"127.0.0.1:0\"}\n")
+        .start();
     let mut fleet = Fleet {
         daemon,
         projects: Vec::new(),
@@ -159,25 +144,31 @@ fn the_console_in_chromium_marks_answers_and_follows_live() {
     fleet.member(&dirty, &alice);
     fleet.member(&asker, &alice);
 
-    fleet.wait_for(&dirty, "reachable", |p| {
-        p["status"]["firstReachableAt"].is_string()
-    });
+    fleet
+        .daemon
+        .wait_for_within(&dirty, "reachable", DEADLINE, |p| {
+            p["status"]["firstReachableAt"].is_string()
+        });
     let servers = format!(
         "mkdir -p /www && printf '{INDEX}\\n' > /www/index.html && busybox httpd -p 8000 -h /www \
          && echo draft > /workspace/{FILE}"
     );
     crate::harness::exec(&dirty, &servers).expect("the file and the server");
-    fleet.wait_for(&dirty, "the file and the port seen", |p| {
-        p["status"]["unsavedWork"]["files"]
-            .as_array()
-            .is_some_and(|f| f.iter().any(|f| f == FILE))
-            && p["status"]["ports"]
+    fleet
+        .daemon
+        .wait_for_within(&dirty, "the file and the port seen", DEADLINE, |p| {
+            p["status"]["unsavedWork"]["files"]
                 .as_array()
-                .is_some_and(|ports| ports.iter().any(|p| p["port"] == 8000))
-    });
-    fleet.wait_for(&asker, "blocked", |p| {
-        p["status"]["agent"]["state"] == "blocked"
-    });
+                .is_some_and(|f| f.iter().any(|f| f == FILE))
+                && p["status"]["ports"]
+                    .as_array()
+                    .is_some_and(|ports| ports.iter().any(|p| p["port"] == 8000))
+        });
+    fleet
+        .daemon
+        .wait_for_within(&asker, "blocked", DEADLINE, |p| {
+            p["status"]["agent"]["state"] == "blocked"
+        });
 
     let config = json!({
         "base": format!("http://{}", fleet.daemon.tcp_addr()),

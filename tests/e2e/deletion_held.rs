@@ -9,15 +9,14 @@
 //! The work is made after the last look any scheduler pass could take (the scheduler's interval
 //! is an hour), so no recorded `status.unsavedWork` can answer for the deletion's own look.
 
-use std::process::Output;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::harness::Berth;
 use crate::harness::{
     PROJECTS, READY_DEADLINE, exec, instance_count, instance_state, live_volumes_of, lxc,
     volumes_of,
 };
-use crate::support::daemon::{Client, spawn_serve_args, wait_with_deadline};
+use crate::support::daemon::Daemon;
 use crate::support::said;
 use serde_json::{Value, json};
 
@@ -37,9 +36,22 @@ fn unique_name() -> String {
 /// when the test ends, whatever happened.
 struct Deleter {
     berth: Berth,
-    _config: tempfile::NamedTempFile,
     /// Instances the test made itself, deleted at the end.
     own_instances: Vec<String>,
+}
+
+impl std::ops::Deref for Deleter {
+    type Target = Berth;
+
+    fn deref(&self) -> &Berth {
+        &self.berth
+    }
+}
+
+impl std::ops::DerefMut for Deleter {
+    fn deref_mut(&mut self) -> &mut Berth {
+        &mut self.berth
+    }
 }
 
 impl Deleter {
@@ -48,78 +60,33 @@ impl Deleter {
     }
 
     fn start_with(config: &str) -> Deleter {
-        let file = tempfile::NamedTempFile::new().expect("a config file");
-        std::fs::write(file.path(), config).expect("berth.yaml");
-        let berth = Berth::start_with(&[], &["--config", file.path().to_str().unwrap()]);
         Deleter {
-            berth,
-            _config: file,
+            berth: Berth::launch(Daemon::running().config(config)),
             own_instances: Vec::new(),
         }
     }
 
-    fn client(&self) -> Client {
-        self.berth.client()
-    }
-
     /// Creates a project that no reaper touches during the test, and waits until it is Ready.
     fn create_ready(&mut self, name: &str, image: &str) -> String {
-        let created = self.berth.create_project(
+        let created = self.create_project(
             name,
             json!({"image": image, "reap": {"idleAfter": "24h", "maxAge": "never"}}),
         );
         let uid = crate::harness::uid_of(&created);
-        self.wait_for(name, "Ready", READY_DEADLINE, |p| {
+        self.wait_for_within(name, "Ready", READY_DEADLINE, |p| {
             condition(p, "Ready")["status"] == "True"
         });
-        let until = Instant::now() + READY_DEADLINE;
-        while exec(name, "test -f /run/init.ready").is_err() {
-            assert!(Instant::now() < until, "{name}: init never ready");
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        self.wait_until(READY_DEADLINE, &format!("{name}: init ready"), || {
+            exec(name, "test -f /run/init.ready").is_ok()
+        });
         uid
-    }
-
-    fn get(&self, name: &str) -> Option<Value> {
-        self.berth.get_project(name)
-    }
-
-    fn wait_for(
-        &self,
-        name: &str,
-        what: &str,
-        deadline: Duration,
-        check: impl Fn(&Value) -> bool,
-    ) -> Value {
-        self.berth.wait_for_within(name, what, deadline, check)
-    }
-
-    fn wait_gone(&self, name: &str, what: &str) {
-        self.berth.wait_gone(name, what, HOLD_DEADLINE);
-    }
-
-    fn cli(&self, args: &[&str]) -> Output {
-        self.berth.cli(args)
     }
 
     /// The project, once its deletion is held by `reason`.
     fn wait_held(&self, name: &str, reason: &str) -> Value {
-        let until = Instant::now() + HOLD_DEADLINE;
-        let held = loop {
-            let project = self
-                .get(name)
-                .unwrap_or_else(|| panic!("{name} was deleted, not held"));
-            if condition(&project, "DeletionBlocked")["status"] == "True" {
-                break project;
-            }
-            assert!(
-                Instant::now() < until,
-                "{name}: no held deletion; status {}\n{}",
-                project["status"],
-                self.berth.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        };
+        let held = self.wait_for_within(name, "a held deletion", HOLD_DEADLINE, |p| {
+            condition(p, "DeletionBlocked")["status"] == "True"
+        });
         assert_eq!(held["status"]["phase"], "Deleting", "{}", held["status"]);
         let blocked = condition(&held, "DeletionBlocked");
         assert_eq!(blocked["reason"], reason, "{blocked}");
@@ -142,8 +109,8 @@ impl Drop for Deleter {
         }
         // The inspection instances of a held deletion go with their look; one a failed test
         // left is berth's own, labelled with its project's uid.
-        for name in self.berth.tracked_names() {
-            if let Some(uid) = self.berth.tracked_uid(&name)
+        for name in self.tracked_names() {
+            if let Some(uid) = self.tracked_uid(&name)
                 && inspect_labelled(&inspection_instance(&uid), &uid)
             {
                 let _ = lxc(&["delete", "--force", &inspection_instance(&uid)]);
@@ -185,7 +152,7 @@ fn an_image_typo_does_not_make_unpushed_work_deletable() {
     let mut berth = Deleter::start();
     let name = unique_name();
     let uid = berth.create_ready(&name, "berth-base");
-    let reached = berth.get(&name).expect("project")["status"]["firstReachableAt"].clone();
+    let reached = berth.get_project(&name).expect("project")["status"]["firstReachableAt"].clone();
     assert!(reached.is_string(), "firstReachableAt recorded: {reached}");
     workspace(
         &name,
@@ -200,7 +167,7 @@ fn an_image_typo_does_not_make_unpushed_work_deletable() {
         json!({"spec": {"image": typo}}).to_string().as_bytes(),
     );
     assert_eq!(reply.status, 200, "{}", reply.text());
-    let regressed = berth.wait_for(&name, "ImageNotFound", READY_DEADLINE, |p| {
+    let regressed = berth.wait_for_within(&name, "ImageNotFound", READY_DEADLINE, |p| {
         condition(p, "Ready")["reason"] == "ImageNotFound"
     });
     assert_eq!(regressed["status"]["step"], "Requested");
@@ -240,34 +207,15 @@ fn a_deleted_container_has_its_volume_inspected() {
     // Not a git repository: a file berth did not write is unsaved work.
     workspace(&name, "echo draft > notes.txt");
 
-    berth.berth.terminate();
+    berth.terminate();
     lxc(&["delete", "--force", &name]).expect("delete the container behind berth's back");
     // The deletion is recorded by a paused daemon on the same store, so the controller never
     // sees the container missing before it sees the deletion.
-    let mut paused = spawn_serve_args(
-        &berth.berth.data_dir,
-        &berth.berth.socket,
-        &berth.berth.log,
-        &["--paused"],
-    );
-    let until = Instant::now() + Duration::from_secs(30);
-    while !berth
-        .client()
-        .try_request("GET", "/healthz", None, &[])
-        .is_ok_and(|r| r.status == 200)
-    {
-        assert!(Instant::now() < until, "the paused daemon did not answer");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    berth.restart_paused();
     let delete = berth.cli(&["delete", "project", &name, "--wait=false"]);
     assert!(delete.status.success(), "{}", said(&delete));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(paused.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("stop the paused daemon");
-    wait_with_deadline(&mut paused, Duration::from_secs(30)).expect("the paused daemon exits");
-    berth.berth.restart(None);
+    berth.terminate();
+    berth.restart();
 
     let held = berth.wait_held(&name, "UnsavedWork");
     assert_eq!(
@@ -279,14 +227,11 @@ fn a_deleted_container_has_its_volume_inspected() {
     assert_eq!(volumes_of(&uid), vec![volume.clone()]);
     // The hold looks again now and then, each look from a fresh inspection instance: the one
     // of any look is gone once it is done.
-    let until = Instant::now() + Duration::from_secs(120);
-    while instance_count(&inspection_instance(&uid)) != 0 {
-        assert!(
-            Instant::now() < until,
-            "the inspection instance is removed after each look"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    berth.wait_until(
+        Duration::from_secs(120),
+        "the inspection instance removed after its look",
+        || instance_count(&inspection_instance(&uid)) == 0,
+    );
     assert!(
         berth
             .berth
@@ -312,21 +257,19 @@ fn a_deleted_container_has_its_volume_inspected() {
     ])
     .expect("attach the volume");
     lxc(&["start", &own]).expect("start it");
-    let until = Instant::now() + READY_DEADLINE;
-    while exec(
-        &own,
-        "rm -f /workspace/notes.txt && test ! -e /workspace/notes.txt",
-    )
-    .is_err()
-    {
-        assert!(Instant::now() < until, "could not remove the work");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    berth.wait_until(READY_DEADLINE, "the work removed", || {
+        exec(
+            &own,
+            "rm -f /workspace/notes.txt && test ! -e /workspace/notes.txt",
+        )
+        .is_ok()
+    });
     lxc(&["delete", "--force", &own]).expect("delete the instance");
 
     berth.wait_gone(
         &name,
         "the held deletion did not finish once the work was gone",
+        HOLD_DEADLINE,
     );
     // Gone from the project's names, kept in the trash.
     assert!(live_volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
@@ -378,6 +321,7 @@ fn a_write_during_the_stop_is_not_lost() {
     berth.wait_gone(
         &name,
         "the held deletion did not finish once the file was gone",
+        HOLD_DEADLINE,
     );
     // Gone from the project's names, kept in the trash.
     assert!(live_volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
@@ -449,7 +393,7 @@ fn a_held_deletion_names_its_work_and_a_second_delete_looks_again() {
     workspace(&name, "rm -rf .git notes.txt todo-later.txt");
     let again = berth.cli(&["delete", "project", &name, "--timeout=3m"]);
     assert!(again.status.success(), "{}", said(&again));
-    assert!(berth.get(&name).is_none(), "deleted");
+    assert!(berth.get_project(&name).is_none(), "deleted");
 
     // Its events outlive it (events.retention, an hour by default).
     let events = berth.cli(&["events", &name]);

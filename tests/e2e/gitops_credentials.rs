@@ -5,7 +5,7 @@
 //! The server snapshots every process's command line and environment while git talks to it,
 //! so the test sees whether the password was anywhere `ps` (or `/proc`) could show it.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -201,34 +201,6 @@ impl Drop for PrivateRepo {
     }
 }
 
-/// `berth ARGS` against the daemon's socket, with `stdin` fed to it.
-fn berth(daemon: &Daemon, args: &[&str], stdin: &str) -> (bool, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&daemon.socket)
-        .args(args)
-        .env_remove("BERTH_SERVER")
-        .env_remove("BERTH_TOKEN")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn berth");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().expect("berth output");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.success(), text)
-}
-
 fn ready(source: &Value) -> Option<&Value> {
     source["status"]["conditions"]
         .as_array()?
@@ -236,14 +208,10 @@ fn ready(source: &Value) -> Option<&Value> {
         .find(|c| c["type"] == "Ready")
 }
 
-fn wait_for<T>(daemon: &Daemon, what: &str, check: impl FnMut() -> Option<T>) -> T {
-    daemon.eventually(DEADLINE, what, check)
-}
-
 /// Waits for the GitSource's Ready condition to be `status` with a message containing `text`.
 fn wait_ready(daemon: &Daemon, status: &str, text: &str) -> Value {
     let client = daemon.client();
-    wait_for(daemon, &format!("Ready={status} saying {text:?}"), || {
+    daemon.eventually(DEADLINE, &format!("Ready={status} saying {text:?}"), || {
         let source = client.get(&format!("{API}/gitsources/fleet")).json();
         let ready = ready(&source)?;
         (ready["status"] == status && ready["message"].as_str()?.contains(text)).then_some(source)
@@ -263,10 +231,10 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
     let wrong = format!("{password}-wrong");
     let repo = PrivateRepo::start("fleet-bot", &password);
     let ca = repo.ca();
-    let daemon = Daemon::start_running_with_env(
-        &["--listen", "127.0.0.1:0"],
-        &[("GIT_SSL_CAINFO", ca.to_str().unwrap())],
-    );
+    let daemon = Daemon::running()
+        .args(&["--listen", "127.0.0.1:0"])
+        .env("GIT_SSL_CAINFO", ca.to_str().unwrap())
+        .start();
     let client = daemon.client();
 
     // A token in the URL is refused, and the refusal does not repeat it.
@@ -292,27 +260,27 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
     wait_ready(&daemon, "False", "holds no password or token");
 
     // A wrong password: a clear Ready=False, the password nowhere.
-    let (ok, out) = berth(
-        &daemon,
-        &["gitsource", "secret", "set", "fleet", "username"],
-        "fleet-bot\n",
-    );
-    assert!(ok, "{out}");
-    let (ok, out) = berth(
-        &daemon,
-        &["gitsource", "secret", "set", "fleet", "password"],
-        &format!("{wrong}\n"),
-    );
-    assert!(ok, "{out}");
+    daemon
+        .berth_with_stdin(
+            &["gitsource", "secret", "set", "fleet", "username"],
+            Some("fleet-bot\n"),
+        )
+        .ok();
+    daemon
+        .berth_with_stdin(
+            &["gitsource", "secret", "set", "fleet", "password"],
+            Some(&format!("{wrong}\n")),
+        )
+        .ok();
     let failed = wait_ready(&daemon, "False", "Authentication failed");
     assert_eq!(ready(&failed).unwrap()["reason"], "FetchFailed");
 
-    let (ok, out) = berth(
-        &daemon,
-        &["gitsource", "secret", "set", "fleet", "password"],
-        &format!("{password}\n"),
-    );
-    assert!(ok, "{out}");
+    daemon
+        .berth_with_stdin(
+            &["gitsource", "secret", "set", "fleet", "password"],
+            Some(&format!("{password}\n")),
+        )
+        .ok();
     let synced = wait_ready(&daemon, "True", "applied revision");
     assert!(
         synced["status"]["lastAppliedRevision"].is_string(),
@@ -321,9 +289,12 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
     let profile = client.get(&format!("{API}/agentprofiles/private-profile"));
     assert_eq!(profile.status, 200, "{}", profile.text());
 
-    let (ok, listing) = berth(&daemon, &["gitsource", "secret", "list", "fleet"], "");
+    let listing = daemon
+        .berth(&["gitsource", "secret", "list", "fleet"])
+        .ok()
+        .stdout;
     assert!(
-        ok && listing.contains("password") && listing.contains("username"),
+        listing.contains("password") && listing.contains("username"),
         "{listing}"
     );
 
@@ -363,12 +334,11 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
     // Values are never read back, not even by an admin.
     let reply = client.get(&format!("{API}/gitsources/fleet/secrets/password"));
     assert_eq!(reply.status, 405, "{}", reply.text());
-    let (ok, out) = berth(
-        &daemon,
+    let unknown = daemon.berth_with_stdin(
         &["gitsource", "secret", "set", "fleet", "PASSWORD"],
-        "x",
+        Some("x"),
     );
-    assert!(!ok, "an unknown key was taken: {out}");
+    assert!(!unknown.success(), "an unknown key was taken: {unknown:?}");
 
     // Neither password is in anything berth shows or logs.
     let shown = [
@@ -376,7 +346,10 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
         client.get(&format!("{API}/gitsources")).text(),
         client.get(&format!("{API}/gitsources/fleet/events")).text(),
         client.get(&format!("{API}/events")).text(),
-        berth(&daemon, &["describe", "gitsource", "fleet"], "").1,
+        {
+            let run = daemon.berth(&["describe", "gitsource", "fleet"]);
+            format!("{}{}", run.stdout, run.stderr)
+        },
         daemon.log_text(),
     ];
     for text in &shown {
@@ -404,7 +377,7 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
     // The credentials go with their GitSource.
     let reply = client.delete(&format!("{API}/gitsources/fleet"));
     assert!(reply.status < 300, "{}", reply.text());
-    wait_for(&daemon, "the GitSource to go", || {
+    daemon.eventually(DEADLINE, "the GitSource to go", || {
         (client.get(&format!("{API}/gitsources/fleet")).status == 404).then_some(())
     });
     let reply = client.post_json(
@@ -414,6 +387,9 @@ fn a_private_repository_syncs_through_secret_ref_and_its_password_shows_nowhere(
                 "spec": {"url": repo.url(), "secretRef": "fleet", "interval": "1h"}}),
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
-    let (ok, listing) = berth(&daemon, &["gitsource", "secret", "list", "fleet"], "");
-    assert!(ok && !listing.contains("password"), "{listing}");
+    let listing = daemon
+        .berth(&["gitsource", "secret", "list", "fleet"])
+        .ok()
+        .stdout;
+    assert!(!listing.contains("password"), "{listing}");
 }

@@ -8,7 +8,6 @@
 //! them while its workspace holds work.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::daemon::{Client, Daemon};
@@ -105,17 +104,10 @@ fn gitsource(name: &str, url: &str, git_ref: &str, path: &str, interval: &str) -
     })
 }
 
-fn get(client: &Client, plural: &str, name: &str) -> Option<Value> {
-    let reply = client.get(&format!("{API}/{plural}/{name}"));
-    match reply.status {
-        200 => Some(reply.json()),
-        404 => None,
-        other => panic!("GET {plural}/{name}: {other}: {}", reply.text()),
-    }
-}
-
 fn must_get(client: &Client, plural: &str, name: &str) -> Value {
-    get(client, plural, name).unwrap_or_else(|| panic!("{plural}/{name} does not exist"))
+    client
+        .object(plural, name)
+        .unwrap_or_else(|| panic!("{plural}/{name} does not exist"))
 }
 
 fn rv(object: &Value) -> String {
@@ -138,19 +130,14 @@ fn condition<'a>(source: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == type_)
 }
 
-/// Polls `check` until it returns `Some`, failing with `what` and the daemon log at the deadline.
-fn wait_for<T>(daemon: &Daemon, what: &str, check: impl FnMut() -> Option<T>) -> T {
-    daemon.eventually(DEADLINE, what, check)
-}
-
 /// Waits until the GitSource has applied `revision` and is Ready; returns it.
 fn wait_applied(daemon: &Daemon, name: &str, revision: &str) -> Value {
     let client = daemon.client();
-    wait_for(
-        daemon,
+    daemon.eventually(
+        DEADLINE,
         &format!("gitsource {name} to apply {revision}"),
         || {
-            let source = get(&client, "gitsources", name)?;
+            let source = client.object("gitsources", name)?;
             let ready = condition(&source, "Ready")?;
             (source["status"]["lastAppliedRevision"] == revision && ready["status"] == "True")
                 .then_some(source)
@@ -186,7 +173,7 @@ fn edit_gitsource(client: &Client, name: &str, edit: impl Fn(&mut Value)) -> Val
 #[test]
 fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     let repo = Repo::new();
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let client = daemon.client();
 
     // Two objects in the repository, and a file outside `path` that must be ignored.
@@ -228,7 +215,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     // Idempotency: more syncs of the same revision change no resourceVersion, not even the
     // GitSource's own.
     let before = syncs(&daemon, "fleet");
-    wait_for(&daemon, "two more syncs of the same revision", || {
+    daemon.eventually(DEADLINE, "two more syncs of the same revision", || {
         (syncs(&daemon, "fleet") >= before + 2).then_some(())
     });
     assert_eq!(rv(&must_get(&client, "agentprofiles", "alpha")), rv(&alpha));
@@ -266,11 +253,11 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     let removed = repo.commit("remove alpha and pay");
     let source = wait_applied(&daemon, "fleet", &removed);
     assert!(
-        get(&client, "projects", "pay").is_none(),
+        client.object("projects", "pay").is_none(),
         "pay was not pruned"
     );
     assert!(
-        get(&client, "agentprofiles", "alpha").is_some(),
+        client.object("agentprofiles", "alpha").is_some(),
         "alpha is annotated prune: disabled and must survive"
     );
     let inventory = source["status"]["inventory"].as_array().unwrap();
@@ -288,8 +275,8 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
         &profile("beta", "  labels: {a: b}\n"),
     );
     let broken = repo.commit("typo");
-    let source = wait_for(&daemon, "Ready=False for the broken commit", || {
-        let source = get(&client, "gitsources", "fleet")?;
+    let source = daemon.eventually(DEADLINE, "Ready=False for the broken commit", || {
+        let source = client.object("gitsources", "fleet")?;
         (source["status"]["lastAttemptedRevision"] == broken
             && condition(&source, "Ready")?["status"] == "False")
             .then_some(source)
@@ -300,15 +287,15 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     assert!(message.contains("deploy/profiles/gamma.yaml"), "{message}");
     assert!(message.contains("instal"), "{message}");
     assert_eq!(source["status"]["lastAppliedRevision"], removed);
-    assert!(get(&client, "agentprofiles", "gamma").is_none());
+    assert!(client.object("agentprofiles", "gamma").is_none());
     // All or nothing: beta's label from the same commit was not applied either.
     assert_eq!(rv(&must_get(&client, "agentprofiles", "beta")), rv(&beta));
 
     // Broken YAML: the message names the file and the line.
     repo.write("deploy/profiles/gamma.yaml", "kind: [unclosed\n");
     let bad_yaml = repo.commit("bad yaml");
-    let source = wait_for(&daemon, "Ready=False for the bad YAML", || {
-        let source = get(&client, "gitsources", "fleet")?;
+    let source = daemon.eventually(DEADLINE, "Ready=False for the bad YAML", || {
+        let source = client.object("gitsources", "fleet")?;
         (source["status"]["lastAttemptedRevision"] == bad_yaml).then_some(source)
     });
     let message = condition(&source, "Ready").unwrap()["message"]
@@ -332,8 +319,8 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
         ),
     );
     let armed = repo.commit("arm a force");
-    let source = wait_for(&daemon, "Ready=False for the armed force", || {
-        let source = get(&client, "gitsources", "fleet")?;
+    let source = daemon.eventually(DEADLINE, "Ready=False for the armed force", || {
+        let source = client.object("gitsources", "fleet")?;
         (source["status"]["lastAttemptedRevision"] == armed
             && condition(&source, "Ready")?["status"] == "False")
             .then_some(source)
@@ -350,7 +337,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
         "{message}"
     );
     assert_eq!(source["status"]["lastAppliedRevision"], removed);
-    assert!(get(&client, "agentprofiles", "gamma").is_none());
+    assert!(client.object("agentprofiles", "gamma").is_none());
     assert_eq!(rv(&must_get(&client, "agentprofiles", "beta")), rv(&beta));
     repo.write(
         "deploy/profiles/beta.yaml",
@@ -361,7 +348,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
     repo.write("deploy/profiles/gamma.yaml", &profile("gamma", ""));
     let fixed = repo.commit("fix");
     wait_applied(&daemon, "fleet", &fixed);
-    assert!(get(&client, "agentprofiles", "gamma").is_some());
+    assert!(client.object("agentprofiles", "gamma").is_some());
     assert_eq!(
         must_get(&client, "agentprofiles", "beta")["metadata"]["labels"]["a"],
         "b"
@@ -371,7 +358,7 @@ fn a_repository_is_applied_updated_pruned_and_guarded_against_broken_commits() {
 #[test]
 fn suspend_pauses_polling_and_requested_at_syncs_now() {
     let repo = Repo::new();
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let client = daemon.client();
     repo.write("alpha.yaml", &profile("alpha", ""));
     let first = repo.commit("alpha");
@@ -384,8 +371,8 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
 
     // Suspended: the controller says so, and a new commit is not applied.
     let suspended = edit_gitsource(&client, "fleet", |s| s["spec"]["suspend"] = json!(true));
-    wait_for(&daemon, "Reconciling=Suspended", || {
-        let source = get(&client, "gitsources", "fleet")?;
+    daemon.eventually(DEADLINE, "Reconciling=Suspended", || {
+        let source = client.object("gitsources", "fleet")?;
         let reconciling = condition(&source, "Reconciling")?;
         (reconciling["reason"] == "Suspended"
             && source["status"]["observedGeneration"] == suspended["metadata"]["generation"])
@@ -398,7 +385,7 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
     let window = Instant::now() + Duration::from_secs(3);
     while Instant::now() < window {
         assert!(
-            get(&client, "agentprofiles", "beta").is_none(),
+            client.object("agentprofiles", "beta").is_none(),
             "suspended but synced"
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -412,7 +399,7 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
         s["spec"]["interval"] = json!("1h");
     });
     wait_applied(&daemon, "fleet", &second);
-    assert!(get(&client, "agentprofiles", "beta").is_some());
+    assert!(client.object("agentprofiles", "beta").is_some());
 
     // Nothing would poll for an hour; requestedAt syncs now.
     repo.write("gamma.yaml", &profile("gamma", ""));
@@ -421,7 +408,7 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
         s["metadata"]["annotations"] = json!({"berth.dev/requestedAt": "2026-01-01T00:00:00Z"});
     });
     wait_applied(&daemon, "fleet", &third);
-    assert!(get(&client, "agentprofiles", "gamma").is_some());
+    assert!(client.object("agentprofiles", "gamma").is_some());
 
     // The same value again asks for nothing; a new value asks again.
     repo.write("delta.yaml", &profile("delta", ""));
@@ -433,12 +420,7 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
 
     // `berth reconcile gitsource` asks and waits for the answer, news or not.
     let reconcile = || {
-        let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-            .arg("--server")
-            .arg(&daemon.socket)
-            .args(["reconcile", "gitsource", "fleet", "--timeout=60s"])
-            .output()
-            .expect("berth reconcile");
+        let out = daemon.cli(&["reconcile", "gitsource", "fleet", "--timeout=60s"]);
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -456,7 +438,7 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
     let (code, stdout, stderr) = reconcile();
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(stdout.contains(&fifth), "{stdout}");
-    assert!(get(&client, "agentprofiles", "epsilon").is_some());
+    assert!(client.object("agentprofiles", "epsilon").is_some());
     // A commit that does not apply: the command fails saying why.
     repo.write(
         "epsilon.yaml",
@@ -474,7 +456,7 @@ fn suspend_pauses_polling_and_requested_at_syncs_now() {
 #[test]
 fn refs_resolve_to_branches_tags_and_commits_and_fetch_failures_are_reported() {
     let repo = Repo::new();
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let client = daemon.client();
     repo.write("a/alpha.yaml", &profile("alpha", ""));
     let tagged = repo.commit("alpha");
@@ -517,8 +499,8 @@ fn refs_resolve_to_branches_tags_and_commits_and_fetch_failures_are_reported() {
             &gitsource(name, url, git_ref, ".", "1s"),
         );
         assert_eq!(reply.status, 201, "{name}: {}", reply.text());
-        let source = wait_for(&daemon, &format!("{name} to fail"), || {
-            let source = get(&client, "gitsources", name)?;
+        let source = daemon.eventually(DEADLINE, &format!("{name} to fail"), || {
+            let source = client.object("gitsources", name)?;
             (condition(&source, "Ready")?["status"] == "False").then_some(source)
         });
         let ready = condition(&source, "Ready").unwrap();
@@ -535,7 +517,7 @@ fn refs_resolve_to_branches_tags_and_commits_and_fetch_failures_are_reported() {
 #[test]
 fn a_restarted_daemon_resumes_from_its_checkout_and_rewrites_nothing() {
     let repo = Repo::new();
-    let mut daemon = Daemon::start_running(&[]);
+    let mut daemon = Daemon::running().start();
     repo.write("alpha.yaml", &profile("alpha", ""));
     let first = repo.commit("alpha");
     let reply = daemon.client().post_json(
@@ -559,7 +541,7 @@ fn a_restarted_daemon_resumes_from_its_checkout_and_rewrites_nothing() {
     assert!(daemon.terminate().success(), "{}", daemon.log_text());
     let before = syncs(&daemon, "fleet");
     daemon.restart();
-    wait_for(&daemon, "a sync after the restart", || {
+    daemon.eventually(DEADLINE, "a sync after the restart", || {
         (syncs(&daemon, "fleet") > before).then_some(())
     });
     let client = daemon.client();
@@ -573,7 +555,7 @@ fn a_restarted_daemon_resumes_from_its_checkout_and_rewrites_nothing() {
         "{}",
         reply.text()
     );
-    wait_for(&daemon, "the checkout to be removed", || {
+    daemon.eventually(DEADLINE, "the checkout to be removed", || {
         (!daemon.data_dir.join("gitsources").join(&uid).exists()).then_some(())
     });
     assert_eq!(rv(&must_get(&client, "agentprofiles", "alpha")), rv(&alpha));
@@ -582,7 +564,7 @@ fn a_restarted_daemon_resumes_from_its_checkout_and_rewrites_nothing() {
 #[test]
 fn without_prune_removed_objects_stay_and_a_missing_path_is_reported() {
     let repo = Repo::new();
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let client = daemon.client();
     repo.write("m/alpha.yaml", &profile("alpha", ""));
     repo.write("m/beta.yaml", &profile("beta", ""));
@@ -597,7 +579,7 @@ fn without_prune_removed_objects_stay_and_a_missing_path_is_reported() {
     let second = repo.commit("drop beta");
     let source = wait_applied(&daemon, "keep", &second);
     assert!(
-        get(&client, "agentprofiles", "beta").is_some(),
+        client.object("agentprofiles", "beta").is_some(),
         "pruned without prune"
     );
     // Still in the set's inventory, so turning prune on later finds it.
@@ -611,8 +593,8 @@ fn without_prune_removed_objects_stay_and_a_missing_path_is_reported() {
         &gitsource("nowhere", &repo.url(), "main", "no/such/dir", "1s"),
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
-    let source = wait_for(&daemon, "a missing path to be reported", || {
-        let source = get(&client, "gitsources", "nowhere")?;
+    let source = daemon.eventually(DEADLINE, "a missing path to be reported", || {
+        let source = client.object("gitsources", "nowhere")?;
         (condition(&source, "Ready")?["status"] == "False").then_some(source)
     });
     let ready = condition(&source, "Ready").unwrap();
@@ -690,15 +672,7 @@ fn projects_from_a_repository_come_up_change_and_a_prune_keeps_unsaved_work() {
     wait_source(&berth, &third);
 
     // The clean one is pruned, container and volumes with it.
-    let deadline = Instant::now() + crate::harness::READY_DEADLINE;
-    while berth.get_project(&drop).is_some() {
-        assert!(
-            Instant::now() < deadline,
-            "{drop} not pruned:\n{}",
-            berth.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    berth.wait_gone(&drop, "pruned", crate::harness::READY_DEADLINE);
     assert_eq!(crate::harness::instance_count(&drop), 0);
     // The one holding work is held, its container and workspace as they were.
     let held = berth.wait_for(&keep, "held by DeletionBlocked", |p| {
@@ -722,27 +696,9 @@ fn projects_from_a_repository_come_up_change_and_a_prune_keeps_unsaved_work() {
     assert_eq!(reply.status, 200, "{}", reply.text());
 }
 
-/// Runs the real `berth` client against `daemon`; returns its stdout, failing on a non-zero exit.
-fn berth_cli(daemon: &Daemon, args: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(args)
-        .env("BERTH_SERVER", &daemon.socket)
-        .env("NO_COLOR", "1")
-        .env_remove("BERTH_TOKEN")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run berth");
-    assert!(
-        output.status.success(),
-        "berth {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 #[test]
 fn objects_another_applyset_owns_are_left_to_it_and_named() {
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let client = daemon.client();
 
     // `taken-by-git` belongs to GitSource `first`; `taken-by-cli` to a CLI applyset.
@@ -757,17 +713,14 @@ fn objects_another_applyset_owns_are_left_to_it_and_named() {
     wait_applied(&daemon, "first", &first_revision);
     let by_cli = daemon.dir.path().join("taken-by-cli.yaml");
     std::fs::write(&by_cli, profile("taken-by-cli", "")).unwrap();
-    berth_cli(
-        &daemon,
-        &[
-            "apply",
-            "-f",
-            by_cli.to_str().unwrap(),
-            "--prune",
-            "--applyset",
-            "cli-fleet",
-        ],
-    );
+    daemon.cli_ok(&[
+        "apply",
+        "-f",
+        by_cli.to_str().unwrap(),
+        "--prune",
+        "--applyset",
+        "cli-fleet",
+    ]);
     let git_owned = must_get(&client, "agentprofiles", "taken-by-git");
     let cli_owned = must_get(&client, "agentprofiles", "taken-by-cli");
 
@@ -784,8 +737,8 @@ fn objects_another_applyset_owns_are_left_to_it_and_named() {
         &gitsource("second", &repo.url(), "main", "m", "1s"),
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
-    let source = wait_for(&daemon, "the conflicts to be reported", || {
-        let source = get(&client, "gitsources", "second")?;
+    let source = daemon.eventually(DEADLINE, "the conflicts to be reported", || {
+        let source = client.object("gitsources", "second")?;
         (source["status"]["lastAppliedRevision"] == revision
             && condition(&source, "Ready")?["reason"] == "ApplysetConflict")
             .then_some(source)
@@ -832,13 +785,13 @@ fn objects_another_applyset_owns_are_left_to_it_and_named() {
             .collect::<Vec<_>>()
     };
     let before = syncs(&daemon, "second");
-    wait_for(&daemon, "two more syncs of the same revision", || {
+    daemon.eventually(DEADLINE, "two more syncs of the same revision", || {
         (syncs(&daemon, "second") >= before + 2).then_some(())
     });
     assert_eq!(warnings(), [message.to_string()]);
 
     // The CLI shows it: the table's MESSAGE column and describe's conditions and events.
-    let table = berth_cli(&daemon, &["get", "gitsources"]);
+    let table = daemon.cli_ok(&["get", "gitsources"]);
     let row = table
         .lines()
         .find(|line| line.starts_with("second "))
@@ -848,7 +801,7 @@ fn objects_another_applyset_owns_are_left_to_it_and_named() {
             && row.contains("AgentProfile/taken-by-cli (applyset cli-fleet)"),
         "{row}"
     );
-    let described = berth_cli(&daemon, &["describe", "gitsource", "second"]);
+    let described = daemon.cli_ok(&["describe", "gitsource", "second"]);
     assert!(
         described.contains("ApplysetConflict")
             && described.contains("AgentProfile/taken-by-git (applyset gitsource-first)")

@@ -1,19 +1,19 @@
-//! A real `berth serve` with its controller running against the real LXD, for the reconcile
-//! tests: start, kill, restart with a fault point, create and patch projects, wait on status,
-//! and look at LXD with the `lxc` client. Everything a test creates is deleted when it ends.
+//! The reconcile tests' harness: a [`Daemon`] whose controller runs against the real LXD (started,
+//! killed and restarted with a fault point by the one launcher in `support::daemon`), plus
+//! creating and patching projects, waiting on their status, and looking at LXD with the `lxc`
+//! client. Everything a test creates is deleted when it ends.
 
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::daemon::{Client, Reply, wait_with_deadline};
+use crate::support::daemon::{Daemon, Launch, Reply};
 
 pub const PROJECTS: &str = "/apis/berth.dev/v1alpha1/projects";
 /// Generous: a busy 2-core machine unpacks the Debian image in seconds, not milliseconds.
@@ -30,249 +30,90 @@ pub fn unique_name() -> String {
 /// answers slowly enough under parallel container churn that deadlines become a lottery.
 static TURN: Mutex<()> = Mutex::new(());
 
-/// A running (or killed) `berth serve` on its own data directory.
+/// A running (or killed) `berth serve` whose controller acts, and the projects the test made
+/// with it: deleted (through berth, then with lxc) when the test ends. It is a [`Daemon`] (all
+/// of whose methods it has) plus the projects and LXD's turn.
 pub struct Berth {
-    child: Option<Child>,
-    _turn: MutexGuard<'static, ()>,
-    pub dir: tempfile::TempDir,
-    pub data_dir: PathBuf,
-    pub socket: PathBuf,
-    pub log: PathBuf,
+    daemon: Daemon,
     /// Projects (name, uid) to delete with their containers and volumes when the test ends.
     projects: Vec<(String, String)>,
-    /// Extra environment and `serve` arguments, kept for restarts.
-    env: Vec<(String, String)>,
-    args: Vec<String>,
+    /// Dropped after the daemon and its cleanup: the next test's turn starts on a clean LXD.
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for Berth {
+    type Target = Daemon;
+
+    fn deref(&self) -> &Daemon {
+        &self.daemon
+    }
+}
+
+impl std::ops::DerefMut for Berth {
+    fn deref_mut(&mut self) -> &mut Daemon {
+        &mut self.daemon
+    }
 }
 
 impl Berth {
     /// Starts a daemon whose controller acts, optionally with a fault point armed.
     pub fn start(fault: Option<&str>) -> Berth {
-        Self::spawned(fault, &[], &[])
+        Self::launch(Daemon::running().fault(fault))
     }
 
     /// Starts a daemon whose controller acts, with extra environment (overriding the default
     /// `BERTH_LOG=info`) and extra `serve` arguments.
     pub fn start_with(env: &[(&str, &str)], args: &[&str]) -> Berth {
-        Self::spawned(None, env, args)
+        Self::launch(Daemon::running().envs(env).args(args))
     }
 
-    fn spawned(fault: Option<&str>, env: &[(&str, &str)], args: &[&str]) -> Berth {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let data_dir = dir.path().join("data");
-        let socket = dir.path().join("berth.sock");
-        let log = dir.path().join("daemon.log");
+    /// Starts the daemon `launch` describes, in this test's turn on LXD.
+    pub fn launch(launch: Launch) -> Berth {
         let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-        let mut berth = Berth {
-            child: None,
-            _turn: turn,
-            dir,
-            data_dir,
-            socket,
-            log,
+        Berth {
+            daemon: launch.start(),
             projects: Vec::new(),
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            args: args.iter().map(|a| a.to_string()).collect(),
-        };
-        berth.spawn(fault);
-        berth
-    }
-
-    fn spawn(&mut self, fault: Option<&str>) {
-        let log_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("daemon log file");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
-        command
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(&self.data_dir)
-            .arg("--socket")
-            .arg(&self.socket)
-            .args(crate::support::daemon::free_preview_port(&self.args))
-            .args(&self.args)
-            .env("BERTH_LOG", "info")
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env_remove("BERTH_FAULT")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log_file);
-        if let Some(fault) = fault {
-            command.env("BERTH_FAULT", fault);
-        }
-        self.child = Some(command.spawn().expect("spawn berth serve"));
-        self.wait_healthy();
-    }
-
-    fn wait_healthy(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("berth serve exited with {status}:\n{}", self.log_text());
-            }
-            if let Ok(reply) = self.client().try_request("GET", "/healthz", None, &[])
-                && reply.status == 200
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "berth serve did not answer in 30s:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
+            _turn: turn,
         }
     }
 
-    /// The address the preview listener serves on (as the daemon logged it).
-    pub fn preview_addr(&self) -> String {
-        crate::support::daemon::logged_addr(&self.log_text(), "serving previews")
+    /// Creates a project from `spec` and remembers it for cleanup.
+    pub fn create_project(&mut self, name: &str, spec: Value) -> Value {
+        let reply = self.client().post_json(PROJECTS, &project(name, spec));
+        assert_eq!(reply.status, 201, "create {name}: {}", reply.text());
+        let created = reply.json();
+        self.projects.push((name.to_string(), uid_of(&created)));
+        created
     }
 
-    pub fn client(&self) -> Client {
-        Client::new(&self.socket)
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits for the daemon to exit by itself (a fault point) and returns how it exited.
-    pub fn wait_exit(&mut self, deadline: Duration) -> ExitStatus {
-        let child = self.child.as_mut().expect("daemon running");
-        let status = wait_with_deadline(child, deadline)
-            .unwrap_or_else(|| panic!("berth serve did not exit:\n{}", self.log_text()));
-        self.child = None;
-        status
-    }
-
-    /// SIGTERM, and waits for the daemon to shut down as an operator's stop does.
-    pub fn terminate(&mut self) -> ExitStatus {
-        let child = self.child.as_mut().expect("daemon running");
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .expect("signal berth serve");
-        self.wait_exit(Duration::from_secs(60))
-    }
-
-    /// SIGKILL: no shutdown, no flushing, like a crash.
-    pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+    /// Remembers a project something else created (a GitSource, a CLI apply) for cleanup.
+    pub fn track(&mut self, project: &Value) {
+        let name = project["metadata"]["name"]
+            .as_str()
+            .expect("a name")
+            .to_string();
+        if !self.projects.iter().any(|(n, _)| *n == name) {
+            self.projects.push((name, uid_of(project)));
         }
     }
 
-    /// Starts the daemon again on the same data directory (after a crash or a fault).
-    pub fn restart(&mut self, fault: Option<&str>) {
-        assert!(self.child.is_none(), "restart needs a stopped daemon");
-        self.spawn(fault);
+    /// The names of the projects this test tracks.
+    pub fn tracked_names(&self) -> Vec<String> {
+        self.projects.iter().map(|(n, _)| n.clone()).collect()
     }
 
-    /// Waits until `/readyz` answers 200: the store open, LXD connected, the controller
-    /// running. A daemon just started answers `/healthz` before it reaches LXD.
-    pub fn wait_connected(&self) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Ok(reply) = self.client().try_request("GET", "/readyz", None, &[])
-                && reply.status == 200
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "berth serve never became ready:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    /// The uid a project of this test had when it was tracked (it may be gone since).
+    pub fn tracked_uid(&self, name: &str) -> Option<String> {
+        self.projects
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, uid)| uid.clone())
     }
+}
 
-    /// Runs the `berth` CLI against this daemon (no token, no stdin, no colour).
-    pub fn cli(&self, args: &[&str]) -> std::process::Output {
-        Command::new(env!("CARGO_BIN_EXE_berth"))
-            .arg("--server")
-            .arg(&self.socket)
-            .args(args)
-            .env_remove("BERTH_TOKEN")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run berth")
-    }
-
-    /// [`Berth::cli`] with `stdin` as the command's input.
-    pub fn cli_input(&self, args: &[&str], stdin: &[u8]) -> std::process::Output {
-        use std::io::Write;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
-            .arg("--server")
-            .arg(&self.socket)
-            .args(args)
-            .env_remove("BERTH_TOKEN")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run berth");
-        let mut input = child.stdin.take().expect("stdin");
-        // A command that exits before reading all of it is no error here.
-        let _ = input.write_all(stdin);
-        drop(input);
-        child.wait_with_output().expect("berth output")
-    }
-
-    /// [`Berth::cli`] that must succeed; its stdout.
-    pub fn cli_ok(&self, args: &[&str]) -> String {
-        let out = self.cli(args);
-        assert!(
-            out.status.success(),
-            "berth {args:?}: {}",
-            crate::support::said(&out)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// The value of one sample on `/metrics` (`name{labels}`), failing when it is absent.
-    pub fn metric(&self, sample: &str) -> f64 {
-        let text = self.client().get("/metrics").text();
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix(sample)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or_else(|| panic!("no {sample} on /metrics:\n{text}"))
-    }
-
-    /// Waits until the scheduler ran its `pass` `n` more times.
-    pub fn wait_passes(&self, pass: &str, n: u32) {
-        let sample = format!("berth_scheduler_pass_duration_seconds_count{{pass=\"{pass}\"}}");
-        let target = self.metric(&sample) + f64::from(n);
-        let deadline = Instant::now() + READY_DEADLINE;
-        while self.metric(&sample) < target {
-            assert!(
-                Instant::now() < deadline,
-                "the scheduler stalled:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
+/// What a test does with projects on any daemon, paused or running: read, patch, wait on
+/// status and events.
+impl Daemon {
     /// The project's events, oldest first.
     pub fn events(&self, name: &str) -> Vec<Value> {
         self.client()
@@ -289,21 +130,6 @@ impl Berth {
             .into_iter()
             .filter(|e| e["reason"] == reason)
             .collect()
-    }
-
-    /// Creates a project from `spec` and remembers it for cleanup.
-    pub fn create_project(&mut self, name: &str, spec: Value) -> Value {
-        let body = json!({
-            "apiVersion": "berth.dev/v1alpha1",
-            "kind": "Project",
-            "metadata": {"name": name},
-            "spec": spec,
-        });
-        let reply = self.client().post_json(PROJECTS, &body);
-        assert_eq!(reply.status, 201, "create {name}: {}", reply.text());
-        let created = reply.json();
-        self.projects.push((name.to_string(), uid_of(&created)));
-        created
     }
 
     /// Applies the shipped AgentProfile `manifests/agents/NAME.yaml` with `berth apply`.
@@ -328,31 +154,11 @@ impl Berth {
     /// Waits for a container other than `old` (its `volatile.uuid`) running under the name,
     /// and the project Ready.
     pub fn wait_replaced(&self, name: &str, old: &str) -> Value {
-        let deadline = Instant::now() + READY_DEADLINE;
-        loop {
+        self.wait_until(READY_DEADLINE, &format!("{name} replaced"), || {
             let uuid = lxc(&["config", "get", name, "volatile.uuid"]).ok();
-            if uuid.is_some_and(|u| u != old) && instance_state(name).as_deref() == Some("RUNNING")
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} was not replaced\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+            uuid.is_some_and(|u| u != old) && instance_state(name).as_deref() == Some("RUNNING")
+        });
         self.wait_ready(name)
-    }
-
-    /// Adds a user who is no admin; answers the user's token.
-    pub fn add_user(&self, name: &str) -> String {
-        let reply = self.client().post_json(
-            "/apis/berth.dev/v1alpha1/users",
-            &json!({"name": name, "admin": false}),
-        );
-        assert_eq!(reply.status, 201, "adding user {name}: {}", reply.text());
-        reply.json()["token"].as_str().unwrap().to_string()
     }
 
     /// Makes `user` a member of `project`.
@@ -364,17 +170,6 @@ impl Berth {
             b"",
         );
         assert!(reply.status < 300, "add {user}: {}", reply.text());
-    }
-
-    /// Remembers a project something else created (a GitSource, a CLI apply) for cleanup.
-    pub fn track(&mut self, project: &Value) {
-        let name = project["metadata"]["name"]
-            .as_str()
-            .expect("a name")
-            .to_string();
-        if !self.projects.iter().any(|(n, _)| *n == name) {
-            self.projects.push((name, uid_of(project)));
-        }
     }
 
     /// A JSON merge patch on the project (spec or metadata).
@@ -390,39 +185,18 @@ impl Berth {
     }
 
     pub fn get_project(&self, name: &str) -> Option<Value> {
-        let reply = self.client().get(&format!("{PROJECTS}/{name}"));
-        match reply.status {
-            200 => Some(reply.json()),
-            404 => None,
-            other => panic!("get {name}: {other} {}", reply.text()),
-        }
-    }
-
-    /// The names of the projects this test tracks.
-    pub fn tracked_names(&self) -> Vec<String> {
-        self.projects.iter().map(|(n, _)| n.clone()).collect()
-    }
-
-    /// The uid a project of this test had when it was tracked (it may be gone since).
-    pub fn tracked_uid(&self, name: &str) -> Option<String> {
-        self.projects
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, uid)| uid.clone())
+        self.client().object("projects", name)
     }
 
     /// Polls until the project is gone, failing with what it still shows after `within`.
     pub fn wait_gone(&self, name: &str, what: &str, within: Duration) {
-        let deadline = Instant::now() + within;
-        while let Some(project) = self.get_project(name) {
-            assert!(
-                Instant::now() < deadline,
-                "{name}: {what}: still there: {}\n{}",
-                project["status"],
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.wait_object(
+            "projects",
+            name,
+            &format!("{name}: {what}: gone"),
+            within,
+            |p| p.is_none().then_some(()),
+        );
     }
 
     /// Polls the project until `check` holds for it, failing with its last status.
@@ -430,7 +204,7 @@ impl Berth {
         self.wait_for_within(name, what, READY_DEADLINE, check)
     }
 
-    /// [`Berth::wait_for`] with a deadline of the caller's.
+    /// [`Daemon::wait_for`] with a deadline of the caller's.
     pub fn wait_for_within(
         &self,
         name: &str,
@@ -438,45 +212,50 @@ impl Berth {
         within: Duration,
         check: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + within;
-        let mut last = Value::Null;
-        while Instant::now() < deadline {
-            if let Some(project) = self.get_project(name) {
-                if check(&project) {
-                    return project;
-                }
-                last = project;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!(
-            "{name}: not {what} within {within:?}; last: {}\n{}",
-            serde_json::to_string_pretty(&last["status"]).unwrap_or_default(),
-            self.log_text()
-        );
+        self.wait_object("projects", name, &format!("{name}: {what}"), within, |p| {
+            p.filter(|p| check(p)).cloned()
+        })
     }
 
     /// Polls the GitSource until `check` holds for it, failing with its last status.
     pub fn wait_for_gitsource(&self, name: &str, check: impl Fn(&Value) -> bool) -> Value {
-        let path = format!("/apis/berth.dev/v1alpha1/gitsources/{name}");
-        let deadline = Instant::now() + READY_DEADLINE;
-        let mut last = Value::Null;
-        while Instant::now() < deadline {
-            let reply = self.client().get(&path);
-            if reply.status == 200 {
-                let source = reply.json();
-                if check(&source) {
-                    return source;
-                }
-                last = source;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!(
-            "gitsource {name}: not as expected within {READY_DEADLINE:?}; last: {}\n{}",
-            serde_json::to_string_pretty(&last["status"]).unwrap_or_default(),
-            self.log_text()
-        );
+        self.wait_object(
+            "gitsources",
+            name,
+            &format!("gitsource {name}: as expected"),
+            READY_DEADLINE,
+            |s| s.filter(|s| check(s)).cloned(),
+        )
+    }
+
+    /// Polls the object `PLURAL/NAME` (`None` while it is not there) until `check` answers,
+    /// failing with the object's last status and the daemon's log.
+    fn wait_object<T>(
+        &self,
+        plural: &str,
+        name: &str,
+        what: &str,
+        within: Duration,
+        check: impl Fn(Option<&Value>) -> Option<T>,
+    ) -> T {
+        let last = std::cell::RefCell::new(Value::Null);
+        crate::support::eventually(
+            within,
+            what,
+            || {
+                format!(
+                    "; last: {}\n{}",
+                    serde_json::to_string_pretty(&last.borrow()["status"]).unwrap_or_default(),
+                    self.log_text()
+                )
+            },
+            || {
+                let object = self.client().object(plural, name);
+                let found = check(object.as_ref());
+                *last.borrow_mut() = object.unwrap_or(Value::Null);
+                found
+            },
+        )
     }
 
     /// Waits for `Ready=True` for the current generation.
@@ -499,15 +278,7 @@ impl Berth {
             reply.status,
             reply.text()
         );
-        let deadline = Instant::now() + READY_DEADLINE;
-        while self.get_project(name).is_some() {
-            assert!(
-                Instant::now() < deadline,
-                "{name} not gone:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.wait_gone(name, "deleted", READY_DEADLINE);
     }
 }
 
@@ -515,7 +286,7 @@ impl Drop for Berth {
     fn drop(&mut self) {
         // Delete through berth while it runs, then make sure with lxc: a failed test must not
         // leave containers or volumes behind.
-        if self.child.is_some() {
+        if self.is_running() {
             for (name, _) in self.projects.clone() {
                 let _ = self.client().try_request(
                     "DELETE",
@@ -535,7 +306,7 @@ impl Drop for Berth {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-        self.kill9();
+        self.kill();
         for (name, uid) in &self.projects {
             if instance_uid(name).as_deref() == Some(uid.as_str()) {
                 let _ = lxc(&["delete", "--force", name]);
@@ -554,11 +325,19 @@ impl Drop for Berth {
             }
         }
         // Whatever else this daemon put in the trash (a restore under a new uid, a project
-        // something else created), by the controller ids its stores had.
-        crate::support::lxd::delete_trash_of(&crate::support::lxd::controller_ids(
-            &self.log_text(),
-        ));
+        // something else created) the daemon's own drop deletes next, by the controller ids
+        // its stores had.
     }
+}
+
+/// A Project manifest named `name` with `spec`.
+pub fn project(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "Project",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
 }
 
 /// The `Ready` condition's status and reason.

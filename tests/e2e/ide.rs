@@ -43,13 +43,10 @@ fn daemon() -> (Berth, tempfile::TempDir) {
 /// `berth ide NAME` as a user over TCP: its stdout and stderr, and whether it succeeded.
 fn ide_as(berth: &Berth, token: &str, name: &str) -> (bool, String, String) {
     let tcp = crate::support::daemon::logged_addr(&berth.log_text(), "serving the API over TCP");
-    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["--server", &format!("http://{tcp}"), "ide", name])
-        .env("BERTH_TOKEN", token)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run berth ide");
+    let out = crate::support::cli::output(
+        crate::support::cli::client(&["--server", &format!("http://{tcp}"), "ide", name])
+            .env("BERTH_TOKEN", token),
+    );
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -91,8 +88,8 @@ fn the_ide_opens_in_chromium_saves_into_the_workspace_and_keeps_its_state() {
     let port = addr.rsplit_once(':').unwrap().1.to_string();
     let name = unique_name();
     berth.create_project(&name, json!({"image": "berth-agents"}));
-    let alice = berth.add_user(&format!("alice-{name}"));
-    let bob = berth.add_user(&format!("bob-{name}"));
+    let alice = berth.add_user(&format!("alice-{name}"), false);
+    let bob = berth.add_user(&format!("bob-{name}"), false);
     berth.add_member(&name, &format!("alice-{name}"));
     berth.wait_ready(&name);
     assert!(
@@ -298,8 +295,8 @@ fn an_image_without_code_server_is_refused_in_one_line_and_keeps_nothing() {
     let addr = berth.preview_addr();
     let name = unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
-    let alice = berth.add_user(&format!("alice-{name}"));
-    let bob = berth.add_user(&format!("bob-{name}"));
+    let alice = berth.add_user(&format!("alice-{name}"), false);
+    let bob = berth.add_user(&format!("bob-{name}"), false);
     berth.add_member(&name, &format!("alice-{name}"));
     berth.wait_ready(&name);
 

@@ -3,7 +3,6 @@
 //! clients holding connections open.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::daemon::{Client, Daemon, TcpClient};
@@ -34,19 +33,6 @@ fn peak_rss_bytes(daemon: &Daemon) -> u64 {
         .and_then(|n| n.parse().ok())
         .expect("VmHWM in /proc/PID/status");
     kib * 1024
-}
-
-fn wait_for<T>(daemon: &Daemon, what: &str, check: impl FnMut() -> Option<T>) -> T {
-    daemon.eventually(DEADLINE, what, check)
-}
-
-fn get(client: &Client, plural: &str, name: &str) -> Option<Value> {
-    let reply = client.get(&format!("{API}/{plural}/{name}"));
-    match reply.status {
-        200 => Some(reply.json()),
-        404 => None,
-        other => panic!("GET {plural}/{name}: {other}: {}", reply.text()),
-    }
 }
 
 fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
@@ -94,7 +80,7 @@ fn yaml_aliases_expanding_past_the_bound_are_refused_by_the_api() {
     // Nothing near the 1.5 GB the aliases expand to was ever built.
     let peak = peak_rss_bytes(&daemon);
     assert!(peak < 256 << 20, "the daemon peaked at {} MiB", peak >> 20);
-    assert!(get(&api, "projects", "bomb").is_none());
+    assert!(api.object("projects", "bomb").is_none());
     // And it still answers.
     assert_eq!(api.get("/healthz").status, 200);
 }
@@ -136,7 +122,7 @@ fn a_gitsource_revision_with_an_alias_bomb_applies_nothing_and_names_the_file() 
         dir.path(),
         &[("deploy/a.yaml", harmless), ("deploy/bomb.yaml", &bomb)],
     );
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let client = daemon.client();
     let reply = client.post_json(
         &format!("{API}/gitsources"),
@@ -149,8 +135,8 @@ fn a_gitsource_revision_with_an_alias_bomb_applies_nothing_and_names_the_file() 
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
 
-    let source = wait_for(&daemon, "Ready=False for the alias bomb", || {
-        let source = get(&client, "gitsources", "fleet")?;
+    let source = daemon.eventually(DEADLINE, "Ready=False for the alias bomb", || {
+        let source = client.object("gitsources", "fleet")?;
         (source["status"]["lastAttemptedRevision"] == revision
             && condition(&source, "Ready")?["status"] == "False")
             .then_some(source)
@@ -168,7 +154,7 @@ fn a_gitsource_revision_with_an_alias_bomb_applies_nothing_and_names_the_file() 
         source["status"]["lastAppliedRevision"].is_null(),
         "{source}"
     );
-    assert!(get(&client, "projects", "harmless").is_none());
+    assert!(client.object("projects", "harmless").is_none());
     let peak = peak_rss_bytes(&daemon);
     assert!(peak < 256 << 20, "the daemon peaked at {} MiB", peak >> 20);
 }
@@ -219,7 +205,7 @@ fn a_thousand_idle_sockets_neither_exhaust_the_daemon_nor_outlive_their_deadline
     assert_eq!(tcp.get(&format!("{API}/projects")).status, 200);
     // That request's connection is let go before the flood: a slot it still held would free up
     // during the flood and let a later client in.
-    wait_for(&daemon, "the first request's connection to close", || {
+    daemon.eventually(DEADLINE, "the first request's connection to close", || {
         (listener_metric(&local, "api_connections", "tcp")? == 0.0).then_some(())
     });
 
@@ -235,8 +221,8 @@ fn a_thousand_idle_sockets_neither_exhaust_the_daemon_nor_outlive_their_deadline
     // Connections yet to show a token hold a share of the cap (an eighth): each newer one
     // closes the oldest, so the daemon holds the newest few and refuses none.
     let share = CAP / 8;
-    wait_for(
-        &daemon,
+    daemon.eventually(
+        DEADLINE,
         "all but the unauthenticated share to be closed",
         || {
             let closed = idle.iter_mut().filter_map(said).count();
@@ -290,7 +276,7 @@ fn a_thousand_idle_sockets_neither_exhaust_the_daemon_nor_outlive_their_deadline
     drop(idle);
 
     // And TCP serves again, with its slots given back.
-    wait_for(&daemon, "the TCP slots to be given back", || {
+    daemon.eventually(DEADLINE, "the TCP slots to be given back", || {
         (listener_metric(&local, "api_connections", "tcp")? <= 1.0).then_some(())
     });
     assert_eq!(tcp.get(&format!("{API}/projects")).status, 200);
@@ -300,7 +286,7 @@ fn a_thousand_idle_sockets_neither_exhaust_the_daemon_nor_outlive_their_deadline
 /// prints an admission warning; memory under the floor LXD can start is refused naming the field.
 #[test]
 fn resources_beyond_the_host_are_warned_of_and_below_the_floor_refused() {
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let dir = tempfile::tempdir().expect("temp dir");
     let name = format!("huge-{}", std::process::id());
     let manifest = dir.path().join("project.yaml");
@@ -313,17 +299,13 @@ fn resources_beyond_the_host_are_warned_of_and_below_the_floor_refused() {
             ),
         )
         .expect("write the manifest");
-        let socket = daemon.socket.to_str().expect("utf-8 socket path");
         let manifest = manifest.to_str().expect("utf-8 manifest path");
-        Command::new(env!("CARGO_BIN_EXE_berth"))
-            .args(["--server", socket, "apply", "--dry-run", "-f", manifest])
-            .output()
-            .expect("run berth apply")
+        daemon.cli(&["apply", "--dry-run", "-f", manifest])
     };
 
     // The daemon reads the host's capacity from LXD once it answers; until then it warns of
     // nothing.
-    let stderr = wait_for(&daemon, "a warning about the host's capacity", || {
+    let stderr = daemon.eventually(DEADLINE, "a warning about the host's capacity", || {
         let out = apply("1024GiB");
         assert!(out.status.success(), "{out:?}");
         let stderr = String::from_utf8_lossy(&out.stderr).to_string();
@@ -342,7 +324,7 @@ fn resources_beyond_the_host_are_warned_of_and_below_the_floor_refused() {
         "{stderr}"
     );
     assert!(
-        get(&daemon.client(), "projects", &name).is_none(),
+        daemon.client().object("projects", &name).is_none(),
         "a dry run"
     );
 
@@ -353,5 +335,5 @@ fn resources_beyond_the_host_are_warned_of_and_below_the_floor_refused() {
         stderr.contains("spec.resources.memory") && stderr.contains("32MiB"),
         "{stderr}"
     );
-    assert!(get(&daemon.client(), "projects", &name).is_none());
+    assert!(daemon.client().object("projects", &name).is_none());
 }

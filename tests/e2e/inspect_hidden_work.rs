@@ -12,10 +12,10 @@
 //! filesystem: `InspectionFailed`, never clean.
 
 use std::path::Path;
-use std::process::Output;
 use std::time::Duration;
 
 use crate::harness::{Berth, READY_DEADLINE};
+use crate::support::daemon::Daemon;
 use crate::support::git;
 use crate::support::said;
 use serde_json::{Value, json};
@@ -39,7 +39,6 @@ fn unique_name() -> String {
 struct Fixture {
     berth: Berth,
     name: String,
-    _config: tempfile::NamedTempFile,
 }
 
 impl Fixture {
@@ -47,26 +46,23 @@ impl Fixture {
         self.berth.get_project(&self.name)
     }
 
-    fn wait_for(&self, what: &str, deadline: Duration, check: impl Fn(&Value) -> bool) -> Value {
-        self.berth
-            .wait_for_within(&self.name, what, deadline, check)
-    }
-
     /// Waits until an inspection made after now found the workspace protected by `reason`
     /// alone, naming `holder` among the files that hold the work.
     fn wait_protected(&self, what: &str, holder: &str) -> Value {
-        self.wait_for(what, NOTICE_DEADLINE, |p| {
-            protected_by(p) == ["UnsavedWork"] && files(p).iter().any(|f| f == holder)
-        })
+        self.berth
+            .wait_for_within(&self.name, what, NOTICE_DEADLINE, |p| {
+                protected_by(p) == ["UnsavedWork"] && files(p).iter().any(|f| f == holder)
+            })
     }
 
     /// Waits until the inspection finds the workspace clean again.
     fn wait_clean(&self, what: &str) {
-        self.wait_for(what, NOTICE_DEADLINE, |p| {
-            p["status"]["unsavedWork"].is_object()
-                && protected_by(p).is_empty()
-                && p["status"]["reap"].is_object()
-        });
+        self.berth
+            .wait_for_within(&self.name, what, NOTICE_DEADLINE, |p| {
+                p["status"]["unsavedWork"].is_object()
+                    && protected_by(p).is_empty()
+                    && p["status"]["reap"].is_object()
+            });
     }
 
     /// Runs a script in /workspace with a git identity; panics when it fails.
@@ -78,10 +74,6 @@ impl Fixture {
         );
         crate::harness::exec(&self.name, &script)
             .unwrap_or_else(|e| panic!("{}: {script}: {e}", self.name))
-    }
-
-    fn cli(&self, args: &[&str]) -> Output {
-        self.berth.cli(args)
     }
 }
 
@@ -123,13 +115,9 @@ fn bare_remote(dir: &Path) -> std::path::PathBuf {
 
 #[test]
 fn work_git_hides_protects_the_workspace() {
-    let config = tempfile::NamedTempFile::new().expect("a config file");
-    std::fs::write(
-        config.path(),
-        "scheduler: {interval: 2s, workers: 4, recheckInterval: 4s}\n",
-    )
-    .expect("berth.yaml");
-    let mut berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
+    let mut berth = Berth::launch(
+        Daemon::running().config("scheduler: {interval: 2s, workers: 4, recheckInterval: 4s}\n"),
+    );
     berth.cli_ok(&["apply", "-f", SHELL_PROFILE]);
     let remote_dir = tempfile::tempdir().expect("temp dir");
     let remote = bare_remote(remote_dir.path());
@@ -142,11 +130,7 @@ fn work_git_hides_protects_the_workspace() {
                "repo": {"url": format!("file://{}", remote.display()), "branch": "main"},
                "reap": {"idleAfter": "1h", "idleAction": "Stop"}}),
     );
-    let f = Fixture {
-        berth,
-        name,
-        _config: config,
-    };
+    let f = Fixture { berth, name };
 
     // Admission gave it the fleet's protectIgnored.
     let project = f.get().expect("created");
@@ -154,12 +138,13 @@ fn work_git_hides_protects_the_workspace() {
         project["spec"]["reap"]["protectIgnored"],
         json!([".env*", "*.db", "*.sqlite*"])
     );
-    f.wait_for("Ready", READY_DEADLINE, |p| {
-        p["status"]["conditions"].as_array().is_some_and(|c| {
-            c.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
-    });
+    f.berth
+        .wait_for_within(&f.name, "Ready", READY_DEADLINE, |p| {
+            p["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+        });
     assert!(
         f.workspace("cat .git/info/exclude").contains("AGENTS.md"),
         "berth's files are excluded from git"
@@ -184,7 +169,7 @@ fn work_git_hides_protects_the_workspace() {
     f.workspace("mkdir -p data && echo rows > data/app.db && git check-ignore -q data/app.db");
     let p = f.wait_protected("an ignored data/app.db protects", "data/app.db");
     assert_eq!(p["status"]["unsavedWork"]["ignored"], 1, "{p}");
-    let describe = f.cli(&["describe", "project", &f.name]);
+    let describe = f.berth.cli(&["describe", "project", &f.name]);
     assert!(describe.status.success(), "{}", said(&describe));
     let text = said(&describe);
     let section = text
@@ -248,9 +233,10 @@ fn work_git_hides_protects_the_workspace() {
     f.workspace("git -C sub reset -q --hard HEAD~1");
     crate::harness::exec(&f.name, "cd / && umount /workspace && test -d /workspace")
         .unwrap_or_else(|e| panic!("umount: {e}"));
-    f.wait_for("InspectionFailed", NOTICE_DEADLINE, |p| {
-        protected_by(p) == ["InspectionFailed"]
-    });
+    f.berth
+        .wait_for_within(&f.name, "InspectionFailed", NOTICE_DEADLINE, |p| {
+            protected_by(p) == ["InspectionFailed"]
+        });
     let log = f.berth.log_text();
     assert!(log.contains("workspace-not-mounted"), "{log}");
 }

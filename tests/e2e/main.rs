@@ -1,6 +1,7 @@
 //! The end-to-end tests: one binary, one module per area. Each drives the real `berth` binary
 //! (or the LXD client) against the real LXD daemon, real git repositories and real SQLite.
-//! `support` starts daemons and waits on conditions; `harness` applies and watches projects;
+//! `support` starts daemons (`support::daemon`, the one launcher), runs the `berth` client
+//! against them (`support::cli`) and waits on conditions; `harness` applies and watches projects;
 //! `ops` holds what the operations tests share.
 
 mod harness;

@@ -21,6 +21,8 @@ use serde_json::{Value, json};
 const P: &str = "/apis/berth.dev/v1alpha1";
 /// One answer of the driver: a tool call on a busy LXD host can take tens of seconds.
 const ANSWER_DEADLINE: Duration = Duration::from_secs(300);
+/// Generous: a command in a container starts or dies within seconds on a busy machine.
+const WAIT_DEADLINE: Duration = Duration::from_secs(180);
 const TOOLS: [&str; 6] = ["Read", "Glob", "Grep", "Write", "Edit", "Bash"];
 
 /// The Python of the test venv: `BERTH_TEST_PYTHON`, or `target/test-venv/bin/python`.
@@ -176,14 +178,6 @@ fn project(daemon: &Daemon, name: &str) -> String {
     crate::harness::lxc(&["config", "set", name, "user.berth.uid", &uid])
         .unwrap_or_else(|e| panic!("label {name}: {e}"));
     uid
-}
-
-fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
 }
 
 fn property_names(schema: &Value) -> Vec<String> {
@@ -342,11 +336,13 @@ fn an_mcp_client_runs_every_tool_in_the_remote_workspace_and_nowhere_else() {
 
     // A cancelled call cancels the remote execution: what it started is killed.
     mcp.start_call("long", "Bash", json!({"command": "sleep 301"}));
-    wait_for("the long command to start", || ws.running("sleep 30[1]"));
+    daemon.wait_until(WAIT_DEADLINE, "the long command to start", || {
+        ws.running("sleep 30[1]")
+    });
     mcp.ask(json!({"op": "cancel", "tag": "long"}));
     let result = mcp.ask(json!({"op": "wait", "tag": "long"}));
     assert_eq!(result["cancelledLocally"], true, "{result}");
-    wait_for("the cancelled command to be killed", || {
+    daemon.wait_until(WAIT_DEADLINE, "the cancelled command to be killed", || {
         !ws.running("sleep 30[1]")
     });
 
@@ -354,9 +350,11 @@ fn an_mcp_client_runs_every_tool_in_the_remote_workspace_and_nowhere_else() {
     mcp.start_call("early", "Bash", json!({"command": "sleep 302"}));
     mcp.ask(json!({"op": "cancel", "tag": "early"}));
     mcp.ask(json!({"op": "wait", "tag": "early"}));
-    wait_for("nothing of the early-cancelled call to run", || {
-        !ws.running("sleep 30[2]")
-    });
+    daemon.wait_until(
+        WAIT_DEADLINE,
+        "nothing of the early-cancelled call to run",
+        || !ws.running("sleep 30[2]"),
+    );
 
     // A call past its timeout is a Timeout error, and what it started is killed.
     let text = mcp.refused(
@@ -368,7 +366,7 @@ fn an_mcp_client_runs_every_tool_in_the_remote_workspace_and_nowhere_else() {
         text.contains("Bash") || text.contains("timed out"),
         "{text}"
     );
-    wait_for("the timed-out command to be killed", || {
+    daemon.wait_until(WAIT_DEADLINE, "the timed-out command to be killed", || {
         !ws.running("sleep 30[4]")
     });
 
@@ -392,7 +390,9 @@ fn a_daemon_killed_mid_bash_is_outcome_unknown_and_nothing_reruns() {
         "Bash",
         json!({"command": "echo ran >> /workspace/runs; sleep 303"}),
     );
-    wait_for("the command to start", || ws.running("sleep 30[3]"));
+    daemon.wait_until(WAIT_DEADLINE, "the command to start", || {
+        ws.running("sleep 30[3]")
+    });
     daemon.kill();
     let result = mcp.ask(json!({"op": "wait", "tag": "lost"}));
     assert_eq!(result["isError"], true, "{result}");
@@ -459,7 +459,7 @@ fn a_session_without_a_project_takes_it_per_call_and_refuses_a_replaced_one() {
     // Deleted and created again under the same name: another project, refused, nothing runs.
     let reply = daemon.client().delete(&format!("{P}/projects/{name}"));
     assert_eq!(reply.status, 200, "{}", reply.text());
-    wait_for("the project to be gone", || {
+    daemon.wait_until(WAIT_DEADLINE, "the project to be gone", || {
         daemon.client().get(&format!("{P}/projects/{name}")).status == 404
     });
     let second_uid = project(&daemon, &name);

@@ -5,7 +5,6 @@
 //! background still answers at once. A huge agent status file is not read whole either.
 //! Real daemon, real LXD.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{Berth, PROJECTS};
@@ -42,14 +41,7 @@ fn vm_hwm_kib(pid: u32) -> u64 {
 }
 
 fn berth_exec(berth: &Berth, name: &str, script: &str) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(["exec", name, "--timeout", "100", "--", "sh", "-c", script])
-        .env_remove("BERTH_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run berth exec")
+    berth.cli(&["exec", name, "--timeout", "100", "--", "sh", "-c", script])
 }
 
 /// Files in LXD's log directory for the instance (`/var/log/lxd/NAME` for the Debian package,

@@ -3,62 +3,30 @@
 //! terminal's size, and only members
 //! get a session (over the unix socket and over TCP with a token).
 
-use std::io::Write as _;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use crate::harness::{Berth, PROJECTS};
+use crate::support::cli::{client, collect};
 use crate::support::daemon::Daemon;
 use serde_json::json;
 
 /// Generous: an exec on a busy 2-core machine answers in well under a second.
 const SESSION_DEADLINE: Duration = Duration::from_secs(120);
 
-fn berth_command(server: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
-    command
-        .arg("--server")
-        .arg(server)
-        .env_remove("BERTH_TOKEN")
-        .env_remove("BERTH_SERVER");
-    command
-}
-
-/// Waits for the child to exit, killing it (and failing) past the deadline.
-fn finish(mut child: Child, what: &str) -> Output {
-    let until = Instant::now() + SESSION_DEADLINE;
-    while child.try_wait().expect("wait on child").is_none() {
-        if Instant::now() > until {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("child output");
-            panic!("{what}: no exit within {SESSION_DEADLINE:?}: {out:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("child output")
-}
-
 /// Polls the runtime figures until the container runs and answered from inside.
 fn wait_running(berth: &Berth, name: &str) {
-    let deadline = Instant::now() + crate::harness::READY_DEADLINE;
-    loop {
-        let reply = berth.client().get(&format!("{PROJECTS}/{name}/runtime"));
-        if reply.status == 200 {
-            let figures = reply.json();
-            if figures["status"] == "Running" && figures["os"]["kernel"].is_string() {
-                return;
+    berth.wait_until(
+        crate::harness::READY_DEADLINE,
+        &format!("{name}: a running container"),
+        || {
+            let reply = berth.client().get(&format!("{PROJECTS}/{name}/runtime"));
+            reply.status == 200 && {
+                let figures = reply.json();
+                figures["status"] == "Running" && figures["os"]["kernel"].is_string()
             }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name}: no running container within {:?}; last: {} {}\n{}",
-            crate::harness::READY_DEADLINE,
-            reply.status,
-            reply.text(),
-            berth.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+        },
+    );
 }
 
 #[test]
@@ -74,21 +42,18 @@ fn piped_stdin_and_a_terminal_reach_the_command() {
     let socket = berth.socket.to_string_lossy().into_owned();
 
     // -i: stdin without a terminal; the command reads it, and its exit code is berth's.
-    let mut child = berth_command(&socket)
-        .args(["exec", &name, "-i", "--", "sh", "-c"])
-        .arg("read x; echo got:$x; echo to-stderr >&2; exit 5")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn berth exec -i");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"hello\n")
-        .expect("write stdin");
-    let out = finish(child, "exec -i");
+    let out = berth.cli_input(
+        &[
+            "exec",
+            &name,
+            "-i",
+            "--",
+            "sh",
+            "-c",
+            "read x; echo got:$x; echo to-stderr >&2; exit 5",
+        ],
+        b"hello\n",
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("got:hello"),
@@ -102,20 +67,7 @@ fn piped_stdin_and_a_terminal_reach_the_command() {
     assert_eq!(out.status.code(), Some(5), "{out:?}");
 
     // End of piped input is end of file for the command.
-    let mut child = berth_command(&socket)
-        .args(["exec", &name, "-i", "--", "wc", "-c"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn berth exec -i wc");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"12345")
-        .expect("write stdin");
-    let out = finish(child, "exec -i wc");
+    let out = berth.cli_input(&["exec", &name, "-i", "--", "wc", "-c"], b"12345");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "5", "{out:?}");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 
@@ -138,7 +90,7 @@ fn piped_stdin_and_a_terminal_reach_the_command() {
         .expect("spawn script");
     // Held open: the session ends with the command, not with our input.
     let held_stdin = child.stdin.take();
-    let out = finish(child, "exec -it under script");
+    let out = collect(child, &["exec", "-it", "under script(1)"]);
     drop(held_stdin);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -150,53 +102,39 @@ fn piped_stdin_and_a_terminal_reach_the_command() {
     assert_eq!(out.status.code(), Some(3), "{out:?}");
 
     // A client that goes away hangs up its terminal: the command does not outlive it.
-    let mut abandoned = berth_command(&socket)
-        .args(["exec", &name, "-t", "--", "sleep", "4242"])
-        .stdin(Stdio::null())
+    let mut abandoned = berth
+        .command(&["exec", &name, "-t", "--", "sleep", "4242"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn berth exec -t sleep");
     let sleeping = |expected: bool| {
-        let deadline = Instant::now() + SESSION_DEADLINE;
-        loop {
-            let out = berth_command(&socket)
-                .args(["exec", &name, "--", "pgrep", "-f", "sleep 4242"])
-                .stdin(Stdio::null())
-                .output()
-                .expect("run pgrep");
-            if (out.status.code() == Some(0)) == expected {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "sleep 4242 running: expected {expected}: {out:?}"
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        berth.wait_until(
+            SESSION_DEADLINE,
+            &format!("sleep 4242 running: {expected}"),
+            || {
+                let out = berth.cli(&["exec", &name, "--", "pgrep", "-f", "sleep 4242"]);
+                (out.status.code() == Some(0)) == expected
+            },
+        );
     };
     sleeping(true);
     // The open session is activity at every pass while it stays open, not only when it began
     // (the last exec above ended at `quiet`).
     let quiet = chrono::Utc::now();
-    let deadline = Instant::now() + SESSION_DEADLINE;
-    loop {
-        let project = berth.client().get(&format!("{PROJECTS}/{name}")).json();
-        let activity = &project["status"]["activity"];
-        let last = activity["lastActiveAt"]
-            .as_str()
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
-        if activity["source"] == "exec"
-            && last.is_some_and(|t| t > quiet + chrono::Duration::seconds(5))
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "an open exec -t did not count as activity after it began: {activity}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    berth.wait_until(
+        SESSION_DEADLINE,
+        "an open exec -t to count as activity after it began",
+        || {
+            let project = berth.client().get(&format!("{PROJECTS}/{name}")).json();
+            let activity = &project["status"]["activity"];
+            let last = activity["lastActiveAt"]
+                .as_str()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+            activity["source"] == "exec"
+                && last.is_some_and(|t| t > quiet + chrono::Duration::seconds(5))
+        },
+    );
     abandoned.kill().expect("kill berth exec");
     let _ = abandoned.wait();
     sleeping(false);
@@ -217,14 +155,10 @@ fn only_members_get_a_session_over_tcp() {
     let token = daemon.add_user("mallory", false);
     let server = format!("http://{}", daemon.tcp_addr());
     let session = |token: &str| {
-        let child = berth_command(&server)
-            .args(["--token", token, "exec", &name, "-i", "--", "true"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn berth exec");
-        finish(child, "exec -i over tcp")
+        let args = [
+            "--server", &server, "--token", token, "exec", &name, "-i", "--", "true",
+        ];
+        collect(client(&args).spawn().expect("spawn berth exec"), &args)
     };
 
     // A non-member hears what a name nobody holds would get.

@@ -143,8 +143,8 @@ fn metrics_pass_promtool_and_carry_no_project_name() {
     );
 
     // A restarted daemon counts its projects from the start, not at 0 until its first resync.
-    berth.kill9();
-    berth.restart(None);
+    berth.kill();
+    berth.restart();
     let text = berth.client().get("/metrics").text();
     assert!(
         sample(&text, "berth_projects{phase=\"Ready\"}").is_some_and(|v| v >= 1.0),

@@ -7,21 +7,10 @@ use crate::support::daemon::{Daemon, Reply};
 
 /// Polls `/readyz` until `done` holds for the reply, failing with the last one after `deadline`.
 fn wait_readyz(daemon: &Daemon, deadline: Duration, done: impl Fn(&Reply) -> bool) -> Reply {
-    let until = Instant::now() + deadline;
-    loop {
+    daemon.eventually(deadline, "/readyz to answer as expected", || {
         let reply = daemon.client().get("/readyz");
-        if done(&reply) {
-            return reply;
-        }
-        assert!(
-            Instant::now() < until,
-            "/readyz still answers {} {:?} after {deadline:?}:\n{}",
-            reply.status,
-            reply.text(),
-            daemon.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        done(&reply).then_some(reply)
+    })
 }
 
 #[test]
@@ -34,7 +23,9 @@ fn readyz_is_503_with_a_reason_while_lxd_is_unreachable() {
         format!("lxd:\n  endpoint: unix://{}\n", missing.display()),
     )
     .expect("write config");
-    let daemon = Daemon::start_running(&["--config", config.to_str().expect("utf-8 path")]);
+    let daemon = Daemon::running()
+        .args(&["--config", config.to_str().expect("utf-8 path")])
+        .start();
 
     // It stays unready: sample it for a while, as a probe would.
     let until = Instant::now() + Duration::from_secs(8);
@@ -56,7 +47,7 @@ fn readyz_is_503_with_a_reason_while_lxd_is_unreachable() {
 
 #[test]
 fn readyz_is_200_when_store_lxd_and_controller_are_up() {
-    let daemon = Daemon::start_running(&[]);
+    let daemon = Daemon::running().start();
     let reply = wait_readyz(&daemon, Duration::from_secs(120), |r| r.status == 200);
     assert_eq!(reply.text(), "ok\n");
 }

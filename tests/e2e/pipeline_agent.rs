@@ -95,10 +95,6 @@ fn delete_secret(berth: &Berth, project: &str, key: &str) {
 }
 
 /// Runs the `berth` CLI against the test's daemon, with `stdin` as its input.
-fn berth_cli(berth: &Berth, args: &[&str], stdin: &str) -> std::process::Output {
-    berth.cli_input(args, stdin.as_bytes())
-}
-
 /// The condition of `type_` as (status, reason, message).
 fn condition(project: &Value, type_: &str) -> Option<(String, String, String)> {
     project["status"]["conditions"]
@@ -113,14 +109,9 @@ fn condition(project: &Value, type_: &str) -> Option<(String, String, String)> {
 
 /// Polls a shell check in the container until it succeeds.
 fn wait_in_container(name: &str, what: &str, script: &str) {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if exec(name, script).is_ok() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{name}: {what} never held");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    crate::support::eventually(DEADLINE, &format!("{name}: {what}"), String::new, || {
+        exec(name, script).ok()
+    });
 }
 
 /// Waits for LXD's `environment.KEY` of the container to be `value` ("" for unset).
@@ -143,12 +134,7 @@ fn wait_lxd_env(name: &str, key: &str, value: &str) {
 /// `berth restart NAME`, then waits until the project is briefed again after its `boots`th boot.
 fn reboot(berth: &Berth, name: &str, boots: usize) {
     exec(name, "touch /run/berth-before-boot").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(["restart", name])
-        .output()
-        .expect("berth restart");
+    let out = berth.cli(&["restart", name]);
     assert!(out.status.success(), "berth restart: {out:?}");
     wait_in_container(name, "a new boot", "! test -e /run/berth-before-boot");
     berth.wait_for(name, "Briefed again after the boot", |p| {
@@ -235,7 +221,7 @@ fn pipeline_reaches_briefed_through_crashes_between_steps() {
             "{fault}: the daemon did not stop at its fault point:\n{}",
             berth.log_text()
         );
-        berth.restart(next);
+        berth.restart_with(next);
     }
 
     let project = berth.wait_ready(&name);
@@ -379,12 +365,7 @@ fn pipeline_blocked_agent_is_answered() {
         "grep -q '\"state\":\"blocked\"' /run/berth/agent.json",
     );
 
-    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(["answer", &name, "blue"])
-        .output()
-        .expect("berth answer");
+    let out = berth.cli(&["answer", &name, "blue"]);
     assert!(out.status.success(), "berth answer: {out:?}");
 
     berth.wait_for(&name, "done", |p| p["status"]["agent"]["state"] == "done");
@@ -396,7 +377,7 @@ fn pipeline_blocked_agent_is_answered() {
     );
 
     // Nobody asks now: an answer is refused and leaves nothing for a later question to take.
-    let out = berth_cli(&berth, &["answer", &name, "green"], "");
+    let out = berth.cli(&["answer", &name, "green"]);
     assert!(
         !out.status.success(),
         "berth answer to a done agent: {out:?}"
@@ -417,12 +398,7 @@ fn pipeline_blocked_agent_is_answered() {
     assert_eq!(reply.status, 409, "{}", reply.text());
     assert!(exec(&name, "test -e /run/berth/answer").is_err());
 
-    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(["logs", &name])
-        .output()
-        .expect("berth logs");
+    let out = berth.cli(&["logs", &name]);
     assert!(out.status.success(), "berth logs: {out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("shell agent: answered"), "{text}");
@@ -441,13 +417,13 @@ fn pipeline_blocked_agent_is_answered() {
     assert_eq!(rest["text"], "");
     assert_eq!(rest["nextOffset"], end);
     assert_eq!(rest["runner"], "Exited");
-    let last = berth_cli(&berth, &["logs", "--tail", "1", &name], "");
+    let last = berth.cli(&["logs", "--tail", "1", &name]);
     assert!(last.status.success(), "berth logs --tail 1: {last:?}");
     let last = String::from_utf8_lossy(&last.stdout).into_owned();
     assert_eq!(last.lines().count(), 1, "{last}");
     assert!(text.ends_with(&last), "{last}");
     // The runner has exited: following prints the log and ends.
-    let followed = berth_cli(&berth, &["logs", "-f", &name], "");
+    let followed = berth.cli(&["logs", "-f", &name]);
     assert!(followed.status.success(), "berth logs -f: {followed:?}");
     assert!(
         String::from_utf8_lossy(&followed.stdout).contains("shell agent: answered"),
@@ -526,10 +502,9 @@ fn pipeline_a_secret_set_after_provisioning_stays_out_of_git() {
         ""
     );
 
-    let out = berth_cli(
-        &berth,
+    let out = berth.cli_input(
         &["secret", "set", &name, "LATE_TOKEN"],
-        "late-value\n",
+        "late-value\n".as_bytes(),
     );
     assert!(out.status.success(), "berth secret set: {out:?}");
     wait_in_container(
@@ -561,7 +536,10 @@ fn pipeline_a_secret_set_after_provisioning_stays_out_of_git() {
         ""
     );
     // Converging again lists it once.
-    let out = berth_cli(&berth, &["secret", "set", &name, "OTHER_TOKEN"], "other\n");
+    let out = berth.cli_input(
+        &["secret", "set", &name, "OTHER_TOKEN"],
+        "other\n".as_bytes(),
+    );
     assert!(out.status.success(), "berth secret set: {out:?}");
     wait_in_container(
         &name,
@@ -660,7 +638,7 @@ fn pipeline_a_new_brief_is_handed_to_the_running_agent() {
     );
     assert_eq!(runner_starts(&berth, &name), 3);
 
-    let out = berth_cli(&berth, &["answer", &name, "yes"], "");
+    let out = berth.cli(&["answer", &name, "yes"]);
     assert!(out.status.success(), "berth answer: {out:?}");
     let fourth = briefed_anew("briefed with the fourth brief", &third_id);
     assert_ne!(fourth["status"]["briefId"], third_id.as_str());
@@ -737,16 +715,15 @@ fn pipeline_a_stop_right_after_ready_is_no_sync_failure() {
     berth.wait_ready(&name);
     // A secret set while the stop is under way is propagated once the container runs again,
     // not reported as a failure to reach it.
-    let out = berth_cli(&berth, &["stop", &name], "");
+    let out = berth.cli(&["stop", &name]);
     assert!(out.status.success(), "berth stop: {out:?}");
-    let out = berth_cli(
-        &berth,
+    let out = berth.cli_input(
         &["secret", "set", &name, "STOP_TOKEN"],
-        "after-stop\n",
+        "after-stop\n".as_bytes(),
     );
     assert!(out.status.success(), "berth secret set: {out:?}");
     berth.wait_for(&name, "stopped", |p| p["status"]["phase"] == "Stopped");
-    let out = berth_cli(&berth, &["start", &name], "");
+    let out = berth.cli(&["start", &name]);
     assert!(out.status.success(), "berth start: {out:?}");
     wait_in_container(
         &name,

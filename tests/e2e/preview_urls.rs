@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::harness::{Berth, PROJECTS, bearer, connect, get};
@@ -68,8 +68,8 @@ fn members_reach_a_containers_servers_through_the_preview_listener() {
     let port = addr.rsplit_once(':').unwrap().1.to_string();
     let name = crate::harness::unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
-    let alice = berth.add_user(&format!("alice-{name}"));
-    let bob = berth.add_user(&format!("bob-{name}"));
+    let alice = berth.add_user(&format!("alice-{name}"), false);
+    let bob = berth.add_user(&format!("bob-{name}"), false);
     berth.add_member(&name, &format!("alice-{name}"));
     berth.wait_ready(&name);
     start_servers(&name);
@@ -252,14 +252,8 @@ fn members_reach_a_containers_servers_through_the_preview_listener() {
     assert!(rest.contains("second\n"), "{rest}");
 
     // `berth port-forward` on a free local port carries a request.
-    let mut forward = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(["port-forward", &name, ":8000"])
-        .env_remove("BERTH_SERVER")
-        .env_remove("BERTH_TOKEN")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    let mut forward = berth
+        .command(&["port-forward", &name, ":8000"])
         .spawn()
         .expect("spawn port-forward");
     let mut out = BufReader::new(forward.stdout.take().unwrap());
@@ -303,7 +297,7 @@ fn a_preview_request_wakes_an_idled_project_and_counts_as_activity() {
         &name,
         json!({"image": "berth-tiny", "reap": {"idleAfter": "4s", "idleAction": "Stop"}}),
     );
-    let alice = berth.add_user(&format!("alice-{name}"));
+    let alice = berth.add_user(&format!("alice-{name}"), false);
     berth.add_member(&name, &format!("alice-{name}"));
     berth.wait_for(&name, "idled and stopped", |p| {
         idled(p).is_some() && crate::harness::instance_state(&name).as_deref() == Some("STOPPED")
@@ -402,8 +396,8 @@ fn idle_connections_and_another_members_tickets_never_keep_a_member_out() {
     let name = crate::harness::unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
     let (alice, mallory) = (format!("alice-{name}"), format!("mallory-{name}"));
-    let alice_api = TcpClient::new(&api, Some(&berth.add_user(&alice)), None);
-    let mallory_api = TcpClient::new(&api, Some(&berth.add_user(&mallory)), None);
+    let alice_api = TcpClient::new(&api, Some(&berth.add_user(&alice, false)), None);
+    let mallory_api = TcpClient::new(&api, Some(&berth.add_user(&mallory, false)), None);
     berth.add_member(&name, &alice);
     berth.add_member(&name, &mallory);
     berth.wait_ready(&name);

@@ -158,8 +158,9 @@ fn every_readme_block_runs_as_written() {
     );
 
     let lxd_project = TestProject::create("berth-readme", false);
-    let daemon =
-        Daemon::start_running_with_config(&format!("lxd:\n  project: {}\n", lxd_project.name));
+    let daemon = Daemon::running()
+        .config(&format!("lxd:\n  project: {}\n", lxd_project.name))
+        .start();
     let dir = scratch();
     let socket = daemon.socket.to_str().expect("a utf-8 socket path");
 

@@ -18,8 +18,9 @@ use crate::harness::Berth;
 use crate::harness::{
     PROJECTS, READY_DEADLINE, instance_count, instance_state, live_volumes_of, volumes_of,
 };
-use crate::support::daemon::Client;
+use crate::support::daemon::Daemon;
 use crate::support::git;
+use crate::support::said;
 use serde_json::{Value, json};
 
 /// How long the scheduler gets to notice something, many rounds of its interval on a busy
@@ -40,32 +41,33 @@ fn unique_name() -> String {
 /// `--force` (then checked with lxc) when the test ends, whatever happened.
 struct Reaper {
     berth: Berth,
-    _config: tempfile::NamedTempFile,
+}
+
+impl std::ops::Deref for Reaper {
+    type Target = Berth;
+
+    fn deref(&self) -> &Berth {
+        &self.berth
+    }
+}
+
+impl std::ops::DerefMut for Reaper {
+    fn deref_mut(&mut self) -> &mut Berth {
+        &mut self.berth
+    }
 }
 
 impl Reaper {
     fn start(scheduler: &str) -> Reaper {
-        let config = tempfile::NamedTempFile::new().expect("a config file");
-        std::fs::write(config.path(), format!("scheduler: {scheduler}\n")).expect("berth.yaml");
-        let path = config.path().to_str().expect("a utf-8 temp path");
         Reaper {
-            berth: Berth::start_with(&[], &["--config", path]),
-            _config: config,
+            berth: Berth::launch(Daemon::running().config(&format!("scheduler: {scheduler}\n"))),
         }
-    }
-
-    fn client(&self) -> Client {
-        self.berth.client()
-    }
-
-    fn create(&mut self, name: &str, spec: Value) {
-        self.berth.create_project(name, spec);
     }
 
     /// Records a project made some other way (an apply) for the cleanup.
     fn adopt(&mut self, name: &str) {
-        let project = self.get(name).expect("project exists");
-        self.berth.track(&project);
+        let project = self.get_project(name).expect("project exists");
+        self.track(&project);
     }
 
     fn uid(&self, name: &str) -> String {
@@ -74,31 +76,9 @@ impl Reaper {
             .expect("a project of this test")
     }
 
-    fn get(&self, name: &str) -> Option<Value> {
-        self.berth.get_project(name)
-    }
-
-    fn merge_patch(&self, name: &str, patch: Value) {
-        self.berth.patch_project(name, patch);
-    }
-
-    fn wait_for(
-        &self,
-        name: &str,
-        what: &str,
-        deadline: Duration,
-        check: impl Fn(&Value) -> bool,
-    ) -> Value {
-        self.berth.wait_for_within(name, what, deadline, check)
-    }
-
-    fn wait_gone(&self, name: &str, what: &str) {
-        self.berth.wait_gone(name, what, NOTICE_DEADLINE);
-    }
-
     /// Waits until the container answers with its workspace mounted.
     fn wait_reachable(&self, name: &str) {
-        self.wait_for(name, "Reachable", READY_DEADLINE, |p| {
+        self.wait_for_within(name, "Reachable", READY_DEADLINE, |p| {
             p["status"]["step"].as_str().is_some_and(|s| {
                 [
                     "Reachable",
@@ -111,20 +91,9 @@ impl Reaper {
                 .contains(&s)
             }) && p["status"]["container"]["pid"].is_number()
         });
-        let until = Instant::now() + READY_DEADLINE;
-        while exec(name, "test -f /run/init.ready").is_err() {
-            assert!(Instant::now() < until, "{name}: init never ready");
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-
-    fn cli(&self, args: &[&str]) -> Output {
-        self.berth.cli(args)
-    }
-
-    /// The value of one sample on /metrics, e.g. `berth_reap_refusals_total{reason="X"}`.
-    fn metric(&self, sample: &str) -> f64 {
-        self.berth.metric(sample)
+        self.wait_until(READY_DEADLINE, &format!("{name}: init ready"), || {
+            exec(name, "test -f /run/init.ready").is_ok()
+        });
     }
 
     fn refusals(&self, reason: &str) -> f64 {
@@ -135,15 +104,9 @@ impl Reaper {
         self.metric("berth_scheduler_pass_duration_seconds_count{pass=\"reap\"}")
     }
 
-    /// Waits until `n` more reap passes have run.
-    fn wait_passes(&self, n: u32) {
-        self.berth.wait_passes("reap", n);
-    }
-
     /// The reasons of the project's events.
     fn event_reasons(&self, name: &str) -> Vec<String> {
-        self.berth
-            .events(name)
+        self.events(name)
             .iter()
             .filter_map(|e| e["reason"].as_str().map(str::to_string))
             .collect()
@@ -152,7 +115,7 @@ impl Reaper {
     /// Checks every place a protection shows: status, the condition, an event, `get -o wide`
     /// and `reap --dry-run` (with the action it holds back).
     fn assert_kept(&self, name: &str, reason: &str, action: &str) {
-        let project = self.wait_for(name, reason, NOTICE_DEADLINE, |p| {
+        let project = self.wait_for_within(name, reason, NOTICE_DEADLINE, |p| {
             protected_by(p).iter().any(|r| r == reason)
                 && p["status"]["reap"]["nextAction"] == action
         });
@@ -268,10 +231,6 @@ fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn said(out: &Output) -> String {
-    format!("{}{}", stdout(out), String::from_utf8_lossy(&out.stderr))
-}
-
 fn line_of<'a>(table: &'a str, name: &str) -> &'a str {
     table
         .lines()
@@ -315,20 +274,20 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
         unique_name(),
         unique_name(),
     );
-    reaper.create(&idle, spec("berth-tiny", "5s"));
-    reaper.create(
+    reaper.create_project(&idle, spec("berth-tiny", "5s"));
+    reaper.create_project(
         &doomed,
         json!({"image": "berth-tiny", "reap": {"idleAfter": "5s", "idleAction": "Delete"}}),
     );
-    reaper.create(&dirty, spec("berth-base", "1h"));
+    reaper.create_project(&dirty, spec("berth-base", "1h"));
     let mut with_repo = spec("berth-base", "1h");
     with_repo["repo"] = json!({"url": remote_url, "branch": "main"});
-    reaper.create(&unpushed, with_repo);
+    reaper.create_project(&unpushed, with_repo);
     let mut agent = spec("berth-tiny", "1h");
     agent["agent"] = json!("shell");
     agent["brief"] = json!("BLOCK: which database should the service use?");
-    reaper.create(&blocked, agent);
-    reaper.create(&broken, spec("berth-base", "1h"));
+    reaper.create_project(&blocked, agent);
+    reaper.create_project(&broken, spec("berth-base", "1h"));
     let doomed_uid = reaper.uid(&doomed);
 
     // Not waited on: it may be reaped by the time the others are up.
@@ -337,7 +296,7 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
     }
     // Written once berth has written its own files (Ready), so nothing of berth's lands on top.
     for name in [&dirty, &unpushed, &broken] {
-        reaper.wait_for(name, "Ready", READY_DEADLINE, |p| {
+        reaper.wait_for_within(name, "Ready", READY_DEADLINE, |p| {
             condition(p, "Ready")["status"] == "True"
         });
     }
@@ -359,25 +318,23 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
            --pid-file=/tmp/gd.pid) </dev/null >/dev/null 2>&1",
     )
     .unwrap();
-    reaper.wait_for(&blocked, "the agent blocked", READY_DEADLINE, |p| {
+    reaper.wait_for_within(&blocked, "the agent blocked", READY_DEADLINE, |p| {
         p["status"]["agent"]["state"] == "blocked"
     });
     for name in [&dirty, &unpushed, &blocked, &broken] {
-        reaper.merge_patch(name, json!({"spec": {"reap": {"idleAfter": "5s"}}}));
+        reaper.patch_project(name, json!({"spec": {"reap": {"idleAfter": "5s"}}}));
     }
 
     // The idle one is idled: idledAt set, container stopped and kept stopped.
-    reaper.wait_for(&idle, "idledAt", NOTICE_DEADLINE, |p| {
+    reaper.wait_for_within(&idle, "idledAt", NOTICE_DEADLINE, |p| {
         p["status"]["reap"]["idledAt"].is_string()
     });
-    let until = Instant::now() + NOTICE_DEADLINE;
-    while instance_state(&idle).as_deref() != Some("STOPPED") {
-        assert!(Instant::now() < until, "{idle} was not stopped");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    reaper.wait_until(NOTICE_DEADLINE, &format!("{idle} stopped"), || {
+        instance_state(&idle).as_deref() == Some("STOPPED")
+    });
 
     // The clean one whose idle action is Delete is deleted, container and volumes with it.
-    reaper.wait_gone(&doomed, "not reaped");
+    reaper.wait_gone(&doomed, "not reaped", NOTICE_DEADLINE);
     let log = reaper.berth.log_text();
     assert!(
         log.lines()
@@ -406,7 +363,7 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
         (&broken, "InspectionFailed"),
     ] {
         reaper.assert_kept(name, reason, "Stop");
-        let project = reaper.get(name).unwrap();
+        let project = reaper.get_project(name).unwrap();
         assert!(
             project["status"]["reap"]["idledAt"].is_null(),
             "{name} was idled: {}",
@@ -414,25 +371,25 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
         );
         assert_eq!(instance_state(name).as_deref(), Some("RUNNING"), "{name}");
     }
-    let dirty_status = reaper.get(&dirty).unwrap();
+    let dirty_status = reaper.get_project(&dirty).unwrap();
     assert_eq!(
         dirty_status["status"]["unsavedWork"]["uncommitted"], 1,
         "{}",
         dirty_status["status"]
     );
-    let unpushed_status = reaper.get(&unpushed).unwrap();
+    let unpushed_status = reaper.get_project(&unpushed).unwrap();
     assert_eq!(
         unpushed_status["status"]["unsavedWork"]["unpushed"], 1,
         "{}",
         unpushed_status["status"]
     );
-    let blocked_status = reaper.get(&blocked).unwrap();
+    let blocked_status = reaper.get_project(&blocked).unwrap();
     assert_eq!(blocked_status["status"]["agent"]["state"], "blocked");
     assert_eq!(
         blocked_status["status"]["agent"]["message"],
         "which database should the service use?"
     );
-    assert!(reaper.get(&broken).unwrap()["status"]["unsavedWork"].is_null());
+    assert!(reaper.get_project(&broken).unwrap()["status"]["unsavedWork"].is_null());
 
     // Each refusal is counted once its idle action falls due (their idle windows end at
     // different moments), not in every pass that declines again.
@@ -442,16 +399,11 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
             .map(|r| reaper.refusals(r))
             .collect()
     };
-    let until = Instant::now() + NOTICE_DEADLINE;
-    let counted = loop {
+    let counted = reaper.eventually(NOTICE_DEADLINE, "the refusals counted", || {
         let counted = count();
-        if counted[0] >= 2.0 && counted[1] >= 1.0 && counted[2] >= 1.0 {
-            break counted;
-        }
-        assert!(Instant::now() < until, "refusals not counted: {counted:?}");
-        std::thread::sleep(Duration::from_millis(250));
-    };
-    reaper.wait_passes(4);
+        (counted[0] >= 2.0 && counted[1] >= 1.0 && counted[2] >= 1.0).then_some(counted)
+    });
+    reaper.wait_passes("reap", 4);
     assert_eq!(count(), counted, "refusals counted again in later passes");
 
     let plan = stdout(&reaper.cli(&["reap", "--dry-run"]));
@@ -459,18 +411,14 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
     assert!(idle_line.contains("idled at"), "{idle_line}");
 
     // The listener on 0.0.0.0:3000 has its preview URL.
-    let until = Instant::now() + NOTICE_DEADLINE;
-    loop {
+    let text = reaper.eventually(NOTICE_DEADLINE, "port 3000 listed", || {
         let ports = reaper.cli(&["ports", &dirty]);
         assert!(ports.status.success(), "{}", said(&ports));
         let text = stdout(&ports);
-        if text.contains(&format!("http://{dirty}--3000.localhost")) {
-            assert!(text.starts_with("PORT"), "{text}");
-            break;
-        }
-        assert!(Instant::now() < until, "port 3000 never listed:\n{text}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+        text.contains(&format!("http://{dirty}--3000.localhost"))
+            .then_some(text)
+    });
+    assert!(text.starts_with("PORT"), "{text}");
 
     // A plain delete of unpushed work is held; the container and volumes stay, and Ready says
     // why.
@@ -478,7 +426,9 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
     let delete = reaper.cli(&["delete", "project", &unpushed]);
     assert_eq!(delete.status.code(), Some(1), "{}", said(&delete));
     assert!(said(&delete).contains("UnsavedWork"), "{}", said(&delete));
-    let held = reaper.get(&unpushed).expect("held project still there");
+    let held = reaper
+        .get_project(&unpushed)
+        .expect("held project still there");
     assert_eq!(held["status"]["phase"], "Deleting");
     let blocked_condition = condition(&held, "DeletionBlocked");
     assert_eq!(blocked_condition["status"], "True", "{blocked_condition}");
@@ -526,6 +476,7 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
     reaper.wait_gone(
         &unpushed,
         "the held deletion did not finish once the work was pushed",
+        NOTICE_DEADLINE,
     );
     assert_eq!(instance_count(&unpushed), 0);
     assert!(live_volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
@@ -536,7 +487,7 @@ fn idle_projects_are_stopped_and_work_keeps_the_others() {
     assert_eq!(delete.status.code(), Some(1), "{}", said(&delete));
     let forced = reaper.cli(&["delete", "project", &dirty, "--force"]);
     assert!(forced.status.success(), "{}", said(&forced));
-    assert!(reaper.get(&dirty).is_none());
+    assert!(reaper.get_project(&dirty).is_none());
     assert_eq!(instance_count(&dirty), 0);
     assert!(live_volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
 }
@@ -566,17 +517,13 @@ impl StartCounter {
     }
 
     /// Waits until the container was started `n` times since the counting began.
-    fn wait_for(&self, n: usize) {
-        let until = Instant::now() + NOTICE_DEADLINE;
-        while self.starts() < n {
-            assert!(
-                Instant::now() < until,
-                "{} started {} times, not {n}",
-                self.instance,
-                self.starts()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+    fn wait_starts(&self, n: usize) {
+        crate::support::eventually(
+            NOTICE_DEADLINE,
+            &format!("{} started {n} times", self.instance),
+            || format!("; started {} times", self.starts()),
+            || (self.starts() >= n).then_some(()),
+        );
     }
 
     fn starts(&self) -> usize {
@@ -610,36 +557,34 @@ fn stopped_work_due_for_delete_and_pruned_work_are_kept() {
     // counted from its first boot on, which also shows the counting works.
     let stopped = unique_name();
     let counter = StartCounter::new(&stopped);
-    reaper.create(
+    reaper.create_project(
         &stopped,
         json!({"image": "berth-tiny", "reap": {"idleAfter": "1h", "idleAction": "Stop"}}),
     );
     reaper.wait_reachable(&stopped);
-    counter.wait_for(1);
+    counter.wait_starts(1);
     workspace_idempotent(&stopped, "echo draft > notes.txt");
-    reaper.wait_for(&stopped, "the file seen", NOTICE_DEADLINE, |p| {
+    reaper.wait_for_within(&stopped, "the file seen", NOTICE_DEADLINE, |p| {
         p["status"]["unsavedWork"]["untracked"] == 1
     });
     let stop = reaper.cli(&["stop", &stopped]);
     assert!(stop.status.success(), "{}", said(&stop));
-    let until = Instant::now() + NOTICE_DEADLINE;
-    while instance_state(&stopped).as_deref() != Some("STOPPED") {
-        assert!(Instant::now() < until, "{stopped} was not stopped");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    reaper.wait_until(NOTICE_DEADLINE, &format!("{stopped} stopped"), || {
+        instance_state(&stopped).as_deref() == Some("STOPPED")
+    });
     let booted = counter.starts();
-    reaper.merge_patch(
+    reaper.patch_project(
         &stopped,
         json!({"spec": {"reap": {"idleAfter": "2s", "idleAction": "Delete"}}}),
     );
     reaper.assert_kept(&stopped, "UnsavedWork", "Delete");
     // What it held was last seen while it ran: it is booted once, without its agent, to look.
-    counter.wait_for(booted + 1);
+    counter.wait_starts(booted + 1);
 
     // Kept through many passes, booted to be looked at now and then, not every pass.
     let watched = Instant::now();
     let passes = reaper.reap_passes();
-    reaper.wait_passes(10);
+    reaper.wait_passes("reap", 10);
     let (elapsed, passes) = (watched.elapsed(), reaper.reap_passes() - passes);
     let starts = counter.starts() - booted - 1;
     let allowed = (elapsed.as_secs() / recheck.as_secs()) as usize;
@@ -648,7 +593,7 @@ fn stopped_work_due_for_delete_and_pruned_work_are_kept() {
         "{starts} more starts in {passes} passes over {elapsed:?}\n{}",
         reaper.berth.log_text()
     );
-    let project = reaper.get(&stopped).expect("kept");
+    let project = reaper.get_project(&stopped).expect("kept");
     assert!(project["metadata"]["deletionTimestamp"].is_null());
     assert_eq!(protected_by(&project), ["UnsavedWork"]);
     assert_eq!(project["status"]["unsavedWork"]["untracked"], 1);
@@ -709,7 +654,7 @@ fn stopped_work_due_for_delete_and_pruned_work_are_kept() {
             .any(|l| l.trim() == format!("project/{pruned} pruned")),
         "{out}"
     );
-    let held = reaper.get(&pruned).expect("held, not destroyed");
+    let held = reaper.get_project(&pruned).expect("held, not destroyed");
     assert_eq!(held["status"]["phase"], "Deleting");
     let blocked = condition(&held, "DeletionBlocked");
     assert_eq!(
@@ -735,7 +680,7 @@ fn stopped_work_due_for_delete_and_pruned_work_are_kept() {
 
     let forced = reaper.cli(&["delete", "project", &pruned, "--force"]);
     assert!(forced.status.success(), "{}", said(&forced));
-    assert!(reaper.get(&pruned).is_none());
+    assert!(reaper.get_project(&pruned).is_none());
     assert!(live_volumes_of(&uid).is_empty(), "{:?}", volumes_of(&uid));
 }
 
@@ -753,14 +698,14 @@ fn a_steady_fleet_writes_nothing_and_a_touched_file_shows_within_two_passes() {
     let mut reaper = Reaper::start("{interval: 2s, workers: 4}");
     let names = [unique_name(), unique_name()];
     for name in &names {
-        reaper.create(
+        reaper.create_project(
             name,
             json!({"image": "berth-tiny", "reap": {"idleAfter": "1h", "idleAction": "Stop"}}),
         );
     }
     for name in &names {
         reaper.wait_reachable(name);
-        reaper.wait_for(name, "Ready with an inspection", READY_DEADLINE, |p| {
+        reaper.wait_for_within(name, "Ready with an inspection", READY_DEADLINE, |p| {
             condition(p, "Ready")["status"] == "True"
                 && p["status"]["activity"]["inspectedAt"].is_string()
         });
@@ -795,7 +740,7 @@ fn a_steady_fleet_writes_nothing_and_a_touched_file_shows_within_two_passes() {
     let until = Instant::now() + NOTICE_DEADLINE;
     let mut version = list_version(&reaper);
     loop {
-        reaper.wait_passes(2);
+        reaper.wait_passes("reap", 2);
         let now = list_version(&reaper);
         if now == version {
             break;
@@ -808,7 +753,7 @@ fn a_steady_fleet_writes_nothing_and_a_touched_file_shows_within_two_passes() {
         version = now;
     }
     let inspections = reaper.metric("berth_scheduler_inspections_total{result=\"ok\"}");
-    reaper.wait_passes(3);
+    reaper.wait_passes("reap", 3);
     assert_eq!(
         list_version(&reaper),
         version,
@@ -822,11 +767,11 @@ fn a_steady_fleet_writes_nothing_and_a_touched_file_shows_within_two_passes() {
     );
 
     // A file touched in one workspace: its lastActiveAt moves within two passes.
-    let before = reaper.get(&names[0]).expect("project")["status"]["activity"].clone();
+    let before = reaper.get_project(&names[0]).expect("project")["status"]["activity"].clone();
     let touched = chrono::Utc::now() - chrono::Duration::seconds(1);
     exec(&names[0], "echo work > /workspace/notes.txt").expect("touch a file");
-    reaper.wait_passes(2);
-    let project = reaper.get(&names[0]).expect("project");
+    reaper.wait_passes("reap", 2);
+    let project = reaper.get_project(&names[0]).expect("project");
     let activity = &project["status"]["activity"];
     let last_active: chrono::DateTime<chrono::Utc> = activity["lastActiveAt"]
         .as_str()

@@ -30,7 +30,7 @@ fn crash_at(fault: &str) {
         berth.log_text()
     );
 
-    berth.restart(None);
+    berth.restart();
     let project = berth.wait_ready(&name);
     assert_eq!(project["status"]["phase"], "Ready", "{fault}");
     assert_eq!(instance_count(&name), 1, "{fault}: one container");
@@ -84,8 +84,8 @@ fn sigkill_mid_provisioning_then_restart_converges() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    berth.kill9();
-    berth.restart(None);
+    berth.kill();
+    berth.restart();
     for name in &names {
         let project = berth.wait_ready(name);
         assert_eq!(instance_count(name), 1, "{name}");

@@ -397,15 +397,9 @@ fn a_profile_added_later_keeps_what_its_home_already_held() {
     let reply = berth.patch_project(&name, json!({"spec": {"agents": [profile]}}));
     assert!(reply.status < 300, "{}", reply.text());
     let volume = format!("berth-{uid}-home-{profile}");
-    let deadline = Instant::now() + Duration::from_secs(240);
-    while exec(&name, "grep -q ' /root/.claude ' /proc/mounts").is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the home volume was never mounted\n{}",
-            berth.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    berth.wait_until(Duration::from_secs(240), "the home volume mounted", || {
+        exec(&name, "grep -q ' /root/.claude ' /proc/mounts").is_ok()
+    });
     // The files are there, now on the volume, with their mode.
     assert_eq!(
         exec(
@@ -496,15 +490,12 @@ fn a_process_limit_stops_a_fork_bomb_and_changes_live() {
             .unwrap_or(-1)
     };
     let settle = |below: i64| {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while processes() >= below {
-            assert!(
-                Instant::now() < deadline,
-                "{} processes still run",
-                processes()
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        crate::support::eventually(
+            Duration::from_secs(120),
+            &format!("fewer than {below} processes"),
+            || format!("; {} still run", processes()),
+            || (processes() < below).then_some(()),
+        );
     };
     assert_eq!(limit(), "40");
     // Eighty sleepers asked for, each for 20 s; the limit lets fewer than forty run.
@@ -521,15 +512,12 @@ fn a_process_limit_stops_a_fork_bomb_and_changes_live() {
     let before = lxc(&["config", "get", &name, "volatile.uuid"]).unwrap();
     let reply = berth.patch_project(&name, json!({"spec": {"resources": {"processes": 400}}}));
     assert!(reply.status < 300, "{}", reply.text());
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while limit() != "400" {
-        assert!(
-            Instant::now() < deadline,
-            "limits.processes is still {}",
-            limit()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    crate::support::eventually(
+        Duration::from_secs(120),
+        "limits.processes 400",
+        || format!("; it is still {}", limit()),
+        || (limit() == "400").then_some(()),
+    );
     assert_eq!(instance_state(&name).as_deref(), Some("RUNNING"));
     assert_eq!(
         lxc(&["config", "get", &name, "volatile.uuid"]).unwrap(),
@@ -683,11 +671,12 @@ fn a_size_changes_live_on_a_pool_that_enforces_it() {
         json!({"spec": {"resources": {"workspaceSize": "256MiB"}}}),
     );
     assert!(reply.status < 300, "{}", reply.text());
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while size() != "268435456" {
-        assert!(Instant::now() < deadline, "the volume is still {}", size());
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    crate::support::eventually(
+        Duration::from_secs(120),
+        "the volume at 256MiB",
+        || format!("; it is still {}", size()),
+        || (size() == "268435456").then_some(()),
+    );
     write(100, "big").expect("100MiB fit once the workspace is 256MiB");
     let events = berth
         .client()

@@ -2,8 +2,6 @@
 //! when another project now holds the recorded display name the refusal names no project, the
 //! same words the store gives any writer, and nothing is restored.
 
-use std::process::{Command, Stdio};
-
 use crate::harness::{Berth, unique_name, volumes_of};
 use serde_json::json;
 
@@ -18,14 +16,7 @@ fn a_restore_refused_for_a_taken_display_name_names_no_project() {
     );
     let uid = crate::harness::uid_of(&project);
     berth.wait_ready(&name);
-    let deleted = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .arg("--server")
-        .arg(&berth.socket)
-        .args(["delete", "project", &name, "--force"])
-        .env_remove("BERTH_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run berth");
+    let deleted = berth.cli(&["delete", "project", &name, "--force"]);
     assert!(deleted.status.success(), "{deleted:?}");
 
     let holder = format!("{name}-holder");

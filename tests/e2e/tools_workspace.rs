@@ -9,13 +9,16 @@
 //! and scheduler, which bring the project up and idle it.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::support::daemon::{Client, Daemon, TcpClient};
+use crate::harness::Berth;
+use crate::support::daemon::{Daemon, TcpClient};
 use crate::support::lxd::{BASE, TINY, Workspace, unique_name};
 use serde_json::{Value, json};
 
 const P: &str = "/apis/berth.dev/v1alpha1";
+/// Generous: a command in a container starts or dies within seconds on a busy machine.
+const WAIT_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Creates the project; a container the test made for it beforehand is then labelled with the
 /// project's uid, as berth labels the containers it makes (the endpoint reaches no other).
@@ -96,12 +99,6 @@ fn refused(
         "{name} {args}: {body}"
     );
     body
-}
-
-fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
-    crate::support::eventually(Duration::from_secs(60), what, String::new, || {
-        check().then_some(())
-    });
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -646,7 +643,7 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
             )
         })
     };
-    wait_for("the long command to start", || {
+    daemon.wait_until(WAIT_DEADLINE, "the long command to start", || {
         ws.sh("pgrep -f 'sleep 30[12]' || true").lines().count() >= 2
     });
     let reply = c.delete(&format!("{P}/projects/{name}/tools/executions/long"));
@@ -657,7 +654,7 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
         (409, Some("Cancelled")),
         "{body}"
     );
-    wait_for("the process group to be gone", || {
+    daemon.wait_until(WAIT_DEADLINE, "the process group to be gone", || {
         ws.sh("pgrep -f 'sleep 30[12]' || true").is_empty()
     });
 
@@ -673,7 +670,7 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
         (408, Some("Timeout")),
         "{body}"
     );
-    wait_for("the timed-out command to be killed", || {
+    daemon.wait_until(WAIT_DEADLINE, "the timed-out command to be killed", || {
         ws.sh("pgrep -f 'sleep 30[3]' || true").is_empty()
     });
 
@@ -689,11 +686,11 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
             body.len()
         )
         .unwrap();
-        wait_for("the command to start", || {
+        daemon.wait_until(WAIT_DEADLINE, "the command to start", || {
             !ws.sh("pgrep -f 'sleep 30[5]' || true").is_empty()
         });
         drop(stream);
-        wait_for("the abandoned command to be killed", || {
+        daemon.wait_until(WAIT_DEADLINE, "the abandoned command to be killed", || {
             ws.sh("pgrep -f 'sleep 30[5]' || true").is_empty()
         });
         refused(
@@ -710,18 +707,13 @@ fn tools_run_inside_the_workspace_fail_closed_and_never_replay() {
     links_swapped_mid_call_never_reach_outside(&s, &name, &ws);
 
     // The CLI runs a tool and exits with the command's code.
-    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args([
-            "tool",
-            &name,
-            "Bash",
-            "--args",
-            r#"{"command": "echo from-cli; exit 4"}"#,
-        ])
-        .env("BERTH_SERVER", &daemon.socket)
-        .env_remove("BERTH_TOKEN")
-        .output()
-        .unwrap();
+    let cli = daemon.cli(&[
+        "tool",
+        &name,
+        "Bash",
+        "--args",
+        r#"{"command": "echo from-cli; exit 4"}"#,
+    ]);
     assert_eq!(String::from_utf8_lossy(&cli.stdout), "from-cli\n");
     assert_eq!(
         cli.status.code(),
@@ -790,7 +782,7 @@ fn a_bash_call_lost_to_a_daemon_crash_answers_outcome_unknown() {
             )
         })
     };
-    wait_for("the command to start", || {
+    daemon.wait_until(WAIT_DEADLINE, "the command to start", || {
         !ws.sh("pgrep -f 'sleep 30[4]' || true").is_empty()
     });
     daemon.kill();
@@ -1027,153 +1019,33 @@ fn busybox_workspaces_run_every_tool_but_bash_and_say_so() {
     );
 }
 
-/// The projects a running daemon made, deleted with `--force` when the test ends (then
-/// checked with lxc), whatever happened.
-struct Running {
-    daemon: Daemon,
-    projects: Vec<(String, String)>,
+/// A daemon whose controller runs and whose scheduler passes every second.
+fn running() -> Berth {
+    Berth::launch(Daemon::running().config("scheduler: {interval: 1s, workers: 4}\n"))
 }
 
-impl Running {
-    /// A daemon whose controller runs and whose scheduler passes every second.
-    fn start() -> Running {
-        Running {
-            daemon: Daemon::start_running_with_config("scheduler: {interval: 1s, workers: 4}\n"),
-            projects: Vec::new(),
-        }
-    }
-
-    fn client(&self) -> Client {
-        self.daemon.client()
-    }
-
-    fn create(&mut self, name: &str, spec: Value) {
-        let reply = self.client().post_json(
-            crate::harness::PROJECTS,
-            &json!({"apiVersion": "berth.dev/v1alpha1", "kind": "Project",
-                    "metadata": {"name": name}, "spec": spec}),
-        );
-        assert_eq!(reply.status, 201, "create {name}: {}", reply.text());
-        self.projects
-            .push((name.to_string(), crate::harness::uid_of(&reply.json())));
-    }
-
-    fn get(&self, name: &str) -> Value {
-        let reply = self
-            .client()
-            .get(&format!("{}/{name}", crate::harness::PROJECTS));
-        assert_eq!(reply.status, 200, "get {name}: {}", reply.text());
-        reply.json()
-    }
-
-    fn patch(&self, name: &str, patch: Value) {
-        let reply = self.client().request(
-            "PATCH",
-            &format!("{}/{name}", crate::harness::PROJECTS),
-            Some("application/merge-patch+json"),
-            patch.to_string().as_bytes(),
-        );
-        assert_eq!(reply.status, 200, "patch {name}: {}", reply.text());
-    }
-
-    /// Polls until `check` holds for the project and the container's state, failing with
-    /// both.
-    fn wait_for(
-        &self,
-        name: &str,
-        what: &str,
-        check: impl Fn(&Value, Option<&str>) -> bool,
-    ) -> Value {
-        let until = Instant::now() + crate::harness::READY_DEADLINE;
-        loop {
-            let project = self.get(name);
-            let state = crate::harness::instance_state(name);
-            if check(&project, state.as_deref()) {
-                return project;
-            }
-            assert!(
-                Instant::now() < until,
-                "{name}: {what} not reached; container {state:?}; status {}\n{}",
-                project["status"],
-                self.daemon.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-
-    /// Waits until `n` more activity passes have finished (status shows no pass that found
-    /// nothing new).
-    fn wait_activity_passes(&self, n: u32) {
-        let passes = || {
-            let text = self.client().get("/metrics").text();
-            text.lines()
-                .find_map(|l| {
-                    l.strip_prefix(
-                        "berth_scheduler_pass_duration_seconds_count{pass=\"activity\"} ",
-                    )?
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                })
-                .unwrap_or_else(|| panic!("no activity pass count on /metrics:\n{text}"))
-        };
-        let target = passes() + f64::from(n);
-        wait_for("more activity passes", || passes() >= target);
-    }
-
-    /// Runs `berth tool NAME TOOL --args ARGS [EXTRA...]`.
-    fn cli(
-        &self,
-        name: &str,
-        tool_name: &str,
-        args: Value,
-        extra: &[&str],
-    ) -> std::process::Output {
-        std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
-            .args(["tool", name, tool_name, "--args", &args.to_string()])
-            .args(extra)
-            .env("BERTH_SERVER", &self.daemon.socket)
-            .env_remove("BERTH_TOKEN")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .expect("run berth")
-    }
+/// Polls until `check` holds for the project and the container's state.
+fn wait_with_state(
+    berth: &Berth,
+    name: &str,
+    what: &str,
+    check: impl Fn(&Value, Option<&str>) -> bool,
+) -> Value {
+    berth.wait_for(name, what, |p| {
+        check(p, crate::harness::instance_state(name).as_deref())
+    })
 }
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        for (name, _) in &self.projects {
-            let _ = self.client().try_request(
-                "DELETE",
-                &format!("{}/{name}?force=true", crate::harness::PROJECTS),
-                None,
-                &[],
-            );
-        }
-        let until = Instant::now() + Duration::from_secs(120);
-        while Instant::now() < until
-            && self.projects.iter().any(|(n, _)| {
-                self.client()
-                    .try_request(
-                        "GET",
-                        &format!("{}/{n}", crate::harness::PROJECTS),
-                        None,
-                        &[],
-                    )
-                    .is_ok_and(|r| r.status == 200)
-            })
-        {
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        for (name, uid) in &self.projects {
-            if crate::harness::instance_uid(name).as_deref() == Some(uid.as_str()) {
-                let _ = crate::harness::lxc(&["delete", "--force", name]);
-            }
-            for volume in crate::harness::volumes_of(uid) {
-                let _ = crate::harness::lxc(&["storage", "volume", "delete", "default", &volume]);
-            }
-        }
-    }
+/// Runs `berth tool NAME TOOL --args ARGS [EXTRA...]`.
+fn tool_cli(
+    berth: &Berth,
+    name: &str,
+    tool_name: &str,
+    args: Value,
+    extra: &[&str],
+) -> std::process::Output {
+    let args = args.to_string();
+    berth.cli(&[&["tool", name, tool_name, "--args", &args], extra].concat())
 }
 
 fn idled(project: &Value) -> Option<String> {
@@ -1184,13 +1056,13 @@ fn idled(project: &Value) -> Option<String> {
 
 #[test]
 fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
-    let mut berth = Running::start();
+    let mut berth = running();
     let name = unique_name();
-    berth.create(
+    berth.create_project(
         &name,
         json!({"image": BASE, "reap": {"idleAfter": "4s", "idleAction": "Stop"}}),
     );
-    let project = berth.wait_for(&name, "idled and stopped", |p, state| {
+    let project = wait_with_state(&berth, &name, "idled and stopped", |p, state| {
         idled(p).is_some() && state == Some("STOPPED")
     });
     let first_idling = idled(&project);
@@ -1199,7 +1071,8 @@ fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
     // where a file would count as unsaved work and keep the reaper from idling it again.)
     let command = json!({"command": "echo woke; echo ran >> /root/wake.log"});
     for _ in 0..2 {
-        let out = berth.cli(
+        let out = tool_cli(
+            &berth,
             &name,
             "Bash",
             command.clone(),
@@ -1213,14 +1086,14 @@ fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
             ("woke\n", Some(0)),
             "{}\n{}",
             String::from_utf8_lossy(&out.stderr),
-            berth.daemon.log_text()
+            berth.log_text()
         );
     }
     assert_eq!(
         crate::harness::exec(&name, "cat /root/wake.log").as_deref(),
         Ok("ran\n")
     );
-    let project = berth.get(&name);
+    let project = berth.get_project(&name).expect("the project");
     assert!(
         project["metadata"]["annotations"]["berth.dev/wokenAt"].is_string(),
         "{}",
@@ -1241,12 +1114,12 @@ fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
 
     // A call that cannot wait for the start fails closed, and says it woke the project,
     // which then comes up.
-    let project = berth.wait_for(&name, "idled again", |p, state| {
+    let project = wait_with_state(&berth, &name, "idled again", |p, state| {
         idled(p).is_some_and(|at| Some(&at) != first_idling.as_ref()) && state == Some("STOPPED")
     });
     let second_idling = idled(&project);
     let (code, body) = tool_with(
-        &berth.daemon.socket,
+        &berth.socket,
         &name,
         "Glob",
         json!({"executionId": "wake-2", "timeoutMs": 1, "arguments": {"pattern": "**/*"}}),
@@ -1261,13 +1134,13 @@ fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
         message.contains("woke") && message.contains("starting"),
         "{message}"
     );
-    berth.wait_for(&name, "woken by the call that timed out", |p, _| {
+    wait_with_state(&berth, &name, "woken by the call that timed out", |p, _| {
         idled(p) != second_idling
     });
 
     // Kept up from here on; a new spec wakes it too.
-    berth.patch(&name, json!({"spec": {"reap": {"idleAfter": "1h"}}}));
-    berth.wait_for(&name, "running with the new spec", |p, state| {
+    berth.patch_project(&name, json!({"spec": {"reap": {"idleAfter": "1h"}}}));
+    wait_with_state(&berth, &name, "running with the new spec", |p, state| {
         idled(p).is_none()
             && state == Some("RUNNING")
             && p["status"]["observedGeneration"] == p["metadata"]["generation"]
@@ -1276,17 +1149,17 @@ fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
 
     // A tool call is activity: the scheduler's next pass records it as such. Two passes
     // first, so the boot is behind the inspection that follows the call.
-    berth.wait_activity_passes(2);
+    berth.wait_passes("activity", 2);
     let called_at = chrono::Utc::now() - chrono::Duration::seconds(1);
     let out = ok(
-        &berth.daemon.socket,
+        &berth.socket,
         &name,
         "Glob",
         "activity-1",
         json!({"pattern": "**/*"}),
     );
     assert_eq!(out["output"], "");
-    berth.wait_for(&name, "activity from the tool call", |p, _| {
+    wait_with_state(&berth, &name, "activity from the tool call", |p, _| {
         let activity = &p["status"]["activity"];
         activity["source"] == "tool"
             && activity["lastActiveAt"]
@@ -1296,13 +1169,13 @@ fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
     });
 
     // A project stopped by its own spec is not started by a tool call.
-    berth.patch(&name, json!({"spec": {"state": "Stopped"}}));
-    let project = berth.wait_for(&name, "stopped by its spec", |p, state| {
+    berth.patch_project(&name, json!({"spec": {"state": "Stopped"}}));
+    let project = wait_with_state(&berth, &name, "stopped by its spec", |p, state| {
         p["status"]["phase"] == "Stopped" && state == Some("STOPPED")
     });
     let woken_at = project["metadata"]["annotations"]["berth.dev/wokenAt"].clone();
     let body = refused(
-        &berth.daemon.socket,
+        &berth.socket,
         &name,
         "Bash",
         "stopped-1",
@@ -1317,14 +1190,14 @@ fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
             .contains("project is stopped (spec.state: Stopped)"),
         "{body}"
     );
-    let project = berth.get(&name);
+    let project = berth.get_project(&name).expect("the project");
     assert_eq!(
         project["metadata"]["annotations"]["berth.dev/wokenAt"],
         woken_at
     );
     // Nothing started it for the call: it is (again) stopped. The scheduler may boot it
     // briefly meanwhile, to look into a stopped workspace whose last inspection failed.
-    berth.wait_for(&name, "still stopped by its spec", |p, state| {
+    wait_with_state(&berth, &name, "still stopped by its spec", |p, state| {
         p["status"]["phase"] == "Stopped" && state == Some("STOPPED")
     });
 }

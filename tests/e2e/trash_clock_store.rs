@@ -83,9 +83,9 @@ fn a_lost_store_keeps_its_trash_for_an_admin_to_list_and_restore() {
     assert!(holds(&old_store, &uid), "{old_store}");
 
     // The store is lost: the daemon starts again on an empty data dir, a new controller id.
-    berth.kill9();
+    berth.kill();
     std::fs::remove_dir_all(&berth.data_dir).expect("remove the data dir");
-    berth.restart(None);
+    berth.restart();
     berth.wait_connected();
 
     let own = trash(&berth, false);

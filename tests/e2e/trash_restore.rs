@@ -190,11 +190,7 @@ fn a_deletion_held_past_the_retention_keeps_its_trash_copy_for_the_full_retentio
     });
 
     berth.cli_ok(&["delete", "project", &name, "--force"]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
-    while berth.get_project(&name).is_some() {
-        assert!(std::time::Instant::now() < deadline, "{}", berth.log_text());
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    berth.wait_gone(&name, "deleted", std::time::Duration::from_secs(300));
     let items = trash_list(&berth);
     let item = items
         .iter()
@@ -463,11 +459,7 @@ fn a_restored_project_does_not_run_its_finished_brief_again() {
     assert_eq!(runner_starts(&berth, &name), 1);
 
     berth.cli_ok(&["delete", "project", &name, "--force"]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
-    while berth.get_project(&name).is_some() {
-        assert!(std::time::Instant::now() < deadline, "{}", berth.log_text());
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    berth.wait_gone(&name, "deleted", std::time::Duration::from_secs(300));
     berth.cli_ok(&["restore", &name]);
     berth.wait_ready(&name);
     let restored = berth.wait_for(&name, "briefed", |p| p["status"]["step"] == "Briefed");
@@ -512,17 +504,13 @@ fn a_restore_goes_through_admission_and_a_refused_one_moves_nothing() {
     let uid = uid_of(&created);
     berth.wait_ready(&name);
     berth.cli_ok(&["delete", "project", &name, "--force"]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
-    while berth.get_project(&name).is_some() {
-        assert!(std::time::Instant::now() < deadline, "{}", berth.log_text());
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    berth.wait_gone(&name, "deleted", std::time::Duration::from_secs(300));
 
     // The operator no longer allows that target: the entry would become a project no apply
     // could create.
     std::fs::write(config.path(), "allowedForwardTargets: []\n").unwrap();
-    berth.kill9();
-    berth.restart(None);
+    berth.kill();
+    berth.restart();
     berth.wait_connected();
     let refused = berth.cli(&["restore", &name]);
     assert!(!refused.status.success(), "{}", said(&refused));
@@ -561,11 +549,7 @@ fn a_deleted_projects_container_goes_to_the_trash_with_its_volumes() {
     .unwrap();
     let sum = exec(&name, "cut -d' ' -f1 /root/tool.sum").unwrap();
     berth.cli_ok(&["delete", "project", &name, "--force"]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
-    while berth.get_project(&name).is_some() {
-        assert!(std::time::Instant::now() < deadline, "{}", berth.log_text());
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    berth.wait_gone(&name, "deleted", std::time::Duration::from_secs(300));
     let trashed = format!("berth-trash-{uid}-ct-1");
     assert_eq!(
         lxc(&["list", &trashed, "--format", "csv", "-c", "s"])

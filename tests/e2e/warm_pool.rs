@@ -190,18 +190,11 @@ fn a_new_project_claims_a_ready_member_and_the_pool_refills() {
         "pool: {size: 0}\ndefaults: {image: berth-tiny}\nscheduler: {interval: 2s}\n",
     )
     .expect("write config");
-    berth.restart(None);
+    berth.restart();
     berth.wait_connected();
-    let deadline = Instant::now() + FILL_DEADLINE;
-    while !members.names().is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "members left: {:?}\n{}",
-            members.names(),
-            berth.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    berth.wait_until(FILL_DEADLINE, "no pool members left", || {
+        members.names().is_empty()
+    });
     assert_eq!(pool(&berth)["wanted"], 0);
     assert_eq!(instance_uid(&name).as_deref(), Some(uid.as_str()));
     assert_eq!(
@@ -219,7 +212,7 @@ fn a_daemon_killed_mid_claim_finishes_the_same_claim() {
     let before = wait_ready_members(&berth, &members, 1);
 
     berth.terminate();
-    berth.restart(Some("after-call:rename_pool_member"));
+    berth.restart_with(Some("after-call:rename_pool_member"));
     // A daemon offers its members once its first refill pass has listed them; a create
     // before that takes the plain path.
     assert_eq!(wait_ready_members(&berth, &members, 1), before);
@@ -245,7 +238,7 @@ fn a_daemon_killed_mid_claim_finishes_the_same_claim() {
         members.controller
     );
 
-    berth.restart(None);
+    berth.restart();
     let project = berth.wait_ready(&name);
     let uid = uid_of(&project);
     assert_eq!(instance_uid(&name).as_deref(), Some(uid.as_str()));

@@ -11,10 +11,11 @@
 //!   unpushed work.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use crate::harness::{Berth, READY_DEADLINE, lxc, ready_reason, try_volumes_of};
+use crate::support::daemon::Daemon;
 use crate::support::git;
 use crate::support::said;
 use serde_json::{Value, json};
@@ -48,56 +49,36 @@ fn sha256(bytes: &[u8]) -> String {
 /// (then checked with lxc, trash copies included) when the test ends.
 struct Fixture {
     berth: Berth,
-    _config: tempfile::NamedTempFile,
     _repo: tempfile::TempDir,
     /// A host repository with one commit holding README.md and main.py.
     repo: PathBuf,
 }
 
+impl std::ops::Deref for Fixture {
+    type Target = Berth;
+
+    fn deref(&self) -> &Berth {
+        &self.berth
+    }
+}
+
+impl std::ops::DerefMut for Fixture {
+    fn deref_mut(&mut self) -> &mut Berth {
+        &mut self.berth
+    }
+}
+
 impl Fixture {
     fn start() -> Fixture {
-        let config = tempfile::NamedTempFile::new().expect("a config file");
-        std::fs::write(config.path(), CONFIG).expect("berth.yaml");
-        let berth = Berth::start_with(&[], &["--config", config.path().to_str().unwrap()]);
+        let berth = Berth::launch(Daemon::running().config(CONFIG));
         let dir = tempfile::tempdir().expect("temp dir");
         let repo = dir.path().join("upstream");
         upstream_repo(&repo);
         Fixture {
             berth,
-            _config: config,
             _repo: dir,
             repo,
         }
-    }
-
-    fn create(&mut self, name: &str, spec: Value) {
-        self.berth.create_project(name, spec);
-    }
-
-    fn patch(&self, name: &str, patch: Value) {
-        self.berth.patch_project(name, patch);
-    }
-
-    fn get(&self, name: &str) -> Option<Value> {
-        self.berth.get_project(name)
-    }
-
-    fn wait_for(
-        &self,
-        name: &str,
-        what: &str,
-        deadline: Duration,
-        check: impl Fn(&Value) -> bool,
-    ) -> Value {
-        self.berth.wait_for_within(name, what, deadline, check)
-    }
-
-    fn wait_ready(&self, name: &str) -> Value {
-        self.wait_for(name, "Ready", READY_DEADLINE, ready_now)
-    }
-
-    fn cli(&self, args: &[&str], stdin: &[u8]) -> Output {
-        self.berth.cli_input(args, stdin)
     }
 }
 
@@ -185,7 +166,7 @@ fn assert_my_files(name: &str, dir: &str) {
 
 /// Held: the checkout waits with `CheckoutBlocked` naming both files, the files untouched.
 fn held(f: &Fixture, name: &str) {
-    let p = f.wait_for(
+    let p = f.wait_for_within(
         name,
         "CheckoutBlocked, or the checkout done",
         READY_DEADLINE,
@@ -201,7 +182,7 @@ fn held(f: &Fixture, name: &str) {
         message.contains("README.md") && message.contains("main.py"),
         "{message}"
     );
-    let events = f.cli(&["events", "project", name], b"");
+    let events = f.cli_input(&["events", "project", name], b"");
     assert!(
         said(&events).contains("CheckoutBlocked"),
         "{}",
@@ -222,7 +203,7 @@ fn held_then_moved(f: &Fixture, name: &str) {
         "upstream readme\n"
     );
     assert_my_files(name, "/root/mine");
-    let p = f.get(name).unwrap();
+    let p = f.get_project(name).unwrap();
     assert!(!blocked(&p), "{}", p["status"]);
 }
 
@@ -230,25 +211,25 @@ fn held_then_moved(f: &Fixture, name: &str) {
 fn a_checkout_never_writes_over_a_persons_files() {
     let mut f = Fixture::start();
     let name = unique_name();
-    f.create(&name, json!({"image": "berth-base"}));
+    f.create_project(&name, json!({"image": "berth-base"}));
     f.wait_ready(&name);
     write_my_files(&name);
-    f.wait_for(&name, "the files counted as work", NOTICE_DEADLINE, |p| {
+    f.wait_for_within(&name, "the files counted as work", NOTICE_DEADLINE, |p| {
         let files = unsaved_files(p);
         files.iter().any(|f| f == "README.md") && files.iter().any(|f| f == "main.py")
     });
 
     let url = format!("file://{}", f.repo.display());
-    f.patch(
+    f.patch_project(
         &name,
         json!({"spec": {"repo": {"url": url, "branch": "main"}}}),
     );
     held(&f, &name);
 
     // Forced: a copy of the workspace goes to the trash first, then the checkout.
-    let forced = f.cli(&["checkout", &name, "--force"], b"");
+    let forced = f.cli_input(&["checkout", &name, "--force"], b"");
     assert!(forced.status.success(), "{}", said(&forced));
-    f.wait_for(&name, "checked out", READY_DEADLINE, |p| {
+    f.wait_for_within(&name, "checked out", READY_DEADLINE, |p| {
         ready_now(p) && !blocked(p)
     });
     assert_eq!(
@@ -299,9 +280,9 @@ fn a_checkout_never_writes_over_a_persons_files() {
             sha256(MY_MAIN.as_bytes())
         );
     }
-    let list = f.cli(&["trash", "list"], b"");
+    let list = f.cli_input(&["trash", "list"], b"");
     assert!(said(&list).contains(item), "{}", said(&list));
-    let events = f.cli(&["events", "project", &name], b"");
+    let events = f.cli_input(&["events", "project", &name], b"");
     assert!(said(&events).contains(copy.as_str()), "{}", said(&events));
 }
 
@@ -312,11 +293,11 @@ fn a_retried_checkout_never_writes_over_a_persons_files() {
     // The repository is not there yet: the checkout fails and is retried.
     let later = f.repo.parent().unwrap().join("later");
     let url = format!("file://{}", later.display());
-    f.create(
+    f.create_project(
         &name,
         json!({"image": "berth-base", "repo": {"url": url, "branch": "main"}}),
     );
-    f.wait_for(&name, "the checkout failed", READY_DEADLINE, |p| {
+    f.wait_for_within(&name, "the checkout failed", READY_DEADLINE, |p| {
         ready_reason(p).is_some_and(|(status, _)| status == "False")
             && p["status"]["conditions"]
                 .to_string()
@@ -325,7 +306,7 @@ fn a_retried_checkout_never_writes_over_a_persons_files() {
     write_my_files(&name);
     // The repository appears; a change to the object retries now rather than after backoff.
     upstream_repo(&later);
-    f.patch(
+    f.patch_project(
         &name,
         json!({"metadata": {"annotations": {"test.berth.dev/poke": "1"}}}),
     );
@@ -335,10 +316,10 @@ fn a_retried_checkout_never_writes_over_a_persons_files() {
 #[test]
 fn env_lines_outside_berths_block_stay_byte_for_byte() {
     let mut f = Fixture::start();
-    let profile = f.cli(&["apply", "-f", SHELL_PROFILE], b"");
+    let profile = f.cli_input(&["apply", "-f", SHELL_PROFILE], b"");
     assert!(profile.status.success(), "{}", said(&profile));
     let name = unique_name();
-    f.create(
+    f.create_project(
         &name,
         json!({"image": "berth-base", "agent": "shell", "env": {"FOO": "bar"}}),
     );
@@ -354,17 +335,12 @@ fn env_lines_outside_berths_block_stay_byte_for_byte() {
     let before = file_bytes(&name, "/workspace/.env");
     assert!(before.starts_with(&head) && before.ends_with(&tail));
 
-    let out = f.cli(&["secret", "set", &name, "API_TOKEN"], b"s3cret-value");
+    let out = f.cli_input(&["secret", "set", &name, "API_TOKEN"], b"s3cret-value");
     assert!(out.status.success(), "{}", said(&out));
-    let until = Instant::now() + READY_DEADLINE;
-    let after = loop {
+    let after = f.eventually(READY_DEADLINE, "the secret in .env", || {
         let now = file_bytes(&name, "/workspace/.env");
-        if now.windows(10).any(|w| w == b"API_TOKEN=") {
-            break now;
-        }
-        assert!(Instant::now() < until, "the secret never reached .env");
-        std::thread::sleep(Duration::from_millis(250));
-    };
+        now.windows(10).any(|w| w == b"API_TOKEN=").then_some(now)
+    });
     assert_eq!(
         sha256(&after[..head.len()]),
         sha256(&head),
@@ -382,11 +358,11 @@ fn env_lines_outside_berths_block_stay_byte_for_byte() {
 #[test]
 fn edited_seeds_stay_work_after_the_container_is_recreated() {
     let mut f = Fixture::start();
-    let profile = f.cli(&["apply", "-f", SHELL_PROFILE], b"");
+    let profile = f.cli_input(&["apply", "-f", SHELL_PROFILE], b"");
     assert!(profile.status.success(), "{}", said(&profile));
     let name = unique_name();
     let url = format!("file://{}", f.repo.display());
-    f.create(
+    f.create_project(
         &name,
         json!({"image": "berth-base", "agent": "shell",
                "repo": {"url": url, "branch": "main"},
@@ -400,31 +376,22 @@ fn edited_seeds_stay_work_after_the_container_is_recreated() {
     );
     let notes = file_bytes(&name, "/workspace/notes.md");
     let agents = file_bytes(&name, "/workspace/AGENTS.md");
-    f.wait_for(&name, "the edits counted as work", NOTICE_DEADLINE, |p| {
+    f.wait_for_within(&name, "the edits counted as work", NOTICE_DEADLINE, |p| {
         let files = unsaved_files(p);
         files.iter().any(|f| f == "notes.md") && files.iter().any(|f| f == "AGENTS.md")
     });
 
     let container = lxc(&["config", "get", &name, "volatile.uuid"]).unwrap();
-    f.patch(
+    f.patch_project(
         &name,
         json!({"metadata": {"annotations": {"berth.dev/recreateRequestedAt": "2026-01-01T00:00:00Z"}}}),
     );
     // The new container is there (the old one is gone into the trash first, so no answer
     // is not yet a new one), running, and the project Ready on it.
-    let until = Instant::now() + READY_DEADLINE;
-    while lxc(&["config", "get", &name, "volatile.uuid"])
-        .ok()
-        .is_none_or(|uuid| uuid == container)
-        || crate::harness::instance_state(&name).as_deref() != Some("RUNNING")
-    {
-        assert!(Instant::now() < until, "the container was not recreated");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    f.wait_ready(&name);
+    f.wait_replaced(&name, &container);
     // A fresh inspection after Seeded ran again: a new file changes what it finds.
     workspace(&name, "echo marker > marker.txt");
-    let p = f.wait_for(&name, "the marker counted", NOTICE_DEADLINE, |p| {
+    let p = f.wait_for_within(&name, "the marker counted", NOTICE_DEADLINE, |p| {
         unsaved_files(p).iter().any(|f| f == "marker.txt")
     });
     let files = unsaved_files(&p);
@@ -448,7 +415,7 @@ fn a_wiped_path_remote_saves_nothing() {
     let mut f = Fixture::start();
     let name = unique_name();
     let url = format!("file://{}", f.repo.display());
-    f.create(
+    f.create_project(
         &name,
         json!({"image": "berth-base", "repo": {"url": url, "branch": "main"},
                "reap": {"idleAfter": "1h", "idleAction": "Stop"}}),
@@ -463,14 +430,14 @@ fn a_wiped_path_remote_saves_nothing() {
          && git checkout -q main && git checkout -q -b wip2 && echo more > more.txt && git add more.txt \
          && git commit -qm more && git push -q other wip2 && git checkout -q main",
     );
-    f.wait_for(&name, "the branches counted", NOTICE_DEADLINE, |p| {
+    f.wait_for_within(&name, "the branches counted", NOTICE_DEADLINE, |p| {
         let files = unsaved_files(p);
         files.iter().any(|f| f == "refs/heads/wip") && files.iter().any(|f| f == "refs/heads/wip2")
     });
     // What a recreate does to /tmp.
     workspace(&name, "rm -rf /tmp/backup.git /tmp/other.git");
     workspace(&name, "echo marker > marker.txt");
-    let p = f.wait_for(&name, "the marker counted", NOTICE_DEADLINE, |p| {
+    let p = f.wait_for_within(&name, "the marker counted", NOTICE_DEADLINE, |p| {
         unsaved_files(p).iter().any(|f| f == "marker.txt")
     });
     let files = unsaved_files(&p);

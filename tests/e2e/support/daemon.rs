@@ -1,5 +1,6 @@
-//! A real `berth serve` process for a test, and a small blocking HTTP/1.1 client that talks to it
-//! over its unix socket.
+//! The one launcher of a test's `berth serve` ([`Daemon`], started paused or running through
+//! [`Launch`]), and the small blocking HTTP/1.1 clients that talk to it over its unix socket
+//! and its TCP listener.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -11,10 +12,86 @@ use serde_json::Value;
 
 /// How long a daemon may take to answer `/healthz` after it is spawned.
 const START_DEADLINE: Duration = Duration::from_secs(30);
+/// How long a daemon may take to shut down after SIGTERM, or to exit at a fault point.
+const EXIT_DEADLINE: Duration = Duration::from_secs(60);
+/// How long `/readyz` may take to answer 200: the store open, LXD connected.
+const CONNECT_DEADLINE: Duration = Duration::from_secs(120);
 /// How long a single request may take before the test fails instead of hanging.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A `berth serve` on its own temporary data directory, killed on drop.
+/// How a test's `berth serve` is started: paused or running, its extra arguments, environment,
+/// berth.yaml and fault point. [`Daemon::paused`] and [`Daemon::running`] begin one;
+/// [`Launch::start`] spawns the daemon and waits until it answers.
+pub struct Launch {
+    paused: bool,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    config: Option<String>,
+    fault: Option<String>,
+}
+
+impl Launch {
+    /// Extra `serve` arguments (after `--data-dir` and `--socket`).
+    pub fn args(mut self, args: &[&str]) -> Launch {
+        self.args.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+
+    /// An environment variable the daemon gets beyond the test's own (overriding the default
+    /// `BERTH_LOG=info`), kept for restarts.
+    pub fn env(mut self, key: &str, value: &str) -> Launch {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// [`Launch::env`] for each pair.
+    pub fn envs(self, env: &[(&str, &str)]) -> Launch {
+        env.iter().fold(self, |launch, (k, v)| launch.env(k, v))
+    }
+
+    /// `config` (YAML) as the daemon's berth.yaml, written into its temporary directory.
+    pub fn config(mut self, config: &str) -> Launch {
+        self.config = Some(config.to_string());
+        self
+    }
+
+    /// Arms a fault point (`BERTH_FAULT`) for the first start only.
+    pub fn fault(mut self, fault: Option<&str>) -> Launch {
+        self.fault = fault.map(str::to_string);
+        self
+    }
+
+    /// Spawns the daemon on a fresh temporary data directory and waits until it answers
+    /// `/healthz`.
+    pub fn start(self) -> Daemon {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut args = Vec::new();
+        if self.paused {
+            args.push("--paused".to_string());
+        }
+        if let Some(config) = &self.config {
+            let path = dir.path().join("berth.yaml");
+            std::fs::write(&path, config).expect("write berth.yaml");
+            args.push("--config".to_string());
+            args.push(path.to_str().expect("a utf-8 temp path").to_string());
+        }
+        args.extend(self.args);
+        let mut daemon = Daemon {
+            child: None,
+            args,
+            env: self.env,
+            data_dir: dir.path().join("data"),
+            socket: dir.path().join("berth.sock"),
+            log: dir.path().join("daemon.log"),
+            dir,
+        };
+        daemon.spawn(self.fault.as_deref());
+        daemon
+    }
+}
+
+/// A `berth serve` on its own temporary data directory and socket: the one launcher of the
+/// end-to-end tests. Killed on drop, and what its projects left in LXD's trash deleted.
 pub struct Daemon {
     child: Option<Child>,
     /// The `serve` arguments after `--data-dir` and `--socket`, kept for restarts.
@@ -28,82 +105,74 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// A daemon whose controller is paused (`--paused`): the API, the store and the CLI, no
+    /// LXD work.
+    pub fn paused() -> Launch {
+        Launch {
+            paused: true,
+            args: Vec::new(),
+            env: Vec::new(),
+            config: None,
+            fault: None,
+        }
+    }
+
+    /// A daemon whose controller runs against the real LXD.
+    pub fn running() -> Launch {
+        Launch {
+            paused: false,
+            ..Daemon::paused()
+        }
+    }
+
     /// Starts a paused daemon and waits until it answers.
     pub fn start() -> Daemon {
-        Self::start_with(&[])
+        Daemon::paused().start()
     }
 
     /// Starts a paused daemon with extra `serve` arguments.
     pub fn start_with(extra: &[&str]) -> Daemon {
-        let mut args = vec!["--paused"];
-        args.extend_from_slice(extra);
-        Self::start_args(&args)
+        Daemon::paused().args(extra).start()
     }
 
-    /// Starts a daemon whose controller runs, with extra `serve` arguments.
-    pub fn start_running(extra: &[&str]) -> Daemon {
-        Self::start_args(extra)
+    fn spawn(&mut self, fault: Option<&str>) {
+        self.spawn_with(fault, &[]);
     }
 
-    /// Starts a daemon whose controller runs, with `config` (YAML) as its berth.yaml.
-    pub fn start_running_with_config(config: &str) -> Daemon {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("berth.yaml");
-        std::fs::write(&path, config).expect("write berth.yaml");
-        let path = path.to_str().expect("a utf-8 temp path").to_string();
-        Self::start_in(dir, &["--config", &path])
+    fn spawn_with(&mut self, fault: Option<&str>, extra: &[&str]) {
+        let mut args = self.args.clone();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let mut command = serve_command(&self.data_dir, &self.socket, &self.log, &args);
+        command
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env_remove("BERTH_FAULT");
+        if let Some(fault) = fault {
+            command.env("BERTH_FAULT", fault);
+        }
+        self.child = Some(command.spawn().expect("spawn berth serve"));
+        self.wait_healthy();
     }
 
-    /// Starts a daemon whose controller runs, with extra environment variables (e.g.
-    /// `GIT_SSL_CAINFO` for a test's own TLS git server).
-    pub fn start_running_with_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let env = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Self::start_in_env(tempfile::tempdir().expect("temp dir"), extra, env)
-    }
-
-    fn start_args(args: &[&str]) -> Daemon {
-        Self::start_in(tempfile::tempdir().expect("temp dir"), args)
-    }
-
-    fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Daemon {
-        Self::start_in_env(dir, args, Vec::new())
-    }
-
-    fn start_in_env(dir: tempfile::TempDir, args: &[&str], env: Vec<(String, String)>) -> Daemon {
-        let data_dir = dir.path().join("data");
-        let socket = dir.path().join("berth.sock");
-        let log = dir.path().join("daemon.log");
-        let child = spawn_serve_env(&data_dir, &socket, &log, args, &env);
-        let mut daemon = Daemon {
-            child: Some(child),
-            args: args.iter().map(|a| a.to_string()).collect(),
-            env,
-            dir,
-            data_dir,
-            socket,
-            log,
-        };
-        daemon.wait_healthy();
-        daemon
-    }
-
-    /// Starts the daemon again on the same data directory and socket, after [`terminate`].
+    /// Starts the daemon again on the same data directory and socket, after [`terminate`],
+    /// [`kill`] or a fault point's exit.
     ///
     /// [`terminate`]: Daemon::terminate
+    /// [`kill`]: Daemon::kill
     pub fn restart(&mut self) {
-        assert!(self.child.is_none(), "restart needs a terminated daemon");
-        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        self.child = Some(spawn_serve_env(
-            &self.data_dir,
-            &self.socket,
-            &self.log,
-            &args,
-            &self.env,
-        ));
-        self.wait_healthy();
+        self.restart_with(None);
+    }
+
+    /// [`Daemon::restart`] with a fault point armed (or none).
+    pub fn restart_with(&mut self, fault: Option<&str>) {
+        assert!(self.child.is_none(), "restart needs a stopped daemon");
+        self.spawn(fault);
+    }
+
+    /// Starts the daemon again on the same data directory and socket with its controller
+    /// paused (`--paused`): to record what a test needs the controller not to see yet.
+    pub fn restart_paused(&mut self) {
+        assert!(self.child.is_none(), "restart needs a stopped daemon");
+        self.spawn_with(None, &["--paused"]);
     }
 
     pub fn client(&self) -> Client {
@@ -121,16 +190,7 @@ impl Daemon {
 
     /// The TCP address the daemon serves on (as it logged it), for `--listen 127.0.0.1:0`.
     pub fn tcp_addr(&self) -> String {
-        let log = self.log_text();
-        log.lines()
-            .rev()
-            .filter(|line| line.contains("serving the API over TCP"))
-            .find_map(|line| {
-                line.split_whitespace()
-                    .find_map(|word| word.strip_prefix("addr="))
-                    .map(str::to_string)
-            })
-            .unwrap_or_else(|| panic!("the daemon logged no TCP address:\n{log}"))
+        logged_addr(&self.log_text(), "serving the API over TCP")
     }
 
     /// Adds a user over the unix socket (as the local admin) and returns its token.
@@ -146,7 +206,6 @@ impl Daemon {
             .to_string()
     }
 
-    /// What the daemon wrote to stderr so far.
     /// [`super::eventually`], failing with this daemon's log.
     pub fn eventually<T>(
         &self,
@@ -162,6 +221,12 @@ impl Daemon {
         )
     }
 
+    /// [`Daemon::eventually`] for a condition that holds or not.
+    pub fn wait_until(&self, deadline: Duration, what: &str, mut check: impl FnMut() -> bool) {
+        self.eventually(deadline, what, || check().then_some(()));
+    }
+
+    /// What the daemon wrote to stderr so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -193,14 +258,26 @@ impl Daemon {
         }
     }
 
-    /// Kills the daemon with SIGKILL, as a crash or power cut would stop it.
-    pub fn kill(&mut self) {
-        let mut child = self.child.take().expect("daemon running");
-        child.kill().expect("kill berth serve");
-        child.wait().expect("reap berth serve");
+    /// Waits until `/readyz` answers 200: the store open, LXD connected, the controller
+    /// running. A daemon just started answers `/healthz` before it reaches LXD.
+    pub fn wait_connected(&self) {
+        self.eventually(CONNECT_DEADLINE, "berth serve to become ready", || {
+            self.client()
+                .try_request("GET", "/readyz", None, &[])
+                .is_ok_and(|reply| reply.status == 200)
+                .then_some(())
+        });
     }
 
-    /// Sends SIGTERM and waits for the process to exit.
+    /// Kills the daemon with SIGKILL, as a crash or power cut would stop it (if it still runs).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends SIGTERM and waits for the process to exit, as an operator's stop does.
     pub fn terminate(&mut self) -> ExitStatus {
         let child = self.child.as_mut().expect("daemon running");
         nix::sys::signal::kill(
@@ -208,19 +285,63 @@ impl Daemon {
             nix::sys::signal::Signal::SIGTERM,
         )
         .expect("send SIGTERM");
-        let status = wait_with_deadline(child, Duration::from_secs(30))
-            .unwrap_or_else(|| panic!("berth serve ignored SIGTERM:\n{}", self.log_text()));
+        self.wait_exit(EXIT_DEADLINE)
+    }
+
+    /// Waits for the daemon to exit (by itself at a fault point, or after a signal) and
+    /// returns how it exited.
+    pub fn wait_exit(&mut self, deadline: Duration) -> ExitStatus {
+        let child = self.child.as_mut().expect("daemon running");
+        let status = wait_with_deadline(child, deadline)
+            .unwrap_or_else(|| panic!("berth serve did not exit:\n{}", self.log_text()));
         self.child = None;
         status
+    }
+
+    /// Whether the daemon process is still there (not killed, terminated or exited).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The value of one sample on `/metrics` (`name{labels}`), failing when it is absent.
+    pub fn metric(&self, sample: &str) -> f64 {
+        let text = self.client().get("/metrics").text();
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(sample)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no {sample} on /metrics:\n{text}"))
+    }
+
+    /// Waits until the scheduler ran its `pass` `n` more times.
+    pub fn wait_passes(&self, pass: &str, n: u32) {
+        let sample = format!("berth_scheduler_pass_duration_seconds_count{{pass=\"{pass}\"}}");
+        let target = self.metric(&sample) + f64::from(n);
+        self.wait_until(
+            crate::harness::READY_DEADLINE,
+            &format!("{n} more {pass} passes"),
+            || self.metric(&sample) >= target,
+        );
+    }
+
+    /// Writes a file under the test's temp dir and returns its path.
+    pub fn file(&self, name: &str, content: &str) -> String {
+        let path = self.dir.path().join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("a directory for the file");
+        }
+        std::fs::write(&path, content).expect("write the file");
+        path.to_string_lossy().into_owned()
     }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.kill();
         // What the test's projects left in the trash, by the controller ids its stores had.
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         crate::support::lxd::delete_trash_of(&crate::support::lxd::controller_ids(&log));
@@ -247,36 +368,33 @@ pub fn spawn_serve(data_dir: &Path, socket: &Path, log: &Path, extra: &[&str]) -
 /// Spawns `berth serve --data-dir DIR --socket PATH ARGS...` without waiting for it; its stderr
 /// goes to `log`.
 pub fn spawn_serve_args(data_dir: &Path, socket: &Path, log: &Path, args: &[&str]) -> Child {
-    spawn_serve_env(data_dir, socket, log, args, &[])
+    serve_command(data_dir, socket, log, args)
+        .spawn()
+        .expect("spawn berth serve")
 }
 
-fn spawn_serve_env(
-    data_dir: &Path,
-    socket: &Path,
-    log: &Path,
-    args: &[&str],
-    env: &[(String, String)],
-) -> Child {
+/// `berth serve --data-dir DIR --socket PATH [--preview 127.0.0.1:0] ARGS...` with
+/// `BERTH_LOG=info`, no stdin or stdout, and stderr appended to `log`.
+fn serve_command(data_dir: &Path, socket: &Path, log: &Path, args: &[impl AsRef<str>]) -> Command {
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .expect("daemon log file");
-    Command::new(env!("CARGO_BIN_EXE_berth"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+    command
         .arg("serve")
         .arg("--data-dir")
         .arg(data_dir)
         .arg("--socket")
         .arg(socket)
         .args(free_preview_port(args))
-        .args(args)
+        .args(args.iter().map(AsRef::as_ref))
         .env("BERTH_LOG", "info")
-        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(log_file)
-        .spawn()
-        .expect("spawn berth serve")
+        .stderr(log_file);
+    command
 }
 
 /// Waits for `child` to exit, up to `deadline`.
@@ -337,6 +455,17 @@ impl Client {
 
     pub fn get(&self, path: &str) -> Reply {
         self.request("GET", path, None, &[])
+    }
+
+    /// The object `berth.dev/v1alpha1/PLURAL/NAME`, `None` when there is none (404); any other
+    /// answer fails the test.
+    pub fn object(&self, plural: &str, name: &str) -> Option<Value> {
+        let reply = self.get(&format!("/apis/berth.dev/v1alpha1/{plural}/{name}"));
+        match reply.status {
+            200 => Some(reply.json()),
+            404 => None,
+            other => panic!("GET {plural}/{name}: {other}: {}", reply.text()),
+        }
     }
 
     pub fn delete(&self, path: &str) -> Reply {

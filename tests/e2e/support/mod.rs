@@ -1,6 +1,7 @@
 //! Helpers shared by the end-to-end tests: a real `berth serve` process, real LXD.
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod cluster;
 pub mod daemon;
 pub mod lxd;

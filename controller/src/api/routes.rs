@@ -12,7 +12,6 @@ use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::access::{self, Redaction};
-use super::admission;
 use super::apply::apply_list;
 use super::error::ApiError;
 use super::reads::{

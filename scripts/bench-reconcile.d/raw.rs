@@ -202,6 +202,8 @@ impl Lxd {
                 .await;
             match renamed {
                 Ok(()) => break,
+                // A failed operation may have renamed it all the same.
+                Err(_) if self.get(&format!("/1.0/instances/{name}-trash")).await.is_ok() => break,
                 Err(_) if attempt < 5 => {
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(200)).await;

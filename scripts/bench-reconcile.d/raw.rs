@@ -35,23 +35,34 @@ async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: bench-raw-lxd create SOCKET POOL CONFIG_JSON PREFIX COUNT CONCURRENCY\n\
                  \x20      bench-raw-lxd delete|delete-looking SOCKET POOL PREFIX COUNT CONCURRENCY";
-    let (mode, rest) = match args.split_first() {
-        Some((mode, rest)) if mode == "create" => match rest {
-            [socket, pool, config, rest @ ..] => {
-                let config: Value = serde_json::from_str(config).context("CONFIG_JSON")?;
-                (Mode::Create(config), [socket, pool].into_iter().chain(rest).collect())
-            }
-            _ => bail!("{usage}"),
-        },
-        Some((mode, rest)) if mode == "delete" => (Mode::Delete { looking: false }, rest.iter().collect()),
-        Some((mode, rest)) if mode == "delete-looking" => {
-            (Mode::Delete { looking: true }, rest.iter().collect())
+    let (mode, socket, pool, prefix, count, concurrency) = match args.as_slice() {
+        [mode, socket, pool, config, prefix, count, concurrency] if mode == "create" => {
+            let config: Value = serde_json::from_str(config).context("CONFIG_JSON")?;
+            (
+                Mode::Create(config),
+                socket,
+                pool,
+                prefix,
+                count,
+                concurrency,
+            )
+        }
+        [mode, socket, pool, prefix, count, concurrency] if mode.starts_with("delete") => {
+            let looking = match mode.as_str() {
+                "delete" => false,
+                "delete-looking" => true,
+                _ => bail!("{usage}"),
+            };
+            (
+                Mode::Delete { looking },
+                socket,
+                pool,
+                prefix,
+                count,
+                concurrency,
+            )
         }
         _ => bail!("{usage}"),
-    };
-    let rest: Vec<&String> = rest;
-    let [socket, pool, prefix, count, concurrency] = rest.as_slice() else {
-        bail!("{usage}");
     };
     let count: usize = count.parse().context("COUNT")?;
     let concurrency: usize = concurrency.parse().context("CONCURRENCY")?;
@@ -174,8 +185,15 @@ impl Lxd {
             .await
             .with_context(|| format!("{name}: read"))?;
         let mut edit = json!({});
-        for key in ["architecture", "config", "devices", "ephemeral", "profiles", "stateful",
-                    "description"] {
+        for key in [
+            "architecture",
+            "config",
+            "devices",
+            "ephemeral",
+            "profiles",
+            "stateful",
+            "description",
+        ] {
             edit[key] = instance[key].take();
         }
         if let Some(devices) = edit["devices"].as_object_mut() {
@@ -203,7 +221,14 @@ impl Lxd {
             match renamed {
                 Ok(()) => break,
                 // A failed operation may have renamed it all the same.
-                Err(_) if self.get(&format!("/1.0/instances/{name}-trash")).await.is_ok() => break,
+                Err(_)
+                    if self
+                        .get(&format!("/1.0/instances/{name}-trash"))
+                        .await
+                        .is_ok() =>
+                {
+                    break;
+                }
                 Err(_) if attempt < 5 => {
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -1,4 +1,7 @@
 //! Durations as people write them in manifests: `30s`, `5m`, `2h`, `30d`, `1h30m`.
+//!
+//! Compared by value; where a field allows it, `never` stands for no limit. Every duration is at
+//! most `MAX_DURATION_TEXT` (`36500d`).
 
 use std::borrow::Cow;
 use std::fmt;

@@ -2,6 +2,9 @@
 //!
 //! A project's `metadata.name` is also its LXD instance name, so the name rule is the
 //! intersection of a DNS label and LXD's instance-name rule.
+//!
+//! Also the slug a display name gives (`slugify`), the name derived from it (`derive_name`) and
+//! the key display names are compared by (`display_name_key`).
 
 /// Longest object name: a DNS label, and LXD's limit for instance names.
 pub const MAX_NAME_LEN: usize = 63;

@@ -1,4 +1,13 @@
 //! The kinds berth serves, an object of any of them, and decoding manifests into objects.
+//!
+//! `Kind` is the one kind enum, with every spelling of it (`KindNames`: kind, singular, plural,
+//! short, list kind, what `kubectl api-resources` lists) and its lookups: `FromStr` takes the
+//! exact kind, as manifests and stored rows spell it; `Kind::from_cli` a singular, plural or
+//! short name in any case (every kind the CLI and the client take; an unknown word is answered
+//! with the valid kinds); `Kind::from_plural` an API path's segment, exactly. `decode_manifest`
+//! rejects unknown fields with their path and ignores server-set metadata and status;
+//! `decode_stored` reads a stored object back. `kind_object!` declares each kind's object type
+//! (apiVersion, kind, metadata, spec, status; `KIND`, `new`).
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

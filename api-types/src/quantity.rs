@@ -2,6 +2,9 @@
 //!
 //! Both keep the text the user wrote, so a stored spec shows `4GiB` rather than a byte count,
 //! and compare by value, so `4Gi` and `4GiB` are the same size.
+//!
+//! `scalar` reads the strings that YAML users write as bare numbers (`memory: 1000`): one
+//! visitor for every such field.
 
 use std::borrow::Cow;
 use std::fmt;

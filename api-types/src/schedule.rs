@@ -5,6 +5,9 @@
 //! [`Schedule::plan`] turns that and the current time into what to do, so that however many
 //! times were missed while berth was down, a due schedule runs once and its next run moves past
 //! the present.
+//!
+//! The cron is read by croner and the timezone by chrono-tz; validation names the bad field
+//! (`spec.schedules[N].cron`, `.timezone`).
 
 use std::str::FromStr;
 

@@ -1,4 +1,6 @@
 //! JSON Schemas of the kinds, for editors and CI linters. Checked in under `manifests/schema/`.
+//!
+//! A test (`api-types/tests/schema.rs`) fails when the checked-in files are stale.
 
 use schemars::JsonSchema;
 use serde_json::{Value, json};

@@ -1,5 +1,12 @@
 //! Shapes of the HTTP API that are not objects: lists, the apply result, the trash list, the
 //! reaper's plan, `berth exec`'s call and answer, errors and watch events.
+//!
+//! `API_PREFIX`; lists (`ObjectList`) and watch events (`WatchEvent`), generic over their items
+//! (stored objects, JSON values); the apply endpoint's `ApplyResult`; the trash's `TrashList`; the
+//! reaper's `PlanEntry`; `berth exec`'s `ExecCall` and `ExecResult` and its interactive session's
+//! `ExecControl` and `ExecEnd`; a workspace tool call's `ToolCallBody`; Kubernetes `Status`
+//! errors (`ApiStatus`, read back from any body by `ApiStatus::from_body`). The server writes and
+//! the client reads these very types.
 
 use std::collections::BTreeMap;
 

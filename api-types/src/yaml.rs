@@ -5,6 +5,8 @@
 //! GitOps repository. Each document is therefore walked first, counting what it expands to and
 //! how deep it nests without building anything, and decoded only when both stay within bounds.
 //! The walk stops at the first byte past the bound, so refusing costs no more than the bound.
+//!
+//! The API, `berth apply -f` and GitOps all decode YAML through it.
 
 use std::fmt;
 

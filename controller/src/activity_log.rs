@@ -1,6 +1,9 @@
 //! When a person last did something in a project through berth (`berth exec`, a tool call), and which
 //! interactive sessions are open there now, kept in memory for the scheduler's activity pass:
 //! berth never writes spec or metadata to record it.
+//!
+//! An exec, an upgraded preview or port-forward connection, or an IDE connection still open counts
+//! as activity now, at every activity pass, until it ends.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -2,6 +2,10 @@
 //!
 //! Objects travel as `serde_json::Value`: the client prints, diffs and patches whatever the server
 //! returns, so a field added to a kind needs no change here.
+//!
+//! It speaks `berth_api::wire`'s types and addresses objects by `berth_api::Kind`. Its one TLS
+//! trust policy, `tls_config` (the `--certificate-authority` bundle alone, else the system's
+//! roots), is the one `berth exec -it`'s websocket uses too.
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,11 @@
 //! `berth.yaml`: the daemon's configuration. Every key has a default, so no file is needed; an
 //! unknown key is an error naming the key and the file, because a typo must not be silently
 //! ignored.
+//!
+//! Also the default socket path (`default_socket_path`) and `check_socket_dir`: a socket whose
+//! directory is another user's, or writable by others, is refused by `berth serve` and the client
+//! alike. `HELD_RECHECK`, the default `scheduler.recheckInterval`, lives here so that config
+//! imports no controller module.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

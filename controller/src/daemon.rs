@@ -1,5 +1,9 @@
 //! `berth serve`: loads the configuration, takes the data directory's lock, opens the store,
 //! serves the API and runs the controller until SIGTERM or SIGINT.
+//!
+//! Every shared part (the store, secrets, metrics, the runtime handle, the activity log, the
+//! inspector, the tools, the trash) is built once here, top-down, and handed to what uses it at
+//! construction; nothing is wired afterwards.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -9,6 +9,9 @@
 //! directories), recursively through alternates, and all of them must lie under a root's real
 //! path. The bundle then runs with `GIT_DIR` set to the resolved directory, so git never
 //! goes looking for a repository in the parents of the path named.
+//!
+//! A skill's host directory is confined the same way (`confine_dir`), and every file read from it
+//! is checked again (`holds`).
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};

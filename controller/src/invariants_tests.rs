@@ -1,6 +1,7 @@
 //! The rules ARCHITECTURE.md states, kept by reading the source tree: which top-level module may
-//! import which (one direction, no cycle), no `berth.dev/` name spelled outside `berth-api`, and
-//! feature `testing` only where the list below says.
+//! import which (one direction, no cycle), no `berth.dev/` name spelled outside `berth-api`,
+//! feature `testing` only where the list below says, and a code-map entry in ARCHITECTURE.md for
+//! every top-level module (and none for a module that does not exist).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -201,6 +202,86 @@ fn the_allowed_imports_have_no_cycle() {
         .map(|(m, _)| *m)
         .collect();
     assert_eq!(seen, pending.len(), "a cycle through {on_cycle:?}");
+}
+
+/// The crate's top-level modules as `lib.rs` declares them, each with whether it is built
+/// only for tests (`#[cfg(test)]`, or `cfg(any(test, ...))` like `testing`).
+fn declared_modules() -> Vec<(String, bool)> {
+    let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs"))
+        .expect("read lib.rs");
+    let mut modules = Vec::new();
+    let mut test_only = false;
+    for line in lib.lines().map(str::trim) {
+        if line.starts_with("#[cfg(") {
+            test_only = line.contains("test");
+            continue;
+        }
+        let declared = line
+            .strip_prefix("pub mod ")
+            .or_else(|| line.strip_prefix("mod "))
+            .and_then(|rest| rest.strip_suffix(';'));
+        if let Some(name) = declared {
+            modules.push((name.to_string(), test_only));
+        }
+        test_only = false;
+    }
+    assert!(modules.len() > 20, "lib.rs was read: {modules:?}");
+    modules
+}
+
+/// ARCHITECTURE.md's code map has an entry (a line `- \`NAME/\`` or `- \`NAME.rs\`` under
+/// `### \`controller/\``) for every top-level module of the crate, and names none that does not
+/// exist, there or as `crate::NAME` anywhere in the document.
+#[test]
+fn the_code_map_names_every_top_level_module() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../ARCHITECTURE.md"))
+            .expect("read ARCHITECTURE.md");
+    let declared = declared_modules();
+    let existing: BTreeSet<&str> = declared
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .chain(["main", "lib"])
+        .collect();
+    let section = doc
+        .split("### `controller/`")
+        .nth(1)
+        .expect("ARCHITECTURE.md has a `### `controller/`` section");
+    let section = section.split("\n#").next().unwrap_or(section);
+    let entries: BTreeSet<&str> = section
+        .lines()
+        .filter_map(|line| line.strip_prefix("- `"))
+        .filter_map(|rest| rest.split('`').next())
+        .map(|name| {
+            name.strip_suffix('/')
+                .or_else(|| name.strip_suffix(".rs"))
+                .unwrap_or(name)
+        })
+        .collect();
+    let missing: Vec<&str> = declared
+        .iter()
+        .filter(|(name, test_only)| !test_only && !entries.contains(name.as_str()))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let unknown: BTreeSet<&str> = entries
+        .iter()
+        .copied()
+        .chain(doc.split("crate::").skip(1).map(|rest| {
+            let end = rest
+                .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        }))
+        .filter(|name| !existing.contains(name))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "top-level modules without a code-map entry in ARCHITECTURE.md: {missing:?}"
+    );
+    assert!(
+        unknown.is_empty(),
+        "ARCHITECTURE.md names top-level modules that do not exist: {unknown:?}"
+    );
 }
 
 #[test]

@@ -3,6 +3,11 @@
 //! Volumes are keyed by the project's uid, not its name, so a project deleted and re-created
 //! under the same name gets fresh volumes, and a container can always be replaced without
 //! touching them.
+//!
+//! Also the labels: `user.berth.uid` (the project a container or volume belongs to) and
+//! `user.berth.controller`, the store's own id, made once by its v6 migration, so two daemons on
+//! one LXD never take each other's. The reconciler, the scheduler, the workspace inspection, the
+//! tools and the trash all name things through here.
 
 use std::collections::BTreeMap;
 

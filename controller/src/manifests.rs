@@ -2,6 +2,10 @@
 //! each object checked for a kind and a name, every problem reported as `FILE: document N: ...`.
 //! The CLI (files, directories, stdin) and GitOps (a checkout it must not escape) are thin
 //! layers over it.
+//!
+//! Directories are walked in path order, links followed for a user's own files and refused in a
+//! repository; a problem is named `FILE: document N[: item M]: ...`, a syntax error with the
+//! file's line and column. Documents are decoded through `berth_api::yaml`'s bounded decoder.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -4,6 +4,10 @@
 //! prometheus-client adds them. No label carries a project name, so the number of series stays
 //! bounded however many projects the store holds. The standard `process_*` figures every exporter
 //! has are read from `/proc/self` at each scrape ([`ProcessCollector`]).
+//!
+//! The held deletions' age is computed at each scrape from when the oldest was asked for;
+//! `reconcile::triggers::count_phases` recounts phases, held deletions and steps past their
+//! deadline from the store.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};

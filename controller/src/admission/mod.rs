@@ -19,6 +19,14 @@
 //! - a GitSource's applyset (`gitsource-*`) is its controller's alone.
 //!
 //! Who may touch which object (membership, admin-only kinds) is access's (`api::access`).
+//!
+//! Entry points call [`Admission::admit`] once and [`Admission::check`] again on each fresh read
+//! right before a write (the API's retries, the GitSource's applyset tag). A refusal of
+//! server-owned metadata is a 400 naming it, and of membership a 404, as for a missing name.
+//! Limits beyond the host's capacity, which the daemon reads from LXD once it answers, are warned
+//! of (the API's `Warning: 299` headers, which the client prints). A project's agent adds a
+//! schedule through [`Admission::admit_schedule`], as [`Admitter::ProjectAgent`]: that project's
+//! `spec.schedules`, nothing else. Nothing here knows HTTP.
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -19,6 +19,17 @@
 //!   (code-server, started on demand by [`ide::ensure`]);
 //! - `/var/log/berth/runner.log`: the runner's output, capped at [`RUNNER_LOG_CAP`] bytes
 //!   (one older generation is kept as `runner.log.1`).
+//!
+//! Bootstrap is best effort for profiles listed only in `agents` (`bootstrap_best_effort`). The
+//! agent adapter (`adapter.js`, pushed at Bootstrapped) runs a CLI whose `runner.protocol` is
+//! `claude-stream-json` or `codex-app-server` and keeps the status contract for it (ack,
+//! working/blocked/done/failed, session id, title, answers), handing it the MCP servers a
+//! capability published (Claude Code's `--mcp-config` and `--allowedTools`, Codex's
+//! `-c mcp_servers.NAME...`). `capability/` writes what `spec.capabilities` (and a listed
+//! profile's `capabilities`) puts in a workspace, at Seeded, recorded as berth's files; the
+//! project token (`berthp.<name>.<hex>`) is minted once by Seeded. `brief.rs`'s `current_brief` is
+//! the one answer to which brief the agent works (a scheduled run's, unless `spec.brief` changed
+//! since it).
 
 mod bootstrap;
 mod brief;

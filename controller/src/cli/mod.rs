@@ -2,6 +2,16 @@
 //!
 //! Adding a subcommand: a module with an `Args` struct (clap derive) and an
 //! `async fn run(&Context, Args) -> anyhow::Result<ExitCode>`, one variant here, one dispatch arm.
+//!
+//! The subcommands: `apply`, `diff`, `delete`, `get`, `describe`, `create`, `power` (start, stop,
+//! restart), `wait`, `events`, `logs`, `exec`, `answer`, `tool`, `mcp`, `reap`, `reconcile`,
+//! `ports`, `port_forward`, `secret`, `members`, `user`, `gitsource`, `trash`, `restore`,
+//! `checkout` (`--force`: a held checkout goes ahead), `rename`, `repair_network`, `ide`, `serve`,
+//! `version`, `completion` and `ui` (the console on a loopback port, carrying only `/ui/` to the
+//! unix socket). Their shared parts: `manifest.rs` (`-f` files, directories and stdin over
+//! `crate::manifests`, a server's field paths pointed back at the document they came from),
+//! `progress.rs` (waiting on objects), `render.rs` (`-o` formats, columns, ages), `table.rs`,
+//! `jsonpath.rs`, `colour.rs`, `textdiff.rs` (unified diffs by `similar`) and `duration.rs`.
 
 use std::process::ExitCode;
 

@@ -4,6 +4,10 @@
 //! would. A revision whose manifests do not all admit leaves what is applied in place.
 //! `spec.secretRef` names the GitSource whose sealed credentials git is given; a URL is shown
 //! redacted in every condition, event and log line.
+//!
+//! An object another applyset owns (another GitSource's, or one `berth apply --applyset` wrote)
+//! is left to it and named in `Ready` (`ApplysetConflict`) and a Warning event. One revision's
+//! manifests are at most `manifests::MAX_BYTES` (32 MiB).
 
 pub mod git;
 pub mod manifests;

@@ -4,6 +4,16 @@
 //! Every request carries the configured LXD project and has a deadline; async operations are
 //! waited on right away (they vanish from LXD soon after finishing); exec output is recorded,
 //! read and its logs deleted.
+//!
+//! Its parts: `client.rs` (operations, instances, files, custom volumes), `endpoint.rs` (where
+//! LXD is), `transport.rs` (one request: a read LXD dropped unanswered is sent again once, a write
+//! never; `Busy` and the other typed errors mapped from LXD's envelope), `tls.rs` (the server's
+//! certificate pinned), `wire.rs`, `websocket.rs` (every websocket: `events.rs`, the event
+//! stream, and `exec_ws.rs`, interactive exec), `exec_capture.rs` (output into the container's
+//! `/tmp`, read back under a cap; a command nobody waits for any more, past its timeout or dropped
+//! by its caller, is stopped by the `Running` guard, so the API's exec drops it when its caller
+//! loses the right), `file_watch.rs` (`Runtime::watch_files`) and `nic_restart.rs`
+//! (`Runtime::restart_nics`).
 
 mod client;
 mod endpoint;

@@ -7,6 +7,10 @@
 //! addresses LXD itself sets, for the `routed` and `ipvlan` types, applied again), then brings
 //! each interface up inside and runs the image's own networking for it (`restart.sh`), and
 //! reads the outcome back from LXD's state of the instance.
+//!
+//! It works over `&dyn Runtime` alone. The image's own networking is `networkctl` or ifupdown; a
+//! repair fails as `RepairError` (`NoInterface`, `NotRunning`, ...). The API's `repairnetwork`
+//! and the scheduler's network pass both call [`repair`].
 
 pub mod check;
 

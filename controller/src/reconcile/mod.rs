@@ -8,6 +8,20 @@
 //! Invariants: only the controller writes status; one reconcile per project at a time; one
 //! reconcile advances at most one durable step, and a step's side effect is recorded in the store
 //! before the next step starts; a container without the project's uid label is never touched.
+//!
+//! Its parts: `queue.rs` (every reconcile: dedup by key, earliest time wins, one run per key with
+//! a held re-run, a concurrency cap, backoff with jitter, per-key locks for the reaper, the error
+//! policy hook), `error_policy.rs` (LXD busy retried within `BUSY_RETRY`, a spec LXD refuses
+//! waits for a spec change, anything else after the backoff), `startup.rs`, `triggers.rs`,
+//! `own_changes.rs`, `snapshot.rs`, `project.rs` and `project/` (one reconcile, up to
+//! `STEPS_PER_RECONCILE` steps in a row; the container a step just read and the aliases it
+//! resolved carry to the next step as `Carried`), `commit.rs` (the finalizer commits through it
+//! too), `status.rs` (the status one reconcile rewrites; `ever_reachable` and `idling`, the one
+//! reading each of `status.firstReachableAt` and of "idled and not woken"), `steps.rs`,
+//! `agent_steps/`, `envelope.rs`, `fleet.rs` (a list answers for a missing container only when it
+//! began after the read that found it absent), `placement.rs` (`choose_member`, a pure decision,
+//! and `Placer`, one placement at a time on a count reused for a batch), `pool.rs`, `replace.rs`,
+//! `wake.rs`, `finalizer/` and `fault.rs`.
 
 pub mod agent_steps;
 mod commit;

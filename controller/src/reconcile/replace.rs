@@ -6,6 +6,9 @@
 //! with the files named, a Warning event), looking again every `scheduler.recheckInterval`.
 //! `berth restart --recreate --force` (annotation `berth.dev/forceReplace` equal to the
 //! recreate request) goes ahead; the old container goes to the trash either way.
+//!
+//! `berth.dev/forceReplace` is server-owned: only `POST .../forcereplace` writes it, with the
+//! request it forces. The old container goes to the trash through `crate::dispose`.
 
 use std::time::Duration;
 

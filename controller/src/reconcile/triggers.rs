@@ -1,5 +1,16 @@
 //! What makes a project's reconcile run: a change to its spec or metadata in the store, an LXD
 //! event about its container, and a periodic resync of every project.
+//!
+//! An LXD lifecycle event is a trigger; an operation event is not (berth waits on its own
+//! operations, and every change by anyone ends in a lifecycle event), nor are commands run and
+//! files moved in a container, which change nothing a reconcile converges, nor the creates and
+//! starts `own_changes.rs` expects of berth's own calls; the controller's own status and finalizer
+//! writes are not changes either. The resync is one list call without state: a container whose
+//! last-used time moved, or whose pid berth never read, is read afresh for its pid. The timer and
+//! the scheduler's pass skip a resync right after another listed, and passes started together wait
+//! for one another's list under the snapshot's listing lock, so there is one list per interval; a
+//! (re)connected event stream lists at once. `berth_projects{phase}` is recounted after changes
+//! (`count_phases`).
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -5,6 +5,11 @@
 //! about berth projects. `crate::lxd::LxdClient` implements it against a real daemon;
 //! `crate::testing::fake_runtime::FakeRuntime` implements it in memory with fault injection for
 //! unit tests, benchmarks and scale simulation.
+//!
+//! The errors are typed, `Busy` among them, classified by the LXD client: nothing else reads
+//! LXD's wording. Calls are chosen by what they cost LXD: a project's volumes are found by name
+//! (`volumes_named`), since a volume listing with `recursion=1` makes LXD work out every volume's
+//! users over every instance, and the resync lists instances without state.
 
 mod error;
 mod types;

@@ -5,6 +5,24 @@
 //!
 //! The loop knows nothing of the store or the queue: the daemon implements [`Passes`] to wire each
 //! pass to them and to the metrics.
+//!
+//! The resync pass runs the controller's resync (one list of the fleet) rather than requesting
+//! each project; the activity pass waits at most a few settle periods while the reconciler is
+//! saturated. A round longer than the interval is counted as an overrun, less the time the passes
+//! gave way to a saturated reconciler. A pass that panics is caught and counted, and [`Health`]
+//! tells `/readyz` when the loop stopped or a pass keeps panicking. When passes ran is
+//! `berth_scheduler_last_pass_timestamp_seconds`, so `status.activity.inspectedAt` moving alone is
+//! not written. A stopped project is looked at only when its last findings decide something, and
+//! at most once per `scheduler.recheckInterval`.
+//!
+//! Its parts: the pure reap decision (`policy.rs`, built on `crate::workspace::protection`) and
+//! its carrying out (`reap.rs`, re-checked right before acting); activity, people's through the
+//! `PeopleActivity` trait the activity log implements (`activity.rs`), and ports (`ports.rs`);
+//! orphan detection on the resync's list (`housekeeping.rs`); scheduled briefs planned
+//! (`schedules.rs`); the daemon's passes (`passes.rs`, `DaemonPasses`, and one file per pass:
+//! `pass_activity.rs`, `pass_schedules.rs`, `pass_network.rs`, `pass_reap.rs`,
+//! `pass_housekeeping.rs`, which purges the trash's expired entries); what the passes remember in
+//! this process, safe to forget (`memory.rs`).
 
 pub mod activity;
 pub mod housekeeping;

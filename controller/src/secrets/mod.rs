@@ -6,6 +6,9 @@
 //! A change bumps the project's secrets revision and is published on
 //! [`Store::subscribe_secrets`]; the controller propagates [`Secrets::values`] from there.
 //! Values never leave this module except through [`Secrets::get`] and [`Secrets::values`].
+//!
+//! A GitSource's credentials are sealed the same way, keyed by the GitSource's uid where a
+//! project's secrets are keyed by the project's.
 
 use std::collections::BTreeMap;
 use std::io::Write;

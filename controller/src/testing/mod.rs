@@ -1,6 +1,13 @@
 //! Test support: fakes and fixtures for the crate's unit tests (built with `cfg(test)`, so a
 //! plain `cargo test` runs every one), the benchmarks and scale simulation (feature `testing`).
 //! Nothing in production code uses it.
+//!
+//! Its parts: `fake_runtime.rs` (`FakeRuntime`: LXD in memory, with fault injection: lost replies,
+//! slow or failing calls), `fixtures.rs` (`Desired::of`, `Desired::project` and their builders,
+//! `Instance::running` and `labelled`, `finalized_project` and `delete_project` for held
+//! deletions), `inspection.rs` (`FakeWorkspace`, `script_inspection`) and `fake_agent.rs`
+//! (`FakeAgent`, which plays the agent in every container of a `FakeRuntime` so the real agent
+//! steps run to Ready on the fake).
 
 pub mod fake_agent;
 pub mod fake_runtime;

@@ -5,6 +5,15 @@
 //! call has its own reason and never falls back) and never replays: the execution is recorded
 //! before it runs and its outcome after, so a repeated id answers from the record, and an id
 //! whose outcome was lost (the daemon died mid-call) answers that the outcome is unknown.
+//!
+//! A call's tool and arguments are checked before anything is recorded (`call.rs`) and carried out
+//! by `run.rs`: containment inside the container by POSIX `sh` scripts (`script.rs`), agents'
+//! glob and ripgrep syntax made exact (`pattern.rs`), content staged through LXD's file API, a call
+//! on an idled project waking it (`wake.rs`, through `reconcile::wake`). Executions are deleted
+//! with their project; `?uid=` refuses a replaced project (`ProjectReplaced`), and a lost LXD
+//! connection after the mutating exec answered is `Reason::OutcomeUnknown`
+//! (`REMOTE_MUTATION_OUTCOME_UNKNOWN`), never `Unreachable`. Failures are `ToolError`s with a
+//! `Reason`; no HTTP here.
 
 mod call;
 mod error;

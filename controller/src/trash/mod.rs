@@ -12,6 +12,21 @@
 //! Every step is idempotent and each reads where things are before acting, so a crash at any
 //! point resumes from LXD's state: labels before the rename into the trash, the rename before
 //! the object on the way back.
+//!
+//! An entry is a project's volumes grouped by `user.berth.trash.uid`, or one trashed container;
+//! an item whose `user.berth.trash.kind` is not `project` (a replaced container, a forced
+//! checkout's copy of the workspace volume) is listed while its project lives, and a container
+//! entry is never restored as a project, only read from (`berth trash cp`, through the file API).
+//! A restore goes through `Admission` as `Admitter::Restore`, writes back `status.briefFinished`
+//! from the record, and leaves a deleted project's container behind as its own entry. Expiry
+//! counts from `trashedAt`, written with the labels that precede the rename; a purge records a
+//! `TrashPurged` event under the gone project's name and uid. Housekeeping sweeps once a tenth of
+//! the retention (at most an hour), since listing the trash costs LXD a scan of every instance per
+//! volume, and first compares the wall clock's advance with the monotonic clock's (`ClockWatch`):
+//! more than an hour apart pauses the purge (a `TrashPurgePaused` Warning on each entry it would
+//! purge, `berth_trash_purge_paused`) until they agree or `purge_now` (`berth trash purge`)
+//! accepts the clock. `Scope::All` lists every controller id's entries (`trash list --all`).
+//! It imports no `reconcile`, `api` or scheduler: they call it.
 
 mod names;
 mod restore;

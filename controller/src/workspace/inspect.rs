@@ -5,6 +5,14 @@
 //! The script prints one `key value` line per fact, untrusted text base64-encoded so that no file
 //! name or agent message can forge a line, and ends with `end`. Anything short of a complete,
 //! well-formed report is [`InspectError`]: "could not tell" is never "nothing to lose".
+//!
+//! The report is judged against [`Expected`]: the volume that must be mounted on /workspace (seen
+//! in `/proc/self/mountinfo`, read with shell builtins alone; anything else fails the
+//! inspection), the files berth wrote with their hashes, and `spec.reap.protectIgnored`. Every
+//! repository under /workspace counts, and linked worktrees outside it; remotes that are paths
+//! inside the container do not count, present or gone, except the project's own `file://`
+//! repository. The IDE's state (`/workspace/.berth/ide/`) is left out of unsaved work and file
+//! activity; the IPv4 addresses (by interface, for the network pass) are `None` without `ip`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -11,6 +11,12 @@
 //! when a provisioned project's secrets or its agent's report need following (`watch.rs`: a
 //! trigger, it only enqueues), and secrets propagation (`secrets.rs`), which the reconcile runs
 //! in the project's slot through [`LaterSteps::follow`].
+//!
+//! A changed AgentProfile is provisioned again from Bootstrapped (`status.provisionedProfiles`
+//! holds the revision of each profile's spec it provisioned); a new brief is handed to a running
+//! agent, with Seeded run again first where a profile has skills, so they are fresh for it. The
+//! watch polls every `watch_interval` where the runtime cannot watch a container's `/run/berth`,
+//! and once a minute anyway.
 
 use crate::file_roots::FileRoots;
 use std::collections::{BTreeMap, HashMap};

@@ -2,6 +2,13 @@
 //! and volumes are gone. Every call is idempotent (deleting what is already gone succeeds), so a
 //! teardown interrupted by a crash simply runs again. A deletion no person forced is held first
 //! while the workspace holds work ([`hold`]).
+//!
+//! The teardown, in order: the deletion hold, then the container, a leftover inspection instance,
+//! and the volumes (both through `crate::dispose`), then the object. When each held deletion was
+//! last looked at, and which `berth.dev/lookRequestedAt` that look answered, is [`HeldDeletions`],
+//! in the controller's `Context`, never a process-wide static; `status.deletionHold` says when it
+//! looked, when it looks next and which request it answered, and a client reads a hold as the
+//! answer to its request only then.
 
 use std::sync::Arc;
 use std::time::Duration;

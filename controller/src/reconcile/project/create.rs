@@ -2,6 +2,12 @@
 //! config, limits, devices and label in one create request, the operation recorded before it is
 //! waited on), or, for a container that existed and vanished, the judgement whether recreating
 //! it is safe.
+//!
+//! A new container that is to run is started in its create step, and one read without state
+//! afterwards serves both records (the pid follows with the next resync). A create right after a
+//! read that found no container submits without looking again; one made in between fails its
+//! operation and is judged by the next read. A container that vanished is judged by `fleet`
+//! before it is recreated.
 
 use std::collections::HashSet;
 use std::time::Duration;

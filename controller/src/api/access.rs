@@ -5,6 +5,9 @@
 //! users are for admins; `file://` repositories outside `allowedFileRoots` too. A GitSource
 //! names a repository and how it is reached: a non-admin sees only those that manage a project
 //! it is a member of.
+//!
+//! A `Refusal` is answered as 400, 403, 404 or 422, with at most 20 causes and a count of the
+//! rest.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

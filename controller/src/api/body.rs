@@ -1,5 +1,8 @@
 //! Request bodies: read with a size limit enforced while reading, decoded as JSON or YAML by
 //! Content-Type.
+//!
+//! Decoding charges an estimate of each decoded part's memory against `DECODED_LIMIT` and
+//! counts an apply's items against `APPLY_ITEMS`, refusing as it goes rather than after.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};

@@ -1,6 +1,13 @@
 //! Listeners and connections: the unix socket (local administrators) and optionally a TCP
 //! address, HTTPS when `listen.tls` names a certificate and key (TLS 1.2 or later); graceful
 //! shutdown stops accepting, lets requests in flight finish, then returns.
+//!
+//! Each listener is capped at `listen.maxConnections` (past it a connection is closed at once)
+//! with a 10 s header deadline, and both are served by one `accept_loop`. A TCP connection is on
+//! `Probation` until a request shows a valid token or console session: such connections hold at
+//! most an eighth of the cap, a newer one closing the oldest, and are closed after 5 s. The
+//! preview listener keeps the same rule (`Unproven`) until a member's token, ticket or cookie
+//! is shown.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

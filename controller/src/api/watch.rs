@@ -1,6 +1,9 @@
 //! `?watch=true`: newline-delimited JSON `{type, object}`, first an `ADDED` for every existing
 //! object, then each change as it commits. A watcher that falls too far behind gets an `ERROR`
 //! (410 Expired) and the stream ends; it lists again and re-watches, as with Kubernetes.
+//!
+//! A stream's `Holder` is checked again every second by user id: the stream ends once its user
+//! is removed or loses the admin right it was opened with.
 
 use std::collections::HashSet;
 use std::convert::Infallible;

@@ -1,6 +1,10 @@
 //! The writes of one object: admission, create (a given or generated name), replace, merge
 //! and apply patches retried while the object moves, delete, the status subresource, and the
 //! requests a member records on a project (look, forced checkout, forced replace).
+//!
+//! A delete records `forceDelete`, `purge` and `deletedBy`, and on a Project `lookRequestedAt`
+//! (as `POST .../look` does, which `berth wait --for=delete` sends); `POST .../forcecheckout`
+//! (members) records `forceCheckout`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,5 +1,9 @@
 //! The SQLite file: opened (0600, integrity checked, migrated) and loaded into memory, a
 //! write's rows committed in one transaction, and whether it still takes writes.
+//!
+//! SQLite runs in WAL mode, the file 0600; migrations only go forward, each after a backup copy,
+//! and `quick_check` runs at start. A stored row naming no kind is a load error: objects are
+//! addressed by `berth_api::Kind`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;

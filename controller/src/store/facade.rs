@@ -1,5 +1,8 @@
 //! The store from async code: blocking calls moved off the async workers, and the one event
 //! recorder (an event that cannot be recorded is logged, never a failure of what it reports).
+//!
+//! `Store::call` and `store::blocking` run store work off the async workers; the recorder is
+//! `record_or_warn` (sync callers) and `publish_event` (async).
 
 use std::sync::Arc;
 

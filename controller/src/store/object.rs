@@ -1,4 +1,8 @@
 //! The stored form of an object and the records the store hands out about it.
+//!
+//! Spec and status are held as `Doc`s, canonical JSON text decoded where read: a decoded value
+//! costs several times its text, and every object is in memory. A GitSource's URL credentials
+//! are redacted when a `StoredObject` is shown.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -4,6 +4,10 @@
 //! re-reads, applies the change, keeps every field the writer does not own as stored, and
 //! writes under the resourceVersion it read, retrying a lost race a bounded number of times.
 //! The result says when it gave up.
+//!
+//! The writer never drops `firstReachableAt`, retries a lost race up to
+//! `STATUS_WRITE_ATTEMPTS` times, and answers `StatusWritten` (`Written`, `Unchanged`, `Gone`,
+//! `GaveUp`).
 
 use std::sync::Arc;
 

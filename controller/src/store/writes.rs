@@ -1,6 +1,9 @@
 //! Spec and metadata writes: the verbs (create, replace, apply, apply_batch, delete, the
 //! finalizers and the annotations only the server records), their parameters, and the
 //! in-memory transaction (`Pending`) they share, committed to SQLite or undone as one.
+//!
+//! An apply is written only while each object is as the caller's access was checked (`Expected`),
+//! and every write is either kept or a dry run (`Commit::Persist`, `Commit::DryRun`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -3,6 +3,10 @@
 //! number and in lifetime. Each session carries its own CSRF token, which every form repeats.
 //! Only sha256 hashes of cookies and sign-in tokens are kept, in memory: a restarted daemon
 //! signs everyone out.
+//!
+//! Sessions are bound to the user's id (`User::id`): at most 16 per user (a user's own oldest
+//! make room; a full console refuses a sign-in rather than end another's session) and 30
+//! sign-ins a minute per user.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;

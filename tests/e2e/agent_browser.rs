@@ -341,11 +341,16 @@ fn a_fork_bomb_under_its_process_limit_leaves_the_daemon_and_others_responsive()
 
     // The bomb, started straight through LXD so that nothing of berth stands between it and
     // the container; the exec stays open while it runs (a finished exec takes what it started
-    // with it). Each call leaves a sleeper behind, so the bomb holds its limit instead of dying
-    // out once forks start failing.
+    // with it). Each call leaves a sleeper behind, and the first shell sets it off again every
+    // second, so the bomb holds its limit: on its own it can die out below it, when every
+    // branch's fork fails at once.
     let mut running = Command::new("lxc")
         .args(["exec", &bomb, "--"])
-        .args(["sh", "-c", "b() { sleep 600 & b | b & }; b; exec sleep 600"])
+        .args([
+            "sh",
+            "-c",
+            "b() { sleep 600 & b | b & }; b; while :; do sleep 1; b; done",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

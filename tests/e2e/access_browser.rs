@@ -433,7 +433,7 @@ fn the_preview_listener_relays_none_of_berths_credentials() {
     get(&format!(
         "Authorization: Bearer berth_revoked0000\r\nCookie: berth-preview={preview_cookie}\r\n"
     ));
-    let seen = crate::harness::exec(&name, "cat /tmp/seen").expect("read what the container saw");
+    let seen = crate::harness::read_file(&name, "/tmp/seen").expect("read what the container saw");
     for kept in ["app=kept-1", "app=kept-2", "Bearer app-own-token"] {
         assert!(seen.contains(kept), "{kept} was not relayed:\n{seen}");
     }

@@ -20,7 +20,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Berth, PROJECTS, exec, lxc, ready_reason, unique_name};
+use crate::harness::{Berth, PROJECTS, exec, lxc, read_file, ready_reason, unique_name};
 use crate::support::model_fixture::{ModelFixture, Script};
 use serde_json::{Value, json};
 
@@ -440,7 +440,7 @@ fn an_interrupted_brief_resumes(cli: Cli, resumed: &str) {
         .unwrap()
         .to_string();
     assert_eq!(
-        exec(&name, "cat /workspace/hello.txt").unwrap().trim_end(),
+        read_file(&name, "/workspace/hello.txt").unwrap().trim_end(),
         content
     );
     assert_eq!(runner_starts(&berth, &name), 1);
@@ -461,7 +461,7 @@ fn an_interrupted_brief_resumes(cli: Cli, resumed: &str) {
     }
     let deadline = Instant::now() + DEADLINE;
     loop {
-        let log = exec(&name, "cat /var/log/berth/runner.log").unwrap_or_default();
+        let log = read_file(&name, "/var/log/berth/runner.log").unwrap_or_default();
         if log.contains(&format!("{resumed} {session}")) {
             break;
         }
@@ -536,7 +536,7 @@ fn codex_works_a_brief_blocks_on_an_approval_and_finishes_once() {
     }
     wait_ready_briefed(&berth, &name, "Ready in the replaced container");
     assert_eq!(
-        exec(&name, "cat /workspace/hello.txt").unwrap().trim_end(),
+        read_file(&name, "/workspace/hello.txt").unwrap().trim_end(),
         content
     );
     assert_eq!(runner_starts(&berth, &name), 1);

@@ -203,7 +203,7 @@ fn the_console_in_chromium_marks_answers_and_follows_live() {
     assert!(said.contains("all steps passed"), "{said}");
 
     // The answer reached the agent through the same path as `berth answer`.
-    let log = crate::harness::exec(&asker, "cat /run/berth/shell.log").unwrap_or_default();
+    let log = crate::harness::read_file(&asker, "/run/berth/shell.log").unwrap_or_default();
     assert!(log.contains("answer: blue"), "{log}");
     for shot in ["console-fleet.png", "console-project.png"] {
         let bytes = std::fs::metadata(artifacts.join(shot)).map(|m| m.len());

@@ -684,7 +684,7 @@ fn projects_from_a_repository_come_up_change_and_a_prune_keeps_unsaved_work() {
         "UnsavedWork"
     );
     assert_eq!(
-        crate::harness::exec(&keep, "cat /workspace/notes.txt")
+        crate::harness::read_file(&keep, "/workspace/notes.txt")
             .unwrap()
             .trim(),
         "draft"

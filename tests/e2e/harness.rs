@@ -440,6 +440,12 @@ pub fn bearer(token: &str) -> String {
     format!("Authorization: Bearer {token}")
 }
 
+/// A file of the container, read through LXD's file API. Reading rather than `cat` through
+/// `lxc exec`: LXD 5.0 under load now and then ends an exec before its last output arrived.
+pub fn read_file(name: &str, path: &str) -> Result<String, String> {
+    lxc(&["file", "pull", &format!("{name}{path}"), "-"])
+}
+
 /// Runs a shell command in the container.
 pub fn exec(name: &str, script: &str) -> Result<String, String> {
     lxc(&["exec", name, "--", "sh", "-c", script])

@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::harness::{Berth, bearer, exec, get, lxc, unique_name};
+use crate::harness::{Berth, bearer, exec, get, lxc, read_file, unique_name};
 use serde_json::{Value, json};
 
 const FILE: &str = "/workspace/ide-made.txt";
@@ -110,7 +110,7 @@ fn the_ide_opens_in_chromium_saves_into_the_workspace_and_keeps_its_state() {
     assert!(stderr.contains("code-server started"), "{stderr:?}");
     let pid = reported_pid(&stderr);
     assert_eq!(
-        exec(&name, "cat /run/berth/ide.pid").unwrap().trim(),
+        read_file(&name, "/run/berth/ide.pid").unwrap().trim(),
         pid.to_string()
     );
 

@@ -11,7 +11,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Berth, FAULT_EXIT_CODE, PROJECTS, exec, ready_reason, unique_name};
+use crate::harness::{
+    Berth, FAULT_EXIT_CODE, PROJECTS, exec, read_file, ready_reason, unique_name,
+};
 use serde_json::{Value, json};
 
 const PROFILES: &str = "/apis/berth.dev/v1alpha1/agentprofiles";
@@ -252,7 +254,7 @@ fn pipeline_reaches_briefed_through_crashes_between_steps() {
         "1"
     );
     assert_eq!(
-        exec(&name, "cat /workspace/notes/seed.txt").unwrap(),
+        read_file(&name, "/workspace/notes/seed.txt").unwrap(),
         "seeded once\n"
     );
     // One runner: the brief was worked once.
@@ -603,11 +605,11 @@ fn pipeline_a_new_brief_is_handed_to_the_running_agent() {
         "grep -q '\"state\":\"done\"' /run/berth/agent.json",
     );
     assert_eq!(
-        exec(&name, "cat /run/berth/shell.log").unwrap(),
+        read_file(&name, "/run/berth/shell.log").unwrap(),
         "First brief\necho one\nSecond brief\necho two\n"
     );
     assert_eq!(
-        exec(&name, "cat /run/berth/brief.md").unwrap(),
+        read_file(&name, "/run/berth/brief.md").unwrap(),
         "Second brief\necho two\n"
     );
     assert_eq!(runner_starts(&berth, &name), 2);
@@ -647,7 +649,7 @@ fn pipeline_a_new_brief_is_handed_to_the_running_agent() {
         "the fourth brief done",
         "grep -q '\"state\":\"done\"' /run/berth/agent.json && grep -q '^echo four$' /run/berth/shell.log",
     );
-    let log = exec(&name, "cat /run/berth/shell.log").unwrap();
+    let log = read_file(&name, "/run/berth/shell.log").unwrap();
     assert!(
         log.ends_with("Third brief\nanswer: yes\necho three\nFourth brief\necho four\n"),
         "{log}"
@@ -681,8 +683,11 @@ fn pipeline_a_repository_agents_md_is_kept_and_the_seeds_not_applied_are_named()
     );
     let project = berth.wait_ready(&name);
 
-    assert_eq!(exec(&name, "cat /workspace/AGENTS.md").unwrap(), theirs);
-    assert_eq!(exec(&name, "cat /workspace/notes.txt").unwrap(), "seeded\n");
+    assert_eq!(read_file(&name, "/workspace/AGENTS.md").unwrap(), theirs);
+    assert_eq!(
+        read_file(&name, "/workspace/notes.txt").unwrap(),
+        "seeded\n"
+    );
     assert_eq!(
         exec(&name, "git -C /workspace status --porcelain").unwrap(),
         ""
@@ -801,7 +806,7 @@ fn pipeline_a_changed_profile_is_provisioned_again_without_a_second_runner() {
     let revision = first["status"]["provisionedProfiles"][&profile].clone();
     assert!(revision.is_string(), "{}", first["status"]);
     assert_eq!(
-        exec(&name, "cat /workspace/AGENTS.md").unwrap(),
+        read_file(&name, "/workspace/AGENTS.md").unwrap(),
         "# Working here\nCommit your work.\n"
     );
 
@@ -823,7 +828,7 @@ fn pipeline_a_changed_profile_is_provisioned_again_without_a_second_runner() {
             && status["step"] == "Briefed"
     });
     assert_eq!(
-        exec(&name, "cat /workspace/AGENTS.md").unwrap(),
+        read_file(&name, "/workspace/AGENTS.md").unwrap(),
         "# Working here\nPush your work.\n"
     );
     assert_eq!(again["status"]["agent"]["state"], "done");
@@ -837,7 +842,7 @@ fn pipeline_a_changed_profile_is_provisioned_again_without_a_second_runner() {
     );
     assert_eq!(runner_starts(&berth, &name), 1);
     assert_eq!(
-        exec(&name, "cat /run/berth/shell.log").unwrap(),
+        read_file(&name, "/run/berth/shell.log").unwrap(),
         "Only brief\necho one\n"
     );
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{
     Berth, exec, instance_count, instance_state, instance_uid, live_volumes_of, lxc, lxc_when_idle,
-    ready_reason, uid_of, unique_name, volumes_of,
+    read_file, ready_reason, uid_of, unique_name, volumes_of,
 };
 use serde_json::json;
 
@@ -122,7 +122,7 @@ fn workspace_survives_stop_start_and_a_container_deleted_behind_berths_back() {
     berth.patch_project(&name, json!({"spec": {"state": "Running"}}));
     berth.wait_ready(&name);
     assert_eq!(
-        exec(&name, "cat /workspace/note").unwrap().trim(),
+        read_file(&name, "/workspace/note").unwrap().trim(),
         "durable"
     );
 
@@ -134,7 +134,7 @@ fn workspace_survives_stop_start_and_a_container_deleted_behind_berths_back() {
     assert_eq!(instance_count(&name), 1);
     assert_eq!(instance_uid(&name).as_deref(), Some(uid.as_str()));
     assert_eq!(
-        exec(&name, "cat /workspace/note").unwrap().trim(),
+        read_file(&name, "/workspace/note").unwrap().trim(),
         "durable"
     );
     assert_eq!(
@@ -161,7 +161,7 @@ fn a_new_image_replaces_the_container_and_keeps_the_workspace() {
             && p["status"]["container"]["imageFingerprint"] != tiny
     });
     assert!(replaced["status"]["container"]["imageFingerprint"].is_string());
-    assert_eq!(exec(&name, "cat /workspace/note").unwrap().trim(), "kept");
+    assert_eq!(read_file(&name, "/workspace/note").unwrap().trim(), "kept");
     // The Debian image has bash; the busybox one does not.
     assert!(exec(&name, "command -v bash").is_ok());
     assert_eq!(instance_count(&name), 1);

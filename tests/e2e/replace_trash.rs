@@ -9,7 +9,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::{Berth, exec, lxc, uid_of, unique_name};
+use crate::harness::{Berth, exec, lxc, read_file, uid_of, unique_name};
 use crate::support::eventually;
 use crate::support::said;
 use serde_json::{Value, json};
@@ -143,7 +143,7 @@ fn a_replaced_container_is_held_for_a_worktree_and_kept_in_the_trash() {
     assert_eq!(held["status"]["container"]["createdAt"], first_container);
     assert!(instances_named(&format!("berth-trash-{uid}")).is_empty());
     assert_eq!(
-        exec(&name, "cat /root/wt/tracked.txt").unwrap(),
+        read_file(&name, "/root/wt/tracked.txt").unwrap(),
         "tracked\nchanged in the worktree\n"
     );
 

@@ -1090,7 +1090,7 @@ fn a_tool_call_wakes_an_idled_project_and_counts_as_activity() {
         );
     }
     assert_eq!(
-        crate::harness::exec(&name, "cat /root/wake.log").as_deref(),
+        crate::harness::read_file(&name, "/root/wake.log").as_deref(),
         Ok("ran\n")
     );
     let project = berth.get_project(&name).expect("the project");

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{Berth, exec, instance_uid, lxc, uid_of, unique_name};
+use crate::harness::{Berth, exec, instance_uid, lxc, read_file, uid_of, unique_name};
 
 /// Members of berth-tiny boot in well under a second each; the machine is shared.
 const FILL_DEADLINE: Duration = Duration::from_secs(180);
@@ -198,7 +198,7 @@ fn a_new_project_claims_a_ready_member_and_the_pool_refills() {
     assert_eq!(pool(&berth)["wanted"], 0);
     assert_eq!(instance_uid(&name).as_deref(), Some(uid.as_str()));
     assert_eq!(
-        exec(&name, "cat /workspace/claimed").unwrap().trim(),
+        read_file(&name, "/workspace/claimed").unwrap().trim(),
         "kept"
     );
 }

@@ -425,13 +425,7 @@ impl Store {
                     .annotations
                     .insert(key.to_string(), stamp.to_string());
             }
-            next.metadata.resource_version = Some(inner.next_rv().to_string());
-            let next = Arc::new(next);
-            inner.put(pending, Arc::clone(&next));
-            pending
-                .changes
-                .push(Change::new(ChangeType::Modified, &next, true));
-            Ok(next)
+            Ok(inner.modified(pending, next, true))
         })
     }
 
@@ -594,20 +588,19 @@ impl Inner {
         let desired_changed = spec_changed
             || next.metadata.labels != current.metadata.labels
             || next.metadata.annotations != current.metadata.annotations;
-        next.metadata.resource_version = Some(self.next_rv().to_string());
-        let next = Arc::new(next);
         if next.is_deleting() && next.metadata.finalizers.is_empty() {
+            next.metadata.resource_version = Some(self.next_rv().to_string());
+            let next = Arc::new(next);
             self.remove(pending, next.kind, next.name());
             pending
                 .changes
                 .push(Change::new(ChangeType::Deleted, &next, true));
             return Ok((next, Action::Configured));
         }
-        self.put(pending, Arc::clone(&next));
-        pending
-            .changes
-            .push(Change::new(ChangeType::Modified, &next, desired_changed));
-        Ok((next, Action::Configured))
+        Ok((
+            self.modified(pending, next, desired_changed),
+            Action::Configured,
+        ))
     }
 
     pub(super) fn set_status(
@@ -622,13 +615,7 @@ impl Inner {
         }
         let mut next = (*current).clone();
         next.status = status;
-        next.metadata.resource_version = Some(self.next_rv().to_string());
-        let next = Arc::new(next);
-        self.put(pending, Arc::clone(&next));
-        pending
-            .changes
-            .push(Change::new(ChangeType::Modified, &next, false));
-        Ok(next)
+        Ok(self.modified(pending, next, false))
     }
 
     /// Deletes `current`, or marks it deleting while finalizers hold it.
@@ -656,13 +643,25 @@ impl Inner {
         if next == *current {
             return Deletion::Deleting(current);
         }
+        Deletion::Deleting(self.modified(pending, next, true))
+    }
+
+    /// Writes `next`, a changed copy of a stored object, in memory under the next
+    /// resourceVersion and records it as modified (`desired_changed`: its spec, labels or
+    /// annotations moved, which the controller acts on).
+    fn modified(
+        &mut self,
+        pending: &mut Pending,
+        mut next: StoredObject,
+        desired_changed: bool,
+    ) -> Arc<StoredObject> {
         next.metadata.resource_version = Some(self.next_rv().to_string());
         let next = Arc::new(next);
         self.put(pending, Arc::clone(&next));
         pending
             .changes
-            .push(Change::new(ChangeType::Modified, &next, true));
-        Deletion::Deleting(next)
+            .push(Change::new(ChangeType::Modified, &next, desired_changed));
+        next
     }
 
     /// Puts `object` in memory, remembering what it replaced.

@@ -2,7 +2,7 @@
 //! every reconcile runs in a span that names the project and the step it starts from, a bad
 //! `BERTH_LOG` is said, and no secret value reaches a log line even at debug level.
 
-use crate::harness::{Berth, PROJECTS, unique_name};
+use crate::harness::{Berth, unique_name};
 use serde_json::{Value, json};
 
 #[test]
@@ -14,13 +14,7 @@ fn json_logs_carry_the_reconcile_span_and_never_a_secret() {
     );
     let name = unique_name();
     berth.create_project(&name, json!({"image": "berth-tiny"}));
-    let reply = berth.client().request(
-        "PUT",
-        &format!("{PROJECTS}/{name}/secrets/API_TOKEN"),
-        Some("text/plain"),
-        canary.as_bytes(),
-    );
-    assert_eq!(reply.status, 200, "{}", reply.text());
+    berth.set_secret(&name, "API_TOKEN", &canary);
     berth.wait_ready(&name);
     // The secret reaches the workspace, so it passed through every layer that might log it.
     berth.wait_for(&name, "SecretsSynced", |p| {

@@ -69,10 +69,7 @@ pub async fn hold(
          the trash either way); looked at again every {}",
         berth_api::BerthDuration::from_std(every).as_str()
     );
-    let already = draft
-        .condition(condition_types::REPLACE_BLOCKED)
-        .is_some_and(|c| c.status == ConditionStatus::True && c.message == message);
-    draft.set_condition(
+    let changed = draft.set_condition(
         condition_types::REPLACE_BLOCKED,
         ConditionStatus::True,
         reason,
@@ -80,7 +77,7 @@ pub async fn hold(
     );
     let phase = draft.status.phase;
     draft.set_not_ready(phase, reasons::REPLACE_BLOCKED, &message);
-    if !already {
+    if changed {
         tracing::warn!(cause = cause.as_str(), "replacement held");
         ctx.store
             .publish_event(object, EventType::Warning, "ReplaceBlocked", &message)

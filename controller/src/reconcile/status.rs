@@ -135,13 +135,18 @@ impl Draft {
             .unwrap_or_default()
     }
 
+    /// Sets condition `type_`; answers whether its status or message changed (what a person
+    /// reads), so a caller tells of a condition once, not at every reconcile.
     pub fn set_condition(
         &mut self,
         type_: &str,
         status: ConditionStatus,
         reason: &str,
         message: &str,
-    ) {
+    ) -> bool {
+        let unchanged = self
+            .condition(type_)
+            .is_some_and(|c| c.status == status && c.message == message);
         set_condition(
             &mut self.status.conditions,
             type_,
@@ -151,6 +156,7 @@ impl Draft {
             self.generation,
             self.now,
         );
+        !unchanged
     }
 
     pub fn condition(&self, type_: &str) -> Option<&Condition> {

@@ -170,10 +170,7 @@ pub async fn hold(
         next_look_at: Some(BerthDuration::from_std(every).after(looked_at)),
         answered: request.map(str::to_string),
     });
-    let already = draft
-        .condition(condition_types::DELETION_BLOCKED)
-        .is_some_and(|c| c.status == ConditionStatus::True && c.message == message);
-    draft.set_condition(
+    let changed = draft.set_condition(
         condition_types::DELETION_BLOCKED,
         ConditionStatus::True,
         first.as_str(),
@@ -192,7 +189,7 @@ pub async fn hold(
             ctx.metrics.count_refusal(reason.as_str());
         }
     }
-    if !already {
+    if changed {
         tracing::warn!(reasons = %reasons_text(&reasons), "deletion held");
         ctx.store
             .publish_event(object, EventType::Warning, "DeletionBlocked", &message)

@@ -90,7 +90,7 @@ impl Project<'_> {
                 "Current",
                 "",
             ),
-        }
+        };
         Ok(())
     }
 }

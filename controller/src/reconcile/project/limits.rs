@@ -71,18 +71,15 @@ impl Project<'_> {
                 "storage pool {:?} does not enforce sizes; disk and workspaceSize are not limits here",
                 settings.storage_pool
             );
-            let already = draft
-                .condition(condition_types::RESOURCES_APPLIED)
-                .is_some_and(|c| c.reason == reasons::QUOTA_NOT_ENFORCED);
-            if !already {
-                self.warn(reasons::QUOTA_NOT_ENFORCED, &message).await;
-            }
-            draft.set_condition(
+            let changed = draft.set_condition(
                 condition_types::RESOURCES_APPLIED,
                 ConditionStatus::True,
                 reasons::QUOTA_NOT_ENFORCED,
                 &message,
             );
+            if changed {
+                self.warn(reasons::QUOTA_NOT_ENFORCED, &message).await;
+            }
         } else {
             draft.set_condition(
                 condition_types::RESOURCES_APPLIED,
@@ -214,18 +211,15 @@ impl Project<'_> {
         }
         if !refused.is_empty() {
             let message = refused.join("; ");
-            let already = draft
-                .condition(condition_types::RESIZE_PENDING)
-                .is_some_and(|c| c.status == ConditionStatus::True && c.message == message);
-            if !already {
-                self.warn(reasons::RESIZE_REFUSED, &message).await;
-            }
-            draft.set_condition(
+            let changed = draft.set_condition(
                 condition_types::RESIZE_PENDING,
                 ConditionStatus::True,
                 reasons::RESIZE_REFUSED,
                 &message,
             );
+            if changed {
+                self.warn(reasons::RESIZE_REFUSED, &message).await;
+            }
         } else if draft
             .condition(condition_types::RESIZE_PENDING)
             .is_some_and(|c| c.status == ConditionStatus::True)

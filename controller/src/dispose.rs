@@ -124,15 +124,7 @@ pub async fn pool_member(
     if !unclaimed {
         return Ok(false);
     }
-    runtime
-        .stop_instance(
-            name,
-            StopOptions {
-                clean_timeout: Duration::ZERO,
-                force_after: true,
-            },
-        )
-        .await?;
+    runtime.stop_instance(name, StopOptions::kill()).await?;
     runtime.delete_instance(name, timeout).await?;
     tracing::info!(member = name, "warm pool member deleted");
     Ok(true)
@@ -248,10 +240,10 @@ fn detached(device: &Device) -> bool {
 /// trashed one (an expired one's number is not reused while a later one exists).
 async fn next_free(runtime: &dyn Runtime, uid: &str) -> Result<u32, RuntimeError> {
     let highest = runtime
-        .list_instances(Some(crate::layout::LABEL_PREFIX), false)
+        .instance_names()
         .await?
         .iter()
-        .filter_map(|i| trash::container_number(uid, &i.name))
+        .filter_map(|name| trash::container_number(uid, name))
         .max();
     Ok(highest.map_or(1, |n| n + 1))
 }

@@ -50,9 +50,9 @@ pub(super) fn instance_path(name: &str) -> String {
     format!("/1.0/instances/{}", seg(name))
 }
 
-/// The name of the volume a listing's URL names, and the member it names when it does:
-/// `/1.0/storage-pools/P/volumes/custom/NAME?target=M`.
-pub(super) fn volume_of_url(url: &str) -> Option<(String, Option<String>)> {
+/// The name a listing's URL ends in, and the member it names when it does:
+/// `/1.0/storage-pools/P/volumes/custom/NAME?target=M`, `/1.0/instances/NAME?project=P`.
+pub(super) fn name_of_url(url: &str) -> Option<(String, Option<String>)> {
     let (path, query) = url.split_once('?').unwrap_or((url, ""));
     let name = path.rsplit_once('/')?.1;
     let name = percent_encoding::percent_decode_str(name)
@@ -374,6 +374,18 @@ impl Runtime for LxdClient {
             .collect())
     }
 
+    async fn instance_names(&self) -> Result<Vec<String>> {
+        let urls: Vec<String> = self
+            .transport
+            .call(Method::GET, "/1.0/instances", "list instance names")
+            .get()
+            .await?;
+        Ok(urls
+            .iter()
+            .filter_map(|url| name_of_url(url).map(|(name, _)| name))
+            .collect())
+    }
+
     async fn get_instance(&self, name: &str) -> Result<Option<Instance>> {
         let what = format!("instance {name}");
         let found: Option<InstanceJson> = self
@@ -488,7 +500,9 @@ impl Runtime for LxdClient {
             Err(e) if already(&e) => Ok(()),
             Err(e) if !stop.force_after => Err(e),
             Err(e) => {
-                tracing::info!(instance = name, error = %e, "clean stop failed, forcing");
+                if !stop.clean_timeout.is_zero() {
+                    tracing::info!(instance = name, error = %e, "clean stop failed, forcing");
+                }
                 let what = format!("force stop instance {name}");
                 let mut attempt = 1;
                 loop {
@@ -977,7 +991,7 @@ impl Runtime for LxdClient {
             .await?;
         let mut volumes = Vec::new();
         for url in urls {
-            let Some((name, target)) = volume_of_url(&url) else {
+            let Some((name, target)) = name_of_url(&url) else {
                 continue;
             };
             if !name.starts_with(name_prefix) {

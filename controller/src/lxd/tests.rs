@@ -465,13 +465,13 @@ fn busy_is_classified_from_lxd_s_word_not_from_a_name_containing_it() {
 
 #[test]
 fn a_volume_listing_url_names_its_volume_and_member() {
-    use super::client::volume_of_url;
+    use super::client::name_of_url;
     assert_eq!(
-        volume_of_url("/1.0/storage-pools/default/volumes/custom/berth-u-workspace"),
+        name_of_url("/1.0/storage-pools/default/volumes/custom/berth-u-workspace"),
         Some(("berth-u-workspace".into(), None))
     );
     assert_eq!(
-        volume_of_url("/1.0/storage-pools/default/volumes/custom/a%20b?project=p&target=m2"),
+        name_of_url("/1.0/storage-pools/default/volumes/custom/a%20b?project=p&target=m2"),
         Some(("a b".into(), Some("m2".into())))
     );
 }

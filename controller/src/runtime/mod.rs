@@ -56,6 +56,10 @@ pub trait Runtime: Send + Sync {
         with_state: bool,
     ) -> Result<Vec<Instance>>;
 
+    /// The names of all instances, without reading any of them: LXD answers this from its
+    /// database alone, where a listing with config loads every instance.
+    async fn instance_names(&self) -> Result<Vec<String>>;
+
     /// One instance with its state, or `None` when it does not exist.
     async fn get_instance(&self, name: &str) -> Result<Option<Instance>>;
 

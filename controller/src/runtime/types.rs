@@ -246,6 +246,14 @@ impl StopOptions {
             force_after: true,
         }
     }
+
+    /// Killed at once, without asking init to shut down first.
+    pub fn kill() -> StopOptions {
+        StopOptions {
+            clean_timeout: Duration::ZERO,
+            force_after: true,
+        }
+    }
 }
 
 /// Config keys and devices merged into an instance.

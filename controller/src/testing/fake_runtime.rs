@@ -623,6 +623,12 @@ impl Runtime for FakeRuntime {
         Self::reply("list_instances", lose, Ok(list))
     }
 
+    async fn instance_names(&self) -> Result<Vec<String>> {
+        let lose = self.enter("instance_names", "").await?;
+        let names = lock(&self.state).instances.keys().cloned().collect();
+        Self::reply("instance_names", lose, Ok(names))
+    }
+
     async fn get_instance(&self, name: &str) -> Result<Option<Instance>> {
         let lose = self.enter("get_instance", name).await?;
         let found = lock(&self.state)

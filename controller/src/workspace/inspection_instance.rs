@@ -232,10 +232,7 @@ async fn image(
 /// Stops (by force: nothing in it needs a clean shutdown) and deletes the inspection instance;
 /// a missing one is fine.
 async fn remove(runtime: &dyn Runtime, name: &str, timeout: Duration) -> Result<(), InstanceError> {
-    let stop = StopOptions {
-        clean_timeout: Duration::ZERO,
-        force_after: true,
-    };
+    let stop = StopOptions::kill();
     match within(timeout, "stopping the inspection instance", async {
         runtime.stop_instance(name, stop).await
     })

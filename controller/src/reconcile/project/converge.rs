@@ -221,13 +221,7 @@ impl Project<'_> {
                 )
                 .await;
                 runtime
-                    .stop_instance(
-                        self.name(),
-                        StopOptions {
-                            clean_timeout: Duration::ZERO,
-                            force_after: true,
-                        },
-                    )
+                    .stop_instance(self.name(), StopOptions::kill())
                     .await?;
                 Ok(Next::Return(Action::Requeue(Duration::ZERO)))
             }

@@ -9,9 +9,10 @@
 //! - `delete`: what berth's deletion of each of them does to LXD, with nothing to keep it: stop
 //!   the container (cleanly, as berth does, forced after 10 s), move it into the trash (its
 //!   volume's disk detached and labels added in one update, then a rename) and move its volume
-//!   into the trash (labels, then a rename). `delete-looking` adds what berth's deletion looks
-//!   with before: one exec in the running container, and after the stop a boot, one exec and a
-//!   stop again, so nothing written during the stop goes unseen.
+//!   into the trash (labels, then a rename). `delete-looking` does what berth's deletion does
+//!   to look first: one exec in the running container, one exec that ends its processes as a
+//!   clean stop would (SIGTERM, then SIGSTOP for what is left) and one more exec, and then it
+//!   kills the container instead of stopping it cleanly, as berth does after those looks.
 //!
 //!   bench-raw-lxd create SOCKET POOL CONFIG_JSON PREFIX COUNT CONCURRENCY
 //!   bench-raw-lxd delete|delete-looking SOCKET POOL PREFIX COUNT CONCURRENCY
@@ -22,6 +23,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use berth::workspace::look::QUIESCE_SCRIPT;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -166,18 +168,18 @@ impl Lxd {
     async fn delete(&self, pool: &str, name: &str, looking: bool) -> anyhow::Result<()> {
         let volume = format!("{name}-workspace");
         if looking {
-            self.exec(name).await?;
-        }
-        self.stop(name).await?;
-        if looking {
+            self.exec(name, &["true"]).await?;
+            self.exec(name, &["sh", "-c", QUIESCE_SCRIPT, "quiesce", "30"])
+                .await?;
+            self.exec(name, &["true"]).await?;
             self.async_call(
                 reqwest::Method::PUT,
                 &format!("/1.0/instances/{name}/state"),
-                json!({"action": "start", "timeout": 60}),
+                json!({"action": "stop", "force": true}),
             )
             .await
-            .with_context(|| format!("{name}: start to look"))?;
-            self.exec(name).await?;
+            .with_context(|| format!("{name}: kill"))?;
+        } else {
             self.stop(name).await?;
         }
         let mut instance = self
@@ -282,12 +284,12 @@ impl Lxd {
         Ok(())
     }
 
-    /// One exec of `true`, waited for.
-    async fn exec(&self, name: &str) -> anyhow::Result<()> {
+    /// One exec of `command`, waited for.
+    async fn exec(&self, name: &str, command: &[&str]) -> anyhow::Result<()> {
         self.async_call(
             reqwest::Method::POST,
             &format!("/1.0/instances/{name}/exec"),
-            json!({"command": ["true"], "environment": {}, "record-output": false,
+            json!({"command": command, "environment": {}, "record-output": false,
                    "wait-for-websocket": false, "interactive": false}),
         )
         .await

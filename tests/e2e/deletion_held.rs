@@ -283,14 +283,15 @@ fn a_deleted_container_has_its_volume_inspected() {
     assert_eq!(instance_count(&inspection_instance(&uid)), 0);
 }
 
-/// A process in the container writes a file while the container stops: the look at the stopped
-/// workspace finds it, the deletion is held, and the container runs again.
+/// A process in the container writes a file when it is told to end, as on a stop: the look
+/// after the container's processes were ended finds it, the deletion is held, and the container
+/// runs again.
 #[test]
-fn a_write_during_the_stop_is_not_lost() {
+fn a_write_on_the_way_out_is_not_lost() {
     let mut berth = Deleter::start();
     let name = unique_name();
     let uid = berth.create_ready(&name, "berth-tiny");
-    // On the stop, init sends SIGTERM to every process and gives them three seconds.
+    // Before its last look the deletion sends SIGTERM to every process, as init does on a stop.
     exec(
         &name,
         "setsid sh -c 'trap \"echo late > /workspace/late.txt; sync; exit 0\" TERM; \
@@ -307,8 +308,8 @@ fn a_write_during_the_stop_is_not_lost() {
         held["status"]
     );
     assert_eq!(volumes_of(&uid).len(), 1, "{:?}", volumes_of(&uid));
-    // The writer runs only on the stop: its file shows the container was stopped before the
-    // look that held the deletion.
+    // The writer runs only on SIGTERM: its file shows the processes were ended before the look
+    // that held the deletion.
     assert_eq!(
         instance_state(&name).as_deref(),
         Some("RUNNING"),

@@ -40,7 +40,7 @@ pub async fn inspect_in_place(
     expected: &Expected,
     timeout: Duration,
 ) -> (Result<Inspection, InspectError>, bool) {
-    let state = match runtime.get_instance(instance).await {
+    let status = match runtime.get_instance(instance).await {
         Ok(Some(found)) => found.status,
         Ok(None) => {
             return (
@@ -53,7 +53,18 @@ pub async fn inspect_in_place(
         }
         Err(e) => return (Err(InspectError::Exec(e)), false),
     };
-    match state {
+    inspect_as_found(runtime, instance, status, expected, timeout).await
+}
+
+/// [`inspect_in_place`] of an instance the caller has just read as `status`.
+pub async fn inspect_as_found(
+    runtime: &dyn Runtime,
+    instance: &str,
+    status: InstanceStatus,
+    expected: &Expected,
+    timeout: Duration,
+) -> (Result<Inspection, InspectError>, bool) {
+    match status {
         InstanceStatus::Running => (
             inspect::inspect(runtime, instance, expected, timeout).await,
             false,
@@ -70,6 +81,78 @@ pub async fn inspect_in_place(
             false,
         ),
     }
+}
+
+/// [`quiesce`]'s shell script, `$1` the grace in tenths of a second. It notes every process but
+/// init and itself, sends SIGTERM to all but init (`kill -1`), waits until the noted ones have
+/// exited (a zombie has) or the grace is over, and then stops whatever runs with SIGSTOP: also
+/// what started meanwhile, such as a shell init's own wait helper, which is not waited for. The
+/// same words run under dash and busybox ash.
+pub const QUIESCE_SCRIPT: &str = r#"pids=
+for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = 1 ] || [ "$p" = $$ ] || pids="$pids $p"
+done
+kill -TERM -1 2>/dev/null
+i=0
+while [ -n "$pids" ] && [ "$i" -lt "$1" ]; do
+    left=
+    for p in $pids; do
+        stat=
+        read -r stat 2>/dev/null </proc/$p/stat || continue
+        rest=${stat##*) }
+        [ "${rest%% *}" = Z ] || left="$left $p"
+    done
+    pids=$left
+    [ -n "$pids" ] || break
+    sleep 0.1
+    i=$((i + 1))
+done
+kill -STOP -1 2>/dev/null
+exit 0"#;
+
+/// Ends the work of every process in the running container `instance` but its init, as a clean
+/// stop would, without stopping the container: each gets SIGTERM and `grace` to exit (a process
+/// that saves its state on SIGTERM does so here, as it would on a stop), then whatever is left,
+/// and anything started meanwhile, is stopped with SIGSTOP. A look after this sees all that the
+/// processes wrote on their way out, and nothing but init runs between that look and the
+/// container's end.
+pub async fn quiesce(
+    runtime: &dyn Runtime,
+    instance: &str,
+    grace: Duration,
+    timeout: Duration,
+) -> Result<(), InspectError> {
+    let tenths = grace.as_millis().div_ceil(100).to_string();
+    let mut request = ExecRequest::new(
+        ["sh", "-c", QUIESCE_SCRIPT, "berth-quiesce", tenths.as_str()],
+        timeout.max(grace * 2),
+    );
+    request.cwd = Some("/".into());
+    request.env = BTreeMap::from([(
+        "PATH".to_string(),
+        "/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+    )]);
+    request.discard_output = true;
+    let output = runtime
+        .exec(instance, &request)
+        .await
+        .map_err(InspectError::Exec)?;
+    if !output.success() {
+        return Err(InspectError::Exited {
+            code: output.exit_code,
+            detail: "ending the container's processes before the last look failed".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether `request` is [`quiesce`]'s.
+pub fn is_quiesce(request: &ExecRequest) -> bool {
+    request
+        .command
+        .get(3)
+        .is_some_and(|arg| arg == "berth-quiesce")
 }
 
 /// Why a stopped container could not be booted for its inspection.

@@ -10,9 +10,9 @@
 //!
 //! Every such deletion of a workspace that was ever reachable (`status.firstReachableAt`, not
 //! the current step) looks first, wherever the workspace is: in the project's container, where
-//! it is; then, when nothing protects it, once more after the container is stopped, so nothing
-//! written during the stop is lost; and from an inspection instance when the project has no
-//! container of its own (see [`crate::workspace::inspection_instance`]).
+//! it is; then, when nothing protects it, once more after its processes were ended as a clean
+//! stop ends them, so nothing written on their way out is lost; and from an inspection instance
+//! when the project has no container of its own (see [`crate::workspace::inspection_instance`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use crate::layout::{DurableLayout, uid_label};
 use crate::reconcile::status::{Draft, ever_reachable};
 use crate::reconcile::{Context, ReconcileError};
-use crate::runtime::{ImageSource, InstanceStatus, StopOptions};
+use crate::runtime::{ImageSource, StopOptions};
 use crate::store::{
     EventType, FieldManager, StatusWrite, StatusWritten, Store, StoreError, StoredObject,
 };
@@ -41,8 +41,11 @@ use berth_api::Kind;
 pub const REMOVING: &str = "removing the container and the volumes";
 /// One inspection's deadline (a stopped container also gets this long to boot).
 const INSPECT_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long a running container gets to stop cleanly before its stopped workspace is inspected.
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the processes of a container being deleted get to exit on SIGTERM before the
+/// second look: what berth's init gives them on a clean stop.
+const QUIESCE_GRACE: Duration = Duration::from_secs(3);
+/// How many times a held deletion's container is started again before it is left stopped.
+const RESTART_ATTEMPTS: u32 = 3;
 /// `DeletionBlocked=False` after a person forced the deletion.
 const FORCED: &str = "Forced";
 
@@ -221,12 +224,15 @@ struct Look {
 }
 
 /// Looks at the workspace as the deletion would leave it. The project's own container is
-/// inspected where it is (a stopped one booted without its runner and stopped again); when that
-/// finds nothing to protect and the container was running, it is stopped and the stopped
-/// workspace inspected again, so nothing written meanwhile is lost; when that second look finds
-/// work, the container is started again as it was. Without a container of the project's own (it
-/// vanished, was deleted by hand, or its name is someone else's), the workspace volume is
-/// inspected from an inspection instance. `None` when there is no workspace volume left.
+/// inspected where it is (a stopped one booted without its runner and stopped again). When
+/// that finds nothing to protect and the container runs, its processes are ended as a clean
+/// stop would end them (SIGTERM and a grace, then SIGSTOP for what is left: [`look::quiesce`])
+/// and the workspace is inspected again, so nothing written on the way out is lost; then the
+/// container is killed, as nothing in it runs any more. When that second look finds work, the
+/// container is started again, as a stop and start would leave it. Without a container of the
+/// project's own (it vanished, was deleted by hand, or its name is someone else's), the
+/// workspace volume is inspected from an inspection instance. `None` when there is no
+/// workspace volume left.
 async fn look_at(
     ctx: &Context,
     object: &StoredObject,
@@ -244,8 +250,8 @@ async fn look_at(
             })
         });
     };
-    let was_running = instance.status == InstanceStatus::Running;
-    let (first, booted) = look::inspect_in_place(runtime, name, &known, INSPECT_TIMEOUT).await;
+    let (first, booted) =
+        look::inspect_as_found(runtime, name, instance.status, &known, INSPECT_TIMEOUT).await;
     let (evidence, agent) = look::evidence_of(&first, recorded_agent);
     let first = Look {
         result: first,
@@ -255,21 +261,23 @@ async fn look_at(
     if booted || !protections(agent, &evidence, true).is_empty() {
         return Ok(Some(first));
     }
-    if let Err(e) = runtime
-        .stop_instance(name, StopOptions::clean_then_force(STOP_TIMEOUT))
-        .await
-    {
-        tracing::warn!(error = %e, "stopping the container to inspect it stopped failed");
-        restore(runtime, name, was_running).await;
+    if let Err(e) = look::quiesce(runtime, name, QUIESCE_GRACE, INSPECT_TIMEOUT).await {
+        tracing::warn!(error = %e, "ending the container's processes to inspect it failed");
+        restart(runtime, name).await;
         return Ok(Some(Look {
-            result: Err(InspectError::Exec(e)),
+            result: Err(e),
             agent,
         }));
     }
-    let second = look::inspect_stopped(runtime, name, &known, INSPECT_TIMEOUT).await;
+    let second = inspect::inspect(runtime, name, &known, INSPECT_TIMEOUT).await;
     let (evidence, _) = look::evidence_of(&second, agent);
-    if !protections(agent, &evidence, true).is_empty() {
-        restore(runtime, name, was_running).await;
+    if protections(agent, &evidence, true).is_empty() {
+        // Nothing runs in it but init: a kill loses nothing a clean stop would keep.
+        if let Err(e) = runtime.stop_instance(name, StopOptions::kill()).await {
+            tracing::warn!(error = %e, "killing the inspected container failed");
+        }
+    } else {
+        restart(runtime, name).await;
     }
     Ok(Some(Look {
         result: second,
@@ -277,10 +285,25 @@ async fn look_at(
     }))
 }
 
-/// Puts a container the second look stopped back as it was: a held deletion keeps it running.
-async fn restore(runtime: &dyn crate::runtime::Runtime, name: &str, was_running: bool) {
-    if was_running && let Err(e) = runtime.start_instance(name, INSPECT_TIMEOUT).await {
-        tracing::warn!(error = %e, "starting the container again after inspecting it failed");
+/// Puts a container whose processes the second look ended back as a stop and start would: a
+/// held deletion keeps it running. The start is tried a few times: LXD refuses one while the
+/// kill still holds the instance, and a held deletion looks again only when a stopped container
+/// would be looked at.
+async fn restart(runtime: &dyn crate::runtime::Runtime, name: &str) {
+    if let Err(e) = runtime.stop_instance(name, StopOptions::kill()).await {
+        tracing::warn!(error = %e, "stopping the container after inspecting it failed");
+    }
+    for attempt in 1..=RESTART_ATTEMPTS {
+        match runtime.start_instance(name, INSPECT_TIMEOUT).await {
+            Ok(()) => return,
+            Err(e) if attempt < RESTART_ATTEMPTS => {
+                tracing::info!(error = %e, attempt, "starting the container again failed; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "starting the container again after inspecting it failed");
+            }
+        }
     }
 }
 

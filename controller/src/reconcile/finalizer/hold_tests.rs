@@ -1,6 +1,6 @@
 //! Every way a deletion no person forced could reach a workspace without looking at it first:
 //! a step that went backwards, a container that vanished or was never the project's, work
-//! written while the container stops. The teardown runs against the fake runtime, whose
+//! written as its processes end. The teardown runs against the fake runtime, whose
 //! inspections answer with what the workspace volume holds, wherever it is attached.
 
 use crate::store::Commit;
@@ -454,8 +454,29 @@ fn in_order(calls: &[String], wanted: &[&str]) -> bool {
     true
 }
 
+/// Records, in order, which of the fake's execs in `instance` were inspections (`inspect`) and
+/// which ended its processes (`quiesce`).
+fn record_execs(fake: &Arc<FakeRuntime>, instance: &str) -> Arc<Mutex<Vec<&'static str>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (log, instance) = (seen.clone(), instance.to_string());
+    fake.on_exec(move |name, request| {
+        if name == instance {
+            let kind = if look::is_quiesce(request) {
+                "quiesce"
+            } else if is_inspection(request) {
+                "inspect"
+            } else {
+                "other"
+            };
+            log.lock().unwrap().push(kind);
+        }
+        None
+    });
+    seen
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_running_container_is_stopped_then_inspected_again_then_trashed() {
+async fn a_running_container_has_its_processes_ended_then_is_inspected_again_then_trashed() {
     let s = setup();
     s.deleting(
         "p",
@@ -463,26 +484,27 @@ async fn a_running_container_is_stopped_then_inspected_again_then_trashed() {
         Container::Running,
         FakeWorkspace::default(),
     );
+    let execs = record_execs(&s.fake, "p");
     assert!(matches!(s.teardown("p").await, Action::Done));
+    assert_eq!(
+        *execs.lock().unwrap(),
+        ["inspect", "quiesce", "inspect"],
+        "a look, the processes ended, a second look"
+    );
     let calls = s.fake.calls();
     assert!(
-        in_order(
-            &calls,
-            &[
-                "exec p",
-                "stop_instance p",
-                "start_instance p",
-                "exec p",
-                "stop_instance p",
-                "rename_instance p"
-            ]
-        ),
-        "inspect, stop, inspect the stopped workspace, into the trash: {calls:?}"
+        in_order(&calls, &["exec p", "stop_instance p", "rename_instance p"]),
+        "inspected, then stopped, then into the trash: {calls:?}"
+    );
+    assert_eq!(
+        s.fake.count("start_instance"),
+        0,
+        "no boot to look: {calls:?}"
     );
 }
 
 #[tokio::test(start_paused = true)]
-async fn work_written_while_the_container_stops_holds_it_and_it_runs_again() {
+async fn work_written_as_the_processes_end_holds_it_and_it_runs_again() {
     let s = setup();
     let object = s.deleting(
         "p",
@@ -491,16 +513,12 @@ async fn work_written_while_the_container_stops_holds_it_and_it_runs_again() {
         FakeWorkspace::default(),
     );
     let uid = object.uid().to_string();
-    // The agent commits while it is being stopped.
+    // The agent commits when it gets SIGTERM.
     let volumes = s.volumes.clone();
     let volume = DurableLayout::workspace_volume(&uid);
-    let weak = Arc::downgrade(&s.fake);
     s.fake.on_exec(move |name, request| {
-        if name == "p" && is_inspection(request) {
-            let fake = weak.upgrade()?;
-            if fake.count("stop_instance") > 0 {
-                volumes.lock().unwrap().insert(volume.clone(), unpushed(1));
-            }
+        if name == "p" && look::is_quiesce(request) {
+            volumes.lock().unwrap().insert(volume.clone(), unpushed(1));
         }
         None
     });
@@ -510,8 +528,9 @@ async fn work_written_while_the_container_stops_holds_it_and_it_runs_again() {
     assert_eq!(
         s.fake.instance("p").map(|i| i.status),
         Some(InstanceStatus::Running),
-        "put back as it was"
+        "put back as a stop and start would leave it"
     );
+    assert_eq!(s.fake.count("start_instance"), 1, "started again");
     assert_eq!(s.fake.count("delete_instance"), 0);
 }
 
@@ -649,8 +668,11 @@ struct World {
     seeded: bool,
     edited: bool,
     blocked: bool,
-    /// A process in the container writes when the container is stopped.
+    /// A process in the container writes when it gets SIGTERM (the container is stopped, or its
+    /// processes ended before a look).
     writes_on_stop: bool,
+    /// The project container's processes were ended ([`look::quiesce`]).
+    terminated: bool,
     /// Every inspection of it comes back unreadable.
     failing: bool,
 }
@@ -784,6 +806,10 @@ async fn randomized_deletions_never_destroy_protected_work() {
         let (project, stopped) = (name.to_string(), format!("stop_instance {name}"));
         let ours = volume.clone();
         s.fake.on_exec(move |instance, request| {
+            if look::is_quiesce(request) && instance == project {
+                live.lock().unwrap().terminated = true;
+                return None;
+            }
             if !is_inspection(request) {
                 return None;
             }
@@ -792,10 +818,11 @@ async fn randomized_deletions_never_destroy_protected_work() {
                 return None;
             }
             let mut world = live.lock().unwrap();
-            // The writer, running in the project's own container, ran when it was stopped.
+            // The writer, running in the project's own container, ran when it got SIGTERM:
+            // from its processes' end before the second look, or from a stop.
             if world.writes_on_stop
                 && container == Container::Running
-                && fake.calls().contains(&stopped)
+                && (world.terminated || fake.calls().contains(&stopped))
             {
                 world.unsaved.uncommitted = world.unsaved.uncommitted.max(1);
             }

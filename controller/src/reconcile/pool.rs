@@ -10,7 +10,8 @@
 //!
 //! A member is named `berth-pool-<controller>-<n>` and labelled [`POOL_LABEL`] with the
 //! controller's id, so two daemons on one LXD never claim or delete each other's. The refill
-//! ([`refill`]) is one task making one member at a time; it deletes members the pool no longer
+//! ([`refill`]) is one task making one member at a time, never while a claimed container is
+//! still on its way up ([`WarmPool::quiet`]); it deletes members the pool no longer
 //! wants (a lower `pool.size`, another image) through [`crate::dispose::pool_member`].
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -21,6 +22,7 @@ use std::time::Duration;
 use berth_api::Kind;
 use berth_api::wire::PoolEntry;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
@@ -38,6 +40,9 @@ use crate::store::Store;
 /// The first wait after a failed refill pass; it doubles up to [`FAILED_MAX`].
 const FAILED_FIRST: Duration = Duration::from_secs(5);
 const FAILED_MAX: Duration = Duration::from_secs(300);
+/// The longest the refill waits for a claimed container to answer before it makes the next
+/// member anyway (a claim whose project never gets there holds it back no longer).
+pub const CLAIM_QUIET: Duration = Duration::from_secs(10);
 
 /// The warm pool of one controller: what it wants, the members the last pass found ready, and
 /// the members a claim has taken but not yet recorded in its project.
@@ -50,6 +55,8 @@ pub struct WarmPool {
     claims: AtomicU64,
     /// Wakes the refill after a claim.
     wake: Notify,
+    /// Wakes a refill waiting for claimed containers to answer.
+    answered: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -58,6 +65,8 @@ struct Members {
     ready: BTreeMap<String, String>,
     /// Taken by a claim whose project has not recorded it yet.
     taken: BTreeSet<String>,
+    /// Projects whose claimed container was started and has not answered yet, with when.
+    starting: BTreeMap<String, Instant>,
 }
 
 impl WarmPool {
@@ -116,11 +125,50 @@ impl WarmPool {
         self.lock().taken.remove(name);
     }
 
-    /// A project finished claiming a member: counted, and the refill makes another.
-    pub fn claimed(&self, metrics: &Metrics) {
+    /// The project `project` finished claiming a member and started it: counted, and the refill
+    /// makes another once the container answered ([`Self::answered`]).
+    pub fn claimed(&self, project: &str, metrics: &Metrics) {
         self.claims.fetch_add(1, Ordering::Relaxed);
         metrics.pool_claims.get_or_create(&self.labels()).inc();
+        self.lock()
+            .starting
+            .insert(project.to_string(), Instant::now());
         self.wake.notify_one();
+    }
+
+    /// The container of `project` answers: a claim of it no longer holds the refill back.
+    pub fn answered(&self, project: &str) {
+        let mut members = self.lock();
+        if members.starting.is_empty() {
+            return;
+        }
+        if members.starting.remove(project).is_some() {
+            self.answered.notify_one();
+        }
+    }
+
+    /// Waits while a claimed container is on its way up, each for at most [`CLAIM_QUIET`]: a
+    /// member made meanwhile (an image unpacked, a container booted) would take the host's disk
+    /// and CPU from the start a person is waiting on.
+    pub async fn quiet(&self) {
+        loop {
+            let wait = {
+                let mut members = self.lock();
+                members.starting.retain(|_, at| at.elapsed() < CLAIM_QUIET);
+                members
+                    .starting
+                    .values()
+                    .map(|at| CLAIM_QUIET.saturating_sub(at.elapsed()))
+                    .max()
+            };
+            let Some(wait) = wait else {
+                return;
+            };
+            tokio::select! {
+                _ = self.answered.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Members> {
@@ -185,7 +233,10 @@ pub async fn refill(ctx: std::sync::Arc<Context>, cancel: CancellationToken) {
     loop {
         let outcome = tokio::select! {
             _ = cancel.cancelled() => return,
-            outcome = pass(&ctx) => outcome,
+            outcome = async {
+                pool.quiet().await;
+                pass(&ctx).await
+            } => outcome,
         };
         let wait = match outcome {
             Ok(Pass::Made) => {
@@ -386,10 +437,7 @@ async fn make(
         tokio::time::sleep(BOOT_POLL).await;
     }
     // Nothing in it is anyone's: no clean shutdown to wait for.
-    let stop = StopOptions {
-        clean_timeout: Duration::ZERO,
-        force_after: true,
-    };
+    let stop = StopOptions::kill();
     runtime.stop_instance(name, stop).await?;
     let mut ready = InstancePatch::default();
     ready

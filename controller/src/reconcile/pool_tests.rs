@@ -6,7 +6,9 @@ use std::sync::Arc;
 use berth_api::{Kind, Phase, ProjectStatus};
 use serde_json::{Value, json};
 
-use super::{Pass, WarmPool, member_prefix, pass};
+use std::time::Duration;
+
+use super::{CLAIM_QUIET, Pass, WarmPool, member_prefix, pass};
 use crate::layout::{CONTROLLER_LABEL, POOL_LABEL, POOL_READY_LABEL, UID_LABEL};
 use crate::metrics::{ImageLabels, Metrics, ReasonLabels};
 use crate::reconcile::{Action, Context, ControllerSettings, NoLaterSteps, WorkQueue, project};
@@ -219,6 +221,43 @@ async fn a_new_project_claims_a_member_and_the_pool_refills() {
     h.fill().await;
     assert_eq!(h.members().len(), 2);
     assert_eq!(h.fake.count("create_instance"), 3);
+}
+
+/// The refill makes no member while a claimed container is on its way up: it waits until the
+/// project's container answered, or at most `CLAIM_QUIET` for a claim that never gets there.
+#[tokio::test(start_paused = true)]
+async fn the_refill_waits_while_a_claimed_container_starts() {
+    let h = Harness::new(2);
+    let pool = &h.ctx.settings.pool;
+    let metrics = &h.ctx.metrics;
+    pool.claimed("p", metrics);
+    let quiet = pool.quiet();
+    tokio::pin!(quiet);
+    assert!(
+        tokio::time::timeout(CLAIM_QUIET / 2, &mut quiet)
+            .await
+            .is_err(),
+        "the refill waits while p starts"
+    );
+    pool.answered("p");
+    tokio::time::timeout(Duration::from_millis(1), &mut quiet)
+        .await
+        .expect("the refill goes on once p answered");
+
+    // A claim whose project never answers holds it back for CLAIM_QUIET at most.
+    pool.claimed("q", metrics);
+    let started = tokio::time::Instant::now();
+    pool.quiet().await;
+    assert_eq!(started.elapsed(), CLAIM_QUIET);
+
+    // A project converged from a claim answered on its way.
+    h.fill().await;
+    h.apply("r", json!({"image": "berth-base"}));
+    h.converge("r").await;
+    h.assert_claimed_ready("r");
+    tokio::time::timeout(Duration::from_millis(1), pool.quiet())
+        .await
+        .expect("r's claim no longer holds the refill back");
 }
 
 /// Another image, a stopped project and an empty pool each take the plain create, and the

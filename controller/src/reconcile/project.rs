@@ -399,7 +399,10 @@ impl Project<'_> {
             // The probe changed nothing this reconcile converged: the later steps follow on the
             // container as it was read, without reading it again.
             let done = draft.step();
-            return self.later_steps(draft, done).await;
+            let later = self.later_steps(draft, done).await;
+            // A container claimed from the warm pool is up: the refill may go on.
+            self.ctx.settings.pool.answered(self.name());
+            return later;
         }
         let waited = draft.time_in_step().to_std().unwrap_or_default();
         if waited > settings.timeouts.boot {

@@ -91,7 +91,10 @@ impl Project<'_> {
             self.start().await?;
         }
         draft.record.pool_member = None;
-        self.ctx.settings.pool.claimed(&self.ctx.metrics);
+        self.ctx
+            .settings
+            .pool
+            .claimed(self.name(), &self.ctx.metrics);
         match runtime.get_instance_record(self.name()).await? {
             Some(instance) => self.record_created(draft, &instance).await,
             None => Err(ReconcileError::Failed(

@@ -26,7 +26,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::layout::{POOL_LABEL, UID_LABEL, uid_label};
-use crate::runtime::{Device, Runtime, RuntimeError, StopOptions, Volume};
+use crate::runtime::{Device, InstanceStatus, Runtime, RuntimeError, StopOptions, Volume};
 use crate::store::StoredObject;
 use crate::trash::{self, TrashSettings};
 
@@ -175,15 +175,18 @@ pub async fn container_into_trash(
         timeout,
     } = replaced;
     let uid = object.uid();
-    runtime
-        .stop_instance(name, StopOptions::clean_then_force(*clean_stop))
-        .await?;
     let Some(instance) = runtime.get_instance_record(name).await? else {
         return Err(RuntimeError::NotFound {
             what: format!("instance {name}"),
             message: "the container to replace is gone".into(),
         });
     };
+    // A container started after this read refuses the rename below, and the caller retries.
+    if instance.status != InstanceStatus::Stopped {
+        runtime
+            .stop_instance(name, StopOptions::clean_then_force(*clean_stop))
+            .await?;
+    }
     let n = match instance
         .config
         .get(trash::TRASH_UID)

@@ -241,7 +241,7 @@ async fn look_at(
     let runtime = ctx.runtime.as_ref();
     let name = object.name();
     let known = inspect::expected_of(object);
-    let instance = ctx.runtime.get_instance(name).await?;
+    let instance = ctx.runtime.get_instance_record(name).await?;
     let Some(instance) = instance.filter(|i| uid_label(&i.config) == Some(object.uid())) else {
         return look_at_volume(ctx, object, &known).await.map(|result| {
             result.map(|result| Look {

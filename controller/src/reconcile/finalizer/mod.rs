@@ -53,7 +53,7 @@ pub async fn finalize(
         return Ok(Action::Requeue(retry));
     }
 
-    if let Some(instance) = runtime.get_instance(name).await? {
+    if let Some(instance) = runtime.get_instance_record(name).await? {
         if uid_label(&instance.config) == Some(uid) {
             crate::dispose::deleted_container(
                 runtime,

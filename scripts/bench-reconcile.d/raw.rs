@@ -10,9 +10,10 @@
 //!   the container (cleanly, as berth does, forced after 10 s), move it into the trash (its
 //!   volume's disk detached and labels added in one update, then a rename) and move its volume
 //!   into the trash (labels, then a rename). `delete-looking` does what berth's deletion does
-//!   to look first: one exec in the running container, one exec that ends its processes as a
-//!   clean stop would (SIGTERM, then SIGSTOP for what is left) and one more exec, and then it
-//!   kills the container instead of stopping it cleanly, as berth does after those looks.
+//!   to look first: berth's inspection script run in the running container (its output
+//!   recorded and read), one exec that ends the container's processes as a clean stop would
+//!   (SIGTERM, then SIGSTOP for what is left) and the inspection again, and then it kills the
+//!   container instead of stopping it cleanly, as berth does after those looks.
 //!
 //!   bench-raw-lxd create SOCKET POOL CONFIG_JSON PREFIX COUNT CONCURRENCY
 //!   bench-raw-lxd delete|delete-looking SOCKET POOL PREFIX COUNT CONCURRENCY
@@ -23,6 +24,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use berth::workspace::inspect::SCRIPT as INSPECT_SCRIPT;
 use berth::workspace::look::QUIESCE_SCRIPT;
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -168,10 +170,10 @@ impl Lxd {
     async fn delete(&self, pool: &str, name: &str, looking: bool) -> anyhow::Result<()> {
         let volume = format!("{name}-workspace");
         if looking {
-            self.exec(name, &["true"]).await?;
+            self.look(name, &volume).await?;
             self.exec(name, &["sh", "-c", QUIESCE_SCRIPT, "quiesce", "30"])
                 .await?;
-            self.exec(name, &["true"]).await?;
+            self.look(name, &volume).await?;
             self.async_call(
                 reqwest::Method::PUT,
                 &format!("/1.0/instances/{name}/state"),
@@ -296,6 +298,33 @@ impl Lxd {
         .with_context(|| format!("{name}: exec"))
     }
 
+    /// One look at the workspace as berth's deletion takes it: berth's inspection script run
+    /// with LXD recording its output, which is then read and deleted.
+    async fn look(&self, name: &str, volume: &str) -> anyhow::Result<()> {
+        let reply = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/1.0/instances/{name}/exec"),
+                json!({"command": ["/bin/sh", "-c", INSPECT_SCRIPT],
+                       "environment": {"BERTH_VOLUME": volume, "LC_ALL": "C",
+                                       "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+                       "record-output": true, "wait-for-websocket": false, "interactive": false}),
+            )
+            .await
+            .with_context(|| format!("{name}: look"))?;
+        let done = self.wait_for(&reply).await?;
+        let logs = done["metadata"]["output"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        for path in logs.values().filter_map(Value::as_str) {
+            let log = format!("http://lxd{path}");
+            self.http.get(&log).send().await?.bytes().await?;
+            self.http.delete(&log).send().await?;
+        }
+        Ok(())
+    }
+
     /// A request LXD answers with an operation, and the wait for it.
     async fn async_call(
         &self,
@@ -341,6 +370,11 @@ impl Lxd {
 
     /// Waits for the operation an async reply names; fails unless it succeeded.
     async fn wait(&self, reply: &Value) -> anyhow::Result<()> {
+        self.wait_for(reply).await.map(drop)
+    }
+
+    /// [`Self::wait`], answering the operation as it ended.
+    async fn wait_for(&self, reply: &Value) -> anyhow::Result<Value> {
         let Some(operation) = reply["operation"].as_str() else {
             bail!("no operation in {reply}");
         };
@@ -352,7 +386,7 @@ impl Lxd {
             .json()
             .await?;
         match waited["metadata"]["status"].as_str() {
-            Some("Success") => Ok(()),
+            Some("Success") => Ok(waited["metadata"].clone()),
             other => bail!(
                 "{operation} ended {}: {}",
                 other.unwrap_or("without a status"),

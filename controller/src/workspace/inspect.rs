@@ -40,7 +40,9 @@ pub const HEADER: &str = "berth-inspect 3";
 ///
 /// Git runs with `--no-optional-locks` so that inspecting never refreshes the index, which would
 /// both touch .git and make the inspection look like activity.
-const SCRIPT: &str = include_str!("inspect.sh");
+/// The inspection script, run by `sh -c` with the environment [`inspect`] gives it (public for
+/// the raw-LXD baseline of `scripts/bench-reconcile`, which looks the same way).
+pub const SCRIPT: &str = include_str!("inspect.sh");
 
 /// A file berth wrote into the workspace and the sha256 (hex) of what it wrote.
 pub type KnownFiles = BTreeMap<String, String>;

@@ -121,3 +121,50 @@ fn a_fleet_with_one_bad_item_or_one_too_many_persists_nothing() {
         "a refused apply persisted something"
     );
 }
+
+#[test]
+fn a_fleet_over_the_host_is_warned_of_in_a_bounded_answer() {
+    // Running, so the daemon reads the host's capacity from LXD; a dry run creates nothing.
+    let daemon = Daemon::running().start();
+    let api = daemon.client();
+    let items: Vec<Value> = fleet("over", 30)
+        .into_iter()
+        .map(|mut item| {
+            item["spec"]["resources"] = json!({"memory": "1024GiB", "cpu": "4096"});
+            item
+        })
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+    let body = list.to_string();
+    let warnings = daemon.eventually(
+        std::time::Duration::from_secs(60),
+        "warnings about the host's capacity",
+        || {
+            let reply = api.request(
+                "POST",
+                &format!("{API}/apply?dryRun=All"),
+                Some("application/json"),
+                body.as_bytes(),
+            );
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            let warnings: Vec<String> = reply
+                .headers
+                .iter()
+                .filter(|(name, _)| name.eq_ignore_ascii_case("warning"))
+                .map(|(_, value)| value.clone())
+                .collect();
+            (!warnings.is_empty()).then_some(warnings)
+        },
+    );
+    // Two warnings a project, sixty in all: the first twenty, and how many more.
+    assert_eq!(warnings.len(), 21, "{warnings:#?}");
+    assert!(
+        warnings[0].contains("Project/over-000000: spec.resources."),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings[20].contains("and 40 more warnings"),
+        "{warnings:#?}"
+    );
+    assert!(projects(&api).is_empty(), "a dry run");
+}

@@ -227,7 +227,13 @@ struct Admitting<'a> {
     // A server-owned annotation anywhere makes the batch a bad request (400), not an invalid one.
     server_owned: Vec<Cause>,
     warnings: Vec<String>,
+    /// Warnings past [`WARNINGS_SHOWN`], counted.
+    more_warnings: usize,
 }
+
+/// The most `Warning` headers an apply answers with: 100,000 projects over the host's capacity
+/// would otherwise be 100,000 headers.
+const WARNINGS_SHOWN: usize = 20;
 
 struct Admitted {
     batch: Vec<Staged>,
@@ -245,6 +251,7 @@ impl<'a> Admitting<'a> {
             causes: Vec::new(),
             server_owned: Vec::new(),
             warnings: Vec::new(),
+            more_warnings: 0,
         }
     }
 
@@ -255,9 +262,13 @@ impl<'a> Admitting<'a> {
         if !self.causes.is_empty() {
             return Err(ApiError::invalid(Some("List"), None, self.causes));
         }
+        let mut warnings = self.warnings;
+        if self.more_warnings > 0 {
+            warnings.push(format!("and {} more warnings", self.more_warnings));
+        }
         Ok(Admitted {
             batch: self.batch,
-            warnings: self.warnings,
+            warnings,
         })
     }
 }
@@ -281,7 +292,13 @@ impl ListItems for Admitting<'_> {
                         format!("{:?} is also items[{first}]", desired.name),
                     ));
                 }
-                self.warnings.extend(state.admission.warnings(&desired));
+                for warning in state.admission.warnings(&desired) {
+                    if self.warnings.len() < WARNINGS_SHOWN {
+                        self.warnings.push(warning);
+                    } else {
+                        self.more_warnings += 1;
+                    }
+                }
                 self.batch.push(Staged::new(desired));
                 Ok(())
             }

@@ -249,6 +249,9 @@ struct Bounds<'s> {
     sink: Option<RefCell<Sink<'s>>>,
     /// How many items were taken.
     taken: Cell<usize>,
+    /// Whether the top-level `items` key was read: the items of a second one would be applied
+    /// too, where a decoded map would have kept only the last.
+    items_read: Cell<bool>,
     /// Why an item was refused: the answer, whatever error the decoder made of it.
     refused: RefCell<Option<ApiError>>,
 }
@@ -268,6 +271,7 @@ impl<'s> Bounds<'s> {
             exceeded: Cell::new(None),
             sink: sink.map(RefCell::new),
             taken: Cell::new(0),
+            items_read: Cell::new(false),
             refused: RefCell::new(None),
         }
     }
@@ -525,6 +529,10 @@ impl<'de> Visitor<'de> for Node<'_, '_> {
             let cost = if object.is_empty() { MAP_NODE_COST } else { 0 };
             self.bounds.charge(cost + ENTRY_COST + key.len())?;
             let place = if self.place == Place::Top && key == "items" {
+                if self.bounds.sink.is_some() && self.bounds.items_read.replace(true) {
+                    let twice = ApiError::bad_request("items: the List gives its items twice");
+                    self.bounds.refuse(twice)?;
+                }
                 Place::Items
             } else {
                 Place::Inside
@@ -652,6 +660,11 @@ mod tests {
                 "items: must be a list",
             ),
             ("[1, 2]", 400, "the apply endpoint takes"),
+            (
+                r#"{"kind":"List","items":[],"items":[]}"#,
+                400,
+                "items twice",
+            ),
         ] {
             let err = decoded(body).unwrap_err();
             assert_eq!(err.code.as_u16(), code, "{body}: {}", err.message);

@@ -101,36 +101,24 @@ pub(super) async fn apply_list(
     let mut attempts = 0;
     let outcome = loop {
         attempts += 1;
-        let mut checked = Vec::with_capacity(batch.staged.len());
-        for (index, staged) in batch.staged.iter().enumerate() {
-            let current = state.store.get(staged.kind, &staged.name);
-            let desired = staged.desired(batch.applyset.as_deref());
-            access::check_write(state, caller, &desired, current.as_deref())
-                .map_err(|err| err.in_item(index))?;
-            checked.push(Checked {
-                batch: Arc::clone(&batch),
-                index,
-                expected: Expected::of(current.as_deref()),
-            });
-        }
-        let store = Arc::clone(&state.store);
-        let creator = caller.identity.clone();
-        let written = match applyset.clone() {
-            Some(set) => {
-                blocking(move || {
-                    let params = SetParams::from(ApplyParams::by(&creator, commit));
-                    store.apply_set(&set, checked, params.pruning(prune))
-                })
-                .await?
-            }
-            None => blocking(move || store.apply_batch(checked, ApplyParams::by(&creator, commit)))
-                .await?
-                .map(|applied| AppliedSet {
-                    applied,
-                    pruned: Vec::new(),
-                    conflicts: Vec::new(),
-                }),
-        };
+        let (state, caller, batch) = (Arc::clone(state), caller.clone(), Arc::clone(&batch));
+        // Judging and writing 100,000 objects takes seconds too.
+        let written = blocking(move || {
+            let checked = check_batch(&state, &caller, &batch)?;
+            let store = &state.store;
+            let params = ApplyParams::by(&caller.identity, commit);
+            Ok::<_, ApiError>(match &batch.applyset {
+                Some(set) => store.apply_set(set, checked, SetParams::from(params).pruning(prune)),
+                None => store
+                    .apply_batch(checked, params)
+                    .map(|applied| AppliedSet {
+                        applied,
+                        pruned: Vec::new(),
+                        conflicts: Vec::new(),
+                    }),
+            })
+        })
+        .await??;
         match written {
             Err(failure)
                 if matches!(failure.error, StoreError::Moved { .. })
@@ -191,6 +179,28 @@ impl Staged {
             spec: self.spec.value(),
         }
     }
+}
+
+/// Each object of `batch` with what it must still be when written, once `caller` may write it
+/// over what is stored now.
+fn check_batch(
+    state: &ApiState,
+    caller: &Caller,
+    batch: &Arc<Batch>,
+) -> Result<Vec<Checked>, ApiError> {
+    let mut checked = Vec::with_capacity(batch.staged.len());
+    for (index, staged) in batch.staged.iter().enumerate() {
+        let current = state.store.get(staged.kind, &staged.name);
+        let desired = staged.desired(batch.applyset.as_deref());
+        access::check_write(state, caller, &desired, current.as_deref())
+            .map_err(|err| err.in_item(index))?;
+        checked.push(Checked {
+            batch: Arc::clone(batch),
+            index,
+            expected: Expected::of(current.as_deref()),
+        });
+    }
+    Ok(checked)
 }
 
 /// What an apply writes, kept until written (a write that finds an object moved is judged

@@ -20,10 +20,12 @@ use crate::project::{ProtectionReason, ReapAction};
 
 /// The largest body of one object the API reads: create, replace, patch, status.
 pub const OBJECT_LIMIT: usize = 3 << 20;
-/// The largest `List` the apply endpoint reads; a client refuses to send a larger one.
-pub const APPLY_LIMIT: usize = 32 << 20;
-/// The most items one `List` sent to the apply endpoint may hold.
-pub const APPLY_ITEMS: usize = 10_000;
+/// The largest `List` the apply endpoint reads; a client refuses to send a larger one. Room
+/// for 100,000 manifests of about 600 bytes: the server decodes a `List` an item at a time.
+pub const APPLY_LIMIT: usize = 64 << 20;
+/// The most items one `List` sent to the apply endpoint may hold: a fleet of 100,000 projects
+/// is applied in one call.
+pub const APPLY_ITEMS: usize = 100_000;
 
 /// The version of the workspace tools protocol (`.../tools/...` requests and answers).
 pub const TOOLS_PROTOCOL_VERSION: &str = "berth.dev/tools/v1";

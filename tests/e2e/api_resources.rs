@@ -184,16 +184,16 @@ fn oversized_bodies_get_413_naming_what_and_the_limit() {
             "items[1]: Project \"big\" is 3.0 MiB, over the limit of 3 MiB for one object",
         ),
         (
-            "a batch over 32 MiB",
+            "a batch over 64 MiB",
             "POST",
             APPLY.to_string(),
             list(vec![project(
                 "huge",
-                json!({"brief": "y".repeat(33 << 20)}),
+                json!({"brief": "y".repeat(65 << 20)}),
             )]),
             413,
-            json!({"kind": "List", "limitBytes": 32 << 20}),
-            "the request body exceeds the limit of 32 MiB",
+            json!({"kind": "List", "limitBytes": 64 << 20}),
+            "the request body exceeds the limit of 64 MiB",
         ),
         (
             "objects under the limit fill a batch",

@@ -1365,7 +1365,7 @@ fn diff_and_apply_report_a_bad_batch_alike() {
         "huge.yaml",
         &project(
             "huge",
-            &format!("spec:\n  brief: {}\n", "h".repeat(33 << 20)),
+            &format!("spec:\n  brief: {}\n", "h".repeat(65 << 20)),
         ),
     );
     for command in ["apply", "diff"] {
@@ -1374,7 +1374,7 @@ fn diff_and_apply_report_a_bad_batch_alike() {
         assert_eq!(
             run.stderr,
             format!(
-                "error: {huge}: the apply request is 33.0 MiB, over the server's limit of 32 MiB for one apply; apply them in parts\n"
+                "error: {huge}: the apply request is 65.0 MiB, over the server's limit of 64 MiB for one apply; apply them in parts\n"
             )
         );
     }

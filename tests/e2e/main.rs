@@ -22,6 +22,7 @@ mod agent_skills;
 mod agents_real;
 mod api_daemon;
 mod api_resources;
+mod apply_fleet;
 mod cli_commands;
 mod cluster_fleet;
 mod console_access;

@@ -281,12 +281,12 @@ fn wire_shapes_keep_their_json() {
     );
 }
 
-/// The README documents these bounds (3 MiB an object, 32 MiB and 10,000 items an apply).
+/// The README documents these bounds (3 MiB an object, 64 MiB and 100,000 items an apply).
 #[test]
 fn request_limits_are_the_documented_sizes() {
     use berth_api::wire::{APPLY_ITEMS, APPLY_LIMIT, OBJECT_LIMIT};
     assert_eq!(
         (OBJECT_LIMIT, APPLY_LIMIT, APPLY_ITEMS),
-        (3 << 20, 32 << 20, 10_000)
+        (3 << 20, 64 << 20, 100_000)
     );
 }

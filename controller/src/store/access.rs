@@ -12,6 +12,7 @@ use berth_api::Kind;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
+use super::cache::Names;
 use super::{Store, StoreError};
 
 /// One secret as a listing shows it: the key and when it last changed, never the value.
@@ -48,12 +49,10 @@ fn user_id(token_hash: &str) -> String {
     hex::encode(&Sha256::digest(format!("berth-user-id:{token_hash}").as_bytes())[..16])
 }
 
-pub(super) fn load_members(
-    conn: &Connection,
-) -> Result<HashMap<String, BTreeSet<String>>, StoreError> {
+pub(super) fn load_members(conn: &Connection) -> Result<HashMap<String, Names>, StoreError> {
     let mut stmt = conn.prepare("SELECT project_uid, user FROM members")?;
     let rows = stmt.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))?;
-    let mut members: HashMap<String, BTreeSet<String>> = HashMap::new();
+    let mut members: HashMap<String, Names> = HashMap::new();
     for row in rows {
         let (uid, user) = row?;
         members.entry(uid).or_default().insert(user);

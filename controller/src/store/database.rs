@@ -5,7 +5,7 @@
 //! and `quick_check` runs at start. A stored row naming no kind is a load error: objects are
 //! addressed by `berth_api::Kind`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::applyset::load_applysets;
-use super::cache::display_name_of;
+use super::cache::{Names, display_name_of};
 use super::writes::Write;
 use super::{
     CHANGE_FEED_CAPACITY, Doc, Inner, PROBE_INTERVAL, Store, StoreError, StoredObject, access,
@@ -250,7 +250,7 @@ pub(super) fn kind_column(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Re
 
 pub(super) type Loaded = (
     HashMap<Kind, BTreeMap<String, Arc<StoredObject>>>,
-    HashMap<String, BTreeSet<String>>,
+    HashMap<String, Names>,
     HashMap<String, (Kind, String)>,
 );
 
@@ -287,7 +287,7 @@ pub(super) fn load_objects(conn: &Connection) -> Result<Loaded, StoreError> {
         })
     })?;
     let mut objects: HashMap<Kind, BTreeMap<String, Arc<StoredObject>>> = HashMap::new();
-    let mut display_names: HashMap<String, BTreeSet<String>> = HashMap::new();
+    let mut display_names: HashMap<String, Names> = HashMap::new();
     let mut uids = HashMap::new();
     for row in rows {
         let object = Arc::new(row?);

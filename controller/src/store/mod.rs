@@ -24,10 +24,12 @@ pub mod schema;
 mod status;
 mod writes;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use cache::Names;
 
 use berth_api::Kind;
 use chrono::{DateTime, Utc};
@@ -130,13 +132,13 @@ struct Inner {
     objects: HashMap<Kind, BTreeMap<String, Arc<StoredObject>>>,
     /// Normalised `spec.displayName` of every Project → the projects holding it: one, except
     /// inside a batch write, which must end with one again.
-    display_names: HashMap<String, BTreeSet<String>>,
+    display_names: HashMap<String, Names>,
     /// uid → (kind, name), for records that name objects by uid (LXD labels, events).
     uids: HashMap<String, (Kind, String)>,
     /// Applyset name → its inventory (`Kind/name`, sorted).
     applysets: HashMap<String, Vec<String>>,
     /// Project uid → the users who are its members.
-    members: HashMap<String, BTreeSet<String>>,
+    members: HashMap<String, Names>,
     resource_version: u64,
     /// Why the last write failed, cleared by the next one that succeeds.
     write_error: Option<String>,

@@ -1017,3 +1017,20 @@ fn a_restored_project_keeps_its_uid_and_first_status() {
     }
     assert!(store.get(Kind::Project, "elsewhere").is_none());
 }
+
+#[test]
+fn names_are_a_sorted_set() {
+    let mut names = Names::default();
+    assert!(names.insert("bob".to_string()));
+    assert!(names.insert("ana".to_string()));
+    assert!(!names.insert("bob".to_string()));
+    assert!(names.insert("cy".to_string()));
+    assert_eq!(names.iter().collect::<Vec<_>>(), ["ana", "bob", "cy"]);
+    assert_eq!(names.first().map(String::as_str), Some("ana"));
+    assert!(names.contains("bob") && !names.contains("dee"));
+    assert!(names.remove("bob"));
+    assert!(!names.remove("bob"));
+    assert_eq!(names.len(), 2);
+    assert!(names.remove("ana") && names.remove("cy"));
+    assert!(names.is_empty());
+}

@@ -177,8 +177,8 @@ fn a_new_project_claims_a_ready_member_and_the_pool_refills() {
     assert_eq!(
         rows,
         [
-            vec!["IMAGE", "READY", "WANTED", "CLAIMS"],
-            vec!["berth-tiny", "2", "2", "1"]
+            vec!["IMAGE", "READY", "WANTED", "CLAIMS", "HELD"],
+            vec!["berth-tiny", "2", "2", "1", "-"]
         ],
         "{table}"
     );

@@ -18,7 +18,9 @@
 //! unpacked one on `dir`), so members count against that pool's space: the refill makes one
 //! only while the pool would keep [`RESERVE_PERCENT`] of its total plus the image's size free
 //! ([`Held`]). A claim adds no member and is never held; a pool that does not know its total
-//! holds nothing.
+//! holds nothing. The pool judged is `lxd.storagePool`: a member has no root disk of its own
+//! and lands on the default profile's, which is that pool where LXD was set up as berth's
+//! scripts do it.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Mutex;

@@ -124,7 +124,9 @@ pub struct TrashList {
 }
 
 /// One image's warm pool (`PoolList.items`): members booted and ready to claim, how many the
-/// configuration wants, and how many projects claimed one since the daemon started.
+/// configuration wants, how many projects claimed one since the daemon started, and why the
+/// refill makes no member while it is held (`disk`: the storage pool would keep less free
+/// than its reserve).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolEntry {
@@ -132,6 +134,8 @@ pub struct PoolEntry {
     pub ready: u64,
     pub wanted: u64,
     pub claims: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
 }
 
 /// `GET /apis/berth.dev/v1alpha1/pool`.

@@ -72,6 +72,12 @@ pub struct ImageLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ImageReasonLabels {
+    pub image: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PassLabels {
     pub pass: &'static str,
 }
@@ -177,6 +183,9 @@ pub struct Metrics {
     /// New projects of the pool's image created the plain way, by why (`empty`: no member
     /// was ready; `lost`: the member claimed went away before it was renamed).
     pub pool_fallbacks: Family<ReasonLabels, Counter>,
+    /// 1 while the warm pool's refill makes no member, by image and why (`disk`: the storage
+    /// pool would keep less free than its reserve); 0 otherwise.
+    pub pool_held: Family<ImageReasonLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -229,6 +238,7 @@ impl Metrics {
             pool_ready: Family::default(),
             pool_claims: Family::default(),
             pool_fallbacks: Family::default(),
+            pool_held: Family::default(),
         };
 
         // `process_*` carry no prefix; everything else is `berth_*`.
@@ -280,6 +290,11 @@ impl Metrics {
             "pool_fallbacks",
             "New projects of the warm pool's image created without a pool member, by reason",
             m.pool_fallbacks.clone(),
+        );
+        registry.register(
+            "pool_held",
+            "1 while the warm pool makes no member, by image and reason (disk: storage pool reserve)",
+            m.pool_held.clone(),
         );
         registry.register(
             "orphan_containers",
@@ -808,6 +823,7 @@ mod tests {
         "berth_pool_ready",
         "berth_pool_claims_total",
         "berth_pool_fallbacks_total",
+        "berth_pool_held",
         "process_resident_memory_bytes",
         "process_cpu_seconds_total",
         "process_open_fds",
@@ -832,6 +848,13 @@ mod tests {
                 reason: "empty".into(),
             })
             .inc();
+        metrics
+            .pool_held
+            .get_or_create(&ImageReasonLabels {
+                image: "berth-base".into(),
+                reason: "disk".into(),
+            })
+            .set(0);
         let text = metrics.encode();
         for name in EXPOSED {
             assert!(

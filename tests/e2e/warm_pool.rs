@@ -169,6 +169,11 @@ fn a_new_project_claims_a_ready_member_and_the_pool_refills() {
     let after = wait_ready_members(&berth, &members, 2);
     assert!(!after.contains(&name));
     assert_eq!(berth.metric("berth_pool_ready{image=\"berth-tiny\"}"), 2.0);
+    // The real `default` pool has room: the refill read its space and is not held.
+    assert_eq!(
+        berth.metric("berth_pool_held{image=\"berth-tiny\",reason=\"disk\"}"),
+        0.0
+    );
     let table = berth.cli_ok(&["get", "pool"]);
     let rows: Vec<Vec<&str>> = table
         .lines()
@@ -177,8 +182,8 @@ fn a_new_project_claims_a_ready_member_and_the_pool_refills() {
     assert_eq!(
         rows,
         [
-            vec!["IMAGE", "READY", "WANTED", "CLAIMS"],
-            vec!["berth-tiny", "2", "2", "1"]
+            vec!["IMAGE", "READY", "WANTED", "CLAIMS", "HELD"],
+            vec!["berth-tiny", "2", "2", "1", "-"]
         ],
         "{table}"
     );

@@ -158,7 +158,8 @@ where
 #[test]
 fn wire_shapes_keep_their_json() {
     use berth_api::wire::{
-        ApplyItem, ApplyResult, ExecCall, ExecResult, PlanEntry, TrashItem, TrashList,
+        ApplyItem, ApplyResult, ExecCall, ExecResult, PlanEntry, PoolEntry, PoolList, TrashItem,
+        TrashList,
     };
     use berth_api::{ProtectionReason, ReapAction};
 
@@ -183,6 +184,26 @@ fn wire_shapes_keep_their_json() {
                 object: serde_json::Value::Null,
             },
         ]),
+    );
+
+    // `held` is there only while the refill is held: older clients read the same shape.
+    let entry = |held: Option<&str>| PoolEntry {
+        image: "berth-base".into(),
+        ready: 1,
+        wanted: 2,
+        claims: 3,
+        held: held.map(String::from),
+    };
+    round_trips(
+        json!({"apiVersion": "berth.dev/v1alpha1", "kind": "PoolList", "items": [
+            {"image": "berth-base", "ready": 1, "wanted": 2, "claims": 3},
+            {"image": "berth-base", "ready": 1, "wanted": 2, "claims": 3, "held": "disk"},
+        ]}),
+        PoolList {
+            api_version: "berth.dev/v1alpha1".into(),
+            kind: "PoolList".into(),
+            items: vec![entry(None), entry(Some("disk"))],
+        },
     );
 
     let item = TrashItem {

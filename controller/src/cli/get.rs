@@ -274,8 +274,8 @@ async fn watch(
     Ok(())
 }
 
-/// `berth get pool`: the warm pool as a table (IMAGE, READY, WANTED, CLAIMS), or the server's
-/// `PoolList` as YAML or JSON.
+/// `berth get pool`: the warm pool as a table (IMAGE, READY, WANTED, CLAIMS, HELD: why the
+/// refill makes no member, `-` while it makes them), or the server's `PoolList` as YAML or JSON.
 async fn pool(context: &Context, args: &GetArgs) -> anyhow::Result<ExitCode> {
     if !args.names.is_empty() || args.selector.is_some() || args.watch {
         anyhow::bail!("get pool takes no names, --selector or --watch");
@@ -296,13 +296,14 @@ async fn pool(context: &Context, args: &GetArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn pool_table(items: &[berth_api::wire::PoolEntry]) -> String {
-    let mut table = Table::new(["image", "ready", "wanted", "claims"]);
+    let mut table = Table::new(["image", "ready", "wanted", "claims", "held"]);
     for item in items {
         table.row(vec![
             item.image.clone(),
             item.ready.to_string(),
             item.wanted.to_string(),
             item.claims.to_string(),
+            item.held.clone().unwrap_or_else(|| "-".to_string()),
         ]);
     }
     table.render()
@@ -314,6 +315,23 @@ mod tests {
 
     fn words(text: &str) -> Vec<String> {
         text.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn the_pool_table_says_why_the_refill_is_held() {
+        let entry = |held: Option<&str>| berth_api::wire::PoolEntry {
+            image: "berth-agents".into(),
+            ready: 0,
+            wanted: 8,
+            claims: 2,
+            held: held.map(String::from),
+        };
+        let text = pool_table(&[entry(Some("disk"))]);
+        let lines: Vec<Vec<String>> = text.lines().map(words).collect();
+        assert_eq!(lines[0], ["IMAGE", "READY", "WANTED", "CLAIMS", "HELD"]);
+        assert_eq!(lines[1], ["berth-agents", "0", "8", "2", "disk"]);
+        let text = pool_table(&[entry(None)]);
+        assert_eq!(words(text.lines().nth(1).unwrap())[4], "-");
     }
 
     #[test]

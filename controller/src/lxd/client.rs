@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::runtime::{
     CreateInstance, CreateVolume, Created, EventStream, ExecOutput, ExecRequest, FileWrite,
     HostCapacity, ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch,
-    InstanceState, InteractiveExec, Mkdir, Operation, OperationStatus, Result, Runtime,
+    InstanceState, InteractiveExec, Mkdir, Operation, OperationStatus, PoolSpace, Result, Runtime,
     RuntimeError, ServerInfo, StopOptions, StoragePool, TerminalSize, Volume, Watch,
 };
 
@@ -979,6 +979,36 @@ impl Runtime for LxdClient {
         })
     }
 
+    async fn storage_pool_space(&self, pool: &str) -> Result<PoolSpace> {
+        #[derive(serde::Deserialize)]
+        struct ResourcesJson {
+            #[serde(default)]
+            space: SpaceJson,
+        }
+        #[derive(Default, serde::Deserialize)]
+        struct SpaceJson {
+            #[serde(default)]
+            used: u64,
+            #[serde(default)]
+            total: u64,
+        }
+        let found: ResourcesJson = self
+            .transport
+            .call(
+                Method::GET,
+                &format!("/1.0/storage-pools/{}/resources", seg(pool)),
+                format!("space of storage pool {pool}"),
+            )
+            // A local pool's space is per member; a group (`@name`) names none.
+            .query_opt("target", self.target(None).filter(|t| !t.starts_with('@')))
+            .get()
+            .await?;
+        Ok(PoolSpace {
+            used: found.space.used,
+            total: found.space.total,
+        })
+    }
+
     async fn volumes_named(&self, pool: &str, name_prefix: &str) -> Result<Vec<Volume>> {
         let urls: Vec<String> = self
             .transport
@@ -1139,6 +1169,24 @@ impl Runtime for LxdClient {
                 Ok(found.and_then(|v| v.get("fingerprint")?.as_str().map(str::to_string)))
             }
         }
+    }
+
+    async fn image_size(&self, fingerprint: &str) -> Result<Option<u64>> {
+        #[derive(serde::Deserialize)]
+        struct ImageJson {
+            #[serde(default)]
+            size: u64,
+        }
+        let found: Option<ImageJson> = self
+            .transport
+            .call(
+                Method::GET,
+                &format!("/1.0/images/{}", seg(fingerprint)),
+                format!("image {fingerprint}"),
+            )
+            .get_opt()
+            .await?;
+        Ok(found.map(|image| image.size))
     }
 
     async fn console_log_tail(&self, name: &str, max_bytes: usize) -> Result<String> {

@@ -463,6 +463,48 @@ fn busy_is_classified_from_lxd_s_word_not_from_a_name_containing_it() {
     }
 }
 
+/// Recorded from LXD 5.0.2: the `dir` pool `default`, then a pool that knows no inode total.
+const POOL_RESOURCES: &str = r#"{"type":"sync","status":"Success","status_code":200,"operation":"","error_code":0,"error":"","metadata":{"space":{"used":72006942720,"total":270553174016},"inodes":{"used":533097,"total":16777216}}}"#;
+const POOL_RESOURCES_NO_TOTAL: &str = r#"{"type":"sync","status":"Success","status_code":200,"operation":"","error_code":0,"error":"","metadata":{"space":{"used":6094848},"inodes":{"used":0,"total":0}}}"#;
+const POOL_MISSING: &str = r#"{"type":"error","status":"","status_code":0,"operation":"","error_code":500,"error":"Storage pool not found","metadata":null}"#;
+const IMAGE: &str = r#"{"type":"sync","status":"Success","status_code":200,"operation":"","error_code":0,"error":"","metadata":{"auto_update":false,"properties":{"os":"busybox"},"public":false,"aliases":[{"name":"berth-tiny","description":""}],"architecture":"x86_64","cached":false,"filename":"rootfs.tar.gz","fingerprint":"6420ab0d8c2a7f320529eeedf3917b494e27297e9f00e13149069eaff396341c","size":1038509,"type":"container","created_at":"2026-12-05T09:49:57Z"}}"#;
+
+#[tokio::test]
+async fn a_storage_pool_s_space_and_an_image_s_size_are_read_as_lxd_gives_them() {
+    use crate::runtime::PoolSpace;
+    let recorded = Arc::new(Recorded::default());
+    recorded.route(
+        "GET /1.0/storage-pools/default/resources",
+        vec![ok(POOL_RESOURCES), ok(POOL_RESOURCES_NO_TOTAL)],
+    );
+    recorded.route(
+        "GET /1.0/storage-pools/gone/resources",
+        vec![status(500, POOL_MISSING)],
+    );
+    recorded.route("GET /1.0/images/6420ab0d8c2a", vec![ok(IMAGE)]);
+    let (client, _dir) = stub(Arc::clone(&recorded)).await;
+    let space = client.storage_pool_space("default").await.unwrap();
+    assert_eq!(
+        space,
+        PoolSpace {
+            used: 72_006_942_720,
+            total: 270_553_174_016
+        }
+    );
+    assert_eq!(space.free(), 270_553_174_016 - 72_006_942_720);
+    // A pool that leaves its total out does not know it.
+    let space = client.storage_pool_space("default").await.unwrap();
+    assert_eq!(space.total, 0);
+    assert_eq!(space.free(), 0);
+    let missing = client.storage_pool_space("gone").await.unwrap_err();
+    assert_eq!(missing.lxd_message(), Some("Storage pool not found"));
+    assert_eq!(
+        client.image_size("6420ab0d8c2a").await.unwrap(),
+        Some(1_038_509)
+    );
+    assert_eq!(client.image_size("0000").await.unwrap(), None);
+}
+
 #[test]
 fn a_volume_listing_url_names_its_volume_and_member() {
     use super::client::name_of_url;

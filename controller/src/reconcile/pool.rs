@@ -13,6 +13,14 @@
 //! ([`refill`]) is one task making one member at a time, never while a claimed container is
 //! still on its way up ([`WarmPool::quiet`]); it deletes members the pool no longer
 //! wants (a lower `pool.size`, another image) through [`crate::dispose::pool_member`].
+//!
+//! A stopped member holds no memory or CPU but a copy of its image on the storage pool (a full
+//! unpacked one on `dir`), so members count against that pool's space: the refill makes one
+//! only while the pool would keep [`RESERVE_PERCENT`] of its total plus the image's size free
+//! ([`Held`]). A claim adds no member and is never held; a pool that does not know its total
+//! holds nothing. The pool judged is `lxd.storagePool`: a member has no root disk of its own
+//! and lands on the default profile's, which is that pool where LXD was set up as berth's
+//! scripts do it.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Mutex;
@@ -30,7 +38,7 @@ use super::project::BOOT_POLL;
 use super::status::ControllerRecord;
 use crate::dispose;
 use crate::layout::{POOL_LABEL, POOL_READY_LABEL, uid_label};
-use crate::metrics::{ImageLabels, Metrics};
+use crate::metrics::{ImageLabels, ImageReasonLabels, Metrics};
 use crate::runtime::{
     CreateInstance, Created, ImageSource, Instance, InstancePatch, InstanceStatus, OperationStatus,
     RuntimeError, StopOptions,
@@ -43,6 +51,11 @@ const FAILED_MAX: Duration = Duration::from_secs(300);
 /// The longest the refill waits for a claimed container to answer before it makes the next
 /// member anyway (a claim whose project never gets there holds it back no longer).
 pub const CLAIM_QUIET: Duration = Duration::from_secs(10);
+/// The share of the storage pool's total that the refill leaves free for projects' writes.
+pub const RESERVE_PERCENT: u64 = 10;
+/// The `reason` of `berth_pool_held` and of `berth get pool`'s HELD while the storage pool is
+/// short.
+const HELD_DISK: &str = "disk";
 
 /// The warm pool of one controller: what it wants, the members the last pass found ready, and
 /// the members a claim has taken but not yet recorded in its project.
@@ -67,6 +80,19 @@ struct Members {
     taken: BTreeSet<String>,
     /// Projects whose claimed container was started and has not answered yet, with when.
     starting: BTreeMap<String, Instant>,
+    /// Why the last pass made no member though the pool was short, if it was held.
+    held: Option<Held>,
+    /// The size LXD gives for each image fingerprint, read once.
+    image_sizes: BTreeMap<String, u64>,
+}
+
+/// The storage pool members go on would keep less free than its reserve with one more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Held {
+    storage_pool: String,
+    free: u64,
+    /// [`RESERVE_PERCENT`] of the pool's total plus the size of the member's image.
+    reserve: u64,
 }
 
 impl WarmPool {
@@ -90,11 +116,13 @@ impl WarmPool {
 
     /// What `berth get pool` shows.
     pub fn entry(&self) -> PoolEntry {
+        let members = self.lock();
         PoolEntry {
             image: self.image.clone(),
-            ready: self.lock().ready.len() as u64,
+            ready: members.ready.len() as u64,
             wanted: self.wanted as u64,
             claims: self.claims.load(Ordering::Relaxed),
+            held: members.held.as_ref().map(|_| HELD_DISK.to_string()),
         }
     }
 
@@ -102,6 +130,8 @@ impl WarmPool {
     pub fn expose(&self, metrics: &Metrics) {
         self.gauge(metrics, self.lock().ready.len());
         metrics.pool_claims.get_or_create(&self.labels()).inc_by(0);
+        let held = self.lock().held.is_some();
+        self.held_gauge(metrics, held);
     }
 
     /// Takes a ready member of the image `fingerprint`, if there is one. It stays taken (no
@@ -188,6 +218,39 @@ impl WarmPool {
             .set(i64::try_from(ready).unwrap_or(i64::MAX));
     }
 
+    fn held_gauge(&self, metrics: &Metrics, held: bool) {
+        let labels = ImageReasonLabels {
+            image: self.image.clone(),
+            reason: HELD_DISK.to_string(),
+        };
+        metrics
+            .pool_held
+            .get_or_create(&labels)
+            .set(i64::from(held));
+    }
+
+    /// Records whether the refill is held, saying so when that changes.
+    fn hold(&self, metrics: &Metrics, held: Option<Held>) {
+        let mut members = self.lock();
+        match (&members.held, &held) {
+            (None, Some(now)) => tracing::warn!(
+                image = self.image.as_str(),
+                storage_pool = now.storage_pool.as_str(),
+                free_bytes = now.free,
+                reserve_bytes = now.reserve,
+                "the warm pool makes no member: its storage pool would keep less free than the reserve"
+            ),
+            (Some(was), None) => tracing::info!(
+                image = self.image.as_str(),
+                storage_pool = was.storage_pool.as_str(),
+                "the warm pool's storage pool has room again; members are made"
+            ),
+            _ => {}
+        }
+        self.held_gauge(metrics, held.is_some());
+        members.held = held;
+    }
+
     /// Takes `name` out of the ready members so no claim takes it; false when a claim has it.
     fn retire(&self, name: &str) -> bool {
         let mut members = self.lock();
@@ -269,13 +332,15 @@ pub async fn refill(ctx: std::sync::Arc<Context>, cancel: CancellationToken) {
 pub enum Pass {
     /// Made a member: the pass runs again at once.
     Made,
-    /// The pool is as wanted (or no member can be made of a missing image).
+    /// The pool is as wanted (or no member can be made: of a missing image, or on a storage
+    /// pool short of its reserve).
     Settled,
 }
 
 /// One refill pass: reads the members from LXD; deletes those left half made by a daemon
 /// stopped mid-way, those of an image the alias no longer names, those past the size, and
-/// those a deleted project had taken mid-claim; then makes one member when the pool is short.
+/// those a deleted project had taken mid-claim; then makes one member when the pool is short,
+/// unless the storage pool would keep less free than its reserve (the pass is held).
 pub async fn pass(ctx: &Context) -> Result<Pass, RuntimeError> {
     let pool = &ctx.settings.pool;
     let runtime = &*ctx.runtime;
@@ -350,7 +415,14 @@ pub async fn pass(ctx: &Context) -> Result<Pass, RuntimeError> {
         dispose::pool_member(runtime, &controller, &name, ctx.settings.timeouts.delete).await?;
     }
     let short = pool.lock().ready.len() < pool.wanted;
+    let held = match fingerprint.as_deref() {
+        Some(fingerprint) if short => disk_short(ctx, fingerprint).await?,
+        _ => None,
+    };
+    let holding = held.is_some();
+    pool.hold(&ctx.metrics, held);
     match fingerprint {
+        Some(_) if holding => Ok(Pass::Settled),
         Some(fingerprint) if short => {
             let name = format!("{prefix}{}", highest + 1);
             make(ctx, &controller, &name, &fingerprint).await?;
@@ -368,6 +440,42 @@ pub async fn pass(ctx: &Context) -> Result<Pass, RuntimeError> {
         }
         _ => Ok(Pass::Settled),
     }
+}
+
+/// Whether one more member of the image `fingerprint` would leave the storage pool less free
+/// than its reserve ([`RESERVE_PERCENT`] of its total plus the image's size); `None` when it
+/// would not, or when the pool does not know its total and nothing can be judged.
+async fn disk_short(ctx: &Context, fingerprint: &str) -> Result<Option<Held>, RuntimeError> {
+    let runtime = &*ctx.runtime;
+    let storage_pool = &ctx.settings.storage_pool;
+    let space = runtime.storage_pool_space(storage_pool).await?;
+    if space.total == 0 {
+        return Ok(None);
+    }
+    let pool = &ctx.settings.pool;
+    let known = pool.lock().image_sizes.get(fingerprint).copied();
+    let image = match known {
+        Some(size) => size,
+        None => {
+            // An image gone since it was resolved: the create fails and says so.
+            let Some(size) = runtime.image_size(fingerprint).await? else {
+                return Ok(None);
+            };
+            pool.lock()
+                .image_sizes
+                .insert(fingerprint.to_string(), size);
+            size
+        }
+    };
+    let reserve = (space.total / 100)
+        .saturating_mul(RESERVE_PERCENT)
+        .saturating_add(image);
+    let free = space.free();
+    Ok((free < reserve).then(|| Held {
+        storage_pool: storage_pool.clone(),
+        free,
+        reserve,
+    }))
 }
 
 /// The names of members that projects recorded as claimed, and of those projects (a member

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use super::{CLAIM_QUIET, Pass, WarmPool, member_prefix, pass};
 use crate::layout::{CONTROLLER_LABEL, POOL_LABEL, POOL_READY_LABEL, UID_LABEL};
-use crate::metrics::{ImageLabels, Metrics, ReasonLabels};
+use crate::metrics::{ImageLabels, ImageReasonLabels, Metrics, ReasonLabels};
 use crate::reconcile::{Action, Context, ControllerSettings, NoLaterSteps, WorkQueue, project};
-use crate::runtime::{Instance, InstanceStatus, RuntimeError};
+use crate::runtime::{Instance, InstanceStatus, PoolSpace, RuntimeError};
 use crate::store::{Commit, Desired, Store};
-use crate::testing::fake_runtime::{FakeRuntime, Fault};
+use crate::testing::fake_runtime::{FakeRuntime, Fault, fake_fingerprint};
 
 /// More reconciles or passes than anything here needs; hitting it means a loop.
 const MAX_ROUNDS: usize = 40;
@@ -412,4 +412,154 @@ async fn a_member_left_by_a_project_deleted_mid_claim_is_deleted() {
     h.fill().await;
     assert!(h.fake.instance("p").is_none(), "the refill deleted it");
     assert_eq!(h.members().len(), 1);
+}
+
+const GIB: u64 = 1 << 30;
+
+/// The log lines of the current thread while it lives (the tests run on one thread).
+struct Logs {
+    text: Arc<std::sync::Mutex<Vec<u8>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+impl Logs {
+    fn capture() -> Logs {
+        let text = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = text.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        Logs {
+            text,
+            _guard: tracing::subscriber::set_default(subscriber),
+        }
+    }
+
+    /// The lines that contain `needle`.
+    fn lines(&self, needle: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.text.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(String::from)
+            .collect()
+    }
+}
+
+struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Harness {
+    /// `berth_pool_held{image="berth-base", reason="disk"}`.
+    fn held_gauge(&self) -> i64 {
+        let labels = ImageReasonLabels {
+            image: "berth-base".into(),
+            reason: "disk".into(),
+        };
+        self.ctx.metrics.pool_held.get_or_create(&labels).get()
+    }
+
+    /// The `default` storage pool has `total` bytes and `free` of them free; the pool's image
+    /// is 1 GiB.
+    fn storage(&self, total: u64, free: u64) {
+        self.fake
+            .set_image_size(&fake_fingerprint("berth-base"), GIB);
+        self.fake.set_pool_space(
+            "default",
+            PoolSpace {
+                used: total - free,
+                total,
+            },
+        );
+    }
+}
+
+/// One member more would leave less free than 10% of the storage pool plus the image: the
+/// refill makes none, says so once, and shows it; once space frees up it makes members again.
+#[tokio::test]
+async fn a_storage_pool_short_of_its_reserve_holds_the_refill() {
+    let logs = Logs::capture();
+    let h = Harness::new(2);
+    // 100 GiB with 10.5 free: the reserve is 10 GiB plus the 1 GiB image.
+    h.storage(100 * GIB, 21 * GIB / 2);
+    for _ in 0..3 {
+        assert_eq!(pass(&h.ctx).await.unwrap(), Pass::Settled);
+    }
+    assert_eq!(h.fake.count("create_instance"), 0);
+    assert!(h.members().is_empty());
+    assert_eq!(h.held_gauge(), 1);
+    assert_eq!(h.ctx.settings.pool.entry().held.as_deref(), Some("disk"));
+    let said = logs.lines("makes no member");
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("WARN"), "{}", said[0]);
+    assert!(said[0].contains("storage_pool=\"default\""), "{}", said[0]);
+    assert!(
+        said[0].contains(&format!("free_bytes={}", 21 * GIB / 2)),
+        "{}",
+        said[0]
+    );
+    assert!(
+        said[0].contains(&format!("reserve_bytes={}", 11 * GIB)),
+        "{}",
+        said[0]
+    );
+    // The image's size is read once and kept.
+    assert_eq!(h.fake.count("image_size"), 1);
+
+    // Space freed: the next pass makes a member, and the pool fills.
+    h.storage(100 * GIB, 12 * GIB);
+    assert_eq!(pass(&h.ctx).await.unwrap(), Pass::Made);
+    assert_eq!(h.held_gauge(), 0);
+    assert_eq!(h.ctx.settings.pool.entry().held, None);
+    assert_eq!(logs.lines("has room again").len(), 1);
+    h.fill().await;
+    assert_eq!(h.members().len(), 2);
+    assert_eq!(logs.lines("makes no member").len(), 1);
+    assert_eq!(h.fake.count("image_size"), 1);
+}
+
+/// A storage pool that does not know its total (LXD answers 0) holds nothing.
+#[tokio::test]
+async fn a_storage_pool_of_unknown_size_refills_as_before() {
+    let h = Harness::new(2);
+    h.fake.set_pool_space(
+        "default",
+        PoolSpace {
+            used: 500 * GIB,
+            total: 0,
+        },
+    );
+    h.fill().await;
+    assert_eq!(h.members().len(), 2);
+    assert!(h.fake.count("storage_pool_space") > 0);
+    assert_eq!(h.held_gauge(), 0);
+    assert_eq!(h.ctx.settings.pool.entry().held, None);
+}
+
+/// A held refill takes nothing from claims: a new project still takes a ready member, and no
+/// member replaces it while the storage pool is short.
+#[tokio::test]
+async fn a_claim_is_not_held_by_a_short_storage_pool() {
+    let h = Harness::new(2);
+    h.fill().await;
+    h.storage(100 * GIB, 5 * GIB);
+    h.apply("p", json!({"image": "berth-base"}));
+    h.converge("p").await;
+    h.assert_claimed_ready("p");
+    assert_eq!(h.claims(), 1);
+    h.fill().await;
+    assert_eq!(h.members().len(), 1);
+    assert_eq!(h.fake.count("create_instance"), 2);
+    assert_eq!(h.held_gauge(), 1);
 }

@@ -147,6 +147,10 @@ pub trait Runtime: Send + Sync {
     /// A storage pool's name and driver; [`RuntimeError::NotFound`] when there is none.
     async fn storage_pool(&self, pool: &str) -> Result<StoragePool>;
 
+    /// The bytes a storage pool uses and has ([`PoolSpace`]); an error when there is no such
+    /// pool (LXD 5.0 answers that one with a 500).
+    async fn storage_pool_space(&self, pool: &str) -> Result<PoolSpace>;
+
     /// Creates a custom storage volume; an existing one of that name is returned unchanged.
     async fn create_volume(&self, request: &CreateVolume) -> Result<Volume>;
 
@@ -205,6 +209,10 @@ pub trait Runtime: Send + Sync {
 
     /// The fingerprint an image alias or fingerprint (prefix) names, or `None` if no such image.
     async fn resolve_image(&self, image: &ImageSource) -> Result<Option<String>>;
+
+    /// The size LXD gives for the image `fingerprint` (its compressed files), or `None` when
+    /// there is no such image.
+    async fn image_size(&self, fingerprint: &str) -> Result<Option<u64>>;
 
     /// The last `max_bytes` of the instance's console log (its init's output).
     async fn console_log_tail(&self, name: &str, max_bytes: usize) -> Result<String>;

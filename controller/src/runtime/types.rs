@@ -394,6 +394,21 @@ impl StoragePool {
     }
 }
 
+/// The space of a storage pool (LXD's `/1.0/storage-pools/POOL/resources`), in bytes.
+/// `total` is 0 where the pool does not know its size: then nothing can be judged from it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolSpace {
+    pub used: u64,
+    pub total: u64,
+}
+
+impl PoolSpace {
+    /// What is left; 0 when the pool uses more than it says it has.
+    pub fn free(&self) -> u64 {
+        self.total.saturating_sub(self.used)
+    }
+}
+
 /// A custom storage volume.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Volume {

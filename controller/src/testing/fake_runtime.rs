@@ -21,9 +21,9 @@ use tokio::sync::broadcast;
 use crate::runtime::{
     CreateInstance, CreateVolume, Created, EventKind, EventStream, ExecOutput, ExecRequest,
     FileWrite, HostCapacity, ImageSource, Instance, InstanceEdit, InstanceEditFn, InstancePatch,
-    InstanceState, InstanceStatus, InteractiveExec, Mkdir, Operation, OperationStatus, Result,
-    Runtime, RuntimeError, RuntimeEvent, ServerInfo, StopOptions, StoragePool, TerminalSize,
-    Volume, Watch,
+    InstanceState, InstanceStatus, InteractiveExec, Mkdir, Operation, OperationStatus, PoolSpace,
+    Result, Runtime, RuntimeError, RuntimeEvent, ServerInfo, StopOptions, StoragePool,
+    TerminalSize, Volume, Watch,
 };
 
 /// What an injected fault does to a call.
@@ -89,6 +89,10 @@ struct State {
     images: BTreeMap<String, String>,
     /// pool name -> driver; a pool the fake was not told about is a `dir` pool.
     pool_drivers: BTreeMap<String, String>,
+    /// pool name -> its space; a pool the fake was not told about does not know its total.
+    pool_space: BTreeMap<String, PoolSpace>,
+    /// fingerprint -> size LXD reports; an image the fake was not told about has size 0.
+    image_sizes: BTreeMap<String, u64>,
     /// Finished operations and how they ended (error message when failed); like LXD, the fake
     /// forgets the oldest ones (`OPERATIONS_KEPT`), which then answer as vanished.
     operations: BTreeMap<String, std::result::Result<(), String>>,
@@ -192,6 +196,8 @@ impl FakeRuntime {
                 usage: BTreeMap::new(),
                 images,
                 pool_drivers: BTreeMap::new(),
+                pool_space: BTreeMap::new(),
+                image_sizes: BTreeMap::new(),
                 operations: BTreeMap::new(),
                 next_pid: 1000,
                 start_failures: BTreeMap::new(),
@@ -214,6 +220,18 @@ impl FakeRuntime {
         lock(&self.state)
             .pool_drivers
             .insert(pool.to_string(), driver.to_string());
+    }
+
+    /// What `storage_pool_space` answers for `pool` from now on.
+    pub fn set_pool_space(&self, pool: &str, space: PoolSpace) {
+        lock(&self.state).pool_space.insert(pool.to_string(), space);
+    }
+
+    /// What `image_size` answers for the image `fingerprint` (while it exists).
+    pub fn set_image_size(&self, fingerprint: &str, size: u64) {
+        lock(&self.state)
+            .image_sizes
+            .insert(fingerprint.to_string(), size);
     }
 
     /// Every call waits this long first (tokio time).
@@ -1074,6 +1092,16 @@ impl Runtime for FakeRuntime {
         )
     }
 
+    async fn storage_pool_space(&self, pool: &str) -> Result<PoolSpace> {
+        let lose = self.enter("storage_pool_space", pool).await?;
+        let space = lock(&self.state)
+            .pool_space
+            .get(pool)
+            .copied()
+            .unwrap_or_default();
+        Self::reply("storage_pool_space", lose, Ok(space))
+    }
+
     async fn create_volume(&self, request: &CreateVolume) -> Result<Volume> {
         let lose = self.enter("create_volume", &request.name).await?;
         let mut state = lock(&self.state);
@@ -1272,6 +1300,18 @@ impl Runtime for FakeRuntime {
         let lose = self.enter("resolve_image", image.as_str()).await?;
         let found = resolve(&lock(&self.state).images, image);
         Self::reply("resolve_image", lose, Ok(found))
+    }
+
+    async fn image_size(&self, fingerprint: &str) -> Result<Option<u64>> {
+        let lose = self.enter("image_size", fingerprint).await?;
+        let state = lock(&self.state);
+        let size = resolve(
+            &state.images,
+            &ImageSource::Fingerprint(fingerprint.to_string()),
+        )
+        .map(|found| state.image_sizes.get(&found).copied().unwrap_or(0));
+        drop(state);
+        Self::reply("image_size", lose, Ok(size))
     }
 
     async fn console_log_tail(&self, name: &str, max_bytes: usize) -> Result<String> {

@@ -272,7 +272,17 @@ impl Admission {
     /// cannot back. LXD starts such a container, so they are warned of, not refused; nothing is
     /// said while the host's capacity is unknown.
     pub fn warnings(&self, desired: &Desired) -> Vec<String> {
-        let host = *self.host.read().unwrap_or_else(PoisonError::into_inner);
+        self.warnings_against(desired, self.host())
+    }
+
+    /// The host's capacity as LXD last told it, `None` while unknown.
+    pub fn host(&self) -> Option<HostCapacity> {
+        *self.host.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// [`Self::warnings`] against `host`, a capacity read once for a whole batch so that every
+    /// object of it is judged alike, even when LXD first answers meanwhile.
+    pub fn warnings_against(&self, desired: &Desired, host: Option<HostCapacity>) -> Vec<String> {
         match host {
             Some(host) if desired.kind == Kind::Project => {
                 over_capacity(&desired.name, &desired.spec, host)

@@ -30,6 +30,7 @@ use super::responses::{blocking, warned};
 use super::routes::{Outcome, Query};
 use super::writes::PATCH_ATTEMPTS;
 use super::{ApiState, Body, Caller};
+use crate::runtime::HostCapacity;
 use crate::store::{self, AppliedSet, ApplyParams, Desired, Doc, Expected, SetParams};
 use crate::store::{StoreError, StoredObject};
 
@@ -239,6 +240,8 @@ struct Admitting<'a> {
     warnings: Vec<String>,
     /// Warnings past [`WARNINGS_SHOWN`], counted.
     more_warnings: usize,
+    /// The host's capacity as read when the apply began: every item is warned against the same.
+    host: Option<HostCapacity>,
 }
 
 /// The most `Warning` headers an apply answers with: 100,000 projects over the host's capacity
@@ -262,6 +265,7 @@ impl<'a> Admitting<'a> {
             server_owned: Vec::new(),
             warnings: Vec::new(),
             more_warnings: 0,
+            host: state.admission.host(),
         }
     }
 
@@ -302,7 +306,7 @@ impl ListItems for Admitting<'_> {
                         format!("{:?} is also items[{first}]", desired.name),
                     ));
                 }
-                for warning in state.admission.warnings(&desired) {
+                for warning in state.admission.warnings_against(&desired, self.host) {
                     if self.warnings.len() < WARNINGS_SHOWN {
                         self.warnings.push(warning);
                     } else {

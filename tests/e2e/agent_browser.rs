@@ -342,29 +342,47 @@ fn a_fork_bomb_under_its_process_limit_leaves_the_daemon_and_others_responsive()
     // The bomb, started straight through LXD so that nothing of berth stands between it and
     // the container; the exec stays open while it runs (a finished exec takes what it started
     // with it). Each call leaves a sleeper behind, and the first shell sets it off again every
-    // second, so the bomb holds its limit: on its own it can die out below it, when every
-    // branch's fork fails at once.
-    let mut running = Command::new("lxc")
-        .args(["exec", &bomb, "--"])
-        .args([
-            "sh",
-            "-c",
-            "b() { sleep 600 & b | b & }; b; while :; do sleep 1; b; done",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // second. A busybox shell whose fork fails exits, the first one too, so on a loaded machine
+    // the bomb can die out below its limit: when its exec ended, or its count stopped rising for
+    // five seconds, another is set off beside it, until the container holds its limit.
+    let set_off = || {
+        Command::new("lxc")
+            .args(["exec", &bomb, "--"])
+            .args([
+                "sh",
+                "-c",
+                "b() { sleep 600 & b | b & }; b; while :; do sleep 1; b; done",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut running = vec![set_off()];
     let deadline = Instant::now() + Duration::from_secs(120);
-    while processes(&bomb) < 190 {
+    let (mut highest, mut rose_at) = (0, Instant::now());
+    loop {
+        let count = processes(&bomb);
+        if count >= 190 {
+            break;
+        }
         assert!(
             Instant::now() < deadline,
-            "the bomb never reached its limit: {} processes",
-            processes(&bomb)
+            "the bomb never reached its limit: {count} processes, set off {} times",
+            running.len()
         );
+        if count > highest {
+            (highest, rose_at) = (count, Instant::now());
+        }
+        let ended = running.last_mut().unwrap().try_wait().unwrap().is_some();
+        if ended || rose_at.elapsed() > Duration::from_secs(5) {
+            running.push(set_off());
+            rose_at = Instant::now();
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
+    eprintln!("the bomb was set off {} times", running.len());
 
     // While it forks at its limit: the API, readiness and another project's exec answer.
     let mut took = Vec::new();
@@ -393,8 +411,10 @@ fn a_fork_bomb_under_its_process_limit_leaves_the_daemon_and_others_responsive()
         crate::harness::instance_state(&bomb).as_deref(),
         Some("STOPPED")
     );
-    let _ = running.kill();
-    let _ = running.wait();
+    for mut exec in running {
+        let _ = exec.kill();
+        let _ = exec.wait();
+    }
     assert_eq!(sh(&berth, &other, "echo answered"), "answered\n");
     berth.delete_project(&bomb);
     berth.delete_project(&other);

@@ -17,8 +17,8 @@
 //! A stopped member holds no memory or CPU but a copy of its image on the storage pool (a full
 //! unpacked one on `dir`), so members count against that pool's space: the refill makes one
 //! only while the pool would keep [`RESERVE_PERCENT`] of its total plus the image's size free
-//! ([`Held`]). A claim adds no member and is never held; a pool that does not know its total
-//! holds nothing. The pool judged is `lxd.storagePool`: a member has no root disk of its own
+//! ([`Held`]). A claim adds no member and is never held; a pool that does not know its total,
+//! or whose space LXD cannot tell, holds nothing. The pool judged is `lxd.storagePool`: a member has no root disk of its own
 //! and lands on the default profile's, which is that pool where LXD was set up as berth's
 //! scripts do it.
 
@@ -448,7 +448,17 @@ pub async fn pass(ctx: &Context) -> Result<Pass, RuntimeError> {
 async fn disk_short(ctx: &Context, fingerprint: &str) -> Result<Option<Held>, RuntimeError> {
     let runtime = &*ctx.runtime;
     let storage_pool = &ctx.settings.storage_pool;
-    let space = runtime.storage_pool_space(storage_pool).await?;
+    // A pool whose space LXD cannot tell is judged as one that does not know its total: the
+    // reserve guards the host's disk, and a refill stopped by a read it cannot make would
+    // guard nothing.
+    let space = match runtime.storage_pool_space(storage_pool).await {
+        Ok(space) => space,
+        Err(e) => {
+            tracing::debug!(storage_pool = storage_pool.as_str(), error = %e,
+                "the storage pool's space could not be read; the reserve is not judged");
+            return Ok(None);
+        }
+    };
     if space.total == 0 {
         return Ok(None);
     }

@@ -547,6 +547,26 @@ async fn a_storage_pool_of_unknown_size_refills_as_before() {
     assert_eq!(h.ctx.settings.pool.entry().held, None);
 }
 
+/// A storage pool whose space LXD cannot tell (an error) holds nothing either: the refill goes
+/// on as before rather than stopping at a read it cannot make.
+#[tokio::test]
+async fn a_storage_pool_whose_space_cannot_be_read_refills_as_before() {
+    let h = Harness::new(2);
+    for _ in 0..4 {
+        h.fake.fault_method(
+            "storage_pool_space",
+            Fault::Fail(RuntimeError::Transport {
+                what: "storage pool resources".into(),
+                message: "injected".into(),
+            }),
+        );
+    }
+    h.fill().await;
+    assert_eq!(h.members().len(), 2);
+    assert_eq!(h.held_gauge(), 0);
+    assert_eq!(h.ctx.settings.pool.entry().held, None);
+}
+
 /// A held refill takes nothing from claims: a new project still takes a ready member, and no
 /// member replaces it while the storage pool is short.
 #[tokio::test]

@@ -26,7 +26,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::layout::{POOL_LABEL, UID_LABEL, uid_label};
-use crate::runtime::{Device, InstanceStatus, Runtime, RuntimeError, StopOptions, Volume};
+use crate::runtime::{
+    Device, Instance, InstanceStatus, Runtime, RuntimeError, StopOptions, Volume,
+};
 use crate::store::StoredObject;
 use crate::trash::{self, TrashSettings};
 
@@ -74,18 +76,19 @@ pub async fn volumes(
     Ok(())
 }
 
-/// Takes the container `name` away from `object`, a project being deleted (the caller checked
-/// that it is the project's own, and the deletion's look let it go): into the trash like a
-/// replaced one ([`container_into_trash`], the deletion's reason recorded), or stopped and
-/// deleted when the deletion was purged or the trash is disabled.
+/// Takes the container `instance` away from `object`, a project being deleted (the caller read
+/// its record just before and checked that it is the project's own, and the deletion's look let
+/// it go): into the trash like a replaced one ([`container_into_trash`], the deletion's reason
+/// recorded), or stopped and deleted when the deletion was purged or the trash is disabled.
 pub async fn deleted_container(
     runtime: &dyn Runtime,
     settings: &TrashSettings,
     object: &StoredObject,
-    name: &str,
+    instance: &Instance,
     clean_stop: Duration,
     timeout: Duration,
 ) -> Result<(), RuntimeError> {
+    let name = instance.name.as_str();
     if purged(object) || !settings.enabled() {
         runtime
             .stop_instance(name, StopOptions::clean_then_force(clean_stop))
@@ -102,7 +105,7 @@ pub async fn deleted_container(
         clean_stop,
         timeout,
     };
-    container_into_trash(runtime, &replaced).await?;
+    into_trash(runtime, &replaced, instance).await?;
     Ok(())
 }
 
@@ -166,6 +169,22 @@ pub async fn container_into_trash(
     runtime: &dyn Runtime,
     replaced: &Replaced<'_>,
 ) -> Result<String, RuntimeError> {
+    let name = replaced.name;
+    let Some(instance) = runtime.get_instance_record(name).await? else {
+        return Err(RuntimeError::NotFound {
+            what: format!("instance {name}"),
+            message: "the container to replace is gone".into(),
+        });
+    };
+    into_trash(runtime, replaced, &instance).await
+}
+
+/// [`container_into_trash`] of the container whose record `instance` the caller has just read.
+async fn into_trash(
+    runtime: &dyn Runtime,
+    replaced: &Replaced<'_>,
+    instance: &Instance,
+) -> Result<String, RuntimeError> {
     let Replaced {
         object,
         name,
@@ -175,12 +194,6 @@ pub async fn container_into_trash(
         timeout,
     } = replaced;
     let uid = object.uid();
-    let Some(instance) = runtime.get_instance_record(name).await? else {
-        return Err(RuntimeError::NotFound {
-            what: format!("instance {name}"),
-            message: "the container to replace is gone".into(),
-        });
-    };
     // A container started after this read refuses the rename below, and the caller retries.
     if instance.status != InstanceStatus::Stopped {
         runtime

@@ -148,6 +148,7 @@ pub async fn quiesce(
 }
 
 /// Whether `request` is [`quiesce`]'s.
+#[cfg(test)]
 pub fn is_quiesce(request: &ExecRequest) -> bool {
     request
         .command

@@ -59,7 +59,7 @@ pub async fn finalize(
                 runtime,
                 &settings.trash,
                 &object,
-                name,
+                &instance,
                 TEARDOWN_CLEAN_STOP,
                 settings.timeouts.delete,
             )
